@@ -1,0 +1,41 @@
+#include <rte_config.h>
+#include <rte_cycles.h>
+#include <rte_errno.h>
+#include <rte_ethdev.h>
+#include <rte_lcore.h>
+#include <rte_mbuf.h>
+#include <rte_pause.h>
+#include "shim.h"
+
+uint16_t shim_rx_burst(uint16_t port, uint16_t queue, struct rte_mbuf **pkts, uint16_t n)
+{ return rte_eth_rx_burst(port, queue, pkts, n); }
+uint16_t shim_tx_burst(uint16_t port, uint16_t queue, struct rte_mbuf **pkts, uint16_t n)
+{ return rte_eth_tx_burst(port, queue, pkts, n); }
+struct rte_mbuf *shim_pktmbuf_alloc(struct rte_mempool *mp) { return rte_pktmbuf_alloc(mp); }
+int shim_pktmbuf_alloc_bulk(struct rte_mempool *mp, struct rte_mbuf **mbufs, unsigned count)
+{ return rte_pktmbuf_alloc_bulk(mp, mbufs, count); }
+void shim_pktmbuf_free(struct rte_mbuf *m) { rte_pktmbuf_free(m); }
+void shim_pktmbuf_free_bulk(struct rte_mbuf **mbufs, unsigned count) { rte_pktmbuf_free_bulk(mbufs, count); }
+uint8_t *shim_pktmbuf_mtod(struct rte_mbuf *m) { return rte_pktmbuf_mtod(m, uint8_t *); }
+uint16_t shim_pktmbuf_data_len(const struct rte_mbuf *m) { return m->data_len; }
+uint32_t shim_pktmbuf_pkt_len(const struct rte_mbuf *m) { return m->pkt_len; }
+uint16_t shim_pktmbuf_nb_segs(const struct rte_mbuf *m) { return m->nb_segs; }
+void shim_pktmbuf_set_len(struct rte_mbuf *m, uint16_t len) { m->data_len = len; m->pkt_len = len; }
+uint16_t shim_pktmbuf_tailroom(const struct rte_mbuf *m) { return rte_pktmbuf_tailroom(m); }
+uint32_t shim_pktmbuf_copy_out(const struct rte_mbuf *m, uint8_t *dst, uint32_t cap)
+{
+	uint32_t done = 0;
+	for (; m != NULL && done < cap; m = m->next) {
+		uint32_t n = m->data_len;
+		if (n > cap - done)
+			n = cap - done;
+		rte_memcpy(dst + done, rte_pktmbuf_mtod(m, const uint8_t *), n);
+		done += n;
+	}
+	return done;
+}
+uint64_t shim_rdtsc(void) { return rte_rdtsc(); }
+uint64_t shim_get_tsc_hz(void) { return rte_get_tsc_hz(); }
+unsigned shim_lcore_id(void) { return rte_lcore_id(); }
+int shim_errno(void) { return rte_errno; }
+void shim_pause(void) { rte_pause(); }

@@ -1,0 +1,30 @@
+/* Exported wrappers around DPDK's static-inline fast-path functions, which bindgen
+ * cannot bind. Each is a one-line forwarder; the compiler inlines DPDK's body here. */
+#ifndef DEPOSIT_SHIM_H
+#define DEPOSIT_SHIM_H
+#include <stdint.h>
+struct rte_mbuf;
+struct rte_mempool;
+
+uint16_t shim_rx_burst(uint16_t port, uint16_t queue, struct rte_mbuf **pkts, uint16_t n);
+uint16_t shim_tx_burst(uint16_t port, uint16_t queue, struct rte_mbuf **pkts, uint16_t n);
+struct rte_mbuf *shim_pktmbuf_alloc(struct rte_mempool *mp);
+int shim_pktmbuf_alloc_bulk(struct rte_mempool *mp, struct rte_mbuf **mbufs, unsigned count);
+void shim_pktmbuf_free(struct rte_mbuf *m);
+void shim_pktmbuf_free_bulk(struct rte_mbuf **mbufs, unsigned count);
+/* Data pointer and length of a single-segment mbuf. */
+uint8_t *shim_pktmbuf_mtod(struct rte_mbuf *m);
+uint16_t shim_pktmbuf_data_len(const struct rte_mbuf *m);
+uint32_t shim_pktmbuf_pkt_len(const struct rte_mbuf *m);
+uint16_t shim_pktmbuf_nb_segs(const struct rte_mbuf *m);
+/* Sets data_len and pkt_len of a single-segment mbuf. */
+void shim_pktmbuf_set_len(struct rte_mbuf *m, uint16_t len);
+uint16_t shim_pktmbuf_tailroom(const struct rte_mbuf *m);
+/* Copies a possibly multi-segment mbuf's bytes into dst; returns bytes copied. */
+uint32_t shim_pktmbuf_copy_out(const struct rte_mbuf *m, uint8_t *dst, uint32_t cap);
+uint64_t shim_rdtsc(void);
+uint64_t shim_get_tsc_hz(void);
+unsigned shim_lcore_id(void);
+int shim_errno(void);
+void shim_pause(void);
+#endif

@@ -1,0 +1,17 @@
+//! `deposit-transport`: the hybrid-deposit network interface in software.
+//!
+//! The layers (see `DESIGN.md` §2) are kept apart so each can be read and tested alone:
+//! [`wire`] (frame and cell formats, no state), [`mem`] (endpoint memory),
+//! [`tables`] (endpoint, connection and node tables), [`tlb`] (the software TLB),
+//! [`oplogic`] (what an operation means; pure), [`port`] (DPDK: the only code that
+//! touches mbufs), [`worker`] (the poll loop) and [`cm`] (connection management over
+//! connection 0). Applications use the `deposit` crate, not this one.
+
+pub mod cm;
+pub mod mem;
+pub mod oplogic;
+pub mod port;
+pub mod tables;
+pub mod tlb;
+pub mod wire;
+pub mod worker;
