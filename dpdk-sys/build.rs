@@ -78,7 +78,7 @@ fn main() {
     let bindings = bindgen::Builder::default()
         .header("wrapper.h")
         .clang_args(&clang_args)
-        .allowlist_function("rte_eal_.*|rte_eth_.*|rte_pktmbuf_pool_create|rte_mempool_.*|rte_ring_create|rte_ring_lookup|rte_ring_free|rte_vdev_.*|rte_thread_register|rte_thread_unregister|rte_strerror|rte_socket_id|rte_lcore_count|rte_exit|rte_log_set_global_level|rte_eal_cleanup|shim_.*")
+        .allowlist_function("rte_eal_.*|rte_eth_.*|rte_pktmbuf_pool_create|rte_ring_lookup|rte_mempool_.*|rte_ring_create|rte_ring_lookup|rte_ring_free|rte_vdev_.*|rte_thread_register|rte_thread_unregister|rte_strerror|rte_socket_id|rte_lcore_count|rte_exit|rte_log_set_global_level|rte_eal_cleanup|shim_.*")
         .allowlist_type("rte_mbuf|rte_mempool|rte_ring|rte_eth_conf|rte_eth_dev_info|rte_eth_stats|rte_ether_addr|rte_eth_link")
         .allowlist_var("RTE_ETH_.*|RTE_MBUF_DEFAULT_.*|RTE_PKTMBUF_HEADROOM|RING_F_.*|RTE_MAX_ETHPORTS|SOCKET_ID_ANY|RTE_LOG_.*")
         .opaque_type("rte_mbuf|rte_mempool|rte_ring")

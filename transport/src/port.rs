@@ -1,1 +1,954 @@
-//! TODO
+//! DPDK: the EAL, mempools, ports and queues. The only code that touches mbufs.
+//!
+//! * [`eal_init`] runs once per process (DPDK's EAL cannot be initialised twice). It
+//!   always uses `--in-memory` (no hugepage files left behind, processes side by side),
+//!   uses hugepages when enough are reserved and otherwise falls back to `--no-huge`
+//!   with a warning on stderr.
+//! * [`Port::open`] brings up one port from a [`PortSpec`]: `ring[:NAME:a|b]` (two
+//!   cross-connected in-process ring ports make two nodes in one process), `null`
+//!   (tx sink), `null:rx` (rx source), `memif:<socket>:<server|client>`,
+//!   `af_packet:<iface>`, `af_xdp:<iface>`, or a PCI address.
+//! * [`RxBatch`] / [`TxBatch`] carry bursts of owned [`Mbuf`]s. Frames are always
+//!   single-segment: the mempool's data room is sized for the largest frame.
+//!
+//! Nothing here allocates on the per-frame path; errors are [`PortError`] values.
+
+use std::ffi::{CStr, CString};
+use std::fmt;
+use std::ptr::NonNull;
+use std::str::FromStr;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Mutex, OnceLock};
+
+use dpdk_sys as sys;
+
+/// Frames per rx/tx burst.
+pub const BURST: usize = 32;
+
+/// Errors from the EAL and port layer.
+#[derive(Debug, thiserror::Error)]
+pub enum PortError {
+    #[error("EAL initialisation failed: {0}")]
+    Eal(String),
+    #[error("bad port spec {spec:?}: {why}")]
+    BadSpec { spec: String, why: &'static str },
+    #[error("DPDK call {call} failed for {what}: {msg} (rc {rc})")]
+    Dpdk {
+        call: &'static str,
+        what: String,
+        rc: i32,
+        msg: String,
+    },
+    #[error("port {0:?} is already open in this process")]
+    InUse(String),
+}
+
+fn rte_err(rc: i32) -> String {
+    let code = if rc < 0 { -rc } else { unsafe { sys::shim_errno() } };
+    // SAFETY: rte_strerror returns a pointer to a static or thread-local C string.
+    unsafe { CStr::from_ptr(sys::rte_strerror(code)) }
+        .to_string_lossy()
+        .into_owned()
+}
+
+fn dpdk_err(call: &'static str, what: impl Into<String>, rc: i32) -> PortError {
+    PortError::Dpdk {
+        call,
+        what: what.into(),
+        rc,
+        msg: rte_err(rc),
+    }
+}
+
+/// Whether the EAL should use hugepages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum HugeMode {
+    /// Hugepages when at least [`EalConfig::min_huge_mb`] are free, else `--no-huge`.
+    #[default]
+    Auto,
+    /// Always `--no-huge`.
+    Off,
+}
+
+/// EAL options. Only the first [`eal_init`] of a process applies them.
+#[derive(Debug, Clone)]
+pub struct EalConfig {
+    pub huge: HugeMode,
+    /// Hugepage memory that must be free to use hugepages in `Auto` mode.
+    pub min_huge_mb: u64,
+    /// Memory for `--no-huge` mode (`-m`).
+    pub no_huge_mb: u64,
+    /// Extra EAL arguments (also read from `DEPOSIT_EAL_ARGS`, whitespace separated).
+    pub extra_args: Vec<String>,
+    /// Allow-list a PCI device (otherwise `--no-pci`).
+    pub pci: Option<String>,
+}
+
+impl Default for EalConfig {
+    fn default() -> Self {
+        EalConfig {
+            huge: HugeMode::Auto,
+            min_huge_mb: 256,
+            no_huge_mb: 1024,
+            extra_args: Vec::new(),
+            pci: None,
+        }
+    }
+}
+
+/// What the EAL ended up with.
+#[derive(Debug, Clone)]
+pub struct EalInfo {
+    /// Running on hugepages (false: `--no-huge`).
+    pub hugepages: bool,
+    /// Free hugepage memory seen before init, in MiB.
+    pub huge_free_mb: u64,
+    /// The arguments passed to `rte_eal_init`.
+    pub args: Vec<String>,
+    /// TSC frequency (Hz), the clock of the fast path.
+    pub tsc_hz: u64,
+}
+
+static EAL: OnceLock<Result<EalInfo, String>> = OnceLock::new();
+
+/// Free hugepage memory in MiB from /proc/meminfo (0 when unknown).
+pub fn huge_free_mb() -> u64 {
+    let Ok(s) = std::fs::read_to_string("/proc/meminfo") else {
+        return 0;
+    };
+    let field = |name: &str| -> u64 {
+        s.lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    };
+    field("HugePages_Free:") * field("Hugepagesize:") / 1024
+}
+
+/// Initialises DPDK's EAL once per process; later calls return the first result.
+pub fn eal_init(cfg: &EalConfig) -> Result<EalInfo, PortError> {
+    EAL.get_or_init(|| eal_init_once(cfg))
+        .clone()
+        .map_err(PortError::Eal)
+}
+
+/// The EAL state if [`eal_init`] already succeeded.
+pub fn eal_info() -> Option<EalInfo> {
+    EAL.get().and_then(|r| r.as_ref().ok().cloned())
+}
+
+fn eal_init_once(cfg: &EalConfig) -> Result<EalInfo, String> {
+    let ncpu = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1);
+    let free = huge_free_mb();
+    let hugepages = cfg.huge == HugeMode::Auto && free >= cfg.min_huge_mb;
+    let mut args: Vec<String> = vec![
+        "deposit".into(),
+        // lcore 0 may run on every CPU: the EAL pins the calling thread to its lcore's
+        // cpuset, and threads spawned later inherit that affinity.
+        "--lcores".into(),
+        format!("0@(0-{})", ncpu.saturating_sub(1)),
+        "--no-telemetry".into(),
+        "--log-level=*:warning".into(),
+    ];
+    match &cfg.pci {
+        Some(p) => {
+            args.push("-a".into());
+            args.push(p.clone());
+        }
+        None => args.push("--no-pci".into()),
+    }
+    if hugepages {
+        args.push("--in-memory".into());
+    } else {
+        eprintln!(
+            "deposit: WARNING: {} MiB of hugepages free (< {} MiB): running DPDK with --no-huge (slower). \
+             Reserve hugepages with scripts/hugepages.sh.",
+            free, cfg.min_huge_mb
+        );
+        // --in-memory is refused with --no-huge; --no-shconf and a per-process prefix
+        // give the same "nothing shared, nothing left behind".
+        args.push("--no-huge".into());
+        args.push("--no-shconf".into());
+        args.push(format!("--file-prefix=dp{}", std::process::id()));
+        args.push("-m".into());
+        args.push(cfg.no_huge_mb.to_string());
+    }
+    args.extend(cfg.extra_args.iter().cloned());
+    if let Ok(extra) = std::env::var("DEPOSIT_EAL_ARGS") {
+        args.extend(extra.split_whitespace().map(String::from));
+    }
+    let cargs: Vec<CString> = args
+        .iter()
+        .map(|a| CString::new(a.as_str()).map_err(|_| format!("NUL in EAL argument {a:?}")))
+        .collect::<Result<_, _>>()?;
+    // rte_eal_init may permute argv; keep the CStrings alive for the whole process.
+    let cargs: &'static [CString] = Box::leak(cargs.into_boxed_slice());
+    let mut argv: Vec<*mut libc::c_char> = cargs.iter().map(|c| c.as_ptr() as *mut _).collect();
+    let argv: &'static mut [*mut libc::c_char] = Box::leak(argv.as_mut_slice().to_vec().into());
+    // SAFETY: argv points at argc valid NUL-terminated strings leaked for the process
+    // lifetime, as the EAL requires; eal_init_once runs once (OnceLock).
+    let rc = unsafe { sys::rte_eal_init(argv.len() as i32, argv.as_mut_ptr()) };
+    if rc < 0 {
+        return Err(format!("rte_eal_init({}) : {}", args.join(" "), rte_err(rc)));
+    }
+    // SAFETY: plain getter, valid after rte_eal_init.
+    let tsc_hz = unsafe { sys::shim_get_tsc_hz() };
+    Ok(EalInfo {
+        hugepages,
+        huge_free_mb: free,
+        args,
+        tsc_hz,
+    })
+}
+
+thread_local! {
+    static REGISTERED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Gives the calling (non-EAL) thread an lcore id so mempool per-lcore caches work.
+/// Idempotent; failure only costs speed (the mempool then bypasses its cache).
+pub fn register_thread() {
+    REGISTERED.with(|r| {
+        if !r.get() {
+            // SAFETY: rte_lcore_id reads a thread-local; rte_thread_register is safe to
+            // call from any thread after EAL init.
+            unsafe {
+                if sys::shim_lcore_id() == u32::MAX {
+                    let _ = sys::rte_thread_register();
+                }
+            }
+            r.set(true);
+        }
+    });
+}
+
+/// Current TSC value.
+#[inline]
+pub fn rdtsc() -> u64 {
+    // SAFETY: reads the time stamp counter; no memory effects.
+    unsafe { sys::shim_rdtsc() }
+}
+
+/// TSC ticks per second (valid after [`eal_init`]).
+pub fn tsc_hz() -> u64 {
+    eal_info().map(|i| i.tsc_hz).unwrap_or(1_000_000_000)
+}
+
+/// Side of an in-process ring pair.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RingSide {
+    A,
+    B,
+}
+
+/// Role of a memif port.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MemifRole {
+    Server,
+    Client,
+}
+
+/// Which DPDK port to open (DESIGN.md §8).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PortSpec {
+    /// In-process ring port; the two sides of one name are cross-connected.
+    Ring { name: String, side: RingSide },
+    /// `net_null`: tx sink (`rx == false`) or rx source of 64-byte frames.
+    Null { rx: bool },
+    /// `net_memif` over a Unix socket path.
+    Memif { socket: String, role: MemifRole },
+    /// `net_af_packet` on a kernel interface.
+    AfPacket { iface: String },
+    /// `net_af_xdp` on a kernel interface.
+    AfXdp { iface: String },
+    /// A physical port by PCI address.
+    Pci { addr: String },
+}
+
+impl FromStr for PortSpec {
+    type Err = PortError;
+    fn from_str(s: &str) -> Result<Self, PortError> {
+        let bad = |why| PortError::BadSpec {
+            spec: s.to_string(),
+            why,
+        };
+        let parts: Vec<&str> = s.split(':').collect();
+        match parts[0] {
+            "ring" => match parts.len() {
+                1 => Ok(PortSpec::Ring {
+                    name: "lo".into(),
+                    side: RingSide::A,
+                }),
+                3 => {
+                    let side = match parts[2] {
+                        "a" | "A" => RingSide::A,
+                        "b" | "B" => RingSide::B,
+                        _ => return Err(bad("ring side must be a or b")),
+                    };
+                    if parts[1].is_empty() || parts[1].len() > 16 {
+                        return Err(bad("ring name must be 1..=16 characters"));
+                    }
+                    Ok(PortSpec::Ring {
+                        name: parts[1].into(),
+                        side,
+                    })
+                }
+                _ => Err(bad("expected ring or ring:<name>:<a|b>")),
+            },
+            "null" => match parts.get(1) {
+                None => Ok(PortSpec::Null { rx: false }),
+                Some(&"rx") => Ok(PortSpec::Null { rx: true }),
+                _ => Err(bad("expected null or null:rx")),
+            },
+            "memif" => {
+                if parts.len() != 3 || parts[1].is_empty() {
+                    return Err(bad("expected memif:<socket-path>:<server|client>"));
+                }
+                let role = match parts[2] {
+                    "server" => MemifRole::Server,
+                    "client" => MemifRole::Client,
+                    _ => return Err(bad("memif role must be server or client")),
+                };
+                Ok(PortSpec::Memif {
+                    socket: parts[1].into(),
+                    role,
+                })
+            }
+            "af_packet" | "af_xdp" => {
+                if parts.len() != 2 || parts[1].is_empty() {
+                    return Err(bad("expected af_packet:<iface> or af_xdp:<iface>"));
+                }
+                let iface = parts[1].to_string();
+                Ok(if parts[0] == "af_packet" {
+                    PortSpec::AfPacket { iface }
+                } else {
+                    PortSpec::AfXdp { iface }
+                })
+            }
+            "pci" if parts.len() > 1 => Ok(PortSpec::Pci {
+                addr: parts[1..].join(":"),
+            }),
+            _ if s.chars().all(|c| c.is_ascii_hexdigit() || c == ':' || c == '.')
+                && s.contains('.') =>
+            {
+                Ok(PortSpec::Pci { addr: s.into() })
+            }
+            _ => Err(bad(
+                "unknown port kind (ring, null, memif, af_packet, af_xdp, pci)",
+            )),
+        }
+    }
+}
+
+impl fmt::Display for PortSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PortSpec::Ring { name, side } => {
+                write!(f, "ring:{name}:{}", if *side == RingSide::A { "a" } else { "b" })
+            }
+            PortSpec::Null { rx } => write!(f, "null{}", if *rx { ":rx" } else { "" }),
+            PortSpec::Memif { socket, role } => write!(
+                f,
+                "memif:{socket}:{}",
+                if *role == MemifRole::Server {
+                    "server"
+                } else {
+                    "client"
+                }
+            ),
+            PortSpec::AfPacket { iface } => write!(f, "af_packet:{iface}"),
+            PortSpec::AfXdp { iface } => write!(f, "af_xdp:{iface}"),
+            PortSpec::Pci { addr } => write!(f, "pci:{addr}"),
+        }
+    }
+}
+
+/// Port options.
+#[derive(Debug, Clone)]
+pub struct PortConfig {
+    pub spec: PortSpec,
+    /// Largest frame (Ethernet header to CRC trailer) the transport will send.
+    /// Clamped to what the PMD allows; [`Port::max_frame`] tells the result.
+    pub max_frame: usize,
+    /// Mbufs in the port's mempool.
+    pub mbufs: u32,
+    pub rx_desc: u16,
+    pub tx_desc: u16,
+}
+
+impl PortConfig {
+    /// Defaults for a spec: jumbo frames (9000-byte MTU) everywhere but af_xdp, which
+    /// stops near 3.5 KB on veth.
+    pub fn new(spec: PortSpec) -> Self {
+        let max_frame = match spec {
+            PortSpec::AfXdp { .. } => 3498,
+            _ => 9014,
+        };
+        PortConfig {
+            spec,
+            max_frame,
+            mbufs: 8191,
+            rx_desc: 1024,
+            tx_desc: 1024,
+        }
+    }
+}
+
+/// An owned single-segment mbuf.
+pub struct Mbuf(NonNull<sys::rte_mbuf>);
+
+// SAFETY: an mbuf is a plain buffer owned by exactly one Mbuf; DPDK mempools are
+// thread-safe for alloc/free.
+unsafe impl Send for Mbuf {}
+
+impl Mbuf {
+    /// The frame bytes (first segment).
+    #[inline]
+    pub fn data(&self) -> &[u8] {
+        // SAFETY: mtod points at data_len initialised bytes owned by this mbuf.
+        unsafe {
+            let p = self.0.as_ptr();
+            std::slice::from_raw_parts(sys::shim_pktmbuf_mtod(p), sys::shim_pktmbuf_data_len(p) as usize)
+        }
+    }
+
+    /// Whether the frame is in one segment (multi-segment frames are refused).
+    #[inline]
+    pub fn is_contiguous(&self) -> bool {
+        // SAFETY: reads a field of a valid mbuf.
+        unsafe { sys::shim_pktmbuf_nb_segs(self.0.as_ptr()) == 1 }
+    }
+
+    /// The whole writable room of a freshly allocated mbuf (data length is set by
+    /// [`Mbuf::set_len`]).
+    #[inline]
+    pub fn room_mut(&mut self) -> &mut [u8] {
+        // SAFETY: a fresh mbuf has data_len 0 and `tailroom` writable bytes after mtod.
+        unsafe {
+            let p = self.0.as_ptr();
+            let room = sys::shim_pktmbuf_tailroom(p) as usize + sys::shim_pktmbuf_data_len(p) as usize;
+            std::slice::from_raw_parts_mut(sys::shim_pktmbuf_mtod(p), room)
+        }
+    }
+
+    /// Sets the frame length (must not exceed the room).
+    #[inline]
+    pub fn set_len(&mut self, len: usize) {
+        let room = self.room_mut().len();
+        let len = len.min(room) as u16;
+        // SAFETY: len is within the buffer's room.
+        unsafe { sys::shim_pktmbuf_set_len(self.0.as_ptr(), len) }
+    }
+
+    fn into_raw(self) -> *mut sys::rte_mbuf {
+        let p = self.0.as_ptr();
+        std::mem::forget(self);
+        p
+    }
+}
+
+impl Drop for Mbuf {
+    fn drop(&mut self) {
+        // SAFETY: we own the mbuf; it returns to its mempool.
+        unsafe { sys::shim_pktmbuf_free(self.0.as_ptr()) }
+    }
+}
+
+/// A received burst; iterating hands out owned mbufs, dropping frees the rest.
+pub struct RxBatch {
+    ptrs: [*mut sys::rte_mbuf; BURST],
+    n: usize,
+    next: usize,
+}
+
+impl Default for RxBatch {
+    fn default() -> Self {
+        RxBatch {
+            ptrs: [std::ptr::null_mut(); BURST],
+            n: 0,
+            next: 0,
+        }
+    }
+}
+
+impl Iterator for RxBatch {
+    type Item = Mbuf;
+    #[inline]
+    fn next(&mut self) -> Option<Mbuf> {
+        while self.next < self.n {
+            let p = self.ptrs[self.next];
+            self.next += 1;
+            if let Some(nn) = NonNull::new(p) {
+                return Some(Mbuf(nn));
+            }
+        }
+        None
+    }
+}
+
+impl Drop for RxBatch {
+    fn drop(&mut self) {
+        for m in self.by_ref() {
+            drop(m);
+        }
+    }
+}
+
+/// Frames waiting to be transmitted.
+pub struct TxBatch {
+    ptrs: [*mut sys::rte_mbuf; BURST],
+    n: usize,
+}
+
+impl Default for TxBatch {
+    fn default() -> Self {
+        TxBatch {
+            ptrs: [std::ptr::null_mut(); BURST],
+            n: 0,
+        }
+    }
+}
+
+// SAFETY: holds owned mbufs only.
+unsafe impl Send for TxBatch {}
+unsafe impl Send for RxBatch {}
+
+impl TxBatch {
+    /// Queues a frame; gives it back when the batch is full.
+    #[inline]
+    pub fn push(&mut self, m: Mbuf) -> Result<(), Mbuf> {
+        if self.n == BURST {
+            return Err(m);
+        }
+        self.ptrs[self.n] = m.into_raw();
+        self.n += 1;
+        Ok(())
+    }
+    pub fn len(&self) -> usize {
+        self.n
+    }
+    pub fn is_empty(&self) -> bool {
+        self.n == 0
+    }
+    pub fn is_full(&self) -> bool {
+        self.n == BURST
+    }
+}
+
+impl Drop for TxBatch {
+    fn drop(&mut self) {
+        if self.n > 0 {
+            // SAFETY: the first n pointers are owned mbufs.
+            unsafe { sys::shim_pktmbuf_free_bulk(self.ptrs.as_mut_ptr(), self.n as u32) }
+        }
+    }
+}
+
+/// Port counters from the PMD.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct PortStats {
+    pub ipackets: u64,
+    pub opackets: u64,
+    pub ibytes: u64,
+    pub obytes: u64,
+    pub imissed: u64,
+    pub ierrors: u64,
+    pub oerrors: u64,
+    pub rx_nombuf: u64,
+}
+
+/// One open DPDK port with one rx and one tx queue and its own mempool.
+pub struct Port {
+    id: u16,
+    name: String,
+    pool: NonNull<sys::rte_mempool>,
+    max_frame: usize,
+    mac: [u8; 6],
+    vdev: Option<CString>,
+}
+
+// SAFETY: the port's queues are used by one thread at a time (the owner of &mut Port);
+// the mempool is thread-safe.
+unsafe impl Send for Port {}
+
+static PORT_SEQ: AtomicU32 = AtomicU32::new(0);
+static OPEN_RINGS: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+fn cstring(s: &str) -> CString {
+    CString::new(s.replace('\0', "")).expect("no NUL after replace")
+}
+
+fn ring_lookup_or_create(name: &str) -> Result<*mut sys::rte_ring, PortError> {
+    let c = cstring(name);
+    // SAFETY: valid C string; lookup returns null when absent.
+    let r = unsafe { sys::rte_ring_lookup(c.as_ptr()) };
+    if !r.is_null() {
+        return Ok(r);
+    }
+    // SAFETY: valid name; the ring lives for the process (ring ports are never freed).
+    let r = unsafe {
+        sys::rte_ring_create(
+            c.as_ptr(),
+            4096,
+            0,
+            sys::RING_F_SP_ENQ | sys::RING_F_SC_DEQ,
+        )
+    };
+    if r.is_null() {
+        return Err(dpdk_err("rte_ring_create", name, -1));
+    }
+    Ok(r)
+}
+
+impl Port {
+    /// Initialises the EAL (defaults, if not done yet) and brings the port up.
+    pub fn open(cfg: &PortConfig) -> Result<Port, PortError> {
+        let eal_cfg = EalConfig {
+            pci: match &cfg.spec {
+                PortSpec::Pci { addr } => Some(addr.clone()),
+                _ => None,
+            },
+            ..EalConfig::default()
+        };
+        eal_init(&eal_cfg)?;
+        register_thread();
+        let seq = PORT_SEQ.fetch_add(1, Ordering::Relaxed);
+        let mut max_frame = cfg.max_frame.clamp(128, 9600);
+        let (id, name, vdev) = match &cfg.spec {
+            PortSpec::Ring { name, side } => {
+                let key = format!("{name}:{side:?}");
+                {
+                    let mut open = OPEN_RINGS.lock().unwrap_or_else(|e| e.into_inner());
+                    if open.contains(&key) {
+                        return Err(PortError::InUse(cfg.spec.to_string()));
+                    }
+                    open.push(key);
+                }
+                let ab = ring_lookup_or_create(&format!("dp_{name}_ab"))?;
+                let ba = ring_lookup_or_create(&format!("dp_{name}_ba"))?;
+                let (rx, tx) = match side {
+                    RingSide::A => (ba, ab),
+                    RingSide::B => (ab, ba),
+                };
+                let pname = format!("dp_{name}_{}", if *side == RingSide::A { "a" } else { "b" });
+                let c = cstring(&pname);
+                // SAFETY: valid name and ring pointers; one rx and one tx queue.
+                let rc = unsafe { sys::rte_eth_from_rings(c.as_ptr(), &rx, 1, &tx, 1, 0) };
+                if rc < 0 {
+                    return Err(dpdk_err("rte_eth_from_rings", pname, rc));
+                }
+                (rc as u16, pname, None)
+            }
+            spec => {
+                let (drv, args) = match spec {
+                    PortSpec::Null { rx } => (
+                        format!("net_null_dp{seq}"),
+                        format!("size=64,copy=0,no-rx={}", if *rx { 0 } else { 1 }),
+                    ),
+                    PortSpec::Memif { socket, role } => {
+                        if socket.contains(',') {
+                            return Err(PortError::BadSpec {
+                                spec: spec.to_string(),
+                                why: "memif socket path must not contain ','",
+                            });
+                        }
+                        // memif corrupts frames spanning more than two of its buffers:
+                        // make one buffer hold the largest frame.
+                        let bsize = max_frame.next_power_of_two().max(2048);
+                        (
+                            format!("net_memif{seq}"),
+                            format!(
+                                "role={},socket={socket},socket-abstract=no,bsize={bsize},rsize=11,id=0",
+                                if *role == MemifRole::Server { "server" } else { "client" }
+                            ),
+                        )
+                    }
+                    PortSpec::AfPacket { iface } => {
+                        max_frame = max_frame.min(9014);
+                        (
+                            format!("net_af_packet{seq}"),
+                            format!(
+                                "iface={iface},qpairs=1,framesz=16384,blocksz=16384,framecnt=2048"
+                            ),
+                        )
+                    }
+                    PortSpec::AfXdp { iface } => (
+                        format!("net_af_xdp{seq}"),
+                        format!("iface={iface},start_queue=0,queue_count=1"),
+                    ),
+                    PortSpec::Pci { addr } => (addr.clone(), String::new()),
+                    PortSpec::Ring { .. } => unreachable!("handled above"),
+                };
+                let cname = cstring(&drv);
+                let mut vdev = None;
+                if !matches!(spec, PortSpec::Pci { .. }) {
+                    let cargs = cstring(&args);
+                    // SAFETY: valid C strings; creates a virtual device after EAL init.
+                    let rc = unsafe { sys::rte_vdev_init(cname.as_ptr(), cargs.as_ptr()) };
+                    if rc < 0 {
+                        return Err(dpdk_err("rte_vdev_init", format!("{drv} {args}"), rc));
+                    }
+                    vdev = Some(cname.clone());
+                }
+                let mut id: u16 = 0;
+                // SAFETY: valid name and out pointer.
+                let rc = unsafe { sys::rte_eth_dev_get_port_by_name(cname.as_ptr(), &mut id) };
+                if rc < 0 {
+                    return Err(dpdk_err("rte_eth_dev_get_port_by_name", drv, rc));
+                }
+                (id, drv, vdev)
+            }
+        };
+
+        // SAFETY: zeroed POD out-parameter, valid port id.
+        let mut info: sys::rte_eth_dev_info = Default::default();
+        let rc = unsafe { sys::rte_eth_dev_info_get(id, &mut info) };
+        if rc < 0 {
+            return Err(dpdk_err("rte_eth_dev_info_get", &name, rc));
+        }
+        if info.max_rx_pktlen > 0 {
+            max_frame = max_frame.min(info.max_rx_pktlen as usize);
+        }
+        if info.max_mtu > 0 && info.max_mtu < u16::MAX {
+            max_frame = max_frame.min(info.max_mtu as usize + 14);
+        }
+        let mtu = (max_frame - 14) as u32;
+
+        let pool_name = cstring(&format!("dp_pool{seq}"));
+        let data_room = (max_frame + sys::RTE_PKTMBUF_HEADROOM as usize).next_multiple_of(64);
+        // SAFETY: valid name; the pool lives as long as the port.
+        let pool = unsafe {
+            sys::rte_pktmbuf_pool_create(
+                pool_name.as_ptr(),
+                cfg.mbufs,
+                256,
+                0,
+                data_room as u16,
+                sys::SOCKET_ID_ANY,
+            )
+        };
+        let pool = NonNull::new(pool).ok_or_else(|| dpdk_err("rte_pktmbuf_pool_create", &name, -1))?;
+
+        let mut conf: sys::rte_eth_conf = Default::default();
+        conf.rxmode.mtu = mtu;
+        // SAFETY: valid port and configuration.
+        let rc = unsafe { sys::rte_eth_dev_configure(id, 1, 1, &conf) };
+        if rc < 0 {
+            return Err(dpdk_err("rte_eth_dev_configure", &name, rc));
+        }
+        let mut rxd = cfg.rx_desc;
+        let mut txd = cfg.tx_desc;
+        // SAFETY: valid port; adjusts descriptor counts to the device limits.
+        unsafe { sys::rte_eth_dev_adjust_nb_rx_tx_desc(id, &mut rxd, &mut txd) };
+        // SAFETY: valid port, queue 0, the pool created above.
+        let rc = unsafe {
+            sys::rte_eth_rx_queue_setup(id, 0, rxd, sys::SOCKET_ID_ANY as u32, std::ptr::null(), pool.as_ptr())
+        };
+        if rc < 0 {
+            return Err(dpdk_err("rte_eth_rx_queue_setup", &name, rc));
+        }
+        // SAFETY: valid port, queue 0.
+        let rc = unsafe { sys::rte_eth_tx_queue_setup(id, 0, txd, sys::SOCKET_ID_ANY as u32, std::ptr::null()) };
+        if rc < 0 {
+            return Err(dpdk_err("rte_eth_tx_queue_setup", &name, rc));
+        }
+        // SAFETY: configured port.
+        let rc = unsafe { sys::rte_eth_dev_start(id) };
+        if rc < 0 {
+            return Err(dpdk_err("rte_eth_dev_start", &name, rc));
+        }
+        // Not every PMD supports promiscuous mode; the transport filters by UDP port.
+        // SAFETY: started port.
+        unsafe { sys::rte_eth_promiscuous_enable(id) };
+        let mut mac: sys::rte_ether_addr = Default::default();
+        // SAFETY: started port, out parameter.
+        unsafe { sys::rte_eth_macaddr_get(id, &mut mac) };
+        Ok(Port {
+            id,
+            name,
+            pool,
+            max_frame,
+            mac: mac.addr_bytes,
+            vdev,
+        })
+    }
+
+    /// DPDK port id.
+    pub fn id(&self) -> u16 {
+        self.id
+    }
+    /// Device name as DPDK knows it.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+    /// Largest frame this port carries (Ethernet header to trailer).
+    pub fn max_frame(&self) -> usize {
+        self.max_frame
+    }
+    /// The port's MAC address.
+    pub fn mac(&self) -> [u8; 6] {
+        self.mac
+    }
+
+    /// Whether the link is up (memif: the peer is connected).
+    pub fn link_up(&self) -> bool {
+        let mut link: sys::rte_eth_link = Default::default();
+        // SAFETY: valid port, out parameter.
+        let rc = unsafe { sys::rte_eth_link_get_nowait(self.id, &mut link) };
+        // link_status is bit 17 of the packed bitfield word after link_speed.
+        rc == 0 && link.link_status() != 0
+    }
+
+    /// Allocates an empty mbuf for transmission.
+    #[inline]
+    pub fn alloc(&self) -> Option<Mbuf> {
+        // SAFETY: valid pool; returns null when empty.
+        NonNull::new(unsafe { sys::shim_pktmbuf_alloc(self.pool.as_ptr()) }).map(Mbuf)
+    }
+
+    /// Receives up to [`BURST`] frames into `batch` (anything left in it is freed first).
+    #[inline]
+    pub fn rx(&mut self, batch: &mut RxBatch) -> usize {
+        for m in batch.by_ref() {
+            drop(m);
+        }
+        // SAFETY: valid port/queue 0, owned by &mut self; ptrs has room for BURST.
+        let n = unsafe { sys::shim_rx_burst(self.id, 0, batch.ptrs.as_mut_ptr(), BURST as u16) };
+        batch.n = n as usize;
+        batch.next = 0;
+        batch.n
+    }
+
+    /// Transmits what `batch` holds; frames the PMD did not take stay in the batch, in
+    /// order, for the next call. Returns the number sent.
+    #[inline]
+    pub fn tx(&mut self, batch: &mut TxBatch) -> usize {
+        if batch.n == 0 {
+            return 0;
+        }
+        // SAFETY: the first n pointers are owned mbufs; the PMD takes the first `sent`.
+        let sent = unsafe { sys::shim_tx_burst(self.id, 0, batch.ptrs.as_mut_ptr(), batch.n as u16) } as usize;
+        if sent < batch.n {
+            batch.ptrs.copy_within(sent..batch.n, 0);
+        }
+        batch.n -= sent;
+        sent
+    }
+
+    /// The PMD's counters.
+    pub fn stats(&self) -> PortStats {
+        let mut s: sys::rte_eth_stats = Default::default();
+        // SAFETY: valid port, out parameter.
+        unsafe { sys::rte_eth_stats_get(self.id, &mut s) };
+        PortStats {
+            ipackets: s.ipackets,
+            opackets: s.opackets,
+            ibytes: s.ibytes,
+            obytes: s.obytes,
+            imissed: s.imissed,
+            ierrors: s.ierrors,
+            oerrors: s.oerrors,
+            rx_nombuf: s.rx_nombuf,
+        }
+    }
+}
+
+impl Drop for Port {
+    fn drop(&mut self) {
+        // SAFETY: the port is ours; stop and close release its queues. The mempool is
+        // freed after the port no longer references its mbufs.
+        unsafe {
+            sys::rte_eth_dev_stop(self.id);
+            sys::rte_eth_dev_close(self.id);
+            if let Some(v) = &self.vdev {
+                sys::rte_vdev_uninit(v.as_ptr());
+            }
+            sys::rte_mempool_free(self.pool.as_ptr());
+        }
+        if self.name.starts_with("dp_") && !self.name.starts_with("dp_pool") {
+            let mut open = OPEN_RINGS.lock().unwrap_or_else(|e| e.into_inner());
+            open.retain(|k| {
+                let (n, s) = k.split_once(':').unwrap_or((k, ""));
+                format!("dp_{n}_{}", if s == "A" { "a" } else { "b" }) != self.name
+            });
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_port_specs() {
+        assert_eq!(
+            "ring".parse::<PortSpec>().unwrap(),
+            PortSpec::Ring { name: "lo".into(), side: RingSide::A }
+        );
+        assert_eq!(
+            "ring:x:b".parse::<PortSpec>().unwrap(),
+            PortSpec::Ring { name: "x".into(), side: RingSide::B }
+        );
+        assert_eq!("null".parse::<PortSpec>().unwrap(), PortSpec::Null { rx: false });
+        assert_eq!(
+            "memif:/tmp/a.sock:server".parse::<PortSpec>().unwrap(),
+            PortSpec::Memif { socket: "/tmp/a.sock".into(), role: MemifRole::Server }
+        );
+        assert_eq!(
+            "af_packet:veth0".parse::<PortSpec>().unwrap(),
+            PortSpec::AfPacket { iface: "veth0".into() }
+        );
+        assert_eq!(
+            "0000:3b:00.0".parse::<PortSpec>().unwrap(),
+            PortSpec::Pci { addr: "0000:3b:00.0".into() }
+        );
+        for bad in ["", "ring:x", "ring:x:c", "memif:/x", "memif:/x:boss", "tap0", "null:tx"] {
+            assert!(bad.parse::<PortSpec>().is_err(), "{bad:?} accepted");
+        }
+        for s in ["ring:lo:a", "null:rx", "memif:/tmp/s:client", "af_xdp:v1"] {
+            assert_eq!(s.parse::<PortSpec>().unwrap().to_string(), s);
+        }
+    }
+}
+
+/// Tests that bring up the EAL: each runs in its own process under `cargo nextest`.
+#[cfg(test)]
+mod eal_tests {
+    use super::*;
+
+    #[test]
+    fn ring_pair_is_cross_connected() {
+        let mut a = Port::open(&PortConfig::new("ring:xc:a".parse().unwrap())).unwrap();
+        let mut b = Port::open(&PortConfig::new("ring:xc:b".parse().unwrap())).unwrap();
+        assert!(a.max_frame() >= 9000, "jumbo frames on ring: {}", a.max_frame());
+        let mut tx = TxBatch::default();
+        for i in 0..3u8 {
+            let mut m = a.alloc().expect("mbuf");
+            m.room_mut()[..100].fill(i);
+            m.set_len(100);
+            tx.push(m).ok().unwrap();
+        }
+        assert_eq!(a.tx(&mut tx), 3);
+        let mut rx = RxBatch::default();
+        assert_eq!(b.rx(&mut rx), 3);
+        for (i, m) in rx.enumerate() {
+            assert_eq!(m.data(), &[i as u8; 100][..]);
+        }
+        // Nothing loops back to the sender.
+        assert_eq!(a.rx(&mut RxBatch::default()), 0);
+    }
+
+    #[test]
+    fn null_port_sinks_frames() {
+        let mut n = Port::open(&PortConfig::new(PortSpec::Null { rx: false })).unwrap();
+        let mut tx = TxBatch::default();
+        let mut m = n.alloc().unwrap();
+        m.set_len(64);
+        tx.push(m).ok().unwrap();
+        assert_eq!(n.tx(&mut tx), 1);
+        assert_eq!(n.rx(&mut RxBatch::default()), 0);
+    }
+}
