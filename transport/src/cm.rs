@@ -1,1 +1,658 @@
-//! TODO
+//! Connection management over reserved connection 0 (DESIGN.md §7; MINI's kernel
+//! channel, the patent's boot-time connection).
+//!
+//! A small request/response protocol, each message one cell in a frame flagged `CM`
+//! with destination connection 0 and key 0:
+//!
+//! ```text
+//! CONNECT_REQ     operand = request id, index = service
+//!                 payload: client conn u32 | client key u64 | client ISN u32 | max frame u32
+//! CONNECT_REP     operand = request id
+//!                 payload: server conn u32 | server key u64 | server ISN u32 | max frame u32 | client conn u32
+//! REJECT          operand = request id, index = reason; payload: client conn u32
+//! DISCONNECT_REQ  payload: target conn u32 | target key u64 | sender conn u32
+//! DISCONNECT_REP  payload: sender conn u32
+//! ```
+//! Requests are retried until answered or until the CM timeout; the server answers a
+//! repeated request with the same reply (it remembers (peer address, peer connection)),
+//! so loss and duplication cannot create two connections. Connection numbers, keys and
+//! initial sequence numbers are random. The requesting node's address is learned
+//! from the request frame into the node address table.
+
+use std::sync::Arc;
+
+use crossbeam::queue::ArrayQueue;
+
+use crate::connection::{random_u32, random_u64, ConnShared, ConnState, Connection, CqShared, MAX_PENDING_NAKS};
+use crate::oplogic::{DropReason, RemoteStatus};
+use crate::tables::{EndpointId, NodeAddr, NodeId};
+use crate::wire::{self, hflags, op, ControlRepr, FrameView, FrameWriter, TransportRepr, UnderlayRepr};
+use crate::worker::{fail_connection, learn_node, Listener, Worker};
+
+/// Why a connection request was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[repr(u8)]
+pub enum RejectReason {
+    #[error("no answer from the peer before the connection-management timeout")]
+    Timeout = 0,
+    #[error("no listener for that service at the peer")]
+    NoListener = 1,
+    #[error("the peer is out of connection resources")]
+    Resources = 2,
+}
+
+impl RejectReason {
+    pub fn from_u8(v: u8) -> RejectReason {
+        match v {
+            1 => RejectReason::NoListener,
+            2 => RejectReason::Resources,
+            _ => RejectReason::Timeout,
+        }
+    }
+}
+
+/// Errors of the connection-management calls.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CmError {
+    #[error("service {0} already has a listener")]
+    ServiceInUse(u32),
+    #[error("endpoint {0:?} does not exist")]
+    NoEndpoint(EndpointId),
+    #[error("connection limit reached ({0})")]
+    TooManyConnections(usize),
+    #[error("connection {0} does not exist")]
+    NoConnection(u32),
+}
+
+/// Decoded CM message payloads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CmMessage {
+    ConnectReq {
+        request: u32,
+        service: u32,
+        conn: u32,
+        key: u64,
+        isn: u32,
+        max_frame: u32,
+    },
+    ConnectRep {
+        request: u32,
+        conn: u32,
+        key: u64,
+        isn: u32,
+        max_frame: u32,
+        client_conn: u32,
+    },
+    Reject {
+        request: u32,
+        reason: RejectReason,
+        client_conn: u32,
+    },
+    DisconnectReq {
+        target: u32,
+        key: u64,
+        sender: u32,
+    },
+    DisconnectRep {
+        sender: u32,
+    },
+}
+
+fn be32(b: &[u8], at: usize) -> Option<u32> {
+    Some(u32::from_be_bytes(b.get(at..at + 4)?.try_into().ok()?))
+}
+fn be64(b: &[u8], at: usize) -> Option<u64> {
+    Some(u64::from_be_bytes(b.get(at..at + 8)?.try_into().ok()?))
+}
+
+impl CmMessage {
+    /// Decodes one CM message; `None` for anything malformed (counted by the caller).
+    pub fn parse(c: &ControlRepr, p: &[u8]) -> Option<CmMessage> {
+        Some(match c.opcode {
+            op::CM_CONNECT_REQ => CmMessage::ConnectReq {
+                request: c.operand,
+                service: c.index,
+                conn: be32(p, 0)?,
+                key: be64(p, 4)?,
+                isn: be32(p, 12)?,
+                max_frame: be32(p, 16)?,
+            },
+            op::CM_CONNECT_REP => CmMessage::ConnectRep {
+                request: c.operand,
+                conn: be32(p, 0)?,
+                key: be64(p, 4)?,
+                isn: be32(p, 12)?,
+                max_frame: be32(p, 16)?,
+                client_conn: be32(p, 20)?,
+            },
+            op::CM_REJECT => CmMessage::Reject {
+                request: c.operand,
+                reason: RejectReason::from_u8(c.index as u8),
+                client_conn: be32(p, 0)?,
+            },
+            op::CM_DISCONNECT_REQ => CmMessage::DisconnectReq {
+                target: be32(p, 0)?,
+                key: be64(p, 4)?,
+                sender: be32(p, 12)?,
+            },
+            op::CM_DISCONNECT_REP => CmMessage::DisconnectRep { sender: be32(p, 0)? },
+            _ => return None,
+        })
+    }
+
+    /// Encodes into a control part and a payload buffer; returns the payload length.
+    pub fn emit(&self, p: &mut [u8; 32]) -> (ControlRepr, usize) {
+        let mut c = ControlRepr::default();
+        let len = match *self {
+            CmMessage::ConnectReq {
+                request,
+                service,
+                conn,
+                key,
+                isn,
+                max_frame,
+            } => {
+                c.opcode = op::CM_CONNECT_REQ;
+                c.operand = request;
+                c.index = service;
+                p[0..4].copy_from_slice(&conn.to_be_bytes());
+                p[4..12].copy_from_slice(&key.to_be_bytes());
+                p[12..16].copy_from_slice(&isn.to_be_bytes());
+                p[16..20].copy_from_slice(&max_frame.to_be_bytes());
+                20
+            }
+            CmMessage::ConnectRep {
+                request,
+                conn,
+                key,
+                isn,
+                max_frame,
+                client_conn,
+            } => {
+                c.opcode = op::CM_CONNECT_REP;
+                c.operand = request;
+                p[0..4].copy_from_slice(&conn.to_be_bytes());
+                p[4..12].copy_from_slice(&key.to_be_bytes());
+                p[12..16].copy_from_slice(&isn.to_be_bytes());
+                p[16..20].copy_from_slice(&max_frame.to_be_bytes());
+                p[20..24].copy_from_slice(&client_conn.to_be_bytes());
+                24
+            }
+            CmMessage::Reject {
+                request,
+                reason,
+                client_conn,
+            } => {
+                c.opcode = op::CM_REJECT;
+                c.operand = request;
+                c.index = reason as u32;
+                p[0..4].copy_from_slice(&client_conn.to_be_bytes());
+                4
+            }
+            CmMessage::DisconnectReq { target, key, sender } => {
+                c.opcode = op::CM_DISCONNECT_REQ;
+                p[0..4].copy_from_slice(&target.to_be_bytes());
+                p[4..12].copy_from_slice(&key.to_be_bytes());
+                p[12..16].copy_from_slice(&sender.to_be_bytes());
+                16
+            }
+            CmMessage::DisconnectRep { sender } => {
+                c.opcode = op::CM_DISCONNECT_REP;
+                p[0..4].copy_from_slice(&sender.to_be_bytes());
+                4
+            }
+        };
+        c.length = len as u32;
+        (c, len)
+    }
+}
+
+/// Options of a new connection.
+#[derive(Debug, Clone)]
+pub struct ConnectOptions {
+    /// Depth of the connection's send queue.
+    pub sq_depth: usize,
+}
+
+impl Default for ConnectOptions {
+    fn default() -> Self {
+        ConnectOptions { sq_depth: 4096 }
+    }
+}
+
+impl Worker {
+    fn unused_conn_number(&self) -> u32 {
+        loop {
+            let n = random_u32();
+            if !self.conns.contains(n) {
+                return n;
+            }
+        }
+    }
+
+    fn new_connection(&self, endpoint: EndpointId, peer: NodeId, shared: Arc<ConnShared>) -> Connection {
+        let isn = random_u32();
+        Connection {
+            number: shared.number,
+            key: random_u64(),
+            endpoint,
+            peer,
+            peer_conn: 0,
+            peer_key: 0,
+            state: ConnState::Connecting,
+            shared,
+            segment_max: self.segment_max,
+            rx_expected: 0,
+            ack_pending: false,
+            naks: [(0, RemoteStatus::Ok); MAX_PENDING_NAKS],
+            nnaks: 0,
+            tx_next: isn,
+            tx_acked: isn,
+            tx_cursor: isn,
+            tx_sent_max: isn,
+            inflight: std::collections::VecDeque::with_capacity(self.cfg.window as usize),
+            window: self.cfg.window,
+            last_progress: 0,
+            retries: 0,
+            cm_request: 0,
+            cm_deadline: 0,
+            cm_next_retry: 0,
+            cm_tries: 0,
+            service: 0,
+            closing: false,
+        }
+    }
+
+    /// Starts connecting to `service` at `peer`; the returned shared state turns
+    /// `Normal` when the peer accepts, `Failed` when it refuses or times out.
+    pub fn connect(
+        &mut self,
+        peer: NodeAddr,
+        service: u32,
+        endpoint: EndpointId,
+        cq: Arc<CqShared>,
+        opts: &ConnectOptions,
+    ) -> Result<Arc<ConnShared>, CmError> {
+        if self.endpoints.get(endpoint).is_none() {
+            return Err(CmError::NoEndpoint(endpoint));
+        }
+        if self.conns.len() >= self.cfg.max_connections {
+            return Err(CmError::TooManyConnections(self.cfg.max_connections));
+        }
+        let peer_id = learn_node(&mut self.nodes, peer);
+        let shared = ConnShared::new(self.unused_conn_number(), opts.sq_depth, cq);
+        let mut c = self.new_connection(endpoint, peer_id, shared.clone());
+        let now = crate::port::rdtsc();
+        c.cm_request = random_u32();
+        c.service = service;
+        c.cm_deadline = now + self.us_to_tsc(self.cfg.cm_timeout_us);
+        c.cm_next_retry = now; // sent by the next timer turn
+        self.conns.insert(c);
+        self.send_connect_req(shared.number);
+        Ok(shared)
+    }
+
+    /// Accepts connections to `service` into `endpoint`.
+    pub fn listen(
+        &mut self,
+        service: u32,
+        endpoint: EndpointId,
+        cq: Arc<CqShared>,
+        opts: &ConnectOptions,
+        backlog: usize,
+    ) -> Result<Arc<ArrayQueue<Arc<ConnShared>>>, CmError> {
+        if self.endpoints.get(endpoint).is_none() {
+            return Err(CmError::NoEndpoint(endpoint));
+        }
+        if self.listeners.contains_key(&service) {
+            return Err(CmError::ServiceInUse(service));
+        }
+        let accepted = Arc::new(ArrayQueue::new(backlog.max(1)));
+        self.listeners.insert(
+            service,
+            Listener {
+                service,
+                endpoint,
+                cq,
+                sq_depth: opts.sq_depth,
+                accepted: accepted.clone(),
+            },
+        );
+        Ok(accepted)
+    }
+
+    /// Stops accepting on `service`.
+    pub fn unlisten(&mut self, service: u32) {
+        self.listeners.remove(&service);
+    }
+
+    /// Closes a connection: outstanding work is flushed, the peer is told (with
+    /// retries), and the entry goes when the peer answers or the CM timeout passes.
+    pub fn close(&mut self, number: u32) -> Result<(), CmError> {
+        let slot = self.conns.slot_of(number).ok_or(CmError::NoConnection(number))?;
+        let now = crate::port::rdtsc();
+        let deadline = now + self.us_to_tsc(self.cfg.cm_timeout_us);
+        let conn = self.conns.get_mut(slot).expect("slot");
+        let was_normal = conn.state == ConnState::Normal;
+        if conn.state == ConnState::Normal || conn.state == ConnState::Error {
+            fail_connection(conn, crate::connection::WcStatus::Flushed);
+        }
+        conn.state = ConnState::Closed;
+        conn.shared.set_state(ConnState::Closed);
+        if !was_normal || conn.peer_conn == 0 {
+            self.conns.remove(number);
+            return Ok(());
+        }
+        conn.closing = true;
+        conn.cm_deadline = deadline;
+        conn.cm_next_retry = now;
+        self.send_disconnect_req(number);
+        Ok(())
+    }
+
+    fn cm_frame(&mut self, to: &NodeAddr, msg: &CmMessage) {
+        let Some(mut m) = self.port.alloc() else {
+            self.stats.drop_for(DropReason::NoBuffer);
+            return;
+        };
+        let underlay = UnderlayRepr {
+            src_mac: self.cfg.local.mac,
+            dst_mac: to.mac,
+            src_ip: self.cfg.local.ip,
+            dst_ip: to.ip,
+            src_port: wire::UDP_PORT,
+            dst_port: to.udp_port,
+        };
+        let hdr = TransportRepr {
+            flags: hflags::CM,
+            ..Default::default()
+        };
+        let max = self.port.max_frame();
+        let mut payload = [0u8; 32];
+        let (c, len) = msg.emit(&mut payload);
+        let Ok(mut w) = FrameWriter::new(&mut m.room_mut()[..max], &underlay, &hdr) else {
+            return;
+        };
+        if w.push(&c, &payload[..len]).is_err() {
+            return;
+        }
+        let n = w.finish();
+        m.set_len(n);
+        if let Err(m) = self.tx.push(m) {
+            // Full: send what is queued and try once more; CM retries cover a loss.
+            self.port.tx(&mut self.tx);
+            let _ = self.tx.push(m);
+        }
+    }
+
+    fn send_connect_req(&mut self, number: u32) {
+        let Some(slot) = self.conns.slot_of(number) else { return };
+        let c = self.conns.get(slot).expect("slot");
+        let msg = CmMessage::ConnectReq {
+            request: c.cm_request,
+            service: c.service,
+            conn: c.number,
+            key: c.key,
+            isn: c.tx_next,
+            max_frame: self.port.max_frame() as u32,
+        };
+        let to = self.nodes.get(c.peer).copied();
+        if let Some(to) = to {
+            self.cm_frame(&to, &msg);
+        }
+    }
+
+    fn send_disconnect_req(&mut self, number: u32) {
+        let Some(slot) = self.conns.slot_of(number) else { return };
+        let c = self.conns.get(slot).expect("slot");
+        let msg = CmMessage::DisconnectReq {
+            target: c.peer_conn,
+            key: c.peer_key,
+            sender: c.number,
+        };
+        if let Some(to) = self.nodes.get(c.peer).copied() {
+            self.cm_frame(&to, &msg);
+        }
+    }
+
+    /// Retries pending requests and expires those past their deadline.
+    pub(crate) fn cm_timers(&mut self, now: u64) {
+        let retry = self.us_to_tsc(self.cfg.cm_retry_us);
+        let mut resend_connect = Vec::new();
+        let mut resend_close = Vec::new();
+        let mut expired = Vec::new();
+        for c in self.conns.iter() {
+            let waiting = c.state == ConnState::Connecting || c.closing;
+            if !waiting {
+                continue;
+            }
+            if now >= c.cm_deadline {
+                expired.push(c.number);
+            } else if now >= c.cm_next_retry {
+                if c.closing {
+                    resend_close.push(c.number);
+                } else {
+                    resend_connect.push(c.number);
+                }
+            }
+        }
+        for n in expired {
+            if let Some(c) = self.conns.remove(n) {
+                if !c.closing {
+                    c.shared.fail_reason.store(RejectReason::Timeout as u8, std::sync::atomic::Ordering::Relaxed);
+                    c.shared.set_state(ConnState::Failed);
+                }
+            }
+        }
+        for n in resend_connect.iter().chain(resend_close.iter()) {
+            if let Some(slot) = self.conns.slot_of(*n) {
+                let c = self.conns.get_mut(slot).expect("slot");
+                c.cm_next_retry = now + retry;
+                c.cm_tries += 1;
+            }
+        }
+        for n in resend_connect {
+            self.send_connect_req(n);
+        }
+        for n in resend_close {
+            self.send_disconnect_req(n);
+        }
+    }
+
+    /// Handles a frame addressed to connection 0.
+    pub(crate) fn handle_cm(&mut self, frame: &FrameView<'_>, _now: u64) {
+        let from = NodeAddr {
+            mac: frame.underlay.src_mac,
+            ip: frame.underlay.src_ip,
+            udp_port: wire::UDP_PORT,
+        };
+        for m in frame.messages() {
+            let Ok(m) = m else {
+                self.stats.drop_for(DropReason::BadCheck);
+                return;
+            };
+            let Some(msg) = CmMessage::parse(&m.control, m.payload) else {
+                self.stats.drop_for(DropReason::BadLength);
+                continue;
+            };
+            self.handle_cm_message(&from, msg);
+        }
+    }
+
+    fn handle_cm_message(&mut self, from: &NodeAddr, msg: CmMessage) {
+        match msg {
+            CmMessage::ConnectReq {
+                request,
+                service,
+                conn,
+                key,
+                isn,
+                max_frame,
+            } => {
+                let reject = |reason| CmMessage::Reject {
+                    request,
+                    reason,
+                    client_conn: conn,
+                };
+                if let Some(&ours) = self.cm_accepted.get(&(from.ip, conn)) {
+                    if let Some(slot) = self.conns.slot_of(ours) {
+                        let c = self.conns.get(slot).expect("slot");
+                        let rep = CmMessage::ConnectRep {
+                            request,
+                            conn: c.number,
+                            key: c.key,
+                            isn: c.tx_acked,
+                            max_frame: self.port.max_frame() as u32,
+                            client_conn: conn,
+                        };
+                        self.cm_frame(from, &rep);
+                        return;
+                    }
+                    self.cm_accepted.remove(&(from.ip, conn));
+                }
+                let Some(l) = self.listeners.get(&service) else {
+                    self.cm_frame(from, &reject(RejectReason::NoListener));
+                    return;
+                };
+                if self.conns.len() >= self.cfg.max_connections || l.accepted.is_full() {
+                    self.cm_frame(from, &reject(RejectReason::Resources));
+                    return;
+                }
+                let (endpoint, cq, depth, accepted) = (l.endpoint, l.cq.clone(), l.sq_depth, l.accepted.clone());
+                let peer = learn_node(&mut self.nodes, *from);
+                let shared = ConnShared::new(self.unused_conn_number(), depth, cq);
+                let mut c = self.new_connection(endpoint, peer, shared.clone());
+                c.peer_conn = conn;
+                c.peer_key = key;
+                c.rx_expected = isn;
+                c.segment_max = c.segment_max.min(crate::worker::segment_max_for(max_frame as usize));
+                c.state = ConnState::Normal;
+                shared.peer_conn.store(conn as u64, std::sync::atomic::Ordering::Relaxed);
+                shared.set_state(ConnState::Normal);
+                let rep = CmMessage::ConnectRep {
+                    request,
+                    conn: c.number,
+                    key: c.key,
+                    isn: c.tx_next,
+                    max_frame: self.port.max_frame() as u32,
+                    client_conn: conn,
+                };
+                self.cm_accepted.insert((from.ip, conn), c.number);
+                self.conns.insert(c);
+                let _ = accepted.push(shared);
+                self.cm_frame(from, &rep);
+            }
+            CmMessage::ConnectRep {
+                request,
+                conn,
+                key,
+                isn,
+                max_frame,
+                client_conn,
+            } => {
+                let Some(slot) = self.conns.slot_of(client_conn) else { return };
+                let c = self.conns.get_mut(slot).expect("slot");
+                if c.state != ConnState::Connecting || c.cm_request != request {
+                    return; // a duplicate reply
+                }
+                c.peer_conn = conn;
+                c.peer_key = key;
+                c.rx_expected = isn;
+                c.segment_max = c.segment_max.min(crate::worker::segment_max_for(max_frame as usize));
+                c.state = ConnState::Normal;
+                c.shared.peer_conn.store(conn as u64, std::sync::atomic::Ordering::Relaxed);
+                c.shared.set_state(ConnState::Normal);
+            }
+            CmMessage::Reject {
+                request,
+                reason,
+                client_conn,
+            } => {
+                let Some(slot) = self.conns.slot_of(client_conn) else { return };
+                let c = self.conns.get(slot).expect("slot");
+                if c.state != ConnState::Connecting || c.cm_request != request {
+                    return;
+                }
+                let c = self.conns.remove(client_conn).expect("present");
+                c.shared.fail_reason.store(reason as u8, std::sync::atomic::Ordering::Relaxed);
+                c.shared.set_state(ConnState::Failed);
+            }
+            CmMessage::DisconnectReq { target, key, sender } => {
+                if let Some(slot) = self.conns.slot_of(target) {
+                    let c = self.conns.get_mut(slot).expect("slot");
+                    if c.key == key {
+                        fail_connection(c, crate::connection::WcStatus::Flushed);
+                        c.state = ConnState::Closed;
+                        c.shared.set_state(ConnState::Closed);
+                        self.cm_accepted.retain(|_, v| *v != target);
+                        self.conns.remove(target);
+                    } else {
+                        self.stats.drop_for(DropReason::WrongKey);
+                        return;
+                    }
+                }
+                self.cm_frame(from, &CmMessage::DisconnectRep { sender });
+            }
+            CmMessage::DisconnectRep { sender } => {
+                if let Some(slot) = self.conns.slot_of(sender) {
+                    if self.conns.get(slot).is_some_and(|c| c.closing) {
+                        self.conns.remove(sender);
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cm_messages_round_trip() {
+        let msgs = [
+            CmMessage::ConnectReq {
+                request: 7,
+                service: 18515,
+                conn: 0xdead_beef,
+                key: 0x0123_4567_89ab_cdef,
+                isn: 42,
+                max_frame: 9014,
+            },
+            CmMessage::ConnectRep {
+                request: 7,
+                conn: 1,
+                key: 2,
+                isn: 3,
+                max_frame: 1514,
+                client_conn: 4,
+            },
+            CmMessage::Reject {
+                request: 9,
+                reason: RejectReason::NoListener,
+                client_conn: 5,
+            },
+            CmMessage::DisconnectReq {
+                target: 1,
+                key: 2,
+                sender: 3,
+            },
+            CmMessage::DisconnectRep { sender: 3 },
+        ];
+        for m in msgs {
+            let mut p = [0u8; 32];
+            let (c, len) = m.emit(&mut p);
+            assert_eq!(c.length as usize, len);
+            assert_eq!(CmMessage::parse(&c, &p[..len]), Some(m));
+            // Short payloads are refused, not misread.
+            if len > 0 {
+                assert_eq!(CmMessage::parse(&c, &p[..len - 1]), None);
+            }
+        }
+        let c = ControlRepr {
+            opcode: op::WRITE,
+            ..Default::default()
+        };
+        assert_eq!(CmMessage::parse(&c, &[0; 32]), None);
+    }
+}

@@ -8,6 +8,7 @@
 //! connection 0). Applications use the `deposit` crate, not this one.
 
 pub mod cm;
+pub mod connection;
 pub mod mem;
 pub mod oplogic;
 pub mod port;

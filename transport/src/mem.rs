@@ -1,1 +1,489 @@
-//! TODO
+//! Endpoint memory: the page-aligned regions that remote operations deposit into.
+//!
+//! An [`EndpointMemory`] owns (or, when registered, borrows) one contiguous region and
+//! knows how to give it back. It is allocated from hugepages when the system has some
+//! reserved (through `hugepage-rs`), otherwise from ordinary 4 KiB pages with a single
+//! warning per process that says how to reserve hugepages; an application buffer can also
+//! be registered as it is.
+//!
+//! The network (a worker core) writes this memory while the application may be reading
+//! it, so this module never forms a `&[u8]` or `&mut [u8]` over the region: every access
+//! is a bounds-checked raw copy, and the polling loads are volatile. This is the only
+//! module, with the TLB-backed store in `oplogic`, that dereferences endpoint pointers.
+//!
+//! What it must never do: hand out a reference into the region, or free a registered
+//! buffer.
+
+use std::alloc::Layout;
+use std::fmt;
+use std::ptr::{self, NonNull};
+use std::sync::Once;
+
+/// Granularity of every region: the ordinary page size.
+const SMALL_PAGE: usize = 4096;
+/// Hugepage size assumed when rounding a request for `hugepage-rs`.
+const HUGE_PAGE: usize = 2 << 20;
+
+/// Where an endpoint's memory came from, which also says how it is freed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backing {
+    /// Hugepages from `hugepage-rs` (anonymous `MAP_HUGETLB` mapping).
+    HugePages,
+    /// Ordinary 4 KiB pages from the global allocator (the fallback).
+    OrdinaryPages,
+    /// An application buffer registered with [`EndpointMemory::register`]; never freed here.
+    Registered,
+}
+
+/// Errors of endpoint memory allocation, registration and access.
+#[derive(thiserror::Error, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MemError {
+    /// A region of zero bytes was asked for or registered.
+    #[error("endpoint memory of zero bytes")]
+    ZeroLength,
+    /// The length cannot be rounded up to whole pages without overflowing.
+    #[error("endpoint memory of {len} bytes is too large")]
+    TooLarge {
+        /// The requested length.
+        len: usize,
+    },
+    /// Neither hugepages nor ordinary pages could be had.
+    #[error("out of memory allocating {len} bytes of endpoint memory")]
+    OutOfMemory {
+        /// The rounded length that could not be allocated.
+        len: usize,
+    },
+    /// A registered buffer is null or not 4096-byte aligned.
+    #[error("registered buffer at {addr:#x} is not 4096-byte aligned")]
+    Misaligned {
+        /// The buffer's address.
+        addr: usize,
+    },
+    /// An access `[off, off + len)` does not fit in the region of `size` bytes.
+    #[error("access of {len} bytes at offset {off:#x} outside endpoint memory of {size} bytes")]
+    OutOfBounds {
+        /// Offset of the access.
+        off: usize,
+        /// Length of the access.
+        len: usize,
+        /// Size of the region.
+        size: usize,
+    },
+    /// A word access at an offset that is not a multiple of the word size.
+    #[error("{align}-byte access at unaligned offset {off:#x}")]
+    Unaligned {
+        /// Offset of the access.
+        off: usize,
+        /// Required alignment.
+        align: usize,
+    },
+}
+
+/// A page-aligned contiguous region of endpoint memory.
+///
+/// `Send + Sync`: all access goes through raw, bounds-checked copies, so sharing it
+/// between the application and the workers is as safe as the hardware it models; what a
+/// concurrent reader sees of a deposit in progress is decided by the deposit order (the
+/// last byte is written last), not by Rust references.
+pub struct EndpointMemory {
+    ptr: NonNull<u8>,
+    len: usize,
+    backing: Backing,
+    /// The layout given to the allocator (`HugePages`, `OrdinaryPages`); unused when
+    /// `Registered`.
+    layout: Layout,
+}
+
+// SAFETY: `EndpointMemory` is an owned (or exclusively registered) raw region; it never
+// hands out references into it, only raw copies and volatile loads, and freeing happens
+// once in `Drop`. Moving it to, or using it from, another thread is therefore sound.
+unsafe impl Send for EndpointMemory {}
+// SAFETY: see `Send`; every `&self` method accesses the region through raw pointers only,
+// and races on the bytes themselves are the deposit model's, not a Rust aliasing issue.
+unsafe impl Sync for EndpointMemory {}
+
+/// One warning per process when hugepages are asked for and none are available.
+static HUGEPAGE_WARNING: Once = Once::new();
+
+impl EndpointMemory {
+    /// Allocates a page-aligned zeroed region of at least `len` bytes (rounded up to
+    /// 4 KiB), from hugepages when enough are reserved and free, otherwise from ordinary
+    /// pages after printing one warning per process on stderr.
+    pub fn alloc(len: usize) -> Result<Self, MemError> {
+        let rounded = round_up(len, SMALL_PAGE)?;
+        if let Some(mem) = Self::alloc_huge(rounded) {
+            return Ok(mem);
+        }
+        HUGEPAGE_WARNING.call_once(|| {
+            eprintln!(
+                "deposit: warning: hugepages are not reserved (or too few are free); endpoint \
+                 memory falls back to ordinary 4 KiB pages, which costs TLB misses. Reserve \
+                 some with `sudo scripts/hugepages.sh` (or write a count to \
+                 /proc/sys/vm/nr_hugepages)."
+            );
+        });
+        Self::alloc_ordinary(len)
+    }
+
+    /// Allocates a page-aligned zeroed region of at least `len` bytes (rounded up to
+    /// 4 KiB) from ordinary pages, without trying hugepages.
+    pub fn alloc_ordinary(len: usize) -> Result<Self, MemError> {
+        let rounded = round_up(len, SMALL_PAGE)?;
+        let layout =
+            Layout::from_size_align(rounded, SMALL_PAGE).map_err(|_| MemError::TooLarge { len })?;
+        // SAFETY: `layout` has a non-zero size (`round_up` refuses zero).
+        let raw = unsafe { std::alloc::alloc_zeroed(layout) };
+        let ptr = NonNull::new(raw).ok_or(MemError::OutOfMemory { len: rounded })?;
+        Ok(Self {
+            ptr,
+            len: rounded,
+            backing: Backing::OrdinaryPages,
+            layout,
+        })
+    }
+
+    /// Registers an application buffer of `len` bytes at `ptr` as endpoint memory.
+    ///
+    /// # Safety
+    /// `ptr` must be valid for reads and writes of `len` bytes for as long as the
+    /// returned value (and any clone of an `Arc` holding it) exists, and the caller must
+    /// not free it meanwhile. The caller's own accesses race with deposits exactly as
+    /// they would with a NIC's DMA.
+    pub unsafe fn register(ptr: *mut u8, len: usize) -> Result<Self, MemError> {
+        if len == 0 {
+            return Err(MemError::ZeroLength);
+        }
+        let addr = ptr as usize;
+        if addr & (SMALL_PAGE - 1) != 0 {
+            return Err(MemError::Misaligned { addr });
+        }
+        let ptr = NonNull::new(ptr).ok_or(MemError::Misaligned { addr })?;
+        Ok(Self {
+            ptr,
+            len,
+            backing: Backing::Registered,
+            layout: Layout::new::<u8>(),
+        })
+    }
+
+    /// Length of the region in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the region is empty (never, for a region made by this module).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Base address of the region. Dereferencing it is the caller's (unsafe) business.
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.ptr.as_ptr()
+    }
+
+    /// Where the region came from.
+    pub fn backing(&self) -> Backing {
+        self.backing
+    }
+
+    /// Copies `dst.len()` bytes from offset `off` into `dst`.
+    pub fn read(&self, off: usize, dst: &mut [u8]) -> Result<(), MemError> {
+        let src = self.range(off, dst.len())?;
+        // SAFETY: `range` checked `[off, off + dst.len())` lies in the region, which is
+        // valid while `self` lives; `dst` is a distinct Rust buffer, so they don't overlap.
+        unsafe { ptr::copy_nonoverlapping(src, dst.as_mut_ptr(), dst.len()) };
+        Ok(())
+    }
+
+    /// Copies `src` to offset `off`.
+    pub fn write(&self, off: usize, src: &[u8]) -> Result<(), MemError> {
+        let dst = self.range(off, src.len())?;
+        // SAFETY: as in `read`, with the direction reversed.
+        unsafe { ptr::copy_nonoverlapping(src.as_ptr(), dst, src.len()) };
+        Ok(())
+    }
+
+    /// Volatile load of the byte at `off` (for spinning on the last byte of a deposit).
+    pub fn load_u8(&self, off: usize) -> Result<u8, MemError> {
+        let p = self.range(off, 1)?;
+        // SAFETY: `p` is in bounds (checked) and a byte needs no alignment.
+        Ok(unsafe { ptr::read_volatile(p) })
+    }
+
+    /// Volatile load of the native-endian 8-byte word at `off` (a multiple of 8).
+    pub fn load_u64(&self, off: usize) -> Result<u64, MemError> {
+        let p = self.word(off)?;
+        // SAFETY: `word` checked bounds and 8-byte alignment (the base is page aligned).
+        Ok(unsafe { ptr::read_volatile(p) })
+    }
+
+    /// Volatile store of the native-endian 8-byte word `v` at `off` (a multiple of 8).
+    pub fn store_u64(&self, off: usize, v: u64) -> Result<(), MemError> {
+        let p = self.word(off)?;
+        // SAFETY: as in `load_u64`.
+        unsafe { ptr::write_volatile(p, v) };
+        Ok(())
+    }
+
+    /// Sets `len` bytes from offset `off` to `byte`.
+    pub fn fill(&self, off: usize, len: usize, byte: u8) -> Result<(), MemError> {
+        let p = self.range(off, len)?;
+        // SAFETY: `range` checked `[off, off + len)` lies in the region.
+        unsafe { ptr::write_bytes(p, byte, len) };
+        Ok(())
+    }
+
+    /// Pointer to `[off, off + len)` after checking it lies inside the region.
+    fn range(&self, off: usize, len: usize) -> Result<*mut u8, MemError> {
+        match off.checked_add(len) {
+            Some(end) if end <= self.len => Ok(self.ptr.as_ptr().wrapping_add(off)),
+            _ => Err(MemError::OutOfBounds {
+                off,
+                len,
+                size: self.len,
+            }),
+        }
+    }
+
+    /// Pointer to the aligned 8-byte word at `off`.
+    fn word(&self, off: usize) -> Result<*mut u64, MemError> {
+        if off & 7 != 0 {
+            return Err(MemError::Unaligned { off, align: 8 });
+        }
+        Ok(self.range(off, 8)?.cast())
+    }
+
+    /// Tries hugepages for a region of `rounded` bytes; `None` when none are free.
+    fn alloc_huge(rounded: usize) -> Option<Self> {
+        // `hugepage-rs` panics when /proc/meminfo has no parseable hugepage size, and
+        // mmap with MAP_HUGETLB fails slowly when none are reserved, so ask first.
+        let info = HugepageInfo::read()?;
+        let size = round_up(rounded, HUGE_PAGE.max(info.page_size)).ok()?;
+        if info.free.saturating_mul(info.page_size) < size {
+            return None;
+        }
+        let layout = Layout::from_size_align(size, SMALL_PAGE).ok()?;
+        // SAFETY: `layout` has a non-zero size; the hugepage size was checked to be
+        // parseable above, so `hugepage-rs` will not panic reading it.
+        let raw = unsafe { hugepage_rs::alloc(layout) };
+        // An anonymous mapping is zero-filled by the kernel.
+        let ptr = NonNull::new(raw)?;
+        Some(Self {
+            ptr,
+            len: size,
+            backing: Backing::HugePages,
+            layout,
+        })
+    }
+}
+
+impl Drop for EndpointMemory {
+    fn drop(&mut self) {
+        match self.backing {
+            // SAFETY: allocated by `hugepage_rs::alloc` with this very layout, freed once.
+            Backing::HugePages => unsafe { hugepage_rs::dealloc(self.ptr.as_ptr(), self.layout) },
+            // SAFETY: allocated by `alloc_zeroed` with this very layout, freed once.
+            Backing::OrdinaryPages => unsafe {
+                std::alloc::dealloc(self.ptr.as_ptr(), self.layout)
+            },
+            Backing::Registered => {}
+        }
+    }
+}
+
+impl fmt::Debug for EndpointMemory {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EndpointMemory")
+            .field("ptr", &self.ptr)
+            .field("len", &self.len)
+            .field("backing", &self.backing)
+            .finish()
+    }
+}
+
+/// `len` rounded up to a multiple of `to` (a power of two); zero is refused.
+fn round_up(len: usize, to: usize) -> Result<usize, MemError> {
+    if len == 0 {
+        return Err(MemError::ZeroLength);
+    }
+    len.checked_add(to - 1)
+        .map(|n| n & !(to - 1))
+        .ok_or(MemError::TooLarge { len })
+}
+
+/// The default hugepage size and how many are free, from /proc/meminfo.
+struct HugepageInfo {
+    page_size: usize,
+    free: usize,
+}
+
+impl HugepageInfo {
+    fn read() -> Option<Self> {
+        let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+        Self::parse(&text)
+    }
+
+    /// Parses the lines `hugepage-rs` itself parses, in the same strict way, so that a
+    /// `Some` here means its size lookup succeeds.
+    fn parse(text: &str) -> Option<Self> {
+        let mut page_size = None;
+        let mut free = None;
+        for line in text.lines() {
+            if let Some(rest) = line.strip_prefix("Hugepagesize:") {
+                let mut parts = rest.split_whitespace();
+                let n: usize = parts.next()?.parse().ok()?;
+                let mult = match parts.next() {
+                    None => 1,
+                    Some("kB") => 1024,
+                    Some(_) => return None,
+                };
+                page_size = n.checked_mul(mult);
+            } else if let Some(rest) = line.strip_prefix("HugePages_Free:") {
+                free = rest.trim().parse().ok();
+            }
+        }
+        let page_size = page_size.filter(|s| s.is_power_of_two() && *s >= SMALL_PAGE)?;
+        Some(Self {
+            page_size,
+            free: free?,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ordinary_alloc_rounds_to_pages_and_is_zeroed() {
+        let m = EndpointMemory::alloc_ordinary(5000).unwrap();
+        assert_eq!(m.len(), 8192);
+        assert_eq!(m.backing(), Backing::OrdinaryPages);
+        assert_eq!(m.as_ptr() as usize % 4096, 0);
+        let mut buf = vec![0xffu8; 8192];
+        m.read(0, &mut buf).unwrap();
+        assert!(buf.iter().all(|&b| b == 0));
+    }
+
+    #[test]
+    fn alloc_falls_back_or_uses_hugepages() {
+        let m = EndpointMemory::alloc(10_000).unwrap();
+        assert!(m.len() >= 10_000);
+        assert_eq!(m.as_ptr() as usize % 4096, 0);
+        match m.backing() {
+            Backing::HugePages => assert_eq!(m.len() % HUGE_PAGE, 0),
+            Backing::OrdinaryPages => assert_eq!(m.len(), 12288),
+            Backing::Registered => panic!("alloc never registers"),
+        }
+        m.write(m.len() - 1, &[7]).unwrap();
+        assert_eq!(m.load_u8(m.len() - 1).unwrap(), 7);
+    }
+
+    #[test]
+    fn zero_and_huge_lengths_are_refused() {
+        assert_eq!(
+            EndpointMemory::alloc_ordinary(0).unwrap_err(),
+            MemError::ZeroLength
+        );
+        assert!(matches!(
+            EndpointMemory::alloc(usize::MAX - 10),
+            Err(MemError::TooLarge { .. })
+        ));
+    }
+
+    #[test]
+    fn accesses_are_bounds_checked_including_overflow() {
+        let m = EndpointMemory::alloc_ordinary(4096).unwrap();
+        let mut b = [0u8; 8];
+        assert!(m.read(4088, &mut b).is_ok());
+        assert_eq!(
+            m.read(4089, &mut b).unwrap_err(),
+            MemError::OutOfBounds {
+                off: 4089,
+                len: 8,
+                size: 4096
+            }
+        );
+        assert!(m.write(usize::MAX - 2, &b).is_err());
+        assert!(m.fill(4000, 97, 1).is_err());
+        assert!(m.load_u8(4096).is_err());
+        assert!(m.load_u64(4096).is_err());
+        assert_eq!(
+            m.store_u64(12, 1).unwrap_err(),
+            MemError::Unaligned { off: 12, align: 8 }
+        );
+    }
+
+    #[test]
+    fn write_read_fill_and_words_round_trip() {
+        let m = EndpointMemory::alloc_ordinary(8192).unwrap();
+        m.write(4090, b"crossing").unwrap();
+        let mut b = [0u8; 8];
+        m.read(4090, &mut b).unwrap();
+        assert_eq!(&b, b"crossing");
+        m.store_u64(16, 0x0102_0304_0506_0708).unwrap();
+        assert_eq!(m.load_u64(16).unwrap(), 0x0102_0304_0506_0708);
+        m.fill(100, 10, 0xab).unwrap();
+        assert_eq!(m.load_u8(99).unwrap(), 0);
+        assert_eq!(m.load_u8(100).unwrap(), 0xab);
+        assert_eq!(m.load_u8(109).unwrap(), 0xab);
+        assert_eq!(m.load_u8(110).unwrap(), 0);
+    }
+
+    #[test]
+    fn registered_buffer_is_used_in_place_and_not_freed() {
+        let layout = Layout::from_size_align(8192, 4096).unwrap();
+        // SAFETY: non-zero size.
+        let buf = unsafe { std::alloc::alloc_zeroed(layout) };
+        assert!(!buf.is_null());
+        {
+            // SAFETY: `buf` is valid for 8192 bytes until freed below, after `m` drops.
+            let m = unsafe { EndpointMemory::register(buf, 8192) }.unwrap();
+            assert_eq!(m.backing(), Backing::Registered);
+            assert_eq!(m.as_ptr(), buf);
+            m.write(5, &[42]).unwrap();
+        }
+        // SAFETY: `buf` is still allocated (registration did not free it).
+        assert_eq!(unsafe { *buf.add(5) }, 42);
+        // SAFETY: allocated above with `layout`.
+        unsafe { std::alloc::dealloc(buf, layout) };
+    }
+
+    #[test]
+    fn register_refuses_misaligned_null_and_empty() {
+        let mut v = vec![0u8; 8192 + 1];
+        let p = v.as_mut_ptr();
+        let odd = if p as usize & 4095 == 0 {
+            p.wrapping_add(1)
+        } else {
+            p
+        };
+        // SAFETY: refused before use.
+        assert!(matches!(
+            unsafe { EndpointMemory::register(odd, 16) },
+            Err(MemError::Misaligned { .. })
+        ));
+        // SAFETY: refused before use.
+        assert!(unsafe { EndpointMemory::register(ptr::null_mut(), 16) }.is_err());
+        // SAFETY: refused before use.
+        assert_eq!(
+            unsafe { EndpointMemory::register(p, 0) }.unwrap_err(),
+            MemError::ZeroLength
+        );
+    }
+
+    #[test]
+    fn meminfo_parsing_matches_hugepage_rs() {
+        let i =
+            HugepageInfo::parse("HugePages_Free:      12\nHugepagesize:       2048 kB\n").unwrap();
+        assert_eq!((i.page_size, i.free), (2 << 20, 12));
+        assert!(HugepageInfo::parse("HugePages_Free: 3\n").is_none());
+        assert!(HugepageInfo::parse("HugePages_Free: 3\nHugepagesize: 2 MB\n").is_none());
+    }
+
+    #[test]
+    fn memory_is_send_and_sync() {
+        fn assert_send_sync<T: Send + Sync>() {}
+        assert_send_sync::<EndpointMemory>();
+    }
+}

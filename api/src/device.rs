@@ -1,0 +1,480 @@
+//! Devices: one DPDK port plus its worker.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use deposit_transport::cm::ConnectOptions;
+use deposit_transport::connection::{ConnShared, ConnState};
+use deposit_transport::mem::EndpointMemory;
+use deposit_transport::oplogic::DropReason;
+use deposit_transport::port::{self, EalInfo, Port, PortConfig, PortSpec};
+use deposit_transport::tables::{EndpointEntry, NodeAddr, Rights};
+use deposit_transport::tlb::TlbStats;
+use deposit_transport::wire;
+use deposit_transport::worker::{Stats, Worker, WorkerConfig};
+
+use crossbeam::queue::ArrayQueue;
+
+use crate::endpoint::EpInner;
+use crate::queue::{CompletionQueue, Connection};
+use crate::{Endpoint, Error, RejectReason};
+
+/// Who drives the worker loop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Progress {
+    /// The application's calls drive it (single-core machines, deterministic tests).
+    #[default]
+    Inline,
+    /// A thread of its own polls the port; it backs off to short sleeps when idle
+    /// for a while so an idle device does not burn a core.
+    Dedicated,
+}
+
+/// Options of [`Device::open`].
+#[derive(Debug, Clone)]
+pub struct DeviceConfig {
+    /// Port spec (DESIGN.md §8): `ring`, `ring:NAME:a|b`, `null`, `memif:PATH:server|client`, ...
+    pub port: String,
+    /// This node's IPv4 address (its MAC is derived from it unless `mac` is given).
+    pub ip: [u8; 4],
+    pub mac: Option<[u8; 6]>,
+    pub progress: Progress,
+    /// Largest frame; default: jumbo (9014) where the port allows.
+    pub max_frame: Option<usize>,
+    /// Extra node address table entries (configuration).
+    pub nodes: Vec<NodeAddr>,
+    pub retry_timeout: Duration,
+    pub retry_count: u32,
+    pub cm_timeout: Duration,
+    pub max_connections: usize,
+}
+
+impl DeviceConfig {
+    pub fn new(port: &str, ip: [u8; 4]) -> DeviceConfig {
+        DeviceConfig {
+            port: port.to_string(),
+            ip,
+            mac: None,
+            progress: Progress::Inline,
+            max_frame: None,
+            nodes: Vec::new(),
+            retry_timeout: Duration::from_millis(20),
+            retry_count: 7,
+            cm_timeout: Duration::from_secs(5),
+            max_connections: 4096,
+        }
+    }
+    pub fn progress(mut self, p: Progress) -> Self {
+        self.progress = p;
+        self
+    }
+    pub fn max_frame(mut self, bytes: usize) -> Self {
+        self.max_frame = Some(bytes);
+        self
+    }
+}
+
+/// Device counters.
+#[derive(Debug, Clone, Default)]
+pub struct DeviceStats {
+    pub frames_rx: u64,
+    pub frames_tx: u64,
+    pub cells_rx: u64,
+    pub cells_tx: u64,
+    pub bytes_rx: u64,
+    pub bytes_tx: u64,
+    pub msgs_rx: u64,
+    pub msgs_tx: u64,
+    pub bytes_deposited: u64,
+    pub acks_tx: u64,
+    pub naks_tx: u64,
+    pub naks_rx: u64,
+    pub retransmits: u64,
+    pub duplicates: u64,
+    pub tx_stalls: u64,
+    /// Refusals by reason.
+    pub drops: Vec<(DropReason, u64)>,
+    pub tlb: TlbStats,
+}
+
+impl DeviceStats {
+    /// Refusals of one reason.
+    pub fn dropped(&self, r: DropReason) -> u64 {
+        self.drops.iter().find(|(d, _)| *d == r).map(|d| d.1).unwrap_or(0)
+    }
+    /// All refusals.
+    pub fn dropped_total(&self) -> u64 {
+        self.drops.iter().map(|d| d.1).sum()
+    }
+    fn from(s: &Stats) -> DeviceStats {
+        DeviceStats {
+            frames_rx: s.frames_rx,
+            frames_tx: s.frames_tx,
+            cells_rx: s.cells_rx,
+            cells_tx: s.cells_tx,
+            bytes_rx: s.bytes_rx,
+            bytes_tx: s.bytes_tx,
+            msgs_rx: s.msgs_rx,
+            msgs_tx: s.msgs_tx,
+            bytes_deposited: s.bytes_deposited,
+            acks_tx: s.acks_tx,
+            naks_tx: s.naks_tx,
+            naks_rx: s.naks_rx,
+            retransmits: s.retransmits,
+            duplicates: s.duplicates,
+            tx_stalls: s.tx_stalls,
+            drops: DropReason::ALL.iter().map(|r| (*r, s.dropped(*r))).collect(),
+            tlb: s.tlb,
+        }
+    }
+}
+
+/// What the dedicated worker thread shares with the application handles. Kept apart
+/// from [`DeviceInner`] so that dropping the last application handle stops and joins
+/// the thread before the port is torn down.
+struct Core {
+    worker: Mutex<Worker>,
+    /// Control calls waiting for the lock: the dedicated thread lets go.
+    control_waiters: AtomicUsize,
+    stop: AtomicBool,
+    progress: Progress,
+}
+
+pub(crate) struct DeviceInner {
+    core: Arc<Core>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+    local: NodeAddr,
+    max_frame: usize,
+    segment_max: u32,
+    port_spec: PortSpec,
+}
+
+impl DeviceInner {
+    pub(crate) fn lock(&self) -> MutexGuard<'_, Worker> {
+        self.core.lock()
+    }
+    #[inline]
+    pub(crate) fn progress(&self) -> usize {
+        self.core.progress()
+    }
+}
+
+impl Core {
+    /// Takes the worker for a control operation.
+    pub(crate) fn lock(&self) -> MutexGuard<'_, Worker> {
+        self.control_waiters.fetch_add(1, Ordering::AcqRel);
+        let g = self.worker.lock().unwrap_or_else(|e| e.into_inner());
+        self.control_waiters.fetch_sub(1, Ordering::AcqRel);
+        g
+    }
+
+    /// Inline mode: one turn of the worker loop, unless another thread is in it.
+    #[inline]
+    pub(crate) fn progress(&self) -> usize {
+        if self.progress == Progress::Dedicated {
+            std::hint::spin_loop();
+            return 0;
+        }
+        port::register_thread();
+        match self.worker.try_lock() {
+            Ok(mut w) => w.poll(),
+            Err(_) => 0,
+        }
+    }
+
+    fn run_dedicated(self: Arc<Self>) {
+        port::register_thread();
+        let mut idle_turns = 0u32;
+        while !self.stop.load(Ordering::Relaxed) {
+            if self.control_waiters.load(Ordering::Acquire) > 0 {
+                std::thread::yield_now();
+                continue;
+            }
+            let mut work = 0;
+            {
+                let mut w = self.worker.lock().unwrap_or_else(|e| e.into_inner());
+                for _ in 0..64 {
+                    work += w.poll();
+                    if self.control_waiters.load(Ordering::Relaxed) > 0 {
+                        break;
+                    }
+                }
+            }
+            // Adaptive polling: after ~1M idle turns, sleep briefly between turns.
+            if work == 0 {
+                idle_turns = idle_turns.saturating_add(1);
+                if idle_turns > 16_384 {
+                    std::thread::sleep(Duration::from_micros(50));
+                }
+            } else {
+                idle_turns = 0;
+            }
+        }
+    }
+}
+
+/// An open device: a DPDK port, its worker and its tables.
+#[derive(Clone)]
+pub struct Device {
+    pub(crate) inner: Arc<DeviceInner>,
+}
+
+impl Device {
+    /// Opens the port (initialising DPDK's EAL on first use) and starts the worker.
+    pub fn open(cfg: DeviceConfig) -> Result<Device, Error> {
+        let spec: PortSpec = cfg.port.parse()?;
+        let mut pcfg = PortConfig::new(spec.clone());
+        if let Some(m) = cfg.max_frame {
+            pcfg.max_frame = m;
+        }
+        let port = Port::open(&pcfg)?;
+        let local = NodeAddr {
+            mac: cfg.mac.unwrap_or(NodeAddr::from_ip(cfg.ip, wire::UDP_PORT).mac),
+            ip: cfg.ip,
+            udp_port: wire::UDP_PORT,
+        };
+        let wcfg = WorkerConfig {
+            local,
+            retry_timeout_us: cfg.retry_timeout.as_micros() as u64,
+            retry_count: cfg.retry_count,
+            cm_timeout_us: cfg.cm_timeout.as_micros() as u64,
+            max_connections: cfg.max_connections,
+            ..WorkerConfig::default()
+        };
+        let max_frame = port.max_frame();
+        let mut worker = Worker::new(port, wcfg);
+        for n in &cfg.nodes {
+            worker.nodes.insert(*n);
+        }
+        let segment_max = worker.segment_max();
+        let core = Arc::new(Core {
+            worker: Mutex::new(worker),
+            control_waiters: AtomicUsize::new(0),
+            stop: AtomicBool::new(false),
+            progress: cfg.progress,
+        });
+        let inner = Arc::new(DeviceInner {
+            core: core.clone(),
+            thread: Mutex::new(None),
+            local,
+            max_frame,
+            segment_max,
+            port_spec: spec,
+        });
+        if cfg.progress == Progress::Dedicated {
+            let me = core;
+            let h = std::thread::Builder::new()
+                .name("deposit-worker".into())
+                .spawn(move || me.run_dedicated())
+                .map_err(|e| Error::InvalidArgument(format!("cannot spawn worker thread: {e}")))?;
+            *inner.thread.lock().unwrap_or_else(|e| e.into_inner()) = Some(h);
+        }
+        Ok(Device { inner })
+    }
+
+    /// Runs one turn of the worker loop (inline mode; a no-op with a dedicated worker).
+    /// Returns the frames received plus sent.
+    #[inline]
+    pub fn progress(&self) -> usize {
+        self.inner.progress()
+    }
+
+    /// This node's address.
+    pub fn local_addr(&self) -> NodeAddr {
+        self.inner.local
+    }
+    /// Largest frame on the port.
+    pub fn max_frame(&self) -> usize {
+        self.inner.max_frame
+    }
+    /// Largest payload of one message (larger writes are split into messages).
+    pub fn segment_max(&self) -> u32 {
+        self.inner.segment_max
+    }
+    /// The port spec it was opened with.
+    pub fn port_spec(&self) -> &PortSpec {
+        &self.inner.port_spec
+    }
+    /// What the EAL got (hugepages or not).
+    pub fn eal(&self) -> Option<EalInfo> {
+        port::eal_info()
+    }
+    /// Whether the port's link is up (memif: peer connected).
+    pub fn link_up(&self) -> bool {
+        self.inner.lock().port().link_up()
+    }
+
+    /// Adds or updates a node address table entry.
+    pub fn add_node(&self, addr: NodeAddr) {
+        self.inner.lock().nodes.insert(addr);
+    }
+
+    fn add_endpoint(&self, mem: Arc<EndpointMemory>, offset: usize, len: usize, rights: Rights) -> Result<Endpoint, Error> {
+        let entry = EndpointEntry::new(mem.clone(), offset, len, rights)?;
+        let id = self.inner.lock().endpoints.insert(entry);
+        Ok(Endpoint(Arc::new(EpInner {
+            dev: self.inner.clone(),
+            id,
+            mem,
+            offset,
+            len,
+            rights,
+        })))
+    }
+
+    /// Allocates a zeroed endpoint of `len` bytes, from hugepages when reserved
+    /// (ordinary pages otherwise, with a warning).
+    pub fn alloc_endpoint(&self, len: usize, rights: Rights) -> Result<Endpoint, Error> {
+        if len == 0 {
+            return Err(Error::InvalidArgument("endpoint length 0".into()));
+        }
+        let mem = Arc::new(EndpointMemory::alloc(len)?);
+        self.add_endpoint(mem, 0, len, rights)
+    }
+
+    /// Registers an application buffer (4096-aligned) as an endpoint.
+    ///
+    /// # Safety
+    /// The buffer must stay valid, and not be freed, while the endpoint or any
+    /// connection using it exists; remote peers may write it at any time.
+    pub unsafe fn register_endpoint(&self, ptr: *mut u8, len: usize, rights: Rights) -> Result<Endpoint, Error> {
+        // SAFETY: forwarded to the caller's contract.
+        let mem = Arc::new(unsafe { EndpointMemory::register(ptr, len)? });
+        self.add_endpoint(mem, 0, len, rights)
+    }
+
+    /// A nested endpoint: `len` bytes of `parent` from `offset` (page aligned), with its
+    /// own rights (a peer connected to it sees only that range).
+    pub fn sub_endpoint(&self, parent: &Endpoint, offset: usize, len: usize, rights: Rights) -> Result<Endpoint, Error> {
+        if !Arc::ptr_eq(&parent.0.dev, &self.inner) {
+            return Err(Error::ForeignEndpoint);
+        }
+        if offset.checked_add(len).is_none_or(|e| e > parent.0.len) {
+            return Err(Error::InvalidArgument(format!(
+                "sub-range {offset}+{len} outside parent of {} bytes",
+                parent.0.len
+            )));
+        }
+        self.add_endpoint(parent.0.mem.clone(), parent.0.offset + offset, len, rights)
+    }
+
+    /// A completion queue of `depth` entries.
+    pub fn create_cq(&self, depth: usize) -> CompletionQueue {
+        CompletionQueue::new(self.inner.clone(), depth)
+    }
+
+    fn check_ep(&self, ep: &Endpoint) -> Result<(), Error> {
+        if Arc::ptr_eq(&ep.0.dev, &self.inner) {
+            Ok(())
+        } else {
+            Err(Error::ForeignEndpoint)
+        }
+    }
+
+    /// Connects to `service` at node `peer_ip`; remote operations from the peer act on
+    /// `ep`. Blocks (driving progress in inline mode) until accepted, refused or the
+    /// CM timeout.
+    pub fn connect(&self, peer_ip: [u8; 4], service: u32, ep: &Endpoint, cq: &CompletionQueue) -> Result<Connection, Error> {
+        self.check_ep(ep)?;
+        let shared = {
+            let mut w = self.inner.lock();
+            let peer = w
+                .nodes
+                .find_ip(peer_ip)
+                .and_then(|id| w.nodes.get(id).copied())
+                .unwrap_or(NodeAddr::from_ip(peer_ip, wire::UDP_PORT));
+            w.connect(peer, service, ep.0.id, cq.shared.clone(), &ConnectOptions::default())?
+        };
+        loop {
+            match shared.state() {
+                ConnState::Connecting => {
+                    if self.progress() == 0 {
+                        std::thread::yield_now();
+                    }
+                }
+                ConnState::Normal => return Ok(Connection::new(self.inner.clone(), shared, ep.clone(), cq.clone())),
+                ConnState::Failed => {
+                    return Err(Error::Rejected(RejectReason::from_u8(
+                        shared.fail_reason.load(Ordering::Relaxed),
+                    )))
+                }
+                s => return Err(Error::NotConnected(s)),
+            }
+        }
+    }
+
+    /// Listens for connections to `service`; accepted connections act on `ep`.
+    pub fn listen(&self, service: u32, ep: &Endpoint, cq: &CompletionQueue) -> Result<Listener, Error> {
+        self.check_ep(ep)?;
+        let q = self
+            .inner
+            .lock()
+            .listen(service, ep.0.id, cq.shared.clone(), &ConnectOptions::default(), 64)?;
+        Ok(Listener {
+            dev: self.clone(),
+            service,
+            accepted: q,
+            ep: ep.clone(),
+            cq: cq.clone(),
+        })
+    }
+
+    /// Device counters.
+    pub fn stats(&self) -> DeviceStats {
+        DeviceStats::from(&self.inner.lock().stats())
+    }
+
+    /// Transmits a raw frame exactly as given (diagnostics and hostile-input tests).
+    pub fn send_raw_frame(&self, frame: &[u8]) {
+        self.inner.lock().send_raw(frame);
+    }
+}
+
+impl Drop for DeviceInner {
+    fn drop(&mut self) {
+        self.core.stop.store(true, Ordering::Relaxed);
+        let h = self.thread.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(h) = h {
+            let _ = h.join();
+        }
+    }
+}
+
+/// Accepts connections to one service.
+pub struct Listener {
+    dev: Device,
+    service: u32,
+    accepted: Arc<ArrayQueue<Arc<ConnShared>>>,
+    ep: Endpoint,
+    cq: CompletionQueue,
+}
+
+impl Listener {
+    /// Waits up to `timeout` for the next connection.
+    pub fn accept(&self, timeout: Duration) -> Result<Connection, Error> {
+        let start = Instant::now();
+        loop {
+            if let Some(s) = self.accepted.pop() {
+                return Ok(Connection::new(self.dev.inner.clone(), s, self.ep.clone(), self.cq.clone()));
+            }
+            if start.elapsed() > timeout {
+                return Err(Error::Timeout(timeout, "a connection request"));
+            }
+            if self.dev.progress() == 0 {
+                std::thread::yield_now();
+            }
+        }
+    }
+    /// The service number.
+    pub fn service(&self) -> u32 {
+        self.service
+    }
+}
+
+impl Drop for Listener {
+    fn drop(&mut self) {
+        self.dev.inner.lock().unlisten(self.service);
+    }
+}

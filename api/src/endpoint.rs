@@ -1,0 +1,114 @@
+//! Endpoints: page-aligned regions remote operations may touch, addressed by offset.
+
+use std::sync::Arc;
+
+use deposit_transport::mem::{Backing, EndpointMemory};
+use deposit_transport::tables::{EndpointId, Rights};
+
+use crate::device::DeviceInner;
+use crate::Error;
+
+/// A local endpoint. Remote peers address it by offset through a connection; the
+/// application reads and writes it here. Remote deposits may land at any moment, so
+/// access goes through copies, never through a Rust reference into the memory.
+#[derive(Clone)]
+pub struct Endpoint(pub(crate) Arc<EpInner>);
+
+pub(crate) struct EpInner {
+    pub(crate) dev: Arc<DeviceInner>,
+    pub(crate) id: EndpointId,
+    pub(crate) mem: Arc<EndpointMemory>,
+    /// Start of this endpoint inside `mem` (nested endpoints share memory).
+    pub(crate) offset: usize,
+    pub(crate) len: usize,
+    pub(crate) rights: Rights,
+}
+
+impl std::fmt::Debug for Endpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Endpoint")
+            .field("id", &self.0.id)
+            .field("len", &self.0.len)
+            .field("rights", &self.0.rights)
+            .field("backing", &self.0.mem.backing())
+            .finish()
+    }
+}
+
+impl Endpoint {
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.0.len
+    }
+    pub fn is_empty(&self) -> bool {
+        self.0.len == 0
+    }
+    /// Rights remote peers have.
+    pub fn rights(&self) -> Rights {
+        self.0.rights
+    }
+    /// Hugepages, ordinary pages or a registered application buffer.
+    pub fn backing(&self) -> Backing {
+        self.0.mem.backing()
+    }
+    /// Local endpoint number.
+    pub fn id(&self) -> u32 {
+        self.0.id.0
+    }
+    /// Host address of offset 0 (for applications that manage the memory themselves).
+    pub fn as_ptr(&self) -> *mut u8 {
+        // SAFETY-free: pointer arithmetic inside the allocation.
+        self.0.mem.as_ptr().wrapping_add(self.0.offset)
+    }
+
+    fn check(&self, off: usize, len: usize) -> Result<usize, Error> {
+        match off.checked_add(len) {
+            Some(end) if end <= self.0.len => Ok(self.0.offset + off),
+            _ => Err(Error::InvalidArgument(format!(
+                "range {off}+{len} outside endpoint of {} bytes",
+                self.0.len
+            ))),
+        }
+    }
+
+    /// Copies bytes out of the endpoint.
+    pub fn read(&self, off: usize, dst: &mut [u8]) -> Result<(), Error> {
+        let at = self.check(off, dst.len())?;
+        Ok(self.0.mem.read(at, dst)?)
+    }
+    /// Copies bytes into the endpoint.
+    pub fn write(&self, off: usize, src: &[u8]) -> Result<(), Error> {
+        let at = self.check(off, src.len())?;
+        Ok(self.0.mem.write(at, src)?)
+    }
+    /// Fills a range with one byte.
+    pub fn fill(&self, off: usize, len: usize, byte: u8) -> Result<(), Error> {
+        let at = self.check(off, len)?;
+        Ok(self.0.mem.fill(at, len, byte)?)
+    }
+    /// Volatile load of one byte (poll for the last byte of a deposit, as
+    /// ib_write_lat does: deposits store their last byte last).
+    #[inline]
+    pub fn load_u8(&self, off: usize) -> Result<u8, Error> {
+        let at = self.check(off, 1)?;
+        Ok(self.0.mem.load_u8(at)?)
+    }
+    /// Volatile load of a native-endian u64.
+    pub fn load_u64(&self, off: usize) -> Result<u64, Error> {
+        let at = self.check(off, 8)?;
+        Ok(self.0.mem.load_u64(at)?)
+    }
+    /// Drives progress (inline mode) — convenient inside a polling loop.
+    #[inline]
+    pub fn progress(&self) {
+        self.0.dev.progress();
+    }
+}
+
+impl Drop for EpInner {
+    fn drop(&mut self) {
+        // The last application handle is gone: remote operations on connections bound
+        // to this endpoint are refused from now on.
+        self.dev.lock().endpoints.remove(self.id);
+    }
+}

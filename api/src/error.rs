@@ -1,0 +1,32 @@
+//! Errors of the API: typed, saying what was wrong and with which value.
+
+use deposit_transport::cm::{CmError, RejectReason};
+use deposit_transport::connection::ConnState;
+use deposit_transport::mem::MemError;
+use deposit_transport::port::PortError;
+use deposit_transport::tables::TableError;
+
+/// Everything an API call can refuse.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(transparent)]
+    Port(#[from] PortError),
+    #[error(transparent)]
+    Memory(#[from] MemError),
+    #[error(transparent)]
+    Table(#[from] TableError),
+    #[error(transparent)]
+    Cm(#[from] CmError),
+    #[error("connection refused: {0}")]
+    Rejected(RejectReason),
+    #[error("timed out after {0:?} waiting for {1}")]
+    Timeout(std::time::Duration, &'static str),
+    #[error("send queue full ({depth} work requests outstanding); poll the completion queue")]
+    SendQueueFull { depth: usize },
+    #[error("connection is {0:?}; posting is refused")]
+    NotConnected(ConnState),
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+    #[error("the endpoint belongs to another device")]
+    ForeignEndpoint,
+}

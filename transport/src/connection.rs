@@ -1,0 +1,388 @@
+//! The connection table and what a connection shares with the application.
+//!
+//! A connection entry holds what DESIGN.md §3 lists: the endpoint incoming operations
+//! act on, the state, the peer's node, connection number and key, and the
+//! send/receive sequence state. The application side sees only [`ConnShared`]: the
+//! send queue it posts work requests into (single producer, lock free), the arrival
+//! counter it may poll (MINI's PDU count) and the state.
+//!
+//! Connection numbers, keys and initial sequence numbers come from the OS random
+//! source, never from counters (ReDMArk).
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::Arc;
+
+use crossbeam::queue::ArrayQueue;
+
+use crate::oplogic::RemoteStatus;
+use crate::tables::{EndpointId, NodeId};
+
+/// Status of a completed work request (verbs names where the idea is the same).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum WcStatus {
+    Success = 0,
+    /// Local source range outside its endpoint.
+    LocalProtectionError,
+    /// Bounds or rights violation at the receiver.
+    RemoteAccessError,
+    /// The receiver could not execute the operation (unknown opcode, bad length, bad
+    /// check byte).
+    RemoteOperationError,
+    /// The receiver refused the request as malformed.
+    RemoteInvalidRequest,
+    /// The receiver hit a fault its host must repair (page not present).
+    RemotePageFault,
+    /// No acknowledgement after the configured number of retransmissions.
+    RetryExceeded,
+    /// The connection went to error or was closed before this request ran.
+    Flushed,
+}
+
+impl WcStatus {
+    /// The completion status for a remote status code from a NAK.
+    pub fn from_remote(s: RemoteStatus) -> WcStatus {
+        match s {
+            RemoteStatus::Ok => WcStatus::Success,
+            RemoteStatus::RemoteAccessError => WcStatus::RemoteAccessError,
+            RemoteStatus::RemoteOperationError => WcStatus::RemoteOperationError,
+            RemoteStatus::PageFault => WcStatus::RemotePageFault,
+            _ => WcStatus::RemoteInvalidRequest,
+        }
+    }
+    pub fn is_ok(self) -> bool {
+        self == WcStatus::Success
+    }
+}
+
+/// Work request operations.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WrOpcode {
+    /// Write `len` bytes at the remote endpoint offset.
+    Write,
+    /// Write the inline 32-byte block under an 8-bit word mask.
+    WriteMasked { mask: u8 },
+}
+
+/// Where a work request's data comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Source {
+    /// Up to 32 bytes carried in the work request itself.
+    Inline([u8; 32]),
+    /// A range of a local endpoint (like a verbs local memory region); it must stay
+    /// unchanged until the request completes, since retransmission reads it again.
+    Endpoint { id: EndpointId, offset: u64 },
+}
+
+/// Work request flag: generate a completion on success (errors always complete).
+pub const WR_SIGNALED: u8 = 0x01;
+
+/// A work request: the seed's send registers, posted by the "go".
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WorkRequest {
+    pub wr_id: u64,
+    pub opcode: WrOpcode,
+    pub flags: u8,
+    pub remote_offset: u32,
+    pub len: u32,
+    pub source: Source,
+}
+
+/// A completion, as polled from a completion queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Completion {
+    pub wr_id: u64,
+    pub status: WcStatus,
+    pub opcode: WrOpcode,
+    pub byte_len: u32,
+    /// Local number of the connection the request was posted on.
+    pub conn: u32,
+}
+
+/// A completion queue shared between the worker (producer) and the application.
+pub struct CqShared {
+    pub queue: ArrayQueue<Completion>,
+    /// Completions lost because the queue was full (a sizing error: make it at least
+    /// as deep as the work requests that can be outstanding).
+    pub overflows: AtomicU64,
+}
+
+impl CqShared {
+    pub fn new(depth: usize) -> Arc<CqShared> {
+        Arc::new(CqShared {
+            queue: ArrayQueue::new(depth.max(1)),
+            overflows: AtomicU64::new(0),
+        })
+    }
+    #[inline]
+    pub fn push(&self, c: Completion) {
+        if self.queue.push(c).is_err() {
+            self.overflows.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Connection states (DESIGN.md §3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum ConnState {
+    Connecting = 0,
+    Normal = 1,
+    Error = 2,
+    Closed = 3,
+    /// Connection attempt refused or timed out.
+    Failed = 4,
+}
+
+impl ConnState {
+    fn from_u8(v: u8) -> ConnState {
+        match v {
+            0 => ConnState::Connecting,
+            1 => ConnState::Normal,
+            2 => ConnState::Error,
+            3 => ConnState::Closed,
+            _ => ConnState::Failed,
+        }
+    }
+}
+
+/// What the application shares with the worker for one connection.
+pub struct ConnShared {
+    /// Local connection number.
+    pub number: u32,
+    /// Work requests posted by the application (single producer: the owner of the
+    /// `deposit::Connection`).
+    pub sq: ArrayQueue<WorkRequest>,
+    pub cq: Arc<CqShared>,
+    /// Messages (work requests) that arrived complete on this connection.
+    pub arrivals: AtomicU64,
+    state: AtomicU8,
+    /// Why a connect failed (a `cm::RejectReason` code, 0 = timeout).
+    pub fail_reason: AtomicU8,
+    /// Peer's connection number, valid once Normal.
+    pub peer_conn: AtomicU64,
+}
+
+impl ConnShared {
+    pub fn new(number: u32, sq_depth: usize, cq: Arc<CqShared>) -> Arc<ConnShared> {
+        Arc::new(ConnShared {
+            number,
+            sq: ArrayQueue::new(sq_depth.max(1)),
+            cq,
+            arrivals: AtomicU64::new(0),
+            state: AtomicU8::new(ConnState::Connecting as u8),
+            fail_reason: AtomicU8::new(0),
+            peer_conn: AtomicU64::new(0),
+        })
+    }
+    pub fn state(&self) -> ConnState {
+        ConnState::from_u8(self.state.load(Ordering::Acquire))
+    }
+    pub fn set_state(&self, s: ConnState) {
+        self.state.store(s as u8, Ordering::Release);
+    }
+}
+
+/// A posted work request in flight: its messages take sequence numbers
+/// `first_seq .. first_seq + segments`.
+#[derive(Debug, Clone, Copy)]
+pub struct Pending {
+    pub wr: WorkRequest,
+    pub first_seq: u32,
+    pub segments: u32,
+    /// First error a NAK reported for one of its messages.
+    pub status: WcStatus,
+}
+
+/// Sequence comparison modulo 2^32.
+#[inline]
+pub fn seq_lt(a: u32, b: u32) -> bool {
+    (a.wrapping_sub(b) as i32) < 0
+}
+
+/// Most NAKs remembered between two acknowledgement frames.
+pub const MAX_PENDING_NAKS: usize = 32;
+
+/// The worker's entry for one connection.
+pub struct Connection {
+    pub number: u32,
+    pub key: u64,
+    /// Endpoint that incoming operations act on.
+    pub endpoint: EndpointId,
+    pub peer: NodeId,
+    pub peer_conn: u32,
+    pub peer_key: u64,
+    pub state: ConnState,
+    pub shared: Arc<ConnShared>,
+    /// Largest payload of one message (so one message fits one frame).
+    pub segment_max: u32,
+
+    // Receive side.
+    /// Next message sequence number expected from the peer.
+    pub rx_expected: u32,
+    pub ack_pending: bool,
+    pub naks: [(u32, RemoteStatus); MAX_PENDING_NAKS],
+    pub nnaks: usize,
+
+    // Send side.
+    /// Sequence number of the next new message.
+    pub tx_next: u32,
+    /// Everything before this is acknowledged by the peer.
+    pub tx_acked: u32,
+    /// Next message to (re)transmit.
+    pub tx_cursor: u32,
+    /// Highest sequence number sent so far (plus one): below it, sends are retransmissions.
+    pub tx_sent_max: u32,
+    pub inflight: VecDeque<Pending>,
+    /// Most messages in flight (unacknowledged).
+    pub window: u32,
+    /// TSC of the last acknowledgement progress (or first send after idle).
+    pub last_progress: u64,
+    pub retries: u32,
+
+    // Connection management.
+    /// Connect request id and retry state while Connecting / closing.
+    pub cm_request: u32,
+    pub cm_deadline: u64,
+    pub cm_next_retry: u64,
+    pub cm_tries: u32,
+    pub service: u32,
+    pub closing: bool,
+}
+
+impl Connection {
+    /// Messages needed for a work request of `len` bytes.
+    #[inline]
+    pub fn segments_for(&self, len: u32) -> u32 {
+        len.div_ceil(self.segment_max).max(1)
+    }
+
+    /// Index in `inflight` and segment within it of sequence number `seq`.
+    pub fn locate(&self, seq: u32) -> Option<(usize, u32)> {
+        let front = self.inflight.front()?;
+        let mut off = seq.wrapping_sub(front.first_seq);
+        for (i, p) in self.inflight.iter().enumerate() {
+            if off < p.segments {
+                return Some((i, off));
+            }
+            off -= p.segments;
+        }
+        None
+    }
+
+    pub fn push_nak(&mut self, seq: u32, status: RemoteStatus) -> bool {
+        if self.nnaks == MAX_PENDING_NAKS {
+            return false;
+        }
+        self.naks[self.nnaks] = (seq, status);
+        self.nnaks += 1;
+        true
+    }
+}
+
+/// Connection table: slots plus a map from the (random) connection number.
+#[derive(Default)]
+pub struct ConnTable {
+    slots: Vec<Option<Connection>>,
+    by_number: HashMap<u32, usize>,
+    free: Vec<usize>,
+}
+
+impl ConnTable {
+    pub fn new() -> Self {
+        Self::default()
+    }
+    pub fn len(&self) -> usize {
+        self.by_number.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.by_number.is_empty()
+    }
+    pub fn contains(&self, number: u32) -> bool {
+        self.by_number.contains_key(&number)
+    }
+    pub fn insert(&mut self, c: Connection) -> usize {
+        let n = c.number;
+        let slot = match self.free.pop() {
+            Some(s) => {
+                self.slots[s] = Some(c);
+                s
+            }
+            None => {
+                self.slots.push(Some(c));
+                self.slots.len() - 1
+            }
+        };
+        self.by_number.insert(n, slot);
+        slot
+    }
+    #[inline]
+    pub fn slot_of(&self, number: u32) -> Option<usize> {
+        self.by_number.get(&number).copied()
+    }
+    #[inline]
+    pub fn get_mut(&mut self, slot: usize) -> Option<&mut Connection> {
+        self.slots.get_mut(slot).and_then(|s| s.as_mut())
+    }
+    pub fn get(&self, slot: usize) -> Option<&Connection> {
+        self.slots.get(slot).and_then(|s| s.as_ref())
+    }
+    pub fn remove(&mut self, number: u32) -> Option<Connection> {
+        let slot = self.by_number.remove(&number)?;
+        self.free.push(slot);
+        self.slots[slot].take()
+    }
+    /// Number of slots (live or free) — iterate 0..slots() with get_mut.
+    pub fn slots(&self) -> usize {
+        self.slots.len()
+    }
+    pub fn iter(&self) -> impl Iterator<Item = &Connection> {
+        self.slots.iter().flatten()
+    }
+}
+
+/// A random nonzero u32 from the OS random source.
+pub fn random_u32() -> u32 {
+    loop {
+        let mut b = [0u8; 4];
+        getrandom::getrandom(&mut b).expect("OS random source");
+        let v = u32::from_ne_bytes(b);
+        if v != 0 {
+            return v;
+        }
+    }
+}
+
+/// A random nonzero u64 from the OS random source.
+pub fn random_u64() -> u64 {
+    loop {
+        let mut b = [0u8; 8];
+        getrandom::getrandom(&mut b).expect("OS random source");
+        let v = u64::from_ne_bytes(b);
+        if v != 0 {
+            return v;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sequence_comparison_wraps() {
+        assert!(seq_lt(1, 2));
+        assert!(!seq_lt(2, 2));
+        assert!(seq_lt(u32::MAX, 0));
+        assert!(!seq_lt(0, u32::MAX));
+    }
+
+    #[test]
+    fn random_numbers_are_not_sequential() {
+        let a = random_u32();
+        let b = random_u32();
+        assert_ne!(a.wrapping_add(1), b);
+        assert_ne!(random_u64(), 0);
+    }
+}

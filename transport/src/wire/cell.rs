@@ -1,0 +1,430 @@
+//! Cells: a 16-byte control part followed by a 32-byte data block; a message is a
+//! control part and `length` payload bytes spread over its data block and pure data
+//! cells (layout in the [module doc](super)).
+//!
+//! ```text
+//!  0: opcode | 1: word mask | 2: flags | 3: check (CRC-8 over 0..3 and 4..16)
+//!  4..8    operand
+//!  8..12   index
+//! 12..16   length (payload bytes after the control part)
+//! 16..48   data block
+//! ```
+//!
+//! The check byte lets a decoder trust the control fields before the frame's CRC32C has
+//! been verified; it never vouches for the payload.
+
+use super::{check_len, get_u32, set_u32, WireError, BLOCK_LEN, CELL_LEN, CONTROL_LEN};
+
+mod field {
+    use super::super::Field;
+
+    pub const OPCODE: usize = 0;
+    pub const MASK: usize = 1;
+    pub const FLAGS: usize = 2;
+    pub const CHECK: usize = 3;
+    /// Bytes the check byte covers before itself.
+    pub const CHECKED_HEAD: Field = 0..3;
+    /// Bytes the check byte covers after itself.
+    pub const CHECKED_TAIL: Field = 4..16;
+    pub const OPERAND: Field = 4..8;
+    pub const INDEX: Field = 8..12;
+    pub const LENGTH: Field = 12..16;
+}
+
+/// Operation codes carried in byte 0 of the control part.
+pub mod op {
+    /// No operation (padding).
+    pub const NOP: u8 = 0x00;
+    /// Write one 32-byte block under the 8-bit word mask: word i (4 bytes at
+    /// `operand + 4*i`) is written when mask bit i is set.
+    pub const WRITE_MASKED: u8 = 0x01;
+    /// Write `length` bytes at endpoint offset `operand` (multi-cell when > 32 bytes).
+    pub const WRITE: u8 = 0x02;
+    /// Connection management on connection 0 (see `cm`): connect request.
+    pub const CM_CONNECT_REQ: u8 = 0xE0;
+    /// Connection management: connect reply (accept).
+    pub const CM_CONNECT_REP: u8 = 0xE1;
+    /// Connection management: reject of a connect request.
+    pub const CM_REJECT: u8 = 0xE2;
+    /// Connection management: disconnect request.
+    pub const CM_DISCONNECT_REQ: u8 = 0xE3;
+    /// Connection management: disconnect reply.
+    pub const CM_DISCONNECT_REP: u8 = 0xE4;
+    /// Negative acknowledgement in an ACK frame: `operand` = message sequence number,
+    /// `index` = remote status code.
+    pub const NAK: u8 = 0xF0;
+}
+
+/// Flags in byte 2 of the control part.
+pub mod flags {
+    /// Last message (segment) of a work request: counts as one arrival.
+    pub const LAST: u8 = 0x01;
+}
+
+/// Cells a message with `length` payload bytes occupies: its control cell (whose data
+/// block takes the first 32 bytes) plus one pure data cell per further 48 bytes.
+#[inline]
+pub const fn cells_for(length: u32) -> usize {
+    if length as usize <= BLOCK_LEN {
+        1
+    } else {
+        // u64 so that a hostile u32::MAX cannot overflow on 32-bit targets either.
+        (1 + (length as u64 - BLOCK_LEN as u64).div_ceil(CELL_LEN as u64)) as usize
+    }
+}
+
+/// CRC-8, polynomial 0x07, not reflected, one table entry per byte value.
+const fn crc8_table() -> [u8; 256] {
+    let mut table = [0u8; 256];
+    let mut i = 0;
+    while i < 256 {
+        let mut c = i as u8;
+        let mut bit = 0;
+        while bit < 8 {
+            c = if c & 0x80 != 0 {
+                (c << 1) ^ 0x07
+            } else {
+                c << 1
+            };
+            bit += 1;
+        }
+        table[i] = c;
+        i += 1;
+    }
+    table
+}
+
+static CRC8_TABLE: [u8; 256] = crc8_table();
+
+/// Continues a CRC-8 (polynomial 0x07, no reflection, no final xor) from `crc` over
+/// `data`; start with 0.
+#[inline]
+pub fn crc8(crc: u8, data: &[u8]) -> u8 {
+    data.iter().fold(crc, |c, &b| CRC8_TABLE[(c ^ b) as usize])
+}
+
+/// A view of a control part (the buffer may extend past its 16 bytes, e.g. into the
+/// cell's data block).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ControlPacket<T: AsRef<[u8]>> {
+    buffer: T,
+}
+
+impl<T: AsRef<[u8]>> ControlPacket<T> {
+    /// Wraps a buffer without checking its length; the accessors panic if it is shorter
+    /// than [`CONTROL_LEN`]. Use [`ControlPacket::new_checked`] for input from the wire.
+    #[inline]
+    pub const fn new_unchecked(buffer: T) -> Self {
+        ControlPacket { buffer }
+    }
+
+    /// Wraps a buffer that holds at least [`CONTROL_LEN`] bytes.
+    #[inline]
+    pub fn new_checked(buffer: T) -> Result<Self, WireError> {
+        check_len(buffer.as_ref(), CONTROL_LEN)?;
+        Ok(ControlPacket { buffer })
+    }
+
+    /// Returns the underlying buffer.
+    #[inline]
+    pub fn into_inner(self) -> T {
+        self.buffer
+    }
+
+    /// Operation code ([`op`]) or instruction pointer.
+    #[inline]
+    pub fn opcode(&self) -> u8 {
+        self.buffer.as_ref()[field::OPCODE]
+    }
+
+    /// 8-bit word mask.
+    #[inline]
+    pub fn mask(&self) -> u8 {
+        self.buffer.as_ref()[field::MASK]
+    }
+
+    /// Control flags ([`flags`]).
+    #[inline]
+    pub fn flags(&self) -> u8 {
+        self.buffer.as_ref()[field::FLAGS]
+    }
+
+    /// Check byte as carried.
+    #[inline]
+    pub fn check(&self) -> u8 {
+        self.buffer.as_ref()[field::CHECK]
+    }
+
+    /// 32-bit operand.
+    #[inline]
+    pub fn operand(&self) -> u32 {
+        get_u32(self.buffer.as_ref(), field::OPERAND)
+    }
+
+    /// Index field (names three registers).
+    #[inline]
+    pub fn index(&self) -> u32 {
+        get_u32(self.buffer.as_ref(), field::INDEX)
+    }
+
+    /// Payload bytes that follow the control part.
+    #[inline]
+    pub fn length(&self) -> u32 {
+        get_u32(self.buffer.as_ref(), field::LENGTH)
+    }
+
+    /// The check byte the control fields call for.
+    #[inline]
+    pub fn compute_check(&self) -> u8 {
+        let data = self.buffer.as_ref();
+        crc8(
+            crc8(0, &data[field::CHECKED_HEAD]),
+            &data[field::CHECKED_TAIL],
+        )
+    }
+
+    /// Whether the check byte matches the control fields.
+    #[inline]
+    pub fn check_ok(&self) -> bool {
+        self.compute_check() == self.check()
+    }
+}
+
+impl<T: AsRef<[u8]> + AsMut<[u8]>> ControlPacket<T> {
+    /// Sets the operation code.
+    #[inline]
+    pub fn set_opcode(&mut self, v: u8) {
+        self.buffer.as_mut()[field::OPCODE] = v;
+    }
+
+    /// Sets the word mask.
+    #[inline]
+    pub fn set_mask(&mut self, v: u8) {
+        self.buffer.as_mut()[field::MASK] = v;
+    }
+
+    /// Sets the control flags.
+    #[inline]
+    pub fn set_flags(&mut self, v: u8) {
+        self.buffer.as_mut()[field::FLAGS] = v;
+    }
+
+    /// Sets the check byte as given (see [`ControlPacket::fill_check`]).
+    #[inline]
+    pub fn set_check(&mut self, v: u8) {
+        self.buffer.as_mut()[field::CHECK] = v;
+    }
+
+    /// Sets the operand.
+    #[inline]
+    pub fn set_operand(&mut self, v: u32) {
+        set_u32(self.buffer.as_mut(), field::OPERAND, v);
+    }
+
+    /// Sets the index field.
+    #[inline]
+    pub fn set_index(&mut self, v: u32) {
+        set_u32(self.buffer.as_mut(), field::INDEX, v);
+    }
+
+    /// Sets the payload length.
+    #[inline]
+    pub fn set_length(&mut self, v: u32) {
+        set_u32(self.buffer.as_mut(), field::LENGTH, v);
+    }
+
+    /// Computes the check byte from the control fields and stores it.
+    #[inline]
+    pub fn fill_check(&mut self) {
+        let c = self.compute_check();
+        self.set_check(c);
+    }
+}
+
+/// The control part of a cell, decoded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
+pub struct ControlRepr {
+    /// Operation code ([`op`]) or instruction pointer.
+    pub opcode: u8,
+    /// 8-bit word mask.
+    pub mask: u8,
+    /// Control flags ([`flags`]).
+    pub flags: u8,
+    /// 32-bit operand.
+    pub operand: u32,
+    /// Index field (names three registers).
+    pub index: u32,
+    /// Bytes of payload that follow the control part (in its data block and the pure
+    /// data cells after it).
+    pub length: u32,
+}
+
+impl ControlRepr {
+    /// Decodes a control part; fails with [`WireError::BadCheck`] when the check byte
+    /// does not match the fields.
+    #[inline]
+    pub fn parse<T: AsRef<[u8]>>(packet: &ControlPacket<T>) -> Result<Self, WireError> {
+        check_len(packet.buffer.as_ref(), CONTROL_LEN)?;
+        let expected = packet.compute_check();
+        if expected != packet.check() {
+            return Err(WireError::BadCheck {
+                expected,
+                got: packet.check(),
+            });
+        }
+        Ok(ControlRepr {
+            opcode: packet.opcode(),
+            mask: packet.mask(),
+            flags: packet.flags(),
+            operand: packet.operand(),
+            index: packet.index(),
+            length: packet.length(),
+        })
+    }
+
+    /// Writes the control part and its check byte. The packet must hold
+    /// [`CONTROL_LEN`] bytes.
+    #[inline]
+    pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, packet: &mut ControlPacket<T>) {
+        packet.set_opcode(self.opcode);
+        packet.set_mask(self.mask);
+        packet.set_flags(self.flags);
+        packet.set_operand(self.operand);
+        packet.set_index(self.index);
+        packet.set_length(self.length);
+        packet.fill_check();
+    }
+
+    /// Cells the message this control part starts occupies ([`cells_for`]).
+    #[inline]
+    pub const fn cells(&self) -> usize {
+        cells_for(self.length)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Bit-at-a-time CRC-8, the definition the table must agree with.
+    fn crc8_reference(data: &[u8]) -> u8 {
+        let mut c = 0u8;
+        for &b in data {
+            c ^= b;
+            for _ in 0..8 {
+                c = if c & 0x80 != 0 {
+                    (c << 1) ^ 0x07
+                } else {
+                    c << 1
+                };
+            }
+        }
+        c
+    }
+
+    #[rustfmt::skip]
+    const BYTES: [u8; 16] = [
+        0x02, 0xff, 0x01, 0x4b,  // WRITE, mask, LAST, check
+        0x00, 0x00, 0x10, 0x00,  // operand 4096
+        0x00, 0x01, 0x02, 0x03,  // index
+        0x00, 0x00, 0x00, 0x64,  // length 100
+    ];
+
+    fn repr() -> ControlRepr {
+        ControlRepr {
+            opcode: op::WRITE,
+            mask: 0xff,
+            flags: flags::LAST,
+            operand: 4096,
+            index: 0x0001_0203,
+            length: 100,
+        }
+    }
+
+    #[test]
+    fn crc8_matches_the_catalogue_check_value_and_the_bitwise_definition() {
+        // CRC-8/SMBUS: poly 0x07, init 0, check value over "123456789" is 0xF4.
+        assert_eq!(crc8(0, b"123456789"), 0xf4);
+        let bytes: Vec<u8> = (0..=255u8).collect();
+        for n in 0..bytes.len() {
+            assert_eq!(crc8(0, &bytes[..n]), crc8_reference(&bytes[..n]));
+        }
+    }
+
+    #[test]
+    fn hand_built_control_part_parses_and_emits_the_same_bytes() {
+        let mut covered = BYTES[..3].to_vec();
+        covered.extend_from_slice(&BYTES[4..]);
+        assert_eq!(crc8_reference(&covered), BYTES[3]);
+
+        let packet = ControlPacket::new_checked(&BYTES[..]).unwrap();
+        assert!(packet.check_ok());
+        assert_eq!(ControlRepr::parse(&packet), Ok(repr()));
+        let mut out = [0u8; 16];
+        repr().emit(&mut ControlPacket::new_unchecked(&mut out[..]));
+        assert_eq!(out, BYTES);
+    }
+
+    #[test]
+    fn check_byte_mismatch_is_rejected_with_both_values() {
+        let mut bytes = BYTES;
+        bytes[3] ^= 0x10;
+        assert_eq!(
+            ControlRepr::parse(&ControlPacket::new_unchecked(&bytes[..])),
+            Err(WireError::BadCheck {
+                expected: 0x4b,
+                got: 0x5b
+            })
+        );
+    }
+
+    #[test]
+    fn every_single_bit_flip_in_the_control_part_breaks_the_check() {
+        for bit in 0..CONTROL_LEN * 8 {
+            let mut bytes = BYTES;
+            bytes[bit / 8] ^= 1 << (bit % 8);
+            let packet = ControlPacket::new_unchecked(&bytes[..]);
+            assert!(!packet.check_ok(), "bit {bit}");
+            assert!(matches!(
+                ControlRepr::parse(&packet),
+                Err(WireError::BadCheck { .. })
+            ));
+        }
+    }
+
+    #[test]
+    fn short_control_part_is_truncated() {
+        for len in 0..CONTROL_LEN {
+            assert_eq!(
+                ControlPacket::new_checked(&BYTES[..len]).err(),
+                Some(WireError::Truncated {
+                    needed: 16,
+                    got: len
+                })
+            );
+            assert!(ControlRepr::parse(&ControlPacket::new_unchecked(&BYTES[..len])).is_err());
+        }
+    }
+
+    #[test]
+    fn cells_for_counts_the_control_block_then_whole_data_cells() {
+        assert_eq!(cells_for(0), 1);
+        assert_eq!(cells_for(1), 1);
+        assert_eq!(cells_for(32), 1);
+        assert_eq!(cells_for(33), 2);
+        assert_eq!(cells_for(80), 2);
+        assert_eq!(cells_for(81), 3);
+        assert_eq!(cells_for(100), 3);
+        assert_eq!(
+            cells_for(u32::MAX),
+            1 + (u32::MAX as usize - 32).div_ceil(48)
+        );
+        assert_eq!(repr().cells(), 3);
+        // The payload of n cells ends exactly at the last cell's end.
+        for n in 1..100usize {
+            let max = (n * CELL_LEN - CONTROL_LEN) as u32;
+            assert_eq!(cells_for(max), n);
+            assert_eq!(cells_for(max + 1), n + 1);
+        }
+    }
+}

@@ -1,0 +1,775 @@
+//! Whole frames: validation of a received frame ([`FrameView`]), iteration over its
+//! messages ([`Messages`]), and building a frame in place ([`FrameWriter`]).
+//!
+//! ```text
+//! | underlay 42 | transport header 32 | cell 0 | cell 1 | ... | cell N-1 | CRC32C 4 |
+//!                \________________ CRC32C covers _________________________/
+//! ```
+//!
+//! Both directions are on the per-frame fast path: no allocation, no copies beyond the
+//! payload's own `copy_from_slice`, and the only per-byte work is the (hardware)
+//! CRC32C and the CRC-8 of each control part. Nothing here panics on input from the
+//! wire: a bad frame is a [`WireError`].
+
+use super::underlay::{ETH_HEADER_LEN, IP_HEADER_LEN, UDP_HEADER_LEN};
+use super::{
+    cells_for, ControlPacket, ControlRepr, TransportPacket, TransportRepr, UnderlayPacket,
+    UnderlayRepr, WireError, CELL_LEN, CONTROL_LEN, CRC_LEN, FRAME_OVERHEAD, HEADER_LEN, MAX_CELLS,
+    UNDERLAY_LEN,
+};
+
+/// Bytes of a frame of `cells` cells: [`FRAME_OVERHEAD`] + 48 per cell.
+#[inline]
+pub const fn frame_len(cells: usize) -> usize {
+    FRAME_OVERHEAD + CELL_LEN * cells
+}
+
+/// Most cells a frame of at most `frame_size` bytes can carry (0 when even an empty
+/// frame does not fit); never more than [`MAX_CELLS`], the IPv4 total-length limit.
+#[inline]
+pub const fn max_cells(frame_size: usize) -> usize {
+    if frame_size < FRAME_OVERHEAD {
+        return 0;
+    }
+    let n = (frame_size - FRAME_OVERHEAD) / CELL_LEN;
+    if n < MAX_CELLS {
+        n
+    } else {
+        MAX_CELLS
+    }
+}
+
+/// Smallest IPv4 total length of a deposit frame (no cells).
+const MIN_IP_TOTAL: u16 = (IP_HEADER_LEN + UDP_HEADER_LEN + HEADER_LEN + CRC_LEN) as u16;
+
+/// A received frame that passed every check; its cells are borrowed from the buffer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FrameView<'a> {
+    /// Addresses of the underlay.
+    pub underlay: UnderlayRepr,
+    /// The transport header.
+    pub header: TransportRepr,
+    /// `header.cells` cells, exactly.
+    cells: &'a [u8],
+}
+
+impl<'a> FrameView<'a> {
+    /// Validates everything: lengths (buffer vs IPv4 total length vs UDP length vs cell
+    /// count), ethertype, IP version/IHL/fragmentation/protocol, IP header checksum, UDP
+    /// destination port (and a non-zero UDP checksum), the CRC32C, then the transport
+    /// version. Extra trailing bytes after the IP total length (Ethernet padding) are
+    /// allowed. The control parts' check bytes are checked by [`FrameView::messages`].
+    pub fn parse(buf: &'a [u8]) -> Result<FrameView<'a>, WireError> {
+        let packet = UnderlayPacket::new_checked(buf)?;
+        let underlay = UnderlayRepr::parse(&packet)?;
+        let total = packet.ip_total_len();
+        if total < MIN_IP_TOTAL {
+            return Err(WireError::BadIpLength {
+                total,
+                min: MIN_IP_TOTAL,
+            });
+        }
+        // UnderlayRepr::parse checked that the buffer holds the whole IPv4 packet, and
+        // total >= MIN_IP_TOTAL leaves room for header and CRC in its UDP payload.
+        let end = ETH_HEADER_LEN + total as usize;
+        let datagram = buf.get(UNDERLAY_LEN..end).ok_or(WireError::Truncated {
+            needed: end,
+            got: buf.len(),
+        })?;
+        let (covered, trailer) = datagram.split_at(datagram.len() - CRC_LEN);
+        let got = u32::from_be_bytes(super::array(trailer, 0..CRC_LEN));
+        let expected = crc32c::crc32c(covered);
+        if expected != got {
+            return Err(WireError::BadCrc { expected, got });
+        }
+        let header = TransportRepr::parse(&TransportPacket::new_checked(covered)?)?;
+        let cells = covered.get(HEADER_LEN..).unwrap_or(&[]);
+        if cells.len() != header.cells as usize * CELL_LEN {
+            return Err(WireError::BadCellCount {
+                cells: header.cells,
+                bytes: cells.len(),
+            });
+        }
+        Ok(FrameView {
+            underlay,
+            header,
+            cells,
+        })
+    }
+
+    /// The frame's messages, in order.
+    #[inline]
+    pub fn messages(&self) -> Messages<'a> {
+        Messages {
+            cells: self.cells,
+            offset: 0,
+            done: false,
+        }
+    }
+
+    /// The cells, `48 * header.cells` bytes.
+    #[inline]
+    pub fn cells(&self) -> &'a [u8] {
+        self.cells
+    }
+}
+
+/// One message of a frame: a checked control part and its payload.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Message<'a> {
+    /// The control part (its check byte verified).
+    pub control: ControlRepr,
+    /// Exactly `control.length` bytes.
+    pub payload: &'a [u8],
+    /// Index in the frame of the message's control cell.
+    pub first_cell: u16,
+}
+
+/// Iterator over the messages of a [`FrameView`].
+///
+/// Yields `Ok(Message)` per message; on a bad check byte or a message whose cells run
+/// past the frame it yields one `Err` ([`WireError::BadCheck`] /
+/// [`WireError::Truncated`]) and then stops: without a trustworthy length there is no
+/// way to find the next control cell.
+#[derive(Debug, Clone)]
+pub struct Messages<'a> {
+    cells: &'a [u8],
+    /// Byte offset of the next control cell.
+    offset: usize,
+    done: bool,
+}
+
+impl<'a> Messages<'a> {
+    fn decode(&self) -> Result<Message<'a>, WireError> {
+        let rest = self.cells.get(self.offset..).unwrap_or(&[]);
+        let control = ControlRepr::parse(&ControlPacket::new_checked(rest)?)?;
+        let needed = control.cells();
+        let room = rest.len() / CELL_LEN;
+        if needed > room {
+            return Err(WireError::Truncated {
+                needed: needed.saturating_mul(CELL_LEN),
+                got: rest.len(),
+            });
+        }
+        // needed <= room, so CONTROL_LEN + length <= needed * CELL_LEN <= rest.len().
+        let payload = rest
+            .get(CONTROL_LEN..CONTROL_LEN + control.length as usize)
+            .ok_or(WireError::Truncated {
+                needed: CONTROL_LEN + control.length as usize,
+                got: rest.len(),
+            })?;
+        Ok(Message {
+            control,
+            payload,
+            first_cell: (self.offset / CELL_LEN) as u16,
+        })
+    }
+}
+
+impl<'a> Iterator for Messages<'a> {
+    type Item = Result<Message<'a>, WireError>;
+
+    #[inline]
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.done || self.offset >= self.cells.len() {
+            return None;
+        }
+        let item = self.decode();
+        match &item {
+            Ok(m) => self.offset += m.control.cells() * CELL_LEN,
+            Err(_) => self.done = true,
+        }
+        Some(item)
+    }
+}
+
+impl core::iter::FusedIterator for Messages<'_> {}
+
+/// Builds a frame in place: underlay and header first, then messages, then
+/// [`FrameWriter::finish`] patches the lengths and checksums and appends the CRC32C.
+#[derive(Debug)]
+pub struct FrameWriter<'a> {
+    buf: &'a mut [u8],
+    cells: usize,
+    max_cells: usize,
+}
+
+impl<'a> FrameWriter<'a> {
+    /// Starts a frame in `buf` (its length is the maximum frame size); writes the
+    /// underlay and header (`header.cells` is ignored: the cell count is patched by
+    /// `finish`). Fails with [`WireError::BufferTooSmall`] when not even an empty frame
+    /// fits.
+    pub fn new(
+        buf: &'a mut [u8],
+        underlay: &UnderlayRepr,
+        header: &TransportRepr,
+    ) -> Result<Self, WireError> {
+        if buf.len() < FRAME_OVERHEAD {
+            return Err(WireError::BufferTooSmall {
+                needed: FRAME_OVERHEAD,
+                got: buf.len(),
+            });
+        }
+        underlay.emit(
+            &mut UnderlayPacket::new_unchecked(&mut buf[..UNDERLAY_LEN]),
+            0,
+        );
+        let header = TransportRepr {
+            cells: 0,
+            ..*header
+        };
+        header.emit(&mut TransportPacket::new_unchecked(
+            &mut buf[UNDERLAY_LEN..UNDERLAY_LEN + HEADER_LEN],
+        ));
+        let max_cells = max_cells(buf.len());
+        Ok(FrameWriter {
+            buf,
+            cells: 0,
+            max_cells,
+        })
+    }
+
+    /// Cells written so far.
+    #[inline]
+    pub fn cells(&self) -> u16 {
+        self.cells as u16
+    }
+
+    /// Cells that still fit before the CRC.
+    #[inline]
+    pub fn room_cells(&self) -> usize {
+        self.max_cells - self.cells
+    }
+
+    /// Whether a message with `length` payload bytes would fit.
+    #[inline]
+    pub fn fits(&self, length: u32) -> bool {
+        cells_for(length) <= self.room_cells()
+    }
+
+    /// Appends a message. `payload.len()` must equal `control.length`, else
+    /// [`WireError::BadLength`]; [`WireError::NoRoom`] when its cells do not fit.
+    #[inline]
+    pub fn push(&mut self, control: &ControlRepr, payload: &[u8]) -> Result<(), WireError> {
+        if payload.len() != control.length as usize {
+            return Err(WireError::BadLength {
+                length: control.length,
+                payload: payload.len(),
+            });
+        }
+        self.push_with(control, |dst| dst.copy_from_slice(payload))
+    }
+
+    /// Like [`FrameWriter::push`], but `fill` writes the `control.length` payload bytes
+    /// in place (so data can be copied straight from endpoint memory into the frame).
+    /// `fill` must write every byte of the slice it is given: for speed the slice is not
+    /// cleared first, so bytes it skips keep whatever the buffer held. Padding after the
+    /// payload is zeroed here.
+    #[inline]
+    pub fn push_with(
+        &mut self,
+        control: &ControlRepr,
+        fill: impl FnOnce(&mut [u8]),
+    ) -> Result<(), WireError> {
+        let needed = control.cells();
+        let room = self.room_cells();
+        if needed > room {
+            return Err(WireError::NoRoom { needed, room });
+        }
+        let start = UNDERLAY_LEN + HEADER_LEN + self.cells * CELL_LEN;
+        let span = &mut self.buf[start..start + needed * CELL_LEN];
+        let (head, body) = span.split_at_mut(CONTROL_LEN);
+        control.emit(&mut ControlPacket::new_unchecked(head));
+        let (payload, padding) = body.split_at_mut(control.length as usize);
+        fill(payload);
+        padding.fill(0);
+        self.cells += needed;
+        Ok(())
+    }
+
+    /// Patches cell count, IPv4 total length and checksum and UDP length, appends the
+    /// CRC32C; returns the frame length in bytes.
+    pub fn finish(self) -> usize {
+        let len = frame_len(self.cells);
+        let buf = self.buf;
+        UnderlayPacket::new_unchecked(&mut buf[..UNDERLAY_LEN]).set_lengths(len - UNDERLAY_LEN);
+        TransportPacket::new_unchecked(&mut buf[UNDERLAY_LEN..UNDERLAY_LEN + HEADER_LEN])
+            .set_cell_count(self.cells as u16);
+        let crc = crc32c::crc32c(&buf[UNDERLAY_LEN..len - CRC_LEN]);
+        buf[len - CRC_LEN..len].copy_from_slice(&crc.to_be_bytes());
+        len
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{flags, hflags, op, UDP_PORT};
+    use super::*;
+
+    fn underlay() -> UnderlayRepr {
+        UnderlayRepr {
+            src_mac: [0x02, 0, 0, 0, 0, 0x01],
+            dst_mac: [0x02, 0, 0, 0, 0, 0x02],
+            src_ip: [192, 168, 7, 1],
+            dst_ip: [192, 168, 7, 2],
+            src_port: 0xc123,
+            dst_port: UDP_PORT,
+        }
+    }
+
+    fn header() -> TransportRepr {
+        TransportRepr {
+            flags: hflags::ACK,
+            cells: 0,
+            dst_conn: 17,
+            key: 0xfeed_face_cafe_beef,
+            seq: 1000,
+            ack: 77,
+            credits: 12,
+            src_conn: 5,
+        }
+    }
+
+    fn write(length: u32, operand: u32) -> ControlRepr {
+        ControlRepr {
+            opcode: op::WRITE,
+            mask: 0,
+            flags: 0,
+            operand,
+            index: 0,
+            length,
+        }
+    }
+
+    fn payload(len: usize, seed: u8) -> Vec<u8> {
+        (0..len)
+            .map(|i| seed.wrapping_add(i as u8).wrapping_mul(31))
+            .collect()
+    }
+
+    /// Five messages: 1 B, 32 B, 33 B, 100 B and a masked write; 1+1+2+3+1 = 8 cells.
+    fn messages() -> Vec<(ControlRepr, Vec<u8>)> {
+        let masked = ControlRepr {
+            opcode: op::WRITE_MASKED,
+            mask: 0b1010_0101,
+            flags: flags::LAST,
+            operand: 0x40,
+            index: 0x0102_0304,
+            length: 32,
+        };
+        vec![
+            (write(1, 0), payload(1, 1)),
+            (write(32, 64), payload(32, 2)),
+            (write(33, 128), payload(33, 3)),
+            (write(100, 256), payload(100, 4)),
+            (masked, payload(32, 5)),
+        ]
+    }
+
+    /// A frame of the five messages, in a buffer with garbage after it.
+    fn build() -> (Vec<u8>, usize) {
+        let mut buf = vec![0xa5u8; 1500];
+        let mut w = FrameWriter::new(&mut buf, &underlay(), &header()).unwrap();
+        for (c, p) in messages() {
+            w.push(&c, &p).unwrap();
+        }
+        assert_eq!(w.cells(), 8);
+        let len = w.finish();
+        (buf, len)
+    }
+
+    /// Tiny xorshift64 PRNG, so the fuzz-ish tests are deterministic without a crate.
+    struct XorShift(u64);
+
+    impl XorShift {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0
+        }
+
+        fn below(&mut self, n: usize) -> usize {
+            (self.next() % n as u64) as usize
+        }
+    }
+
+    /// Recomputes IPv4 checksum and CRC32C of a frame of `len` bytes, as a hostile
+    /// sender would, so that mutations reach the message decoder.
+    fn reseal(frame: &mut [u8], len: usize) {
+        let mut p = UnderlayPacket::new_unchecked(&mut frame[..]);
+        p.set_ip_checksum(0);
+        let c = p.compute_ip_checksum();
+        p.set_ip_checksum(c);
+        let crc = crc32c::crc32c(&frame[UNDERLAY_LEN..len - CRC_LEN]);
+        frame[len - CRC_LEN..len].copy_from_slice(&crc.to_be_bytes());
+    }
+
+    /// Parses and walks every message; must never panic.
+    fn walk(buf: &[u8]) -> Result<usize, WireError> {
+        let view = FrameView::parse(buf)?;
+        let mut n = 0;
+        for m in view.messages() {
+            let m = m?;
+            assert_eq!(m.payload.len(), m.control.length as usize);
+            n += 1;
+        }
+        Ok(n)
+    }
+
+    #[test]
+    fn written_frame_parses_back_byte_exact() {
+        let (buf, len) = build();
+        assert_eq!(len, frame_len(8));
+        let frame = &buf[..len];
+        let view = FrameView::parse(frame).unwrap();
+        assert_eq!(view.underlay, underlay());
+        assert_eq!(
+            view.header,
+            TransportRepr {
+                cells: 8,
+                ..header()
+            }
+        );
+        assert_eq!(view.cells().len(), 8 * CELL_LEN);
+
+        let got: Vec<Message> = view.messages().map(Result::unwrap).collect();
+        let want = messages();
+        assert_eq!(got.len(), want.len());
+        let first_cells = [0, 1, 2, 4, 7];
+        for ((m, (c, p)), first) in got.iter().zip(&want).zip(first_cells) {
+            assert_eq!(m.control, *c);
+            assert_eq!(m.payload, &p[..]);
+            assert_eq!(m.first_cell, first);
+        }
+
+        // Rebuild the bytes independently from the parsed parts: same frame.
+        let mut again = vec![0u8; len];
+        UnderlayRepr::emit(
+            &view.underlay,
+            &mut UnderlayPacket::new_unchecked(&mut again[..]),
+            len - 42,
+        );
+        view.header
+            .emit(&mut TransportPacket::new_unchecked(&mut again[42..74]));
+        let mut at = 74;
+        for m in &got {
+            m.control
+                .emit(&mut ControlPacket::new_unchecked(&mut again[at..at + 16]));
+            again[at + 16..at + 16 + m.payload.len()].copy_from_slice(m.payload);
+            at += m.control.cells() * CELL_LEN;
+        }
+        let crc = crc32c::crc32c(&again[42..len - 4]);
+        again[len - 4..].copy_from_slice(&crc.to_be_bytes());
+        assert_eq!(again, frame);
+    }
+
+    #[test]
+    fn written_frame_has_the_fixed_underlay_fields_and_zero_padding() {
+        let (buf, len) = build();
+        let p = UnderlayPacket::new_checked(&buf[..len]).unwrap();
+        assert_eq!(p.ethertype(), 0x0800);
+        assert_eq!(
+            (p.ip_version(), p.ip_ihl(), p.ip_ttl(), p.ip_protocol()),
+            (4, 5, 64, 17)
+        );
+        assert_eq!(p.ip_flags_frag(), 0x4000);
+        assert_eq!(p.ip_total_len() as usize, len - 14);
+        assert_eq!(p.udp_len() as usize, len - 34);
+        assert_eq!(p.udp_checksum(), 0);
+        assert!(p.ip_checksum_ok());
+        // The 1-byte message's data block: payload byte then 31 zero bytes.
+        assert!(buf[74 + 17..74 + 48].iter().all(|&b| b == 0));
+        // The 100-byte message (cells 4..7): 16 + 100 = 116 of 144 bytes used.
+        assert!(buf[74 + 4 * 48 + 116..74 + 7 * 48].iter().all(|&b| b == 0));
+        // The reserved header field is zero.
+        assert_eq!(
+            TransportPacket::new_checked(&buf[42..]).unwrap().reserved(),
+            0
+        );
+    }
+
+    #[test]
+    fn ethernet_padding_after_the_frame_is_ignored() {
+        let (buf, len) = build();
+        assert_eq!(walk(&buf[..len + 60]), Ok(5));
+        assert_eq!(walk(&buf), Ok(5));
+    }
+
+    #[test]
+    fn ack_only_frame_has_no_cells() {
+        let mut buf = [0u8; 200];
+        let len = FrameWriter::new(&mut buf, &underlay(), &header())
+            .unwrap()
+            .finish();
+        assert_eq!(len, FRAME_OVERHEAD);
+        let view = FrameView::parse(&buf[..len]).unwrap();
+        assert!(view.header.is_ack_only());
+        assert_eq!(view.messages().count(), 0);
+    }
+
+    #[test]
+    fn every_single_bit_flip_is_rejected_or_only_changes_unchecked_addresses() {
+        let (buf, len) = build();
+        let original = FrameView::parse(&buf[..len]).unwrap();
+        // No checksum covers the MAC addresses (Ethernet's FCS does, in the NIC) or the
+        // UDP source port (the UDP checksum is off): a flip there shows in the addresses.
+        let unchecked = |byte: usize| byte < 12 || (34..36).contains(&byte);
+        for bit in 0..len * 8 {
+            let mut frame = buf[..len].to_vec();
+            frame[bit / 8] ^= 1 << (bit % 8);
+            match FrameView::parse(&frame) {
+                Ok(view) => {
+                    assert!(unchecked(bit / 8), "flip of bit {bit} went unnoticed");
+                    assert_ne!(view.underlay, original.underlay);
+                    assert_eq!(view.header, original.header);
+                }
+                Err(e) => {
+                    assert!(!unchecked(bit / 8), "bit {bit}: {e}");
+                    if bit / 8 >= UNDERLAY_LEN {
+                        assert!(matches!(e, WireError::BadCrc { .. }), "bit {bit}: {e}");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn every_truncation_is_rejected() {
+        let (buf, len) = build();
+        for cut in 0..len {
+            assert!(FrameView::parse(&buf[..cut]).is_err(), "cut at {cut}");
+        }
+        assert_eq!(
+            FrameView::parse(&buf[..len - 1]),
+            Err(WireError::Truncated {
+                needed: len,
+                got: len - 1
+            })
+        );
+    }
+
+    #[test]
+    fn cell_count_disagreeing_with_the_length_is_rejected() {
+        let (mut buf, len) = build();
+        TransportPacket::new_unchecked(&mut buf[42..]).set_cell_count(7);
+        reseal(&mut buf, len);
+        assert_eq!(
+            FrameView::parse(&buf[..len]),
+            Err(WireError::BadCellCount {
+                cells: 7,
+                bytes: 8 * 48
+            })
+        );
+    }
+
+    #[test]
+    fn bad_check_byte_stops_the_message_walk() {
+        let (mut buf, len) = build();
+        buf[74 + 2 * 48 + 8] ^= 0x01; // index field of the third message (cell 2)
+        reseal(&mut buf, len);
+        let view = FrameView::parse(&buf[..len]).unwrap();
+        let items: Vec<_> = view.messages().collect();
+        assert_eq!(items.len(), 3);
+        assert!(items[0].is_ok() && items[1].is_ok());
+        assert!(matches!(items[2], Err(WireError::BadCheck { .. })));
+    }
+
+    #[test]
+    fn message_running_past_the_frame_is_truncated() {
+        let (mut buf, len) = build();
+        // Make the last message (cell 7, one cell) claim 33 bytes: two cells.
+        let at = 74 + 7 * 48;
+        let c = ControlRepr {
+            length: 33,
+            ..messages()[4].0
+        };
+        c.emit(&mut ControlPacket::new_unchecked(&mut buf[at..at + 16]));
+        reseal(&mut buf, len);
+        let view = FrameView::parse(&buf[..len]).unwrap();
+        let items: Vec<_> = view.messages().collect();
+        assert_eq!(items.len(), 5);
+        assert_eq!(
+            items[4],
+            Err(WireError::Truncated {
+                needed: 96,
+                got: 48
+            })
+        );
+        // A hostile u32::MAX length does not overflow either.
+        let c = ControlRepr {
+            length: u32::MAX,
+            ..c
+        };
+        c.emit(&mut ControlPacket::new_unchecked(&mut buf[at..at + 16]));
+        reseal(&mut buf, len);
+        let view = FrameView::parse(&buf[..len]).unwrap();
+        assert!(matches!(
+            view.messages().last(),
+            Some(Err(WireError::Truncated { .. }))
+        ));
+    }
+
+    #[test]
+    fn full_frame_reports_no_room() {
+        let mut buf = vec![0u8; frame_len(3) + 47];
+        let mut w = FrameWriter::new(&mut buf, &underlay(), &header()).unwrap();
+        assert_eq!(w.room_cells(), 3);
+        assert!(w.fits(80) && !w.fits(81 + 48));
+        w.push(&write(80, 0), &payload(80, 9)).unwrap();
+        assert_eq!(w.room_cells(), 1);
+        assert!(!w.fits(33));
+        assert_eq!(
+            w.push(&write(33, 0), &payload(33, 9)),
+            Err(WireError::NoRoom { needed: 2, room: 1 })
+        );
+        w.push(&write(0, 0), &[]).unwrap();
+        assert_eq!(w.room_cells(), 0);
+        assert_eq!(
+            w.push(&write(0, 0), &[]),
+            Err(WireError::NoRoom { needed: 1, room: 0 })
+        );
+        let len = w.finish();
+        assert_eq!(len, frame_len(3));
+        assert_eq!(walk(&buf[..len]), Ok(2));
+    }
+
+    #[test]
+    fn push_rejects_a_payload_of_the_wrong_length() {
+        let mut buf = [0u8; 500];
+        let mut w = FrameWriter::new(&mut buf, &underlay(), &header()).unwrap();
+        assert_eq!(
+            w.push(&write(10, 0), &[0; 9]),
+            Err(WireError::BadLength {
+                length: 10,
+                payload: 9
+            })
+        );
+        assert_eq!(w.cells(), 0);
+    }
+
+    #[test]
+    fn push_with_fills_the_payload_in_place() {
+        let mut buf = [0x77u8; 500];
+        let mut w = FrameWriter::new(&mut buf, &underlay(), &header()).unwrap();
+        w.push_with(&write(50, 8), |dst| {
+            assert_eq!(dst.len(), 50);
+            dst.copy_from_slice(&[3; 50]);
+        })
+        .unwrap();
+        let len = w.finish();
+        let view = FrameView::parse(&buf[..len]).unwrap();
+        let m = view.messages().next().unwrap().unwrap();
+        assert_eq!(m.payload, &[3; 50]);
+        assert!(view.cells()[16 + 50..].iter().all(|&b| b == 0));
+    }
+
+    #[test]
+    fn writer_needs_room_for_an_empty_frame() {
+        let mut buf = [0u8; FRAME_OVERHEAD - 1];
+        assert!(matches!(
+            FrameWriter::new(&mut buf, &underlay(), &header()),
+            Err(WireError::BufferTooSmall {
+                needed: 78,
+                got: 77
+            })
+        ));
+        let mut buf = [0u8; FRAME_OVERHEAD];
+        let w = FrameWriter::new(&mut buf, &underlay(), &header()).unwrap();
+        assert_eq!(w.room_cells(), 0);
+        assert!(!w.fits(0));
+    }
+
+    #[test]
+    fn max_cells_and_frame_len_agree() {
+        assert_eq!(frame_len(0), 78);
+        assert_eq!(frame_len(1), 126);
+        assert_eq!(max_cells(0), 0);
+        assert_eq!(max_cells(77), 0);
+        assert_eq!(max_cells(78), 0);
+        assert_eq!(max_cells(125), 0);
+        assert_eq!(max_cells(126), 1);
+        // Standard Ethernet (1500 MTU = 1514-byte frames) and jumbo (9000 MTU).
+        assert_eq!(max_cells(1514), 29);
+        assert_eq!(max_cells(9014), 186);
+        assert_eq!(max_cells(usize::MAX), MAX_CELLS);
+        for size in 0..70_000 {
+            let n = max_cells(size);
+            assert!(n <= MAX_CELLS);
+            if size >= FRAME_OVERHEAD {
+                assert!(frame_len(n) <= size);
+                assert!(n == MAX_CELLS || frame_len(n + 1) > size);
+            }
+        }
+    }
+
+    #[test]
+    fn largest_frame_round_trips() {
+        let mut buf = vec![0u8; frame_len(MAX_CELLS) + 1000];
+        let mut w = FrameWriter::new(&mut buf, &underlay(), &header()).unwrap();
+        assert_eq!(w.room_cells(), MAX_CELLS);
+        let length = (MAX_CELLS * CELL_LEN - CONTROL_LEN) as u32;
+        let data = payload(length as usize, 7);
+        w.push(&write(length, 0), &data).unwrap();
+        assert_eq!(w.room_cells(), 0);
+        let len = w.finish();
+        assert_eq!(len, frame_len(MAX_CELLS));
+        let view = FrameView::parse(&buf[..len]).unwrap();
+        let m = view.messages().next().unwrap().unwrap();
+        assert_eq!(m.payload, &data[..]);
+    }
+
+    #[test]
+    fn random_garbage_never_panics() {
+        let mut rng = XorShift(0x9e37_79b9_7f4a_7c15);
+        let mut buf = vec![0u8; 2000];
+        for i in 0..100_000 {
+            let len = rng.below(2000);
+            for chunk in buf[..len].chunks_mut(8) {
+                let r = rng.next().to_ne_bytes();
+                chunk.copy_from_slice(&r[..chunk.len()]);
+            }
+            // Every other buffer gets a plausible underlay so the later checks run too.
+            if i % 2 == 0 && len >= UNDERLAY_LEN {
+                underlay().emit(
+                    &mut UnderlayPacket::new_unchecked(&mut buf[..]),
+                    len - UNDERLAY_LEN,
+                );
+                if len > UNDERLAY_LEN + CRC_LEN && i % 4 == 0 {
+                    reseal(&mut buf, len);
+                }
+            }
+            let _ = walk(&buf[..len]);
+        }
+    }
+
+    #[test]
+    fn mutations_of_a_valid_frame_never_panic() {
+        let (good, len) = build();
+        let mut rng = XorShift(0x2545_f491_4f6c_dd1d);
+        let mut accepted = 0;
+        for i in 0..50_000 {
+            let mut frame = good[..len].to_vec();
+            for _ in 0..1 + rng.below(8) {
+                let at = rng.below(len);
+                frame[at] = rng.next() as u8;
+            }
+            // Half the time re-seal the checksums so mutated cells reach the decoder,
+            // and occasionally re-sign the control parts so their lengths are believed.
+            if i % 2 == 0 {
+                if i % 4 == 0 {
+                    for cell in 0..8 {
+                        let at = 74 + cell * 48;
+                        ControlPacket::new_unchecked(&mut frame[at..at + 16]).fill_check();
+                    }
+                }
+                reseal(&mut frame, len);
+            }
+            let cut = if i % 8 == 1 { rng.below(len + 1) } else { len };
+            if walk(&frame[..cut]).is_ok() {
+                accepted += 1;
+            }
+        }
+        assert!(accepted > 0);
+    }
+}
