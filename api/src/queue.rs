@@ -213,6 +213,11 @@ impl Connection {
     pub fn local_number(&self) -> u32 {
         self.shared.number
     }
+    /// The key frames on this connection must carry. It is the local application's
+    /// own secret (like a verbs rkey it may hand out); the peer learned it at connect.
+    pub fn local_key(&self) -> u64 {
+        self.shared.key.load(Ordering::Relaxed)
+    }
     /// The peer's connection number.
     pub fn remote_number(&self) -> u32 {
         self.shared.peer_conn.load(Ordering::Relaxed) as u32

@@ -232,9 +232,11 @@ impl Worker {
 
     fn new_connection(&self, endpoint: EndpointId, peer: NodeId, shared: Arc<ConnShared>) -> Connection {
         let isn = random_u32();
+        let key = random_u64();
+        shared.key.store(key, std::sync::atomic::Ordering::Relaxed);
         Connection {
             number: shared.number,
-            key: random_u64(),
+            key,
             endpoint,
             peer,
             peer_conn: 0,

@@ -162,6 +162,8 @@ pub struct ConnShared {
     pub fail_reason: AtomicU8,
     /// Peer's connection number, valid once Normal.
     pub peer_conn: AtomicU64,
+    /// The key peers must present on this connection (set at creation).
+    pub key: AtomicU64,
 }
 
 impl ConnShared {
@@ -174,6 +176,7 @@ impl ConnShared {
             state: AtomicU8::new(ConnState::Connecting as u8),
             fail_reason: AtomicU8::new(0),
             peer_conn: AtomicU64::new(0),
+            key: AtomicU64::new(0),
         })
     }
     pub fn state(&self) -> ConnState {
