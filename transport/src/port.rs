@@ -709,13 +709,24 @@ impl Port {
         if rc < 0 {
             return Err(dpdk_err("rte_eth_dev_info_get", &name, rc));
         }
-        if info.max_rx_pktlen > 0 {
-            max_frame = max_frame.min(info.max_rx_pktlen as usize);
+        // The MTU we configure is bounded by what the device reports. Software PMDs
+        // (ring, null, memif) carry larger frames than they report — memif carries
+        // whatever fits its buffer size, which we set above — so for them the frame
+        // size stays; for kernel and hardware ports it follows the MTU.
+        let mut mtu = (max_frame - 14) as u32;
+        if info.max_mtu > 0 && (info.max_mtu as u32) < mtu {
+            mtu = info.max_mtu as u32;
         }
-        if info.max_mtu > 0 && info.max_mtu < u16::MAX {
-            max_frame = max_frame.min(info.max_mtu as usize + 14);
+        if info.max_rx_pktlen > 18 && info.max_rx_pktlen - 18 < mtu {
+            mtu = info.max_rx_pktlen - 18;
         }
-        let mtu = (max_frame - 14) as u32;
+        let software = matches!(
+            cfg.spec,
+            PortSpec::Ring { .. } | PortSpec::Null { .. } | PortSpec::Memif { .. }
+        );
+        if !software {
+            max_frame = max_frame.min(mtu as usize + 14);
+        }
 
         let pool_name = cstring(&format!("dp_pool{seq}"));
         let data_room = (max_frame + sys::RTE_PKTMBUF_HEADROOM as usize).next_multiple_of(64);

@@ -1,0 +1,111 @@
+//! Two processes over memif: this test process is one node, `testnode` the other.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use deposit::*;
+use deposit_tests::*;
+
+const T: Duration = Duration::from_secs(20);
+
+/// Waits (bounded) for a child to exit; kills it on timeout.
+fn wait_child(mut child: Child, timeout: Duration) -> std::process::ExitStatus {
+    let start = Instant::now();
+    loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            return s;
+        }
+        if start.elapsed() > timeout {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("child did not exit within {timeout:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn writes_from_1_byte_to_1_mib_land_byte_exact_across_processes() {
+    let dir = TempDir::new("sweep");
+    let sock = dir.sock();
+    let seed = 77u64;
+    let mut server = Command::new(env!("CARGO_BIN_EXE_testnode"))
+        .args(["sweep-server", &sock, &seed.to_string()])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Wait for "ready": the memif socket exists.
+    let mut out = BufReader::new(server.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "ready");
+
+    let dev = Device::open(DeviceConfig::new(&format!("memif:{sock}:client"), [10, 0, 0, 2])).unwrap();
+    let (layout, len) = sweep_layout();
+    let ep = dev.alloc_endpoint(len, Rights::REMOTE_WRITE).unwrap();
+    let cq = dev.create_cq(256);
+    let conn = dev.connect([10, 0, 0, 1], 7, &ep, &cq).unwrap();
+    for (i, &(off, size)) in layout.iter().enumerate() {
+        fill_pattern(&ep, off, size, seed, off as u64);
+        conn.post_write(&WriteRequest::from_endpoint(i as u64, &ep, off as u64, size as u32, off as u32).signaled())
+            .unwrap();
+    }
+    for wc in wait_completions(&cq, layout.len(), T) {
+        assert_eq!(wc.status, WcStatus::Success, "{wc:?}");
+    }
+    // Keep acknowledging until the server has verified and left.
+    let start = Instant::now();
+    let status = loop {
+        dev.progress();
+        if let Some(s) = server.try_wait().unwrap() {
+            break s;
+        }
+        if start.elapsed() > T {
+            let _ = server.kill();
+            panic!("server did not finish");
+        }
+    };
+    let mut rest = String::new();
+    let _ = std::io::Read::read_to_string(&mut out, &mut rest);
+    assert!(status.success(), "server verification failed: {rest}");
+    assert!(rest.contains("verified"), "{rest}");
+}
+
+#[test]
+fn a_second_process_injecting_garbage_cannot_disturb_a_running_receiver() {
+    let dir = TempDir::new("inject");
+    let sock = dir.sock();
+    let dev = Device::open(DeviceConfig::new(&format!("memif:{sock}:server"), [10, 0, 0, 1]).progress(Progress::Dedicated))
+        .unwrap();
+    let ep = dev.alloc_endpoint(4096, Rights::REMOTE_WRITE).unwrap();
+    let cq = dev.create_cq(64);
+    let l = dev.listen(9, &ep, &cq).unwrap();
+    let child = Command::new(env!("CARGO_BIN_EXE_testnode"))
+        .args(["inject", &sock, "10.0.0.1"])
+        .spawn()
+        .unwrap();
+    let conn = l.accept(T).unwrap();
+    let status = wait_child(child, Duration::from_secs(60));
+    assert!(status.success(), "injector saw a wrong completion");
+    // 50 legitimate writes (and 50 refused ones) arrived.
+    assert!(wait_until(&dev, T, || conn.arrivals() == 100));
+    let st = dev.stats();
+    for r in [DropReason::WrongKey, DropReason::UnknownConnection, DropReason::BadCrc, DropReason::OutOfBounds] {
+        assert!(st.dropped(r) > 0, "{r:?} not counted: {st:?}");
+    }
+    assert_eq!(st.dropped(DropReason::OutOfBounds), 50);
+    // Only the legitimate 16-byte writes are in memory, at their offsets.
+    let mut buf = vec![0u8; 4096];
+    ep.read(0, &mut buf).unwrap();
+    for (i, b) in buf.iter().enumerate() {
+        let slot = i / 64;
+        let in_write = i % 64 < 16 && slot < 32;
+        if !in_write {
+            assert_eq!(*b, 0, "byte {i} written");
+        } else {
+            assert_ne!(*b, 0, "byte {i} missing");
+            assert!(*b & 0x80 != 0);
+        }
+    }
+}
