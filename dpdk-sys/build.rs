@@ -12,7 +12,9 @@ fn main() {
         .atleast_version("22.11")
         .cargo_metadata(false)
         .probe("libdpdk")
-        .expect("DPDK not found by pkg-config (libdpdk); run scripts/deps.sh to install libdpdk-dev");
+        .expect(
+            "DPDK not found by pkg-config (libdpdk); run scripts/deps.sh to install libdpdk-dev",
+        );
 
     // Link only the libraries deposit calls into; the PMDs themselves (ring, memif,
     // null, af_packet, mempool_ring) are plugins the EAL loads from its driver directory,
@@ -57,7 +59,11 @@ fn main() {
     }
 
     let mut build = cc::Build::new();
-    build.file("shim/shim.c").include("shim").opt_level(3).warnings(false);
+    build
+        .file("shim/shim.c")
+        .include("shim")
+        .opt_level(3)
+        .warnings(false);
     for p in &dpdk.include_paths {
         build.include(p);
     }
@@ -89,5 +95,7 @@ fn main() {
         .generate()
         .expect("bindgen over DPDK headers failed (is libclang-dev installed?)");
     let out = PathBuf::from(env::var("OUT_DIR").unwrap());
-    bindings.write_to_file(out.join("bindings.rs")).expect("write bindings");
+    bindings
+        .write_to_file(out.join("bindings.rs"))
+        .expect("write bindings");
 }

@@ -102,7 +102,11 @@ pub struct DeviceStats {
 impl DeviceStats {
     /// Refusals of one reason.
     pub fn dropped(&self, r: DropReason) -> u64 {
-        self.drops.iter().find(|(d, _)| *d == r).map(|d| d.1).unwrap_or(0)
+        self.drops
+            .iter()
+            .find(|(d, _)| *d == r)
+            .map(|d| d.1)
+            .unwrap_or(0)
     }
     /// All refusals.
     pub fn dropped_total(&self) -> u64 {
@@ -125,7 +129,10 @@ impl DeviceStats {
             retransmits: s.retransmits,
             duplicates: s.duplicates,
             tx_stalls: s.tx_stalls,
-            drops: DropReason::ALL.iter().map(|r| (*r, s.dropped(*r))).collect(),
+            drops: DropReason::ALL
+                .iter()
+                .map(|r| (*r, s.dropped(*r)))
+                .collect(),
             tlb: s.tlb,
         }
     }
@@ -231,7 +238,9 @@ impl Device {
         }
         let port = Port::open(&pcfg)?;
         let local = NodeAddr {
-            mac: cfg.mac.unwrap_or(NodeAddr::from_ip(cfg.ip, wire::UDP_PORT).mac),
+            mac: cfg
+                .mac
+                .unwrap_or(NodeAddr::from_ip(cfg.ip, wire::UDP_PORT).mac),
             ip: cfg.ip,
             udp_port: wire::UDP_PORT,
         };
@@ -311,7 +320,13 @@ impl Device {
         self.inner.lock().nodes.insert(addr);
     }
 
-    fn add_endpoint(&self, mem: Arc<EndpointMemory>, offset: usize, len: usize, rights: Rights) -> Result<Endpoint, Error> {
+    fn add_endpoint(
+        &self,
+        mem: Arc<EndpointMemory>,
+        offset: usize,
+        len: usize,
+        rights: Rights,
+    ) -> Result<Endpoint, Error> {
         let entry = EndpointEntry::new(mem.clone(), offset, len, rights)?;
         let id = self.inner.lock().endpoints.insert(entry);
         Ok(Endpoint(Arc::new(EpInner {
@@ -339,7 +354,12 @@ impl Device {
     /// # Safety
     /// The buffer must stay valid, and not be freed, while the endpoint or any
     /// connection using it exists; remote peers may write it at any time.
-    pub unsafe fn register_endpoint(&self, ptr: *mut u8, len: usize, rights: Rights) -> Result<Endpoint, Error> {
+    pub unsafe fn register_endpoint(
+        &self,
+        ptr: *mut u8,
+        len: usize,
+        rights: Rights,
+    ) -> Result<Endpoint, Error> {
         // SAFETY: forwarded to the caller's contract.
         let mem = Arc::new(unsafe { EndpointMemory::register(ptr, len)? });
         self.add_endpoint(mem, 0, len, rights)
@@ -347,7 +367,13 @@ impl Device {
 
     /// A nested endpoint: `len` bytes of `parent` from `offset` (page aligned), with its
     /// own rights (a peer connected to it sees only that range).
-    pub fn sub_endpoint(&self, parent: &Endpoint, offset: usize, len: usize, rights: Rights) -> Result<Endpoint, Error> {
+    pub fn sub_endpoint(
+        &self,
+        parent: &Endpoint,
+        offset: usize,
+        len: usize,
+        rights: Rights,
+    ) -> Result<Endpoint, Error> {
         if !Arc::ptr_eq(&parent.0.dev, &self.inner) {
             return Err(Error::ForeignEndpoint);
         }
@@ -376,7 +402,13 @@ impl Device {
     /// Connects to `service` at node `peer_ip`; remote operations from the peer act on
     /// `ep`. Blocks (driving progress in inline mode) until accepted, refused or the
     /// CM timeout.
-    pub fn connect(&self, peer_ip: [u8; 4], service: u32, ep: &Endpoint, cq: &CompletionQueue) -> Result<Connection, Error> {
+    pub fn connect(
+        &self,
+        peer_ip: [u8; 4],
+        service: u32,
+        ep: &Endpoint,
+        cq: &CompletionQueue,
+    ) -> Result<Connection, Error> {
         self.check_ep(ep)?;
         let shared = {
             let mut w = self.inner.lock();
@@ -385,7 +417,13 @@ impl Device {
                 .find_ip(peer_ip)
                 .and_then(|id| w.nodes.get(id).copied())
                 .unwrap_or(NodeAddr::from_ip(peer_ip, wire::UDP_PORT));
-            w.connect(peer, service, ep.0.id, cq.shared.clone(), &ConnectOptions::default())?
+            w.connect(
+                peer,
+                service,
+                ep.0.id,
+                cq.shared.clone(),
+                &ConnectOptions::default(),
+            )?
         };
         loop {
             match shared.state() {
@@ -394,7 +432,14 @@ impl Device {
                         std::thread::yield_now();
                     }
                 }
-                ConnState::Normal => return Ok(Connection::new(self.inner.clone(), shared, ep.clone(), cq.clone())),
+                ConnState::Normal => {
+                    return Ok(Connection::new(
+                        self.inner.clone(),
+                        shared,
+                        ep.clone(),
+                        cq.clone(),
+                    ))
+                }
                 ConnState::Failed => {
                     return Err(Error::Rejected(RejectReason::from_u8(
                         shared.fail_reason.load(Ordering::Relaxed),
@@ -406,12 +451,20 @@ impl Device {
     }
 
     /// Listens for connections to `service`; accepted connections act on `ep`.
-    pub fn listen(&self, service: u32, ep: &Endpoint, cq: &CompletionQueue) -> Result<Listener, Error> {
+    pub fn listen(
+        &self,
+        service: u32,
+        ep: &Endpoint,
+        cq: &CompletionQueue,
+    ) -> Result<Listener, Error> {
         self.check_ep(ep)?;
-        let q = self
-            .inner
-            .lock()
-            .listen(service, ep.0.id, cq.shared.clone(), &ConnectOptions::default(), 64)?;
+        let q = self.inner.lock().listen(
+            service,
+            ep.0.id,
+            cq.shared.clone(),
+            &ConnectOptions::default(),
+            64,
+        )?;
         Ok(Listener {
             dev: self.clone(),
             service,
@@ -457,7 +510,12 @@ impl Listener {
         let start = Instant::now();
         loop {
             if let Some(s) = self.accepted.pop() {
-                return Ok(Connection::new(self.dev.inner.clone(), s, self.ep.clone(), self.cq.clone()));
+                return Ok(Connection::new(
+                    self.dev.inner.clone(),
+                    s,
+                    self.ep.clone(),
+                    self.cq.clone(),
+                ));
             }
             if start.elapsed() > timeout {
                 return Err(Error::Timeout(timeout, "a connection request"));

@@ -84,7 +84,13 @@ pub struct WriteRequest {
 impl WriteRequest {
     /// Write `len` bytes from `local` at `local_offset` to the remote endpoint at
     /// `remote_offset`. The local range must not change until the request completes.
-    pub fn from_endpoint(wr_id: u64, local: &Endpoint, local_offset: u64, len: u32, remote_offset: u32) -> Self {
+    pub fn from_endpoint(
+        wr_id: u64,
+        local: &Endpoint,
+        local_offset: u64,
+        len: u32,
+        remote_offset: u32,
+    ) -> Self {
         WriteRequest {
             wr: WorkRequest {
                 wr_id,
@@ -170,8 +176,18 @@ pub struct Connection {
 }
 
 impl Connection {
-    pub(crate) fn new(dev: Arc<DeviceInner>, shared: Arc<ConnShared>, ep: Endpoint, cq: CompletionQueue) -> Self {
-        Connection { dev, shared, ep, cq }
+    pub(crate) fn new(
+        dev: Arc<DeviceInner>,
+        shared: Arc<ConnShared>,
+        ep: Endpoint,
+        cq: CompletionQueue,
+    ) -> Self {
+        Connection {
+            dev,
+            shared,
+            ep,
+            cq,
+        }
     }
 
     /// Posts a write (the "go"). Fails at once, with nothing queued, when the send

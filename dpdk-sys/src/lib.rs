@@ -3,7 +3,12 @@
 //! functions (rx/tx burst, mbuf alloc/free, mtod, rdtsc). Nothing here is safe to call
 //! without reading the DPDK documentation of the function; `deposit-transport::port`
 //! is the only safe wrapper.
-#![allow(non_upper_case_globals, non_camel_case_types, non_snake_case, dead_code)]
+#![allow(
+    non_upper_case_globals,
+    non_camel_case_types,
+    non_snake_case,
+    dead_code
+)]
 #![allow(clippy::all)]
 #![allow(rustdoc::all)]
 

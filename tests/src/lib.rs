@@ -4,7 +4,10 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use deposit::{Completion, CompletionQueue, Connection, Device, DeviceConfig, Endpoint, Listener, Progress, Rights};
+use deposit::{
+    Completion, CompletionQueue, Connection, Device, DeviceConfig, Endpoint, Listener, Progress,
+    Rights,
+};
 
 /// Deterministic content of byte `off` for a test run `seed`.
 pub fn pattern(seed: u64, off: u64) -> u8 {
@@ -17,18 +20,29 @@ pub fn pattern(seed: u64, off: u64) -> u8 {
 
 /// Fills `len` bytes of `ep` at `off` with the pattern (keyed by `pat_off`).
 pub fn fill_pattern(ep: &Endpoint, off: usize, len: usize, seed: u64, pat_off: u64) {
-    let buf: Vec<u8> = (0..len as u64).map(|i| pattern(seed, pat_off + i)).collect();
+    let buf: Vec<u8> = (0..len as u64)
+        .map(|i| pattern(seed, pat_off + i))
+        .collect();
     ep.write(off, &buf).unwrap();
 }
 
 /// Checks `len` bytes of `ep` at `off` hold the pattern; returns the first mismatch.
-pub fn check_pattern(ep: &Endpoint, off: usize, len: usize, seed: u64, pat_off: u64) -> Result<(), String> {
+pub fn check_pattern(
+    ep: &Endpoint,
+    off: usize,
+    len: usize,
+    seed: u64,
+    pat_off: u64,
+) -> Result<(), String> {
     let mut buf = vec![0u8; len];
     ep.read(off, &mut buf).unwrap();
     for (i, b) in buf.iter().enumerate() {
         let want = pattern(seed, pat_off + i as u64);
         if *b != want {
-            return Err(format!("byte {} of {len} at offset {off}: got {b:#04x}, want {want:#04x}", i));
+            return Err(format!(
+                "byte {} of {len} at offset {off}: got {b:#04x}, want {want:#04x}",
+                i
+            ));
         }
     }
     Ok(())
@@ -40,14 +54,38 @@ pub fn check_zero(ep: &Endpoint, off: usize, len: usize) -> Result<(), String> {
     ep.read(off, &mut buf).unwrap();
     match buf.iter().position(|b| *b != 0) {
         None => Ok(()),
-        Some(i) => Err(format!("byte at offset {} written ({:#04x})", off + i, buf[i])),
+        Some(i) => Err(format!(
+            "byte at offset {} written ({:#04x})",
+            off + i,
+            buf[i]
+        )),
     }
 }
 
 /// The offsets at which the size-sweep tests put a write of each size, and the
 /// endpoint size they need.
 pub const SWEEP_SIZES: &[usize] = &[
-    1, 2, 7, 31, 32, 33, 48, 79, 80, 81, 255, 1000, 4095, 4096, 4097, 8912, 8913, 9000, 65_536, 100_000, 1 << 20,
+    1,
+    2,
+    7,
+    31,
+    32,
+    33,
+    48,
+    79,
+    80,
+    81,
+    255,
+    1000,
+    4095,
+    4096,
+    4097,
+    8912,
+    8913,
+    9000,
+    65_536,
+    100_000,
+    1 << 20,
 ];
 
 /// (offset, size) of each sweep write; writes are separated by a 64-byte gap that
@@ -73,21 +111,32 @@ pub struct RingPair {
 impl RingPair {
     pub fn new(name: &str) -> RingPair {
         let server = Device::open(
-            DeviceConfig::new(&format!("ring:{name}:b"), [10, 0, 0, 1]).progress(Progress::Dedicated),
+            DeviceConfig::new(&format!("ring:{name}:b"), [10, 0, 0, 1])
+                .progress(Progress::Dedicated),
         )
         .expect("server device");
-        let client = Device::open(DeviceConfig::new(&format!("ring:{name}:a"), [10, 0, 0, 2])).expect("client device");
+        let client = Device::open(DeviceConfig::new(&format!("ring:{name}:a"), [10, 0, 0, 2]))
+            .expect("client device");
         RingPair { client, server }
     }
 
     /// Connects a client endpoint to a server endpoint of `len` bytes each.
     pub fn connect(&self, len: usize, service: u32) -> Conns {
-        let sep = self.server.alloc_endpoint(len, Rights::REMOTE_WRITE).unwrap();
+        let sep = self
+            .server
+            .alloc_endpoint(len, Rights::REMOTE_WRITE)
+            .unwrap();
         let scq = self.server.create_cq(4096);
         let listener = self.server.listen(service, &sep, &scq).unwrap();
-        let cep = self.client.alloc_endpoint(len, Rights::REMOTE_WRITE).unwrap();
+        let cep = self
+            .client
+            .alloc_endpoint(len, Rights::REMOTE_WRITE)
+            .unwrap();
         let ccq = self.client.create_cq(4096);
-        let client = self.client.connect([10, 0, 0, 1], service, &cep, &ccq).unwrap();
+        let client = self
+            .client
+            .connect([10, 0, 0, 1], service, &cep, &ccq)
+            .unwrap();
         let server = listener.accept(Duration::from_secs(5)).unwrap();
         Conns {
             client,
@@ -145,7 +194,11 @@ impl TempDir {
     pub fn new(tag: &str) -> TempDir {
         let mut b = [0u8; 8];
         getrandom::getrandom(&mut b).unwrap();
-        let p = std::env::temp_dir().join(format!("deposit-{tag}-{}-{:x}", std::process::id(), u64::from_ne_bytes(b)));
+        let p = std::env::temp_dir().join(format!(
+            "deposit-{tag}-{}-{:x}",
+            std::process::id(),
+            u64::from_ne_bytes(b)
+        ));
         std::fs::create_dir_all(&p).unwrap();
         TempDir(p)
     }

@@ -23,7 +23,16 @@ fn frame(dst_conn: u32, key: u64, seq: u32, msgs: &[(ControlRepr, Vec<u8>)]) -> 
         src_port: 50000,
         dst_port: UDP_PORT,
     };
-    let hdr = TransportRepr { flags: 0, cells: 0, dst_conn, key, seq, ack: 0, credits: 0, src_conn: 1 };
+    let hdr = TransportRepr {
+        flags: 0,
+        cells: 0,
+        dst_conn,
+        key,
+        seq,
+        ack: 0,
+        credits: 0,
+        src_conn: 1,
+    };
     let mut w = FrameWriter::new(&mut buf, &underlay, &hdr).unwrap();
     for (c, p) in msgs {
         w.push(c, p).unwrap();
@@ -35,7 +44,13 @@ fn frame(dst_conn: u32, key: u64, seq: u32, msgs: &[(ControlRepr, Vec<u8>)]) -> 
 
 fn write_msg(off: u32, data: &[u8]) -> (ControlRepr, Vec<u8>) {
     (
-        ControlRepr { opcode: op::WRITE, flags: 1, operand: off, length: data.len() as u32, ..Default::default() },
+        ControlRepr {
+            opcode: op::WRITE,
+            flags: 1,
+            operand: off,
+            length: data.len() as u32,
+            ..Default::default()
+        },
         data.to_vec(),
     )
 }
@@ -46,7 +61,8 @@ fn inject_expect(pair: &RingPair, f: &[u8], reason: DropReason) {
     let before = pair.server.stats().dropped(reason);
     pair.client.send_raw_frame(f);
     assert!(
-        wait_until(&pair.client, T, || pair.server.stats().dropped(reason) > before),
+        wait_until(&pair.client, T, || pair.server.stats().dropped(reason)
+            > before),
         "no {reason:?} drop counted; stats {:?}",
         pair.server.stats()
     );
@@ -63,7 +79,11 @@ fn bad_frames_are_dropped_and_counted_by_reason() {
     // Wrong key on a real connection.
     inject_expect(&pair, &good, DropReason::WrongKey);
     // Unknown connection.
-    inject_expect(&pair, &frame(conn ^ 0x5a5a, key, 0, &[write_msg(0, b"evil")]), DropReason::UnknownConnection);
+    inject_expect(
+        &pair,
+        &frame(conn ^ 0x5a5a, key, 0, &[write_msg(0, b"evil")]),
+        DropReason::UnknownConnection,
+    );
     // Bad CRC: flip one payload bit of an otherwise valid frame with the right key.
     let mut f = frame(conn, key, 0, &[write_msg(0, b"evil")]);
     let n = f.len();
@@ -72,7 +92,11 @@ fn bad_frames_are_dropped_and_counted_by_reason() {
     // Truncated frames, at every length.
     let f = frame(conn, key, 0, &[write_msg(0, &[0xEE; 200])]);
     for cut in [0, 1, 13, 14, 33, 41, 42, 60, 73, 74, 100, f.len() - 1] {
-        let reason = if cut < 60 { None } else { Some(DropReason::Truncated) };
+        let reason = if cut < 60 {
+            None
+        } else {
+            Some(DropReason::Truncated)
+        };
         match reason {
             Some(r) => inject_expect(&pair, &f[..cut], r),
             None => pair.client.send_raw_frame(&f[..cut]),
@@ -108,14 +132,30 @@ fn bad_frames_are_dropped_and_counted_by_reason() {
         }
     }
     // Offsets past the endpoint from the real client: refused remotely and reported.
-    c.client.post_write(&WriteRequest::inline(1, b"past", 4094).unwrap().signaled()).unwrap();
-    assert_eq!(c.ccq.wait_one(T).unwrap().status, WcStatus::RemoteAccessError);
-    c.client.post_write(&WriteRequest::from_endpoint(2, &c.cep, 0, 4096, 1).signaled()).unwrap();
-    assert_eq!(c.ccq.wait_one(T).unwrap().status, WcStatus::RemoteAccessError);
+    c.client
+        .post_write(&WriteRequest::inline(1, b"past", 4094).unwrap().signaled())
+        .unwrap();
+    assert_eq!(
+        c.ccq.wait_one(T).unwrap().status,
+        WcStatus::RemoteAccessError
+    );
+    c.client
+        .post_write(&WriteRequest::from_endpoint(2, &c.cep, 0, 4096, 1).signaled())
+        .unwrap();
+    assert_eq!(
+        c.ccq.wait_one(T).unwrap().status,
+        WcStatus::RemoteAccessError
+    );
 
     // Nothing was written by any of it, and the connection still works.
     check_zero(&c.sep, 0, 4096).unwrap();
-    c.client.post_write(&WriteRequest::inline(3, b"still fine", 100).unwrap().signaled()).unwrap();
+    c.client
+        .post_write(
+            &WriteRequest::inline(3, b"still fine", 100)
+                .unwrap()
+                .signaled(),
+        )
+        .unwrap();
     assert_eq!(c.ccq.wait_one(T).unwrap().status, WcStatus::Success);
     assert!(wait_until(&pair.client, T, || c.server.arrivals() == 3));
     let mut got = [0u8; 10];
@@ -134,7 +174,11 @@ fn frames_without_a_valid_connection_never_reach_memory() {
     let c = pair.connect(4096, 5);
     let conn = c.server.local_number();
     let key = c.server.local_key();
-    inject_expect(&pair, &frame(conn, key, 0x4000_0000, &[write_msg(0, b"future")]), DropReason::OutOfSequence);
+    inject_expect(
+        &pair,
+        &frame(conn, key, 0x4000_0000, &[write_msg(0, b"future")]),
+        DropReason::OutOfSequence,
+    );
     let (mut cm, p) = write_msg(0, b"x");
     cm.opcode = op::CM_CONNECT_REP;
     let mut f = frame(0, 0, 0, &[(cm, p)]);
@@ -162,6 +206,9 @@ fn null_port_exercises_the_tx_path() {
     }
     assert!(start.elapsed() < Duration::from_secs(3));
     let st = dev.stats();
-    assert!(st.frames_tx >= 2, "connect requests retried on the wire: {st:?}");
+    assert!(
+        st.frames_tx >= 2,
+        "connect requests retried on the wire: {st:?}"
+    );
     assert_eq!(st.frames_rx, 0);
 }

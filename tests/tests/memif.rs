@@ -41,15 +41,22 @@ fn writes_from_1_byte_to_1_mib_land_byte_exact_across_processes() {
     out.read_line(&mut line).unwrap();
     assert_eq!(line.trim(), "ready");
 
-    let dev = Device::open(DeviceConfig::new(&format!("memif:{sock}:client"), [10, 0, 0, 2])).unwrap();
+    let dev = Device::open(DeviceConfig::new(
+        &format!("memif:{sock}:client"),
+        [10, 0, 0, 2],
+    ))
+    .unwrap();
     let (layout, len) = sweep_layout();
     let ep = dev.alloc_endpoint(len, Rights::REMOTE_WRITE).unwrap();
     let cq = dev.create_cq(256);
     let conn = dev.connect([10, 0, 0, 1], 7, &ep, &cq).unwrap();
     for (i, &(off, size)) in layout.iter().enumerate() {
         fill_pattern(&ep, off, size, seed, off as u64);
-        conn.post_write(&WriteRequest::from_endpoint(i as u64, &ep, off as u64, size as u32, off as u32).signaled())
-            .unwrap();
+        conn.post_write(
+            &WriteRequest::from_endpoint(i as u64, &ep, off as u64, size as u32, off as u32)
+                .signaled(),
+        )
+        .unwrap();
     }
     for wc in wait_completions(&cq, layout.len(), T) {
         assert_eq!(wc.status, WcStatus::Success, "{wc:?}");
@@ -76,8 +83,11 @@ fn writes_from_1_byte_to_1_mib_land_byte_exact_across_processes() {
 fn a_second_process_injecting_garbage_cannot_disturb_a_running_receiver() {
     let dir = TempDir::new("inject");
     let sock = dir.sock();
-    let dev = Device::open(DeviceConfig::new(&format!("memif:{sock}:server"), [10, 0, 0, 1]).progress(Progress::Dedicated))
-        .unwrap();
+    let dev = Device::open(
+        DeviceConfig::new(&format!("memif:{sock}:server"), [10, 0, 0, 1])
+            .progress(Progress::Dedicated),
+    )
+    .unwrap();
     let ep = dev.alloc_endpoint(4096, Rights::REMOTE_WRITE).unwrap();
     let cq = dev.create_cq(64);
     let l = dev.listen(9, &ep, &cq).unwrap();
@@ -91,7 +101,12 @@ fn a_second_process_injecting_garbage_cannot_disturb_a_running_receiver() {
     // 50 legitimate writes (and 50 refused ones) arrived.
     assert!(wait_until(&dev, T, || conn.arrivals() == 100));
     let st = dev.stats();
-    for r in [DropReason::WrongKey, DropReason::UnknownConnection, DropReason::BadCrc, DropReason::OutOfBounds] {
+    for r in [
+        DropReason::WrongKey,
+        DropReason::UnknownConnection,
+        DropReason::BadCrc,
+        DropReason::OutOfBounds,
+    ] {
         assert!(st.dropped(r) > 0, "{r:?} not counted: {st:?}");
     }
     assert_eq!(st.dropped(DropReason::OutOfBounds), 50);

@@ -15,7 +15,8 @@ fn writes_from_1_byte_to_1_mib_land_byte_exact() {
     let seed = 0x5eed;
     for (i, &(off, size)) in layout.iter().enumerate() {
         fill_pattern(&c.cep, off, size, seed, off as u64);
-        let wr = WriteRequest::from_endpoint(i as u64, &c.cep, off as u64, size as u32, off as u32).signaled();
+        let wr = WriteRequest::from_endpoint(i as u64, &c.cep, off as u64, size as u32, off as u32)
+            .signaled();
         c.client.post_write(&wr).unwrap();
     }
     let wcs = wait_completions(&c.ccq, layout.len(), T);
@@ -25,7 +26,8 @@ fn writes_from_1_byte_to_1_mib_land_byte_exact() {
         assert_eq!(wc.byte_len as usize, layout[i].1);
     }
     // Each work request counts as one arrival, however many messages it took.
-    assert!(wait_until(&pair.client, T, || c.server.arrivals() == layout.len() as u64));
+    assert!(wait_until(&pair.client, T, || c.server.arrivals()
+        == layout.len() as u64));
     let mut prev_end = 0;
     for &(off, size) in &layout {
         check_zero(&c.sep, prev_end, off - prev_end).unwrap();
@@ -42,13 +44,17 @@ fn writes_from_1_byte_to_1_mib_land_byte_exact() {
 fn inline_and_masked_writes() {
     let pair = RingPair::new("mask");
     let c = pair.connect(4096, 1);
-    c.client.post_write(&WriteRequest::inline(1, b"inline!", 8).unwrap().signaled()).unwrap();
+    c.client
+        .post_write(&WriteRequest::inline(1, b"inline!", 8).unwrap().signaled())
+        .unwrap();
     let mut block = [0u8; 32];
     for (i, b) in block.iter_mut().enumerate() {
         *b = 0xA0 + i as u8;
     }
     // Words 0, 2 and 7 only.
-    c.client.post_write(&WriteRequest::masked(2, block, 0b1000_0101, 64).signaled()).unwrap();
+    c.client
+        .post_write(&WriteRequest::masked(2, block, 0b1000_0101, 64).signaled())
+        .unwrap();
     for wc in wait_completions(&c.ccq, 2, T) {
         assert_eq!(wc.status, WcStatus::Success);
     }
@@ -59,7 +65,11 @@ fn inline_and_masked_writes() {
     let mut got = [0u8; 32];
     c.sep.read(64, &mut got).unwrap();
     for w in 0..8 {
-        let want: &[u8] = if [0, 2, 7].contains(&w) { &block[w * 4..w * 4 + 4] } else { &[0; 4] };
+        let want: &[u8] = if [0, 2, 7].contains(&w) {
+            &block[w * 4..w * 4 + 4]
+        } else {
+            &[0; 4]
+        };
         assert_eq!(&got[w * 4..w * 4 + 4], want, "word {w}");
     }
     assert!(WriteRequest::inline(3, &[0; 33], 0).is_err());
@@ -70,13 +80,22 @@ fn unsignaled_writes_complete_silently_but_errors_always_complete() {
     let pair = RingPair::new("unsig");
     let c = pair.connect(4096, 1);
     for i in 0..100 {
-        c.client.post_write(&WriteRequest::inline(i, &[i as u8; 4], (i * 4) as u32).unwrap()).unwrap();
+        c.client
+            .post_write(&WriteRequest::inline(i, &[i as u8; 4], (i * 4) as u32).unwrap())
+            .unwrap();
     }
     // Past the end of the 4096-byte remote endpoint: refused remotely, always reported.
-    c.client.post_write(&WriteRequest::inline(1000, &[1; 8], 4092).unwrap()).unwrap();
-    c.client.post_write(&WriteRequest::inline(1001, &[2; 1], 0).unwrap().signaled()).unwrap();
+    c.client
+        .post_write(&WriteRequest::inline(1000, &[1; 8], 4092).unwrap())
+        .unwrap();
+    c.client
+        .post_write(&WriteRequest::inline(1001, &[2; 1], 0).unwrap().signaled())
+        .unwrap();
     let wcs = wait_completions(&c.ccq, 2, T);
-    assert_eq!((wcs[0].wr_id, wcs[0].status), (1000, WcStatus::RemoteAccessError));
+    assert_eq!(
+        (wcs[0].wr_id, wcs[0].status),
+        (1000, WcStatus::RemoteAccessError)
+    );
     assert_eq!((wcs[1].wr_id, wcs[1].status), (1001, WcStatus::Success));
     check_zero(&c.sep, 4092, 4).unwrap();
     assert_eq!(pair.server.stats().dropped(DropReason::OutOfBounds), 1);
@@ -93,22 +112,32 @@ fn connection_setup_through_connection_0() {
     assert_eq!(c.server.remote_number(), c.client.local_number());
     // Numbers and keys are random, not sequential.
     assert_ne!(c.client.local_key(), c.server.local_key());
-    assert_ne!(c.client.local_number().wrapping_add(1), c.server.local_number());
+    assert_ne!(
+        c.client.local_number().wrapping_add(1),
+        c.server.local_number()
+    );
 
     // No listener for the service: refused, with the reason.
-    let ep = pair.client.alloc_endpoint(4096, Rights::REMOTE_WRITE).unwrap();
+    let ep = pair
+        .client
+        .alloc_endpoint(4096, Rights::REMOTE_WRITE)
+        .unwrap();
     let cq = pair.client.create_cq(16);
     match pair.client.connect([10, 0, 0, 1], 999, &ep, &cq) {
         Err(Error::Rejected(RejectReason::NoListener)) => {}
         other => panic!("expected NoListener, got {:?}", other.err()),
     }
     // A second connection to the same service works alongside the first.
-    let sep2 = pair.server.alloc_endpoint(4096, Rights::REMOTE_WRITE).unwrap();
+    let sep2 = pair
+        .server
+        .alloc_endpoint(4096, Rights::REMOTE_WRITE)
+        .unwrap();
     let scq2 = pair.server.create_cq(16);
     let l2 = pair.server.listen(43, &sep2, &scq2).unwrap();
     let c2 = pair.client.connect([10, 0, 0, 1], 43, &ep, &cq).unwrap();
     let s2 = l2.accept(T).unwrap();
-    c2.post_write(&WriteRequest::inline(5, b"two", 0).unwrap().signaled()).unwrap();
+    c2.post_write(&WriteRequest::inline(5, b"two", 0).unwrap().signaled())
+        .unwrap();
     assert_eq!(cq.wait_one(T).unwrap().status, WcStatus::Success);
     assert!(wait_until(&pair.client, T, || s2.arrivals() == 1));
 
@@ -120,25 +149,42 @@ fn connection_setup_through_connection_0() {
         other => panic!("post after close: {other:?}"),
     }
     // The first connection is unaffected.
-    c.client.post_write(&WriteRequest::inline(7, b"one", 0).unwrap().signaled()).unwrap();
+    c.client
+        .post_write(&WriteRequest::inline(7, b"one", 0).unwrap().signaled())
+        .unwrap();
     assert_eq!(c.ccq.wait_one(T).unwrap().status, WcStatus::Success);
 }
 
 #[test]
 fn nested_endpoint_limits_what_a_peer_sees() {
     let pair = RingPair::new("nest");
-    let outer = pair.server.alloc_endpoint(16384, Rights::REMOTE_WRITE).unwrap();
-    let inner = pair.server.sub_endpoint(&outer, 8192, 4096, Rights::REMOTE_WRITE).unwrap();
+    let outer = pair
+        .server
+        .alloc_endpoint(16384, Rights::REMOTE_WRITE)
+        .unwrap();
+    let inner = pair
+        .server
+        .sub_endpoint(&outer, 8192, 4096, Rights::REMOTE_WRITE)
+        .unwrap();
     let scq = pair.server.create_cq(16);
     let l = pair.server.listen(9, &inner, &scq).unwrap();
-    let cep = pair.client.alloc_endpoint(4096, Rights::REMOTE_WRITE).unwrap();
+    let cep = pair
+        .client
+        .alloc_endpoint(4096, Rights::REMOTE_WRITE)
+        .unwrap();
     let ccq = pair.client.create_cq(16);
     let c = pair.client.connect([10, 0, 0, 1], 9, &cep, &ccq).unwrap();
     let _s = l.accept(T).unwrap();
-    c.post_write(&WriteRequest::inline(1, b"inside", 0).unwrap().signaled()).unwrap();
+    c.post_write(&WriteRequest::inline(1, b"inside", 0).unwrap().signaled())
+        .unwrap();
     assert_eq!(ccq.wait_one(T).unwrap().status, WcStatus::Success);
     // Offset 4096 of the inner endpoint would be 12288 of the outer one: refused.
-    c.post_write(&WriteRequest::inline(2, b"outside", 4096).unwrap().signaled()).unwrap();
+    c.post_write(
+        &WriteRequest::inline(2, b"outside", 4096)
+            .unwrap()
+            .signaled(),
+    )
+    .unwrap();
     assert_eq!(ccq.wait_one(T).unwrap().status, WcStatus::RemoteAccessError);
     let mut got = [0u8; 6];
     outer.read(8192, &mut got).unwrap();
@@ -147,11 +193,15 @@ fn nested_endpoint_limits_what_a_peer_sees() {
     check_zero(&outer, 8192 + 6, 16384 - 8192 - 6).unwrap();
 
     // A read-only endpoint refuses writes.
-    let ro = pair.server.alloc_endpoint(4096, Rights::REMOTE_READ).unwrap();
+    let ro = pair
+        .server
+        .alloc_endpoint(4096, Rights::REMOTE_READ)
+        .unwrap();
     let l2 = pair.server.listen(10, &ro, &scq).unwrap();
     let c2 = pair.client.connect([10, 0, 0, 1], 10, &cep, &ccq).unwrap();
     let _s2 = l2.accept(T).unwrap();
-    c2.post_write(&WriteRequest::inline(3, b"nope", 0).unwrap().signaled()).unwrap();
+    c2.post_write(&WriteRequest::inline(3, b"nope", 0).unwrap().signaled())
+        .unwrap();
     assert_eq!(ccq.wait_one(T).unwrap().status, WcStatus::RemoteAccessError);
     check_zero(&ro, 0, 4096).unwrap();
     assert_eq!(pair.server.stats().dropped(DropReason::AccessDenied), 1);
@@ -165,10 +215,19 @@ fn posting_refuses_bad_arguments_locally() {
     c.client
         .post_write(&WriteRequest::from_endpoint(1, &c.cep, 4000, 200, 0).signaled())
         .unwrap();
-    assert_eq!(c.ccq.wait_one(T).unwrap().status, WcStatus::LocalProtectionError);
+    assert_eq!(
+        c.ccq.wait_one(T).unwrap().status,
+        WcStatus::LocalProtectionError
+    );
     // Remote range past the 32-bit offset space: refused at post.
     assert!(matches!(
-        c.client.post_write(&WriteRequest::from_endpoint(2, &c.cep, 0, 100, u32::MAX - 10)),
+        c.client.post_write(&WriteRequest::from_endpoint(
+            2,
+            &c.cep,
+            0,
+            100,
+            u32::MAX - 10
+        )),
         Err(Error::InvalidArgument(_))
     ));
     check_zero(&c.sep, 0, 4096).unwrap();

@@ -23,10 +23,14 @@ use std::sync::Arc;
 
 use crossbeam::queue::ArrayQueue;
 
-use crate::connection::{random_u32, random_u64, ConnShared, ConnState, Connection, CqShared, MAX_PENDING_NAKS};
+use crate::connection::{
+    random_u32, random_u64, ConnShared, ConnState, Connection, CqShared, MAX_PENDING_NAKS,
+};
 use crate::oplogic::{DropReason, RemoteStatus};
 use crate::tables::{EndpointId, NodeAddr, NodeId};
-use crate::wire::{self, hflags, op, ControlRepr, FrameView, FrameWriter, TransportRepr, UnderlayRepr};
+use crate::wire::{
+    self, hflags, op, ControlRepr, FrameView, FrameWriter, TransportRepr, UnderlayRepr,
+};
 use crate::worker::{fail_connection, learn_node, Listener, Worker};
 
 /// Why a connection request was refused.
@@ -135,7 +139,9 @@ impl CmMessage {
                 key: be64(p, 4)?,
                 sender: be32(p, 12)?,
             },
-            op::CM_DISCONNECT_REP => CmMessage::DisconnectRep { sender: be32(p, 0)? },
+            op::CM_DISCONNECT_REP => CmMessage::DisconnectRep {
+                sender: be32(p, 0)?,
+            },
             _ => return None,
         })
     }
@@ -189,7 +195,11 @@ impl CmMessage {
                 p[0..4].copy_from_slice(&client_conn.to_be_bytes());
                 4
             }
-            CmMessage::DisconnectReq { target, key, sender } => {
+            CmMessage::DisconnectReq {
+                target,
+                key,
+                sender,
+            } => {
                 c.opcode = op::CM_DISCONNECT_REQ;
                 p[0..4].copy_from_slice(&target.to_be_bytes());
                 p[4..12].copy_from_slice(&key.to_be_bytes());
@@ -230,7 +240,12 @@ impl Worker {
         }
     }
 
-    fn new_connection(&self, endpoint: EndpointId, peer: NodeId, shared: Arc<ConnShared>) -> Connection {
+    fn new_connection(
+        &self,
+        endpoint: EndpointId,
+        peer: NodeId,
+        shared: Arc<ConnShared>,
+    ) -> Connection {
         let isn = random_u32();
         let key = random_u64();
         shared.key.store(key, std::sync::atomic::Ordering::Relaxed);
@@ -331,7 +346,10 @@ impl Worker {
     /// Closes a connection: outstanding work is flushed, the peer is told (with
     /// retries), and the entry goes when the peer answers or the CM timeout passes.
     pub fn close(&mut self, number: u32) -> Result<(), CmError> {
-        let slot = self.conns.slot_of(number).ok_or(CmError::NoConnection(number))?;
+        let slot = self
+            .conns
+            .slot_of(number)
+            .ok_or(CmError::NoConnection(number))?;
         let now = crate::port::rdtsc();
         let deadline = now + self.us_to_tsc(self.cfg.cm_timeout_us);
         let conn = self.conns.get_mut(slot).expect("slot");
@@ -388,7 +406,9 @@ impl Worker {
     }
 
     fn send_connect_req(&mut self, number: u32) {
-        let Some(slot) = self.conns.slot_of(number) else { return };
+        let Some(slot) = self.conns.slot_of(number) else {
+            return;
+        };
         let c = self.conns.get(slot).expect("slot");
         let msg = CmMessage::ConnectReq {
             request: c.cm_request,
@@ -405,7 +425,9 @@ impl Worker {
     }
 
     fn send_disconnect_req(&mut self, number: u32) {
-        let Some(slot) = self.conns.slot_of(number) else { return };
+        let Some(slot) = self.conns.slot_of(number) else {
+            return;
+        };
         let c = self.conns.get(slot).expect("slot");
         let msg = CmMessage::DisconnectReq {
             target: c.peer_conn,
@@ -441,7 +463,10 @@ impl Worker {
         for n in expired {
             if let Some(c) = self.conns.remove(n) {
                 if !c.closing {
-                    c.shared.fail_reason.store(RejectReason::Timeout as u8, std::sync::atomic::Ordering::Relaxed);
+                    c.shared.fail_reason.store(
+                        RejectReason::Timeout as u8,
+                        std::sync::atomic::Ordering::Relaxed,
+                    );
                     c.shared.set_state(ConnState::Failed);
                 }
             }
@@ -520,16 +545,21 @@ impl Worker {
                     self.cm_frame(from, &reject(RejectReason::Resources));
                     return;
                 }
-                let (endpoint, cq, depth, accepted) = (l.endpoint, l.cq.clone(), l.sq_depth, l.accepted.clone());
+                let (endpoint, cq, depth, accepted) =
+                    (l.endpoint, l.cq.clone(), l.sq_depth, l.accepted.clone());
                 let peer = learn_node(&mut self.nodes, *from);
                 let shared = ConnShared::new(self.unused_conn_number(), depth, cq);
                 let mut c = self.new_connection(endpoint, peer, shared.clone());
                 c.peer_conn = conn;
                 c.peer_key = key;
                 c.rx_expected = isn;
-                c.segment_max = c.segment_max.min(crate::worker::segment_max_for(max_frame as usize));
+                c.segment_max = c
+                    .segment_max
+                    .min(crate::worker::segment_max_for(max_frame as usize));
                 c.state = ConnState::Normal;
-                shared.peer_conn.store(conn as u64, std::sync::atomic::Ordering::Relaxed);
+                shared
+                    .peer_conn
+                    .store(conn as u64, std::sync::atomic::Ordering::Relaxed);
                 shared.set_state(ConnState::Normal);
                 let rep = CmMessage::ConnectRep {
                     request,
@@ -552,7 +582,9 @@ impl Worker {
                 max_frame,
                 client_conn,
             } => {
-                let Some(slot) = self.conns.slot_of(client_conn) else { return };
+                let Some(slot) = self.conns.slot_of(client_conn) else {
+                    return;
+                };
                 let c = self.conns.get_mut(slot).expect("slot");
                 if c.state != ConnState::Connecting || c.cm_request != request {
                     return; // a duplicate reply
@@ -560,9 +592,13 @@ impl Worker {
                 c.peer_conn = conn;
                 c.peer_key = key;
                 c.rx_expected = isn;
-                c.segment_max = c.segment_max.min(crate::worker::segment_max_for(max_frame as usize));
+                c.segment_max = c
+                    .segment_max
+                    .min(crate::worker::segment_max_for(max_frame as usize));
                 c.state = ConnState::Normal;
-                c.shared.peer_conn.store(conn as u64, std::sync::atomic::Ordering::Relaxed);
+                c.shared
+                    .peer_conn
+                    .store(conn as u64, std::sync::atomic::Ordering::Relaxed);
                 c.shared.set_state(ConnState::Normal);
             }
             CmMessage::Reject {
@@ -570,16 +606,24 @@ impl Worker {
                 reason,
                 client_conn,
             } => {
-                let Some(slot) = self.conns.slot_of(client_conn) else { return };
+                let Some(slot) = self.conns.slot_of(client_conn) else {
+                    return;
+                };
                 let c = self.conns.get(slot).expect("slot");
                 if c.state != ConnState::Connecting || c.cm_request != request {
                     return;
                 }
                 let c = self.conns.remove(client_conn).expect("present");
-                c.shared.fail_reason.store(reason as u8, std::sync::atomic::Ordering::Relaxed);
+                c.shared
+                    .fail_reason
+                    .store(reason as u8, std::sync::atomic::Ordering::Relaxed);
                 c.shared.set_state(ConnState::Failed);
             }
-            CmMessage::DisconnectReq { target, key, sender } => {
+            CmMessage::DisconnectReq {
+                target,
+                key,
+                sender,
+            } => {
                 if let Some(slot) = self.conns.slot_of(target) {
                     let c = self.conns.get_mut(slot).expect("slot");
                     if c.key == key {

@@ -44,7 +44,11 @@ pub enum PortError {
 }
 
 fn rte_err(rc: i32) -> String {
-    let code = if rc < 0 { -rc } else { unsafe { sys::shim_errno() } };
+    let code = if rc < 0 {
+        -rc
+    } else {
+        unsafe { sys::shim_errno() }
+    };
     // SAFETY: rte_strerror returns a pointer to a static or thread-local C string.
     unsafe { CStr::from_ptr(sys::rte_strerror(code)) }
         .to_string_lossy()
@@ -192,7 +196,11 @@ fn eal_init_once(cfg: &EalConfig) -> Result<EalInfo, String> {
     // lifetime, as the EAL requires; eal_init_once runs once (OnceLock).
     let rc = unsafe { sys::rte_eal_init(argv.len() as i32, argv.as_mut_ptr()) };
     if rc < 0 {
-        return Err(format!("rte_eal_init({}) : {}", args.join(" "), rte_err(rc)));
+        return Err(format!(
+            "rte_eal_init({}) : {}",
+            args.join(" "),
+            rte_err(rc)
+        ));
     }
     // SAFETY: plain getter, valid after rte_eal_init.
     let tsc_hz = unsafe { sys::shim_get_tsc_hz() };
@@ -331,7 +339,9 @@ impl FromStr for PortSpec {
             "pci" if parts.len() > 1 => Ok(PortSpec::Pci {
                 addr: parts[1..].join(":"),
             }),
-            _ if s.chars().all(|c| c.is_ascii_hexdigit() || c == ':' || c == '.')
+            _ if s
+                .chars()
+                .all(|c| c.is_ascii_hexdigit() || c == ':' || c == '.')
                 && s.contains('.') =>
             {
                 Ok(PortSpec::Pci { addr: s.into() })
@@ -347,7 +357,11 @@ impl fmt::Display for PortSpec {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             PortSpec::Ring { name, side } => {
-                write!(f, "ring:{name}:{}", if *side == RingSide::A { "a" } else { "b" })
+                write!(
+                    f,
+                    "ring:{name}:{}",
+                    if *side == RingSide::A { "a" } else { "b" }
+                )
             }
             PortSpec::Null { rx } => write!(f, "null{}", if *rx { ":rx" } else { "" }),
             PortSpec::Memif { socket, role } => write!(
@@ -411,7 +425,10 @@ impl Mbuf {
         // SAFETY: mtod points at data_len initialised bytes owned by this mbuf.
         unsafe {
             let p = self.0.as_ptr();
-            std::slice::from_raw_parts(sys::shim_pktmbuf_mtod(p), sys::shim_pktmbuf_data_len(p) as usize)
+            std::slice::from_raw_parts(
+                sys::shim_pktmbuf_mtod(p),
+                sys::shim_pktmbuf_data_len(p) as usize,
+            )
         }
     }
 
@@ -429,7 +446,8 @@ impl Mbuf {
         // SAFETY: a fresh mbuf has data_len 0 and `tailroom` writable bytes after mtod.
         unsafe {
             let p = self.0.as_ptr();
-            let room = sys::shim_pktmbuf_tailroom(p) as usize + sys::shim_pktmbuf_data_len(p) as usize;
+            let room =
+                sys::shim_pktmbuf_tailroom(p) as usize + sys::shim_pktmbuf_data_len(p) as usize;
             std::slice::from_raw_parts_mut(sys::shim_pktmbuf_mtod(p), room)
         }
     }
@@ -590,12 +608,7 @@ fn ring_lookup_or_create(name: &str) -> Result<*mut sys::rte_ring, PortError> {
     }
     // SAFETY: valid name; the ring lives for the process (ring ports are never freed).
     let r = unsafe {
-        sys::rte_ring_create(
-            c.as_ptr(),
-            4096,
-            0,
-            sys::RING_F_SP_ENQ | sys::RING_F_SC_DEQ,
-        )
+        sys::rte_ring_create(c.as_ptr(), 4096, 0, sys::RING_F_SP_ENQ | sys::RING_F_SC_DEQ)
     };
     if r.is_null() {
         return Err(dpdk_err("rte_ring_create", name, -1));
@@ -741,7 +754,8 @@ impl Port {
                 sys::SOCKET_ID_ANY,
             )
         };
-        let pool = NonNull::new(pool).ok_or_else(|| dpdk_err("rte_pktmbuf_pool_create", &name, -1))?;
+        let pool =
+            NonNull::new(pool).ok_or_else(|| dpdk_err("rte_pktmbuf_pool_create", &name, -1))?;
 
         let mut conf: sys::rte_eth_conf = Default::default();
         conf.rxmode.mtu = mtu;
@@ -756,13 +770,22 @@ impl Port {
         unsafe { sys::rte_eth_dev_adjust_nb_rx_tx_desc(id, &mut rxd, &mut txd) };
         // SAFETY: valid port, queue 0, the pool created above.
         let rc = unsafe {
-            sys::rte_eth_rx_queue_setup(id, 0, rxd, sys::SOCKET_ID_ANY as u32, std::ptr::null(), pool.as_ptr())
+            sys::rte_eth_rx_queue_setup(
+                id,
+                0,
+                rxd,
+                sys::SOCKET_ID_ANY as u32,
+                std::ptr::null(),
+                pool.as_ptr(),
+            )
         };
         if rc < 0 {
             return Err(dpdk_err("rte_eth_rx_queue_setup", &name, rc));
         }
         // SAFETY: valid port, queue 0.
-        let rc = unsafe { sys::rte_eth_tx_queue_setup(id, 0, txd, sys::SOCKET_ID_ANY as u32, std::ptr::null()) };
+        let rc = unsafe {
+            sys::rte_eth_tx_queue_setup(id, 0, txd, sys::SOCKET_ID_ANY as u32, std::ptr::null())
+        };
         if rc < 0 {
             return Err(dpdk_err("rte_eth_tx_queue_setup", &name, rc));
         }
@@ -841,7 +864,9 @@ impl Port {
             return 0;
         }
         // SAFETY: the first n pointers are owned mbufs; the PMD takes the first `sent`.
-        let sent = unsafe { sys::shim_tx_burst(self.id, 0, batch.ptrs.as_mut_ptr(), batch.n as u16) } as usize;
+        let sent =
+            unsafe { sys::shim_tx_burst(self.id, 0, batch.ptrs.as_mut_ptr(), batch.n as u16) }
+                as usize;
         if sent < batch.n {
             batch.ptrs.copy_within(sent..batch.n, 0);
         }
@@ -897,26 +922,50 @@ mod tests {
     fn parses_port_specs() {
         assert_eq!(
             "ring".parse::<PortSpec>().unwrap(),
-            PortSpec::Ring { name: "lo".into(), side: RingSide::A }
+            PortSpec::Ring {
+                name: "lo".into(),
+                side: RingSide::A
+            }
         );
         assert_eq!(
             "ring:x:b".parse::<PortSpec>().unwrap(),
-            PortSpec::Ring { name: "x".into(), side: RingSide::B }
+            PortSpec::Ring {
+                name: "x".into(),
+                side: RingSide::B
+            }
         );
-        assert_eq!("null".parse::<PortSpec>().unwrap(), PortSpec::Null { rx: false });
+        assert_eq!(
+            "null".parse::<PortSpec>().unwrap(),
+            PortSpec::Null { rx: false }
+        );
         assert_eq!(
             "memif:/tmp/a.sock:server".parse::<PortSpec>().unwrap(),
-            PortSpec::Memif { socket: "/tmp/a.sock".into(), role: MemifRole::Server }
+            PortSpec::Memif {
+                socket: "/tmp/a.sock".into(),
+                role: MemifRole::Server
+            }
         );
         assert_eq!(
             "af_packet:veth0".parse::<PortSpec>().unwrap(),
-            PortSpec::AfPacket { iface: "veth0".into() }
+            PortSpec::AfPacket {
+                iface: "veth0".into()
+            }
         );
         assert_eq!(
             "0000:3b:00.0".parse::<PortSpec>().unwrap(),
-            PortSpec::Pci { addr: "0000:3b:00.0".into() }
+            PortSpec::Pci {
+                addr: "0000:3b:00.0".into()
+            }
         );
-        for bad in ["", "ring:x", "ring:x:c", "memif:/x", "memif:/x:boss", "tap0", "null:tx"] {
+        for bad in [
+            "",
+            "ring:x",
+            "ring:x:c",
+            "memif:/x",
+            "memif:/x:boss",
+            "tap0",
+            "null:tx",
+        ] {
             assert!(bad.parse::<PortSpec>().is_err(), "{bad:?} accepted");
         }
         for s in ["ring:lo:a", "null:rx", "memif:/tmp/s:client", "af_xdp:v1"] {
@@ -934,7 +983,11 @@ mod eal_tests {
     fn ring_pair_is_cross_connected() {
         let mut a = Port::open(&PortConfig::new("ring:xc:a".parse().unwrap())).unwrap();
         let mut b = Port::open(&PortConfig::new("ring:xc:b".parse().unwrap())).unwrap();
-        assert!(a.max_frame() >= 9000, "jumbo frames on ring: {}", a.max_frame());
+        assert!(
+            a.max_frame() >= 9000,
+            "jumbo frames on ring: {}",
+            a.max_frame()
+        );
         let mut tx = TxBatch::default();
         for i in 0..3u8 {
             let mut m = a.alloc().expect("mbuf");

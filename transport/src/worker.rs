@@ -21,15 +21,16 @@ use std::sync::Arc;
 use crossbeam::queue::ArrayQueue;
 
 use crate::connection::{
-    seq_lt, CqShared, Completion, ConnShared, ConnState, ConnTable, Connection, Pending, Source, WcStatus,
-    WorkRequest, WrOpcode, WR_SIGNALED,
+    seq_lt, Completion, ConnShared, ConnState, ConnTable, Connection, CqShared, Pending, Source,
+    WcStatus, WorkRequest, WrOpcode, WR_SIGNALED,
 };
 use crate::oplogic::{self, DropReason, RemoteStatus, TlbAccess};
 use crate::port::{rdtsc, Mbuf, Port, RxBatch, TxBatch};
 use crate::tables::{EndpointId, EndpointTable, NodeAddr, NodeId, NodeTable};
 use crate::tlb::{Tlb, TlbStats};
 use crate::wire::{
-    self, flags as cflags, hflags, op, ControlRepr, FrameView, FrameWriter, TransportRepr, UnderlayRepr, WireError,
+    self, flags as cflags, hflags, op, ControlRepr, FrameView, FrameWriter, TransportRepr,
+    UnderlayRepr, WireError,
 };
 
 /// Worker tunables.
@@ -279,7 +280,9 @@ impl Worker {
                     // The rest of the frame cannot be decoded; refuse the message at
                     // this sequence number (once) and stop.
                     self.stats.drop_for(wire_drop_reason(&e));
-                    if seq == conn.rx_expected && conn.push_nak(seq, RemoteStatus::RemoteOperationError) {
+                    if seq == conn.rx_expected
+                        && conn.push_nak(seq, RemoteStatus::RemoteOperationError)
+                    {
                         conn.rx_expected = seq.wrapping_add(1);
                         executed = true;
                     }
@@ -353,7 +356,9 @@ impl Worker {
             }
             let slot = self.ack_list[i];
             i += 1;
-            let Some(conn) = self.conns.get_mut(slot) else { continue };
+            let Some(conn) = self.conns.get_mut(slot) else {
+                continue;
+            };
             if !conn.ack_pending {
                 continue;
             }
@@ -366,7 +371,9 @@ impl Worker {
             let hdr = ack_header(conn, 0);
             let underlay = conn_underlay(&self.cfg.local, &self.nodes, conn);
             let room = &mut mbuf.room_mut()[..max];
-            let Ok(mut w) = FrameWriter::new(room, &underlay, &hdr) else { continue };
+            let Ok(mut w) = FrameWriter::new(room, &underlay, &hdr) else {
+                continue;
+            };
             let mut pushed = 0;
             for k in 0..conn.nnaks {
                 let (seq, status) = conn.naks[k];
@@ -414,7 +421,9 @@ impl Worker {
             if self.tx.is_full() && self.port.tx(&mut self.tx) == 0 {
                 return;
             }
-            let Some(conn) = self.conns.get_mut(slot) else { continue };
+            let Some(conn) = self.conns.get_mut(slot) else {
+                continue;
+            };
             match conn.state {
                 ConnState::Normal => {}
                 ConnState::Error | ConnState::Closed => {
@@ -442,7 +451,9 @@ impl Worker {
                 let underlay = conn_underlay(&self.cfg.local, &self.nodes, conn);
                 let hdr = data_header(conn);
                 let room = &mut mbuf.room_mut()[..max];
-                let Ok(mut w) = FrameWriter::new(room, &underlay, &hdr) else { break };
+                let Ok(mut w) = FrameWriter::new(room, &underlay, &hdr) else {
+                    break;
+                };
                 let (sent, bytes) = fill_frame(conn, &mut w, &self.endpoints);
                 if sent == 0 {
                     break;
@@ -463,7 +474,9 @@ impl Worker {
     fn run_timers(&mut self, now: u64) {
         let rto = self.us_to_tsc(self.cfg.retry_timeout_us);
         for slot in 0..self.conns.slots() {
-            let Some(conn) = self.conns.get_mut(slot) else { continue };
+            let Some(conn) = self.conns.get_mut(slot) else {
+                continue;
+            };
             if conn.state == ConnState::Normal
                 && !conn.inflight.is_empty()
                 && seq_lt(conn.tx_acked, conn.tx_cursor)
@@ -528,11 +541,15 @@ fn data_header(conn: &Connection) -> TransportRepr {
 /// window. Requests whose local source is invalid complete at once.
 fn admit_work(conn: &mut Connection, endpoints: &EndpointTable) {
     while conn.tx_next.wrapping_sub(conn.tx_acked) < conn.window {
-        let Some(wr) = conn.shared.sq.pop() else { break };
+        let Some(wr) = conn.shared.sq.pop() else {
+            break;
+        };
         if let Source::Endpoint { id, offset } = wr.source {
-            let ok = endpoints
-                .get(id)
-                .is_some_and(|e| offset.checked_add(wr.len as u64).is_some_and(|end| end <= e.len()));
+            let ok = endpoints.get(id).is_some_and(|e| {
+                offset
+                    .checked_add(wr.len as u64)
+                    .is_some_and(|end| end <= e.len())
+            });
             if !ok {
                 complete(conn, &wr, WcStatus::LocalProtectionError);
                 continue;
@@ -550,7 +567,11 @@ fn admit_work(conn: &mut Connection, endpoints: &EndpointTable) {
 }
 
 /// Puts messages from `tx_cursor` on into the frame; returns (messages, payload bytes).
-fn fill_frame(conn: &mut Connection, w: &mut FrameWriter<'_>, endpoints: &EndpointTable) -> (u32, u64) {
+fn fill_frame(
+    conn: &mut Connection,
+    w: &mut FrameWriter<'_>,
+    endpoints: &EndpointTable,
+) -> (u32, u64) {
     let Some((mut idx, mut seg)) = conn.locate(conn.tx_cursor) else {
         return (0, 0);
     };
@@ -596,7 +617,9 @@ fn fill_frame(conn: &mut Connection, w: &mut FrameWriter<'_>, endpoints: &Endpoi
             }
             Source::Endpoint { id, offset } => {
                 if let Some(e) = endpoints.get(id) {
-                    let _ = e.memory().read(e.offset() + (offset + seg_off as u64) as usize, dst);
+                    let _ = e
+                        .memory()
+                        .read(e.offset() + (offset + seg_off as u64) as usize, dst);
                 }
             }
         });

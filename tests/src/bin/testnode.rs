@@ -14,7 +14,9 @@ use std::time::Duration;
 
 use deposit::*;
 use deposit_tests::*;
-use deposit_transport::wire::{op, ControlRepr, FrameWriter, TransportRepr, UnderlayRepr, UDP_PORT};
+use deposit_transport::wire::{
+    op, ControlRepr, FrameWriter, TransportRepr, UnderlayRepr, UDP_PORT,
+};
 
 const T: Duration = Duration::from_secs(20);
 
@@ -24,16 +26,25 @@ fn fail(msg: impl std::fmt::Display) -> ! {
 }
 
 fn sweep_server(sock: &str, seed: u64) {
-    let dev = Device::open(DeviceConfig::new(&format!("memif:{sock}:server"), [10, 0, 0, 1]))
-        .unwrap_or_else(|e| fail(e));
+    let dev = Device::open(DeviceConfig::new(
+        &format!("memif:{sock}:server"),
+        [10, 0, 0, 1],
+    ))
+    .unwrap_or_else(|e| fail(e));
     let (layout, len) = sweep_layout();
-    let ep = dev.alloc_endpoint(len, Rights::REMOTE_WRITE).unwrap_or_else(|e| fail(e));
+    let ep = dev
+        .alloc_endpoint(len, Rights::REMOTE_WRITE)
+        .unwrap_or_else(|e| fail(e));
     let cq = dev.create_cq(64);
     let l = dev.listen(7, &ep, &cq).unwrap_or_else(|e| fail(e));
     println!("ready");
     let conn = l.accept(T).unwrap_or_else(|e| fail(e));
     if !wait_until(&dev, T, || conn.arrivals() >= layout.len() as u64) {
-        fail(format!("only {} of {} writes arrived", conn.arrivals(), layout.len()));
+        fail(format!(
+            "only {} of {} writes arrived",
+            conn.arrivals(),
+            layout.len()
+        ));
     }
     let mut prev_end = 0;
     for &(off, size) in &layout {
@@ -60,9 +71,20 @@ fn raw_frame(dst_conn: u32, key: u64, seq: u32, off: u32, data: &[u8]) -> Vec<u8
         src_port: 50000,
         dst_port: UDP_PORT,
     };
-    let hdr = TransportRepr { dst_conn, key, seq, ..Default::default() };
+    let hdr = TransportRepr {
+        dst_conn,
+        key,
+        seq,
+        ..Default::default()
+    };
     let mut w = FrameWriter::new(&mut buf, &underlay, &hdr).unwrap();
-    let c = ControlRepr { opcode: op::WRITE, flags: 1, operand: off, length: data.len() as u32, ..Default::default() };
+    let c = ControlRepr {
+        opcode: op::WRITE,
+        flags: 1,
+        operand: off,
+        length: data.len() as u32,
+        ..Default::default()
+    };
     w.push(&c, data).unwrap();
     let n = w.finish();
     buf.truncate(n);
@@ -70,9 +92,14 @@ fn raw_frame(dst_conn: u32, key: u64, seq: u32, off: u32, data: &[u8]) -> Vec<u8
 }
 
 fn inject(sock: &str, server: [u8; 4]) {
-    let dev = Device::open(DeviceConfig::new(&format!("memif:{sock}:client"), [10, 0, 0, 2]))
+    let dev = Device::open(DeviceConfig::new(
+        &format!("memif:{sock}:client"),
+        [10, 0, 0, 2],
+    ))
+    .unwrap_or_else(|e| fail(e));
+    let ep = dev
+        .alloc_endpoint(4096, Rights::REMOTE_WRITE)
         .unwrap_or_else(|e| fail(e));
-    let ep = dev.alloc_endpoint(4096, Rights::REMOTE_WRITE).unwrap_or_else(|e| fail(e));
     let cq = dev.create_cq(256);
     let conn = dev.connect(server, 9, &ep, &cq).unwrap_or_else(|e| fail(e));
     let remote = conn.remote_number();
@@ -98,15 +125,28 @@ fn inject(sock: &str, server: [u8; 4]) {
         // Legitimate: a write inside the endpoint and one past its end.
         let off = 64 * (round % 32);
         let data = [round as u8 | 0x80; 16];
-        conn.post_write(&WriteRequest::inline(round as u64, &data, off).unwrap().signaled())
-            .unwrap_or_else(|e| fail(e));
+        conn.post_write(
+            &WriteRequest::inline(round as u64, &data, off)
+                .unwrap()
+                .signaled(),
+        )
+        .unwrap_or_else(|e| fail(e));
         conn.post_write(&WriteRequest::inline(1000 + round as u64, &data, 4090).unwrap())
             .unwrap_or_else(|e| fail(e));
         for _ in 0..2 {
-            let wc = cq.wait_one(T).unwrap_or_else(|| fail("completion timed out"));
-            let want = if wc.wr_id >= 1000 { WcStatus::RemoteAccessError } else { WcStatus::Success };
+            let wc = cq
+                .wait_one(T)
+                .unwrap_or_else(|| fail("completion timed out"));
+            let want = if wc.wr_id >= 1000 {
+                WcStatus::RemoteAccessError
+            } else {
+                WcStatus::Success
+            };
             if wc.status != want {
-                fail(format!("wr {} completed {:?}, expected {want:?}", wc.wr_id, wc.status));
+                fail(format!(
+                    "wr {} completed {:?}, expected {want:?}",
+                    wc.wr_id, wc.status
+                ));
             }
         }
     }
