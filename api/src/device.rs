@@ -479,6 +479,22 @@ impl Device {
         DeviceStats::from(&self.inner.lock().stats())
     }
 
+    /// Stops the worker without telling any peer, as a crashed node would (tests of
+    /// peer failure). The device is unusable afterwards.
+    #[doc(hidden)]
+    pub fn shutdown_for_test(&self) {
+        self.inner.core.stop.store(true, Ordering::Relaxed);
+        let h = self
+            .inner
+            .thread
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        if let Some(h) = h {
+            let _ = h.join();
+        }
+    }
+
     /// Transmits a raw frame exactly as given (diagnostics and hostile-input tests).
     pub fn send_raw_frame(&self, frame: &[u8]) {
         self.inner.lock().send_raw(frame);

@@ -444,9 +444,6 @@ impl Worker {
                 if conn.tx_cursor == conn.tx_acked {
                     conn.last_progress = now;
                 }
-                if conn.tx_cursor != conn.tx_acked && seq_lt(conn.tx_cursor, conn.tx_sent_max) {
-                    self.stats.retransmits += 1;
-                }
                 let max = self.port.max_frame();
                 let underlay = conn_underlay(&self.cfg.local, &self.nodes, conn);
                 let hdr = data_header(conn);
@@ -454,11 +451,12 @@ impl Worker {
                 let Ok(mut w) = FrameWriter::new(room, &underlay, &hdr) else {
                     break;
                 };
-                let (sent, bytes) = fill_frame(conn, &mut w, &self.endpoints);
+                let (sent, bytes, resent) = fill_frame(conn, &mut w, &self.endpoints);
                 if sent == 0 {
                     break;
                 }
                 self.stats.msgs_tx += sent as u64;
+                self.stats.retransmits += resent as u64;
                 self.stats.cells_tx += w.cells() as u64;
                 self.stats.bytes_tx += bytes;
                 let len = w.finish();
@@ -566,16 +564,18 @@ fn admit_work(conn: &mut Connection, endpoints: &EndpointTable) {
     }
 }
 
-/// Puts messages from `tx_cursor` on into the frame; returns (messages, payload bytes).
+/// Puts messages from `tx_cursor` on into the frame; returns (messages, payload bytes,
+/// messages that were sent before: retransmissions).
 fn fill_frame(
     conn: &mut Connection,
     w: &mut FrameWriter<'_>,
     endpoints: &EndpointTable,
-) -> (u32, u64) {
+) -> (u32, u64, u32) {
     let Some((mut idx, mut seg)) = conn.locate(conn.tx_cursor) else {
-        return (0, 0);
+        return (0, 0, 0);
     };
     let mut sent = 0u32;
+    let mut resent = 0u32;
     let mut bytes = 0u64;
     while idx < conn.inflight.len() {
         let p = &conn.inflight[idx];
@@ -628,6 +628,9 @@ fn fill_frame(
         }
         sent += 1;
         bytes += len as u64;
+        if seq_lt(conn.tx_cursor, conn.tx_sent_max) {
+            resent += 1;
+        }
         conn.tx_cursor = conn.tx_cursor.wrapping_add(1);
         if seq_lt(conn.tx_sent_max, conn.tx_cursor) {
             conn.tx_sent_max = conn.tx_cursor;
@@ -638,7 +641,7 @@ fn fill_frame(
             seg = 0;
         }
     }
-    (sent, bytes)
+    (sent, bytes, resent)
 }
 
 fn apply_nak(conn: &mut Connection, seq: u32, code: u32) {

@@ -1,0 +1,180 @@
+//! Connection management and endpoint registration on ring ports.
+
+use std::time::Duration;
+
+use deposit::*;
+use deposit_tests::*;
+
+const T: Duration = Duration::from_secs(10);
+
+#[test]
+fn repeated_connect_requests_create_one_connection() {
+    // The server is not polled for a while, so the client's request is retried
+    // several times and every copy reaches the server: it must answer them all with
+    // the same connection.
+    let server = Device::open(DeviceConfig::new("ring:dup:b", [10, 0, 0, 1])).unwrap();
+    let sep = server.alloc_endpoint(4096, Rights::REMOTE_WRITE).unwrap();
+    let scq = server.create_cq(16);
+    let l = server.listen(3, &sep, &scq).unwrap();
+    let client_thread = std::thread::spawn(|| {
+        let client = Device::open(DeviceConfig::new("ring:dup:a", [10, 0, 0, 2])).unwrap();
+        let ep = client.alloc_endpoint(4096, Rights::REMOTE_WRITE).unwrap();
+        let cq = client.create_cq(16);
+        let c = client.connect([10, 0, 0, 1], 3, &ep, &cq).unwrap();
+        c.post_write(&WriteRequest::inline(1, b"once", 0).unwrap().signaled())
+            .unwrap();
+        let wc = cq.wait_one(T).expect("completion");
+        assert_eq!(wc.status, WcStatus::Success);
+        let n = client.stats().frames_tx;
+        // Keep the connection open until the server has looked.
+        std::thread::sleep(Duration::from_millis(300));
+        n
+    });
+    std::thread::sleep(Duration::from_millis(250)); // ~5 retries at 50 ms
+    let s = l.accept(T).unwrap();
+    assert!(wait_until(&server, T, || s.arrivals() == 1));
+    // No second connection from the duplicates.
+    assert!(matches!(
+        l.accept(Duration::from_millis(100)),
+        Err(Error::Timeout(..))
+    ));
+    let frames = client_thread.join().unwrap();
+    assert!(frames >= 3, "request was retried ({frames} frames)");
+    let mut got = [0u8; 4];
+    sep.read(0, &mut got).unwrap();
+    assert_eq!(&got, b"once");
+}
+
+#[test]
+fn registered_application_buffer_receives_writes() {
+    let pair = RingPair::new("reg");
+    let layout = std::alloc::Layout::from_size_align(8192, 4096).unwrap();
+    // SAFETY: plain allocation, freed at the end after the endpoint is gone.
+    let buf = unsafe { std::alloc::alloc_zeroed(layout) };
+    {
+        // SAFETY: the buffer outlives the endpoint and connection (dropped in this block).
+        let ep = unsafe {
+            pair.server
+                .register_endpoint(buf, 8192, Rights::REMOTE_WRITE)
+        }
+        .unwrap();
+        assert_eq!(ep.backing(), Backing::Registered);
+        let scq = pair.server.create_cq(16);
+        let l = pair.server.listen(4, &ep, &scq).unwrap();
+        let cep = pair
+            .client
+            .alloc_endpoint(8192, Rights::REMOTE_WRITE)
+            .unwrap();
+        let ccq = pair.client.create_cq(16);
+        let c = pair.client.connect([10, 0, 0, 1], 4, &cep, &ccq).unwrap();
+        let s = l.accept(T).unwrap();
+        fill_pattern(&cep, 0, 8192, 3, 0);
+        c.post_write(&WriteRequest::from_endpoint(1, &cep, 0, 8192, 0).signaled())
+            .unwrap();
+        assert_eq!(ccq.wait_one(T).unwrap().status, WcStatus::Success);
+        assert!(wait_until(&pair.client, T, || s.arrivals() == 1));
+        // SAFETY: the write completed; reading the application's own buffer.
+        let got = unsafe { std::slice::from_raw_parts(buf, 8192) };
+        for (i, b) in got.iter().enumerate() {
+            assert_eq!(*b, pattern(3, i as u64));
+        }
+        // Misaligned registration is refused.
+        // SAFETY: never used, refused before anything is stored.
+        assert!(unsafe {
+            pair.server
+                .register_endpoint(buf.wrapping_add(1), 100, Rights::REMOTE_WRITE)
+        }
+        .is_err());
+    }
+    // SAFETY: allocated above with the same layout; endpoint and connections dropped.
+    unsafe { std::alloc::dealloc(buf, layout) };
+}
+
+#[test]
+fn many_connections_into_one_node() {
+    let pair = RingPair::new("many");
+    let sep = pair
+        .server
+        .alloc_endpoint(64 * 1024, Rights::REMOTE_WRITE)
+        .unwrap();
+    let scq = pair.server.create_cq(64);
+    let l = pair.server.listen(5, &sep, &scq).unwrap();
+    let cep = pair
+        .client
+        .alloc_endpoint(4096, Rights::REMOTE_WRITE)
+        .unwrap();
+    let ccq = pair.client.create_cq(4096);
+    let mut conns = Vec::new();
+    for _ in 0..16 {
+        let c = pair.client.connect([10, 0, 0, 1], 5, &cep, &ccq).unwrap();
+        let s = l.accept(T).unwrap();
+        conns.push((c, s));
+    }
+    for round in 0..64u32 {
+        for (i, (c, _)) in conns.iter().enumerate() {
+            let off = (i as u32 * 64 + round) * 16;
+            c.post_write(
+                &WriteRequest::inline(off as u64, &off.to_le_bytes(), off)
+                    .unwrap()
+                    .signaled(),
+            )
+            .unwrap();
+        }
+    }
+    for wc in wait_completions(&ccq, 16 * 64, T) {
+        assert_eq!(wc.status, WcStatus::Success);
+    }
+    for (_, s) in &conns {
+        assert!(wait_until(&pair.client, T, || s.arrivals() == 64));
+    }
+    for off in (0..16 * 64 * 16).step_by(16) {
+        let mut b = [0u8; 4];
+        sep.read(off, &mut b).unwrap();
+        assert_eq!(u32::from_le_bytes(b), off as u32);
+    }
+}
+
+#[test]
+fn a_vanished_peer_ends_in_retry_exceeded_and_flushed_requests() {
+    let server =
+        Device::open(DeviceConfig::new("ring:gone:b", [10, 0, 0, 1]).progress(Progress::Dedicated))
+            .unwrap();
+    let mut cfg = DeviceConfig::new("ring:gone:a", [10, 0, 0, 2]);
+    cfg.retry_timeout = Duration::from_millis(10);
+    cfg.retry_count = 3;
+    let client = Device::open(cfg).unwrap();
+    let sep = server.alloc_endpoint(4096, Rights::REMOTE_WRITE).unwrap();
+    let scq = server.create_cq(16);
+    let l = server.listen(1, &sep, &scq).unwrap();
+    let cep = client.alloc_endpoint(4096, Rights::REMOTE_WRITE).unwrap();
+    let ccq = client.create_cq(64);
+    let c = client.connect([10, 0, 0, 1], 1, &cep, &ccq).unwrap();
+    let s = l.accept(T).unwrap();
+    // The server node disappears without closing anything.
+    std::mem::forget(s);
+    drop(l);
+    server.shutdown_for_test();
+    let start = std::time::Instant::now();
+    for i in 0..10 {
+        c.post_write(&WriteRequest::inline(i, b"lost", 0).unwrap())
+            .unwrap();
+    }
+    let wcs = wait_completions(&ccq, 10, T);
+    assert_eq!(wcs[0].status, WcStatus::RetryExceeded, "{wcs:?}");
+    assert!(
+        wcs[1..].iter().all(|w| w.status == WcStatus::Flushed),
+        "{wcs:?}"
+    );
+    // Bounded by the retry budget (3 x 10 ms plus scheduling), not a hang.
+    assert!(
+        start.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        start.elapsed()
+    );
+    assert_eq!(c.state(), ConnState::Error);
+    assert!(matches!(
+        c.post_write(&WriteRequest::inline(99, b"x", 0).unwrap()),
+        Err(Error::NotConnected(ConnState::Error))
+    ));
+    assert!(client.stats().retransmits >= 3);
+}
