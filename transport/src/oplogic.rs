@@ -443,7 +443,7 @@ impl EndpointAccess for TlbAccess<'_> {
             // `EndpointEntry::new`), which `self.ep` keeps alive through its `Arc` and
             // whose page map cannot change while we borrow it. `[dst, dst + n)` stays in
             // one logical page, and `data` is a Rust buffer, never endpoint memory.
-            unsafe { std::ptr::copy_nonoverlapping(rest.as_ptr(), dst, n) };
+            unsafe { crate::mem::copy_bytes(dst, rest.as_ptr(), n) };
             at += n as u64;
             rest = &rest[n..];
         }

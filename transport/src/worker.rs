@@ -33,6 +33,10 @@ use crate::wire::{
     UnderlayRepr, WireError,
 };
 
+/// How far behind the expected sequence number a message still counts as a
+/// retransmitted duplicate (acknowledged again); anything else out of order is refused.
+pub const DUPLICATE_WINDOW: u32 = 1 << 20;
+
 /// Worker tunables.
 #[derive(Debug, Clone)]
 pub struct WorkerConfig {
@@ -295,7 +299,9 @@ impl Worker {
                 continue;
             }
             if seq != conn.rx_expected {
-                if seq_lt(seq, conn.rx_expected) {
+                if seq_lt(seq, conn.rx_expected)
+                    && conn.rx_expected.wrapping_sub(seq) <= DUPLICATE_WINDOW
+                {
                     // Already executed (a retransmission): acknowledge again.
                     self.stats.duplicates += 1;
                     seq = seq.wrapping_add(1);

@@ -282,7 +282,9 @@ impl<'a> FrameWriter<'a> {
         control.emit(&mut ControlPacket::new_unchecked(head));
         let (payload, padding) = body.split_at_mut(control.length as usize);
         fill(payload);
-        padding.fill(0);
+        if !padding.is_empty() {
+            padding.fill(0);
+        }
         self.cells += needed;
         Ok(())
     }

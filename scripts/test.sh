@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# Usage: scripts/test.sh [--quick]
+# The whole suite: dependencies and hugepages, then rustfmt, clippy (-D warnings), a
+# release build of ddperf, every test under cargo-nextest (one process per test: DPDK's
+# EAL initialises once per process), doctests, and a ddperf smoke run whose JSON output is
+# checked. --quick skips rustfmt, clippy and doctests. Runs every step even after a
+# failure, prints a summary, and exits non-zero if any step failed.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+quick=0
+for a in "$@"; do
+    case $a in
+        --quick) quick=1 ;;
+        -h|--help) sed -n '2,7s/^# \{0,1\}//p' "$0"; exit 0 ;;
+        *) echo "test: unknown argument '$a' (usage: $0 [--quick])" >&2; exit 2 ;;
+    esac
+done
+
+summary=()
+failed=0
+start_all=$SECONDS
+
+# step NAME CMD...: runs CMD, records PASS/FAIL and the time taken, never exits.
+step() {
+    local name=$1 rc=0 t0=$SECONDS
+    shift
+    echo
+    echo "=== $name: $*"
+    "$@" || rc=$?
+    local dt=$((SECONDS - t0))
+    if ((rc == 0)); then
+        summary+=("$(printf 'PASS  %-28s %5ds' "$name" "$dt")")
+    else
+        summary+=("$(printf 'FAIL  %-28s %5ds  (exit %d)' "$name" "$dt" "$rc")")
+        failed=$((failed + 1))
+    fi
+}
+
+# Runs one ddperf test on in-process loopback and checks that every line it prints on
+# stdout is a JSON object with the keys of its kind (stderr passes through).
+smoke() {
+    local test=$1 out rc=0
+    shift
+    out=$(timeout 120 target/release/ddperf "$test" --loopback --json "$@") || rc=$?
+    if ((rc != 0)); then
+        printf '%s\n' "$out"
+        echo "test: ddperf $test exited with status $rc$( ((rc == 124)) && echo ' (timed out after 120 s)')" >&2
+        return "$rc"
+    fi
+    printf '%s\n' "$out" | python3 -c '
+import json, sys
+test = sys.argv[1]
+lat = ["test", "bytes", "iterations", "t_min_us", "t_typical_us", "t_avg_us",
+       "t_p99_us", "t_p999_us", "t_max_us"]
+bw = ["test", "bytes", "iterations", "bw_avg_mib_s", "msg_rate_mpps"]
+need = lat if test.endswith("_lat") else bw
+rows = 0
+for n, line in enumerate(sys.stdin, 1):
+    line = line.strip()
+    if not line:
+        continue
+    try:
+        row = json.loads(line)
+    except ValueError as e:
+        sys.exit(f"ddperf {test}: line {n} is not JSON ({e}): {line!r}")
+    if not isinstance(row, dict):
+        sys.exit(f"ddperf {test}: line {n} is not a JSON object: {line!r}")
+    missing = [k for k in need if k not in row]
+    if missing:
+        sys.exit(f"ddperf {test}: line {n} lacks {missing}: {line!r}")
+    rows += 1
+    fmt = ("  {test} {bytes} B x {iterations}: typical {t_typical_us} us, p99 {t_p99_us} us"
+           if test.endswith("_lat") else
+           "  {test} {bytes} B x {iterations}: {bw_avg_mib_s} MiB/s, {msg_rate_mpps} Mpps")
+    print(fmt.format_map(row))
+if rows == 0:
+    sys.exit(f"ddperf {test}: printed no JSON lines")
+' "$test"
+}
+
+step deps scripts/deps.sh
+step hugepages scripts/hugepages.sh
+if ((!quick)); then
+    step fmt cargo fmt --all -- --check
+    step clippy cargo clippy --workspace --all-targets -- -D warnings
+fi
+step "build ddperf (release)" cargo build --release -p ddperf
+step "nextest" cargo nextest run --workspace --no-fail-fast
+if ((!quick)); then
+    step doctests cargo test --doc --workspace
+fi
+step "smoke write_lat" smoke write_lat -s 32 -n 2000
+step "smoke write_bw" smoke write_bw -s 32 -n 100000
+step "smoke raw_bw" smoke raw_bw -s 64 -n 100000
+
+echo
+echo "=== summary ($((SECONDS - start_all)) s$( ((quick)) && echo ', --quick'))"
+printf '%s\n' "${summary[@]}"
+if ((failed)); then
+    echo "$failed step(s) failed"
+    exit 1
+fi
+echo "all steps passed"
