@@ -83,8 +83,11 @@ pub struct DeviceStats {
     pub frames_tx: u64,
     pub cells_rx: u64,
     pub cells_tx: u64,
+    /// Frame bytes received / sent.
     pub bytes_rx: u64,
     pub bytes_tx: u64,
+    /// Payload bytes of messages sent.
+    pub bytes_payload_tx: u64,
     pub msgs_rx: u64,
     pub msgs_tx: u64,
     pub bytes_deposited: u64,
@@ -120,6 +123,7 @@ impl DeviceStats {
             cells_tx: s.cells_tx,
             bytes_rx: s.bytes_rx,
             bytes_tx: s.bytes_tx,
+            bytes_payload_tx: s.bytes_payload_tx,
             msgs_rx: s.msgs_rx,
             msgs_tx: s.msgs_tx,
             bytes_deposited: s.bytes_deposited,

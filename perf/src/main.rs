@@ -1,1 +1,335 @@
-fn main() {}
+//! `ddperf`: the perftest-style benchmark tool of the deposit transport.
+//!
+//! This file is the command line only: it turns perftest's options into [`Params`] and
+//! hands them to the test modules ([`lat`], [`bw`], [`raw`]). Habits kept from perftest
+//! (DESIGN.md §11): the server runs `ddperf <test> --server [opts]`, the client
+//! `ddperf <test> [opts] <server-ip>` with the same options; `--loopback` runs both
+//! sides in one process on two cross-connected ring ports with no setup at all.
+//!
+//! Exit status: 0 on success; 2 when a wait timed out; 1 for every other failure, with
+//! one line on stderr. Nothing here panics on user input.
+
+mod bw;
+mod error;
+mod exchange;
+mod lat;
+mod raw;
+mod report;
+mod setup;
+
+use std::net::Ipv4Addr;
+use std::time::Duration;
+
+use clap::{Parser, ValueEnum};
+use deposit::Progress;
+
+use crate::error::{PerfError, Result};
+
+/// The tests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+#[value(rename_all = "snake_case")]
+pub enum Test {
+    /// RDMA-write ping-pong (ib_write_lat): RTT/2 per iteration.
+    WriteLat,
+    /// RDMA-write streaming (ib_write_bw).
+    WriteBw,
+    /// Bare DPDK frame ping-pong on the same port, no transport (the physical limit).
+    RawLat,
+    /// Bare DPDK burst loop on the same port, no transport (the physical limit).
+    RawBw,
+}
+
+impl Test {
+    /// The name in reports and JSON.
+    pub fn name(self) -> &'static str {
+        match self {
+            Test::WriteLat => "write_lat",
+            Test::WriteBw => "write_bw",
+            Test::RawLat => "raw_lat",
+            Test::RawBw => "raw_bw",
+        }
+    }
+    /// Whether it is a latency test (ping-pong) rather than a bandwidth test.
+    pub fn is_lat(self) -> bool {
+        matches!(self, Test::WriteLat | Test::RawLat)
+    }
+    /// Code in the parameter block the client sends the server.
+    pub fn code(self) -> u8 {
+        match self {
+            Test::WriteLat => 1,
+            Test::WriteBw => 2,
+            Test::RawLat => 3,
+            Test::RawBw => 4,
+        }
+    }
+    /// The test with that code.
+    pub fn from_code(c: u8) -> Option<Test> {
+        [Test::WriteLat, Test::WriteBw, Test::RawLat, Test::RawBw]
+            .into_iter()
+            .find(|t| t.code() == c)
+    }
+}
+
+/// Who drives the device's worker loop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum WorkerMode {
+    /// The benchmark thread drives the device (no extra thread).
+    Inline,
+    /// A worker thread of its own polls the port.
+    Dedicated,
+}
+
+/// perftest-style benchmark for the deposit transport.
+#[derive(Parser, Debug)]
+#[command(name = "ddperf", version, about)]
+struct Cli {
+    /// The test to run.
+    #[arg(value_enum)]
+    test: Test,
+    /// The server's IP address (client side).
+    peer: Option<Ipv4Addr>,
+    /// Run the server side.
+    #[arg(long)]
+    server: bool,
+    /// Run both sides in this process on ring:ddperf:a / ring:ddperf:b.
+    #[arg(long)]
+    loopback: bool,
+    /// Message size in bytes (default: 2 for latency tests, 65536 for write_bw, the
+    /// largest single-frame payload for raw_bw).
+    #[arg(short = 's', long)]
+    size: Option<u64>,
+    /// Iterations per size (default: 1000 for latency tests, 5000 for bandwidth tests).
+    #[arg(short = 'n', long)]
+    iters: Option<u64>,
+    /// Run all sizes 2^1 .. 2^23 (raw tests: up to what fits one frame).
+    #[arg(short = 'a', long)]
+    all: bool,
+    /// Run each size for this many seconds instead of a number of iterations.
+    #[arg(short = 'D', long)]
+    duration: Option<f64>,
+    /// Report bandwidth in Gb/s (10^9 bits) instead of MiB/s.
+    #[arg(long = "report_gbits", alias = "report-gbits")]
+    report_gbits: bool,
+    /// One JSON object per size on stdout (and nothing else there).
+    #[arg(long)]
+    json: bool,
+    /// Port spec (default memif:/tmp/ddperf.sock:server|client; ignored with --loopback).
+    #[arg(long)]
+    dev: Option<String>,
+    /// This node's IPv4 address (default 10.0.0.1 for the server, 10.0.0.2 for a client).
+    #[arg(long)]
+    ip: Option<Ipv4Addr>,
+    /// Most writes outstanding.
+    #[arg(short = 't', long = "tx-depth", default_value_t = 128)]
+    tx_depth: u32,
+    /// Signal every Nth write.
+    #[arg(long = "cq-mod", default_value_t = 100)]
+    cq_mod: u32,
+    /// Who drives the device.
+    #[arg(long, value_enum, default_value_t = WorkerMode::Inline)]
+    worker: WorkerMode,
+    /// Connection-management service number.
+    #[arg(long, default_value_t = 18515)]
+    service: u32,
+    /// Largest frame on the port, in bytes.
+    #[arg(long = "max-frame")]
+    max_frame: Option<usize>,
+    /// Bound of every wait, in seconds.
+    #[arg(long, default_value_t = 30.0)]
+    timeout: f64,
+}
+
+/// Which side(s) this process runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    Server,
+    Client {
+        peer: [u8; 4],
+    },
+    /// Both sides, in one process.
+    Loopback,
+}
+
+/// How long each size runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Span {
+    Iters(u64),
+    Duration(Duration),
+}
+
+/// Resolved options: what every test module reads.
+#[derive(Debug, Clone)]
+pub struct Params {
+    pub test: Test,
+    pub role: Role,
+    /// Sizes to run, in order (one with `-s`, 2^1..2^23 with `-a`).
+    pub sizes: Vec<u64>,
+    pub all: bool,
+    pub span: Span,
+    pub report_gbits: bool,
+    pub json: bool,
+    /// Port spec of this process (server side with --loopback).
+    pub dev: String,
+    /// Client port spec with --loopback.
+    pub loop_client_dev: String,
+    pub ip: [u8; 4],
+    pub tx_depth: u32,
+    pub cq_mod: u32,
+    pub progress: Progress,
+    pub service: u32,
+    pub max_frame: Option<usize>,
+    pub timeout: Duration,
+}
+
+impl Params {
+    /// Largest size of the run.
+    pub fn max_size(&self) -> u64 {
+        self.sizes.iter().copied().max().unwrap_or(0)
+    }
+}
+
+/// Default port specs (perftest habit: nothing to configure for two local processes).
+pub const SERVER_DEV: &str = "memif:/tmp/ddperf.sock:server";
+pub const CLIENT_DEV: &str = "memif:/tmp/ddperf.sock:client";
+/// Ports of `--loopback`.
+pub const LOOP_SERVER_DEV: &str = "ring:ddperf:b";
+pub const LOOP_CLIENT_DEV: &str = "ring:ddperf:a";
+pub const SERVER_IP: [u8; 4] = [10, 0, 0, 1];
+pub const CLIENT_IP: [u8; 4] = [10, 0, 0, 2];
+/// Largest size of `-a`: 2^23 bytes.
+const ALL_MAX_LOG2: u32 = 23;
+
+fn resolve(cli: Cli) -> Result<Params> {
+    let role = if cli.server && cli.loopback {
+        return Err(PerfError::Usage(
+            "--server and --loopback exclude each other".into(),
+        ));
+    } else if let (true, Some(p)) = (cli.server || cli.loopback, cli.peer) {
+        return Err(PerfError::Usage(format!(
+            "--server and --loopback take no peer address (got {p})"
+        )));
+    } else if cli.loopback {
+        Role::Loopback
+    } else if cli.server {
+        Role::Server
+    } else if let Some(p) = cli.peer {
+        Role::Client { peer: p.octets() }
+    } else {
+        return Err(PerfError::Usage(
+            "give the server's IP address, or --server, or --loopback".into(),
+        ));
+    };
+    let test = cli.test;
+    if cli.all && cli.size.is_some() {
+        return Err(PerfError::Usage("-a and -s exclude each other".into()));
+    }
+    let sizes: Vec<u64> = if cli.all {
+        (1..=ALL_MAX_LOG2).map(|k| 1u64 << k).collect()
+    } else {
+        let default = match test {
+            Test::WriteLat | Test::RawLat => 2,
+            Test::WriteBw => 65536,
+            // Resolved against the port's largest frame once it is open.
+            Test::RawBw => 0,
+        };
+        vec![cli.size.unwrap_or(default)]
+    };
+    if cli.size == Some(0) {
+        return Err(PerfError::Usage("-s must be at least 1 byte".into()));
+    }
+    if let Some(s) = cli.size {
+        if s > u32::MAX as u64 {
+            return Err(PerfError::Usage(format!(
+                "-s {s}: at most {} bytes",
+                u32::MAX
+            )));
+        }
+    }
+    let span = match cli.duration {
+        Some(d) if !(d > 0.0 && d < 1e6) => {
+            return Err(PerfError::Usage(format!(
+                "-D {d}: give a positive number of seconds"
+            )))
+        }
+        Some(_) if cli.iters.is_some() => {
+            return Err(PerfError::Usage("-D and -n exclude each other".into()))
+        }
+        Some(d) => Span::Duration(Duration::from_secs_f64(d)),
+        None => {
+            let n = cli.iters.unwrap_or(if test.is_lat() { 1000 } else { 5000 });
+            if n == 0 {
+                return Err(PerfError::Usage("-n must be at least 1".into()));
+            }
+            Span::Iters(n)
+        }
+    };
+    if !(cli.timeout > 0.0 && cli.timeout < 1e6) {
+        return Err(PerfError::Usage(format!(
+            "--timeout {}: give a positive number of seconds",
+            cli.timeout
+        )));
+    }
+    // The send queue of a connection holds 4096 work requests (cm::ConnectOptions).
+    if cli.tx_depth == 0 || cli.tx_depth > 4096 {
+        return Err(PerfError::Usage(format!(
+            "-t {}: between 1 and 4096",
+            cli.tx_depth
+        )));
+    }
+    if cli.cq_mod == 0 {
+        return Err(PerfError::Usage("--cq-mod must be at least 1".into()));
+    }
+    // perftest's rule: a completion must come back before the send queue is full.
+    let cq_mod = cli.cq_mod.min(cli.tx_depth);
+    let server_side = !matches!(role, Role::Client { .. });
+    let (dev, ip) = match role {
+        Role::Loopback => (LOOP_SERVER_DEV.to_string(), SERVER_IP),
+        _ => (
+            cli.dev
+                .clone()
+                .unwrap_or_else(|| if server_side { SERVER_DEV } else { CLIENT_DEV }.to_string()),
+            cli.ip
+                .map(|a| a.octets())
+                .unwrap_or(if server_side { SERVER_IP } else { CLIENT_IP }),
+        ),
+    };
+    Ok(Params {
+        test,
+        role,
+        sizes,
+        all: cli.all,
+        span,
+        report_gbits: cli.report_gbits,
+        json: cli.json,
+        dev,
+        loop_client_dev: LOOP_CLIENT_DEV.to_string(),
+        ip,
+        tx_depth: cli.tx_depth,
+        cq_mod,
+        progress: match cli.worker {
+            WorkerMode::Inline => Progress::Inline,
+            WorkerMode::Dedicated => Progress::Dedicated,
+        },
+        service: cli.service,
+        max_frame: cli.max_frame,
+        timeout: Duration::from_secs_f64(cli.timeout),
+    })
+}
+
+fn run(p: Params) -> Result<()> {
+    match p.test {
+        Test::WriteLat => lat::run(&p),
+        Test::WriteBw => bw::run(&p),
+        Test::RawLat => raw::run_lat(&p),
+        Test::RawBw => raw::run_bw(&p),
+    }
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let result = resolve(cli).and_then(run);
+    if let Err(e) = result {
+        eprintln!("ddperf: error: {e}");
+        std::process::exit(e.exit_code());
+    }
+}

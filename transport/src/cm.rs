@@ -346,6 +346,7 @@ impl Worker {
     /// Closes a connection: outstanding work is flushed, the peer is told (with
     /// retries), and the entry goes when the peer answers or the CM timeout passes.
     pub fn close(&mut self, number: u32) -> Result<(), CmError> {
+        self.flush_acks_now();
         let slot = self
             .conns
             .slot_of(number)

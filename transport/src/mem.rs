@@ -350,6 +350,50 @@ impl HugepageInfo {
     }
 }
 
+/// Copies `n` bytes; small copies (the common 1..=64-byte deposit) are done with a few
+/// unaligned loads and stores instead of a call into libc's memmove, and always store
+/// in ascending order so the last byte is stored last.
+///
+/// # Safety
+/// `src` must be valid for `n` reads, `dst` for `n` writes, and they must not overlap.
+#[inline(always)]
+pub unsafe fn copy_bytes(dst: *mut u8, src: *const u8, n: usize) {
+    // SAFETY (all arms): every access lies in [0, n) of both ranges, which the caller
+    // guarantees valid and disjoint; head stores precede tail stores.
+    unsafe {
+        match n {
+            0 => {}
+            1..=7 => {
+                for i in 0..n {
+                    *dst.add(i) = *src.add(i);
+                }
+            }
+            8..=16 => {
+                let a = ptr::read_unaligned(src as *const u64);
+                let b = ptr::read_unaligned(src.add(n - 8) as *const u64);
+                ptr::write_unaligned(dst as *mut u64, a);
+                std::sync::atomic::compiler_fence(std::sync::atomic::Ordering::Release);
+                ptr::write_unaligned(dst.add(n - 8) as *mut u64, b);
+            }
+            17..=32 => {
+                let a = ptr::read_unaligned(src as *const u128);
+                let b = ptr::read_unaligned(src.add(n - 16) as *const u128);
+                ptr::write_unaligned(dst as *mut u128, a);
+                std::sync::atomic::compiler_fence(std::sync::atomic::Ordering::Release);
+                ptr::write_unaligned(dst.add(n - 16) as *mut u128, b);
+            }
+            33..=64 => {
+                let a = ptr::read_unaligned(src as *const [u128; 2]);
+                let b = ptr::read_unaligned(src.add(n - 32) as *const [u128; 2]);
+                ptr::write_unaligned(dst as *mut [u128; 2], a);
+                std::sync::atomic::compiler_fence(std::sync::atomic::Ordering::Release);
+                ptr::write_unaligned(dst.add(n - 32) as *mut [u128; 2], b);
+            }
+            _ => ptr::copy_nonoverlapping(src, dst, n),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -485,49 +529,5 @@ mod tests {
     fn memory_is_send_and_sync() {
         fn assert_send_sync<T: Send + Sync>() {}
         assert_send_sync::<EndpointMemory>();
-    }
-}
-
-/// Copies `n` bytes; small copies (the common 1..=64-byte deposit) are done with a few
-/// unaligned loads and stores instead of a call into libc's memmove, and always store
-/// in ascending order so the last byte is stored last.
-///
-/// # Safety
-/// `src` must be valid for `n` reads, `dst` for `n` writes, and they must not overlap.
-#[inline(always)]
-pub unsafe fn copy_bytes(dst: *mut u8, src: *const u8, n: usize) {
-    // SAFETY (all arms): every access lies in [0, n) of both ranges, which the caller
-    // guarantees valid and disjoint; head stores precede tail stores.
-    unsafe {
-        match n {
-            0 => {}
-            1..=7 => {
-                for i in 0..n {
-                    *dst.add(i) = *src.add(i);
-                }
-            }
-            8..=16 => {
-                let a = ptr::read_unaligned(src as *const u64);
-                let b = ptr::read_unaligned(src.add(n - 8) as *const u64);
-                ptr::write_unaligned(dst as *mut u64, a);
-                std::sync::atomic::compiler_fence(std::sync::atomic::Ordering::Release);
-                ptr::write_unaligned(dst.add(n - 8) as *mut u64, b);
-            }
-            17..=32 => {
-                let a = ptr::read_unaligned(src as *const u128);
-                let b = ptr::read_unaligned(src.add(n - 16) as *const u128);
-                ptr::write_unaligned(dst as *mut u128, a);
-                std::sync::atomic::compiler_fence(std::sync::atomic::Ordering::Release);
-                ptr::write_unaligned(dst.add(n - 16) as *mut u128, b);
-            }
-            33..=64 => {
-                let a = ptr::read_unaligned(src as *const [u128; 2]);
-                let b = ptr::read_unaligned(src.add(n - 32) as *const [u128; 2]);
-                ptr::write_unaligned(dst as *mut [u128; 2], a);
-                std::sync::atomic::compiler_fence(std::sync::atomic::Ordering::Release);
-                ptr::write_unaligned(dst.add(n - 32) as *mut [u128; 2], b);
-            }
-            _ => ptr::copy_nonoverlapping(src, dst, n),
-        }
     }
 }

@@ -233,6 +233,28 @@ pub fn register_thread() {
     });
 }
 
+/// Pins the calling thread to the `n`th CPU of its current affinity set, when it has
+/// more than `n` (benchmarks: two spinning threads must not share a CPU). Returns the
+/// CPU chosen, or `None` when nothing was changed.
+pub fn pin_current_thread_to_nth_cpu(n: usize) -> Option<usize> {
+    // SAFETY: cpu_set_t is plain data (all-zero is the empty set); sched_getaffinity and
+    // sched_setaffinity on pid 0 read/write the calling thread's mask through a valid
+    // pointer of the size given; CPU_ISSET/CPU_SET index within CPU_SETSIZE.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
+            return None;
+        }
+        let cpu = (0..libc::CPU_SETSIZE as usize)
+            .filter(|&c| libc::CPU_ISSET(c, &set))
+            .nth(n)?;
+        let mut one: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut one);
+        (libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &one) == 0)
+            .then_some(cpu)
+    }
+}
+
 /// Current TSC value.
 #[inline]
 pub fn rdtsc() -> u64 {
@@ -586,6 +608,7 @@ pub struct Port {
     max_frame: usize,
     mac: [u8; 6],
     vdev: Option<CString>,
+    ring: bool,
 }
 
 // SAFETY: the port's queues are used by one thread at a time (the owner of &mut Port);
@@ -807,6 +830,7 @@ impl Port {
             max_frame,
             mac: mac.addr_bytes,
             vdev,
+            ring: matches!(cfg.spec, PortSpec::Ring { .. }),
         })
     }
 
@@ -902,7 +926,11 @@ impl Drop for Port {
             if let Some(v) = &self.vdev {
                 sys::rte_vdev_uninit(v.as_ptr());
             }
-            sys::rte_mempool_free(self.pool.as_ptr());
+            // A ring port's frames sit in a ring its peer reads, possibly after this
+            // port is gone: its pool must outlive it, so it is kept for the process.
+            if !self.ring {
+                sys::rte_mempool_free(self.pool.as_ptr());
+            }
         }
         if self.name.starts_with("dp_") && !self.name.starts_with("dp_pool") {
             let mut open = OPEN_RINGS.lock().unwrap_or_else(|e| e.into_inner());

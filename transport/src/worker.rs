@@ -78,8 +78,11 @@ pub struct Stats {
     pub frames_tx: u64,
     pub cells_rx: u64,
     pub cells_tx: u64,
+    /// Frame bytes received / sent (Ethernet header to CRC trailer).
     pub bytes_rx: u64,
     pub bytes_tx: u64,
+    /// Payload bytes of the messages sent (first transmissions and retransmissions).
+    pub bytes_payload_tx: u64,
     /// Messages executed (deposited) here.
     pub msgs_rx: u64,
     /// Messages sent (first transmissions and retransmissions).
@@ -142,8 +145,12 @@ pub struct Worker {
     pub stats: Stats,
     rx: RxBatch,
     pub(crate) tx: TxBatch,
-    /// Connection slots with an acknowledgement to send.
+    /// Connection slots owing an acknowledgement since an earlier turn: sent by this
+    /// turn's `flush_acks` unless a data frame carried it first.
     ack_list: Vec<usize>,
+    /// Connection slots that started owing one this turn. Waiting a turn lets the
+    /// application's reply (a ping-pong write) carry the acknowledgement.
+    ack_new: Vec<usize>,
     pub(crate) tsc_hz: u64,
     pub(crate) segment_max: u32,
     next_timer: u64,
@@ -184,6 +191,7 @@ impl Worker {
             rx: RxBatch::default(),
             tx: TxBatch::default(),
             ack_list: Vec::with_capacity(1024),
+            ack_new: Vec::with_capacity(1024),
             tsc_hz: crate::port::tsc_hz(),
             segment_max,
             next_timer: 0,
@@ -220,14 +228,12 @@ impl Worker {
     /// One turn of the loop; returns how much work it found (frames in + frames out).
     pub fn poll(&mut self) -> usize {
         let now = rdtsc();
-        let mut rx = std::mem::take(&mut self.rx);
-        let n = self.port.rx(&mut rx);
-        for m in rx.by_ref() {
+        let n = self.port.rx(&mut self.rx);
+        while let Some(m) = self.rx.next() {
             self.handle_frame(&m, now);
         }
-        self.rx = rx;
-        self.flush_acks();
         self.service_send_queues(now);
+        self.flush_acks();
         if now >= self.next_timer {
             self.next_timer = now + self.us_to_tsc(200);
             self.run_timers(now);
@@ -344,7 +350,7 @@ impl Worker {
         }
         if executed && !conn.ack_pending {
             conn.ack_pending = true;
-            self.ack_list.push(slot);
+            self.ack_new.push(slot);
         }
         if frame.header.flags & hflags::ACK != 0 {
             process_ack(conn, frame.header.ack, now);
@@ -353,11 +359,16 @@ impl Worker {
 
     /// Sends one acknowledgement frame (with any NAKs) per connection that needs one.
     fn flush_acks(&mut self) {
+        if self.ack_list.is_empty() {
+            std::mem::swap(&mut self.ack_list, &mut self.ack_new);
+            return;
+        }
         let mut i = 0;
         while i < self.ack_list.len() {
             if self.tx.is_full() && self.port.tx(&mut self.tx) == 0 {
                 // Keep the rest for the next turn.
                 self.ack_list.drain(..i);
+                self.ack_list.append(&mut self.ack_new);
                 return;
             }
             let slot = self.ack_list[i];
@@ -371,6 +382,7 @@ impl Worker {
             let Some(mut mbuf) = self.port.alloc() else {
                 self.stats.drop_for(DropReason::NoBuffer);
                 self.ack_list.drain(..i - 1);
+                self.ack_list.append(&mut self.ack_new);
                 return;
             };
             let max = self.port.max_frame();
@@ -406,9 +418,20 @@ impl Worker {
             let len = w.finish();
             mbuf.set_len(len);
             self.stats.acks_tx += 1;
+            self.stats.bytes_tx += len as u64;
             let _ = self.tx.push(mbuf);
         }
         self.ack_list.clear();
+        std::mem::swap(&mut self.ack_list, &mut self.ack_new);
+    }
+
+    /// Sends every owed acknowledgement now (before a disconnect request, so the peer
+    /// learns that its last messages ran before it hears the connection is gone).
+    pub(crate) fn flush_acks_now(&mut self) {
+        self.ack_list.append(&mut self.ack_new);
+        self.flush_acks();
+        self.ack_list.append(&mut self.ack_new);
+        self.flush_acks();
     }
 
     /// Turns posted work requests into frames, connection by connection.
@@ -464,8 +487,9 @@ impl Worker {
                 self.stats.msgs_tx += sent as u64;
                 self.stats.retransmits += resent as u64;
                 self.stats.cells_tx += w.cells() as u64;
-                self.stats.bytes_tx += bytes;
+                self.stats.bytes_payload_tx += bytes;
                 let len = w.finish();
+                self.stats.bytes_tx += len as u64;
                 mbuf.set_len(len);
                 if conn.nnaks == 0 {
                     conn.ack_pending = false; // piggy-backed
@@ -476,7 +500,7 @@ impl Worker {
     }
 
     fn run_timers(&mut self, now: u64) {
-        let rto = self.us_to_tsc(self.cfg.retry_timeout_us);
+        let rto_base = self.us_to_tsc(self.cfg.retry_timeout_us);
         for slot in 0..self.conns.slots() {
             let Some(conn) = self.conns.get_mut(slot) else {
                 continue;
@@ -484,7 +508,9 @@ impl Worker {
             if conn.state == ConnState::Normal
                 && !conn.inflight.is_empty()
                 && seq_lt(conn.tx_acked, conn.tx_cursor)
-                && now.saturating_sub(conn.last_progress) > rto
+                // Exponential back-off: the n-th retry waits rto * 2^n (capped at 2^6),
+                // so a briefly starved peer is not declared dead by a tight timer.
+                && now.saturating_sub(conn.last_progress) > rto_base << conn.retries.min(6)
             {
                 conn.retries += 1;
                 if conn.retries > self.cfg.retry_count {
@@ -544,6 +570,10 @@ fn data_header(conn: &Connection) -> TransportRepr {
 /// Moves work requests from the application's send queue into flight, within the
 /// window. Requests whose local source is invalid complete at once.
 fn admit_work(conn: &mut Connection, endpoints: &EndpointTable) {
+    // `is_empty` is two plain loads; `pop` on an empty queue also pays a full fence.
+    if conn.shared.sq.is_empty() {
+        return;
+    }
     while conn.tx_next.wrapping_sub(conn.tx_acked) < conn.window {
         let Some(wr) = conn.shared.sq.pop() else {
             break;

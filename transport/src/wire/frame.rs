@@ -8,7 +8,7 @@
 //!
 //! Both directions are on the per-frame fast path: no allocation, no copies beyond the
 //! payload's own `copy_from_slice`, and the only per-byte work is the (hardware)
-//! CRC32C and the CRC-8 of each control part. Nothing here panics on input from the
+//! CRC32C and the check byte of each control part. Nothing here panics on input from the
 //! wire: a bad frame is a [`WireError`].
 
 use super::underlay::{ETH_HEADER_LEN, IP_HEADER_LEN, UDP_HEADER_LEN};

@@ -57,7 +57,7 @@
 //! ```text
 //!  0               1               2               3
 //! +---------------+---------------+---------------+---------------+
-//! |    opcode     |  word mask    |     flags     |  check CRC-8  |  0
+//! |    opcode     |  word mask    |     flags     |  check byte   |  0
 //! +---------------+---------------+---------------+---------------+
 //! |                            operand                            |  4
 //! +---------------------------------------------------------------+
@@ -69,8 +69,9 @@
 //! +---------------------------------------------------------------+
 //! ```
 //!
-//! The check byte is CRC-8 (polynomial 0x07, init 0, not reflected) over bytes 0..3 and
-//! 4..16, so a decoder can trust the control fields before the frame's CRC32C is known.
+//! The check byte is the CRC32C of the 16 control bytes with the check byte taken as
+//! zero, folded to 8 bits by XOR of its four bytes ([`check8`]), so a decoder can trust
+//! the control fields before the frame's CRC32C is known.
 //!
 //! A **message** is a control part followed by `length` payload bytes: they fill the
 //! control cell's data block, then as many pure data cells (48 bytes of payload, no
@@ -87,7 +88,7 @@ pub mod frame;
 pub mod header;
 pub mod underlay;
 
-pub use cell::{cells_for, crc8, flags, op, ControlPacket, ControlRepr};
+pub use cell::{cells_for, check8, flags, op, ControlPacket, ControlRepr};
 pub use frame::{frame_len, max_cells, FrameView, FrameWriter, Message, Messages};
 pub use header::{hflags, TransportPacket, TransportRepr};
 pub use underlay::{UnderlayPacket, UnderlayRepr};
@@ -206,7 +207,7 @@ pub enum WireError {
     /// A control part's check byte does not match its fields.
     #[error("control check byte {got:#04x}, expected {expected:#04x}")]
     BadCheck {
-        /// CRC-8 computed over the control fields.
+        /// Check byte computed over the control fields.
         expected: u8,
         /// Check byte in the control part.
         got: u8,

@@ -1,0 +1,241 @@
+//! `write_bw`: ib_write_bw's stream of writes.
+//!
+//! The client posts `-n` writes of `size` bytes (or writes for `-D` seconds) from its
+//! send region into the server's receive region at offset 0, keeping at most
+//! `--tx-depth` outstanding. Every `--cq-mod`th write is signaled, and the last one;
+//! completions are in order and each carries its write's number as `wr_id`, so one
+//! completion retires every write up to it. The time runs from the first post to the
+//! last completion; BW average = writes × size / time, MsgRate = writes / time, BW peak
+//! is [`PeakRate`]'s (best window of 16 completion polls).
+//!
+//! The server cannot know the count of a `-D` run, so every round (size) ends with the
+//! client's end-of-round marker (see [`crate::exchange`]), written after its last data
+//! write completed: it carries the client's count, time and peak. The server waits for
+//! it, checks that as many writes arrived (`Connection::arrivals`), and prints the same
+//! table from the client's numbers (perftest's server prints the client's results too).
+//!
+//! The measured loop neither allocates nor makes a syscall; it reads the clock once per
+//! completion poll that retired work, not per write.
+
+use std::time::Instant;
+
+use deposit::WriteRequest;
+
+use crate::error::{PerfError, Result, Wait};
+use crate::exchange::{self, Layout, RoundEnd};
+use crate::report::{BwStats, PeakRate, Reporter};
+use crate::setup::{self, Session, SocketFile, EMPTY_WC};
+use crate::{Params, Role, Span};
+
+/// Runs write_bw in this process's role.
+pub fn run(p: &Params) -> Result<()> {
+    if p.sizes.len() > exchange::MAX_ROUNDS {
+        return Err(PerfError::Usage(format!(
+            "at most {} sizes per run",
+            exchange::MAX_ROUNDS
+        )));
+    }
+    let lay = Layout::for_max_size(p.max_size());
+    match p.role {
+        Role::Server => {
+            let _socket = SocketFile::for_spec(&p.dev);
+            let dev = setup::open_device(p, &p.dev, p.ip)?;
+            setup::banner(&p.dev, dev.max_frame());
+            let s = setup::serve(dev, p, lay, || {})?;
+            let mut rep = reporter(p, &s, &p.dev, true);
+            rep.subtitle("server side, client's measurement");
+            let r = server(&s, p, &mut rep);
+            s.close();
+            r?;
+            rep.finish();
+            Ok(())
+        }
+        Role::Client { peer } => {
+            let dev = setup::open_device(p, &p.dev, p.ip)?;
+            setup::banner(&p.dev, dev.max_frame());
+            let s = setup::dial(dev, p, lay, peer)?;
+            let mut rep = reporter(p, &s, &p.dev, true);
+            client(&s, p, &mut rep)?;
+            rep.finish();
+            s.close();
+            Ok(())
+        }
+        Role::Loopback => {
+            let sdev = setup::open_device(p, crate::LOOP_SERVER_DEV, crate::SERVER_IP)?;
+            let cdev = setup::open_device(p, crate::LOOP_CLIENT_DEV, crate::CLIENT_IP)?;
+            let ports = format!("{} <-> {}", crate::LOOP_CLIENT_DEV, crate::LOOP_SERVER_DEV);
+            setup::banner(&ports, cdev.max_frame());
+            let ps = p.clone();
+            let sports = ports.clone();
+            setup::loopback(
+                p,
+                move |ready| {
+                    let s = setup::serve(sdev, &ps, lay, ready)?;
+                    let mut rep = reporter(&ps, &s, &sports, false);
+                    server(&s, &ps, &mut rep)?;
+                    s.close();
+                    // Dropped after the client is done (see setup::loopback).
+                    Ok(s)
+                },
+                || {
+                    let s = setup::dial(cdev, p, lay, crate::SERVER_IP)?;
+                    let mut rep = reporter(p, &s, &ports, true);
+                    client(&s, p, &mut rep)?;
+                    rep.finish();
+                    s.close();
+                    Ok(())
+                },
+            )?;
+            Ok(())
+        }
+    }
+}
+
+fn reporter(p: &Params, s: &Session, ports: &str, enabled: bool) -> Reporter {
+    let mut rep = Reporter::new(p.test, p.json, p.report_gbits, enabled);
+    rep.info("Port", ports);
+    rep.info(
+        "Max frame",
+        format!(
+            "{} B (one message carries up to {} B)",
+            s.dev.max_frame(),
+            s.dev.segment_max()
+        ),
+    );
+    rep.info("Worker", format!("{:?}", p.progress));
+    rep.info("TX depth", p.tx_depth.to_string());
+    rep.info("CQ Moderation", p.cq_mod.to_string());
+    rep.info(
+        "Connection",
+        format!(
+            "local {} -> remote {}",
+            s.conn.local_number(),
+            s.conn.remote_number()
+        ),
+    );
+    rep
+}
+
+/// The client: streams each size, reports, ends the round.
+fn client(s: &Session, p: &Params, rep: &mut Reporter) -> Result<()> {
+    exchange::send_hello(&s.dev, &s.conn, &s.ep, &s.lay, p)?;
+    for (round, &size) in p.sizes.iter().enumerate() {
+        let stats = stream(s, p, size)?;
+        let end = RoundEnd {
+            count: stats.iterations,
+            elapsed: stats.elapsed,
+            peak_rate: stats.peak_rate,
+        };
+        exchange::send_round_end(&s.dev, &s.conn, &s.ep, &s.lay, p, round, &end)?;
+        rep.bw(&stats);
+    }
+    Ok(())
+}
+
+/// One size: the measured loop.
+fn stream(s: &Session, p: &Params, size: u64) -> Result<BwStats> {
+    let mut req = WriteRequest::from_endpoint(0, &s.ep, s.lay.send as u64, size as u32, 0);
+    let (target, run_for) = match p.span {
+        Span::Iters(n) => (n, None),
+        Span::Duration(d) => (u64::MAX, Some(d)),
+    };
+    let tx_depth = p.tx_depth as u64;
+    let cq_mod = p.cq_mod as u64;
+    let cq = s.conn.cq();
+    let mut wcs = [EMPTY_WC; 64];
+    let mut posted = 0u64;
+    let mut retired = 0u64;
+    let mut final_posted = false;
+    let mut stopping = false;
+    let mut idle = Wait::new(p.timeout, "write completions");
+    let t0 = Instant::now();
+    let deadline = run_for.map(|d| t0 + d);
+    let mut peak = PeakRate::new(t0);
+    let end = loop {
+        while !final_posted && posted - retired < tx_depth {
+            let id = posted + 1;
+            let last = id == target || stopping;
+            req.set_wr_id(id);
+            req.set_signaled(last || id % cq_mod == 0);
+            match s.conn.post_write(&req) {
+                Ok(()) => {}
+                Err(deposit::Error::SendQueueFull { .. }) => break,
+                Err(e) => return Err(e.into()),
+            }
+            posted = id;
+            final_posted = last;
+        }
+        let n = cq.poll(&mut wcs);
+        if n == 0 {
+            if idle.tick()? {
+                crate::lat::check_open(&s.conn)?;
+            }
+            continue;
+        }
+        for wc in &wcs[..n] {
+            if !wc.status.is_ok() {
+                return Err(PerfError::Failed(format!(
+                    "{size} B: write {} completed with {:?}",
+                    wc.wr_id, wc.status
+                )));
+            }
+            retired = wc.wr_id;
+        }
+        let now = Instant::now();
+        peak.record(now, retired);
+        idle.progressed();
+        if final_posted && retired == posted {
+            break now;
+        }
+        if deadline.is_some_and(|d| now >= d) {
+            stopping = true;
+        }
+    };
+    let elapsed = end.duration_since(t0);
+    let mut stats = BwStats {
+        bytes: size,
+        iterations: retired,
+        timed: retired,
+        elapsed,
+        peak_rate: 0.0,
+    };
+    stats.peak_rate = peak.peak(stats.rate());
+    Ok(stats)
+}
+
+/// The server: lets the writes land, waits for each round's marker, reports the
+/// client's numbers.
+fn server(s: &Session, p: &Params, rep: &mut Reporter) -> Result<()> {
+    exchange::wait_hello(&s.dev, &s.ep, &s.lay, p)?;
+    // Nothing of round 0 can have arrived yet (see lat.rs).
+    let mut base = s.conn.arrivals();
+    let mut total = 0;
+    for (round, &size) in p.sizes.iter().enumerate() {
+        let (flag_at, flag) = exchange::round_end_flag(&s.lay, round);
+        let mut wait = Wait::new(p.timeout, "the client's writes or its end-of-round marker");
+        let mut seen = base;
+        while s.ep.load_u8(flag_at)? != flag {
+            s.dev.progress();
+            let a = s.conn.arrivals();
+            if a != seen {
+                seen = a;
+                wait.progressed();
+            }
+            wait.tick()?;
+        }
+        let (end, next) = exchange::read_round_end(&s.dev, &s.conn, &s.lay, p, round, base)?;
+        base = next;
+        total += end.count;
+        rep.bw(&BwStats {
+            bytes: size,
+            iterations: end.count,
+            timed: end.count,
+            elapsed: end.elapsed,
+            peak_rate: end.peak_rate,
+        });
+    }
+    if p.role == Role::Server {
+        eprintln!("ddperf: server done: {total} writes received");
+    }
+    Ok(())
+}

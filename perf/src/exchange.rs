@@ -1,0 +1,316 @@
+//! What the two sides of a write test tell each other, through endpoint memory only
+//! (DESIGN.md §7: no side channel): the endpoint layout, the client's parameter block,
+//! and one end-of-round marker per size.
+//!
+//! ```text
+//! endpoint:  0          S            2S          2S+64             2S+64+32r
+//!            | receive  |  send      | parameter  | round markers ... |
+//!            | (peer    |  (source   | block      | (32 bytes each)   |
+//!            |  writes) |   of ours) | (64 bytes) |                   |
+//! S = max(largest size, 64) rounded up to 64
+//! ```
+//!
+//! * The **receive** region at offset 0 is where the peer's benchmark writes land (the
+//!   spec of the tests: "write into the peer's endpoint at offset 0"); the **send**
+//!   region is the local source of our writes. They are apart so a latency test can
+//!   spin on the last byte it receives while the last byte it sends holds its own
+//!   counter. The brief's endpoint of `max(size, 64)` bytes therefore doubles, plus
+//!   the control area.
+//! * The **parameter block** is written once by the client, right after connecting;
+//!   the server checks it against its own options, so mismatched options fail with a
+//!   clear message instead of a hang. Its last byte is [`READY`].
+//! * A **round marker** ends round `r` (one size): the client writes it after its last
+//!   data write of the round. It carries the client's count of writes (the server
+//!   cannot know it with `-D`), the elapsed time and the peak rate, so that a bandwidth
+//!   server prints the same table. Its last byte is `r + 1`.
+//!
+//! Both rely on the transport's promise that a deposit stores its last byte last
+//! (DESIGN.md §11): once the last byte is seen, the whole block is there. Markers and
+//! data travel on one in-order connection, so a marker also means "everything of the
+//! round has arrived"; the server checks that against [`deposit::Connection::arrivals`].
+//!
+//! Nothing here runs inside a measured loop.
+
+use std::time::Duration;
+
+use deposit::{CompletionQueue, Connection, Device, Endpoint, WriteRequest};
+
+use crate::error::{PerfError, Result, Wait};
+use crate::{Params, Span, Test};
+
+/// Bytes of the parameter block.
+const HELLO_LEN: usize = 64;
+/// Bytes of one round marker.
+const MARKER_LEN: usize = 32;
+/// Most rounds (sizes) of one run.
+pub const MAX_ROUNDS: usize = 64;
+/// Last byte of a complete parameter block.
+const READY: u8 = 0xA5;
+const MAGIC: &[u8; 4] = b"DDPF";
+const VERSION: u8 = 1;
+/// Work request ids of control writes (benchmark writes count from 1).
+const HELLO_WR: u64 = u64::MAX - 1;
+const MARKER_WR: u64 = u64::MAX - 2;
+
+/// Offsets in a test endpoint.
+#[derive(Debug, Clone, Copy)]
+pub struct Layout {
+    /// Start of the send region (the receive region starts at 0).
+    pub send: usize,
+    /// Start of the control area (parameter block, then round markers).
+    pub ctrl: usize,
+    /// Endpoint length.
+    pub len: usize,
+}
+
+impl Layout {
+    /// The layout for sizes up to `max_size`.
+    pub fn for_max_size(max_size: u64) -> Layout {
+        let region = (max_size.max(64) as usize).next_multiple_of(64);
+        let ctrl = 2 * region;
+        Layout {
+            send: region,
+            ctrl,
+            len: ctrl + HELLO_LEN + MARKER_LEN * MAX_ROUNDS,
+        }
+    }
+    fn marker(&self, round: usize) -> usize {
+        self.ctrl + HELLO_LEN + MARKER_LEN * round
+    }
+}
+
+/// The client's options the server must share.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Hello {
+    test: u8,
+    all: bool,
+    duration_ms: u64,
+    iters: u64,
+    size: u64,
+}
+
+impl Hello {
+    fn of(p: &Params) -> Hello {
+        let (iters, duration_ms) = match p.span {
+            Span::Iters(n) => (n, 0),
+            Span::Duration(d) => (0, d.as_millis() as u64),
+        };
+        Hello {
+            test: p.test.code(),
+            all: p.all,
+            duration_ms,
+            iters,
+            size: p.max_size(),
+        }
+    }
+
+    fn emit(&self) -> [u8; HELLO_LEN] {
+        let mut b = [0u8; HELLO_LEN];
+        b[0..4].copy_from_slice(MAGIC);
+        b[4] = VERSION;
+        b[5] = self.test;
+        b[6] = self.all as u8;
+        b[8..16].copy_from_slice(&self.iters.to_le_bytes());
+        b[16..24].copy_from_slice(&self.size.to_le_bytes());
+        b[24..32].copy_from_slice(&self.duration_ms.to_le_bytes());
+        b[HELLO_LEN - 1] = READY;
+        b
+    }
+
+    fn parse(b: &[u8; HELLO_LEN]) -> Result<Hello> {
+        if &b[0..4] != MAGIC || b[4] != VERSION {
+            return Err(PerfError::Failed(format!(
+                "the client's parameter block is not ddperf's version {VERSION} (magic {:02x?}, version {})",
+                &b[0..4],
+                b[4]
+            )));
+        }
+        let u64_at = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().expect("8 bytes"));
+        Ok(Hello {
+            test: b[5],
+            all: b[6] != 0,
+            iters: u64_at(8),
+            size: u64_at(16),
+            duration_ms: u64_at(24),
+        })
+    }
+
+    fn describe(&self) -> String {
+        let test = Test::from_code(self.test)
+            .map(Test::name)
+            .unwrap_or("an unknown test");
+        let sizes = if self.all {
+            "-a".to_string()
+        } else {
+            format!("-s {}", self.size)
+        };
+        let span = if self.duration_ms > 0 {
+            format!("-D {}", self.duration_ms as f64 / 1000.0)
+        } else {
+            format!("-n {}", self.iters)
+        };
+        format!("{test} {sizes} {span}")
+    }
+}
+
+/// What the client reports at the end of a round.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RoundEnd {
+    /// Benchmark writes the client posted in the round.
+    pub count: u64,
+    /// Client-measured time of the round.
+    pub elapsed: Duration,
+    /// Client-measured peak rate, messages per second (0 for latency tests).
+    pub peak_rate: f64,
+}
+
+/// Waits for one completion of a control write and checks it.
+fn wait_control(
+    dev: &Device,
+    cq: &CompletionQueue,
+    wr_id: u64,
+    p: &Params,
+    what: &'static str,
+) -> Result<()> {
+    let mut wait = Wait::new(p.timeout, what);
+    let mut wcs = [crate::setup::EMPTY_WC; 16];
+    loop {
+        let n = cq.poll(&mut wcs);
+        for wc in &wcs[..n] {
+            if !wc.status.is_ok() {
+                return Err(PerfError::Failed(format!(
+                    "control write to the server failed with {:?} (do both sides run the same test with the same -s/-a?)",
+                    wc.status
+                )));
+            }
+            if wc.wr_id == wr_id {
+                return Ok(());
+            }
+        }
+        if n == 0 {
+            dev.progress();
+        }
+        wait.tick()?;
+    }
+}
+
+/// Client: writes the parameter block into the server's endpoint and waits for it to
+/// complete (a refusal means the server's endpoint is laid out for other sizes).
+pub fn send_hello(
+    dev: &Device,
+    conn: &Connection,
+    ep: &Endpoint,
+    lay: &Layout,
+    p: &Params,
+) -> Result<()> {
+    ep.write(lay.ctrl, &Hello::of(p).emit())?;
+    let req = WriteRequest::from_endpoint(
+        HELLO_WR,
+        ep,
+        lay.ctrl as u64,
+        HELLO_LEN as u32,
+        lay.ctrl as u32,
+    )
+    .signaled();
+    conn.post_write(&req)?;
+    wait_control(
+        dev,
+        conn.cq(),
+        HELLO_WR,
+        p,
+        "the server to take the parameter block",
+    )
+}
+
+/// Server: waits for the client's parameter block and checks it against our options.
+pub fn wait_hello(dev: &Device, ep: &Endpoint, lay: &Layout, p: &Params) -> Result<()> {
+    let mut wait = Wait::new(
+        p.timeout,
+        "the client's parameter block (do both sides run the same test with the same -s/-a?)",
+    );
+    while ep.load_u8(lay.ctrl + HELLO_LEN - 1)? != READY {
+        dev.progress();
+        wait.tick()?;
+    }
+    let mut b = [0u8; HELLO_LEN];
+    ep.read(lay.ctrl, &mut b)?;
+    let theirs = Hello::parse(&b)?;
+    let ours = Hello::of(p);
+    if theirs != ours {
+        return Err(PerfError::Failed(format!(
+            "the client runs `{}` but this server `{}`: give both sides the same options",
+            theirs.describe(),
+            ours.describe()
+        )));
+    }
+    Ok(())
+}
+
+/// Client: ends round `round` and waits for the marker's completion (which also
+/// means every earlier write of the round completed: completions are in order).
+pub fn send_round_end(
+    dev: &Device,
+    conn: &Connection,
+    ep: &Endpoint,
+    lay: &Layout,
+    p: &Params,
+    round: usize,
+    end: &RoundEnd,
+) -> Result<()> {
+    let at = lay.marker(round);
+    let mut b = [0u8; MARKER_LEN];
+    b[0..8].copy_from_slice(&end.count.to_le_bytes());
+    b[8..16].copy_from_slice(&(end.elapsed.as_nanos() as u64).to_le_bytes());
+    b[16..24].copy_from_slice(&end.peak_rate.to_bits().to_le_bytes());
+    b[MARKER_LEN - 1] = round as u8 + 1;
+    ep.write(at, &b)?;
+    let req = WriteRequest::from_endpoint(MARKER_WR, ep, at as u64, MARKER_LEN as u32, at as u32)
+        .signaled();
+    conn.post_write(&req)?;
+    wait_control(
+        dev,
+        conn.cq(),
+        MARKER_WR,
+        p,
+        "the end-of-round marker to complete",
+    )
+}
+
+/// Server: the byte to poll for the end of `round` and the value it will take.
+pub fn round_end_flag(lay: &Layout, round: usize) -> (usize, u8) {
+    (lay.marker(round) + MARKER_LEN - 1, round as u8 + 1)
+}
+
+/// Server: reads the marker of `round` once [`round_end_flag`] has shown it, and waits
+/// until every write it announces has arrived: `arrivals_before` is the connection's
+/// arrival count (work requests) at the start of the round. Returns the marker and the
+/// arrival count at the start of the next round (the client may already be sending
+/// it, so the caller must not read the counter instead).
+pub fn read_round_end(
+    dev: &Device,
+    conn: &Connection,
+    lay: &Layout,
+    p: &Params,
+    round: usize,
+    arrivals_before: u64,
+) -> Result<(RoundEnd, u64)> {
+    let mut b = [0u8; MARKER_LEN];
+    conn.endpoint().read(lay.marker(round), &mut b)?;
+    let u64_at = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().expect("8 bytes"));
+    let end = RoundEnd {
+        count: u64_at(0),
+        elapsed: Duration::from_nanos(u64_at(8)),
+        peak_rate: f64::from_bits(u64_at(16)),
+    };
+    // The arrival counter moves after the frame holding the marker is executed.
+    let expect = arrivals_before + end.count + 1;
+    let mut wait = Wait::new(
+        p.timeout,
+        "the arrival count to include the end-of-round marker",
+    );
+    while conn.arrivals() < expect {
+        dev.progress();
+        wait.tick()?;
+    }
+    Ok((end, expect))
+}

@@ -1,0 +1,275 @@
+//! `write_lat`: ib_write_lat's ping-pong over deposit writes.
+//!
+//! The client writes `size` bytes from its send region into the server's receive
+//! region (offset 0) with the last byte set to an iteration counter (1..=255, cycling);
+//! the server spins on that last byte of its own endpoint (`Endpoint::load_u8`,
+//! driving `Device::progress` — inline mode needs it) until it takes the expected
+//! value, then writes back the same way; the client spins likewise. No completion
+//! queue is on the critical path: writes are unsignaled except every `--cq-mod`th,
+//! whose completions are drained (and their status checked) after the sample is taken.
+//! The client times each round trip with `Instant` and reports RTT/2 (perftest).
+//!
+//! A round (one size) ends with the client's end-of-round marker (see
+//! [`crate::exchange`]), which carries its count of iterations: the server stops on it,
+//! which is also how a `-D` run tells the server it is over. With `-a` one connection
+//! serves every size.
+//!
+//! The measured loop neither allocates nor makes a syscall: the sample buffer is
+//! reserved before the round (`-D` runs stop at [`DURATION_SAMPLES`] samples).
+
+use std::time::Instant;
+
+use deposit::{Completion, ConnState, Connection, WriteRequest};
+
+use crate::error::{PerfError, Result, Wait};
+use crate::exchange::{self, Layout, RoundEnd};
+use crate::report::{LatStats, Reporter};
+use crate::setup::{self, Session, SocketFile, EMPTY_WC};
+use crate::{Params, Role, Span};
+
+/// Samples reserved for one size of a `-D` run (64 MiB of u64).
+pub const DURATION_SAMPLES: usize = 1 << 23;
+
+/// Runs write_lat in this process's role.
+pub fn run(p: &Params) -> Result<()> {
+    check_sizes(p)?;
+    let lay = Layout::for_max_size(p.max_size());
+    match p.role {
+        Role::Server => {
+            let _socket = SocketFile::for_spec(&p.dev);
+            let dev = setup::open_device(p, &p.dev, p.ip)?;
+            setup::banner(&p.dev, dev.max_frame());
+            let s = setup::serve(dev, p, lay, || {})?;
+            let r = server(&s, p);
+            s.close();
+            eprintln!("ddperf: server done: {} writes answered", r?);
+            Ok(())
+        }
+        Role::Client { peer } => {
+            let dev = setup::open_device(p, &p.dev, p.ip)?;
+            setup::banner(&p.dev, dev.max_frame());
+            let s = setup::dial(dev, p, lay, peer)?;
+            let mut rep = reporter(p, &s, &p.dev);
+            client(&s, p, &mut rep)?;
+            rep.finish();
+            s.close();
+            Ok(())
+        }
+        Role::Loopback => {
+            let sdev = setup::open_device(p, crate::LOOP_SERVER_DEV, crate::SERVER_IP)?;
+            let cdev = setup::open_device(p, crate::LOOP_CLIENT_DEV, crate::CLIENT_IP)?;
+            let ports = format!("{} <-> {}", crate::LOOP_CLIENT_DEV, crate::LOOP_SERVER_DEV);
+            setup::banner(&ports, cdev.max_frame());
+            let ps = p.clone();
+            setup::loopback(
+                p,
+                move |ready| {
+                    let s = setup::serve(sdev, &ps, lay, ready)?;
+                    server(&s, &ps)?;
+                    s.close();
+                    // Dropped after the client is done (see setup::loopback).
+                    Ok(s)
+                },
+                || {
+                    let s = setup::dial(cdev, p, lay, crate::SERVER_IP)?;
+                    let mut rep = reporter(p, &s, &ports);
+                    client(&s, p, &mut rep)?;
+                    rep.finish();
+                    s.close();
+                    Ok(())
+                },
+            )?;
+            Ok(())
+        }
+    }
+}
+
+fn check_sizes(p: &Params) -> Result<()> {
+    if p.sizes.len() > exchange::MAX_ROUNDS {
+        return Err(PerfError::Usage(format!(
+            "at most {} sizes per run",
+            exchange::MAX_ROUNDS
+        )));
+    }
+    Ok(())
+}
+
+fn reporter(p: &Params, s: &Session, ports: &str) -> Reporter {
+    let mut rep = Reporter::new(p.test, p.json, p.report_gbits, true);
+    rep.info("Port", ports);
+    rep.info(
+        "Max frame",
+        format!(
+            "{} B (one message carries up to {} B)",
+            s.dev.max_frame(),
+            s.dev.segment_max()
+        ),
+    );
+    rep.info("Worker", format!("{:?}", p.progress));
+    rep.info("CQ Moderation", p.cq_mod.to_string());
+    rep.info(
+        "Connection",
+        format!(
+            "local {} -> remote {}",
+            s.conn.local_number(),
+            s.conn.remote_number()
+        ),
+    );
+    rep
+}
+
+/// Polls the completion queue until it is empty; any error status fails the run.
+#[inline]
+fn drain(conn: &Connection, wcs: &mut [Completion]) -> Result<()> {
+    loop {
+        let n = conn.cq().poll(wcs);
+        for wc in &wcs[..n] {
+            if !wc.status.is_ok() {
+                return Err(PerfError::Failed(format!(
+                    "write {} completed with {:?}",
+                    wc.wr_id, wc.status
+                )));
+            }
+        }
+        if n < wcs.len() {
+            return Ok(());
+        }
+    }
+}
+
+/// Fails when the peer closed the connection (it gave up, e.g. on mismatched options).
+pub fn check_open(conn: &Connection) -> Result<()> {
+    match conn.state() {
+        ConnState::Normal => Ok(()),
+        st => Err(PerfError::Failed(format!(
+            "the connection is {st:?}: the peer closed it or failed (see its error message)"
+        ))),
+    }
+}
+
+#[inline]
+fn next_counter(c: u8) -> u8 {
+    if c == 255 {
+        1
+    } else {
+        c + 1
+    }
+}
+
+/// The client: pings, times, reports.
+fn client(s: &Session, p: &Params, rep: &mut Reporter) -> Result<()> {
+    exchange::send_hello(&s.dev, &s.conn, &s.ep, &s.lay, p)?;
+    let (limit, run_for) = match p.span {
+        Span::Iters(n) => (n, None),
+        Span::Duration(d) => (DURATION_SAMPLES as u64, Some(d)),
+    };
+    let mut rtts: Vec<u64> = Vec::with_capacity(limit as usize);
+    let mut wcs = [EMPTY_WC; 16];
+    let cq_mod = p.cq_mod as u64;
+    for (round, &size) in p.sizes.iter().enumerate() {
+        rtts.clear();
+        let last = size as usize - 1;
+        let mut req = WriteRequest::from_endpoint(0, &s.ep, s.lay.send as u64, size as u32, 0);
+        let mut counter = 0u8;
+        let mut i = 0u64;
+        let round_start = Instant::now();
+        let deadline = run_for.map(|d| round_start + d);
+        while i < limit {
+            counter = next_counter(counter);
+            s.ep.write(s.lay.send + last, &[counter])?;
+            let signaled = (i + 1) % cq_mod == 0;
+            req.set_signaled(signaled);
+            req.set_wr_id(i + 1);
+            let t0 = Instant::now();
+            s.conn.post_write(&req)?;
+            let mut wait = Wait::since(t0, p.timeout, "the server's reply write");
+            while s.ep.load_u8(last)? != counter {
+                s.dev.progress();
+                if wait.tick()? {
+                    check_open(&s.conn)?;
+                }
+            }
+            let t1 = Instant::now();
+            rtts.push(t1.duration_since(t0).as_nanos() as u64);
+            i += 1;
+            if signaled {
+                drain(&s.conn, &mut wcs)?;
+            }
+            if deadline.is_some_and(|d| t1 >= d) {
+                break;
+            }
+        }
+        if run_for.is_some() && i == limit {
+            eprintln!("ddperf: {size} B: stopped at {limit} samples before the -D time was up");
+        }
+        let end = RoundEnd {
+            count: i,
+            elapsed: round_start.elapsed(),
+            peak_rate: 0.0,
+        };
+        exchange::send_round_end(&s.dev, &s.conn, &s.ep, &s.lay, p, round, &end)?;
+        drain(&s.conn, &mut wcs)?;
+        rep.lat(&LatStats::from_rtts(size, &mut rtts));
+    }
+    Ok(())
+}
+
+/// The server: answers every ping until the client's end-of-round marker. Returns the
+/// number of writes answered.
+fn server(s: &Session, p: &Params) -> Result<u64> {
+    exchange::wait_hello(&s.dev, &s.ep, &s.lay, p)?;
+    let mut wcs = [EMPTY_WC; 16];
+    let cq_mod = p.cq_mod as u64;
+    let mut total = 0;
+    // Nothing of round 0 can have arrived yet: the client starts it once the
+    // parameter block has completed, after `wait_hello` stopped driving the device.
+    let mut base = s.conn.arrivals();
+    for (round, &size) in p.sizes.iter().enumerate() {
+        let last = size as usize - 1;
+        let (flag_at, flag) = exchange::round_end_flag(&s.lay, round);
+        let mut req = WriteRequest::from_endpoint(0, &s.ep, s.lay.send as u64, size as u32, 0);
+        let mut counter = 0u8;
+        let mut pongs = 0u64;
+        let mut wait = Wait::new(p.timeout, "the client's next write");
+        loop {
+            let next = next_counter(counter);
+            let ping = loop {
+                if s.ep.load_u8(last)? == next {
+                    break true;
+                }
+                if s.ep.load_u8(flag_at)? == flag {
+                    break false;
+                }
+                s.dev.progress();
+                if wait.tick()? {
+                    check_open(&s.conn)?;
+                }
+            };
+            if !ping {
+                break;
+            }
+            wait.progressed();
+            counter = next;
+            s.ep.write(s.lay.send + last, &[counter])?;
+            let signaled = (pongs + 1) % cq_mod == 0;
+            req.set_signaled(signaled);
+            req.set_wr_id(pongs + 1);
+            s.conn.post_write(&req)?;
+            pongs += 1;
+            if signaled {
+                drain(&s.conn, &mut wcs)?;
+            }
+        }
+        let (end, next_base) = exchange::read_round_end(&s.dev, &s.conn, &s.lay, p, round, base)?;
+        base = next_base;
+        if end.count != pongs {
+            return Err(PerfError::Failed(format!(
+                "{size} B: the client counts {} iterations, this server answered {pongs}",
+                end.count
+            )));
+        }
+        drain(&s.conn, &mut wcs)?;
+        total += pongs;
+    }
+    Ok(total)
+}
