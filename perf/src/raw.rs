@@ -5,8 +5,8 @@
 //!
 //! A frame of `size` payload bytes is `size + FRAME_OVERHEAD` (78) bytes long, at least
 //! 64: the on-wire length of a one-message deposit frame. Only its first 34 bytes are
-//! written (a payload is not copied: the port's own copy, e.g. memif's, is the
-//! baseline):
+//! written by raw_bw (a payload is not copied: the port's own copy, e.g. memif's, is the
+//! baseline); raw_lat writes the whole frame (below):
 //!
 //! ```text
 //!  0..6 dst MAC ff:ff:ff:ff:ff:ff   6..12 src MAC 02:dd:00:00:00:01
@@ -22,8 +22,12 @@
 //!   counts frames and reports the RECEIVED rate: frames after its first burst over
 //!   the time from that burst to the last one. Both print a table in two processes
 //!   (client: offered, server: received); `--loopback` prints the received one.
-//! * raw_lat: ping-pong of one frame; the echo side sends each frame back as is (the
-//!   received mbuf, no copy). RTT/2 is reported with the latency table.
+//! * raw_lat: ping-pong of one frame, with the data path of ib_write_lat and nothing
+//!   else: each side writes a whole frame (header and `size` payload bytes) into a
+//!   fresh mbuf, and the receiving side waits for that frame's last byte — the byte an
+//!   ib_write_lat receiver polls — before it answers with a frame of its own. No
+//!   parsing, checksum, connection or deposit. RTT/2 is reported with the latency
+//!   table.
 //!
 //! Sizes whose frame exceeds the port's largest frame are skipped with `-a` and refused
 //! with `-s`. raw_bw's default size is the largest payload that fits one frame.
@@ -80,6 +84,22 @@ fn stamp(m: &mut Mbuf, kind: Kind, round: u8, seq: u64, len: usize) {
     room[18..26].copy_from_slice(&seq.to_le_bytes());
     room[26..34].fill(0);
     m.set_len(len);
+}
+
+/// The byte that ends frame `seq` of raw_lat (never 0, so a stale buffer cannot match).
+#[inline]
+fn last_byte(seq: u64) -> u8 {
+    (seq % 255) as u8 + 1
+}
+
+/// Writes a whole raw_lat data frame of `len` bytes: header, payload, and the frame's
+/// last byte last.
+#[inline]
+fn stamp_full(m: &mut Mbuf, round: u8, seq: u64, len: usize) {
+    stamp(m, Kind::Data, round, seq, len);
+    let room = m.room_mut();
+    let b = last_byte(seq);
+    room[HDR_LEN..len].fill(b);
 }
 
 /// Reads the header of a frame; `None` for anything that is not ours.
@@ -473,9 +493,9 @@ fn lat_pinger(port: &mut Port, p: &Params, sizes: &[u64], rep: &mut Reporter) ->
                 Some(m) => m,
                 None => alloc_slow(port, p)?,
             };
-            stamp(&mut m, Kind::Data, round, i, len);
-            let _ = tx.push(m);
             let t0 = Instant::now();
+            stamp_full(&mut m, round, i, len);
+            let _ = tx.push(m);
             let mut wait = Wait::since(
                 t0,
                 p.timeout,
@@ -487,8 +507,9 @@ fn lat_pinger(port: &mut Port, p: &Params, sizes: &[u64], rep: &mut Reporter) ->
             'echo: loop {
                 if port.rx(&mut rx) > 0 {
                     for m in rx.by_ref() {
-                        if parse(m.data())
-                            .is_some_and(|h| h.kind == Kind::Data && h.round == round && h.seq == i)
+                        let d = m.data();
+                        if d.last() == Some(&last_byte(i))
+                            && parse(d).is_some_and(|h| h.kind == Kind::Data && h.round == round && h.seq == i)
                         {
                             break 'echo;
                         }
@@ -522,13 +543,19 @@ fn lat_echo(port: &mut Port, p: &Params, _sizes: &[u64], _rep: &mut Reporter) ->
         idle.progressed();
         let mut finish = false;
         for m in rx.by_ref() {
-            match parse(m.data()).map(|h| h.kind) {
-                Some(Kind::Data) => {
-                    if let Err(m) = tx.push(m) {
-                        drop(m);
+            let d = m.data();
+            match parse(d) {
+                Some(h) if h.kind == Kind::Data && d.last() == Some(&last_byte(h.seq)) => {
+                    // Answer with a frame of our own, written whole, like a reply write.
+                    let len = d.len();
+                    drop(m);
+                    let Some(mut r) = port.alloc() else { continue };
+                    stamp_full(&mut r, h.round, h.seq, len);
+                    if let Err(r) = tx.push(r) {
+                        drop(r);
                     }
                 }
-                Some(Kind::Finish) => finish = true,
+                Some(h) if h.kind == Kind::Finish => finish = true,
                 _ => {}
             }
         }

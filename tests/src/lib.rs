@@ -4,6 +4,8 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use deposit_transport::wire::{op, ControlRepr, FrameWriter, TransportRepr, UnderlayRepr, UDP_PORT};
+
 use deposit::{
     Completion, CompletionQueue, Connection, Device, DeviceConfig, Endpoint, Listener, Progress,
     Rights,
@@ -211,4 +213,46 @@ impl Drop for TempDir {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
     }
+}
+
+/// A WRITE message (last of its work request) of `data` at `off`.
+pub fn write_msg(off: u32, data: &[u8]) -> (ControlRepr, Vec<u8>) {
+    (
+        ControlRepr {
+            opcode: op::WRITE,
+            flags: 1,
+            operand: off,
+            length: data.len() as u32,
+            ..Default::default()
+        },
+        data.to_vec(),
+    )
+}
+
+/// A raw frame from node 10.0.0.2 to 10.0.0.1 carrying `msgs`, built with the wire
+/// module, for hostile-input tests to corrupt.
+pub fn raw_frame(dst_conn: u32, key: u64, seq: u32, msgs: &[(ControlRepr, Vec<u8>)]) -> Vec<u8> {
+    let mut buf = vec![0u8; 9000];
+    let underlay = UnderlayRepr {
+        src_mac: deposit::NodeAddr::from_ip([10, 0, 0, 2], UDP_PORT).mac,
+        dst_mac: deposit::NodeAddr::from_ip([10, 0, 0, 1], UDP_PORT).mac,
+        src_ip: [10, 0, 0, 2],
+        dst_ip: [10, 0, 0, 1],
+        src_port: 50000,
+        dst_port: UDP_PORT,
+    };
+    let hdr = TransportRepr {
+        dst_conn,
+        key,
+        seq,
+        src_conn: 1,
+        ..Default::default()
+    };
+    let mut w = FrameWriter::new(&mut buf, &underlay, &hdr).expect("9000-byte buffer");
+    for (c, p) in msgs {
+        w.push(c, p).expect("message fits");
+    }
+    let n = w.finish();
+    buf.truncate(n);
+    buf
 }

@@ -6,54 +6,9 @@ use std::time::Duration;
 
 use deposit::*;
 use deposit_tests::*;
-use deposit_transport::wire::{
-    hflags, op, ControlRepr, FrameWriter, TransportRepr, UnderlayRepr, UDP_PORT,
-};
+use deposit_transport::wire::{hflags, op};
 
 const T: Duration = Duration::from_secs(10);
-
-/// Builds a frame from the client's address to the server's connection.
-fn frame(dst_conn: u32, key: u64, seq: u32, msgs: &[(ControlRepr, Vec<u8>)]) -> Vec<u8> {
-    let mut buf = vec![0u8; 9000];
-    let underlay = UnderlayRepr {
-        src_mac: NodeAddr::from_ip([10, 0, 0, 2], UDP_PORT).mac,
-        dst_mac: NodeAddr::from_ip([10, 0, 0, 1], UDP_PORT).mac,
-        src_ip: [10, 0, 0, 2],
-        dst_ip: [10, 0, 0, 1],
-        src_port: 50000,
-        dst_port: UDP_PORT,
-    };
-    let hdr = TransportRepr {
-        flags: 0,
-        cells: 0,
-        dst_conn,
-        key,
-        seq,
-        ack: 0,
-        credits: 0,
-        src_conn: 1,
-    };
-    let mut w = FrameWriter::new(&mut buf, &underlay, &hdr).unwrap();
-    for (c, p) in msgs {
-        w.push(c, p).unwrap();
-    }
-    let n = w.finish();
-    buf.truncate(n);
-    buf
-}
-
-fn write_msg(off: u32, data: &[u8]) -> (ControlRepr, Vec<u8>) {
-    (
-        ControlRepr {
-            opcode: op::WRITE,
-            flags: 1,
-            operand: off,
-            length: data.len() as u32,
-            ..Default::default()
-        },
-        data.to_vec(),
-    )
-}
 
 /// Sends `f` from the client device and waits until the server has counted one more
 /// drop of `reason`.
@@ -74,23 +29,23 @@ fn bad_frames_are_dropped_and_counted_by_reason() {
     let c = pair.connect(4096, 5);
     let conn = c.server.local_number();
     let key = c.server.local_key();
-    let good = frame(conn, key ^ 1, 0, &[write_msg(0, b"evil")]);
+    let good = raw_frame(conn, key ^ 1, 0, &[write_msg(0, b"evil")]);
 
     // Wrong key on a real connection.
     inject_expect(&pair, &good, DropReason::WrongKey);
     // Unknown connection.
     inject_expect(
         &pair,
-        &frame(conn ^ 0x5a5a, key, 0, &[write_msg(0, b"evil")]),
+        &raw_frame(conn ^ 0x5a5a, key, 0, &[write_msg(0, b"evil")]),
         DropReason::UnknownConnection,
     );
     // Bad CRC: flip one payload bit of an otherwise valid frame with the right key.
-    let mut f = frame(conn, key, 0, &[write_msg(0, b"evil")]);
+    let mut f = raw_frame(conn, key, 0, &[write_msg(0, b"evil")]);
     let n = f.len();
     f[n - 10] ^= 0x04;
     inject_expect(&pair, &f, DropReason::BadCrc);
     // Truncated frames, at every length.
-    let f = frame(conn, key, 0, &[write_msg(0, &[0xEE; 200])]);
+    let f = raw_frame(conn, key, 0, &[write_msg(0, &[0xEE; 200])]);
     for cut in [0, 1, 13, 14, 33, 41, 42, 60, 73, 74, 100, f.len() - 1] {
         let reason = if cut < 60 {
             None
@@ -105,7 +60,7 @@ fn bad_frames_are_dropped_and_counted_by_reason() {
     // Bad check byte in a frame whose CRC is right: the control part is refused.
     let (mut c0, p0) = write_msg(0, b"evil");
     c0.opcode = op::WRITE;
-    let mut f = frame(conn, key, 0x7777_0000, &[(c0, p0)]);
+    let mut f = raw_frame(conn, key, 0x7777_0000, &[(c0, p0)]);
     // Corrupt the check byte (byte 3 of the control part after the 42+32 headers), then
     // recompute the CRC so only the check byte is wrong.
     f[42 + 32 + 3] ^= 0xff;
@@ -114,7 +69,7 @@ fn bad_frames_are_dropped_and_counted_by_reason() {
     f[crc_at..].copy_from_slice(&crc.to_be_bytes());
     inject_expect(&pair, &f, DropReason::BadCheck);
     // Not our UDP port / not IPv4: ignored as not ours.
-    let mut f = frame(conn, key, 0, &[write_msg(0, b"evil")]);
+    let mut f = raw_frame(conn, key, 0, &[write_msg(0, b"evil")]);
     f[12] = 0x86;
     f[13] = 0xdd;
     inject_expect(&pair, &f, DropReason::NotOurs);
@@ -176,12 +131,12 @@ fn frames_without_a_valid_connection_never_reach_memory() {
     let key = c.server.local_key();
     inject_expect(
         &pair,
-        &frame(conn, key, 0x4000_0000, &[write_msg(0, b"future")]),
+        &raw_frame(conn, key, 0x4000_0000, &[write_msg(0, b"future")]),
         DropReason::OutOfSequence,
     );
     let (mut cm, p) = write_msg(0, b"x");
     cm.opcode = op::CM_CONNECT_REP;
-    let mut f = frame(0, 0, 0, &[(cm, p)]);
+    let mut f = raw_frame(0, 0, 0, &[(cm, p)]);
     f[42 + 1] = hflags::CM;
     let crc_at = f.len() - 4;
     let crc = crc32c::crc32c(&f[42..crc_at]);

@@ -14,9 +14,6 @@ use std::time::Duration;
 
 use deposit::*;
 use deposit_tests::*;
-use deposit_transport::wire::{
-    op, ControlRepr, FrameWriter, TransportRepr, UnderlayRepr, UDP_PORT,
-};
 
 const T: Duration = Duration::from_secs(20);
 
@@ -61,34 +58,8 @@ fn sweep_server(sock: &str, seed: u64) {
     println!("verified {} writes", layout.len());
 }
 
-fn raw_frame(dst_conn: u32, key: u64, seq: u32, off: u32, data: &[u8]) -> Vec<u8> {
-    let mut buf = vec![0u8; 9000];
-    let underlay = UnderlayRepr {
-        src_mac: NodeAddr::from_ip([10, 0, 0, 2], UDP_PORT).mac,
-        dst_mac: NodeAddr::from_ip([10, 0, 0, 1], UDP_PORT).mac,
-        src_ip: [10, 0, 0, 2],
-        dst_ip: [10, 0, 0, 1],
-        src_port: 50000,
-        dst_port: UDP_PORT,
-    };
-    let hdr = TransportRepr {
-        dst_conn,
-        key,
-        seq,
-        ..Default::default()
-    };
-    let mut w = FrameWriter::new(&mut buf, &underlay, &hdr).unwrap();
-    let c = ControlRepr {
-        opcode: op::WRITE,
-        flags: 1,
-        operand: off,
-        length: data.len() as u32,
-        ..Default::default()
-    };
-    w.push(&c, data).unwrap();
-    let n = w.finish();
-    buf.truncate(n);
-    buf
+fn one_write(dst_conn: u32, key: u64, seq: u32, off: u32, data: &[u8]) -> Vec<u8> {
+    raw_frame(dst_conn, key, seq, &[write_msg(off, data)])
 }
 
 fn inject(sock: &str, server: [u8; 4]) {
@@ -112,13 +83,13 @@ fn inject(sock: &str, server: [u8; 4]) {
     };
     for round in 0..50u32 {
         // Hostile: wrong key, unknown connection, bad CRC, truncated, garbage.
-        dev.send_raw_frame(&raw_frame(remote, next(), 0, 0, b"wrong key"));
-        dev.send_raw_frame(&raw_frame(remote ^ 0xffff, next(), 0, 0, b"no such conn"));
-        let mut f = raw_frame(remote, next(), 0, 0, b"bad crc");
+        dev.send_raw_frame(&one_write(remote, next(), 0, 0, b"wrong key"));
+        dev.send_raw_frame(&one_write(remote ^ 0xffff, next(), 0, 0, b"no such conn"));
+        let mut f = one_write(remote, next(), 0, 0, b"bad crc");
         let n = f.len();
         f[n - 6] ^= 1;
         dev.send_raw_frame(&f);
-        let f = raw_frame(remote, next(), 0, 0, &[0xAB; 300]);
+        let f = one_write(remote, next(), 0, 0, &[0xAB; 300]);
         dev.send_raw_frame(&f[..(next() as usize % f.len())]);
         let g: Vec<u8> = (0..(next() % 2000)).map(|_| next() as u8).collect();
         dev.send_raw_frame(&g);

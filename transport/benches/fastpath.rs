@@ -1,0 +1,108 @@
+//! Per-message costs of the fast-path pieces, with no I/O: `cargo bench -p
+//! deposit-transport --bench fastpath`. Prints nanoseconds per operation (best of 5
+//! runs, the machine is shared and noisy). These are the numbers behind the
+//! optimisations of the worker loop; keep them when changing wire, oplogic or tlb.
+
+use std::hint::black_box;
+use std::sync::Arc;
+use std::time::Instant;
+
+use deposit_transport::mem::EndpointMemory;
+use deposit_transport::oplogic::{execute, TlbAccess};
+use deposit_transport::tables::{EndpointEntry, EndpointId, EndpointTable, Rights};
+use deposit_transport::tlb::Tlb;
+use deposit_transport::wire::{op, ControlRepr, FrameView, FrameWriter, TransportRepr, UnderlayRepr, UDP_PORT};
+
+fn bench(name: &str, iters: u64, mut f: impl FnMut(u64)) {
+    let mut best = f64::MAX;
+    for _ in 0..5 {
+        let t = Instant::now();
+        for i in 0..iters {
+            f(i);
+        }
+        best = best.min(t.elapsed().as_nanos() as f64 / iters as f64);
+    }
+    println!("{name:<48} {best:>8.1} ns");
+}
+
+fn underlay() -> UnderlayRepr {
+    UnderlayRepr {
+        src_mac: [2, 0, 10, 0, 0, 2],
+        dst_mac: [2, 0, 10, 0, 0, 1],
+        src_ip: [10, 0, 0, 2],
+        dst_ip: [10, 0, 0, 1],
+        src_port: 49152,
+        dst_port: UDP_PORT,
+    }
+}
+
+fn build(buf: &mut [u8], msgs: usize, payload: &[u8]) -> usize {
+    let hdr = TransportRepr { dst_conn: 7, key: 9, seq: 1, ..Default::default() };
+    let mut w = FrameWriter::new(buf, &underlay(), &hdr).unwrap();
+    for i in 0..msgs {
+        let c = ControlRepr { opcode: op::WRITE, flags: 1, operand: (i * 32) as u32, length: payload.len() as u32, ..Default::default() };
+        w.push_with(&c, |d| d.copy_from_slice(payload)).unwrap();
+    }
+    w.finish()
+}
+
+fn main() {
+    let mut buf = vec![0u8; 9014];
+    let payload = [0xabu8; 32];
+    const N: u64 = 2_000_000;
+
+    bench("frame build, 1 x 32 B write", N, |_| {
+        black_box(build(black_box(&mut buf), 1, &payload));
+    });
+    bench("frame build, 180 x 32 B writes (per message)", N / 180, |_| {
+        black_box(build(black_box(&mut buf), 180, &payload));
+    });
+    let n1 = build(&mut buf, 1, &payload);
+    let one = buf[..n1].to_vec();
+    bench("frame parse + decode, 1 x 32 B write", N, |_| {
+        let f = FrameView::parse(black_box(&one)).unwrap();
+        for m in f.messages() {
+            black_box(m.unwrap());
+        }
+    });
+    let n180 = build(&mut buf, 180, &payload);
+    let many = buf[..n180].to_vec();
+    bench("frame parse + decode, 180 x 32 B (per message)", N / 180, |_| {
+        let f = FrameView::parse(black_box(&many)).unwrap();
+        for m in f.messages() {
+            black_box(m.unwrap());
+        }
+    });
+
+    let mem = Arc::new(EndpointMemory::alloc_ordinary(1 << 20).unwrap());
+    let mut table = EndpointTable::new();
+    let id: EndpointId = table.insert(EndpointEntry::new(mem, 0, 1 << 20, Rights::ALL).unwrap());
+    let mut tlb = Tlb::new();
+    let f = FrameView::parse(&one).unwrap();
+    let m = f.messages().next().unwrap().unwrap();
+    bench("oplogic execute, 32 B write (direct mapping)", N, |i| {
+        let ep = table.get(id).unwrap();
+        let mut c = m.control;
+        c.operand = (i as u32 & 63) * 32;
+        black_box(execute(&c, m.payload, &mut TlbAccess::new(id, ep, &mut tlb)).unwrap());
+    });
+    bench("oplogic execute, 32 B write (through the TLB)", N, |i| {
+        let ep = table.get(id).unwrap();
+        let mut c = m.control;
+        c.operand = 65536 + (i as u32 & 1023) * 32;
+        black_box(execute(&c, m.payload, &mut TlbAccess::new(id, ep, &mut tlb)).unwrap());
+    });
+
+    let q = crossbeam::queue::ArrayQueue::new(4096);
+    bench("send queue push + pop (crossbeam ArrayQueue)", N, |i| {
+        q.push(black_box(i)).unwrap();
+        black_box(q.pop());
+    });
+    let mut map = std::collections::HashMap::new();
+    for k in 0..64u32 {
+        map.insert(k.wrapping_mul(0x9E37_79B9), k as usize);
+    }
+    bench("connection lookup (std HashMap)", N, |i| {
+        black_box(map.get(&black_box((i as u32 & 63).wrapping_mul(0x9E37_79B9))));
+    });
+}
