@@ -5,6 +5,8 @@
 #include <rte_lcore.h>
 #include <rte_mbuf.h>
 #include <rte_pause.h>
+#include <nmmintrin.h>
+#include <string.h>
 #include "shim.h"
 
 uint16_t shim_rx_burst(uint16_t port, uint16_t queue, struct rte_mbuf **pkts, uint16_t n)
@@ -22,6 +24,17 @@ uint32_t shim_pktmbuf_pkt_len(const struct rte_mbuf *m) { return m->pkt_len; }
 uint16_t shim_pktmbuf_nb_segs(const struct rte_mbuf *m) { return m->nb_segs; }
 void shim_pktmbuf_set_len(struct rte_mbuf *m, uint16_t len) { m->data_len = len; m->pkt_len = len; }
 uint16_t shim_pktmbuf_tailroom(const struct rte_mbuf *m) { return rte_pktmbuf_tailroom(m); }
+uint8_t *shim_pktmbuf_data(struct rte_mbuf *m, uint16_t *len, uint8_t *single)
+{
+	*len = m->data_len;
+	*single = m->nb_segs == 1;
+	return rte_pktmbuf_mtod(m, uint8_t *);
+}
+uint8_t *shim_pktmbuf_room(struct rte_mbuf *m, uint16_t *room)
+{
+	*room = m->data_len + rte_pktmbuf_tailroom(m);
+	return rte_pktmbuf_mtod(m, uint8_t *);
+}
 uint32_t shim_pktmbuf_copy_out(const struct rte_mbuf *m, uint8_t *dst, uint32_t cap)
 {
 	uint32_t done = 0;
@@ -33,6 +46,28 @@ uint32_t shim_pktmbuf_copy_out(const struct rte_mbuf *m, uint8_t *dst, uint32_t 
 		done += n;
 	}
 	return done;
+}
+uint32_t shim_crc32c(const uint8_t *data, uint32_t len, uint32_t init)
+{
+	uint64_t c = ~init;
+	while (len >= 8) {
+		uint64_t v;
+		memcpy(&v, data, 8);
+		c = _mm_crc32_u64(c, v);
+		data += 8;
+		len -= 8;
+	}
+	uint32_t c32 = (uint32_t)c;
+	if (len >= 4) {
+		uint32_t v;
+		memcpy(&v, data, 4);
+		c32 = _mm_crc32_u32(c32, v);
+		data += 4;
+		len -= 4;
+	}
+	while (len--)
+		c32 = _mm_crc32_u8(c32, *data++);
+	return ~c32;
 }
 uint64_t shim_rdtsc(void) { return rte_rdtsc(); }
 uint64_t shim_get_tsc_hz(void) { return rte_get_tsc_hz(); }

@@ -20,8 +20,16 @@ uint16_t shim_pktmbuf_nb_segs(const struct rte_mbuf *m);
 /* Sets data_len and pkt_len of a single-segment mbuf. */
 void shim_pktmbuf_set_len(struct rte_mbuf *m, uint16_t len);
 uint16_t shim_pktmbuf_tailroom(const struct rte_mbuf *m);
+/* One call for the fast path: data pointer and data length of the first segment,
+ * and whether the mbuf is a single segment (*single = 1). */
+uint8_t *shim_pktmbuf_data(struct rte_mbuf *m, uint16_t *len, uint8_t *single);
+/* Data pointer and writable room (data length + tailroom) of a fresh mbuf. */
+uint8_t *shim_pktmbuf_room(struct rte_mbuf *m, uint16_t *room);
 /* Copies a possibly multi-segment mbuf's bytes into dst; returns bytes copied. */
 uint32_t shim_pktmbuf_copy_out(const struct rte_mbuf *m, uint8_t *dst, uint32_t cap);
+/* Standard CRC32C (Castagnoli, as the crc32c crate and RFC 3720): ~crc over data
+ * starting from ~init. SSE4.2 crc32 instructions (DPDK builds for corei7 and up). */
+uint32_t shim_crc32c(const uint8_t *data, uint32_t len, uint32_t init);
 uint64_t shim_rdtsc(void);
 uint64_t shim_get_tsc_hz(void);
 unsigned shim_lcore_id(void);

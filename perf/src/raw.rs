@@ -509,7 +509,9 @@ fn lat_pinger(port: &mut Port, p: &Params, sizes: &[u64], rep: &mut Reporter) ->
                     for m in rx.by_ref() {
                         let d = m.data();
                         if d.last() == Some(&last_byte(i))
-                            && parse(d).is_some_and(|h| h.kind == Kind::Data && h.round == round && h.seq == i)
+                            && parse(d).is_some_and(|h| {
+                                h.kind == Kind::Data && h.round == round && h.seq == i
+                            })
                         {
                             break 'echo;
                         }

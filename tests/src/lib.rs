@@ -4,7 +4,9 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use deposit_transport::wire::{op, ControlRepr, FrameWriter, TransportRepr, UnderlayRepr, UDP_PORT};
+use deposit_transport::wire::{
+    op, ControlRepr, FrameWriter, TransportRepr, UnderlayRepr, UDP_PORT,
+};
 
 use deposit::{
     Completion, CompletionQueue, Connection, Device, DeviceConfig, Endpoint, Listener, Progress,

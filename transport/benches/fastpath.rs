@@ -11,7 +11,9 @@ use deposit_transport::mem::EndpointMemory;
 use deposit_transport::oplogic::{execute, TlbAccess};
 use deposit_transport::tables::{EndpointEntry, EndpointId, EndpointTable, Rights};
 use deposit_transport::tlb::Tlb;
-use deposit_transport::wire::{op, ControlRepr, FrameView, FrameWriter, TransportRepr, UnderlayRepr, UDP_PORT};
+use deposit_transport::wire::{
+    op, ControlRepr, FrameView, FrameWriter, TransportRepr, UnderlayRepr, UDP_PORT,
+};
 
 fn bench(name: &str, iters: u64, mut f: impl FnMut(u64)) {
     let mut best = f64::MAX;
@@ -37,10 +39,21 @@ fn underlay() -> UnderlayRepr {
 }
 
 fn build(buf: &mut [u8], msgs: usize, payload: &[u8]) -> usize {
-    let hdr = TransportRepr { dst_conn: 7, key: 9, seq: 1, ..Default::default() };
+    let hdr = TransportRepr {
+        dst_conn: 7,
+        key: 9,
+        seq: 1,
+        ..Default::default()
+    };
     let mut w = FrameWriter::new(buf, &underlay(), &hdr).unwrap();
     for i in 0..msgs {
-        let c = ControlRepr { opcode: op::WRITE, flags: 1, operand: (i * 32) as u32, length: payload.len() as u32, ..Default::default() };
+        let c = ControlRepr {
+            opcode: op::WRITE,
+            flags: 1,
+            operand: (i * 32) as u32,
+            length: payload.len() as u32,
+            ..Default::default()
+        };
         w.push_with(&c, |d| d.copy_from_slice(payload)).unwrap();
     }
     w.finish()
@@ -54,9 +67,13 @@ fn main() {
     bench("frame build, 1 x 32 B write", N, |_| {
         black_box(build(black_box(&mut buf), 1, &payload));
     });
-    bench("frame build, 180 x 32 B writes (per message)", N / 180, |_| {
-        black_box(build(black_box(&mut buf), 180, &payload));
-    });
+    bench(
+        "frame build, 180 x 32 B writes (per message)",
+        N / 180,
+        |_| {
+            black_box(build(black_box(&mut buf), 180, &payload));
+        },
+    );
     let n1 = build(&mut buf, 1, &payload);
     let one = buf[..n1].to_vec();
     bench("frame parse + decode, 1 x 32 B write", N, |_| {
@@ -67,12 +84,16 @@ fn main() {
     });
     let n180 = build(&mut buf, 180, &payload);
     let many = buf[..n180].to_vec();
-    bench("frame parse + decode, 180 x 32 B (per message)", N / 180, |_| {
-        let f = FrameView::parse(black_box(&many)).unwrap();
-        for m in f.messages() {
-            black_box(m.unwrap());
-        }
-    });
+    bench(
+        "frame parse + decode, 180 x 32 B (per message)",
+        N / 180,
+        |_| {
+            let f = FrameView::parse(black_box(&many)).unwrap();
+            for m in f.messages() {
+                black_box(m.unwrap());
+            }
+        },
+    );
 
     let mem = Arc::new(EndpointMemory::alloc_ordinary(1 << 20).unwrap());
     let mut table = EndpointTable::new();

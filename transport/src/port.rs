@@ -441,46 +441,56 @@ pub struct Mbuf(NonNull<sys::rte_mbuf>);
 unsafe impl Send for Mbuf {}
 
 impl Mbuf {
-    /// The frame bytes (first segment).
+    /// The frame bytes (first segment) and whether the frame is all in it
+    /// (multi-segment frames are refused by the worker). One call into DPDK.
     #[inline]
-    pub fn data(&self) -> &[u8] {
-        // SAFETY: mtod points at data_len initialised bytes owned by this mbuf.
+    pub fn frame(&self) -> (&[u8], bool) {
+        let mut len = 0u16;
+        let mut single = 0u8;
+        // SAFETY: the shim returns mtod and data_len of this valid mbuf; the bytes stay
+        // valid and unchanged while we own it (and the borrow of self).
         unsafe {
-            let p = self.0.as_ptr();
-            std::slice::from_raw_parts(
-                sys::shim_pktmbuf_mtod(p),
-                sys::shim_pktmbuf_data_len(p) as usize,
-            )
+            let p = sys::shim_pktmbuf_data(self.0.as_ptr(), &mut len, &mut single);
+            (std::slice::from_raw_parts(p, len as usize), single != 0)
         }
     }
 
-    /// Whether the frame is in one segment (multi-segment frames are refused).
+    /// The frame bytes (first segment).
+    #[inline]
+    pub fn data(&self) -> &[u8] {
+        self.frame().0
+    }
+
+    /// Whether the frame is in one segment.
     #[inline]
     pub fn is_contiguous(&self) -> bool {
-        // SAFETY: reads a field of a valid mbuf.
-        unsafe { sys::shim_pktmbuf_nb_segs(self.0.as_ptr()) == 1 }
+        self.frame().1
     }
 
     /// The whole writable room of a freshly allocated mbuf (data length is set by
     /// [`Mbuf::set_len`]).
     #[inline]
     pub fn room_mut(&mut self) -> &mut [u8] {
-        // SAFETY: a fresh mbuf has data_len 0 and `tailroom` writable bytes after mtod.
+        let mut room = 0u16;
+        // SAFETY: a fresh mbuf owns `room` writable bytes from mtod; &mut self makes the
+        // borrow exclusive.
         unsafe {
-            let p = self.0.as_ptr();
-            let room =
-                sys::shim_pktmbuf_tailroom(p) as usize + sys::shim_pktmbuf_data_len(p) as usize;
-            std::slice::from_raw_parts_mut(sys::shim_pktmbuf_mtod(p), room)
+            let p = sys::shim_pktmbuf_room(self.0.as_ptr(), &mut room);
+            std::slice::from_raw_parts_mut(p, room as usize)
         }
     }
 
-    /// Sets the frame length (must not exceed the room).
+    /// Sets the frame length; the caller keeps it within [`Mbuf::room_mut`]'s length
+    /// (it is clamped to the buffer's room otherwise).
     #[inline]
     pub fn set_len(&mut self, len: usize) {
-        let room = self.room_mut().len();
-        let len = len.min(room) as u16;
-        // SAFETY: len is within the buffer's room.
-        unsafe { sys::shim_pktmbuf_set_len(self.0.as_ptr(), len) }
+        let len = len.min(u16::MAX as usize) as u16;
+        // SAFETY: reads the room of a valid mbuf, then sets a length within it.
+        unsafe {
+            let mut room = 0u16;
+            sys::shim_pktmbuf_room(self.0.as_ptr(), &mut room);
+            sys::shim_pktmbuf_set_len(self.0.as_ptr(), len.min(room));
+        }
     }
 
     fn into_raw(self) -> *mut sys::rte_mbuf {

@@ -248,11 +248,12 @@ impl Worker {
     }
 
     fn handle_frame(&mut self, m: &Mbuf, now: u64) {
-        if !m.is_contiguous() {
+        let (data, contiguous) = m.frame();
+        if !contiguous {
             self.stats.drop_for(DropReason::Truncated);
             return;
         }
-        let frame = match FrameView::parse(m.data()) {
+        let frame = match FrameView::parse(data) {
             Ok(f) => f,
             Err(e) => {
                 self.stats.drop_for(wire_drop_reason(&e));
@@ -261,7 +262,7 @@ impl Worker {
         };
         self.stats.frames_rx += 1;
         self.stats.cells_rx += frame.header.cells as u64;
-        self.stats.bytes_rx += m.data().len() as u64;
+        self.stats.bytes_rx += data.len() as u64;
         if frame.header.flags & hflags::CM != 0 || frame.header.dst_conn == 0 {
             self.handle_cm(&frame, now);
             return;
@@ -344,9 +345,13 @@ impl Worker {
             executed = true;
         }
         if arrivals > 0 {
-            conn.shared
-                .arrivals
-                .fetch_add(arrivals, std::sync::atomic::Ordering::Release);
+            // The worker is the only writer: a plain load and a release store (no
+            // locked instruction) publish the count after the deposits it counts.
+            let a = &conn.shared.arrivals;
+            a.store(
+                a.load(std::sync::atomic::Ordering::Relaxed) + arrivals,
+                std::sync::atomic::Ordering::Release,
+            );
         }
         if executed && !conn.ack_pending {
             conn.ack_pending = true;

@@ -77,7 +77,7 @@ pub const fn cells_for(length: u32) -> usize {
 pub fn check8(control: &[u8; CONTROL_LEN]) -> u8 {
     let mut b = *control;
     b[field::CHECK] = 0;
-    let c = crc32c::crc32c(&b);
+    let c = crate::wire::crc32c(&b);
     (c ^ (c >> 8) ^ (c >> 16) ^ (c >> 24)) as u8
 }
 

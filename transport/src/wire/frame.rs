@@ -78,7 +78,7 @@ impl<'a> FrameView<'a> {
         })?;
         let (covered, trailer) = datagram.split_at(datagram.len() - CRC_LEN);
         let got = u32::from_be_bytes(super::array(trailer, 0..CRC_LEN));
-        let expected = crc32c::crc32c(covered);
+        let expected = crate::wire::crc32c(covered);
         if expected != got {
             return Err(WireError::BadCrc { expected, got });
         }
@@ -297,7 +297,7 @@ impl<'a> FrameWriter<'a> {
         UnderlayPacket::new_unchecked(&mut buf[..UNDERLAY_LEN]).set_lengths(len - UNDERLAY_LEN);
         TransportPacket::new_unchecked(&mut buf[UNDERLAY_LEN..UNDERLAY_LEN + HEADER_LEN])
             .set_cell_count(self.cells as u16);
-        let crc = crc32c::crc32c(&buf[UNDERLAY_LEN..len - CRC_LEN]);
+        let crc = crate::wire::crc32c(&buf[UNDERLAY_LEN..len - CRC_LEN]);
         buf[len - CRC_LEN..len].copy_from_slice(&crc.to_be_bytes());
         len
     }
@@ -403,7 +403,7 @@ mod tests {
         p.set_ip_checksum(0);
         let c = p.compute_ip_checksum();
         p.set_ip_checksum(c);
-        let crc = crc32c::crc32c(&frame[UNDERLAY_LEN..len - CRC_LEN]);
+        let crc = crate::wire::crc32c(&frame[UNDERLAY_LEN..len - CRC_LEN]);
         frame[len - CRC_LEN..len].copy_from_slice(&crc.to_be_bytes());
     }
 
@@ -461,7 +461,7 @@ mod tests {
             again[at + 16..at + 16 + m.payload.len()].copy_from_slice(m.payload);
             at += m.control.cells() * CELL_LEN;
         }
-        let crc = crc32c::crc32c(&again[42..len - 4]);
+        let crc = crate::wire::crc32c(&again[42..len - 4]);
         again[len - 4..].copy_from_slice(&crc.to_be_bytes());
         assert_eq!(again, frame);
     }
