@@ -1,7 +1,7 @@
 //! Devices: one DPDK port plus its worker.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -146,7 +146,10 @@ impl DeviceStats {
 /// from [`DeviceInner`] so that dropping the last application handle stops and joins
 /// the thread before the port is torn down.
 struct Core {
-    worker: Mutex<Worker>,
+    /// A spin mutex: the inline poll takes it on every call, and its release is a
+    /// plain store where std's is a second locked instruction (measured: 20 -> 14 ns
+    /// per idle poll). Control calls that wait for it spin briefly.
+    worker: spin::Mutex<Worker>,
     /// Control calls waiting for the lock: the dedicated thread lets go.
     control_waiters: AtomicUsize,
     stop: AtomicBool,
@@ -163,7 +166,7 @@ pub(crate) struct DeviceInner {
 }
 
 impl DeviceInner {
-    pub(crate) fn lock(&self) -> MutexGuard<'_, Worker> {
+    pub(crate) fn lock(&self) -> spin::MutexGuard<'_, Worker> {
         self.core.lock()
     }
     #[inline]
@@ -174,9 +177,9 @@ impl DeviceInner {
 
 impl Core {
     /// Takes the worker for a control operation.
-    pub(crate) fn lock(&self) -> MutexGuard<'_, Worker> {
+    pub(crate) fn lock(&self) -> spin::MutexGuard<'_, Worker> {
         self.control_waiters.fetch_add(1, Ordering::AcqRel);
-        let g = self.worker.lock().unwrap_or_else(|e| e.into_inner());
+        let g = self.worker.lock();
         self.control_waiters.fetch_sub(1, Ordering::AcqRel);
         g
     }
@@ -190,8 +193,8 @@ impl Core {
         }
         port::register_thread();
         match self.worker.try_lock() {
-            Ok(mut w) => w.poll(),
-            Err(_) => 0,
+            Some(mut w) => w.poll(),
+            None => 0,
         }
     }
 
@@ -205,7 +208,7 @@ impl Core {
             }
             let mut work = 0;
             {
-                let mut w = self.worker.lock().unwrap_or_else(|e| e.into_inner());
+                let mut w = self.worker.lock();
                 for _ in 0..64 {
                     work += w.poll();
                     if self.control_waiters.load(Ordering::Relaxed) > 0 {
@@ -263,7 +266,7 @@ impl Device {
         }
         let segment_max = worker.segment_max();
         let core = Arc::new(Core {
-            worker: Mutex::new(worker),
+            worker: spin::Mutex::new(worker),
             control_waiters: AtomicUsize::new(0),
             stop: AtomicBool::new(false),
             progress: cfg.progress,

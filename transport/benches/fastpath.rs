@@ -68,7 +68,7 @@ fn main() {
         black_box(build(black_box(&mut buf), 1, &payload));
     });
     bench(
-        "frame build, 180 x 32 B writes (per message)",
+        "frame build, 180 x 32 B writes (whole frame)",
         N / 180,
         |_| {
             black_box(build(black_box(&mut buf), 180, &payload));
@@ -85,7 +85,7 @@ fn main() {
     let n180 = build(&mut buf, 180, &payload);
     let many = buf[..n180].to_vec();
     bench(
-        "frame parse + decode, 180 x 32 B (per message)",
+        "frame parse + decode, 180 x 32 B (whole frame)",
         N / 180,
         |_| {
             let f = FrameView::parse(black_box(&many)).unwrap();

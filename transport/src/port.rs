@@ -258,8 +258,16 @@ pub fn pin_current_thread_to_nth_cpu(n: usize) -> Option<usize> {
 /// Current TSC value.
 #[inline]
 pub fn rdtsc() -> u64 {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: reads the time stamp counter; no memory effects (inline, no FFI call).
+    unsafe {
+        std::arch::x86_64::_rdtsc()
+    }
+    #[cfg(not(target_arch = "x86_64"))]
     // SAFETY: reads the time stamp counter; no memory effects.
-    unsafe { sys::shim_rdtsc() }
+    unsafe {
+        sys::shim_rdtsc()
+    }
 }
 
 /// TSC ticks per second (valid after [`eal_init`]).

@@ -575,11 +575,12 @@ fn data_header(conn: &Connection) -> TransportRepr {
 /// Moves work requests from the application's send queue into flight, within the
 /// window. Requests whose local source is invalid complete at once.
 fn admit_work(conn: &mut Connection, endpoints: &EndpointTable) {
-    // `is_empty` is two plain loads; `pop` on an empty queue also pays a full fence.
-    if conn.shared.sq.is_empty() {
-        return;
-    }
     while conn.tx_next.wrapping_sub(conn.tx_acked) < conn.window {
+        // `is_empty` is two plain loads; `pop` on an empty queue also pays a full
+        // fence, so never pop to find out that the queue is empty.
+        if conn.shared.sq.is_empty() {
+            break;
+        }
         let Some(wr) = conn.shared.sq.pop() else {
             break;
         };
