@@ -92,17 +92,15 @@ impl WriteRequest {
         remote_offset: u32,
     ) -> Self {
         WriteRequest {
-            wr: WorkRequest {
+            wr: WorkRequest::write(
                 wr_id,
-                opcode: WrOpcode::Write,
-                flags: 0,
-                remote_offset,
-                len,
-                source: Source::Endpoint {
+                Source::Endpoint {
                     id: local.0.id,
                     offset: local_offset,
                 },
-            },
+                len,
+                remote_offset,
+            ),
         }
     }
 
@@ -117,14 +115,12 @@ impl WriteRequest {
         let mut block = [0u8; 32];
         block[..data.len()].copy_from_slice(data);
         Ok(WriteRequest {
-            wr: WorkRequest {
+            wr: WorkRequest::write(
                 wr_id,
-                opcode: WrOpcode::Write,
-                flags: 0,
+                Source::Inline(block),
+                data.len() as u32,
                 remote_offset,
-                len: data.len() as u32,
-                source: Source::Inline(block),
-            },
+            ),
         })
     }
 
@@ -133,12 +129,8 @@ impl WriteRequest {
     pub fn masked(wr_id: u64, block: [u8; 32], mask: u8, remote_offset: u32) -> Self {
         WriteRequest {
             wr: WorkRequest {
-                wr_id,
                 opcode: WrOpcode::WriteMasked { mask },
-                flags: 0,
-                remote_offset,
-                len: 32,
-                source: Source::Inline(block),
+                ..WorkRequest::write(wr_id, Source::Inline(block), 32, remote_offset)
             },
         }
     }
@@ -162,7 +154,7 @@ impl WriteRequest {
     }
     /// Changes the remote offset.
     pub fn set_remote_offset(&mut self, off: u32) {
-        self.wr.remote_offset = off;
+        self.wr.remote.operand = off;
     }
 }
 
@@ -199,10 +191,10 @@ impl Connection {
         if state != ConnState::Normal {
             return Err(Error::NotConnected(state));
         }
-        if (wr.remote_offset as u64) + (wr.len as u64) > u32::MAX as u64 + 1 {
+        if (wr.remote.operand as u64) + (wr.len as u64) > u32::MAX as u64 + 1 {
             return Err(Error::InvalidArgument(format!(
                 "remote range {}+{} beyond the 32-bit offset space",
-                wr.remote_offset, wr.len
+                wr.remote.operand, wr.len
             )));
         }
         if let Source::Endpoint { id, offset } = wr.source {

@@ -59,15 +59,44 @@ impl WcStatus {
 /// Work request operations.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WrOpcode {
-    /// Write `len` bytes at the remote endpoint offset.
+    /// Write `len` bytes at the remote effective address.
     Write,
     /// Write the inline 32-byte block under an 8-bit word mask.
     WriteMasked { mask: u8 },
+    /// Read `len` bytes at the remote effective address into the local result range.
+    Read,
+    /// Add to the 8-byte remote word (or register); the old value lands in the local
+    /// result range.
+    FetchAdd { add: u64 },
+    /// Compare-and-swap on the 8-byte remote word (or register); the old value lands
+    /// in the local result range.
+    CmpSwap { compare: u64, swap: u64 },
+    /// Register operations and/or a conditional only; no memory access.
+    RegOp,
+    /// Software exception: always an event at the receiver.
+    Exception,
+    /// Internal: the reply to a peer's read or atomic (never posted by applications).
+    Reply {
+        /// The peer's request sequence number.
+        request: u32,
+    },
+}
+
+impl WrOpcode {
+    /// Whether the request waits for a reply (read data or an old value).
+    pub fn wants_reply(self) -> bool {
+        matches!(
+            self,
+            WrOpcode::Read | WrOpcode::FetchAdd { .. } | WrOpcode::CmpSwap { .. }
+        )
+    }
 }
 
 /// Where a work request's data comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Source {
+    /// No data (reads, atomics, register operations).
+    None,
     /// Up to 32 bytes carried in the work request itself.
     Inline([u8; 32]),
     /// A range of a local endpoint (like a verbs local memory region); it must stay
@@ -78,15 +107,53 @@ pub enum Source {
 /// Work request flag: generate a completion on success (errors always complete).
 pub const WR_SIGNALED: u8 = 0x01;
 
+/// How the receiver finds the operation's target and what else it runs: the seed's
+/// send registers beyond opcode and size (operand, index, mode), in wire form.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Remote {
+    /// The operand: the effective address in direct mode, the offset in indexed mode,
+    /// the immediate of register operations and conditionals.
+    pub operand: u32,
+    /// Control-part flag bits for the address mode and register target
+    /// (`wire::cell::flags::ADDR_MASK`, `REG_TARGET`).
+    pub mode_flags: u8,
+    /// Register names ra, rb, rc, rd (`wire` index field).
+    pub regs: [u8; 4],
+    /// The 8-byte compound descriptor, when the request carries register operations or
+    /// a conditional.
+    pub compound: Option<[u8; 8]>,
+}
+
 /// A work request: the seed's send registers, posted by the "go".
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct WorkRequest {
     pub wr_id: u64,
     pub opcode: WrOpcode,
     pub flags: u8,
-    pub remote_offset: u32,
+    pub remote: Remote,
+    /// Bytes to write or read (8 for atomics, 0 for register operations).
     pub len: u32,
     pub source: Source,
+    /// Where reads and atomics put their result: (local endpoint, offset).
+    pub result: Option<(EndpointId, u64)>,
+}
+
+impl WorkRequest {
+    /// A direct write of `len` bytes from `source` at remote offset `remote_offset`.
+    pub fn write(wr_id: u64, source: Source, len: u32, remote_offset: u32) -> WorkRequest {
+        WorkRequest {
+            wr_id,
+            opcode: WrOpcode::Write,
+            flags: 0,
+            remote: Remote {
+                operand: remote_offset,
+                ..Remote::default()
+            },
+            len,
+            source,
+            result: None,
+        }
+    }
 }
 
 /// A completion, as polled from a completion queue.
@@ -196,6 +263,16 @@ pub struct Pending {
     pub segments: u32,
     /// First error a NAK reported for one of its messages.
     pub status: WcStatus,
+    /// Reads and atomics: the last reply message arrived.
+    pub replied: bool,
+}
+
+impl Pending {
+    /// Whether it may complete once acknowledged (a read or atomic also needs its
+    /// reply, unless the request itself was refused).
+    pub fn ready(&self) -> bool {
+        !self.wr.opcode.wants_reply() || self.replied || self.status != WcStatus::Success
+    }
 }
 
 /// Sequence comparison modulo 2^32.

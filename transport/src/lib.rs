@@ -9,6 +9,7 @@
 
 pub mod cm;
 pub mod connection;
+pub mod events;
 pub mod mem;
 pub mod oplogic;
 pub mod port;

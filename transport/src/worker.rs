@@ -601,6 +601,7 @@ fn admit_work(conn: &mut Connection, endpoints: &EndpointTable) {
             first_seq: conn.tx_next,
             segments,
             status: WcStatus::Success,
+            replied: false,
         });
         conn.tx_next = conn.tx_next.wrapping_add(segments);
     }
@@ -631,7 +632,7 @@ fn fill_frame(
                     opcode: op::WRITE,
                     mask: 0,
                     flags: if last { cflags::LAST } else { 0 },
-                    operand: wr.remote_offset.wrapping_add(seg_off),
+                    operand: wr.remote.operand.wrapping_add(seg_off),
                     index: 0,
                     length: seg_len,
                 },
@@ -642,12 +643,14 @@ fn fill_frame(
                     opcode: op::WRITE_MASKED,
                     mask,
                     flags: cflags::LAST,
-                    operand: wr.remote_offset,
+                    operand: wr.remote.operand,
                     index: 0,
                     length: wire::BLOCK_LEN as u32,
                 },
                 wire::BLOCK_LEN as u32,
             ),
+            // Issue 3 in progress: the other operations are built by `message`.
+            _ => break,
         };
         if !w.fits(len) {
             break;
@@ -657,6 +660,7 @@ fn fill_frame(
                 let n = dst.len().min(32);
                 dst[..n].copy_from_slice(&data[..n]);
             }
+            Source::None => dst.fill(0),
             Source::Endpoint { id, offset } => {
                 if let Some(e) = endpoints.get(id) {
                     let _ = e

@@ -1,0 +1,182 @@
+//! Event queues: how the network interface interrupts the host (DESIGN.md §3,
+//! "Interrupts, events and polling").
+//!
+//! Each endpoint has one. The worker pushes an [`Event`] when a message's conditional
+//! fires ("interrupt at end"), for a software exception, and — when the connection asks
+//! for it — for a refused message (its trap, on the same queue, kind [`EventKind::Trap`]).
+//! The application polls ([`EventQueue::pop`]) or blocks ([`EventQueue::wait`]) and is
+//! woken, not spinning: the worker signals a condition variable only when a waiter has
+//! registered, so the fast path stays a lock-free push.
+//!
+//! A full queue never drops silently: the worker checks for room before it commits a
+//! message that would interrupt, and treats a full queue as a fault the host repairs
+//! (the connection is exceptioned until the host drains the queue and resumes it).
+
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use crossbeam::queue::ArrayQueue;
+
+/// What an event reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventKind {
+    /// A conditional fired, or the sender forced an interrupt.
+    Interrupt,
+    /// A software exception message (always an event).
+    Exception,
+    /// A refused message, reported on the endpoint (connections that ask for it): the
+    /// remote status code it was refused with.
+    Trap { status: u8, reason: u8 },
+}
+
+/// One event, as the host sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Event {
+    pub kind: EventKind,
+    /// Local number of the connection the message came on.
+    pub conn: u32,
+    pub opcode: u8,
+    pub operand: u32,
+    /// Values of the registers the message named (ra, rb, rc, rd) after it ran (0 for
+    /// names it did not use).
+    pub regs: [u64; 4],
+    /// Effective address of the memory operation.
+    pub ea: u64,
+    /// Bytes the memory operation touched.
+    pub len: u32,
+    /// Arrival time, in TSC ticks (`deposit_transport::port::tsc_hz` per second).
+    pub timestamp: u64,
+}
+
+/// A bounded event queue shared by the worker (producer) and the host (consumers).
+pub struct EventQueue {
+    queue: ArrayQueue<Event>,
+    waiters: AtomicUsize,
+    lock: Mutex<()>,
+    cond: Condvar,
+    /// Events that could not be queued (full): sticky, never reset.
+    pub overflows: AtomicU64,
+}
+
+impl EventQueue {
+    pub fn new(depth: usize) -> EventQueue {
+        EventQueue {
+            queue: ArrayQueue::new(depth.max(1)),
+            waiters: AtomicUsize::new(0),
+            lock: Mutex::new(()),
+            cond: Condvar::new(),
+            overflows: AtomicU64::new(0),
+        }
+    }
+
+    /// Whether one more event fits (the worker asks before committing).
+    #[inline]
+    pub fn has_room(&self) -> bool {
+        !self.queue.is_full()
+    }
+
+    /// Queues an event and wakes a blocked waiter; gives it back when full.
+    pub fn push(&self, e: Event) -> Result<(), Event> {
+        self.queue.push(e)?;
+        if self.waiters.load(Ordering::SeqCst) > 0 {
+            let _g = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+            self.cond.notify_all();
+        }
+        Ok(())
+    }
+
+    /// Takes the next event, if any.
+    #[inline]
+    pub fn pop(&self) -> Option<Event> {
+        if self.queue.is_empty() {
+            return None;
+        }
+        self.queue.pop()
+    }
+
+    /// Events waiting.
+    pub fn len(&self) -> usize {
+        self.queue.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.queue.is_empty()
+    }
+    pub fn capacity(&self) -> usize {
+        self.queue.capacity()
+    }
+
+    /// Blocks until an event arrives or `timeout` passes. The caller must make sure
+    /// something produces events meanwhile (a dedicated worker; inline devices poll
+    /// instead, see `deposit::EventQueue::wait`).
+    pub fn wait(&self, timeout: Duration) -> Option<Event> {
+        let deadline = Instant::now() + timeout;
+        if let Some(e) = self.pop() {
+            return Some(e);
+        }
+        self.waiters.fetch_add(1, Ordering::SeqCst);
+        let mut g = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+        let got = loop {
+            if let Some(e) = self.queue.pop() {
+                break Some(e);
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                break None;
+            }
+            // Bounded sleeps: a push that raced with the registration above is seen
+            // at the next wake-up at the latest.
+            let step = (deadline - now).min(Duration::from_millis(10));
+            g = self
+                .cond
+                .wait_timeout(g, step)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        };
+        drop(g);
+        self.waiters.fetch_sub(1, Ordering::SeqCst);
+        got
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    fn ev(operand: u32) -> Event {
+        Event {
+            kind: EventKind::Interrupt,
+            conn: 1,
+            opcode: 2,
+            operand,
+            regs: [0; 4],
+            ea: 0,
+            len: 0,
+            timestamp: 0,
+        }
+    }
+
+    #[test]
+    fn full_queue_gives_the_event_back() {
+        let q = EventQueue::new(2);
+        assert!(q.push(ev(1)).is_ok());
+        assert!(q.push(ev(2)).is_ok());
+        assert!(!q.has_room());
+        assert_eq!(q.push(ev(3)), Err(ev(3)));
+        assert_eq!(q.pop(), Some(ev(1)));
+    }
+
+    #[test]
+    fn a_blocked_waiter_is_woken_by_a_push() {
+        let q = Arc::new(EventQueue::new(4));
+        let q2 = q.clone();
+        let t = std::thread::spawn(move || q2.wait(Duration::from_secs(5)));
+        std::thread::sleep(Duration::from_millis(50));
+        let start = Instant::now();
+        q.push(ev(9)).unwrap();
+        assert_eq!(t.join().unwrap(), Some(ev(9)));
+        assert!(start.elapsed() < Duration::from_secs(1));
+        assert_eq!(q.wait(Duration::from_millis(20)), None);
+    }
+}
