@@ -27,7 +27,7 @@ use crate::connection::{
     random_u32, random_u64, ConnShared, ConnState, Connection, CqShared, MAX_PENDING_NAKS,
 };
 use crate::oplogic::{DropReason, RemoteStatus};
-use crate::tables::{EndpointId, NodeAddr, NodeId};
+use crate::tables::{EndpointId, NodeAddr, NodeId, RegWindow};
 use crate::wire::{
     self, hflags, op, ControlRepr, FrameView, FrameWriter, TransportRepr, UnderlayRepr,
 };
@@ -66,6 +66,8 @@ pub enum CmError {
     TooManyConnections(usize),
     #[error("connection {0} does not exist")]
     NoConnection(u32),
+    #[error("register window: {0}")]
+    Registers(#[from] crate::tables::TableError),
 }
 
 /// Decoded CM message payloads.
@@ -217,16 +219,38 @@ impl CmMessage {
     }
 }
 
-/// Options of a new connection.
+/// The register window a new connection gives its peer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Registers {
+    /// None: messages naming a connection register are refused.
+    #[default]
+    None,
+    /// This window (connections may share or overlap windows).
+    Window(RegWindow),
+    /// A fresh window of this many registers per connection, released with it.
+    PerConnection(u32),
+}
+
+/// Options of a new connection (the receiving side's view of its peer).
 #[derive(Debug, Clone)]
 pub struct ConnectOptions {
     /// Depth of the connection's send queue.
     pub sq_depth: usize,
+    pub registers: Registers,
+    /// Whether the peer may force interrupts (cond ALWAYS, software exceptions).
+    pub allow_forced_interrupts: bool,
+    /// Whether refused messages are also reported on the endpoint's event queue.
+    pub report_traps: bool,
 }
 
 impl Default for ConnectOptions {
     fn default() -> Self {
-        ConnectOptions { sq_depth: 4096 }
+        ConnectOptions {
+            sq_depth: 4096,
+            registers: Registers::None,
+            allow_forced_interrupts: true,
+            report_traps: false,
+        }
     }
 }
 
@@ -241,15 +265,21 @@ impl Worker {
     }
 
     fn new_connection(
-        &self,
+        &mut self,
         endpoint: EndpointId,
         peer: NodeId,
         shared: Arc<ConnShared>,
-    ) -> Connection {
+        opts: &ConnectOptions,
+    ) -> Result<Connection, CmError> {
+        let window = match opts.registers {
+            Registers::None => RegWindow::EMPTY,
+            Registers::Window(w) => w,
+            Registers::PerConnection(n) => self.regs.alloc(n)?,
+        };
         let isn = random_u32();
         let key = random_u64();
         shared.key.store(key, std::sync::atomic::Ordering::Relaxed);
-        Connection {
+        Ok(Connection {
             number: shared.number,
             key,
             endpoint,
@@ -259,6 +289,10 @@ impl Worker {
             state: ConnState::Connecting,
             shared,
             segment_max: self.segment_max,
+            regs: window,
+            allow_forced_interrupts: opts.allow_forced_interrupts,
+            report_traps: opts.report_traps,
+            held: None,
             rx_expected: 0,
             ack_pending: false,
             naks: [(0, RemoteStatus::Ok); MAX_PENDING_NAKS],
@@ -271,13 +305,27 @@ impl Worker {
             window: self.cfg.window,
             last_progress: 0,
             retries: 0,
+            rnr_until: 0,
+            rnr_retries: 0,
+            rnr_retry_limit: self.cfg.rnr_retry_count,
+            rnr_timeout: self.us_to_tsc(self.cfg.rnr_timeout_us),
             cm_request: 0,
             cm_deadline: 0,
             cm_next_retry: 0,
             cm_tries: 0,
             service: 0,
             closing: false,
+            owned_regs: matches!(opts.registers, Registers::PerConnection(_)).then_some(window),
+        })
+    }
+
+    /// Removes a connection's entry, releasing a register window made for it.
+    pub(crate) fn remove_connection(&mut self, number: u32) -> Option<Connection> {
+        let c = self.conns.remove(number)?;
+        if let Some(w) = c.owned_regs {
+            let _ = self.regs.free(w);
         }
+        Some(c)
     }
 
     /// Starts connecting to `service` at `peer`; the returned shared state turns
@@ -298,7 +346,7 @@ impl Worker {
         }
         let peer_id = learn_node(&mut self.nodes, peer);
         let shared = ConnShared::new(self.unused_conn_number(), opts.sq_depth, cq);
-        let mut c = self.new_connection(endpoint, peer_id, shared.clone());
+        let mut c = self.new_connection(endpoint, peer_id, shared.clone(), opts)?;
         let now = crate::port::rdtsc();
         c.cm_request = random_u32();
         c.service = service;
@@ -331,7 +379,7 @@ impl Worker {
                 service,
                 endpoint,
                 cq,
-                sq_depth: opts.sq_depth,
+                opts: opts.clone(),
                 accepted: accepted.clone(),
             },
         );
@@ -361,7 +409,7 @@ impl Worker {
         conn.state = ConnState::Closed;
         conn.shared.set_state(ConnState::Closed);
         if !was_normal || conn.peer_conn == 0 {
-            self.conns.remove(number);
+            self.remove_connection(number);
             return Ok(());
         }
         conn.closing = true;
@@ -462,7 +510,7 @@ impl Worker {
             }
         }
         for n in expired {
-            if let Some(c) = self.conns.remove(n) {
+            if let Some(c) = self.remove_connection(n) {
                 if !c.closing {
                     c.shared.fail_reason.store(
                         RejectReason::Timeout as u8,
@@ -546,11 +594,17 @@ impl Worker {
                     self.cm_frame(from, &reject(RejectReason::Resources));
                     return;
                 }
-                let (endpoint, cq, depth, accepted) =
-                    (l.endpoint, l.cq.clone(), l.sq_depth, l.accepted.clone());
+                let (endpoint, cq, lopts, accepted) =
+                    (l.endpoint, l.cq.clone(), l.opts.clone(), l.accepted.clone());
                 let peer = learn_node(&mut self.nodes, *from);
-                let shared = ConnShared::new(self.unused_conn_number(), depth, cq);
-                let mut c = self.new_connection(endpoint, peer, shared.clone());
+                let shared = ConnShared::new(self.unused_conn_number(), lopts.sq_depth, cq);
+                let mut c = match self.new_connection(endpoint, peer, shared.clone(), &lopts) {
+                    Ok(c) => c,
+                    Err(_) => {
+                        self.cm_frame(from, &reject(RejectReason::Resources));
+                        return;
+                    }
+                };
                 c.peer_conn = conn;
                 c.peer_key = key;
                 c.rx_expected = isn;
@@ -614,7 +668,7 @@ impl Worker {
                 if c.state != ConnState::Connecting || c.cm_request != request {
                     return;
                 }
-                let c = self.conns.remove(client_conn).expect("present");
+                let c = self.remove_connection(client_conn).expect("present");
                 c.shared
                     .fail_reason
                     .store(reason as u8, std::sync::atomic::Ordering::Relaxed);
@@ -632,7 +686,7 @@ impl Worker {
                         c.state = ConnState::Closed;
                         c.shared.set_state(ConnState::Closed);
                         self.cm_accepted.retain(|_, v| *v != target);
-                        self.conns.remove(target);
+                        self.remove_connection(target);
                     } else {
                         self.stats.drop_for(DropReason::WrongKey);
                         return;
@@ -643,7 +697,7 @@ impl Worker {
             CmMessage::DisconnectRep { sender } => {
                 if let Some(slot) = self.conns.slot_of(sender) {
                     if self.conns.get(slot).is_some_and(|c| c.closing) {
-                        self.conns.remove(sender);
+                        self.remove_connection(sender);
                     }
                 }
             }

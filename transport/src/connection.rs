@@ -38,6 +38,11 @@ pub enum WcStatus {
     RetryExceeded,
     /// The connection went to error or was closed before this request ran.
     Flushed,
+    /// The request does not fit what the connection can carry (e.g. an indirectly
+    /// addressed write larger than one message).
+    LocalLengthError,
+    /// The receiver stayed not ready (exceptioned) past the RNR retry limit.
+    RnrRetryExceeded,
 }
 
 impl WcStatus {
@@ -139,6 +144,14 @@ pub struct WorkRequest {
 }
 
 impl WorkRequest {
+    /// The reply to the peer's request `request`: `len` bytes from `source`.
+    pub fn reply(request: u32, source: Source, len: u32) -> WorkRequest {
+        WorkRequest {
+            opcode: WrOpcode::Reply { request },
+            ..WorkRequest::write(0, source, len, 0)
+        }
+    }
+
     /// A direct write of `len` bytes from `source` at remote offset `remote_offset`.
     pub fn write(wr_id: u64, source: Source, len: u32, remote_offset: u32) -> WorkRequest {
         WorkRequest {
@@ -200,6 +213,9 @@ pub enum ConnState {
     Closed = 3,
     /// Connection attempt refused or timed out.
     Failed = 4,
+    /// A fault the host must repair holds a message; later ones wait
+    /// (`deposit::Connection::resume` after the repair).
+    Exceptioned = 5,
 }
 
 impl ConnState {
@@ -209,6 +225,7 @@ impl ConnState {
             1 => ConnState::Normal,
             2 => ConnState::Error,
             3 => ConnState::Closed,
+            5 => ConnState::Exceptioned,
             _ => ConnState::Failed,
         }
     }
@@ -231,6 +248,8 @@ pub struct ConnShared {
     pub peer_conn: AtomicU64,
     /// The key peers must present on this connection (set at creation).
     pub key: AtomicU64,
+    /// Messages from the peer refused here (sticky: never reset).
+    pub dropped: AtomicU64,
 }
 
 impl ConnShared {
@@ -244,6 +263,7 @@ impl ConnShared {
             fail_reason: AtomicU8::new(0),
             peer_conn: AtomicU64::new(0),
             key: AtomicU64::new(0),
+            dropped: AtomicU64::new(0),
         })
     }
     pub fn state(&self) -> ConnState {
@@ -281,6 +301,15 @@ pub fn seq_lt(a: u32, b: u32) -> bool {
     (a.wrapping_sub(b) as i32) < 0
 }
 
+/// A message kept by a fault until the host repairs it and resumes the connection.
+#[derive(Debug, Clone)]
+pub struct Held {
+    pub seq: u32,
+    pub control: crate::wire::ControlRepr,
+    pub payload: Vec<u8>,
+    pub trap: crate::oplogic::Trap,
+}
+
 /// Most NAKs remembered between two acknowledgement frames.
 pub const MAX_PENDING_NAKS: usize = 32;
 
@@ -297,6 +326,16 @@ pub struct Connection {
     pub shared: Arc<ConnShared>,
     /// Largest payload of one message (so one message fits one frame).
     pub segment_max: u32,
+    /// The register window the peer's messages name (0..len).
+    pub regs: crate::tables::RegWindow,
+    /// Whether the peer may force interrupts (cond ALWAYS, software exceptions).
+    pub allow_forced_interrupts: bool,
+    /// Whether refused messages are also reported on the endpoint's event queue.
+    pub report_traps: bool,
+    /// The message a fault keeps (state Exceptioned).
+    pub held: Option<Held>,
+    /// A register window allocated for this connection alone (freed with it).
+    pub owned_regs: Option<crate::tables::RegWindow>,
 
     // Receive side.
     /// Next message sequence number expected from the peer.
@@ -320,6 +359,12 @@ pub struct Connection {
     /// TSC of the last acknowledgement progress (or first send after idle).
     pub last_progress: u64,
     pub retries: u32,
+    /// Receiver-not-ready: no sending before this TSC.
+    pub rnr_until: u64,
+    pub rnr_retries: u32,
+    pub rnr_retry_limit: u32,
+    /// First RNR back-off, in TSC ticks.
+    pub rnr_timeout: u64,
 
     // Connection management.
     /// Connect request id and retry state while Connecting / closing.

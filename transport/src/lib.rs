@@ -11,6 +11,7 @@ pub mod cm;
 pub mod connection;
 pub mod events;
 pub mod mem;
+pub mod message;
 pub mod oplogic;
 pub mod port;
 pub mod tables;

@@ -1,257 +1,39 @@
 //! Operation logic: the one place that knows what an operation means.
 //!
-//! [`execute`] takes a decoded control part ([`ControlRepr`]), its payload and an
-//! [`EndpointAccess`] (the target endpoint as the operation may see it) and returns the
-//! [`Effect`] or a [`Trap`]. It is pure: no I/O, no clock, no allocation, and it never
-//! panics on values from the wire. Every range an operation touches is checked — bounds
-//! with overflow, endpoint and page rights, presence — before a single byte is stored,
-//! so a trapped message has written nothing (DESIGN.md §3, Exceptions).
+//! A message runs one *compound operation* (DESIGN.md §3, Operations; seed Figure 2):
+//! address generation, a main operation, up to two register operations and one
+//! conditional. [`plan`] decodes it through a table indexed by opcode (the seed's
+//! table-driven receive controller, Fig. 10) and computes everything it would change —
+//! register writes, the bytes to store, the reply, whether to interrupt and what the
+//! event says — with no side effect; [`commit`] applies a [`Plan`] and cannot fail. So a
+//! message that traps ([`Trap`]: an error, or a fault the host repairs) has changed
+//! neither memory nor registers (DESIGN.md §3, Exceptions).
 //!
-//! This first slice executes direct-addressed writes (`WRITE`, `WRITE_MASKED`). Address
-//! registers, compound operations, reads and atomics extend the same shape into the
-//! seed's table-driven receive controller (Fig. 10): more opcodes in [`execute`]'s decode
-//! table, more [`Trap`] variants (each with a [`RemoteStatus`] and a [`DropReason`]),
-//! more [`Effect`]s (reply to send, event to post).
+//! Everything here is pure: no I/O, no clock, no allocation, no lock, and it never
+//! panics on values from the wire. The worker is the driver: it looks up the
+//! connection's register window and the endpoint, calls [`plan`], checks it has room for
+//! the event and the reply, then [`commit`]s, posts the event and sends the reply.
 //!
-//! [`TlbAccess`] is the real target, through the worker's software TLB; [`VecAccess`] is
-//! a plain buffer for tests and fuzzing.
+//! [`execute`] is the direct-write shortcut (plan and commit of `WRITE` / `WRITE_MASKED`
+//! with no registers) the worker used before registers existed.
+//!
+//! Submodules: `plan` (the decode table, [`plan`], [`commit`]), `alu` (what register
+//! operation and conditional codes compute), `access` (the target endpoint:
+//! [`EndpointAccess`], [`TlbAccess`] over the software TLB, [`VecAccess`] for tests),
+//! `trap` ([`Trap`], [`RemoteStatus`], [`DropReason`]).
 
-use crate::tables::{EndpointEntry, EndpointId, Rights, PAGE_SHIFT, PAGE_SIZE};
-use crate::tlb::{Fault, Tlb};
+mod access;
+mod alu;
+mod plan;
+mod trap;
+
+pub use access::{Access, EndpointAccess, TlbAccess, VecAccess};
+pub use plan::{commit, plan, EventInfo, Plan, RegContext, Reply, Store, MAX_REG_WRITES};
+pub use trap::{DropReason, RemoteStatus, Trap};
+
+use crate::tables::RegisterFile;
 use crate::wire::cell::op;
 use crate::wire::ControlRepr;
-
-/// The kind of access an operation makes to endpoint memory.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Access {
-    /// Remote read (needs [`Rights::REMOTE_READ`]).
-    Read,
-    /// Remote write (needs [`Rights::REMOTE_WRITE`]).
-    Write,
-    /// Remote atomic (needs [`Rights::REMOTE_ATOMIC`]).
-    Atomic,
-}
-
-impl Access {
-    /// The right this access needs.
-    pub fn rights(self) -> Rights {
-        match self {
-            Access::Read => Rights::REMOTE_READ,
-            Access::Write => Rights::REMOTE_WRITE,
-            Access::Atomic => Rights::REMOTE_ATOMIC,
-        }
-    }
-}
-
-/// Why a message was not executed. Error traps discard the message; faults
-/// ([`Trap::is_fault`]) keep it for the host to repair. Either way nothing was written.
-#[derive(thiserror::Error, Clone, Copy, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Trap {
-    /// The opcode is not one this receiver executes.
-    #[error("unknown opcode {0:#04x}")]
-    UnknownOpcode(u8),
-    /// `[ea, ea + len)` is not inside the endpoint of `bound` bytes (or overflows).
-    #[error("{len} bytes at {ea:#x} are outside the endpoint of {bound} bytes")]
-    OutOfBounds {
-        /// Effective address.
-        ea: u64,
-        /// Length of the access.
-        len: u64,
-        /// Length of the endpoint.
-        bound: u64,
-    },
-    /// The endpoint or page at `ea` does not permit `access`.
-    #[error("{access:?} access at {ea:#x} denied")]
-    AccessDenied {
-        /// First address denied.
-        ea: u64,
-        /// The access attempted.
-        access: Access,
-    },
-    /// Logical page `page` is not present: a fault the host must repair.
-    #[error("page {page} not present")]
-    PageNotPresent {
-        /// The logical page.
-        page: u64,
-    },
-    /// The length field is not valid for the opcode.
-    #[error("length {length} not valid for opcode {opcode:#04x}")]
-    BadLength {
-        /// The opcode.
-        opcode: u8,
-        /// The length field.
-        length: u32,
-    },
-    /// Fewer payload bytes arrived than the length field announces.
-    #[error("length {length} announced but only {payload} payload bytes present")]
-    PayloadTruncated {
-        /// The length field.
-        length: u32,
-        /// Payload bytes present.
-        payload: usize,
-    },
-}
-
-impl Trap {
-    /// The status returned to the sender in a NAK.
-    pub fn status(&self) -> RemoteStatus {
-        match self {
-            Trap::OutOfBounds { .. } | Trap::AccessDenied { .. } => RemoteStatus::RemoteAccessError,
-            Trap::UnknownOpcode(_) | Trap::BadLength { .. } => RemoteStatus::RemoteOperationError,
-            Trap::PayloadTruncated { .. } => RemoteStatus::RemoteInvalidRequest,
-            Trap::PageNotPresent { .. } => RemoteStatus::PageFault,
-        }
-    }
-
-    /// The counter this trap moves.
-    pub fn reason(&self) -> DropReason {
-        match self {
-            Trap::UnknownOpcode(_) => DropReason::UnknownOpcode,
-            Trap::OutOfBounds { .. } => DropReason::OutOfBounds,
-            Trap::AccessDenied { .. } => DropReason::AccessDenied,
-            Trap::PageNotPresent { .. } => DropReason::PageNotPresent,
-            Trap::BadLength { .. } => DropReason::BadLength,
-            Trap::PayloadTruncated { .. } => DropReason::Truncated,
-        }
-    }
-
-    /// Whether this is a fault the host must repair (the connection enters the
-    /// exceptioned state and the message is kept) rather than an error trap (the
-    /// message is discarded).
-    pub fn is_fault(&self) -> bool {
-        matches!(self, Trap::PageNotPresent { .. })
-    }
-}
-
-/// Status codes that travel back to the sender in a NAK (a `u8` on the wire).
-#[repr(u8)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum RemoteStatus {
-    /// Executed.
-    Ok = 0,
-    /// Bounds or rights violation.
-    RemoteAccessError = 1,
-    /// Unknown opcode, bad length, bad check byte.
-    RemoteOperationError = 2,
-    /// Malformed message (e.g. payload shorter than its length).
-    RemoteInvalidRequest = 3,
-    /// A fault the receiving host must repair (page not present).
-    PageFault = 4,
-}
-
-impl RemoteStatus {
-    /// The status for a wire code, `None` for codes this version does not know.
-    pub fn from_u8(code: u8) -> Option<Self> {
-        Some(match code {
-            0 => RemoteStatus::Ok,
-            1 => RemoteStatus::RemoteAccessError,
-            2 => RemoteStatus::RemoteOperationError,
-            3 => RemoteStatus::RemoteInvalidRequest,
-            4 => RemoteStatus::PageFault,
-            _ => return None,
-        })
-    }
-}
-
-/// Reasons a cell or frame is refused, for per-reason counters (also used by the
-/// worker for frame-level drops). Use `reason as usize` to index a `[u64; COUNT]`.
-#[repr(usize)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum DropReason {
-    /// Frame CRC32C mismatch.
-    BadCrc,
-    /// Control-part check byte mismatch.
-    BadCheck,
-    /// Frame or cell shorter than its headers say.
-    Truncated,
-    /// Not addressed to this node / not our protocol.
-    NotOurs,
-    /// Unsupported transport version.
-    BadVersion,
-    /// No such connection.
-    UnknownConnection,
-    /// Connection key mismatch.
-    WrongKey,
-    /// Sequence number outside the receive window.
-    OutOfSequence,
-    /// Unknown opcode.
-    UnknownOpcode,
-    /// Outside the endpoint.
-    OutOfBounds,
-    /// Endpoint or page rights refuse the access.
-    AccessDenied,
-    /// Page not present.
-    PageNotPresent,
-    /// Length not valid for the opcode.
-    BadLength,
-    /// No receive buffer (mbuf) available.
-    NoBuffer,
-}
-
-impl DropReason {
-    /// Number of reasons.
-    pub const COUNT: usize = 14;
-
-    /// Every reason, in counter-index order.
-    pub const ALL: [DropReason; DropReason::COUNT] = [
-        DropReason::BadCrc,
-        DropReason::BadCheck,
-        DropReason::Truncated,
-        DropReason::NotOurs,
-        DropReason::BadVersion,
-        DropReason::UnknownConnection,
-        DropReason::WrongKey,
-        DropReason::OutOfSequence,
-        DropReason::UnknownOpcode,
-        DropReason::OutOfBounds,
-        DropReason::AccessDenied,
-        DropReason::PageNotPresent,
-        DropReason::BadLength,
-        DropReason::NoBuffer,
-    ];
-
-    /// Counter name (snake case), for stats output.
-    pub fn name(self) -> &'static str {
-        match self {
-            DropReason::BadCrc => "bad_crc",
-            DropReason::BadCheck => "bad_check",
-            DropReason::Truncated => "truncated",
-            DropReason::NotOurs => "not_ours",
-            DropReason::BadVersion => "bad_version",
-            DropReason::UnknownConnection => "unknown_connection",
-            DropReason::WrongKey => "wrong_key",
-            DropReason::OutOfSequence => "out_of_sequence",
-            DropReason::UnknownOpcode => "unknown_opcode",
-            DropReason::OutOfBounds => "out_of_bounds",
-            DropReason::AccessDenied => "access_denied",
-            DropReason::PageNotPresent => "page_not_present",
-            DropReason::BadLength => "bad_length",
-            DropReason::NoBuffer => "no_buffer",
-        }
-    }
-}
-
-/// The target endpoint of an operation, as the operation logic may touch it.
-pub trait EndpointAccess {
-    /// Length of the endpoint in bytes.
-    fn len(&self) -> u64;
-
-    /// Whether the endpoint is empty.
-    fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    /// Checks `[ea, ea + len)` is inside the endpoint, permitted for `access` (endpoint
-    /// and page rights) and present. No side effects on memory.
-    fn check(&mut self, ea: u64, len: u64, access: Access) -> Result<(), Trap>;
-
-    /// Stores `data` at `ea` (already checked), crossing pages as needed, writing the
-    /// last byte last (after a Release fence) so a reader spinning on the last byte sees
-    /// the whole deposit.
-    fn store(&mut self, ea: u64, data: &[u8]);
-}
 
 /// The effect of an executed message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -267,255 +49,34 @@ pub enum Effect {
     },
 }
 
-/// Bytes of a masked write's block.
-const MASKED_BLOCK: u32 = 32;
-/// Bytes of one word of a masked write.
-const WORD: u64 = 4;
+/// The register file of a context without registers (allocates nothing).
+static NO_REGISTERS: RegisterFile = RegisterFile::empty();
 
-/// Executes one message against `target`: the whole range is checked before any byte is
-/// stored, so on a trap nothing was written.
+/// Executes a `WRITE` or `WRITE_MASKED` against `target` with no registers: [`plan`]
+/// then [`commit`], so on a trap nothing was written. Any other opcode is
+/// [`Trap::UnknownOpcode`] here (it needs registers, a reply or an event: use [`plan`]);
+/// a compound descriptor may only be empty, since every register name traps.
 ///
-/// - `WRITE`: `ea = operand`; the first `length` bytes of `payload` are stored (length 0
-///   is a no-op deposit, still bounds- and rights-checked).
-/// - `WRITE_MASKED`: `length` must be 32; word `i` of the 32-byte block (4 bytes at
-///   `ea + 4i`) is stored when mask bit `i` is set; the checked range spans the lowest to
-///   the highest set word; mask 0 stores nothing (checked like a zero-length `WRITE`).
+/// - `WRITE`: the payload (after the descriptor) is stored at the effective address
+///   (length 0 is a no-op deposit, still bounds- and rights-checked).
+/// - `WRITE_MASKED`: the 32-byte block; word `i` (4 bytes at `ea + 4i`) is stored when
+///   mask bit `i` is set; the checked range spans the lowest to the highest set word;
+///   mask 0 stores nothing (checked like a zero-length `WRITE`).
 ///
 /// `payload` may be longer than `length` (padding of the last cell); shorter is a trap.
+#[inline]
 pub fn execute(
     control: &ControlRepr,
     payload: &[u8],
     target: &mut impl EndpointAccess,
 ) -> Result<Effect, Trap> {
-    match control.opcode {
-        op::WRITE => write(control, payload, target),
-        op::WRITE_MASKED => write_masked(control, payload, target),
-        other => Err(Trap::UnknownOpcode(other)),
+    if !matches!(control.opcode, op::WRITE | op::WRITE_MASKED) {
+        return Err(Trap::UnknownOpcode(control.opcode));
     }
-}
-
-/// The first `length` bytes of `payload`.
-fn payload_of<'p>(control: &ControlRepr, payload: &'p [u8]) -> Result<&'p [u8], Trap> {
-    payload
-        .get(..control.length as usize)
-        .ok_or(Trap::PayloadTruncated {
-            length: control.length,
-            payload: payload.len(),
-        })
-}
-
-fn write(
-    control: &ControlRepr,
-    payload: &[u8],
-    target: &mut impl EndpointAccess,
-) -> Result<Effect, Trap> {
-    let data = payload_of(control, payload)?;
-    let ea = u64::from(control.operand);
-    target.check(ea, data.len() as u64, Access::Write)?;
-    if !data.is_empty() {
-        target.store(ea, data);
-    }
-    Ok(Effect::Deposited {
-        ea,
-        len: control.length,
-    })
-}
-
-fn write_masked(
-    control: &ControlRepr,
-    payload: &[u8],
-    target: &mut impl EndpointAccess,
-) -> Result<Effect, Trap> {
-    if control.length != MASKED_BLOCK {
-        return Err(Trap::BadLength {
-            opcode: control.opcode,
-            length: control.length,
-        });
-    }
-    let block = payload_of(control, payload)?;
-    let ea = u64::from(control.operand);
-    let mask = control.mask;
-    if mask == 0 {
-        // Like a zero-length WRITE: nothing stored, but the address and right must hold.
-        target.check(ea, 0, Access::Write)?;
-        return Ok(Effect::Deposited { ea, len: 0 });
-    }
-    let lo = u64::from(mask.trailing_zeros());
-    let hi = 7 - u64::from(mask.leading_zeros());
-    let start = ea + lo * WORD;
-    let span = (hi - lo + 1) * WORD;
-    target.check(start, span, Access::Write)?;
-    for (i, word) in block.chunks_exact(WORD as usize).enumerate() {
-        if mask & (1 << i) != 0 {
-            target.store(ea + i as u64 * WORD, word);
-        }
-    }
-    Ok(Effect::Deposited {
-        ea: start,
-        len: span as u32,
-    })
-}
-
-/// Checks `[ea, ea + len)` against a bound, returning the end.
-fn check_bounds(ea: u64, len: u64, bound: u64) -> Result<u64, Trap> {
-    match ea.checked_add(len) {
-        Some(end) if end <= bound => Ok(end),
-        _ => Err(Trap::OutOfBounds { ea, len, bound }),
-    }
-}
-
-/// Logical pages covering the non-empty range `[ea, end)`.
-fn pages_of(ea: u64, end: u64) -> std::ops::RangeInclusive<u64> {
-    (ea >> PAGE_SHIFT)..=((end - 1) >> PAGE_SHIFT)
-}
-
-/// [`EndpointAccess`] over a real endpoint, through the worker's software TLB.
-pub struct TlbAccess<'a> {
-    id: EndpointId,
-    ep: &'a EndpointEntry,
-    tlb: &'a mut Tlb,
-}
-
-impl<'a> TlbAccess<'a> {
-    /// The endpoint numbered `id`, whose entry is `ep`, translated through `tlb`.
-    pub fn new(id: EndpointId, ep: &'a EndpointEntry, tlb: &'a mut Tlb) -> Self {
-        Self { id, ep, tlb }
-    }
-
-    /// Host address of `ea`, which a successful `check` covered.
-    fn host(&mut self, ea: u64) -> Option<*mut u8> {
-        let (base, _) = self
-            .tlb
-            .translate(self.id, self.ep, ea >> PAGE_SHIFT)
-            .ok()?;
-        Some(base.wrapping_add((ea & (PAGE_SIZE - 1)) as usize))
-    }
-}
-
-impl EndpointAccess for TlbAccess<'_> {
-    fn len(&self) -> u64 {
-        self.ep.len()
-    }
-
-    fn check(&mut self, ea: u64, len: u64, access: Access) -> Result<(), Trap> {
-        let end = check_bounds(ea, len, self.ep.len())?;
-        if !self.ep.rights().contains(access.rights()) {
-            return Err(Trap::AccessDenied { ea, access });
-        }
-        if len == 0 {
-            return Ok(());
-        }
-        for page in pages_of(ea, end) {
-            match self.tlb.translate(self.id, self.ep, page) {
-                Ok((_, rights)) if rights.contains(access.rights()) => {}
-                Ok(_) => {
-                    return Err(Trap::AccessDenied {
-                        ea: ea.max(page << PAGE_SHIFT),
-                        access,
-                    })
-                }
-                Err(Fault::PageNotPresent { page }) => return Err(Trap::PageNotPresent { page }),
-                // Unreachable after the bounds check, but never trust that on this path.
-                Err(Fault::OutOfRange { .. }) => {
-                    return Err(Trap::OutOfBounds {
-                        ea,
-                        len,
-                        bound: self.ep.len(),
-                    })
-                }
-            }
-        }
-        Ok(())
-    }
-
-    fn store(&mut self, ea: u64, data: &[u8]) {
-        let Some((&last, body)) = data.split_last() else {
-            return;
-        };
-        let mut at = ea;
-        let mut rest = body;
-        while !rest.is_empty() {
-            let in_page = (PAGE_SIZE - (at & (PAGE_SIZE - 1))) as usize;
-            let n = in_page.min(rest.len());
-            let Some(dst) = self.host(at) else { return };
-            // SAFETY: `check` proved `[ea, ea + data.len())` lies inside the endpoint and
-            // is present; the endpoint lies inside its `EndpointMemory` (checked by
-            // `EndpointEntry::new`), which `self.ep` keeps alive through its `Arc` and
-            // whose page map cannot change while we borrow it. `[dst, dst + n)` stays in
-            // one logical page, and `data` is a Rust buffer, never endpoint memory.
-            unsafe { crate::mem::copy_bytes(dst, rest.as_ptr(), n) };
-            at += n as u64;
-            rest = &rest[n..];
-        }
-        let Some(dst) = self.host(at) else { return };
-        std::sync::atomic::fence(std::sync::atomic::Ordering::Release);
-        // SAFETY: as above; `at = ea + data.len() - 1` is the last checked byte.
-        unsafe { std::ptr::write_volatile(dst, last) };
-    }
-}
-
-/// [`EndpointAccess`] over a plain buffer, for tests and fuzzing. Pages whose entry is
-/// missing from `pages_present` / `page_rights` count as present / all rights.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct VecAccess {
-    /// The endpoint's bytes; its length is the endpoint's.
-    pub bytes: Vec<u8>,
-    /// Endpoint rights.
-    pub rights: Rights,
-    /// Present flag per logical page.
-    pub pages_present: Vec<bool>,
-    /// Rights per logical page (intersected with `rights`).
-    pub page_rights: Vec<Rights>,
-}
-
-impl VecAccess {
-    /// A zeroed endpoint of `len` bytes with `rights`, every page present with all rights.
-    pub fn new(len: usize, rights: Rights) -> Self {
-        let pages = (len as u64).div_ceil(PAGE_SIZE) as usize;
-        Self {
-            bytes: vec![0; len],
-            rights,
-            pages_present: vec![true; pages],
-            page_rights: vec![Rights::ALL; pages],
-        }
-    }
-}
-
-impl EndpointAccess for VecAccess {
-    fn len(&self) -> u64 {
-        self.bytes.len() as u64
-    }
-
-    fn check(&mut self, ea: u64, len: u64, access: Access) -> Result<(), Trap> {
-        let end = check_bounds(ea, len, self.len())?;
-        if !self.rights.contains(access.rights()) {
-            return Err(Trap::AccessDenied { ea, access });
-        }
-        if len == 0 {
-            return Ok(());
-        }
-        for page in pages_of(ea, end) {
-            let i = page as usize;
-            if !self.pages_present.get(i).copied().unwrap_or(true) {
-                return Err(Trap::PageNotPresent { page });
-            }
-            let rights = self.page_rights.get(i).copied().unwrap_or(Rights::ALL);
-            if !rights.contains(access.rights()) {
-                return Err(Trap::AccessDenied {
-                    ea: ea.max(page << PAGE_SHIFT),
-                    access,
-                });
-            }
-        }
-        Ok(())
-    }
-
-    fn store(&mut self, ea: u64, data: &[u8]) {
-        let start = ea as usize;
-        if let Some(dst) = self.bytes.get_mut(start..start.saturating_add(data.len())) {
-            dst.copy_from_slice(data);
-        }
-    }
+    let plan = plan(control, payload, &RegContext::none(&NO_REGISTERS), target)?;
+    let (ea, len) = plan.store.span().unwrap_or((plan.event.ea, 0));
+    commit(&plan, &mut RegisterFile::empty(), target);
+    Ok(Effect::Deposited { ea, len })
 }
 
 #[cfg(test)]
@@ -523,6 +84,8 @@ mod tests {
     use super::*;
     use crate::mem::EndpointMemory;
     use crate::tables::EndpointEntry;
+    use crate::tables::{EndpointId, Rights, PAGE_SIZE};
+    use crate::tlb::Tlb;
     use crate::wire::cell::flags;
     use std::sync::Arc;
 
@@ -838,74 +401,6 @@ mod tests {
         );
     }
 
-    #[test]
-    fn traps_map_to_statuses_and_reasons() {
-        let cases = [
-            (
-                Trap::UnknownOpcode(9),
-                RemoteStatus::RemoteOperationError,
-                DropReason::UnknownOpcode,
-            ),
-            (
-                Trap::OutOfBounds {
-                    ea: 0,
-                    len: 1,
-                    bound: 0,
-                },
-                RemoteStatus::RemoteAccessError,
-                DropReason::OutOfBounds,
-            ),
-            (
-                Trap::AccessDenied {
-                    ea: 0,
-                    access: Access::Atomic,
-                },
-                RemoteStatus::RemoteAccessError,
-                DropReason::AccessDenied,
-            ),
-            (
-                Trap::PageNotPresent { page: 3 },
-                RemoteStatus::PageFault,
-                DropReason::PageNotPresent,
-            ),
-            (
-                Trap::BadLength {
-                    opcode: 1,
-                    length: 2,
-                },
-                RemoteStatus::RemoteOperationError,
-                DropReason::BadLength,
-            ),
-            (
-                Trap::PayloadTruncated {
-                    length: 2,
-                    payload: 1,
-                },
-                RemoteStatus::RemoteInvalidRequest,
-                DropReason::Truncated,
-            ),
-        ];
-        for (trap, status, reason) in cases {
-            assert_eq!(trap.status(), status, "{trap}");
-            assert_eq!(trap.reason(), reason, "{trap}");
-            assert_eq!(trap.is_fault(), status == RemoteStatus::PageFault);
-            assert_eq!(RemoteStatus::from_u8(status as u8), Some(status));
-        }
-        assert_eq!(RemoteStatus::from_u8(0), Some(RemoteStatus::Ok));
-        assert_eq!(RemoteStatus::from_u8(200), None);
-    }
-
-    #[test]
-    fn drop_reasons_are_indexed_in_order_with_unique_names() {
-        for (i, r) in DropReason::ALL.iter().enumerate() {
-            assert_eq!(*r as usize, i);
-            for other in &DropReason::ALL[..i] {
-                assert_ne!(r.name(), other.name());
-            }
-        }
-        assert_eq!(DropReason::NoBuffer as usize, DropReason::COUNT - 1);
-    }
-
     /// Memory of `pages` pages filled with 0xee, and its byte contents.
     fn canary_memory(pages: usize) -> Arc<EndpointMemory> {
         let mem = Arc::new(EndpointMemory::alloc_ordinary(pages * PAGE).unwrap());
@@ -1056,7 +551,13 @@ mod tests {
         ControlRepr {
             opcode,
             mask: rng.next() as u8,
-            flags: rng.next() as u8,
+            // Mostly plain deposits; sometimes any flags (address modes, descriptors,
+            // register targets: all refused without registers or a valid descriptor).
+            flags: if rng.below(4) == 0 {
+                rng.next() as u8
+            } else {
+                rng.next() as u8 & flags::LAST
+            },
             operand,
             index: rng.next() as u32,
             length,

@@ -11,8 +11,13 @@
 //! is made and again at every page-map change. The TLB keys its entries with it, so a
 //! stale translation is never used, not even after an endpoint slot is reused.
 //!
-//! The connection table, address registers and instruction memory live elsewhere. This
-//! module never dereferences a host pointer.
+//! The address-register file ([`RegisterFile`]) is in the `registers` submodule (an
+//! endpoint entry holds only the window of its global registers); the connection table and instruction
+//! memory live elsewhere. This module never dereferences a host pointer.
+
+mod registers;
+
+pub use registers::{RegProt, RegWindow, RegisterFile};
 
 use std::collections::HashMap;
 use std::net::Ipv4Addr;
@@ -116,6 +121,31 @@ pub enum TableError {
         /// Pages in the endpoint.
         pages: u64,
     },
+    /// A register window of zero registers was asked for.
+    #[error("register window of zero registers")]
+    EmptyRegisterWindow,
+    /// No free range of the register file is large enough.
+    #[error("no {wanted} free consecutive registers (largest free range: {largest})")]
+    RegistersExhausted {
+        /// Registers asked for.
+        wanted: u32,
+        /// Largest free range.
+        largest: u32,
+    },
+    /// A register index outside the register file.
+    #[error("register {index} is outside the register file of {capacity}")]
+    RegisterOutOfRange {
+        /// The absolute index given.
+        index: u32,
+        /// Registers in the file.
+        capacity: u32,
+    },
+    /// A window given back that overlaps registers already free (a double free).
+    #[error("registers {window:?} are not (all) allocated")]
+    RegistersNotAllocated {
+        /// The window given back.
+        window: RegWindow,
+    },
     /// A node configuration line that does not parse.
     #[error("bad node line {line:?}: {reason}")]
     BadNodeLine {
@@ -163,6 +193,8 @@ pub struct EndpointEntry {
     direct: [PageEntry; DIRECT_PAGES as usize],
     /// Pages 2 and up.
     map: Box<[PageEntry]>,
+    /// Global registers, shared by every connection into the endpoint.
+    globals: RegWindow,
 }
 
 impl EndpointEntry {
@@ -213,6 +245,7 @@ impl EndpointEntry {
             generation: next_generation(),
             direct,
             map,
+            globals: RegWindow::EMPTY,
         })
     }
 
@@ -270,6 +303,17 @@ impl EndpointEntry {
         } else {
             None
         }
+    }
+
+    /// The window of the endpoint's global registers (register names 128 and up in a
+    /// message into it); empty unless set.
+    pub fn globals(&self) -> RegWindow {
+        self.globals
+    }
+
+    /// Sets the window of the endpoint's global registers.
+    pub fn set_globals(&mut self, window: RegWindow) {
+        self.globals = window;
     }
 
     /// Marks page `idx` present or not (revoked / paged out); bumps the generation.
@@ -557,6 +601,15 @@ mod tests {
             e.set_page_present(4, false).unwrap_err(),
             TableError::PageOutOfRange { idx: 4, pages: 4 }
         );
+    }
+
+    #[test]
+    fn global_registers_default_to_none() {
+        let mut e = EndpointEntry::new(memory(1), 0, 10, Rights::ALL).unwrap();
+        assert!(e.globals().is_empty());
+        let w = RegWindow { base: 8, len: 4 };
+        e.set_globals(w);
+        assert_eq!(e.globals(), w);
     }
 
     #[test]

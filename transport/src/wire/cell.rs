@@ -5,13 +5,24 @@
 //! ```text
 //!  0: opcode | 1: word mask | 2: flags | 3: check (CRC32C of the 16 bytes with this one zero, XOR-folded to 8 bits)
 //!  4..8    operand
-//!  8..12   index
+//!  8..12   index: register names ra | rb | rc | rd, one byte each
 //! 12..16   length (payload bytes after the control part)
 //! 16..48   data block
 //! ```
 //!
 //! The check byte lets a decoder trust the control fields before the frame's CRC32C has
 //! been verified; it never vouches for the payload.
+//!
+//! The flags byte ([`flags`]):
+//!
+//! ```text
+//!  bit 0  LAST        last message of a work request
+//!  bit 1  COMPOUND    payload starts with an 8-byte compound descriptor (`compound`)
+//!  bit 2  REPLY       a read or atomic reply (the worker's, never the operation logic's)
+//!  3..4   address mode: 0 direct, 1 indirect, 2 indexed, 3 indirect post-increment
+//!  bit 5  REG_TARGET  the atomic acts on register ra instead of memory
+//!  6..7   reserved (zero on emit)
+//! ```
 
 use super::{check_len, get_u32, set_u32, WireError, BLOCK_LEN, CELL_LEN, CONTROL_LEN};
 
@@ -34,8 +45,26 @@ pub mod op {
     /// Write one 32-byte block under the 8-bit word mask: word i (4 bytes at
     /// `operand + 4*i`) is written when mask bit i is set.
     pub const WRITE_MASKED: u8 = 0x01;
-    /// Write `length` bytes at endpoint offset `operand` (multi-cell when > 32 bytes).
+    /// Write the payload (after the compound descriptor, if any) at the effective
+    /// address (multi-cell when the payload exceeds 32 bytes).
     pub const WRITE: u8 = 0x02;
+    /// Read: the payload (after the descriptor) is the 16-byte control part of the reply
+    /// write the receiver sends back; its `length` is the number of bytes to read at the
+    /// effective address.
+    pub const READ: u8 = 0x03;
+    /// Fetch-and-add on the 8-byte endpoint word at the effective address (or on
+    /// register `ra` with [`flags::REG_TARGET`](super::flags::REG_TARGET)); the payload
+    /// (after the descriptor) is the add value, u64 big endian. The old value is
+    /// returned.
+    pub const FETCH_ADD: u8 = 0x04;
+    /// Compare-and-swap on the 8-byte endpoint word (or register `ra`); the payload
+    /// (after the descriptor) is the compare value then the swap value, u64 big endian
+    /// each. The old value is returned.
+    pub const CMP_SWAP: u8 = 0x05;
+    /// Register operations and/or a conditional only: no memory access.
+    pub const REG_OP: u8 = 0x06;
+    /// Software exception: always an event at the receiver (a sender-forced interrupt).
+    pub const EXCEPTION: u8 = 0x07;
     /// Connection management on connection 0 (see `cm`): connect request.
     pub const CM_CONNECT_REQ: u8 = 0xE0;
     /// Connection management: connect reply (accept).
@@ -55,6 +84,65 @@ pub mod op {
 pub mod flags {
     /// Last message (segment) of a work request: counts as one arrival.
     pub const LAST: u8 = 0x01;
+    /// The payload starts with an 8-byte compound descriptor (`wire::compound`).
+    pub const COMPOUND: u8 = 0x02;
+    /// A read or atomic reply: handled by the worker, never by the operation logic.
+    pub const REPLY: u8 = 0x04;
+    /// Shift of the address-generation mode ([`AddrMode`](super::AddrMode)).
+    pub const ADDR_SHIFT: u8 = 3;
+    /// Mask of the address-generation mode (bits 3..4).
+    pub const ADDR_MASK: u8 = 0x18;
+    /// The atomic (`FETCH_ADD`, `CMP_SWAP`) acts on register `ra` instead of memory.
+    pub const REG_TARGET: u8 = 0x20;
+}
+
+/// How the effective address of a message is generated (control flags bits 3..4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum AddrMode {
+    /// `ea = operand`.
+    #[default]
+    Direct,
+    /// `ea = <ra>`.
+    Indirect,
+    /// `ea = <ra> + operand`.
+    Indexed,
+    /// `ea = <ra>; ra += <ra + 1>` (the stride register follows `ra` in its window).
+    PostIncrement,
+}
+
+impl AddrMode {
+    /// The mode in a control part's flags byte (every value is a mode).
+    #[inline]
+    pub const fn from_flags(flags: u8) -> AddrMode {
+        match (flags & flags::ADDR_MASK) >> flags::ADDR_SHIFT {
+            0 => AddrMode::Direct,
+            1 => AddrMode::Indirect,
+            2 => AddrMode::Indexed,
+            _ => AddrMode::PostIncrement,
+        }
+    }
+
+    /// The mode's bits, to OR into a flags byte.
+    #[inline]
+    pub const fn to_flags(self) -> u8 {
+        (self as u8) << flags::ADDR_SHIFT
+    }
+}
+
+/// The four register names of an index field, `[ra, rb, rc, rd]` (big-endian byte
+/// order: `ra` is bits 31..24). `ra` is the address (or atomic target) register, `rb`
+/// and `rc` the destinations of register operations 1 and 2, `rd` the conditional's
+/// register. A name `n < 128` is register `n` of the connection's window; `n >= 128` is
+/// global register `n - 128` of the target endpoint.
+#[inline]
+pub const fn regs_of(index: u32) -> [u8; 4] {
+    index.to_be_bytes()
+}
+
+/// The index field naming registers `[ra, rb, rc, rd]` (inverse of [`regs_of`]).
+#[inline]
+pub const fn index_of(regs: [u8; 4]) -> u32 {
+    u32::from_be_bytes(regs)
 }
 
 /// Cells a message with `length` payload bytes occupies: its control cell (whose data
@@ -139,7 +227,7 @@ impl<T: AsRef<[u8]>> ControlPacket<T> {
         get_u32(self.buffer.as_ref(), field::OPERAND)
     }
 
-    /// Index field (names three registers).
+    /// Index field: four register names ([`regs_of`]).
     #[inline]
     pub fn index(&self) -> u32 {
         get_u32(self.buffer.as_ref(), field::INDEX)
@@ -229,7 +317,7 @@ pub struct ControlRepr {
     pub flags: u8,
     /// 32-bit operand.
     pub operand: u32,
-    /// Index field (names three registers).
+    /// Index field: four register names ([`regs_of`]).
     pub index: u32,
     /// Bytes of payload that follow the control part (in its data block and the pure
     /// data cells after it).
@@ -414,5 +502,35 @@ mod tests {
             assert_eq!(cells_for(max), n);
             assert_eq!(cells_for(max + 1), n + 1);
         }
+    }
+
+    #[test]
+    fn address_mode_lives_in_flag_bits_3_and_4() {
+        let modes = [
+            (0x00, AddrMode::Direct),
+            (0x08, AddrMode::Indirect),
+            (0x10, AddrMode::Indexed),
+            (0x18, AddrMode::PostIncrement),
+        ];
+        for (bits, mode) in modes {
+            assert_eq!(AddrMode::from_flags(bits), mode);
+            assert_eq!(mode.to_flags(), bits);
+            // Other flag bits do not disturb the mode.
+            assert_eq!(AddrMode::from_flags(bits | !flags::ADDR_MASK), mode);
+        }
+        assert_eq!(AddrMode::default(), AddrMode::Direct);
+        let all = flags::LAST | flags::COMPOUND | flags::REPLY | flags::ADDR_MASK;
+        assert_eq!(all | flags::REG_TARGET, 0x3f);
+    }
+
+    #[test]
+    fn index_names_four_registers_big_endian() {
+        let index = 0x8001_7fffu32;
+        assert_eq!(regs_of(index), [0x80, 0x01, 0x7f, 0xff]);
+        assert_eq!(index_of([0x80, 0x01, 0x7f, 0xff]), index);
+        let mut bytes = BYTES;
+        bytes[8..12].copy_from_slice(&[9, 8, 7, 6]);
+        let packet = ControlPacket::new_unchecked(&bytes[..]);
+        assert_eq!(regs_of(packet.index()), [9, 8, 7, 6]);
     }
 }

@@ -263,7 +263,7 @@ mod tests {
 
     #[rustfmt::skip]
     const BYTES: [u8; 32] = [
-        0x01, 0x01, 0x00, 0x03,                         // version 1, ACK, 3 cells
+        0x02, 0x01, 0x00, 0x03,                         // version 2, ACK, 3 cells
         0x00, 0x00, 0x01, 0x02,                         // dst conn 258
         0x01, 0x23, 0x45, 0x67, 0x89, 0xab, 0xcd, 0xef, // key
         0x00, 0x00, 0x00, 0x2a,                         // seq 42
@@ -307,10 +307,10 @@ mod tests {
     #[test]
     fn other_version_is_rejected_with_its_number() {
         let mut bytes = BYTES;
-        bytes[0] = 2;
+        bytes[0] = 1;
         assert_eq!(
             TransportRepr::parse(&TransportPacket::new_unchecked(&bytes[..])),
-            Err(WireError::BadVersion(2))
+            Err(WireError::BadVersion(1))
         );
     }
 

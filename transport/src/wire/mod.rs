@@ -61,7 +61,7 @@
 //! +---------------+---------------+---------------+---------------+
 //! |                            operand                            |  4
 //! +---------------------------------------------------------------+
-//! |                  index (names three registers)                |  8
+//! |      ra       |      rb       |      rc       |      rd       |  8
 //! +---------------------------------------------------------------+
 //! |          length (payload bytes after the control part)        | 12
 //! +---------------------------------------------------------------+
@@ -79,11 +79,24 @@
 //! frame. Padding after the payload up to the end of the message's last cell is zero
 //! on emit and ignored on parse.
 //!
-//! Any change to this layout bumps [`VERSION`].
+//! Control flags ([`flags`]): `LAST` (last message of a work request: one arrival),
+//! `COMPOUND` (the payload starts with the 8-byte compound descriptor of
+//! [`compound`]: two register operations, a conditional and their order), `REPLY` (the
+//! reply to a read or atomic: `index` names the request's sequence number), address
+//! mode in bits 3..4 ([`cell::AddrMode`]: direct, indirect, indexed, indirect
+//! post-increment) and `REG_TARGET` (an atomic on register `ra`, not memory). The index
+//! field names four registers, one byte each: `ra` (address generation), `rb` and `rc`
+//! (destinations of register operations 1 and 2), `rd` (conditional); a name below 128
+//! is in the connection's register window, 128 and up a global register of the
+//! endpoint. Operations and payload layouts: [`op`] and `crate::message`.
+//!
+//! Any change to this layout bumps [`VERSION`] (2: compound operations, reads,
+//! atomics and replies).
 
 use core::ops::Range;
 
 pub mod cell;
+pub mod compound;
 pub mod frame;
 pub mod header;
 pub mod underlay;
@@ -101,12 +114,16 @@ pub fn crc32c(data: &[u8]) -> u32 {
 }
 
 pub use cell::{cells_for, check8, flags, op, ControlPacket, ControlRepr};
+pub use compound::{
+    CompoundError, CompoundPacket, CompoundRepr, Cond, CondRepr, OpSource, Order, RegOp, RegOpRepr,
+    COMPOUND_LEN,
+};
 pub use frame::{frame_len, max_cells, FrameView, FrameWriter, Message, Messages};
 pub use header::{hflags, TransportPacket, TransportRepr};
 pub use underlay::{UnderlayPacket, UnderlayRepr};
 
 /// Transport protocol version carried in byte 0 of the transport header.
-pub const VERSION: u8 = 1;
+pub const VERSION: u8 = 2;
 /// UDP destination port of every deposit frame.
 pub const UDP_PORT: u16 = 18515;
 /// Ethernet II (14) + IPv4 without options (20) + UDP (8).
@@ -317,6 +334,6 @@ mod tests {
         let e = WireError::BadUdpPort(80);
         assert_eq!(e.to_string(), "UDP destination port 80 is not 18515");
         let e = WireError::BadVersion(7);
-        assert_eq!(e.to_string(), "transport version 7 is not 1");
+        assert_eq!(e.to_string(), "transport version 7 is not 2");
     }
 }

@@ -1,0 +1,250 @@
+//! The messages of a work request: which control part and which payload bytes each of
+//! its sequence numbers carries. Pure: the worker calls it for first transmissions and
+//! retransmissions alike, so a message is always rebuilt identically.
+//!
+//! A work request of `len` bytes takes `ceil(len / segment_max)` messages (at least
+//! one); only direct and indexed writes and read replies may take more than one, since
+//! every other address mode would generate its address (and post-increment) once per
+//! message. Payload of one message:
+//!
+//! ```text
+//! [compound descriptor, 8 B, when the request has register ops or a conditional]
+//! WRITE         data bytes of this segment
+//! WRITE_MASKED  the 32-byte block
+//! READ          the control part (16 B) of the reply write the receiver sends back
+//! FETCH_ADD     add value (u64, BE)
+//! CMP_SWAP      compare (u64, BE), swap (u64, BE)
+//! REG_OP, EXCEPTION  nothing more
+//! reply         the read data segment, or the old value of an atomic (8 B, LE)
+//! ```
+//! A reply's control part is the one the requester sent (READ) or a WRITE of 8 bytes
+//! (atomics), with the REPLY flag, `index` = the request's sequence number and
+//! `operand` = the byte offset of this segment within the result.
+
+use crate::connection::{Source, WorkRequest, WrOpcode};
+use crate::tables::EndpointTable;
+use crate::wire::cell::{flags, op};
+use crate::wire::{self, ControlPacket, ControlRepr};
+
+/// Bytes of the compound descriptor.
+pub const COMPOUND_LEN: u32 = 8;
+
+/// Messages a work request of `wr` takes with messages of at most `segment_max` bytes.
+pub fn segments_for(wr: &WorkRequest, segment_max: u32) -> u32 {
+    match wr.opcode {
+        WrOpcode::Write | WrOpcode::Reply { .. } if wr.remote.compound.is_none() => {
+            wr.len.div_ceil(segment_max.max(1)).max(1)
+        }
+        _ => 1,
+    }
+}
+
+/// Largest payload a request may have when it must fit one message.
+pub fn single_message_fits(wr: &WorkRequest, segment_max: u32) -> bool {
+    body_len(wr, wr.len) + descriptor_len(wr) <= segment_max
+}
+
+fn descriptor_len(wr: &WorkRequest) -> u32 {
+    if wr.remote.compound.is_some() {
+        COMPOUND_LEN
+    } else {
+        0
+    }
+}
+
+fn body_len(wr: &WorkRequest, seg_len: u32) -> u32 {
+    match wr.opcode {
+        WrOpcode::Write | WrOpcode::Reply { .. } => seg_len,
+        WrOpcode::WriteMasked { .. } => wire::BLOCK_LEN as u32,
+        WrOpcode::Read => wire::CONTROL_LEN as u32,
+        WrOpcode::FetchAdd { .. } => 8,
+        WrOpcode::CmpSwap { .. } => 16,
+        WrOpcode::RegOp | WrOpcode::Exception => 0,
+    }
+}
+
+/// The control part of message `seg` (0-based) of `segments`, and the byte offset of
+/// its data within the request.
+pub fn control_for(
+    wr: &WorkRequest,
+    seg: u32,
+    segments: u32,
+    segment_max: u32,
+) -> (ControlRepr, u32) {
+    let seg_off = seg.saturating_mul(segment_max);
+    let seg_len = match wr.opcode {
+        WrOpcode::Write | WrOpcode::Reply { .. } => wr.len.saturating_sub(seg_off).min(segment_max),
+        _ => wr.len,
+    };
+    let last = seg + 1 == segments;
+    let mut c = ControlRepr {
+        opcode: 0,
+        mask: 0,
+        flags: wr.remote.mode_flags | if last { flags::LAST } else { 0 },
+        operand: wr.remote.operand.wrapping_add(seg_off),
+        index: u32::from_be_bytes(wr.remote.regs),
+        length: descriptor_len(wr) + body_len(wr, seg_len),
+    };
+    if wr.remote.compound.is_some() {
+        c.flags |= flags::COMPOUND;
+    }
+    c.opcode = match wr.opcode {
+        WrOpcode::Write => op::WRITE,
+        WrOpcode::WriteMasked { mask } => {
+            c.mask = mask;
+            op::WRITE_MASKED
+        }
+        WrOpcode::Read => op::READ,
+        WrOpcode::FetchAdd { .. } => op::FETCH_ADD,
+        WrOpcode::CmpSwap { .. } => op::CMP_SWAP,
+        WrOpcode::RegOp => op::REG_OP,
+        WrOpcode::Exception => op::EXCEPTION,
+        WrOpcode::Reply { request } => {
+            c.flags = flags::REPLY | if last { flags::LAST } else { 0 };
+            c.operand = seg_off;
+            c.index = request;
+            op::WRITE
+        }
+    };
+    (c, seg_off)
+}
+
+/// The control part a READ request asks the receiver to reply with.
+pub fn read_reply_control(len: u32) -> ControlRepr {
+    ControlRepr {
+        opcode: op::WRITE,
+        flags: flags::REPLY,
+        length: len,
+        ..ControlRepr::default()
+    }
+}
+
+/// Fills the payload of a message (exactly `dst.len()` bytes, the control's length).
+pub fn fill_payload(wr: &WorkRequest, seg_off: u32, dst: &mut [u8], endpoints: &EndpointTable) {
+    let mut body = dst;
+    if let Some(d) = wr.remote.compound {
+        let (head, rest) = body.split_at_mut(COMPOUND_LEN as usize);
+        head.copy_from_slice(&d);
+        body = rest;
+    }
+    match wr.opcode {
+        WrOpcode::Write | WrOpcode::WriteMasked { .. } | WrOpcode::Reply { .. } => {
+            match wr.source {
+                Source::Inline(data) => {
+                    let n = body.len().min(32);
+                    body[..n].copy_from_slice(&data[..n]);
+                    body[n..].fill(0);
+                }
+                Source::Endpoint { id, offset } => {
+                    let ok = endpoints.get(id).is_some_and(|e| {
+                        e.memory()
+                            .read(e.offset() + (offset + u64::from(seg_off)) as usize, body)
+                            .is_ok()
+                    });
+                    if !ok {
+                        body.fill(0);
+                    }
+                }
+                Source::None => body.fill(0),
+            }
+        }
+        WrOpcode::Read => {
+            let mut p = ControlPacket::new_unchecked(&mut body[..wire::CONTROL_LEN]);
+            read_reply_control(wr.len).emit(&mut p);
+        }
+        WrOpcode::FetchAdd { add } => body[..8].copy_from_slice(&add.to_be_bytes()),
+        WrOpcode::CmpSwap { compare, swap } => {
+            body[..8].copy_from_slice(&compare.to_be_bytes());
+            body[8..16].copy_from_slice(&swap.to_be_bytes());
+        }
+        WrOpcode::RegOp | WrOpcode::Exception => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::connection::Remote;
+
+    fn wr(opcode: WrOpcode, len: u32) -> WorkRequest {
+        WorkRequest {
+            wr_id: 1,
+            opcode,
+            flags: 0,
+            remote: Remote {
+                operand: 1000,
+                ..Remote::default()
+            },
+            len,
+            source: Source::Inline([7; 32]),
+            result: None,
+        }
+    }
+
+    #[test]
+    fn large_writes_split_into_segments_with_advancing_operands() {
+        let w = wr(WrOpcode::Write, 250);
+        assert_eq!(segments_for(&w, 100), 3);
+        let (c0, o0) = control_for(&w, 0, 3, 100);
+        let (c2, o2) = control_for(&w, 2, 3, 100);
+        assert_eq!(
+            (c0.operand, c0.length, c0.flags & flags::LAST, o0),
+            (1000, 100, 0, 0)
+        );
+        assert_eq!(
+            (c2.operand, c2.length, c2.flags & flags::LAST, o2),
+            (1200, 50, flags::LAST, 200)
+        );
+    }
+
+    #[test]
+    fn atomics_and_reads_carry_their_operands() {
+        let a = wr(
+            WrOpcode::CmpSwap {
+                compare: 5,
+                swap: 9,
+            },
+            8,
+        );
+        let (c, _) = control_for(&a, 0, 1, 100);
+        assert_eq!((c.opcode, c.length), (op::CMP_SWAP, 16));
+        let mut buf = [0u8; 16];
+        fill_payload(&a, 0, &mut buf, &EndpointTable::new());
+        assert_eq!(&buf[..8], &5u64.to_be_bytes());
+        assert_eq!(&buf[8..], &9u64.to_be_bytes());
+
+        let r = wr(WrOpcode::Read, 4096);
+        assert_eq!(segments_for(&r, 100), 1);
+        let (c, _) = control_for(&r, 0, 1, 100);
+        assert_eq!((c.opcode, c.length), (op::READ, 16));
+        let mut buf = [0u8; 16];
+        fill_payload(&r, 0, &mut buf, &EndpointTable::new());
+        let reply = ControlRepr::parse(&ControlPacket::new_checked(&buf[..]).unwrap()).unwrap();
+        assert_eq!(reply, read_reply_control(4096));
+    }
+
+    #[test]
+    fn compound_descriptor_leads_the_payload() {
+        let mut w = wr(WrOpcode::Write, 4);
+        w.remote.compound = Some([1, 2, 3, 4, 5, 6, 7, 0]);
+        assert_eq!(segments_for(&w, 100), 1);
+        let (c, _) = control_for(&w, 0, 1, 100);
+        assert_eq!(c.length, 12);
+        assert_ne!(c.flags & flags::COMPOUND, 0);
+        let mut buf = [0u8; 12];
+        fill_payload(&w, 0, &mut buf, &EndpointTable::new());
+        assert_eq!(buf, [1, 2, 3, 4, 5, 6, 7, 0, 7, 7, 7, 7]);
+    }
+
+    #[test]
+    fn replies_name_the_request_and_the_offset() {
+        let mut w = wr(WrOpcode::Reply { request: 77 }, 150);
+        w.remote.operand = 0;
+        let (c, off) = control_for(&w, 1, 2, 100);
+        assert_eq!(
+            (c.opcode, c.index, c.operand, c.length, off),
+            (op::WRITE, 77, 100, 50, 100)
+        );
+        assert_eq!(c.flags, flags::REPLY | flags::LAST);
+    }
+}

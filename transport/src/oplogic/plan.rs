@@ -1,0 +1,692 @@
+//! The compound operation of one message, planned then committed (seed Fig. 10's
+//! table-driven receive controller).
+//!
+//! [`plan`] decodes a message through the opcode table [`OPS`], generates the effective
+//! address, checks every register name, protection, bound and right, and computes every
+//! new register value and the bytes to store — without changing anything: it sees the
+//! register file through `&` and endpoint memory only through `check` and `load`. The
+//! result, a [`Plan`], is applied by [`commit`], which cannot fail. So a trapped message
+//! (error or fault) has changed nothing, and a kept (faulted) message can be planned
+//! again once the host has repaired it.
+//!
+//! One message runs, in this order:
+//!
+//! 1. address generation ([`AddrMode`]), including the post-increment of `ra`;
+//! 2. the main operation (write, masked write, read, atomic on memory or on `ra`,
+//!    nothing, or a software exception), at the address from step 1;
+//! 3. register operation 1 (destination `rb`) and 2 (destination `rc`), with the
+//!    conditional on `rd` before, between or after them ([`Order`]).
+//!
+//! Each step sees the register values the earlier steps produced.
+
+use super::alu;
+use super::{Access, EndpointAccess, Trap};
+use crate::tables::{RegProt, RegWindow, RegisterFile};
+use crate::wire::cell::{flags, op, regs_of, AddrMode};
+use crate::wire::compound::{
+    CompoundPacket, CompoundRepr, Cond, CondRepr, OpSource, Order, RegOp, RegOpRepr, COMPOUND_LEN,
+};
+use crate::wire::{ControlPacket, ControlRepr, BLOCK_LEN, CONTROL_LEN};
+
+/// What a message may do with registers: the register file, the connection's window and
+/// the target endpoint's global registers, and whether the connection accepts
+/// sender-forced interrupts.
+#[derive(Clone, Copy, Debug)]
+pub struct RegContext<'a> {
+    /// The node's register file.
+    pub regs: &'a RegisterFile,
+    /// The connection's window (names 0..=127).
+    pub window: RegWindow,
+    /// The target endpoint's global registers (names 128..=255).
+    pub globals: RegWindow,
+    /// Whether conditional `ALWAYS` and `EXCEPTION` may interrupt the receiver.
+    pub allow_forced_interrupts: bool,
+}
+
+impl<'a> RegContext<'a> {
+    /// No registers, no forced interrupts: what a plain deposit needs.
+    pub fn none(regs: &'a RegisterFile) -> Self {
+        Self {
+            regs,
+            window: RegWindow::EMPTY,
+            globals: RegWindow::EMPTY,
+            allow_forced_interrupts: false,
+        }
+    }
+
+    /// Absolute index of register `name` (window below 128, global from 128), when the
+    /// name is inside its window and the window inside the file.
+    #[inline]
+    pub fn resolve(&self, name: u8) -> Option<u32> {
+        let abs = if name < 128 {
+            self.window.resolve(name)
+        } else {
+            self.globals.resolve(name - 128)
+        }?;
+        self.regs.get(abs).map(|_| abs)
+    }
+
+    /// Absolute index of the register after `name` in the same window (the stride of a
+    /// post-increment).
+    #[inline]
+    fn resolve_next(&self, name: u8) -> Option<u32> {
+        if name == 127 || name == 255 {
+            return None;
+        }
+        self.resolve(name + 1)
+    }
+}
+
+/// Bytes a message stores in endpoint memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Store<'p> {
+    /// Nothing.
+    #[default]
+    None,
+    /// `data` at `ea`.
+    Bytes {
+        /// Effective address.
+        ea: u64,
+        /// The bytes (part of the message payload).
+        data: &'p [u8],
+    },
+    /// Word `i` of `block` (4 bytes at `ea + 4i`) where mask bit `i` is set.
+    Masked {
+        /// Effective address of word 0.
+        ea: u64,
+        /// The 32-byte block (part of the message payload).
+        block: &'p [u8; BLOCK_LEN],
+        /// The word mask.
+        mask: u8,
+    },
+    /// The native-endian 8-byte word `value` at `ea` (an atomic's new value).
+    Word {
+        /// Effective address (a multiple of 8).
+        ea: u64,
+        /// The new value.
+        value: u64,
+    },
+}
+
+impl Store<'_> {
+    /// The bytes the store touches, `(first byte, length)`; for a masked write the span
+    /// from the lowest to the highest word stored (length 0 for mask 0).
+    pub fn span(&self) -> Option<(u64, u32)> {
+        match *self {
+            Store::None => None,
+            Store::Bytes { ea, data } => Some((ea, data.len() as u32)),
+            Store::Masked { ea, mask: 0, .. } => Some((ea, 0)),
+            Store::Masked { ea, mask, .. } => {
+                let (start, span) = masked_span(ea, mask);
+                Some((start.unwrap_or(ea), span as u32))
+            }
+            Store::Word { ea, .. } => Some((ea, 8)),
+        }
+    }
+}
+
+/// What a message returns to its sender.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Reply {
+    /// Nothing.
+    #[default]
+    None,
+    /// A read: the worker sends `len` bytes at `ea` (checked readable by the plan) back
+    /// in writes built from `reply_control`.
+    Read {
+        /// Effective address.
+        ea: u64,
+        /// Bytes to read (`reply_control.length`).
+        len: u32,
+        /// The control part of the reply write, as the requester sent it.
+        reply_control: ControlRepr,
+    },
+    /// The old value of an atomic.
+    Value(u64),
+}
+
+/// What the receiver's event queue would be told of the message, should it interrupt.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct EventInfo {
+    /// The opcode.
+    pub opcode: u8,
+    /// The operand.
+    pub operand: u32,
+    /// The effective address (the operand in direct mode).
+    pub ea: u64,
+    /// Bytes the main operation touches (data written, bytes to read, 8 for an atomic,
+    /// 32 for a masked write, 0 without a memory operation).
+    pub len: u32,
+    /// Values of `ra`, `rb`, `rc`, `rd` after the operation; 0 for those it did not use.
+    pub regs: [u64; 4],
+}
+
+/// Register writes a plan can hold: post-increment or register atomic, op1, op2.
+pub const MAX_REG_WRITES: usize = 3;
+
+/// Everything a message would change, computed with no side effect.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Plan<'p> {
+    /// Register writes `(absolute index, value)` in order; a later write to the same
+    /// register wins. Only the first `n_reg_writes` are meaningful.
+    pub reg_writes: [(u32, u64); MAX_REG_WRITES],
+    /// Number of register writes.
+    pub n_reg_writes: usize,
+    /// Bytes to store.
+    pub store: Store<'p>,
+    /// What to return to the sender.
+    pub reply: Reply,
+    /// Whether the receiver is interrupted at the end (a conditional held, `ALWAYS`, or
+    /// a software exception).
+    pub interrupt: bool,
+    /// What the event would report.
+    pub event: EventInfo,
+}
+
+impl Plan<'_> {
+    /// A plan that changes nothing (the start of every plan).
+    const NOTHING: Plan<'static> = Plan {
+        reg_writes: [(0, 0); MAX_REG_WRITES],
+        n_reg_writes: 0,
+        store: Store::None,
+        reply: Reply::None,
+        interrupt: false,
+        event: EventInfo {
+            opcode: 0,
+            operand: 0,
+            ea: 0,
+            len: 0,
+            regs: [0; 4],
+        },
+    };
+
+    /// The register writes, in order.
+    #[inline]
+    pub fn reg_writes(&self) -> &[(u32, u64)] {
+        &self.reg_writes[..self.n_reg_writes.min(MAX_REG_WRITES)]
+    }
+}
+
+/// The main operation of an opcode.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Main {
+    /// Not executable here.
+    Unknown,
+    Write,
+    WriteMasked,
+    Read,
+    FetchAdd,
+    CmpSwap,
+    /// Register operations and a conditional only.
+    Registers,
+    /// Software exception.
+    Exception,
+}
+
+/// One row of the receive controller's decode table.
+#[derive(Clone, Copy, Debug)]
+struct OpInfo {
+    main: Main,
+    /// The memory access (of a memory target).
+    access: Option<Access>,
+    /// Payload bytes after the descriptor; `None`: any number.
+    body: Option<usize>,
+    /// Whether a value (read data, old value) goes back to the sender.
+    returns: bool,
+    /// Whether the opcode may carry a compound descriptor.
+    compound: bool,
+}
+
+const fn row(
+    main: Main,
+    access: Option<Access>,
+    body: Option<usize>,
+    returns: bool,
+    compound: bool,
+) -> OpInfo {
+    OpInfo {
+        main,
+        access,
+        body,
+        returns,
+        compound,
+    }
+}
+
+/// The decode table, indexed by opcode; opcodes past its end are unknown.
+#[rustfmt::skip]
+const OPS: [OpInfo; 8] = [
+    /* NOP          */ row(Main::Unknown, None, Some(0), false, false),
+    /* WRITE_MASKED */ row(Main::WriteMasked, Some(Access::Write), Some(BLOCK_LEN), false, true),
+    /* WRITE        */ row(Main::Write, Some(Access::Write), None, false, true),
+    /* READ         */ row(Main::Read, Some(Access::Read), Some(CONTROL_LEN), true, true),
+    /* FETCH_ADD    */ row(Main::FetchAdd, Some(Access::Atomic), Some(8), true, true),
+    /* CMP_SWAP     */ row(Main::CmpSwap, Some(Access::Atomic), Some(16), true, true),
+    /* REG_OP       */ row(Main::Registers, None, Some(0), false, true),
+    /* EXCEPTION    */ row(Main::Exception, None, Some(0), false, true),
+];
+
+const _: () = {
+    assert!(op::WRITE_MASKED == 1 && op::WRITE == 2 && op::READ == 3);
+    assert!(op::FETCH_ADD == 4 && op::CMP_SWAP == 5 && op::REG_OP == 6 && op::EXCEPTION == 7);
+};
+
+/// Bytes of one word of a masked write.
+const WORD: u64 = 4;
+
+/// The plan under construction: register values seen through the writes planned so far.
+struct Planner<'c, 'p> {
+    ctx: &'c RegContext<'c>,
+    operand: u32,
+    plan: Plan<'p>,
+}
+
+impl<'p> Planner<'_, 'p> {
+    /// Current value of register `abs` (resolved): the last planned write, else the file.
+    #[inline]
+    fn value(&self, abs: u32) -> u64 {
+        self.plan
+            .reg_writes()
+            .iter()
+            .rev()
+            .find(|w| w.0 == abs)
+            .map(|w| w.1)
+            .or_else(|| self.ctx.regs.get(abs))
+            .unwrap_or(0)
+    }
+
+    #[inline]
+    fn write(&mut self, abs: u32, v: u64) {
+        if let Some(slot) = self.plan.reg_writes.get_mut(self.plan.n_reg_writes) {
+            *slot = (abs, v);
+            self.plan.n_reg_writes += 1;
+        }
+    }
+
+    /// Register `name`, which the sender needs `need` on.
+    #[inline]
+    fn register(&self, name: u8, need: RegProt) -> Result<u32, Trap> {
+        let abs = self.ctx.resolve(name).ok_or(Trap::BadRegister { name })?;
+        let prot = self.ctx.regs.prot(abs).unwrap_or(RegProt::NONE);
+        if prot.contains(need) {
+            Ok(abs)
+        } else {
+            Err(Trap::RegisterProtection { name, need })
+        }
+    }
+
+    fn forced_interrupt(&mut self) -> Result<(), Trap> {
+        if !self.ctx.allow_forced_interrupts {
+            return Err(Trap::ForcedInterruptRefused);
+        }
+        self.plan.interrupt = true;
+        Ok(())
+    }
+
+    /// `<dest> ← op(<dest>, src)`; returns the destination's absolute index.
+    fn reg_op(&mut self, r: RegOpRepr, dest: u8) -> Result<Option<u32>, Trap> {
+        if r.op == RegOp::None {
+            return Ok(None);
+        }
+        let d = self.register(dest, RegProt::WRITE)?;
+        let src = match r.src {
+            OpSource::Operand => alu::extend(self.operand, r.op.is_signed()),
+            OpSource::Reg(name) => {
+                let s = self.ctx.resolve(name).ok_or(Trap::BadRegister { name })?;
+                if s != d {
+                    self.register(name, RegProt::READ)?;
+                }
+                self.value(s)
+            }
+        };
+        let v = alu::apply(r.op, self.value(d), src);
+        self.write(d, v);
+        Ok(Some(d))
+    }
+
+    /// Evaluates the conditional; returns the absolute index of `rd` when it was tested.
+    fn cond(&mut self, c: CondRepr, rd: u8) -> Result<Option<u32>, Trap> {
+        if !c.cond.compares() {
+            if c.cond == Cond::Always {
+                self.forced_interrupt()?;
+            }
+            return Ok(None);
+        }
+        // Conditional registers need no protection: the result only interrupts the
+        // receiver, nothing is returned or changed.
+        let d = self.ctx.resolve(rd).ok_or(Trap::BadRegister { name: rd })?;
+        let rhs = match c.rhs {
+            OpSource::Operand => alu::extend(self.operand, c.cond.is_signed()),
+            OpSource::Reg(name) => {
+                let s = self.ctx.resolve(name).ok_or(Trap::BadRegister { name })?;
+                self.value(s)
+            }
+        };
+        if alu::holds(c.cond, self.value(d), rhs) {
+            self.plan.interrupt = true;
+        }
+        Ok(Some(d))
+    }
+}
+
+/// The decode-table row of `opcode`.
+#[inline]
+fn decode(opcode: u8) -> Result<&'static OpInfo, Trap> {
+    match OPS.get(opcode as usize) {
+        Some(info) if info.main != Main::Unknown => Ok(info),
+        _ => Err(Trap::UnknownOpcode(opcode)),
+    }
+}
+
+/// Plans one message: decodes it, checks everything and computes every change, with no
+/// side effect: registers are only read, memory only `check`ed and `load`ed. `payload`
+/// may be longer than the length field (padding of the last cell); shorter is a trap.
+///
+/// Steps, each seeing the register values of the ones before: (1) address generation
+/// with the post-increment of `ra`; (2) the main operation at that address (an atomic
+/// with `REG_TARGET` acts on `ra`); (3) op1 on `rb`, op2 on `rc` and the conditional on
+/// `rd`, in the descriptor's [`Order`]. Protection: `ra` as an address needs
+/// [`RegProt::INDIRECT`] (its stride register `ra + 1` nothing); a register operation's
+/// destination needs [`RegProt::WRITE`] and another register as its source
+/// [`RegProt::READ`]; a register atomic needs both on `ra`; conditional registers need
+/// nothing; `ALWAYS` and `EXCEPTION` need [`RegContext::allow_forced_interrupts`].
+///
+/// Payload (after the 8-byte compound descriptor when `COMPOUND` is set): `WRITE` any
+/// number of bytes; `WRITE_MASKED` the 32-byte block; `READ` the reply's 16-byte control
+/// part; `FETCH_ADD` the add value and `CMP_SWAP` compare then swap value, u64 big
+/// endian; `REG_OP`, `EXCEPTION` nothing.
+///
+/// A plain deposit (a direct `WRITE` with no flag but `LAST`) takes an inlined fast path
+/// that computes the same plan as the general decoder, without its table walk.
+#[inline]
+pub fn plan<'p>(
+    control: &ControlRepr,
+    payload: &'p [u8],
+    ctx: &RegContext<'_>,
+    mem: &mut impl EndpointAccess,
+) -> Result<Plan<'p>, Trap> {
+    if control.opcode == op::WRITE && control.flags & !flags::LAST == 0 {
+        let data = payload
+            .get(..control.length as usize)
+            .ok_or(Trap::PayloadTruncated {
+                length: control.length,
+                payload: payload.len(),
+            })?;
+        let ea = u64::from(control.operand);
+        mem.check(ea, data.len() as u64, Access::Write)?;
+        return Ok(Plan {
+            store: Store::Bytes { ea, data },
+            event: EventInfo {
+                opcode: op::WRITE,
+                operand: control.operand,
+                ea,
+                len: control.length,
+                regs: [0; 4],
+            },
+            ..Plan::NOTHING
+        });
+    }
+    plan_general(control, payload, ctx, mem)
+}
+
+/// [`plan`] through the decode table: every opcode, flag and descriptor.
+#[inline(never)]
+fn plan_general<'p>(
+    control: &ControlRepr,
+    payload: &'p [u8],
+    ctx: &RegContext<'_>,
+    mem: &mut impl EndpointAccess,
+) -> Result<Plan<'p>, Trap> {
+    let info = decode(control.opcode)?;
+    let bad_flags = Trap::BadFlags {
+        opcode: control.opcode,
+        flags: control.flags,
+    };
+    let bad_length = Trap::BadLength {
+        opcode: control.opcode,
+        length: control.length,
+    };
+    let f = control.flags;
+    let mode = AddrMode::from_flags(f);
+    let compound = f & flags::COMPOUND != 0;
+    let reg_target = f & flags::REG_TARGET != 0;
+    if f & flags::REPLY != 0
+        || (compound && !info.compound)
+        || (reg_target && (info.access != Some(Access::Atomic) || mode != AddrMode::Direct))
+    {
+        return Err(bad_flags);
+    }
+    let desc_len = if compound { COMPOUND_LEN } else { 0 };
+    if info
+        .body
+        .is_some_and(|n| control.length as usize != n + desc_len)
+    {
+        return Err(bad_length);
+    }
+    let payload = payload
+        .get(..control.length as usize)
+        .ok_or(Trap::PayloadTruncated {
+            length: control.length,
+            payload: payload.len(),
+        })?;
+    let (desc, body) = if compound {
+        let (d, body) = payload.split_at_checked(COMPOUND_LEN).ok_or(bad_length)?;
+        let desc = CompoundRepr::parse(&CompoundPacket::new_unchecked(d)).map_err(|e| {
+            let (byte, value) = e.byte_and_value();
+            Trap::BadCompound { byte, value }
+        })?;
+        (desc, body)
+    } else {
+        (CompoundRepr::NONE, payload)
+    };
+    let [ra, rb, rc, rd] = regs_of(control.index);
+    let operand = control.operand;
+    let mut p = Planner {
+        ctx,
+        operand,
+        plan: Plan {
+            event: EventInfo {
+                opcode: control.opcode,
+                operand,
+                ..EventInfo::default()
+            },
+            ..Plan::NOTHING
+        },
+    };
+    let mut named: [Option<u32>; 4] = [None; 4];
+
+    // 1. Address generation.
+    let ea = match mode {
+        AddrMode::Direct => u64::from(operand),
+        _ => {
+            let a = p.register(ra, RegProt::INDIRECT)?;
+            named[0] = Some(a);
+            let base = p.value(a);
+            match mode {
+                AddrMode::Indexed => {
+                    base.checked_add(u64::from(operand))
+                        .ok_or(Trap::OutOfBounds {
+                            ea: base,
+                            len: u64::from(operand),
+                            bound: mem.len(),
+                        })?
+                }
+                AddrMode::PostIncrement => {
+                    let stride = ra.wrapping_add(1);
+                    let s = p
+                        .ctx
+                        .resolve_next(ra)
+                        .ok_or(Trap::BadRegister { name: stride })?;
+                    // Wrapping, like ADD: the next message's address is checked then.
+                    p.write(a, base.wrapping_add(p.value(s)));
+                    base
+                }
+                _ => base,
+            }
+        }
+    };
+    p.plan.event.ea = ea;
+
+    // 2. The main operation.
+    match info.main {
+        Main::Write => {
+            mem.check(ea, body.len() as u64, Access::Write)?;
+            p.plan.store = Store::Bytes { ea, data: body };
+            p.plan.event.len = body.len() as u32;
+        }
+        Main::WriteMasked => {
+            let block: &'p [u8; BLOCK_LEN] = body.try_into().map_err(|_| bad_length)?;
+            let mask = control.mask;
+            if mask == 0 {
+                // Like a zero-length WRITE: nothing stored, the address and right must hold.
+                mem.check(ea, 0, Access::Write)?;
+            } else {
+                let (start, span) = masked_span(ea, mask);
+                let start = start.ok_or(Trap::OutOfBounds {
+                    ea,
+                    len: BLOCK_LEN as u64,
+                    bound: mem.len(),
+                })?;
+                mem.check(start, span, Access::Write)?;
+            }
+            p.plan.store = Store::Masked { ea, block, mask };
+            p.plan.event.len = BLOCK_LEN as u32;
+        }
+        Main::Read => {
+            let rc = reply_control(body).ok_or(bad_length)?;
+            mem.check(ea, u64::from(rc.length), Access::Read)?;
+            p.plan.reply = Reply::Read {
+                ea,
+                len: rc.length,
+                reply_control: rc,
+            };
+            p.plan.event.len = rc.length;
+        }
+        Main::FetchAdd | Main::CmpSwap => {
+            let first = u64_be(body, 0).ok_or(bad_length)?;
+            let second = u64_be(body, 8);
+            let new_value = |old: u64| match (info.main, second) {
+                (Main::FetchAdd, _) => Some(old.wrapping_add(first)),
+                (_, Some(swap)) if old == first => Some(swap),
+                _ => None,
+            };
+            let old = if reg_target {
+                let t = p.register(ra, RegProt::READ | RegProt::WRITE)?;
+                named[0] = Some(t);
+                let old = p.value(t);
+                if let Some(v) = new_value(old) {
+                    p.write(t, v);
+                }
+                old
+            } else {
+                if ea % 8 != 0 {
+                    return Err(Trap::Misaligned { ea });
+                }
+                mem.check(ea, 8, Access::Atomic)?;
+                let mut b = [0u8; 8];
+                mem.load(ea, &mut b);
+                let old = u64::from_ne_bytes(b);
+                if let Some(value) = new_value(old) {
+                    p.plan.store = Store::Word { ea, value };
+                }
+                old
+            };
+            p.plan.reply = Reply::Value(old);
+            p.plan.event.len = 8;
+        }
+        Main::Registers => {}
+        Main::Exception => p.forced_interrupt()?,
+        Main::Unknown => return Err(Trap::UnknownOpcode(control.opcode)),
+    }
+    debug_assert_eq!(info.returns, p.plan.reply != Reply::None);
+
+    // 3. Register operations and the conditional, in the descriptor's order (a plain
+    // deposit has none and skips the lot).
+    if compound {
+        let mut tested = None;
+        if desc.order == Order::CondFirst {
+            tested = p.cond(desc.cond, rd)?;
+        }
+        named[1] = p.reg_op(desc.op1, rb)?;
+        if desc.order == Order::CondAfterOp1 {
+            tested = p.cond(desc.cond, rd)?;
+        }
+        named[2] = p.reg_op(desc.op2, rc)?;
+        if desc.order == Order::CondLast {
+            tested = p.cond(desc.cond, rd)?;
+        }
+        named[3] = tested;
+    }
+
+    let mut regs = [0u64; 4];
+    for (v, abs) in regs.iter_mut().zip(named) {
+        if let Some(abs) = abs {
+            *v = p.value(abs);
+        }
+    }
+    p.plan.event.regs = regs;
+    Ok(p.plan)
+}
+
+/// The first byte and length of the words a masked write at `ea` stores (`mask` not
+/// 0); `None` when the start overflows.
+#[inline]
+fn masked_span(ea: u64, mask: u8) -> (Option<u64>, u64) {
+    let lo = u64::from(mask.trailing_zeros());
+    let hi = 7 - u64::from(mask.leading_zeros());
+    (ea.checked_add(lo * WORD), (hi - lo + 1) * WORD)
+}
+
+/// The reply control part carried by a READ (its check byte is not verified: the frame
+/// CRC covers the payload).
+#[inline]
+fn reply_control(body: &[u8]) -> Option<ControlRepr> {
+    let c = ControlPacket::new_checked(body).ok()?;
+    Some(ControlRepr {
+        opcode: c.opcode(),
+        mask: c.mask(),
+        flags: c.flags(),
+        operand: c.operand(),
+        index: c.index(),
+        length: c.length(),
+    })
+}
+
+/// The big-endian u64 at `at` of `body`.
+#[inline]
+fn u64_be(body: &[u8], at: usize) -> Option<u64> {
+    let b: [u8; 8] = body.get(at..at.checked_add(8)?)?.try_into().ok()?;
+    Some(u64::from_be_bytes(b))
+}
+
+/// Applies a plan: register writes, then the store (its last byte last). Infallible:
+/// [`plan`] checked everything.
+#[inline]
+pub fn commit(plan: &Plan<'_>, regs: &mut RegisterFile, mem: &mut impl EndpointAccess) {
+    // Memory first, registers after: a host that polls a queue pointer sees it advance
+    // only once the data it points past is there.
+    match plan.store {
+        Store::None => {}
+        Store::Bytes { ea, data } => {
+            if !data.is_empty() {
+                mem.store(ea, data);
+            }
+        }
+        Store::Masked { ea, block, mask } => {
+            for (i, word) in block.chunks_exact(WORD as usize).enumerate() {
+                if mask & (1 << i) != 0 {
+                    mem.store(ea.wrapping_add(i as u64 * WORD), word);
+                }
+            }
+        }
+        Store::Word { ea, value } => mem.store_word(ea, value),
+    }
+    std::sync::atomic::fence(std::sync::atomic::Ordering::Release);
+    for &(abs, v) in plan.reg_writes() {
+        // `plan` resolved `abs` inside the file; a file shrunk since is ignored.
+        let _ = regs.set(abs, v);
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,410 @@
+//! Why a message is refused: [`Trap`], the [`RemoteStatus`] its sender is told and the
+//! [`DropReason`] counter it moves.
+
+use super::Access;
+use crate::tables::RegProt;
+
+/// Why a message was not executed. Error traps discard the message; faults
+/// ([`Trap::is_fault`]) keep it for the host to repair. Either way nothing was written.
+#[derive(thiserror::Error, Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Trap {
+    /// The opcode is not one this receiver executes.
+    #[error("unknown opcode {0:#04x}")]
+    UnknownOpcode(u8),
+    /// `[ea, ea + len)` is not inside the endpoint of `bound` bytes (or overflows).
+    #[error("{len} bytes at {ea:#x} are outside the endpoint of {bound} bytes")]
+    OutOfBounds {
+        /// Effective address.
+        ea: u64,
+        /// Length of the access.
+        len: u64,
+        /// Length of the endpoint.
+        bound: u64,
+    },
+    /// The endpoint or page at `ea` does not permit `access`.
+    #[error("{access:?} access at {ea:#x} denied")]
+    AccessDenied {
+        /// First address denied.
+        ea: u64,
+        /// The access attempted.
+        access: Access,
+    },
+    /// Logical page `page` is not present: a fault the host must repair.
+    #[error("page {page} not present")]
+    PageNotPresent {
+        /// The logical page.
+        page: u64,
+    },
+    /// The length field is not valid for the opcode.
+    #[error("length {length} not valid for opcode {opcode:#04x}")]
+    BadLength {
+        /// The opcode.
+        opcode: u8,
+        /// The length field.
+        length: u32,
+    },
+    /// Fewer payload bytes arrived than the length field announces.
+    #[error("length {length} announced but only {payload} payload bytes present")]
+    PayloadTruncated {
+        /// The length field.
+        length: u32,
+        /// Payload bytes present.
+        payload: usize,
+    },
+    /// A register name outside the connection's window (names below 128) or the
+    /// endpoint's global registers (128 and up); for a post-increment, `name` is the
+    /// stride register `ra + 1`.
+    #[error("register name {name} is outside the window")]
+    BadRegister {
+        /// The register name.
+        name: u8,
+    },
+    /// The register's protection lacks `need` for what the message does with it.
+    #[error("register {name} does not permit {need:?}")]
+    RegisterProtection {
+        /// The register name.
+        name: u8,
+        /// The protection bits the use needs.
+        need: RegProt,
+    },
+    /// An atomic on an endpoint word at an address that is not a multiple of 8.
+    #[error("atomic at {ea:#x} is not 8-byte aligned")]
+    Misaligned {
+        /// Effective address.
+        ea: u64,
+    },
+    /// A sender-forced interrupt (conditional `ALWAYS`, software exception) on a
+    /// connection that refuses them.
+    #[error("sender-forced interrupt refused")]
+    ForcedInterruptRefused,
+    /// A compound descriptor with an unknown code or a non-zero reserved byte.
+    #[error("compound descriptor byte {byte} has unknown value {value:#04x}")]
+    BadCompound {
+        /// Offset of the byte in the descriptor.
+        byte: u8,
+        /// Its value.
+        value: u8,
+    },
+    /// Control flags the opcode does not allow (a reply handed to the operation logic,
+    /// a register target on a non-atomic or with an address mode, a descriptor on an
+    /// opcode that takes none).
+    #[error("flags {flags:#04x} not valid for opcode {opcode:#04x}")]
+    BadFlags {
+        /// The opcode.
+        opcode: u8,
+        /// The flags byte.
+        flags: u8,
+    },
+    /// The connection's endpoint is gone (the application released it).
+    #[error("the connection's endpoint no longer exists")]
+    NoEndpoint,
+    /// The operation would interrupt but the endpoint's event queue is full: a fault
+    /// the host repairs by draining the queue.
+    #[error("event queue full")]
+    EventQueueFull,
+}
+
+impl Trap {
+    /// The status returned to the sender in a NAK.
+    pub fn status(&self) -> RemoteStatus {
+        match self {
+            Trap::OutOfBounds { .. }
+            | Trap::AccessDenied { .. }
+            | Trap::BadRegister { .. }
+            | Trap::RegisterProtection { .. }
+            | Trap::ForcedInterruptRefused
+            | Trap::NoEndpoint => RemoteStatus::RemoteAccessError,
+            Trap::UnknownOpcode(_)
+            | Trap::BadLength { .. }
+            | Trap::BadCompound { .. }
+            | Trap::BadFlags { .. } => RemoteStatus::RemoteOperationError,
+            Trap::PayloadTruncated { .. } | Trap::Misaligned { .. } => {
+                RemoteStatus::RemoteInvalidRequest
+            }
+            Trap::PageNotPresent { .. } | Trap::EventQueueFull => RemoteStatus::PageFault,
+        }
+    }
+
+    /// The counter this trap moves.
+    pub fn reason(&self) -> DropReason {
+        match self {
+            Trap::UnknownOpcode(_) => DropReason::UnknownOpcode,
+            Trap::OutOfBounds { .. } => DropReason::OutOfBounds,
+            Trap::AccessDenied { .. } => DropReason::AccessDenied,
+            Trap::PageNotPresent { .. } => DropReason::PageNotPresent,
+            Trap::BadLength { .. } => DropReason::BadLength,
+            Trap::PayloadTruncated { .. } => DropReason::Truncated,
+            Trap::BadRegister { .. } => DropReason::BadRegister,
+            Trap::RegisterProtection { .. } => DropReason::RegisterProtection,
+            Trap::Misaligned { .. } => DropReason::Misaligned,
+            Trap::ForcedInterruptRefused => DropReason::ForcedInterruptRefused,
+            Trap::BadCompound { .. } => DropReason::BadCompound,
+            Trap::BadFlags { .. } => DropReason::BadFlags,
+            Trap::NoEndpoint => DropReason::AccessDenied,
+            Trap::EventQueueFull => DropReason::EventQueueFull,
+        }
+    }
+
+    /// Whether this is a fault the host must repair (the connection enters the
+    /// exceptioned state and the message is kept) rather than an error trap (the
+    /// message is discarded).
+    pub fn is_fault(&self) -> bool {
+        matches!(self, Trap::PageNotPresent { .. } | Trap::EventQueueFull)
+    }
+}
+
+/// Status codes that travel back to the sender in a NAK (a `u8` on the wire).
+#[repr(u8)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RemoteStatus {
+    /// Executed.
+    Ok = 0,
+    /// Bounds, rights or register protection violation, bad register name, refused
+    /// forced interrupt.
+    RemoteAccessError = 1,
+    /// Unknown opcode, bad length, bad check byte, bad compound descriptor or flags.
+    RemoteOperationError = 2,
+    /// Malformed message (e.g. payload shorter than its length, misaligned atomic).
+    RemoteInvalidRequest = 3,
+    /// A fault the receiving host must repair (page not present).
+    PageFault = 4,
+}
+
+impl RemoteStatus {
+    /// The status for a wire code, `None` for codes this version does not know.
+    pub fn from_u8(code: u8) -> Option<Self> {
+        Some(match code {
+            0 => RemoteStatus::Ok,
+            1 => RemoteStatus::RemoteAccessError,
+            2 => RemoteStatus::RemoteOperationError,
+            3 => RemoteStatus::RemoteInvalidRequest,
+            4 => RemoteStatus::PageFault,
+            _ => return None,
+        })
+    }
+}
+
+/// Reasons a cell or frame is refused, for per-reason counters (also used by the
+/// worker for frame-level drops). Use `reason as usize` to index a `[u64; COUNT]`.
+#[repr(usize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum DropReason {
+    /// Frame CRC32C mismatch.
+    BadCrc,
+    /// Control-part check byte mismatch.
+    BadCheck,
+    /// Frame or cell shorter than its headers say.
+    Truncated,
+    /// Not addressed to this node / not our protocol.
+    NotOurs,
+    /// Unsupported transport version.
+    BadVersion,
+    /// No such connection.
+    UnknownConnection,
+    /// Connection key mismatch.
+    WrongKey,
+    /// Sequence number outside the receive window.
+    OutOfSequence,
+    /// Unknown opcode.
+    UnknownOpcode,
+    /// Outside the endpoint.
+    OutOfBounds,
+    /// Endpoint or page rights refuse the access.
+    AccessDenied,
+    /// Page not present.
+    PageNotPresent,
+    /// Length not valid for the opcode.
+    BadLength,
+    /// No receive buffer (mbuf) available.
+    NoBuffer,
+    /// Register name outside the window or the global registers.
+    BadRegister,
+    /// Register protection refuses the use.
+    RegisterProtection,
+    /// Misaligned atomic.
+    Misaligned,
+    /// Sender-forced interrupt refused.
+    ForcedInterruptRefused,
+    /// Bad compound descriptor.
+    BadCompound,
+    /// Control flags not valid for the opcode.
+    BadFlags,
+    /// A message held because the endpoint's event queue was full (fault).
+    EventQueueFull,
+    /// A reply that matches no outstanding read or atomic of ours.
+    BadReply,
+}
+
+impl DropReason {
+    /// Number of reasons.
+    pub const COUNT: usize = 22;
+
+    /// Every reason, in counter-index order.
+    pub const ALL: [DropReason; DropReason::COUNT] = [
+        DropReason::BadCrc,
+        DropReason::BadCheck,
+        DropReason::Truncated,
+        DropReason::NotOurs,
+        DropReason::BadVersion,
+        DropReason::UnknownConnection,
+        DropReason::WrongKey,
+        DropReason::OutOfSequence,
+        DropReason::UnknownOpcode,
+        DropReason::OutOfBounds,
+        DropReason::AccessDenied,
+        DropReason::PageNotPresent,
+        DropReason::BadLength,
+        DropReason::NoBuffer,
+        DropReason::BadRegister,
+        DropReason::RegisterProtection,
+        DropReason::Misaligned,
+        DropReason::ForcedInterruptRefused,
+        DropReason::BadCompound,
+        DropReason::BadFlags,
+        DropReason::EventQueueFull,
+        DropReason::BadReply,
+    ];
+
+    /// Counter name (snake case), for stats output.
+    pub fn name(self) -> &'static str {
+        match self {
+            DropReason::BadCrc => "bad_crc",
+            DropReason::BadCheck => "bad_check",
+            DropReason::Truncated => "truncated",
+            DropReason::NotOurs => "not_ours",
+            DropReason::BadVersion => "bad_version",
+            DropReason::UnknownConnection => "unknown_connection",
+            DropReason::WrongKey => "wrong_key",
+            DropReason::OutOfSequence => "out_of_sequence",
+            DropReason::UnknownOpcode => "unknown_opcode",
+            DropReason::OutOfBounds => "out_of_bounds",
+            DropReason::AccessDenied => "access_denied",
+            DropReason::PageNotPresent => "page_not_present",
+            DropReason::BadLength => "bad_length",
+            DropReason::NoBuffer => "no_buffer",
+            DropReason::BadRegister => "bad_register",
+            DropReason::RegisterProtection => "register_protection",
+            DropReason::Misaligned => "misaligned",
+            DropReason::ForcedInterruptRefused => "forced_interrupt_refused",
+            DropReason::BadCompound => "bad_compound",
+            DropReason::BadFlags => "bad_flags",
+            DropReason::EventQueueFull => "event_queue_full",
+            DropReason::BadReply => "bad_reply",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn traps_map_to_statuses_and_reasons() {
+        use RemoteStatus as S;
+        let cases = [
+            (
+                Trap::UnknownOpcode(9),
+                S::RemoteOperationError,
+                DropReason::UnknownOpcode,
+            ),
+            (
+                Trap::OutOfBounds {
+                    ea: 0,
+                    len: 1,
+                    bound: 0,
+                },
+                S::RemoteAccessError,
+                DropReason::OutOfBounds,
+            ),
+            (
+                Trap::AccessDenied {
+                    ea: 0,
+                    access: Access::Atomic,
+                },
+                S::RemoteAccessError,
+                DropReason::AccessDenied,
+            ),
+            (
+                Trap::PageNotPresent { page: 3 },
+                S::PageFault,
+                DropReason::PageNotPresent,
+            ),
+            (
+                Trap::BadLength {
+                    opcode: 1,
+                    length: 2,
+                },
+                S::RemoteOperationError,
+                DropReason::BadLength,
+            ),
+            (
+                Trap::PayloadTruncated {
+                    length: 2,
+                    payload: 1,
+                },
+                S::RemoteInvalidRequest,
+                DropReason::Truncated,
+            ),
+            (
+                Trap::BadRegister { name: 200 },
+                S::RemoteAccessError,
+                DropReason::BadRegister,
+            ),
+            (
+                Trap::RegisterProtection {
+                    name: 1,
+                    need: RegProt::WRITE,
+                },
+                S::RemoteAccessError,
+                DropReason::RegisterProtection,
+            ),
+            (
+                Trap::Misaligned { ea: 4 },
+                S::RemoteInvalidRequest,
+                DropReason::Misaligned,
+            ),
+            (
+                Trap::ForcedInterruptRefused,
+                S::RemoteAccessError,
+                DropReason::ForcedInterruptRefused,
+            ),
+            (
+                Trap::BadCompound { byte: 4, value: 7 },
+                S::RemoteOperationError,
+                DropReason::BadCompound,
+            ),
+            (
+                Trap::BadFlags {
+                    opcode: 2,
+                    flags: 0x24,
+                },
+                S::RemoteOperationError,
+                DropReason::BadFlags,
+            ),
+        ];
+        for (trap, status, reason) in cases {
+            assert_eq!(trap.status(), status, "{trap}");
+            assert_eq!(trap.reason(), reason, "{trap}");
+            assert_eq!(trap.is_fault(), status == S::PageFault);
+            assert_eq!(RemoteStatus::from_u8(status as u8), Some(status));
+        }
+        assert_eq!(RemoteStatus::from_u8(0), Some(RemoteStatus::Ok));
+        assert_eq!(RemoteStatus::from_u8(200), None);
+    }
+
+    #[test]
+    fn drop_reasons_are_indexed_in_order_with_unique_names() {
+        for (i, r) in DropReason::ALL.iter().enumerate() {
+            assert_eq!(*r as usize, i);
+            for other in &DropReason::ALL[..i] {
+                assert_ne!(r.name(), other.name());
+            }
+        }
+        // Existing counter indices never move.
+        assert_eq!(DropReason::NoBuffer as usize, 13);
+        assert_eq!(DropReason::BadFlags as usize, 19);
+        assert_eq!(DropReason::BadReply as usize, DropReason::COUNT - 1);
+    }
+}

@@ -1,0 +1,337 @@
+//! The poll loop: the "network interface" of one node, driven by one core.
+//!
+//! ```text
+//! poll():  rx burst -> parse -> (connection, key, sequence) -> oplogic -> NAK/ACK
+//!          service send queues -> frames of cells -> tx burst
+//!          timers (retransmission, connection management)
+//! ```
+//! The worker owns the port, the tables and the TLB; applications reach it through
+//! lock-free queues in [`ConnShared`] / [`CqShared`] for the fast path, and through
+//! `&mut Worker` (behind the device's mutex) for the control path. It runs either on a
+//! dedicated thread or inline, when the application's poll calls drive it.
+//!
+//! Delivery here is in order with cumulative acknowledgements, NAKs for refused
+//! messages and go-back-N retransmission on timeout, bounded by a retry limit. (The
+//! selective, credit-based machine of DESIGN.md §5 replaces this later.) Nothing on the
+//! per-frame path allocates, locks or makes a syscall.
+//!
+//! * [`recv`]: frames in — sequence, operation logic (plan, then commit), replies to
+//!   reads and atomics, events, exceptions and their repair ([`Worker::resume`]).
+//! * [`send`]: frames out — work requests into messages, acknowledgements and NAKs,
+//!   completions.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use crossbeam::queue::ArrayQueue;
+
+mod recv;
+mod send;
+
+pub(crate) use send::fail_connection;
+
+use crate::connection::{seq_lt, ConnShared, ConnState, ConnTable, CqShared, WcStatus};
+use crate::events::EventQueue;
+use crate::oplogic::DropReason;
+use crate::port::{rdtsc, Port, RxBatch, TxBatch};
+use crate::tables::{EndpointId, EndpointTable, NodeAddr, NodeId, NodeTable, RegisterFile};
+use crate::tlb::{Tlb, TlbStats};
+use crate::wire::{self, WireError};
+
+/// How far behind the expected sequence number a message still counts as a
+/// retransmitted duplicate (acknowledged again); anything else out of order is refused.
+pub const DUPLICATE_WINDOW: u32 = 1 << 20;
+
+/// Worker tunables.
+#[derive(Debug, Clone)]
+pub struct WorkerConfig {
+    /// This node's address (MAC defaults to the port's when all zero).
+    pub local: NodeAddr,
+    /// Retransmission timeout.
+    pub retry_timeout_us: u64,
+    /// Retransmissions of the same data before the connection goes to error.
+    pub retry_count: u32,
+    /// Interval between connection-management retries.
+    pub cm_retry_us: u64,
+    /// Give up connecting/closing after this long.
+    pub cm_timeout_us: u64,
+    /// Most unacknowledged messages per connection.
+    pub window: u32,
+    /// Most connections this node accepts.
+    pub max_connections: usize,
+    /// Address registers in the node-wide file.
+    pub registers: u32,
+    /// First receiver-not-ready back-off (doubles per retry, capped at 64x).
+    pub rnr_timeout_us: u64,
+    /// Receiver-not-ready retries before the connection goes to error (never infinite,
+    /// unlike verbs' rnr_retry = 7).
+    pub rnr_retry_count: u32,
+}
+
+impl Default for WorkerConfig {
+    fn default() -> Self {
+        WorkerConfig {
+            local: NodeAddr::from_ip([10, 0, 0, 1], wire::UDP_PORT),
+            retry_timeout_us: 20_000,
+            retry_count: 7,
+            cm_retry_us: 50_000,
+            cm_timeout_us: 5_000_000,
+            window: 4096,
+            max_connections: 4096,
+            registers: 65536,
+            rnr_timeout_us: 200,
+            rnr_retry_count: 64,
+        }
+    }
+}
+
+/// Counters of one worker (plain integers: only the worker writes them; readers copy
+/// them under the device lock).
+#[derive(Debug, Clone, Default)]
+pub struct Stats {
+    pub frames_rx: u64,
+    pub frames_tx: u64,
+    pub cells_rx: u64,
+    pub cells_tx: u64,
+    /// Frame bytes received / sent (Ethernet header to CRC trailer).
+    pub bytes_rx: u64,
+    pub bytes_tx: u64,
+    /// Payload bytes of the messages sent (first transmissions and retransmissions).
+    pub bytes_payload_tx: u64,
+    /// Messages executed (deposited) here.
+    pub msgs_rx: u64,
+    /// Messages sent (first transmissions and retransmissions).
+    pub msgs_tx: u64,
+    /// Payload bytes deposited into local endpoints.
+    pub bytes_deposited: u64,
+    pub acks_tx: u64,
+    pub naks_tx: u64,
+    pub naks_rx: u64,
+    pub retransmits: u64,
+    pub duplicates: u64,
+    /// Events posted to endpoint event queues.
+    pub events: u64,
+    /// Replies (read data, atomic old values) sent.
+    pub replies_tx: u64,
+    /// Messages held for the host to repair (page not present, event queue full).
+    pub faults: u64,
+    /// Receiver-not-ready NAKs received (the peer was exceptioned).
+    pub rnr_rx: u64,
+    /// Times the tx burst could not take every frame (back-pressure).
+    pub tx_stalls: u64,
+    pub drops: [u64; DropReason::COUNT],
+    pub tlb: TlbStats,
+}
+
+impl Stats {
+    #[inline]
+    pub fn drop_for(&mut self, r: DropReason) {
+        self.drops[r as usize] += 1;
+    }
+    /// Drop count of one reason.
+    pub fn dropped(&self, r: DropReason) -> u64 {
+        self.drops[r as usize]
+    }
+}
+
+/// The drop reason for a frame that failed validation.
+pub fn wire_drop_reason(e: &WireError) -> DropReason {
+    match e {
+        WireError::BadCrc { .. } => DropReason::BadCrc,
+        WireError::BadCheck { .. } => DropReason::BadCheck,
+        WireError::BadVersion(_) => DropReason::BadVersion,
+        WireError::Truncated { .. } | WireError::BadLength { .. } => DropReason::Truncated,
+        _ => DropReason::NotOurs,
+    }
+}
+
+/// A service waiting for connection requests.
+pub struct Listener {
+    pub service: u32,
+    pub endpoint: EndpointId,
+    pub cq: Arc<CqShared>,
+    pub opts: crate::cm::ConnectOptions,
+    /// Connections accepted by the worker, waiting for the application's `accept`.
+    pub accepted: Arc<ArrayQueue<Arc<ConnShared>>>,
+}
+
+/// One node's network interface.
+pub struct Worker {
+    pub(crate) cfg: WorkerConfig,
+    pub endpoints: EndpointTable,
+    pub nodes: NodeTable,
+    pub conns: ConnTable,
+    /// The node-wide address-register file.
+    pub regs: RegisterFile,
+    /// Event queue of each endpoint, by endpoint number.
+    pub(crate) event_queues: Vec<Option<Arc<EventQueue>>>,
+    pub(crate) tlb: Tlb,
+    pub(crate) listeners: HashMap<u32, Listener>,
+    /// (peer ip, peer connection) -> our connection, to answer repeated requests.
+    pub(crate) cm_accepted: HashMap<([u8; 4], u32), u32>,
+    pub stats: Stats,
+    rx: RxBatch,
+    pub(crate) tx: TxBatch,
+    /// Connection slots owing an acknowledgement since an earlier turn: sent by this
+    /// turn's `flush_acks` unless a data frame carried it first.
+    ack_list: Vec<usize>,
+    /// Connection slots that started owing one this turn. Waiting a turn lets the
+    /// application's reply (a ping-pong write) carry the acknowledgement.
+    ack_new: Vec<usize>,
+    pub(crate) tsc_hz: u64,
+    pub(crate) segment_max: u32,
+    next_timer: u64,
+    /// Diagnostic frames queued by [`Worker::send_raw`].
+    raw_tx: Vec<Vec<u8>>,
+    /// Last: fields drop in order, and the batches above hold mbufs of its mempool.
+    pub(crate) port: Port,
+}
+
+/// Largest payload of one message in a frame of `max_frame` bytes.
+pub fn segment_max_for(max_frame: usize) -> u32 {
+    let cells = wire::max_cells(max_frame);
+    if cells == 0 {
+        return 0;
+    }
+    (wire::BLOCK_LEN + wire::CELL_LEN * (cells - 1)) as u32
+}
+
+impl Worker {
+    /// A worker over an open port.
+    pub fn new(port: Port, mut cfg: WorkerConfig) -> Worker {
+        if cfg.local.mac == [0; 6] {
+            cfg.local.mac = port.mac();
+        }
+        let segment_max = segment_max_for(port.max_frame());
+        let mut nodes = NodeTable::new();
+        nodes.insert(cfg.local);
+        let regs = RegisterFile::new(cfg.registers);
+        Worker {
+            port,
+            cfg,
+            endpoints: EndpointTable::new(),
+            nodes,
+            conns: ConnTable::new(),
+            regs,
+            event_queues: Vec::new(),
+            tlb: Tlb::new(),
+            listeners: HashMap::new(),
+            cm_accepted: HashMap::new(),
+            stats: Stats::default(),
+            rx: RxBatch::default(),
+            tx: TxBatch::default(),
+            ack_list: Vec::with_capacity(1024),
+            ack_new: Vec::with_capacity(1024),
+            tsc_hz: crate::port::tsc_hz(),
+            segment_max,
+            next_timer: 0,
+            raw_tx: Vec::new(),
+        }
+    }
+
+    /// This node's address.
+    pub fn local(&self) -> NodeAddr {
+        self.cfg.local
+    }
+    pub fn config(&self) -> &WorkerConfig {
+        &self.cfg
+    }
+    /// The port.
+    pub fn port(&self) -> &Port {
+        &self.port
+    }
+    /// Largest payload of one message.
+    pub fn segment_max(&self) -> u32 {
+        self.segment_max
+    }
+    /// Counters, with the TLB's.
+    pub fn stats(&self) -> Stats {
+        let mut s = self.stats.clone();
+        s.tlb = self.tlb.stats();
+        s
+    }
+
+    /// Attaches the event queue of an endpoint (events for it go there).
+    pub fn set_event_queue(&mut self, id: EndpointId, q: Arc<EventQueue>) {
+        let i = id.0 as usize;
+        if self.event_queues.len() <= i {
+            self.event_queues.resize(i + 1, None);
+        }
+        self.event_queues[i] = Some(q);
+    }
+
+    /// The event queue of an endpoint.
+    pub fn event_queue(&self, id: EndpointId) -> Option<&Arc<EventQueue>> {
+        self.event_queues
+            .get(id.0 as usize)
+            .and_then(|q| q.as_ref())
+    }
+
+    pub(crate) fn us_to_tsc(&self, us: u64) -> u64 {
+        us.saturating_mul(self.tsc_hz) / 1_000_000
+    }
+
+    /// One turn of the loop; returns how much work it found (frames in + frames out).
+    pub fn poll(&mut self) -> usize {
+        let now = rdtsc();
+        let n = self.port.rx(&mut self.rx);
+        while let Some(m) = self.rx.next() {
+            self.handle_frame(&m, now);
+        }
+        self.service_send_queues(now);
+        self.flush_acks();
+        if now >= self.next_timer {
+            self.next_timer = now + self.us_to_tsc(200);
+            self.run_timers(now);
+        }
+        let queued = self.tx.len();
+        let sent = self.port.tx(&mut self.tx);
+        if sent < queued {
+            self.stats.tx_stalls += 1;
+        }
+        self.stats.frames_tx += sent as u64;
+        n + sent
+    }
+
+    fn run_timers(&mut self, now: u64) {
+        let rto_base = self.us_to_tsc(self.cfg.retry_timeout_us);
+        for slot in 0..self.conns.slots() {
+            let Some(conn) = self.conns.get_mut(slot) else {
+                continue;
+            };
+            if conn.state == ConnState::Normal
+                && !conn.inflight.is_empty()
+                && seq_lt(conn.tx_acked, conn.tx_cursor)
+                // Exponential back-off: the n-th retry waits rto * 2^n (capped at 2^6),
+                // so a briefly starved peer is not declared dead by a tight timer.
+                && now.saturating_sub(conn.last_progress) > rto_base << conn.retries.min(6)
+            {
+                conn.retries += 1;
+                if conn.retries > self.cfg.retry_count {
+                    fail_connection(conn, WcStatus::RetryExceeded);
+                } else {
+                    conn.tx_cursor = conn.tx_acked;
+                    conn.last_progress = now;
+                }
+            }
+        }
+        self.cm_timers(now);
+    }
+
+    /// Queues a raw frame for transmission as is (diagnostics and hostile-input tests).
+    pub fn send_raw(&mut self, frame: &[u8]) {
+        self.raw_tx.push(frame.to_vec());
+    }
+
+    /// The UDP source port of a connection (spreads connections over RSS queues).
+    pub(crate) fn src_port_for(number: u32) -> u16 {
+        49152 | (number as u16 & 0x3fff)
+    }
+}
+/// Node id of an address, learning it if new.
+pub(crate) fn learn_node(nodes: &mut NodeTable, addr: NodeAddr) -> NodeId {
+    match nodes.find_ip(addr.ip) {
+        Some(id) if nodes.get(id) == Some(&addr) => id,
+        _ => nodes.insert(addr),
+    }
+}

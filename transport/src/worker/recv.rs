@@ -1,0 +1,480 @@
+//! Frames in: sequence and key checks, the operation logic, replies, events, faults.
+//!
+//! Each message of a connection runs in sequence order. Operation logic first *plans*
+//! the message (every check, every new register value, with no side effect), then the
+//! worker checks what only it can (room on the event queue), then *commits*. A plan
+//! that traps with an error refuses the message (NAK, counter, optional trap event); a
+//! plan that faults (page not present) or an event queue that is full exceptions the
+//! connection: the message is kept, later ones wait (the sender is told "receiver not
+//! ready"), other connections go on, and [`Worker::resume`] runs the kept message
+//! exactly once after the host's repair.
+
+use crate::connection::{seq_lt, ConnState, Connection, Held, Pending, WcStatus};
+use crate::events::{Event, EventKind, EventQueue};
+use crate::message;
+use crate::oplogic::{self, DropReason, Plan, RegContext, RemoteStatus, Reply, TlbAccess, Trap};
+use crate::port::Mbuf;
+use crate::tables::{EndpointTable, RegisterFile};
+use crate::tlb::Tlb;
+use crate::wire::cell::flags as cflags;
+use crate::wire::{hflags, op, ControlRepr, FrameView};
+
+use super::{send, wire_drop_reason, Stats, Worker, DUPLICATE_WINDOW};
+
+/// Why a resume was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum ResumeError {
+    #[error("connection {0} does not exist")]
+    NoConnection(u32),
+    #[error("connection {0} is not exceptioned")]
+    NotExceptioned(u32),
+    #[error("the kept message still faults: {0}")]
+    StillFaulting(Trap),
+}
+
+/// What running one message came to.
+enum Ran {
+    Done,
+    /// Refused with an error trap (already counted and NAKed).
+    Refused,
+    /// Kept for the host (fault): stop processing this connection.
+    Held,
+}
+
+/// The pieces of the worker a message may touch, borrowed apart from the connection.
+struct Exec<'a> {
+    endpoints: &'a EndpointTable,
+    regs: &'a mut RegisterFile,
+    tlb: &'a mut Tlb,
+    queues: &'a [Option<std::sync::Arc<EventQueue>>],
+    stats: &'a mut Stats,
+    segment_max: u32,
+    now: u64,
+}
+
+impl Worker {
+    pub(super) fn handle_frame(&mut self, m: &Mbuf, now: u64) {
+        let (data, contiguous) = m.frame();
+        if !contiguous {
+            self.stats.drop_for(DropReason::Truncated);
+            return;
+        }
+        let frame = match FrameView::parse(data) {
+            Ok(f) => f,
+            Err(e) => {
+                self.stats.drop_for(wire_drop_reason(&e));
+                return;
+            }
+        };
+        self.stats.frames_rx += 1;
+        self.stats.cells_rx += frame.header.cells as u64;
+        self.stats.bytes_rx += data.len() as u64;
+        if frame.header.flags & hflags::CM != 0 || frame.header.dst_conn == 0 {
+            self.handle_cm(&frame, now);
+            return;
+        }
+        let Some(slot) = self.conns.slot_of(frame.header.dst_conn) else {
+            self.stats.drop_for(DropReason::UnknownConnection);
+            return;
+        };
+        let conn = self.conns.get_mut(slot).expect("slot from map");
+        if frame.header.key != conn.key {
+            self.stats.drop_for(DropReason::WrongKey);
+            return;
+        }
+        if !matches!(conn.state, ConnState::Normal | ConnState::Exceptioned) {
+            self.stats.drop_for(DropReason::UnknownConnection);
+            return;
+        }
+        let mut ex = Exec {
+            endpoints: &self.endpoints,
+            regs: &mut self.regs,
+            tlb: &mut self.tlb,
+            queues: &self.event_queues,
+            stats: &mut self.stats,
+            segment_max: self.segment_max,
+            now,
+        };
+
+        let mut seq = frame.header.seq;
+        let mut arrivals = 0u64;
+        let mut owe_ack = false;
+        for msg in frame.messages() {
+            let m = match msg {
+                Ok(m) => m,
+                Err(e) => {
+                    // The rest of the frame cannot be decoded; refuse the message at
+                    // this sequence number (once) and stop.
+                    ex.stats.drop_for(wire_drop_reason(&e));
+                    if seq == conn.rx_expected
+                        && conn.state == ConnState::Normal
+                        && conn.push_nak(seq, RemoteStatus::RemoteOperationError)
+                    {
+                        conn.rx_expected = seq.wrapping_add(1);
+                        owe_ack = true;
+                    }
+                    break;
+                }
+            };
+            if m.control.opcode == op::NAK {
+                ex.stats.naks_rx += 1;
+                send::apply_nak(conn, m.control.operand, m.control.index, now, ex.stats);
+                continue;
+            }
+            if seq != conn.rx_expected {
+                if seq_lt(seq, conn.rx_expected)
+                    && conn.rx_expected.wrapping_sub(seq) <= DUPLICATE_WINDOW
+                {
+                    // Already executed (a retransmission): acknowledge again.
+                    ex.stats.duplicates += 1;
+                    seq = seq.wrapping_add(1);
+                    owe_ack = true;
+                    continue;
+                }
+                ex.stats.drop_for(DropReason::OutOfSequence);
+                owe_ack = true;
+                break;
+            }
+            if conn.state == ConnState::Exceptioned {
+                // Later messages wait behind the kept one; the sender is told again.
+                if conn.nnaks == 0 {
+                    conn.push_nak(conn.rx_expected, RemoteStatus::PageFault);
+                }
+                owe_ack = true;
+                break;
+            }
+            if m.control.flags & cflags::REPLY != 0 {
+                if let Err(r) = take_reply(conn, &m.control, m.payload, ex.endpoints) {
+                    ex.stats.drop_for(r);
+                }
+            } else {
+                match run_message(conn, seq, &m.control, m.payload, &mut ex) {
+                    Ran::Done | Ran::Refused => {}
+                    Ran::Held => {
+                        owe_ack = true;
+                        break;
+                    }
+                }
+            }
+            ex.stats.msgs_rx += 1;
+            if m.control.flags & cflags::LAST != 0 {
+                arrivals += 1;
+            }
+            seq = seq.wrapping_add(1);
+            conn.rx_expected = seq;
+            owe_ack = true;
+        }
+        if arrivals > 0 {
+            // The worker is the only writer: a plain load and a release store (no
+            // locked instruction) publish the count after the deposits it counts.
+            let a = &conn.shared.arrivals;
+            a.store(
+                a.load(std::sync::atomic::Ordering::Relaxed) + arrivals,
+                std::sync::atomic::Ordering::Release,
+            );
+        }
+        if frame.header.flags & hflags::ACK != 0 {
+            send::process_ack(conn, frame.header.ack, now);
+        }
+        send::complete_ready(conn);
+        if owe_ack && !conn.ack_pending {
+            conn.ack_pending = true;
+            self.ack_new.push(slot);
+        }
+    }
+
+    /// Runs the message a fault kept, after the host repaired what it needed (mapped
+    /// the page, drained the event queue). It commits exactly once, in order; later
+    /// messages follow as the sender retransmits them.
+    pub fn resume(&mut self, number: u32) -> Result<(), ResumeError> {
+        let slot = self
+            .conns
+            .slot_of(number)
+            .ok_or(ResumeError::NoConnection(number))?;
+        let now = crate::port::rdtsc();
+        let conn = self.conns.get_mut(slot).expect("slot from map");
+        if conn.state != ConnState::Exceptioned {
+            return Err(ResumeError::NotExceptioned(number));
+        }
+        let held = conn
+            .held
+            .take()
+            .expect("an exceptioned connection keeps its message");
+        let mut ex = Exec {
+            endpoints: &self.endpoints,
+            regs: &mut self.regs,
+            tlb: &mut self.tlb,
+            queues: &self.event_queues,
+            stats: &mut self.stats,
+            segment_max: self.segment_max,
+            now,
+        };
+        conn.state = ConnState::Normal;
+        match run_message(conn, held.seq, &held.control, &held.payload, &mut ex) {
+            Ran::Held => {
+                let trap = conn.held.as_ref().map(|h| h.trap).unwrap_or(held.trap);
+                return Err(ResumeError::StillFaulting(trap));
+            }
+            Ran::Done | Ran::Refused => {}
+        }
+        conn.shared.set_state(ConnState::Normal);
+        if held.control.flags & cflags::LAST != 0 {
+            let a = &conn.shared.arrivals;
+            a.store(
+                a.load(std::sync::atomic::Ordering::Relaxed) + 1,
+                std::sync::atomic::Ordering::Release,
+            );
+        }
+        conn.rx_expected = held.seq.wrapping_add(1);
+        if !conn.ack_pending {
+            conn.ack_pending = true;
+            self.ack_new.push(slot);
+        }
+        Ok(())
+    }
+}
+
+/// Plans, checks and commits one message of `conn`.
+fn run_message(
+    conn: &mut Connection,
+    seq: u32,
+    control: &ControlRepr,
+    payload: &[u8],
+    ex: &mut Exec<'_>,
+) -> Ran {
+    let Some(ep) = ex.endpoints.get(conn.endpoint) else {
+        return refuse(conn, seq, control, Trap::NoEndpoint, ex);
+    };
+    let ctx = RegContext {
+        regs: ex.regs,
+        window: conn.regs,
+        globals: ep.globals(),
+        allow_forced_interrupts: conn.allow_forced_interrupts,
+    };
+    let mut mem = TlbAccess::new(conn.endpoint, ep, ex.tlb);
+    let plan = match oplogic::plan(control, payload, &ctx, &mut mem) {
+        Ok(p) => p,
+        Err(t) if t.is_fault() => return hold(conn, seq, control, payload, t, ex),
+        Err(t) => return refuse(conn, seq, control, t, ex),
+    };
+    let queue = ex
+        .queues
+        .get(conn.endpoint.0 as usize)
+        .and_then(|q| q.as_ref());
+    if plan.interrupt && !queue.is_some_and(|q| q.has_room()) {
+        return hold(conn, seq, control, payload, Trap::EventQueueFull, ex);
+    }
+    oplogic::commit(&plan, ex.regs, &mut mem);
+    after_commit(conn, seq, control, &plan, queue, ex);
+    Ran::Done
+}
+
+/// What a committed message owes: its reply, its event, its counters.
+fn after_commit(
+    conn: &mut Connection,
+    seq: u32,
+    control: &ControlRepr,
+    plan: &Plan<'_>,
+    queue: Option<&std::sync::Arc<EventQueue>>,
+    ex: &mut Exec<'_>,
+) {
+    ex.stats.bytes_deposited += plan.store.span().map_or(0, |s| u64::from(s.1));
+    match plan.reply {
+        Reply::None => {}
+        Reply::Read { ea, len, .. } => {
+            let wr = crate::connection::WorkRequest::reply(
+                seq,
+                crate::connection::Source::Endpoint {
+                    id: conn.endpoint,
+                    offset: ea,
+                },
+                len,
+            );
+            push_reply(conn, wr, ex);
+        }
+        Reply::Value(old) => {
+            let mut b = [0u8; 32];
+            b[..8].copy_from_slice(&old.to_le_bytes());
+            let wr =
+                crate::connection::WorkRequest::reply(seq, crate::connection::Source::Inline(b), 8);
+            push_reply(conn, wr, ex);
+        }
+    }
+    if plan.interrupt {
+        if let Some(q) = queue {
+            let kind = if control.opcode == op::EXCEPTION {
+                EventKind::Exception
+            } else {
+                EventKind::Interrupt
+            };
+            let e = event_of(conn, control, plan, kind, ex.now);
+            if q.push(e).is_ok() {
+                ex.stats.events += 1;
+            }
+        }
+    }
+}
+
+fn event_of(
+    conn: &Connection,
+    control: &ControlRepr,
+    plan: &Plan<'_>,
+    kind: EventKind,
+    now: u64,
+) -> Event {
+    Event {
+        kind,
+        conn: conn.number,
+        opcode: control.opcode,
+        operand: control.operand,
+        regs: plan.event.regs,
+        ea: plan.event.ea,
+        len: plan.event.len,
+        timestamp: now,
+    }
+}
+
+/// Queues a reply as a message of this connection's send stream (reserved capacity:
+/// replies are not held back by the send window).
+fn push_reply(conn: &mut Connection, wr: crate::connection::WorkRequest, ex: &mut Exec<'_>) {
+    let segments = message::segments_for(&wr, conn.segment_max.min(ex.segment_max));
+    conn.inflight.push_back(Pending {
+        wr,
+        first_seq: conn.tx_next,
+        segments,
+        status: WcStatus::Success,
+        replied: false,
+    });
+    conn.tx_next = conn.tx_next.wrapping_add(segments);
+    ex.stats.replies_tx += 1;
+}
+
+/// Refuses a message with an error trap: counted, NAKed, optionally reported.
+fn refuse(
+    conn: &mut Connection,
+    seq: u32,
+    control: &ControlRepr,
+    t: Trap,
+    ex: &mut Exec<'_>,
+) -> Ran {
+    ex.stats.drop_for(t.reason());
+    conn.shared
+        .dropped
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    if !conn.push_nak(seq, t.status()) {
+        // NAK list full: the frame is cut here and the sender retransmits the rest.
+        ex.stats.drop_for(DropReason::NoBuffer);
+    }
+    if conn.report_traps {
+        if let Some(q) = ex
+            .queues
+            .get(conn.endpoint.0 as usize)
+            .and_then(|q| q.as_ref())
+        {
+            let e = Event {
+                kind: EventKind::Trap {
+                    status: t.status() as u8,
+                    reason: t.reason() as u8,
+                },
+                conn: conn.number,
+                opcode: control.opcode,
+                operand: control.operand,
+                regs: [0; 4],
+                ea: 0,
+                len: control.length,
+                timestamp: ex.now,
+            };
+            if q.push(e).is_err() {
+                q.overflows
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+        }
+    }
+    Ran::Refused
+}
+
+/// Keeps a message for the host: the connection is exceptioned, the sender told
+/// "receiver not ready".
+fn hold(
+    conn: &mut Connection,
+    seq: u32,
+    control: &ControlRepr,
+    payload: &[u8],
+    t: Trap,
+    ex: &mut Exec<'_>,
+) -> Ran {
+    ex.stats.faults += 1;
+    ex.stats.drop_for(t.reason());
+    let len = (control.length as usize).min(payload.len());
+    conn.held = Some(Held {
+        seq,
+        control: *control,
+        // The slow path: the frame's buffer goes back to the pool, the message stays.
+        payload: payload[..len].to_vec(),
+        trap: t,
+    });
+    conn.state = ConnState::Exceptioned;
+    conn.shared.set_state(ConnState::Exceptioned);
+    conn.push_nak(seq, RemoteStatus::PageFault);
+    if let Some(q) = ex
+        .queues
+        .get(conn.endpoint.0 as usize)
+        .and_then(|q| q.as_ref())
+    {
+        let e = Event {
+            kind: EventKind::Trap {
+                status: RemoteStatus::PageFault as u8,
+                reason: t.reason() as u8,
+            },
+            conn: conn.number,
+            opcode: control.opcode,
+            operand: control.operand,
+            regs: [0; 4],
+            ea: 0,
+            len: control.length,
+            timestamp: ex.now,
+        };
+        if q.push(e).is_err() {
+            q.overflows
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+    Ran::Held
+}
+
+/// A reply to one of our reads or atomics: checked against the request, placed in the
+/// request's result range.
+fn take_reply(
+    conn: &mut Connection,
+    control: &ControlRepr,
+    payload: &[u8],
+    endpoints: &EndpointTable,
+) -> Result<(), DropReason> {
+    let Some((idx, 0)) = conn.locate(control.index) else {
+        return Err(DropReason::BadReply);
+    };
+    let p = &mut conn.inflight[idx];
+    if !p.wr.opcode.wants_reply() || p.first_seq != control.index || p.replied {
+        return Err(DropReason::BadReply);
+    }
+    let Some((id, off)) = p.wr.result else {
+        return Err(DropReason::BadReply);
+    };
+    let len = control.length as u64;
+    let data = payload.get(..len as usize).ok_or(DropReason::Truncated)?;
+    if u64::from(control.operand) + len > u64::from(p.wr.len) {
+        return Err(DropReason::BadReply);
+    }
+    let e = endpoints.get(id).ok_or(DropReason::BadReply)?;
+    let at = off + u64::from(control.operand);
+    if at + len > e.len() {
+        return Err(DropReason::BadReply);
+    }
+    e.memory()
+        .write(e.offset() + at as usize, data)
+        .map_err(|_| DropReason::BadReply)?;
+    if control.flags & cflags::LAST != 0 {
+        p.replied = true;
+    }
+    Ok(())
+}

@@ -1,0 +1,383 @@
+//! Frames out: work requests into messages, acknowledgements and NAKs, completions.
+//!
+//! Per connection, posted work requests are admitted into flight within the window
+//! (replies to the peer's reads and atomics join the same stream, outside the window),
+//! then turned into frames from the transmit cursor on; a retransmission only moves the
+//! cursor back, since [`message`] rebuilds every message identically. Completions are
+//! generated in posting order once a request is acknowledged (and, for reads and
+//! atomics, its reply has arrived).
+
+use crate::connection::{
+    seq_lt, Completion, ConnState, Connection, Pending, Source, WcStatus, WorkRequest, WrOpcode,
+    WR_SIGNALED,
+};
+use crate::message;
+use crate::oplogic::{DropReason, RemoteStatus};
+use crate::tables::{EndpointTable, NodeAddr, NodeTable};
+use crate::wire::{hflags, op, ControlRepr, FrameWriter, TransportRepr, UnderlayRepr};
+
+use super::{Stats, Worker};
+
+impl Worker {
+    /// Sends one acknowledgement frame (with any NAKs) per connection that needs one.
+    pub(super) fn flush_acks(&mut self) {
+        if self.ack_list.is_empty() {
+            std::mem::swap(&mut self.ack_list, &mut self.ack_new);
+            return;
+        }
+        let mut i = 0;
+        while i < self.ack_list.len() {
+            if self.tx.is_full() && self.port.tx(&mut self.tx) == 0 {
+                // Keep the rest for the next turn.
+                self.ack_list.drain(..i);
+                self.ack_list.append(&mut self.ack_new);
+                return;
+            }
+            let slot = self.ack_list[i];
+            i += 1;
+            let Some(conn) = self.conns.get_mut(slot) else {
+                continue;
+            };
+            if !conn.ack_pending {
+                continue;
+            }
+            let Some(mut mbuf) = self.port.alloc() else {
+                self.stats.drop_for(DropReason::NoBuffer);
+                self.ack_list.drain(..i - 1);
+                self.ack_list.append(&mut self.ack_new);
+                return;
+            };
+            let max = self.port.max_frame();
+            let hdr = ack_header(conn, 0);
+            let underlay = conn_underlay(&self.cfg.local, &self.nodes, conn);
+            let room = &mut mbuf.room_mut()[..max];
+            let Ok(mut w) = FrameWriter::new(room, &underlay, &hdr) else {
+                continue;
+            };
+            let mut pushed = 0;
+            for k in 0..conn.nnaks {
+                let (seq, status) = conn.naks[k];
+                let c = ControlRepr {
+                    opcode: op::NAK,
+                    operand: seq,
+                    index: status as u32,
+                    ..Default::default()
+                };
+                if w.push(&c, &[]).is_err() {
+                    break;
+                }
+                pushed += 1;
+            }
+            conn.naks.copy_within(pushed..conn.nnaks, 0);
+            conn.nnaks -= pushed;
+            self.stats.naks_tx += pushed as u64;
+            self.stats.cells_tx += pushed as u64;
+            if conn.nnaks == 0 {
+                conn.ack_pending = false;
+            } else {
+                i -= 1; // more NAKs for this connection: another frame
+            }
+            let len = w.finish();
+            mbuf.set_len(len);
+            self.stats.acks_tx += 1;
+            self.stats.bytes_tx += len as u64;
+            let _ = self.tx.push(mbuf);
+        }
+        self.ack_list.clear();
+        std::mem::swap(&mut self.ack_list, &mut self.ack_new);
+    }
+
+    /// Sends every owed acknowledgement now (before a disconnect request, so the peer
+    /// learns that its last messages ran before it hears the connection is gone).
+    pub(crate) fn flush_acks_now(&mut self) {
+        self.ack_list.append(&mut self.ack_new);
+        self.flush_acks();
+        self.ack_list.append(&mut self.ack_new);
+        self.flush_acks();
+    }
+
+    /// Turns posted work requests into frames, connection by connection.
+    pub(super) fn service_send_queues(&mut self, now: u64) {
+        for q in self.raw_tx.drain(..) {
+            if let Some(mut m) = self.port.alloc() {
+                let n = q.len().min(m.room_mut().len());
+                m.room_mut()[..n].copy_from_slice(&q[..n]);
+                m.set_len(n);
+                if let Err(m) = self.tx.push(m) {
+                    drop(m);
+                }
+            }
+        }
+        for slot in 0..self.conns.slots() {
+            if self.tx.is_full() && self.port.tx(&mut self.tx) == 0 {
+                return;
+            }
+            let Some(conn) = self.conns.get_mut(slot) else {
+                continue;
+            };
+            match conn.state {
+                ConnState::Normal | ConnState::Exceptioned => {}
+                ConnState::Error | ConnState::Closed => {
+                    flush_queue(conn);
+                    continue;
+                }
+                _ => continue,
+            }
+            if now < conn.rnr_until {
+                continue; // the peer is not ready: back off
+            }
+            admit_work(conn, &self.endpoints, self.segment_max);
+            while seq_lt(conn.tx_cursor, conn.tx_next) {
+                if self.tx.is_full() && self.port.tx(&mut self.tx) == 0 {
+                    break;
+                }
+                let Some(mut mbuf) = self.port.alloc() else {
+                    self.stats.drop_for(DropReason::NoBuffer);
+                    break;
+                };
+                if conn.tx_cursor == conn.tx_acked {
+                    conn.last_progress = now;
+                }
+                let max = self.port.max_frame();
+                let underlay = conn_underlay(&self.cfg.local, &self.nodes, conn);
+                let hdr = data_header(conn);
+                let room = &mut mbuf.room_mut()[..max];
+                let Ok(mut w) = FrameWriter::new(room, &underlay, &hdr) else {
+                    break;
+                };
+                let (sent, bytes, resent) = fill_frame(conn, &mut w, &self.endpoints);
+                if sent == 0 {
+                    break;
+                }
+                self.stats.msgs_tx += sent as u64;
+                self.stats.retransmits += resent as u64;
+                self.stats.cells_tx += w.cells() as u64;
+                self.stats.bytes_payload_tx += bytes;
+                let len = w.finish();
+                self.stats.bytes_tx += len as u64;
+                mbuf.set_len(len);
+                if conn.nnaks == 0 {
+                    conn.ack_pending = false; // piggy-backed
+                }
+                let _ = self.tx.push(mbuf);
+            }
+        }
+    }
+}
+
+pub(super) fn conn_underlay(
+    local: &NodeAddr,
+    nodes: &NodeTable,
+    conn: &Connection,
+) -> UnderlayRepr {
+    let peer = nodes.get(conn.peer).copied().unwrap_or(*local);
+    UnderlayRepr {
+        src_mac: local.mac,
+        dst_mac: peer.mac,
+        src_ip: local.ip,
+        dst_ip: peer.ip,
+        src_port: Worker::src_port_for(conn.number),
+        dst_port: peer.udp_port,
+    }
+}
+
+fn ack_header(conn: &Connection, cells: u16) -> TransportRepr {
+    TransportRepr {
+        flags: hflags::ACK,
+        cells,
+        dst_conn: conn.peer_conn,
+        key: conn.peer_key,
+        seq: conn.tx_next,
+        ack: conn.rx_expected,
+        credits: 0,
+        src_conn: conn.number,
+    }
+}
+
+fn data_header(conn: &Connection) -> TransportRepr {
+    TransportRepr {
+        seq: conn.tx_cursor,
+        ..ack_header(conn, 0)
+    }
+}
+
+/// Moves work requests from the application's send queue into flight, within the
+/// window. Requests whose local ranges are invalid complete at once.
+fn admit_work(conn: &mut Connection, endpoints: &EndpointTable, segment_max: u32) {
+    while conn.tx_next.wrapping_sub(conn.tx_acked) < conn.window {
+        // `is_empty` is two plain loads; `pop` on an empty queue also pays a full
+        // fence, so never pop to find out that the queue is empty.
+        if conn.shared.sq.is_empty() {
+            break;
+        }
+        let Some(wr) = conn.shared.sq.pop() else {
+            break;
+        };
+        let inside = |id, offset: u64, len: u32| {
+            endpoints.get(id).is_some_and(|e| {
+                offset
+                    .checked_add(u64::from(len))
+                    .is_some_and(|end| end <= e.len())
+            })
+        };
+        let source_ok = match wr.source {
+            Source::Endpoint { id, offset } => inside(id, offset, wr.len),
+            _ => true,
+        };
+        let result_ok = match wr.result {
+            Some((id, offset)) => inside(id, offset, wr.len),
+            None => !wr.opcode.wants_reply(),
+        };
+        if !source_ok || !result_ok {
+            complete(conn, &wr, WcStatus::LocalProtectionError);
+            continue;
+        }
+        let segments = message::segments_for(&wr, conn.segment_max.min(segment_max));
+        if segments == 1 && !message::single_message_fits(&wr, conn.segment_max.min(segment_max)) {
+            complete(conn, &wr, WcStatus::LocalLengthError);
+            continue;
+        }
+        conn.inflight.push_back(Pending {
+            wr,
+            first_seq: conn.tx_next,
+            segments,
+            status: WcStatus::Success,
+            replied: false,
+        });
+        conn.tx_next = conn.tx_next.wrapping_add(segments);
+    }
+}
+
+/// Puts messages from `tx_cursor` on into the frame; returns (messages, payload bytes,
+/// messages that were sent before: retransmissions).
+fn fill_frame(
+    conn: &mut Connection,
+    w: &mut FrameWriter<'_>,
+    endpoints: &EndpointTable,
+) -> (u32, u64, u32) {
+    let Some((mut idx, mut seg)) = conn.locate(conn.tx_cursor) else {
+        return (0, 0, 0);
+    };
+    let mut sent = 0u32;
+    let mut resent = 0u32;
+    let mut bytes = 0u64;
+    while idx < conn.inflight.len() {
+        let p = &conn.inflight[idx];
+        let wr = p.wr;
+        let (control, seg_off) = message::control_for(&wr, seg, p.segments, conn.segment_max);
+        if !w.fits(control.length) {
+            break;
+        }
+        let pushed = w.push_with(&control, |dst| {
+            message::fill_payload(&wr, seg_off, dst, endpoints)
+        });
+        if pushed.is_err() {
+            break;
+        }
+        sent += 1;
+        bytes += u64::from(control.length);
+        if seq_lt(conn.tx_cursor, conn.tx_sent_max) {
+            resent += 1;
+        }
+        conn.tx_cursor = conn.tx_cursor.wrapping_add(1);
+        if seq_lt(conn.tx_sent_max, conn.tx_cursor) {
+            conn.tx_sent_max = conn.tx_cursor;
+        }
+        seg += 1;
+        if seg == conn.inflight[idx].segments {
+            idx += 1;
+            seg = 0;
+        }
+    }
+    (sent, bytes, resent)
+}
+
+/// A NAK from the peer: an error for the request that message belongs to, or — for
+/// "receiver not ready" (the peer's host must repair a fault) — a pause and a rewind
+/// of the transmit cursor, bounded by the RNR retry limit.
+pub(super) fn apply_nak(conn: &mut Connection, seq: u32, code: u32, now: u64, stats: &mut Stats) {
+    let status = RemoteStatus::from_u8(code as u8).unwrap_or(RemoteStatus::RemoteInvalidRequest);
+    if status == RemoteStatus::PageFault {
+        stats.rnr_rx += 1;
+        if seq_lt(seq, conn.tx_acked) || !seq_lt(seq, conn.tx_next) {
+            return;
+        }
+        conn.rnr_retries += 1;
+        if conn.rnr_retries > conn.rnr_retry_limit {
+            fail_connection(conn, WcStatus::RnrRetryExceeded);
+            return;
+        }
+        let backoff = conn.rnr_timeout << conn.rnr_retries.min(6);
+        conn.rnr_until = now + backoff;
+        conn.tx_cursor = seq;
+        conn.last_progress = now + backoff;
+        return;
+    }
+    if let Some((idx, _)) = conn.locate(seq) {
+        let p = &mut conn.inflight[idx];
+        if p.status == WcStatus::Success {
+            p.status = WcStatus::from_remote(status);
+        }
+    }
+}
+
+/// Cumulative acknowledgement: everything before `ack` arrived and ran.
+pub(super) fn process_ack(conn: &mut Connection, ack: u32, now: u64) {
+    if !seq_lt(conn.tx_acked, ack) || seq_lt(conn.tx_next, ack) {
+        return; // old, or acknowledges what was never sent
+    }
+    conn.tx_acked = ack;
+    conn.retries = 0;
+    conn.rnr_retries = 0;
+    conn.last_progress = conn.last_progress.max(now);
+    if seq_lt(conn.tx_cursor, ack) {
+        conn.tx_cursor = ack;
+    }
+}
+
+/// Completes, in posting order, the requests that are acknowledged and ready.
+pub(super) fn complete_ready(conn: &mut Connection) {
+    while let Some(p) = conn.inflight.front() {
+        let end = p.first_seq.wrapping_add(p.segments);
+        if seq_lt(conn.tx_acked, end) || !p.ready() {
+            break;
+        }
+        let p = conn.inflight.pop_front().expect("front exists");
+        complete(conn, &p.wr, p.status);
+    }
+}
+
+fn complete(conn: &Connection, wr: &WorkRequest, status: WcStatus) {
+    if matches!(wr.opcode, WrOpcode::Reply { .. }) {
+        return; // ours, not the application's
+    }
+    if status != WcStatus::Success || wr.flags & WR_SIGNALED != 0 {
+        conn.shared.cq.push(Completion {
+            wr_id: wr.wr_id,
+            status,
+            opcode: wr.opcode,
+            byte_len: wr.len,
+            conn: conn.number,
+        });
+    }
+}
+/// Completes everything still queued on a connection that is no longer usable.
+fn flush_queue(conn: &mut Connection) {
+    while let Some(p) = conn.inflight.pop_front() {
+        complete(conn, &p.wr, WcStatus::Flushed);
+    }
+    while let Some(wr) = conn.shared.sq.pop() {
+        complete(conn, &wr, WcStatus::Flushed);
+    }
+}
+
+/// Moves a connection to error: the request that failed completes with `status`,
+/// everything else outstanding is flushed.
+pub(crate) fn fail_connection(conn: &mut Connection, status: WcStatus) {
+    conn.state = ConnState::Error;
+    conn.shared.set_state(ConnState::Error);
+    if let Some(p) = conn.inflight.pop_front() {
+        complete(conn, &p.wr, status);
+    }
+    flush_queue(conn);
+}
