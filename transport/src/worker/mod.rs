@@ -15,9 +15,9 @@
 //! selective, credit-based machine of DESIGN.md §5 replaces this later.) Nothing on the
 //! per-frame path allocates, locks or makes a syscall.
 //!
-//! * [`recv`]: frames in — sequence, operation logic (plan, then commit), replies to
+//! * `recv`: frames in — sequence, operation logic (plan, then commit), replies to
 //!   reads and atomics, events, exceptions and their repair ([`Worker::resume`]).
-//! * [`send`]: frames out — work requests into messages, acknowledgements and NAKs,
+//! * `send`: frames out — work requests into messages, acknowledgements and NAKs,
 //!   completions.
 
 use std::collections::HashMap;
