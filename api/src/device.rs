@@ -5,12 +5,13 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use deposit_transport::cm::ConnectOptions;
+use deposit_transport::cm::{ConnectOptions, Registers};
 use deposit_transport::connection::{ConnShared, ConnState};
+use deposit_transport::events::EventQueue as Queue;
 use deposit_transport::mem::EndpointMemory;
 use deposit_transport::oplogic::DropReason;
 use deposit_transport::port::{self, EalInfo, Port, PortConfig, PortSpec};
-use deposit_transport::tables::{EndpointEntry, NodeAddr, Rights};
+use deposit_transport::tables::{EndpointEntry, NodeAddr, RegProt, RegWindow, Rights};
 use deposit_transport::tlb::TlbStats;
 use deposit_transport::wire;
 use deposit_transport::worker::{Stats, Worker, WorkerConfig};
@@ -49,6 +50,14 @@ pub struct DeviceConfig {
     pub retry_count: u32,
     pub cm_timeout: Duration,
     pub max_connections: usize,
+    /// Address registers in the node-wide file.
+    pub registers: u32,
+    /// Depth of each endpoint's event queue.
+    pub event_queue_depth: usize,
+    /// First receiver-not-ready back-off; doubles per retry (at most 64x).
+    pub rnr_timeout: Duration,
+    /// Receiver-not-ready retries before a connection goes to error (bounded).
+    pub rnr_retry_count: u32,
 }
 
 impl DeviceConfig {
@@ -64,6 +73,10 @@ impl DeviceConfig {
             retry_count: 7,
             cm_timeout: Duration::from_secs(5),
             max_connections: 4096,
+            registers: 65536,
+            event_queue_depth: 1024,
+            rnr_timeout: Duration::from_micros(200),
+            rnr_retry_count: 64,
         }
     }
     pub fn progress(mut self, p: Progress) -> Self {
@@ -158,6 +171,7 @@ struct Core {
 
 pub(crate) struct DeviceInner {
     core: Arc<Core>,
+    event_queue_depth: usize,
     thread: Mutex<Option<JoinHandle<()>>>,
     local: NodeAddr,
     max_frame: usize,
@@ -172,6 +186,9 @@ impl DeviceInner {
     #[inline]
     pub(crate) fn progress(&self) -> usize {
         self.core.progress()
+    }
+    pub(crate) fn is_dedicated(&self) -> bool {
+        self.core.progress == Progress::Dedicated
     }
 }
 
@@ -257,6 +274,9 @@ impl Device {
             retry_count: cfg.retry_count,
             cm_timeout_us: cfg.cm_timeout.as_micros() as u64,
             max_connections: cfg.max_connections,
+            registers: cfg.registers,
+            rnr_timeout_us: cfg.rnr_timeout.as_micros() as u64,
+            rnr_retry_count: cfg.rnr_retry_count,
             ..WorkerConfig::default()
         };
         let max_frame = port.max_frame();
@@ -273,6 +293,7 @@ impl Device {
         });
         let inner = Arc::new(DeviceInner {
             core: core.clone(),
+            event_queue_depth: cfg.event_queue_depth,
             thread: Mutex::new(None),
             local,
             max_frame,
@@ -335,7 +356,13 @@ impl Device {
         rights: Rights,
     ) -> Result<Endpoint, Error> {
         let entry = EndpointEntry::new(mem.clone(), offset, len, rights)?;
-        let id = self.inner.lock().endpoints.insert(entry);
+        let events = Arc::new(Queue::new(self.inner.event_queue_depth));
+        let id = {
+            let mut w = self.inner.lock();
+            let id = w.endpoints.insert(entry);
+            w.set_event_queue(id, events.clone());
+            id
+        };
         Ok(Endpoint(Arc::new(EpInner {
             dev: self.inner.clone(),
             id,
@@ -343,6 +370,7 @@ impl Device {
             offset,
             len,
             rights,
+            events,
         })))
     }
 
@@ -416,6 +444,19 @@ impl Device {
         ep: &Endpoint,
         cq: &CompletionQueue,
     ) -> Result<Connection, Error> {
+        self.connect_with(peer_ip, service, ep, cq, &ConnOptions::default())
+    }
+
+    /// [`Device::connect`] with options for what the peer may do here (register window,
+    /// forced interrupts, trap reports).
+    pub fn connect_with(
+        &self,
+        peer_ip: [u8; 4],
+        service: u32,
+        ep: &Endpoint,
+        cq: &CompletionQueue,
+        opts: &ConnOptions,
+    ) -> Result<Connection, Error> {
         self.check_ep(ep)?;
         let shared = {
             let mut w = self.inner.lock();
@@ -424,13 +465,7 @@ impl Device {
                 .find_ip(peer_ip)
                 .and_then(|id| w.nodes.get(id).copied())
                 .unwrap_or(NodeAddr::from_ip(peer_ip, wire::UDP_PORT));
-            w.connect(
-                peer,
-                service,
-                ep.0.id,
-                cq.shared.clone(),
-                &ConnectOptions::default(),
-            )?
+            w.connect(peer, service, ep.0.id, cq.shared.clone(), &opts.transport())?
         };
         loop {
             match shared.state() {
@@ -464,14 +499,22 @@ impl Device {
         ep: &Endpoint,
         cq: &CompletionQueue,
     ) -> Result<Listener, Error> {
+        self.listen_with(service, ep, cq, &ConnOptions::default())
+    }
+
+    /// [`Device::listen`] with options applied to every accepted connection.
+    pub fn listen_with(
+        &self,
+        service: u32,
+        ep: &Endpoint,
+        cq: &CompletionQueue,
+        opts: &ConnOptions,
+    ) -> Result<Listener, Error> {
         self.check_ep(ep)?;
-        let q = self.inner.lock().listen(
-            service,
-            ep.0.id,
-            cq.shared.clone(),
-            &ConnectOptions::default(),
-            64,
-        )?;
+        let q =
+            self.inner
+                .lock()
+                .listen(service, ep.0.id, cq.shared.clone(), &opts.transport(), 64)?;
         Ok(Listener {
             dev: self.clone(),
             service,
@@ -479,6 +522,46 @@ impl Device {
             ep: ep.clone(),
             cq: cq.clone(),
         })
+    }
+
+    /// Allocates `n` address registers from the node-wide file (zeroed, no sender
+    /// rights). Give them to connections ([`ConnOptions::registers`]) or endpoints
+    /// ([`Endpoint::set_global_registers`]); windows may nest or overlap.
+    pub fn alloc_registers(&self, n: u32) -> Result<RegWindow, Error> {
+        Ok(self.inner.lock().regs.alloc(n)?)
+    }
+    /// Returns registers to the file.
+    pub fn free_registers(&self, w: RegWindow) -> Result<(), Error> {
+        Ok(self.inner.lock().regs.free(w)?)
+    }
+    fn reg_abs(w: RegWindow, i: u32) -> Result<u32, Error> {
+        if i < w.len {
+            Ok(w.base + i)
+        } else {
+            Err(Error::InvalidArgument(format!(
+                "register {i} outside a window of {}",
+                w.len
+            )))
+        }
+    }
+    /// Reads register `i` of window `w`, atomically with respect to message processing.
+    pub fn read_register(&self, w: RegWindow, i: u32) -> Result<u64, Error> {
+        let abs = Self::reg_abs(w, i)?;
+        self.inner
+            .lock()
+            .regs
+            .get(abs)
+            .ok_or_else(|| Error::InvalidArgument(format!("register {abs} not in the file")))
+    }
+    /// Writes register `i` of window `w`, atomically with respect to message processing.
+    pub fn write_register(&self, w: RegWindow, i: u32, v: u64) -> Result<(), Error> {
+        let abs = Self::reg_abs(w, i)?;
+        Ok(self.inner.lock().regs.set(abs, v)?)
+    }
+    /// Sets what senders may do with register `i` of window `w`.
+    pub fn set_register_protection(&self, w: RegWindow, i: u32, p: RegProt) -> Result<(), Error> {
+        let abs = Self::reg_abs(w, i)?;
+        Ok(self.inner.lock().regs.set_prot(abs, p)?)
     }
 
     /// Device counters.
@@ -514,6 +597,41 @@ impl Drop for DeviceInner {
         let h = self.thread.lock().unwrap_or_else(|e| e.into_inner()).take();
         if let Some(h) = h {
             let _ = h.join();
+        }
+    }
+}
+
+/// What the peer of a connection may do here (the receiving side's settings).
+#[derive(Debug, Clone)]
+pub struct ConnOptions {
+    /// The register window the peer's messages name.
+    pub registers: Registers,
+    /// Whether the peer may force interrupts (conditional ALWAYS, software exceptions).
+    pub allow_forced_interrupts: bool,
+    /// Whether refused messages are also reported on the endpoint's event queue.
+    pub report_traps: bool,
+    /// Depth of the connection's send queue.
+    pub sq_depth: usize,
+}
+
+impl Default for ConnOptions {
+    fn default() -> Self {
+        ConnOptions {
+            registers: Registers::None,
+            allow_forced_interrupts: true,
+            report_traps: false,
+            sq_depth: 4096,
+        }
+    }
+}
+
+impl ConnOptions {
+    fn transport(&self) -> ConnectOptions {
+        ConnectOptions {
+            sq_depth: self.sq_depth,
+            registers: self.registers,
+            allow_forced_interrupts: self.allow_forced_interrupts,
+            report_traps: self.report_traps,
         }
     }
 }

@@ -3,10 +3,10 @@
 use std::sync::Arc;
 
 use deposit_transport::mem::{Backing, EndpointMemory};
-use deposit_transport::tables::{EndpointId, Rights};
+use deposit_transport::tables::{EndpointId, RegWindow, Rights, PAGE_SIZE};
 
 use crate::device::DeviceInner;
-use crate::Error;
+use crate::{Error, EventQueue};
 
 /// A local endpoint. Remote peers address it by offset through a connection; the
 /// application reads and writes it here. Remote deposits may land at any moment, so
@@ -22,6 +22,7 @@ pub(crate) struct EpInner {
     pub(crate) offset: usize,
     pub(crate) len: usize,
     pub(crate) rights: Rights,
+    pub(crate) events: Arc<deposit_transport::events::EventQueue>,
 }
 
 impl std::fmt::Debug for Endpoint {
@@ -98,6 +99,43 @@ impl Endpoint {
         let at = self.check(off, 8)?;
         Ok(self.0.mem.load_u64(at)?)
     }
+    /// The endpoint's event queue (conditional interrupts, software exceptions).
+    pub fn events(&self) -> EventQueue {
+        EventQueue {
+            dev: self.0.dev.clone(),
+            q: self.0.events.clone(),
+        }
+    }
+
+    /// Gives the endpoint global registers: names `global(0..w.len)` of every
+    /// connection into it (one queue fed by many senders).
+    pub fn set_global_registers(&self, w: RegWindow) -> Result<(), Error> {
+        let mut dev = self.0.dev.lock();
+        let e = dev
+            .endpoints
+            .get_mut(self.0.id)
+            .ok_or_else(|| Error::InvalidArgument("endpoint released".into()))?;
+        e.set_globals(w);
+        Ok(())
+    }
+
+    /// Logical pages of the endpoint's page map (4 KiB each).
+    pub fn pages(&self) -> u64 {
+        (self.0.len as u64).div_ceil(PAGE_SIZE)
+    }
+
+    /// Marks logical page `page` present or not ("page out" / revoke). A message
+    /// touching a page that is not present exceptions its connection until the page is
+    /// back and the connection resumed ([`crate::Connection::resume`]).
+    pub fn set_page_present(&self, page: u64, present: bool) -> Result<(), Error> {
+        let mut dev = self.0.dev.lock();
+        let e = dev
+            .endpoints
+            .get_mut(self.0.id)
+            .ok_or_else(|| Error::InvalidArgument("endpoint released".into()))?;
+        Ok(e.set_page_present(page, present)?)
+    }
+
     /// Drives progress (inline mode) — convenient inside a polling loop.
     #[inline]
     pub fn progress(&self) {

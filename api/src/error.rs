@@ -29,4 +29,6 @@ pub enum Error {
     InvalidArgument(String),
     #[error("the endpoint belongs to another device")]
     ForeignEndpoint,
+    #[error(transparent)]
+    Resume(#[from] deposit_transport::worker::ResumeError),
 }

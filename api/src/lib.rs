@@ -27,12 +27,20 @@
 mod device;
 mod endpoint;
 mod error;
+mod events;
 mod queue;
+mod wr;
 
-pub use device::{Device, DeviceConfig, DeviceStats, Listener, Progress};
+pub use device::{ConnOptions, Device, DeviceConfig, DeviceStats, Listener, Progress};
 pub use endpoint::Endpoint;
 pub use error::Error;
-pub use queue::{CompletionQueue, Connection, WriteRequest};
+pub use events::EventQueue;
+pub use queue::{CompletionQueue, Connection};
+pub use wr::{global, Cond, Order, RegOp, Src, WorkRequest, WriteRequest};
+
+pub use deposit_transport::cm::Registers;
+pub use deposit_transport::events::{Event, EventKind};
+pub use deposit_transport::tables::{RegProt, RegWindow};
 
 pub use deposit_transport::cm::RejectReason;
 pub use deposit_transport::connection::{Completion, ConnState, WcStatus, WrOpcode};

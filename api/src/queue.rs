@@ -5,11 +5,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use deposit_transport::connection::{
-    Completion, ConnShared, ConnState, CqShared, Source, WorkRequest, WrOpcode, WR_SIGNALED,
+    Completion, ConnShared, ConnState, CqShared, Source, WrOpcode,
 };
+use deposit_transport::wire::cell::{flags, AddrMode};
 
 use crate::device::DeviceInner;
-use crate::{Endpoint, Error};
+use crate::{Endpoint, Error, WorkRequest};
 
 /// A completion queue. Several connections may share one.
 #[derive(Clone)]
@@ -75,89 +76,6 @@ impl CompletionQueue {
     }
 }
 
-/// A write work request (the seed's send registers: opcode, operand, size, mode).
-#[derive(Debug, Clone, Copy)]
-pub struct WriteRequest {
-    pub(crate) wr: WorkRequest,
-}
-
-impl WriteRequest {
-    /// Write `len` bytes from `local` at `local_offset` to the remote endpoint at
-    /// `remote_offset`. The local range must not change until the request completes.
-    pub fn from_endpoint(
-        wr_id: u64,
-        local: &Endpoint,
-        local_offset: u64,
-        len: u32,
-        remote_offset: u32,
-    ) -> Self {
-        WriteRequest {
-            wr: WorkRequest::write(
-                wr_id,
-                Source::Endpoint {
-                    id: local.0.id,
-                    offset: local_offset,
-                },
-                len,
-                remote_offset,
-            ),
-        }
-    }
-
-    /// Write up to 32 bytes carried in the request itself.
-    pub fn inline(wr_id: u64, data: &[u8], remote_offset: u32) -> Result<Self, Error> {
-        if data.len() > 32 {
-            return Err(Error::InvalidArgument(format!(
-                "inline data of {} bytes (at most 32)",
-                data.len()
-            )));
-        }
-        let mut block = [0u8; 32];
-        block[..data.len()].copy_from_slice(data);
-        Ok(WriteRequest {
-            wr: WorkRequest::write(
-                wr_id,
-                Source::Inline(block),
-                data.len() as u32,
-                remote_offset,
-            ),
-        })
-    }
-
-    /// Write words of one 32-byte block under an 8-bit mask: word i (4 bytes at
-    /// `remote_offset + 4*i`) is written when bit i of `mask` is set.
-    pub fn masked(wr_id: u64, block: [u8; 32], mask: u8, remote_offset: u32) -> Self {
-        WriteRequest {
-            wr: WorkRequest {
-                opcode: WrOpcode::WriteMasked { mask },
-                ..WorkRequest::write(wr_id, Source::Inline(block), 32, remote_offset)
-            },
-        }
-    }
-
-    /// Ask for a completion on success too (errors always complete).
-    pub fn signaled(mut self) -> Self {
-        self.wr.flags |= WR_SIGNALED;
-        self
-    }
-    /// Sets or clears the signaled flag.
-    pub fn set_signaled(&mut self, on: bool) {
-        if on {
-            self.wr.flags |= WR_SIGNALED;
-        } else {
-            self.wr.flags &= !WR_SIGNALED;
-        }
-    }
-    /// Changes the request id.
-    pub fn set_wr_id(&mut self, id: u64) {
-        self.wr.wr_id = id;
-    }
-    /// Changes the remote offset.
-    pub fn set_remote_offset(&mut self, off: u32) {
-        self.wr.remote.operand = off;
-    }
-}
-
 /// A connection: authorises traffic between a local and a remote endpoint.
 pub struct Connection {
     dev: Arc<DeviceInner>,
@@ -182,29 +100,41 @@ impl Connection {
         }
     }
 
-    /// Posts a write (the "go"). Fails at once, with nothing queued, when the send
-    /// queue is full or the connection is not usable.
+    /// Posts a work request (the "go"). Fails at once, with nothing queued, when the
+    /// send queue is full, the connection is not usable or the request cannot be
+    /// carried.
     #[inline]
-    pub fn post_write(&self, req: &WriteRequest) -> Result<(), Error> {
+    pub fn post(&self, req: &WorkRequest) -> Result<(), Error> {
         let wr = &req.wr;
         let state = self.shared.state();
-        if state != ConnState::Normal {
+        if !matches!(state, ConnState::Normal | ConnState::Exceptioned) {
             return Err(Error::NotConnected(state));
         }
-        if (wr.remote.operand as u64) + (wr.len as u64) > u32::MAX as u64 + 1 {
+        let direct = AddrMode::from_flags(wr.remote.mode_flags) == AddrMode::Direct
+            && wr.remote.mode_flags & flags::REG_TARGET == 0;
+        if direct
+            && matches!(wr.opcode, WrOpcode::Write | WrOpcode::Read)
+            && u64::from(wr.remote.operand) + u64::from(wr.len) > u64::from(u32::MAX) + 1
+        {
             return Err(Error::InvalidArgument(format!(
                 "remote range {}+{} beyond the 32-bit offset space",
                 wr.remote.operand, wr.len
             )));
         }
-        if let Source::Endpoint { id, offset } = wr.source {
-            if id != self.ep.0.id && offset.checked_add(wr.len as u64).is_none() {
+        if let Source::Endpoint { offset, .. } = wr.source {
+            if offset.checked_add(u64::from(wr.len)).is_none() {
                 return Err(Error::InvalidArgument("local range overflows".into()));
             }
         }
         self.shared.sq.push(*wr).map_err(|_| Error::SendQueueFull {
             depth: self.shared.sq.capacity(),
         })
+    }
+
+    /// Same as [`Connection::post`] (the first release's name).
+    #[inline]
+    pub fn post_write(&self, req: &WorkRequest) -> Result<(), Error> {
+        self.post(req)
     }
 
     /// Messages (work requests) that have arrived complete on this connection — the
@@ -242,6 +172,18 @@ impl Connection {
     #[inline]
     pub fn progress(&self) -> usize {
         self.dev.progress()
+    }
+
+    /// Messages from the peer refused on this connection (sticky, never reset).
+    pub fn dropped(&self) -> u64 {
+        self.shared.dropped.load(Ordering::Relaxed)
+    }
+
+    /// After the host repaired the fault that exceptioned this connection (made the
+    /// page present, drained the event queue), runs the kept message — exactly once, in
+    /// order — and lets the peer's later messages in again.
+    pub fn resume(&self) -> Result<(), Error> {
+        Ok(self.dev.lock().resume(self.shared.number)?)
     }
 
     /// Closes the connection: outstanding work completes as flushed, the peer is told.

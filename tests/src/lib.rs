@@ -153,6 +153,27 @@ impl RingPair {
     }
 }
 
+impl Conns {
+    /// Assembles the pieces of a connection set up by hand.
+    pub fn from_parts(
+        client: Connection,
+        server: Connection,
+        cep: Endpoint,
+        sep: Endpoint,
+        ccq: CompletionQueue,
+        listener: Listener,
+    ) -> Conns {
+        Conns {
+            client,
+            server,
+            cep,
+            sep,
+            ccq,
+            _listener: listener,
+        }
+    }
+}
+
 /// Both ends of a connection and their endpoints.
 pub struct Conns {
     pub client: Connection,
@@ -189,6 +210,23 @@ pub fn wait_until(dev: &Device, timeout: Duration, mut f: impl FnMut() -> bool) 
         }
     }
     true
+}
+
+/// Waits for an event on `ep`, driving the (inline) sending device meanwhile.
+pub fn wait_event(sender: &Device, ep: &Endpoint, timeout: Duration) -> Option<deposit::Event> {
+    let start = Instant::now();
+    let q = ep.events();
+    loop {
+        if let Some(e) = q.poll() {
+            return Some(e);
+        }
+        if start.elapsed() > timeout {
+            return None;
+        }
+        if sender.progress() == 0 {
+            std::thread::yield_now();
+        }
+    }
 }
 
 /// A fresh directory for memif sockets, removed on drop.

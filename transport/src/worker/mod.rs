@@ -28,6 +28,7 @@ use crossbeam::queue::ArrayQueue;
 mod recv;
 mod send;
 
+pub use recv::ResumeError;
 pub(crate) use send::fail_connection;
 
 use crate::connection::{seq_lt, ConnShared, ConnState, ConnTable, CqShared, WcStatus};

@@ -1,0 +1,316 @@
+//! Work requests: the seed's send registers (opcode, operand, index, size, mode) as a
+//! builder. Start from an operation, add the addressing mode, register operations and
+//! a conditional, then post it on a connection.
+//!
+//! ```
+//! use deposit::{Cond, Order, RegOp, Src, WorkRequest};
+//! // The seed's priority queue: deposit at the queue pointer (register 0, its stride
+//! // in register 1), interrupt if the priority beats the level in register 2, and or
+//! // the priority into the level.
+//! let priority = 4;
+//! let wr = WorkRequest::write_inline(1, b"job", 0).unwrap()
+//!     .post_increment(0)
+//!     .operand(priority)
+//!     .cond(Cond::Gt, Src::Operand, 2)
+//!     .op1(RegOp::Or, 2, Src::Operand)
+//!     .order(Order::CondFirst);
+//! # let _ = wr;
+//! ```
+//!
+//! Register names: `0..=127` are the connection's register window at the receiver,
+//! [`global`]`(n)` the target endpoint's global register `n`.
+
+use deposit_transport::connection::{Remote, Source, WorkRequest as Wr, WrOpcode, WR_SIGNALED};
+use deposit_transport::wire::cell::{flags, AddrMode};
+use deposit_transport::wire::compound::{CompoundRepr, CondRepr, OpSource, RegOpRepr};
+
+pub use deposit_transport::wire::compound::{Cond, Order, RegOp};
+
+use crate::{Endpoint, Error};
+
+/// The name of global register `n` of the target endpoint (`n < 127`).
+pub const fn global(n: u8) -> u8 {
+    128 + n
+}
+
+/// The source of a register operation or the right-hand side of a conditional.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Src {
+    /// The message operand (zero-extended; sign-extended for signed operations).
+    Operand,
+    /// A register, by name.
+    Reg(u8),
+}
+
+impl Src {
+    fn wire(self) -> OpSource {
+        match self {
+            Src::Operand => OpSource::Operand,
+            Src::Reg(n) => OpSource::Reg(n),
+        }
+    }
+}
+
+/// A work request, ready to post with [`crate::Connection::post`].
+#[derive(Debug, Clone, Copy)]
+pub struct WorkRequest {
+    pub(crate) wr: Wr,
+    compound: Option<CompoundRepr>,
+}
+
+/// The name the first release used for writes; every operation is a [`WorkRequest`].
+pub type WriteRequest = WorkRequest;
+
+fn endpoint_source(ep: &Endpoint, offset: u64) -> Source {
+    Source::Endpoint {
+        id: ep.0.id,
+        offset,
+    }
+}
+
+impl WorkRequest {
+    fn new(wr_id: u64, opcode: WrOpcode, len: u32, source: Source) -> WorkRequest {
+        WorkRequest {
+            wr: Wr {
+                opcode,
+                ..Wr::write(wr_id, source, len, 0)
+            },
+            compound: None,
+        }
+    }
+
+    /// Write `len` bytes from `local` at `local_offset` to the remote endpoint at
+    /// `remote_offset`. The local range must not change until the request completes.
+    pub fn write(
+        wr_id: u64,
+        local: &Endpoint,
+        local_offset: u64,
+        len: u32,
+        remote_offset: u32,
+    ) -> Self {
+        WorkRequest::new(
+            wr_id,
+            WrOpcode::Write,
+            len,
+            endpoint_source(local, local_offset),
+        )
+        .operand(remote_offset)
+    }
+
+    /// Same as [`WorkRequest::write`] (the first release's name).
+    pub fn from_endpoint(
+        wr_id: u64,
+        local: &Endpoint,
+        local_offset: u64,
+        len: u32,
+        remote_offset: u32,
+    ) -> Self {
+        WorkRequest::write(wr_id, local, local_offset, len, remote_offset)
+    }
+
+    /// Write up to 32 bytes carried in the request itself.
+    pub fn write_inline(wr_id: u64, data: &[u8], remote_offset: u32) -> Result<Self, Error> {
+        if data.len() > 32 {
+            return Err(Error::InvalidArgument(format!(
+                "inline data of {} bytes (at most 32)",
+                data.len()
+            )));
+        }
+        let mut block = [0u8; 32];
+        block[..data.len()].copy_from_slice(data);
+        Ok(WorkRequest::new(
+            wr_id,
+            WrOpcode::Write,
+            data.len() as u32,
+            Source::Inline(block),
+        )
+        .operand(remote_offset))
+    }
+
+    /// Same as [`WorkRequest::write_inline`] (the first release's name).
+    pub fn inline(wr_id: u64, data: &[u8], remote_offset: u32) -> Result<Self, Error> {
+        WorkRequest::write_inline(wr_id, data, remote_offset)
+    }
+
+    /// Write words of one 32-byte block under an 8-bit mask: word i (4 bytes at
+    /// `remote_offset + 4*i`) is written when bit i of `mask` is set.
+    pub fn masked(wr_id: u64, block: [u8; 32], mask: u8, remote_offset: u32) -> Self {
+        WorkRequest::new(
+            wr_id,
+            WrOpcode::WriteMasked { mask },
+            32,
+            Source::Inline(block),
+        )
+        .operand(remote_offset)
+    }
+
+    /// Read `len` bytes of the remote endpoint at `remote_offset` into `local` at
+    /// `local_offset`. The receiver needs remote-read rights.
+    pub fn read(
+        wr_id: u64,
+        local: &Endpoint,
+        local_offset: u64,
+        len: u32,
+        remote_offset: u32,
+    ) -> Self {
+        let mut w =
+            WorkRequest::new(wr_id, WrOpcode::Read, len, Source::None).operand(remote_offset);
+        w.wr.result = Some((local.0.id, local_offset));
+        w
+    }
+
+    /// Fetch-and-add on the 8-byte remote word at `remote_offset` (8-aligned, remote
+    /// atomic rights); the old value lands in `result` at `result_offset` (8 bytes,
+    /// native order).
+    pub fn fetch_add(
+        wr_id: u64,
+        result: &Endpoint,
+        result_offset: u64,
+        remote_offset: u32,
+        add: u64,
+    ) -> Self {
+        let mut w = WorkRequest::new(wr_id, WrOpcode::FetchAdd { add }, 8, Source::None)
+            .operand(remote_offset);
+        w.wr.result = Some((result.0.id, result_offset));
+        w
+    }
+
+    /// Compare-and-swap on the 8-byte remote word at `remote_offset`: stores `swap` if
+    /// it holds `compare`; the old value lands in `result` at `result_offset`.
+    pub fn cmp_swap(
+        wr_id: u64,
+        result: &Endpoint,
+        result_offset: u64,
+        remote_offset: u32,
+        compare: u64,
+        swap: u64,
+    ) -> Self {
+        let mut w = WorkRequest::new(wr_id, WrOpcode::CmpSwap { compare, swap }, 8, Source::None)
+            .operand(remote_offset);
+        w.wr.result = Some((result.0.id, result_offset));
+        w
+    }
+
+    /// Register operations and/or a conditional only, no memory access.
+    pub fn reg_op(wr_id: u64) -> Self {
+        WorkRequest::new(wr_id, WrOpcode::RegOp, 0, Source::None)
+    }
+
+    /// A software exception: always an event at the receiver (if the connection allows
+    /// sender-forced interrupts).
+    pub fn exception(wr_id: u64, operand: u32) -> Self {
+        WorkRequest::new(wr_id, WrOpcode::Exception, 0, Source::None).operand(operand)
+    }
+
+    /// verbs SEND as the degenerate case of the model: a write of `len` bytes at the
+    /// receiver's queue pointer (register `queue`, its stride in `queue + 1`), which it
+    /// post-increments. The receiver decides where the data lands; the sender names no
+    /// address (one message: at most [`crate::Device::segment_max`] bytes).
+    pub fn send(wr_id: u64, local: &Endpoint, local_offset: u64, len: u32, queue: u8) -> Self {
+        WorkRequest::write(wr_id, local, local_offset, len, 0).post_increment(queue)
+    }
+
+    /// [`WorkRequest::send`] with up to 32 bytes carried inline.
+    pub fn send_inline(wr_id: u64, data: &[u8], queue: u8) -> Result<Self, Error> {
+        Ok(WorkRequest::write_inline(wr_id, data, 0)?.post_increment(queue))
+    }
+
+    fn mode(mut self, mode: AddrMode, ra: u8) -> Self {
+        self.wr.remote.mode_flags =
+            (self.wr.remote.mode_flags & !flags::ADDR_MASK) | mode.to_flags();
+        self.wr.remote.regs[0] = ra;
+        self
+    }
+
+    /// Indirect addressing: the effective address is the value of register `ra`.
+    pub fn indirect(self, ra: u8) -> Self {
+        self.mode(AddrMode::Indirect, ra)
+    }
+    /// Indexed addressing: register `ra` plus the operand.
+    pub fn indexed(self, ra: u8, offset: u32) -> Self {
+        self.mode(AddrMode::Indexed, ra).operand(offset)
+    }
+    /// Indirect with post-increment: `ea = <ra>; ra += <ra+1>`.
+    pub fn post_increment(self, ra: u8) -> Self {
+        self.mode(AddrMode::PostIncrement, ra)
+    }
+    /// Atomics only: act on register `ra` instead of endpoint memory.
+    pub fn on_register(mut self, ra: u8) -> Self {
+        self = self.mode(AddrMode::Direct, ra);
+        self.wr.remote.mode_flags |= flags::REG_TARGET;
+        self
+    }
+    /// The message operand (the remote offset in direct mode).
+    pub fn operand(mut self, v: u32) -> Self {
+        self.wr.remote.operand = v;
+        self
+    }
+
+    fn compound_mut(&mut self) -> &mut CompoundRepr {
+        self.compound.get_or_insert(CompoundRepr::NONE)
+    }
+
+    fn sync(mut self) -> Self {
+        self.wr.remote.compound = self.compound.map(|c| c.to_bytes());
+        self
+    }
+
+    /// Register operation 1: `dst ← dst op src` (or `dst ← op(src)` for SET/NOT/NEG).
+    pub fn op1(mut self, op: RegOp, dst: u8, src: Src) -> Self {
+        self.wr.remote.regs[1] = dst;
+        self.compound_mut().op1 = RegOpRepr {
+            op,
+            src: src.wire(),
+        };
+        self.sync()
+    }
+    /// Register operation 2 (destination `rc`).
+    pub fn op2(mut self, op: RegOp, dst: u8, src: Src) -> Self {
+        self.wr.remote.regs[2] = dst;
+        self.compound_mut().op2 = RegOpRepr {
+            op,
+            src: src.wire(),
+        };
+        self.sync()
+    }
+    /// The conditional: interrupt the receiver at the end if `<reg> cond rhs`.
+    pub fn cond(mut self, cond: Cond, rhs: Src, reg: u8) -> Self {
+        self.wr.remote.regs[3] = reg;
+        self.compound_mut().cond = CondRepr {
+            cond,
+            rhs: rhs.wire(),
+        };
+        self.sync()
+    }
+    /// When the conditional is evaluated relative to the register operations.
+    pub fn order(mut self, order: Order) -> Self {
+        self.compound_mut().order = order;
+        self.sync()
+    }
+
+    /// Ask for a completion on success too (errors always complete).
+    pub fn signaled(mut self) -> Self {
+        self.wr.flags |= WR_SIGNALED;
+        self
+    }
+    /// Sets or clears the signaled flag.
+    pub fn set_signaled(&mut self, on: bool) {
+        if on {
+            self.wr.flags |= WR_SIGNALED;
+        } else {
+            self.wr.flags &= !WR_SIGNALED;
+        }
+    }
+    /// Changes the request id.
+    pub fn set_wr_id(&mut self, id: u64) {
+        self.wr.wr_id = id;
+    }
+    /// Changes the operand (the remote offset in direct mode).
+    pub fn set_remote_offset(&mut self, off: u32) {
+        self.wr.remote.operand = off;
+    }
+    /// The wire-level remote part (for diagnostics).
+    pub fn remote(&self) -> Remote {
+        self.wr.remote
+    }
+}
