@@ -357,10 +357,11 @@ impl Device {
     ) -> Result<Endpoint, Error> {
         let entry = EndpointEntry::new(mem.clone(), offset, len, rights)?;
         let events = Arc::new(Queue::new(self.inner.event_queue_depth));
+        let exceptions = Arc::new(Queue::new(self.inner.event_queue_depth));
         let id = {
             let mut w = self.inner.lock();
             let id = w.endpoints.insert(entry);
-            w.set_event_queue(id, events.clone());
+            w.set_endpoint_queues(id, events.clone(), exceptions.clone());
             id
         };
         Ok(Endpoint(Arc::new(EpInner {
@@ -371,6 +372,7 @@ impl Device {
             len,
             rights,
             events,
+            exceptions,
         })))
     }
 

@@ -23,6 +23,7 @@ pub(crate) struct EpInner {
     pub(crate) len: usize,
     pub(crate) rights: Rights,
     pub(crate) events: Arc<deposit_transport::events::EventQueue>,
+    pub(crate) exceptions: Arc<deposit_transport::events::EventQueue>,
 }
 
 impl std::fmt::Debug for Endpoint {
@@ -105,6 +106,28 @@ impl Endpoint {
             dev: self.0.dev.clone(),
             q: self.0.events.clone(),
         }
+    }
+
+    /// The endpoint's exception queue: refused messages of connections that report
+    /// them (`ConnOptions::report_traps`, kind [`crate::EventKind::Trap`] with the
+    /// status and reason) and faults that hold a connection for the host (status
+    /// `PageFault`: repair, then [`crate::Connection::resume`]).
+    pub fn exceptions(&self) -> EventQueue {
+        EventQueue {
+            dev: self.0.dev.clone(),
+            q: self.0.exceptions.clone(),
+        }
+    }
+
+    /// Sets the rights of logical page `page` (4 KiB) for remote peers; the endpoint's
+    /// own rights still apply on top.
+    pub fn set_page_rights(&self, page: u64, rights: Rights) -> Result<(), Error> {
+        let mut dev = self.0.dev.lock();
+        let e = dev
+            .endpoints
+            .get_mut(self.0.id)
+            .ok_or_else(|| Error::InvalidArgument("endpoint released".into()))?;
+        Ok(e.set_page_rights(page, rights)?)
     }
 
     /// Gives the endpoint global registers: names `global(0..w.len)` of every

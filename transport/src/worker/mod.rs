@@ -146,6 +146,15 @@ pub fn wire_drop_reason(e: &WireError) -> DropReason {
     }
 }
 
+/// The host-facing queues of one endpoint.
+#[derive(Clone)]
+pub struct EndpointQueues {
+    /// "Interrupt at end" and software exceptions.
+    pub events: Arc<EventQueue>,
+    /// Refused messages (connections with `report_traps`) and held faults.
+    pub exceptions: Arc<EventQueue>,
+}
+
 /// A service waiting for connection requests.
 pub struct Listener {
     pub service: u32,
@@ -164,8 +173,8 @@ pub struct Worker {
     pub conns: ConnTable,
     /// The node-wide address-register file.
     pub regs: RegisterFile,
-    /// Event queue of each endpoint, by endpoint number.
-    pub(crate) event_queues: Vec<Option<Arc<EventQueue>>>,
+    /// Event and exception queues of each endpoint, by endpoint number.
+    pub(crate) event_queues: Vec<Option<EndpointQueues>>,
     pub(crate) tlb: Tlb,
     pub(crate) listeners: HashMap<u32, Listener>,
     /// (peer ip, peer connection) -> our connection, to answer repeated requests.
@@ -252,17 +261,24 @@ impl Worker {
         s
     }
 
-    /// Attaches the event queue of an endpoint (events for it go there).
-    pub fn set_event_queue(&mut self, id: EndpointId, q: Arc<EventQueue>) {
+    /// Attaches the queues of an endpoint: events (interrupts, software exceptions)
+    /// and exceptions (refused messages of connections that report them, and faults
+    /// that hold a connection for the host).
+    pub fn set_endpoint_queues(
+        &mut self,
+        id: EndpointId,
+        events: Arc<EventQueue>,
+        exceptions: Arc<EventQueue>,
+    ) {
         let i = id.0 as usize;
         if self.event_queues.len() <= i {
             self.event_queues.resize(i + 1, None);
         }
-        self.event_queues[i] = Some(q);
+        self.event_queues[i] = Some(EndpointQueues { events, exceptions });
     }
 
-    /// The event queue of an endpoint.
-    pub fn event_queue(&self, id: EndpointId) -> Option<&Arc<EventQueue>> {
+    /// The queues of an endpoint.
+    pub fn endpoint_queues(&self, id: EndpointId) -> Option<&EndpointQueues> {
         self.event_queues
             .get(id.0 as usize)
             .and_then(|q| q.as_ref())

@@ -46,7 +46,7 @@ struct Exec<'a> {
     endpoints: &'a EndpointTable,
     regs: &'a mut RegisterFile,
     tlb: &'a mut Tlb,
-    queues: &'a [Option<std::sync::Arc<EventQueue>>],
+    queues: &'a [Option<super::EndpointQueues>],
     stats: &'a mut Stats,
     segment_max: u32,
     now: u64,
@@ -260,7 +260,8 @@ fn run_message(
     let queue = ex
         .queues
         .get(conn.endpoint.0 as usize)
-        .and_then(|q| q.as_ref());
+        .and_then(|q| q.as_ref())
+        .map(|q| &q.events);
     if plan.interrupt && !queue.is_some_and(|q| q.has_room()) {
         return hold(conn, seq, control, payload, Trap::EventQueueFull, ex);
     }
@@ -370,6 +371,7 @@ fn refuse(
             .queues
             .get(conn.endpoint.0 as usize)
             .and_then(|q| q.as_ref())
+            .map(|q| &q.exceptions)
         {
             let e = Event {
                 kind: EventKind::Trap {
@@ -420,6 +422,7 @@ fn hold(
         .queues
         .get(conn.endpoint.0 as usize)
         .and_then(|q| q.as_ref())
+        .map(|q| &q.exceptions)
     {
         let e = Event {
             kind: EventKind::Trap {
