@@ -8,9 +8,15 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use deposit_transport::mem::EndpointMemory;
-use deposit_transport::oplogic::{execute, TlbAccess};
-use deposit_transport::tables::{EndpointEntry, EndpointId, EndpointTable, Rights};
+use deposit_transport::oplogic::{commit, execute, plan, RegContext, TlbAccess};
+use deposit_transport::tables::{
+    EndpointEntry, EndpointId, EndpointTable, RegProt, RegWindow, RegisterFile, Rights,
+};
 use deposit_transport::tlb::Tlb;
+use deposit_transport::wire::cell::{flags, index_of, AddrMode};
+use deposit_transport::wire::compound::{
+    CompoundRepr, Cond, CondRepr, OpSource, Order, RegOp, RegOpRepr,
+};
 use deposit_transport::wire::{
     op, ControlRepr, FrameView, FrameWriter, TransportRepr, UnderlayRepr, UDP_PORT,
 };
@@ -113,6 +119,79 @@ fn main() {
         c.operand = 65536 + (i as u32 & 1023) * 32;
         black_box(execute(&c, m.payload, &mut TlbAccess::new(id, ep, &mut tlb)).unwrap());
     });
+
+    // A compound operation: indirect post-increment address generation, two register
+    // operations and a conditional, against a plain direct write of the same 32 bytes.
+    let mut regs = RegisterFile::new(64);
+    let w = regs.alloc(8).unwrap();
+    regs.set(w.base, 4096).unwrap();
+    regs.set(w.base + 1, 32).unwrap();
+    regs.set_prot(w.base, RegProt::INDIRECT).unwrap();
+    regs.set_prot(w.base + 2, RegProt::WRITE).unwrap();
+    regs.set_prot(w.base + 3, RegProt::WRITE).unwrap();
+    let desc = CompoundRepr {
+        op1: RegOpRepr {
+            op: RegOp::Add,
+            src: OpSource::Operand,
+        },
+        op2: RegOpRepr {
+            op: RegOp::Or,
+            src: OpSource::Operand,
+        },
+        cond: CondRepr {
+            cond: Cond::Gt,
+            rhs: OpSource::Operand,
+        },
+        order: Order::CondFirst,
+    }
+    .to_bytes();
+    let mut cpayload = desc.to_vec();
+    cpayload.extend_from_slice(&payload);
+    let cctl = ControlRepr {
+        opcode: op::WRITE,
+        flags: flags::LAST | flags::COMPOUND | AddrMode::PostIncrement.to_flags(),
+        operand: 1,
+        index: index_of([0, 2, 3, 2]),
+        length: cpayload.len() as u32,
+        ..Default::default()
+    };
+    bench("plan + commit, direct 32 B write", N, |i| {
+        let ep = table.get(id).unwrap();
+        let mut c = m.control;
+        c.operand = (i as u32 & 63) * 32;
+        let ctx = RegContext {
+            regs: &regs,
+            window: w,
+            globals: RegWindow::EMPTY,
+            allow_forced_interrupts: true,
+        };
+        let mut acc = TlbAccess::new(id, ep, &mut tlb);
+        let p = plan(&c, m.payload, &ctx, &mut acc).unwrap();
+        let interrupt = p.interrupt;
+        commit(&p, &mut regs, &mut acc);
+        black_box(interrupt);
+    });
+    bench(
+        "plan + commit, compound 32 B write (post-inc, 2 ops, cond)",
+        N,
+        |i| {
+            let ep = table.get(id).unwrap();
+            if i & 63 == 0 {
+                regs.set(w.base, 4096).unwrap();
+            }
+            let ctx = RegContext {
+                regs: &regs,
+                window: w,
+                globals: RegWindow::EMPTY,
+                allow_forced_interrupts: true,
+            };
+            let mut acc = TlbAccess::new(id, ep, &mut tlb);
+            let p = plan(&cctl, &cpayload, &ctx, &mut acc).unwrap();
+            let interrupt = p.interrupt;
+            commit(&p, &mut regs, &mut acc);
+            black_box(interrupt);
+        },
+    );
 
     let q = crossbeam::queue::ArrayQueue::new(4096);
     bench("send queue push + pop (crossbeam ArrayQueue)", N, |i| {
