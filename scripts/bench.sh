@@ -4,7 +4,14 @@
 # interleaved (the machine is shared and noisy), medians reported:
 #   * 32 B write message rate (write_bw) vs raw_bw frame rate, ring loopback;
 #   * write_lat vs raw_lat, ring loopback (t_typical, RTT/2);
-#   * write_lat vs raw_lat, two processes over memif.
+#   * write_lat vs raw_lat, two processes over memif;
+#   * read_lat and atomic_lat (full RTT, perftest) vs raw_lat's RTT (2 x t_typical),
+#     ring loopback;
+#   * append_bw (many senders, one queue by post-increment on a global register) with
+#     -q 1 and -q 16, 32 B, ring loopback: message rates and their ratio;
+#   * compound vs plain write message rate, 32 B, ring loopback: write_bw --compound
+#     (per message: indirect address generation, two register ops, a conditional) over
+#     write_bw; target >= 0.67 (a compound op at most 1.5x the cost of a plain write).
 # Needs a release build (scripts/run.sh or `cargo build --release -p ddperf`).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -35,8 +42,13 @@ memif() { # test field args...
 
 median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
 
-declare -a wbw rbw wl rl ml mr
+declare -a wbw rbw wl rl ml mr rdl atl ap1 ap16 cbw
 for i in $(seq "$rounds"); do
+    rdl+=("$(loop read_lat t_typical_us -s 32 -n 100000)")
+    atl+=("$(loop atomic_lat t_typical_us -n 100000)")
+    ap1+=("$(loop append_bw msg_rate_mpps -s 32 -n 1000000 -q 1)")
+    ap16+=("$(loop append_bw msg_rate_mpps -s 32 -n 1000000 -q 16)")
+    cbw+=("$(loop write_bw msg_rate_mpps -s 32 -n 1000000 --compound)")
     wbw+=("$(loop write_bw msg_rate_mpps -s 32 -n 1000000)")
     rbw+=("$(loop raw_bw msg_rate_mpps -s 32 -n 1000000)")
     wl+=("$(loop write_lat t_typical_us -s 32 -n 100000)")
@@ -52,6 +64,17 @@ a=$(median "${wl[@]}"); b=$(median "${rl[@]}")
 printf '%-44s %-10s %-10s %s\n' "ring: 32 B t_typical [us] (write_lat/raw_lat)" "$a" "$b" "$(ratio "$a" "$b")"
 a=$(median "${ml[@]}"); b=$(median "${mr[@]}")
 printf '%-44s %-10s %-10s %s\n' "memif: 32 B t_typical [us] (write/raw_lat)" "$a" "$b" "$(ratio "$a" "$b")"
+rrtt=$(python3 -c "print(2*$(median "${rl[@]}"))")
+a=$(median "${rdl[@]}")
+printf '%-44s %-10s %-10s %s\n' "ring: 32 B RTT [us] (read_lat/raw_lat RTT)" "$a" "$rrtt" "$(ratio "$a" "$rrtt")"
+a=$(median "${atl[@]}")
+printf '%-44s %-10s %-10s %s\n' "ring: 8 B RTT [us] (atomic_lat/raw_lat RTT)" "$a" "$rrtt" "$(ratio "$a" "$rrtt")"
+a=$(median "${ap16[@]}"); b=$(median "${ap1[@]}")
+printf '%-44s %-10s %-10s %s\n' "ring: 32 B append [Mpps] (-q 16 / -q 1)" "$a" "$b" "$(ratio "$a" "$b")"
+a=$(median "${cbw[@]}"); b=$(median "${wbw[@]}")
+printf '%-44s %-10s %-10s %s\n' "ring: 32 B [Mpps] (compound/plain write)" "$a" "$b" "$(ratio "$a" "$b") (target >= 0.67)"
 echo "samples: write_bw ${wbw[*]} | raw_bw ${rbw[*]}"
 echo "         write_lat ${wl[*]} | raw_lat ${rl[*]}"
 echo "         memif write_lat ${ml[*]} | memif raw_lat ${mr[*]}"
+echo "         read_lat ${rdl[*]} | atomic_lat ${atl[*]}"
+echo "         append_bw -q 1 ${ap1[*]} | -q 16 ${ap16[*]} | write_bw --compound ${cbw[*]}"

@@ -16,10 +16,19 @@
 //!
 //! The measured loop neither allocates nor makes a syscall; it reads the clock once per
 //! completion poll that retired work, not per write.
+//!
+//! `--compound` (hidden; scripts/bench.sh uses it) makes every write a compound
+//! operation, to measure what the model's per-message work costs against a plain
+//! deposit: the server gives the connection a register window of [`COMPOUND_REGS`]
+//! registers (0: the receive region's base, `INDIRECT`; 2 and 4: counters, `WRITE`;
+//! 3: a level of 0) and each write does one address generation (indirect on register
+//! 0), two register operations (`r2 += 1`, `r4 += 1`) and a conditional
+//! (`r3 > 1`: never true, so no event) with operand 1. At the end the server checks
+//! that both counters equal the number of writes it received and says so on stderr.
 
 use std::time::Instant;
 
-use deposit::WriteRequest;
+use deposit::{Cond, ConnOptions, RegOp, RegProt, RegWindow, Registers, Src, WriteRequest};
 
 use crate::error::{PerfError, Result, Wait};
 use crate::exchange::{self, Layout, RoundEnd};
@@ -41,10 +50,10 @@ pub fn run(p: &Params) -> Result<()> {
             let _socket = SocketFile::for_spec(&p.dev);
             let dev = setup::open_device(p, &p.dev, p.ip)?;
             setup::banner(&p.dev, dev.max_frame());
-            let s = setup::serve(dev, p, lay, || {})?;
+            let (s, regs) = serve(dev, p, lay, Box::new(|| {}))?;
             let mut rep = reporter(p, &s, &p.dev, true);
             rep.subtitle("server side, client's measurement");
-            let r = server(&s, p, &mut rep);
+            let r = server(&s, p, &mut rep, regs);
             s.close();
             r?;
             rep.finish();
@@ -70,9 +79,9 @@ pub fn run(p: &Params) -> Result<()> {
             setup::loopback(
                 p,
                 move |ready| {
-                    let s = setup::serve(sdev, &ps, lay, ready)?;
+                    let (s, regs) = serve(sdev, &ps, lay, ready)?;
                     let mut rep = reporter(&ps, &s, &sports, false);
-                    server(&s, &ps, &mut rep)?;
+                    server(&s, &ps, &mut rep, regs)?;
                     s.close();
                     // Dropped after the client is done (see setup::loopback).
                     Ok(s)
@@ -91,6 +100,44 @@ pub fn run(p: &Params) -> Result<()> {
     }
 }
 
+/// Registers of the `--compound` window.
+pub const COMPOUND_REGS: u32 = 5;
+
+/// Server set-up: with `--compound`, the register window the writes use.
+fn serve(
+    dev: deposit::Device,
+    p: &Params,
+    lay: Layout,
+    ready: Box<dyn FnOnce() + Send>,
+) -> Result<(Session, Option<RegWindow>)> {
+    if !p.compound {
+        return Ok((setup::serve(dev, p, lay, ready)?, None));
+    }
+    let w = dev.alloc_registers(COMPOUND_REGS)?;
+    dev.set_register_protection(w, 0, RegProt::INDIRECT)?;
+    dev.set_register_protection(w, 2, RegProt::WRITE)?;
+    dev.set_register_protection(w, 4, RegProt::WRITE)?;
+    let opts = ConnOptions {
+        registers: Registers::Window(w),
+        ..Default::default()
+    };
+    let (s, _) = setup::serve_with(dev, p, lay, &opts, |_| Ok(()), ready, 1)?;
+    Ok((s, Some(w)))
+}
+
+/// The request of every write of a round.
+fn request(p: &Params, s: &Session, size: u64) -> WriteRequest {
+    let req = WriteRequest::from_endpoint(0, &s.ep, s.lay.send as u64, size as u32, 0);
+    if !p.compound {
+        return req;
+    }
+    req.indirect(0)
+        .operand(1)
+        .op1(RegOp::Add, 2, Src::Operand)
+        .op2(RegOp::Add, 4, Src::Operand)
+        .cond(Cond::Gt, Src::Operand, 3)
+}
+
 fn reporter(p: &Params, s: &Session, ports: &str, enabled: bool) -> Reporter {
     let mut rep = Reporter::new(p.test, p.json, p.report_gbits, enabled);
     rep.info("Port", ports);
@@ -105,6 +152,12 @@ fn reporter(p: &Params, s: &Session, ports: &str, enabled: bool) -> Reporter {
     rep.info("Worker", format!("{:?}", p.progress));
     rep.info("TX depth", p.tx_depth.to_string());
     rep.info("CQ Moderation", p.cq_mod.to_string());
+    if p.compound {
+        rep.info(
+            "Compound",
+            "indirect r0; r2 += 1; r4 += 1; interrupt if r3 > 1",
+        );
+    }
     rep.info(
         "Connection",
         format!(
@@ -134,7 +187,7 @@ fn client(s: &Session, p: &Params, rep: &mut Reporter) -> Result<()> {
 
 /// One size: the measured loop.
 fn stream(s: &Session, p: &Params, size: u64) -> Result<BwStats> {
-    let mut req = WriteRequest::from_endpoint(0, &s.ep, s.lay.send as u64, size as u32, 0);
+    let mut req = request(p, s, size);
     let (target, run_for) = match p.span {
         Span::Iters(n) => (n, None),
         Span::Duration(d) => (u64::MAX, Some(d)),
@@ -205,7 +258,7 @@ fn stream(s: &Session, p: &Params, size: u64) -> Result<BwStats> {
 
 /// The server: lets the writes land, waits for each round's marker, reports the
 /// client's numbers.
-fn server(s: &Session, p: &Params, rep: &mut Reporter) -> Result<()> {
+fn server(s: &Session, p: &Params, rep: &mut Reporter, regs: Option<RegWindow>) -> Result<()> {
     exchange::wait_hello(&s.dev, &s.ep, &s.lay, p)?;
     // Nothing of round 0 can have arrived yet (see lat.rs).
     let mut base = s.conn.arrivals();
@@ -236,6 +289,14 @@ fn server(s: &Session, p: &Params, rep: &mut Reporter) -> Result<()> {
     }
     if p.role == Role::Server {
         eprintln!("ddperf: server done: {total} writes received");
+    }
+    if let Some(w) = regs {
+        let (r2, r4) = (s.dev.read_register(w, 2)?, s.dev.read_register(w, 4)?);
+        if r2 == total && r4 == total {
+            eprintln!("ddperf: compound check: OK (both counters {total})");
+        } else {
+            eprintln!("ddperf: warning: compound counters r2 = {r2}, r4 = {r4}, expected {total}");
+        }
     }
     Ok(())
 }

@@ -3,11 +3,11 @@
 //! and one end-of-round marker per size.
 //!
 //! ```text
-//! endpoint:  0          S            2S          2S+64             2S+64+32r
-//!            | receive  |  send      | parameter  | round markers ... |
-//!            | (peer    |  (source   | block      | (32 bytes each)   |
-//!            |  writes) |   of ours) | (64 bytes) |                   |
-//! S = max(largest size, 64) rounded up to 64
+//! endpoint:  0          S            2S          2S+64             C               C+64
+//!            | receive  |  send      | parameter  | round markers ... | credit word | queue ...
+//!            | (peer    |  (source   | block      | (32 bytes each,   | (64 bytes)  | (send_* /
+//!            |  writes) |   of ours) | (64 bytes) |  64 of them)      |             |  append_bw)
+//! S = max(largest size, 64) rounded up to 64;  C = 2S + 64 + 32*64
 //! ```
 //!
 //! * The **receive** region at offset 0 is where the peer's benchmark writes land (the
@@ -23,6 +23,15 @@
 //!   data write of the round. It carries the client's count of writes (the server
 //!   cannot know it with `-D`), the elapsed time and the peak rate, so that a bandwidth
 //!   server prints the same table. Its last byte is `r + 1`.
+//!
+//! * The **credit word** (8 bytes, native order) is written by the server into the
+//!   client's endpoint when the client must wait for it: send_bw after every lap of its
+//!   receive queue, append_bw before every round (see [`send_credit`]).
+//! * The **queue** (send_lat, send_bw, append_bw only; empty otherwise) is the
+//!   receive queue that post-increment sends land in: `slots` slots of `stride` bytes.
+//!
+//! Version 2 of the parameter block added the atomic operation (`-A`), the number of
+//! connections (`-q`) and write_bw's `--compound` flag.
 //!
 //! Both rely on the transport's promise that a deposit stores its last byte last
 //! (DESIGN.md §11): once the last byte is seen, the whole block is there. Markers and
@@ -47,10 +56,14 @@ pub const MAX_ROUNDS: usize = 64;
 /// Last byte of a complete parameter block.
 const READY: u8 = 0xA5;
 const MAGIC: &[u8; 4] = b"DDPF";
-const VERSION: u8 = 1;
+const VERSION: u8 = 2;
 /// Work request ids of control writes (benchmark writes count from 1).
 const HELLO_WR: u64 = u64::MAX - 1;
 const MARKER_WR: u64 = u64::MAX - 2;
+/// Work request id of a credit write (server to client).
+const CREDIT_WR: u64 = u64::MAX - 3;
+/// Bytes reserved for the credit word.
+const CREDIT_LEN: usize = 64;
 
 /// Offsets in a test endpoint.
 #[derive(Debug, Clone, Copy)]
@@ -59,6 +72,14 @@ pub struct Layout {
     pub send: usize,
     /// Start of the control area (parameter block, then round markers).
     pub ctrl: usize,
+    /// The credit word (see the module doc).
+    pub credit: usize,
+    /// Start of the receive queue of post-increment sends.
+    pub queue: usize,
+    /// Slots of the queue (0: no queue).
+    pub slots: usize,
+    /// Bytes per queue slot (a multiple of 64).
+    pub stride: usize,
     /// Endpoint length.
     pub len: usize,
 }
@@ -66,13 +87,31 @@ pub struct Layout {
 impl Layout {
     /// The layout for sizes up to `max_size`.
     pub fn for_max_size(max_size: u64) -> Layout {
+        Layout::with_queue(max_size, 0)
+    }
+
+    /// The layout for sizes up to `max_size` with a queue of `slots` slots, each the
+    /// largest size rounded up to 64 bytes.
+    pub fn with_queue(max_size: u64, slots: usize) -> Layout {
         let region = (max_size.max(64) as usize).next_multiple_of(64);
         let ctrl = 2 * region;
+        let credit = ctrl + HELLO_LEN + MARKER_LEN * MAX_ROUNDS;
+        let queue = credit + CREDIT_LEN;
+        let stride = (max_size.max(1) as usize).next_multiple_of(64);
         Layout {
             send: region,
             ctrl,
-            len: ctrl + HELLO_LEN + MARKER_LEN * MAX_ROUNDS,
+            credit,
+            queue,
+            slots,
+            stride,
+            len: queue + slots * stride,
         }
+    }
+
+    /// Offset of queue slot `i`.
+    pub fn slot(&self, i: usize) -> usize {
+        self.queue + i * self.stride
     }
     fn marker(&self, round: usize) -> usize {
         self.ctrl + HELLO_LEN + MARKER_LEN * round
@@ -87,6 +126,9 @@ struct Hello {
     duration_ms: u64,
     iters: u64,
     size: u64,
+    atomic: u8,
+    qps: u32,
+    compound: bool,
 }
 
 impl Hello {
@@ -101,6 +143,9 @@ impl Hello {
             duration_ms,
             iters,
             size: p.max_size(),
+            atomic: p.atomic.code(),
+            qps: p.qps,
+            compound: p.compound,
         }
     }
 
@@ -113,6 +158,9 @@ impl Hello {
         b[8..16].copy_from_slice(&self.iters.to_le_bytes());
         b[16..24].copy_from_slice(&self.size.to_le_bytes());
         b[24..32].copy_from_slice(&self.duration_ms.to_le_bytes());
+        b[32] = self.atomic;
+        b[33] = self.compound as u8;
+        b[36..40].copy_from_slice(&self.qps.to_le_bytes());
         b[HELLO_LEN - 1] = READY;
         b
     }
@@ -132,6 +180,9 @@ impl Hello {
             iters: u64_at(8),
             size: u64_at(16),
             duration_ms: u64_at(24),
+            atomic: b[32],
+            compound: b[33] != 0,
+            qps: u32::from_le_bytes(b[36..40].try_into().expect("4 bytes")),
         })
     }
 
@@ -149,7 +200,25 @@ impl Hello {
         } else {
             format!("-n {}", self.iters)
         };
-        format!("{test} {sizes} {span}")
+        let mut extra = String::new();
+        if matches!(
+            Test::from_code(self.test),
+            Some(Test::AtomicLat | Test::AtomicBw)
+        ) {
+            let a = if self.atomic == 0 {
+                "FETCH_AND_ADD"
+            } else {
+                "CMP_AND_SWAP"
+            };
+            extra.push_str(&format!(" -A {a}"));
+        }
+        if self.qps != 1 {
+            extra.push_str(&format!(" -q {}", self.qps));
+        }
+        if self.compound {
+            extra.push_str(" --compound");
+        }
+        format!("{test} {sizes} {span}{extra}")
     }
 }
 
@@ -294,8 +363,24 @@ pub fn read_round_end(
     round: usize,
     arrivals_before: u64,
 ) -> Result<(RoundEnd, u64)> {
+    read_round_end_with(dev, conn.endpoint(), lay, p, round, arrivals_before, || {
+        conn.arrivals()
+    })
+}
+
+/// [`read_round_end`] with the arrival count of several connections (append_bw: the
+/// sum over every connection into the endpoint).
+pub fn read_round_end_with(
+    dev: &Device,
+    ep: &Endpoint,
+    lay: &Layout,
+    p: &Params,
+    round: usize,
+    arrivals_before: u64,
+    arrivals: impl Fn() -> u64,
+) -> Result<(RoundEnd, u64)> {
     let mut b = [0u8; MARKER_LEN];
-    conn.endpoint().read(lay.marker(round), &mut b)?;
+    ep.read(lay.marker(round), &mut b)?;
     let u64_at = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().expect("8 bytes"));
     let end = RoundEnd {
         count: u64_at(0),
@@ -308,9 +393,49 @@ pub fn read_round_end(
         p.timeout,
         "the arrival count to include the end-of-round marker",
     );
-    while conn.arrivals() < expect {
+    while arrivals() < expect {
         dev.progress();
         wait.tick()?;
     }
     Ok((end, expect))
+}
+
+/// Server: writes `value` into the client's credit word (an 8-byte inline write) and
+/// waits for its completion.
+pub fn send_credit(
+    dev: &Device,
+    conn: &Connection,
+    lay: &Layout,
+    p: &Params,
+    value: u64,
+) -> Result<()> {
+    let req =
+        WriteRequest::write_inline(CREDIT_WR, &value.to_ne_bytes(), lay.credit as u32)?.signaled();
+    conn.post(&req)?;
+    wait_control(
+        dev,
+        conn.cq(),
+        CREDIT_WR,
+        p,
+        "a credit write to the client to complete",
+    )
+}
+
+/// Client: waits until the credit word holds at least `value`.
+pub fn wait_credit(
+    dev: &Device,
+    conn: &Connection,
+    ep: &Endpoint,
+    lay: &Layout,
+    p: &Params,
+    value: u64,
+) -> Result<()> {
+    let mut wait = Wait::new(p.timeout, "the server's credit (its queue to be recycled)");
+    while ep.load_u64(lay.credit)? < value {
+        dev.progress();
+        if wait.tick()? {
+            crate::lat::check_open(conn)?;
+        }
+    }
+    Ok(())
 }

@@ -1,7 +1,8 @@
 //! `ddperf`: the perftest-style benchmark tool of the deposit transport.
 //!
 //! This file is the command line only: it turns perftest's options into [`Params`] and
-//! hands them to the test modules ([`lat`], [`bw`], [`raw`]). Habits kept from perftest
+//! hands them to the test modules ([`lat`], [`bw`], [`raw`], [`rdlat`] and [`rdbw`] for
+//! reads and atomics, [`send`] for verbs SEND, [`append`] for the shared queue). Habits kept from perftest
 //! (DESIGN.md §11): the server runs `ddperf <test> --server [opts]`, the client
 //! `ddperf <test> [opts] <server-ip>` with the same options; `--loopback` runs both
 //! sides in one process on two cross-connected ring ports with no setup at all.
@@ -9,12 +10,17 @@
 //! Exit status: 0 on success; 2 when a wait timed out; 1 for every other failure, with
 //! one line on stderr. Nothing here panics on user input.
 
+mod append;
 mod bw;
 mod error;
 mod exchange;
+mod harness;
 mod lat;
 mod raw;
+mod rdbw;
+mod rdlat;
 mod report;
+mod send;
 mod setup;
 
 use std::net::Ipv4Addr;
@@ -37,6 +43,20 @@ pub enum Test {
     RawLat,
     /// Bare DPDK burst loop on the same port, no transport (the physical limit).
     RawBw,
+    /// RDMA-read latency (ib_read_lat): full RTT of a signaled read.
+    ReadLat,
+    /// RDMA-read streaming (ib_read_bw).
+    ReadBw,
+    /// Atomic latency (ib_atomic_lat, -A): full RTT of a signaled atomic.
+    AtomicLat,
+    /// Atomic streaming (ib_atomic_bw, -A).
+    AtomicBw,
+    /// SEND ping-pong (ib_send_lat): post-increment into the peer's queue, RTT/2.
+    SendLat,
+    /// SEND streaming (ib_send_bw): post-increment into the server's queue.
+    SendBw,
+    /// -q connections appending to one server queue through a global register.
+    AppendBw,
 }
 
 impl Test {
@@ -47,11 +67,31 @@ impl Test {
             Test::WriteBw => "write_bw",
             Test::RawLat => "raw_lat",
             Test::RawBw => "raw_bw",
+            Test::ReadLat => "read_lat",
+            Test::ReadBw => "read_bw",
+            Test::AtomicLat => "atomic_lat",
+            Test::AtomicBw => "atomic_bw",
+            Test::SendLat => "send_lat",
+            Test::SendBw => "send_bw",
+            Test::AppendBw => "append_bw",
         }
     }
     /// Whether it is a latency test (ping-pong) rather than a bandwidth test.
     pub fn is_lat(self) -> bool {
-        matches!(self, Test::WriteLat | Test::RawLat)
+        matches!(
+            self,
+            Test::WriteLat | Test::RawLat | Test::ReadLat | Test::AtomicLat | Test::SendLat
+        )
+    }
+    /// What the client may do to the server's endpoint.
+    pub fn server_rights(self) -> deposit::Rights {
+        use deposit::Rights;
+        match self {
+            Test::ReadLat | Test::ReadBw => Rights::REMOTE_READ.union(Rights::REMOTE_WRITE),
+            // The read verifies atomic_bw's final counter.
+            Test::AtomicLat | Test::AtomicBw => Rights::ALL,
+            _ => Rights::REMOTE_WRITE,
+        }
     }
     /// Code in the parameter block the client sends the server.
     pub fn code(self) -> u8 {
@@ -60,13 +100,49 @@ impl Test {
             Test::WriteBw => 2,
             Test::RawLat => 3,
             Test::RawBw => 4,
+            Test::ReadLat => 5,
+            Test::ReadBw => 6,
+            Test::AtomicLat => 7,
+            Test::AtomicBw => 8,
+            Test::SendLat => 9,
+            Test::SendBw => 10,
+            Test::AppendBw => 11,
         }
     }
     /// The test with that code.
     pub fn from_code(c: u8) -> Option<Test> {
-        [Test::WriteLat, Test::WriteBw, Test::RawLat, Test::RawBw]
-            .into_iter()
+        Test::value_variants()
+            .iter()
+            .copied()
             .find(|t| t.code() == c)
+    }
+}
+
+/// perftest's `-A`: the atomic operation of atomic_lat / atomic_bw.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default)]
+pub enum AtomicOp {
+    /// Fetch-and-add 1 on the server's word.
+    #[default]
+    #[value(name = "FETCH_AND_ADD")]
+    FetchAndAdd,
+    /// Compare-and-swap k -> k+1 on the server's word (a chain that always succeeds
+    /// when executed in order).
+    #[value(name = "CMP_AND_SWAP")]
+    CmpAndSwap,
+}
+
+impl AtomicOp {
+    pub fn code(self) -> u8 {
+        match self {
+            AtomicOp::FetchAndAdd => 0,
+            AtomicOp::CmpAndSwap => 1,
+        }
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            AtomicOp::FetchAndAdd => "FETCH_AND_ADD",
+            AtomicOp::CmpAndSwap => "CMP_AND_SWAP",
+        }
     }
 }
 
@@ -137,6 +213,16 @@ struct Cli {
     /// Bound of every wait, in seconds.
     #[arg(long, default_value_t = 30.0)]
     timeout: f64,
+    /// Atomic operation of atomic_lat / atomic_bw.
+    #[arg(short = 'A', long = "atomic_type", alias = "atomic-type", value_enum, default_value_t = AtomicOp::FetchAndAdd)]
+    atomic: AtomicOp,
+    /// Connections (append_bw: senders sharing the server's queue).
+    #[arg(short = 'q', long = "qp", default_value_t = 16)]
+    qps: u32,
+    /// write_bw: post each write as a compound operation (indirect address, two
+    /// register operations and a conditional at the receiver).
+    #[arg(long, hide = true)]
+    compound: bool,
 }
 
 /// Which side(s) this process runs.
@@ -179,6 +265,12 @@ pub struct Params {
     pub service: u32,
     pub max_frame: Option<usize>,
     pub timeout: Duration,
+    /// `-A` of the atomic tests.
+    pub atomic: AtomicOp,
+    /// `-q`: connections of append_bw.
+    pub qps: u32,
+    /// write_bw `--compound`.
+    pub compound: bool,
 }
 
 impl Params {
@@ -223,12 +315,22 @@ fn resolve(cli: Cli) -> Result<Params> {
     if cli.all && cli.size.is_some() {
         return Err(PerfError::Usage("-a and -s exclude each other".into()));
     }
-    let sizes: Vec<u64> = if cli.all {
+    let sizes: Vec<u64> = if matches!(test, Test::AtomicLat | Test::AtomicBw) {
+        // perftest ignores -s / -a for atomics: always one 8-byte word.
+        vec![8]
+    } else if cli.all {
         (1..=ALL_MAX_LOG2).map(|k| 1u64 << k).collect()
     } else {
         let default = match test {
-            Test::WriteLat | Test::RawLat => 2,
-            Test::WriteBw => 65536,
+            Test::WriteLat | Test::RawLat | Test::ReadLat | Test::SendLat => 2,
+            Test::WriteBw | Test::ReadBw => 65536,
+            // ib_send_bw's 65536 needs several messages here: the largest one message
+            // carries, resolved once the port is open.
+            Test::SendBw => 0,
+            // One 8-byte word, whatever -s says (perftest).
+            Test::AtomicLat | Test::AtomicBw => 8,
+            // A record: (connection, sequence) plus padding to one 32-byte block.
+            Test::AppendBw => 32,
             // Resolved against the port's largest frame once it is open.
             Test::RawBw => 0,
         };
@@ -276,6 +378,17 @@ fn resolve(cli: Cli) -> Result<Params> {
             cli.tx_depth
         )));
     }
+    if cli.compound && test != Test::WriteBw {
+        return Err(PerfError::Usage(
+            "--compound is an option of write_bw".into(),
+        ));
+    }
+    if cli.qps == 0 || cli.qps > 256 {
+        return Err(PerfError::Usage(format!(
+            "-q {}: between 1 and 256",
+            cli.qps
+        )));
+    }
     if cli.cq_mod == 0 {
         return Err(PerfError::Usage("--cq-mod must be at least 1".into()));
     }
@@ -313,6 +426,9 @@ fn resolve(cli: Cli) -> Result<Params> {
         service: cli.service,
         max_frame: cli.max_frame,
         timeout: Duration::from_secs_f64(cli.timeout),
+        atomic: cli.atomic,
+        qps: if test == Test::AppendBw { cli.qps } else { 1 },
+        compound: cli.compound,
     })
 }
 
@@ -322,6 +438,11 @@ fn run(p: Params) -> Result<()> {
         Test::WriteBw => bw::run(&p),
         Test::RawLat => raw::run_lat(&p),
         Test::RawBw => raw::run_bw(&p),
+        Test::ReadLat | Test::AtomicLat => rdlat::run(&p),
+        Test::ReadBw | Test::AtomicBw => rdbw::run(&p),
+        Test::SendLat => send::run_lat(&p),
+        Test::SendBw => send::run_bw(&p),
+        Test::AppendBw => append::run(&p),
     }
 }
 

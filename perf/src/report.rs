@@ -43,8 +43,20 @@ pub struct LatStats {
 }
 
 impl LatStats {
-    /// Statistics of round-trip samples in nanoseconds (sorted in place).
+    /// Statistics of round-trip samples in nanoseconds (sorted in place), reported as
+    /// RTT/2 (write and send latency, perftest).
     pub fn from_rtts(bytes: u64, rtts_ns: &mut [u64]) -> LatStats {
+        LatStats::from_samples(bytes, rtts_ns, 2)
+    }
+
+    /// Statistics of round-trip samples reported as the full RTT (read and atomic
+    /// latency, perftest).
+    pub fn from_full_rtts(bytes: u64, rtts_ns: &mut [u64]) -> LatStats {
+        LatStats::from_samples(bytes, rtts_ns, 1)
+    }
+
+    /// Statistics of samples in nanoseconds, each reported divided by `div`.
+    fn from_samples(bytes: u64, rtts_ns: &mut [u64], div: u64) -> LatStats {
         rtts_ns.sort_unstable();
         let iterations = rtts_ns.len() as u64;
         // perftest drops the two highest samples.
@@ -54,7 +66,7 @@ impl LatStats {
             &rtts_ns[..]
         };
         let n = kept.len().max(1) as f64;
-        let us = |rtt_ns: u64| rtt_ns as f64 / 2000.0;
+        let us = |rtt_ns: u64| rtt_ns as f64 / (1000 * div) as f64;
         let at = |q: f64| -> f64 {
             if kept.is_empty() {
                 return 0.0;
@@ -67,7 +79,7 @@ impl LatStats {
         let mut hist = Histogram::<u64>::new_with_bounds(1, 3_600_000_000_000, 3)
             .expect("valid histogram bounds");
         for &v in kept {
-            hist.saturating_record((v / 2).max(1));
+            hist.saturating_record((v / div).max(1));
         }
         let hq = |q: f64| hist.value_at_quantile(q) as f64 / 1000.0;
         LatStats {
@@ -192,6 +204,13 @@ impl Reporter {
             Test::WriteBw => "RDMA_Write BW Test",
             Test::RawLat => "Raw DPDK Latency Test (no transport)",
             Test::RawBw => "Raw DPDK BW Test (no transport)",
+            Test::ReadLat => "RDMA_Read Latency Test",
+            Test::ReadBw => "RDMA_Read BW Test",
+            Test::AtomicLat => "Atomic Latency Test",
+            Test::AtomicBw => "Atomic BW Test",
+            Test::SendLat => "Send Latency Test",
+            Test::SendBw => "Send BW Test",
+            Test::AppendBw => "Queue Append BW Test (many senders, one queue)",
         };
         Reporter {
             test,
@@ -394,6 +413,16 @@ mod tests {
         assert_eq!(s.max, 3.0);
         assert_eq!(s.typical, 2.0);
         assert!((s.avg - 2.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn full_rtt_is_not_halved() {
+        let mut rtts: Vec<u64> = vec![2000, 4000, 6000, 1_000_000, 2_000_000];
+        let s = LatStats::from_full_rtts(8, &mut rtts);
+        assert_eq!(s.min, 2.0);
+        assert_eq!(s.max, 6.0);
+        assert_eq!(s.typical, 4.0);
+        assert!((s.hdr_p50 - 4.0).abs() < 0.01);
     }
 
     #[test]

@@ -14,7 +14,9 @@ use std::path::PathBuf;
 use std::sync::mpsc;
 use std::thread::JoinHandle;
 
-use deposit::{Completion, Connection, Device, DeviceConfig, Endpoint, Rights, WcStatus, WrOpcode};
+use deposit::{
+    Completion, ConnOptions, Connection, Device, DeviceConfig, Endpoint, Rights, WcStatus, WrOpcode,
+};
 use deposit_transport::port::{self, PortSpec};
 
 use crate::error::{PerfError, Result, Wait};
@@ -124,35 +126,90 @@ fn endpoint_and_cq(
     dev: &Device,
     p: &Params,
     lay: &Layout,
+    rights: Rights,
+    conns: usize,
 ) -> Result<(Endpoint, deposit::CompletionQueue)> {
-    let ep = dev.alloc_endpoint(lay.len, Rights::REMOTE_WRITE)?;
+    let ep = dev.alloc_endpoint(lay.len, rights)?;
     // Room for every outstanding write to complete with an error (a flush) at once.
-    let cq = dev.create_cq((p.tx_depth as usize + 64).max(256));
+    let cq = dev.create_cq((p.tx_depth as usize + 64).max(256) * conns.max(1));
     Ok((ep, cq))
 }
 
 /// Server: listens, calls `listening` (the loopback client may connect from then on)
 /// and accepts one connection.
 pub fn serve(dev: Device, p: &Params, lay: Layout, listening: impl FnOnce()) -> Result<Session> {
-    let (ep, cq) = endpoint_and_cq(&dev, p, &lay)?;
-    let listener = dev.listen(p.service, &ep, &cq)?;
+    let (s, _) = serve_with(
+        dev,
+        p,
+        lay,
+        &ConnOptions::default(),
+        |_| Ok(()),
+        listening,
+        1,
+    )?;
+    Ok(s)
+}
+
+/// [`serve`] for every test: the endpoint gets the test's rights
+/// ([`crate::Test::server_rights`]), `prepare` runs on it before the server listens
+/// (register set-up), accepted connections get `opts`, and `conns` connections are
+/// accepted (the first is the session's, the others are returned; they share its
+/// endpoint and completion queue).
+pub fn serve_with(
+    dev: Device,
+    p: &Params,
+    lay: Layout,
+    opts: &ConnOptions,
+    prepare: impl FnOnce(&Endpoint) -> Result<()>,
+    listening: impl FnOnce(),
+    conns: usize,
+) -> Result<(Session, Vec<Connection>)> {
+    let (ep, cq) = endpoint_and_cq(&dev, p, &lay, p.test.server_rights(), conns)?;
+    prepare(&ep)?;
+    let listener = dev.listen_with(p.service, &ep, &cq, opts)?;
     listening();
     let conn = listener.accept(p.timeout)?;
-    Ok(Session { dev, ep, conn, lay })
+    let mut more = Vec::with_capacity(conns.saturating_sub(1));
+    for _ in 1..conns {
+        more.push(listener.accept(p.timeout)?);
+    }
+    Ok((Session { dev, ep, conn, lay }, more))
 }
 
 /// Client: waits for the link (memif: the server process) and connects.
 pub fn dial(dev: Device, p: &Params, lay: Layout, peer: [u8; 4]) -> Result<Session> {
+    let (s, _) = dial_with(dev, p, lay, peer, &ConnOptions::default(), 1)?;
+    Ok(s)
+}
+
+/// [`dial`] with options for the server's messages here, and `conns` connections
+/// (sharing one endpoint and one completion queue; the first is the session's).
+pub fn dial_with(
+    dev: Device,
+    p: &Params,
+    lay: Layout,
+    peer: [u8; 4],
+    opts: &ConnOptions,
+    conns: usize,
+) -> Result<(Session, Vec<Connection>)> {
     wait_link(|| dev.link_up(), p)?;
-    let (ep, cq) = endpoint_and_cq(&dev, p, &lay)?;
-    let conn = dev.connect(peer, p.service, &ep, &cq).map_err(|e| match e {
-        deposit::Error::Rejected(deposit::RejectReason::Timeout) => PerfError::Timeout {
-            what: "the server to accept the connection (is `ddperf <test> --server` running with the same --service?)",
-            secs: p.timeout.as_secs_f64(),
-        },
-        e => e.into(),
-    })?;
-    Ok(Session { dev, ep, conn, lay })
+    let (ep, cq) = endpoint_and_cq(&dev, p, &lay, Rights::REMOTE_WRITE, conns)?;
+    let connect = || {
+        dev.connect_with(peer, p.service, &ep, &cq, opts)
+            .map_err(|e| match e {
+                deposit::Error::Rejected(deposit::RejectReason::Timeout) => PerfError::Timeout {
+                    what: "the server to accept the connection (is `ddperf <test> --server` running with the same --service?)",
+                    secs: p.timeout.as_secs_f64(),
+                },
+                e => e.into(),
+            })
+    };
+    let conn = connect()?;
+    let mut more = Vec::with_capacity(conns.saturating_sub(1));
+    for _ in 1..conns {
+        more.push(connect()?);
+    }
+    Ok((Session { dev, ep, conn, lay }, more))
 }
 
 /// Waits until the port's link is up (memif: the peer process has connected).

@@ -1,0 +1,334 @@
+//! `append_bw`: many senders appending to ONE receiver queue by post-increment — a
+//! test only this model has (DESIGN.md §9).
+//!
+//! The client opens `-q N` connections (default 16) to the server; the server gives
+//! its endpoint two **global registers** (`Endpoint::set_global_registers`): the
+//! queue pointer `global(0)` (protection `INDIRECT`, starting at the queue's base) and
+//! its stride `global(1)` (the size rounded up to 64). Every connection into the
+//! endpoint sees them, so each message — a write with post-increment on `global(0)`,
+//! i.e. [`deposit::WorkRequest::send`] naming `global(0)` — takes the next slot,
+//! whichever connection it came on, with no coordination between the senders: the
+//! receiver's interface serialises them.
+//!
+//! The client posts the `-n` messages of a round round-robin over its connections
+//! (message k on connection k mod N), each keeping at most `--tx-depth` outstanding
+//! and signalling every `--cq-mod`th and its last; one completion queue serves them
+//! all. Each message carries a 16-byte record: connection (u32), round + 1 (u32), k
+//! (u64), from a per-connection ring of source slots. The table is write_bw's, for the
+//! aggregate: messages of all connections over the time from the first post to the
+//! last completion.
+//!
+//! The queue holds a whole round (`-n` slots; `-D` is refused: the server could not
+//! size it). At the end of each round the server checks every slot once: exactly `n`
+//! records of this round, each k once, each from the connection it was sent on, and
+//! the queue pointer `n` strides past the base. It prints `OK` or `MISMATCH` on
+//! stderr and, on a mismatch, exits non-zero at the end. Then it puts the pointer back
+//! and lets the client start the next round through the credit word (see
+//! [`crate::exchange`]); the client waits for that credit before every round, so a
+//! round never races the server's check and reset.
+
+use std::time::Instant;
+
+use deposit::{global, ConnOptions, Device, RegProt, RegWindow, WorkRequest};
+
+use crate::error::{PerfError, Result, Wait};
+use crate::exchange::{self, Layout, RoundEnd};
+use crate::harness::{self, Side, Spec};
+use crate::lat::check_open;
+use crate::report::{BwStats, PeakRate, Reporter};
+use crate::setup::{self, EMPTY_WC};
+use crate::{Params, Span};
+
+/// Bytes of a record (the smallest size).
+const RECORD: u64 = 16;
+/// Largest size (one message per append).
+const MAX_APPEND: u64 = 16384;
+/// Bits of a work request id holding the per-connection sequence number.
+const SEQ_BITS: u32 = 40;
+
+/// Runs append_bw in this process's role.
+pub fn run(p: &Params) -> Result<()> {
+    let Span::Iters(n) = p.span else {
+        return Err(PerfError::Usage(
+            "append_bw: give -n (the server's queue holds one whole round; -D cannot size it)"
+                .into(),
+        ));
+    };
+    harness::run(
+        p,
+        Spec {
+            lay: Layout::with_queue(p.max_size().min(MAX_APPEND), n as usize),
+            serve,
+            dial,
+            server,
+            client,
+            server_prints: true,
+        },
+    )
+}
+
+fn serve(dev: Device, p: &Params, lay: Layout, ready: Box<dyn FnOnce() + Send>) -> Result<Side> {
+    let w = dev.alloc_registers(2)?;
+    dev.write_register(w, 0, lay.queue as u64)?;
+    dev.write_register(w, 1, lay.stride as u64)?;
+    dev.set_register_protection(w, 0, RegProt::INDIRECT)?;
+    let (s, more) = setup::serve_with(
+        dev,
+        p,
+        lay,
+        &ConnOptions::default(),
+        |ep| Ok(ep.set_global_registers(w)?),
+        ready,
+        p.qps as usize,
+    )?;
+    Ok(Side {
+        s,
+        more,
+        regs: Some(w),
+    })
+}
+
+fn dial(dev: Device, p: &Params, _lay: Layout, peer: [u8; 4]) -> Result<Side> {
+    // The same control area as the server's; the queue part holds our source slots.
+    let lay = Layout::with_queue(
+        p.max_size().min(MAX_APPEND),
+        p.qps as usize * p.tx_depth as usize,
+    );
+    let (s, more) = setup::dial_with(dev, p, lay, peer, &ConnOptions::default(), p.qps as usize)?;
+    Ok(Side {
+        s,
+        more,
+        regs: None,
+    })
+}
+
+/// The sizes one message carries and a record fits (`-a`: the others are skipped).
+fn sizes(side: &Side, p: &Params) -> Result<Vec<(usize, u64)>> {
+    let max = u64::from(side.s.dev.segment_max()).min(MAX_APPEND);
+    let ok: Vec<(usize, u64)> = p
+        .sizes
+        .iter()
+        .copied()
+        .filter(|&s| (RECORD..=max).contains(&s))
+        .enumerate()
+        .collect();
+    if ok.len() < p.sizes.len() {
+        if !p.all {
+            return Err(PerfError::Usage(format!(
+                "-s {}: append_bw sizes are {RECORD}..={max} B (a record, one message)",
+                p.sizes[0]
+            )));
+        }
+        eprintln!("ddperf: -a: append_bw runs sizes {RECORD}..={max} B only; others skipped");
+    }
+    Ok(ok)
+}
+
+fn record(conn: u32, round: usize, k: u64) -> [u8; RECORD as usize] {
+    let mut b = [0u8; RECORD as usize];
+    b[0..4].copy_from_slice(&conn.to_le_bytes());
+    b[4..8].copy_from_slice(&(round as u32 + 1).to_le_bytes());
+    b[8..16].copy_from_slice(&k.to_le_bytes());
+    b
+}
+
+fn client(side: &Side, p: &Params, rep: &mut Reporter) -> Result<()> {
+    let s = &side.s;
+    let sizes = sizes(side, p)?;
+    let conns: Vec<&deposit::Connection> = side.conns().collect();
+    exchange::send_hello(&s.dev, &s.conn, &s.ep, &s.lay, p)?;
+    let Span::Iters(n) = p.span else {
+        unreachable!("refused in run")
+    };
+    let q = conns.len() as u64;
+    let tx_depth = p.tx_depth as u64;
+    let cq_mod = p.cq_mod as u64;
+    let cq = s.conn.cq();
+    let mut wcs = [EMPTY_WC; 64];
+    let mut posted = vec![0u64; conns.len()];
+    let mut retired = vec![0u64; conns.len()];
+    for &(round, size) in &sizes {
+        exchange::wait_credit(&s.dev, &s.conn, &s.ep, &s.lay, p, round as u64 + 1)?;
+        let target: Vec<u64> = (0..q).map(|c| n / q + u64::from(c < n % q)).collect();
+        posted.fill(0);
+        retired.fill(0);
+        let mut k = 0u64;
+        let mut done = 0u64;
+        let mut idle = Wait::new(p.timeout, "append completions");
+        let t0 = Instant::now();
+        let mut peak = PeakRate::new(t0);
+        let end = loop {
+            while k < n {
+                let c = (k % q) as usize;
+                if posted[c] - retired[c] >= tx_depth {
+                    break;
+                }
+                let j = posted[c] + 1;
+                let at = s
+                    .lay
+                    .slot(c * tx_depth as usize + ((j - 1) % tx_depth) as usize);
+                s.ep.write(at, &record(c as u32, round, k))?;
+                let mut req = WorkRequest::send(
+                    ((c as u64) << SEQ_BITS) | j,
+                    &s.ep,
+                    at as u64,
+                    size as u32,
+                    global(0),
+                );
+                req.set_signaled(j % cq_mod == 0 || j == target[c]);
+                match conns[c].post(&req) {
+                    Ok(()) => {}
+                    Err(deposit::Error::SendQueueFull { .. }) => break,
+                    Err(e) => return Err(e.into()),
+                }
+                posted[c] = j;
+                k += 1;
+            }
+            let got = cq.poll(&mut wcs);
+            if got == 0 {
+                if idle.tick()? {
+                    check_open(&s.conn)?;
+                }
+                continue;
+            }
+            for wc in &wcs[..got] {
+                let c = (wc.wr_id >> SEQ_BITS) as usize;
+                let j = wc.wr_id & ((1 << SEQ_BITS) - 1);
+                if !wc.status.is_ok() {
+                    return Err(PerfError::Failed(format!(
+                        "{size} B: append {j} on connection {c} completed with {:?}",
+                        wc.status
+                    )));
+                }
+                if let Some(r) = retired.get_mut(c) {
+                    done += j - *r;
+                    *r = j;
+                }
+            }
+            let now = Instant::now();
+            peak.record(now, done);
+            idle.progressed();
+            if done == n {
+                break now;
+            }
+        };
+        let mut stats = BwStats {
+            bytes: size,
+            iterations: done,
+            timed: done,
+            elapsed: end.duration_since(t0),
+            peak_rate: 0.0,
+        };
+        stats.peak_rate = peak.peak(stats.rate());
+        let rend = RoundEnd {
+            count: stats.iterations,
+            elapsed: stats.elapsed,
+            peak_rate: stats.peak_rate,
+        };
+        exchange::send_round_end(&s.dev, &s.conn, &s.ep, &s.lay, p, round, &rend)?;
+        rep.bw(&stats);
+    }
+    Ok(())
+}
+
+/// Checks the queue after round `round` of `count` records from `q` connections.
+/// Returns a description of what is wrong, if anything.
+fn check_queue(
+    side: &Side,
+    w: RegWindow,
+    round: usize,
+    count: u64,
+    q: u64,
+) -> Result<Option<String>> {
+    let s = &side.s;
+    let mut seen = vec![false; count as usize];
+    let (mut foreign, mut dup, mut wrong_conn) = (0u64, 0u64, 0u64);
+    let mut b = [0u8; RECORD as usize];
+    for i in 0..count as usize {
+        s.ep.read(s.lay.slot(i), &mut b)?;
+        let conn = u32::from_le_bytes(b[0..4].try_into().expect("4 bytes")) as u64;
+        let tag = u32::from_le_bytes(b[4..8].try_into().expect("4 bytes"));
+        let k = u64::from_le_bytes(b[8..16].try_into().expect("8 bytes"));
+        if tag != round as u32 + 1 || k >= count {
+            foreign += 1;
+            continue;
+        }
+        if std::mem::replace(&mut seen[k as usize], true) {
+            dup += 1;
+        }
+        if conn != k % q {
+            wrong_conn += 1;
+        }
+    }
+    let missing = seen.iter().filter(|s| !**s).count();
+    let ptr = s.dev.read_register(w, 0)?;
+    let want = (s.lay.queue + count as usize * s.lay.stride) as u64;
+    if foreign + dup + wrong_conn == 0 && missing == 0 && ptr == want {
+        return Ok(None);
+    }
+    Ok(Some(format!(
+        "{missing} missing, {dup} duplicated, {foreign} not of this round, {wrong_conn} from the wrong connection; queue pointer {} slots past the base (expected {count})",
+        (ptr as i64 - s.lay.queue as i64) / s.lay.stride as i64
+    )))
+}
+
+fn server(side: &Side, p: &Params, rep: &mut Reporter) -> Result<()> {
+    let s = &side.s;
+    let sizes = sizes(side, p)?;
+    let w = side.regs.expect("the server has the queue registers");
+    let conns: Vec<&deposit::Connection> = side.conns().collect();
+    let q = conns.len() as u64;
+    let arrivals = || conns.iter().map(|c| c.arrivals()).sum::<u64>();
+    exchange::wait_hello(&s.dev, &s.ep, &s.lay, p)?;
+    let mut base = arrivals();
+    let mut bad = 0usize;
+    let mut total = 0u64;
+    for &(round, size) in &sizes {
+        exchange::send_credit(&s.dev, &s.conn, &s.lay, p, round as u64 + 1)?;
+        let (flag_at, flag) = exchange::round_end_flag(&s.lay, round);
+        let mut wait = Wait::new(p.timeout, "the clients' appends or the end-of-round marker");
+        let mut seen = base;
+        while s.ep.load_u8(flag_at)? != flag {
+            s.dev.progress();
+            let a = arrivals();
+            if a != seen {
+                seen = a;
+                wait.progressed();
+            }
+            if wait.tick()? {
+                check_open(&s.conn)?;
+            }
+        }
+        let (end, next) =
+            exchange::read_round_end_with(&s.dev, &s.ep, &s.lay, p, round, base, arrivals)?;
+        base = next;
+        total += end.count;
+        match check_queue(side, w, round, end.count, q)? {
+            None => eprintln!(
+                "ddperf: append check {size} B: OK ({} records from {q} connections, each once, no overlap)",
+                end.count
+            ),
+            Some(why) => {
+                bad += 1;
+                eprintln!("ddperf: append check {size} B: MISMATCH: {why}");
+            }
+        }
+        s.dev.write_register(w, 0, s.lay.queue as u64)?;
+        rep.bw(&BwStats {
+            bytes: size,
+            iterations: end.count,
+            timed: end.count,
+            elapsed: end.elapsed,
+            peak_rate: end.peak_rate,
+        });
+    }
+    if p.role == crate::Role::Server {
+        eprintln!("ddperf: server done: {total} appends received on {q} connections");
+    }
+    if bad > 0 {
+        return Err(PerfError::Failed(format!(
+            "append check failed in {bad} round(s) (see above)"
+        )));
+    }
+    Ok(())
+}

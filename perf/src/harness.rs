@@ -1,0 +1,257 @@
+//! The role plumbing the tests added after write_* share: open the device(s), meet the
+//! peer, run the server and/or client function, close, report. write_lat / write_bw
+//! keep their own copies (their output is frozen); the newer tests differ only in how
+//! a side sets up (rights, registers, connections) and what it runs, so they pass
+//! those as functions.
+//!
+//! Nothing here runs inside a measured loop.
+
+use deposit::{Connection, Device, RegWindow};
+
+use crate::error::{PerfError, Result};
+use crate::exchange::{self, Layout};
+use crate::report::Reporter;
+use crate::setup::{self, Session, SocketFile};
+use crate::{Params, Role, Test};
+
+/// One side of a test: the session (first connection), further connections
+/// (append_bw), and the register window it set up for its peer (send_*).
+pub struct Side {
+    pub s: Session,
+    pub more: Vec<Connection>,
+    pub regs: Option<RegWindow>,
+}
+
+impl Side {
+    /// Every connection, the session's first.
+    pub fn conns(&self) -> impl Iterator<Item = &Connection> {
+        std::iter::once(&self.s.conn).chain(self.more.iter())
+    }
+
+    /// Closes every connection and gives the worker a few turns to tell the peer.
+    pub fn close(&self) {
+        for c in self.more.iter() {
+            c.close();
+        }
+        self.s.close();
+    }
+}
+
+/// Sets up the server side: given the device, the options, the layout and the
+/// "listening" call of `--loopback`.
+pub type ServeFn = fn(Device, &Params, Layout, Box<dyn FnOnce() + Send>) -> Result<Side>;
+/// Sets up the client side: given the device, the options, the layout, the server.
+pub type DialFn = fn(Device, &Params, Layout, [u8; 4]) -> Result<Side>;
+/// Runs one side; the reporter prints (or not, see [`run`]).
+pub type SideFn = fn(&Side, &Params, &mut Reporter) -> Result<()>;
+
+/// What a test is made of.
+pub struct Spec {
+    pub lay: Layout,
+    pub serve: ServeFn,
+    pub dial: DialFn,
+    pub server: SideFn,
+    pub client: SideFn,
+    /// Whether the server prints the table too in two processes (bandwidth tests:
+    /// perftest's server prints the client's numbers).
+    pub server_prints: bool,
+}
+
+/// Runs a test in this process's role.
+pub fn run(p: &Params, spec: Spec) -> Result<()> {
+    if p.sizes.len() > exchange::MAX_ROUNDS {
+        return Err(PerfError::Usage(format!(
+            "at most {} sizes per run",
+            exchange::MAX_ROUNDS
+        )));
+    }
+    let lay = spec.lay;
+    match p.role {
+        Role::Server => {
+            let _socket = SocketFile::for_spec(&p.dev);
+            let dev = setup::open_device(p, &p.dev, p.ip)?;
+            setup::banner(&p.dev, dev.max_frame());
+            let side = (spec.serve)(dev, p, lay, Box::new(|| {}))?;
+            let mut rep = reporter(p, &side, &p.dev, spec.server_prints);
+            if spec.server_prints {
+                rep.subtitle("server side, client's measurement");
+            }
+            let r = (spec.server)(&side, p, &mut rep);
+            side.close();
+            r?;
+            rep.finish();
+            Ok(())
+        }
+        Role::Client { peer } => {
+            let dev = setup::open_device(p, &p.dev, p.ip)?;
+            setup::banner(&p.dev, dev.max_frame());
+            let side = (spec.dial)(dev, p, lay, peer)?;
+            let mut rep = reporter(p, &side, &p.dev, true);
+            let r = (spec.client)(&side, p, &mut rep);
+            side.close();
+            r?;
+            rep.finish();
+            Ok(())
+        }
+        Role::Loopback => {
+            let sdev = setup::open_device(p, crate::LOOP_SERVER_DEV, crate::SERVER_IP)?;
+            let cdev = setup::open_device(p, crate::LOOP_CLIENT_DEV, crate::CLIENT_IP)?;
+            let ports = format!("{} <-> {}", crate::LOOP_CLIENT_DEV, crate::LOOP_SERVER_DEV);
+            setup::banner(&ports, cdev.max_frame());
+            let ps = p.clone();
+            let sports = ports.clone();
+            let (serve, server) = (spec.serve, spec.server);
+            setup::loopback(
+                p,
+                move |ready| {
+                    let side = serve(sdev, &ps, lay, ready)?;
+                    let mut rep = reporter(&ps, &side, &sports, false);
+                    let r = server(&side, &ps, &mut rep);
+                    side.close();
+                    r?;
+                    // Dropped after the client is done (see setup::loopback).
+                    Ok(side)
+                },
+                || {
+                    let side = (spec.dial)(cdev, p, lay, crate::SERVER_IP)?;
+                    let mut rep = reporter(p, &side, &ports, true);
+                    let r = (spec.client)(&side, p, &mut rep);
+                    side.close();
+                    r?;
+                    rep.finish();
+                    Ok(())
+                },
+            )?;
+            Ok(())
+        }
+    }
+}
+
+fn reporter(p: &Params, side: &Side, ports: &str, enabled: bool) -> Reporter {
+    let s = &side.s;
+    let mut rep = Reporter::new(p.test, p.json, p.report_gbits, enabled);
+    rep.info("Port", ports);
+    rep.info(
+        "Max frame",
+        format!(
+            "{} B (one message carries up to {} B)",
+            s.dev.max_frame(),
+            s.dev.segment_max()
+        ),
+    );
+    rep.info("Worker", format!("{:?}", p.progress));
+    if !p.test.is_lat() {
+        rep.info("TX depth", p.tx_depth.to_string());
+    }
+    rep.info("CQ Moderation", p.cq_mod.to_string());
+    if matches!(p.test, Test::AtomicLat | Test::AtomicBw) {
+        rep.info("Atomic type", p.atomic.name());
+    }
+    if matches!(p.test, Test::SendLat | Test::SendBw | Test::AppendBw) {
+        rep.info(
+            "Receive queue",
+            format!(
+                "{} slots of {} B, post-increment{}",
+                s.lay.slots,
+                s.lay.stride,
+                if p.test == Test::AppendBw {
+                    " on a global register"
+                } else {
+                    ""
+                }
+            ),
+        );
+    }
+    if side.more.is_empty() {
+        rep.info(
+            "Connection",
+            format!(
+                "local {} -> remote {}",
+                s.conn.local_number(),
+                s.conn.remote_number()
+            ),
+        );
+    } else {
+        rep.info("Connections", (side.more.len() + 1).to_string());
+    }
+    rep
+}
+
+/// A server with one connection and the test's endpoint rights.
+pub fn serve_plain(
+    dev: Device,
+    p: &Params,
+    lay: Layout,
+    ready: Box<dyn FnOnce() + Send>,
+) -> Result<Side> {
+    let (s, more) = setup::serve_with(
+        dev,
+        p,
+        lay,
+        &deposit::ConnOptions::default(),
+        |_| Ok(()),
+        ready,
+        1,
+    )?;
+    Ok(Side {
+        s,
+        more,
+        regs: None,
+    })
+}
+
+/// A client with one connection.
+pub fn dial_plain(dev: Device, p: &Params, lay: Layout, peer: [u8; 4]) -> Result<Side> {
+    let s = setup::dial(dev, p, lay, peer)?;
+    Ok(Side {
+        s,
+        more: Vec::new(),
+        regs: None,
+    })
+}
+
+/// The server of the tests where only the client acts (read_*, atomic_*): it waits for
+/// the parameter block, then for each round's end marker, and checks that as many
+/// requests arrived. Prints the client's numbers for bandwidth tests.
+pub fn passive_server(side: &Side, p: &Params, rep: &mut Reporter) -> Result<()> {
+    let s = &side.s;
+    exchange::wait_hello(&s.dev, &s.ep, &s.lay, p)?;
+    // Nothing of round 0 can have arrived yet (see lat.rs).
+    let mut base = s.conn.arrivals();
+    let mut total = 0;
+    for (round, &size) in p.sizes.iter().enumerate() {
+        let (flag_at, flag) = exchange::round_end_flag(&s.lay, round);
+        let mut wait = crate::error::Wait::new(
+            p.timeout,
+            "the client's requests or its end-of-round marker",
+        );
+        let mut seen = base;
+        while s.ep.load_u8(flag_at)? != flag {
+            s.dev.progress();
+            let a = s.conn.arrivals();
+            if a != seen {
+                seen = a;
+                wait.progressed();
+            }
+            if wait.tick()? {
+                crate::lat::check_open(&s.conn)?;
+            }
+        }
+        let (end, next) = exchange::read_round_end(&s.dev, &s.conn, &s.lay, p, round, base)?;
+        base = next;
+        total += end.count;
+        if !p.test.is_lat() {
+            rep.bw(&crate::report::BwStats {
+                bytes: size,
+                iterations: end.count,
+                timed: end.count,
+                elapsed: end.elapsed,
+                peak_rate: end.peak_rate,
+            });
+        }
+    }
+    if p.role == Role::Server {
+        eprintln!("ddperf: server done: {total} requests served");
+    }
+    Ok(())
+}

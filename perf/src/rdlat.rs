@@ -1,0 +1,132 @@
+//! `read_lat` / `atomic_lat`: ib_read_lat's and ib_atomic_lat's loop.
+//!
+//! The client posts one signaled request and polls its completion queue until the
+//! completion comes back; the time from the post to the completion is one sample,
+//! reported as the FULL round trip (perftest reports reads and atomics unhalved).
+//!
+//! * read_lat reads `size` bytes at offset 0 of the server's endpoint (which has
+//!   remote-read rights for this test) into the client's receive region.
+//! * atomic_lat runs `-A FETCH_AND_ADD` (add 1) or `-A CMP_AND_SWAP` (compare k, swap
+//!   k+1: a chain that succeeds when every request executes once and in order) on the
+//!   8-byte word at offset 0 of the server's endpoint (remote-atomic rights); the size
+//!   is always 8 (`-s` is ignored, like perftest). After each sample, outside the
+//!   timed span, the returned old value is checked against the count so far.
+//!
+//! The server is passive ([`crate::harness::passive_server`]): it only drives its
+//! device until the client's end-of-round markers.
+
+use std::time::Instant;
+
+use deposit::{Completion, WorkRequest};
+
+use crate::error::{PerfError, Result, Wait};
+use crate::exchange::{self, RoundEnd};
+use crate::harness::{self, Side, Spec};
+use crate::lat::DURATION_SAMPLES;
+use crate::report::{LatStats, Reporter};
+use crate::setup::EMPTY_WC;
+use crate::{AtomicOp, Params, Span, Test};
+
+/// Runs read_lat or atomic_lat in this process's role.
+pub fn run(p: &Params) -> Result<()> {
+    harness::run(
+        p,
+        Spec {
+            lay: exchange::Layout::for_max_size(p.max_size()),
+            serve: harness::serve_plain,
+            dial: harness::dial_plain,
+            server: harness::passive_server,
+            client,
+            server_prints: false,
+        },
+    )
+}
+
+/// The request of iteration `k` (0-based, counted over the whole run).
+#[inline]
+pub fn request(p: &Params, side: &Side, size: u64, k: u64, result_off: u64) -> WorkRequest {
+    let ep = &side.s.ep;
+    match (p.test, p.atomic) {
+        (Test::ReadLat | Test::ReadBw, _) => WorkRequest::read(0, ep, result_off, size as u32, 0),
+        (_, AtomicOp::FetchAndAdd) => WorkRequest::fetch_add(0, ep, result_off, 0, 1),
+        (_, AtomicOp::CmpAndSwap) => WorkRequest::cmp_swap(0, ep, result_off, 0, k, k + 1),
+    }
+}
+
+/// Waits for the completion of the one outstanding request.
+#[inline]
+fn wait_one(side: &Side, p: &Params, t0: Instant, wcs: &mut [Completion]) -> Result<Completion> {
+    let mut wait = Wait::since(t0, p.timeout, "the completion of a read or atomic");
+    loop {
+        if side.s.conn.cq().poll(&mut wcs[..1]) == 1 {
+            return Ok(wcs[0]);
+        }
+        if wait.tick()? {
+            crate::lat::check_open(&side.s.conn)?;
+        }
+    }
+}
+
+fn client(side: &Side, p: &Params, rep: &mut Reporter) -> Result<()> {
+    let s = &side.s;
+    exchange::send_hello(&s.dev, &s.conn, &s.ep, &s.lay, p)?;
+    let (limit, run_for) = match p.span {
+        Span::Iters(n) => (n, None),
+        Span::Duration(d) => (DURATION_SAMPLES as u64, Some(d)),
+    };
+    let atomic = p.test == Test::AtomicLat;
+    let mut rtts: Vec<u64> = Vec::with_capacity(limit as usize);
+    let mut wcs = [EMPTY_WC; 1];
+    let mut k = 0u64; // atomics executed so far (the server's word)
+    let mut bad = 0u64;
+    for (round, &size) in p.sizes.iter().enumerate() {
+        rtts.clear();
+        let mut i = 0u64;
+        let round_start = Instant::now();
+        let deadline = run_for.map(|d| round_start + d);
+        while i < limit {
+            let mut req = request(p, side, size, k, 0).signaled();
+            req.set_wr_id(i + 1);
+            let t0 = Instant::now();
+            s.conn.post(&req)?;
+            let wc = wait_one(side, p, t0, &mut wcs)?;
+            let t1 = Instant::now();
+            if !wc.status.is_ok() {
+                return Err(PerfError::Failed(format!(
+                    "{} {} completed with {:?}",
+                    if atomic { "atomic" } else { "read" },
+                    wc.wr_id,
+                    wc.status
+                )));
+            }
+            rtts.push(t1.duration_since(t0).as_nanos() as u64);
+            if atomic {
+                if s.ep.load_u64(0)? != k {
+                    bad += 1;
+                }
+                k += 1;
+            }
+            i += 1;
+            if deadline.is_some_and(|d| t1 >= d) {
+                break;
+            }
+        }
+        if run_for.is_some() && i == limit {
+            eprintln!("ddperf: {size} B: stopped at {limit} samples before the -D time was up");
+        }
+        let end = RoundEnd {
+            count: i,
+            elapsed: round_start.elapsed(),
+            peak_rate: 0.0,
+        };
+        exchange::send_round_end(&s.dev, &s.conn, &s.ep, &s.lay, p, round, &end)?;
+        rep.lat(&LatStats::from_full_rtts(size, &mut rtts));
+    }
+    if bad > 0 {
+        eprintln!(
+            "ddperf: warning: {bad} of {k} atomics returned an unexpected old value ({})",
+            p.atomic.name()
+        );
+    }
+    Ok(())
+}

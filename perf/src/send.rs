@@ -1,0 +1,406 @@
+//! `send_lat` / `send_bw`: verbs SEND as the degenerate case of the deposit model.
+//!
+//! A SEND is a write with indirect post-increment addressing into a queue the
+//! RECEIVER manages: the sender names only register 0 of its connection's register
+//! window ([`deposit::WorkRequest::send`]); the receiver set register 0 to the queue's
+//! base offset in its endpoint (protection `INDIRECT`: the sender may use it as an
+//! address and post-increment it, never learn or set it) and register 1 to the slot
+//! stride (the largest size rounded up to 64 bytes). The receiver learns of a message
+//! by polling its connection's arrival counter (MINI's PDU count), not memory.
+//!
+//! ## Recycling the queue
+//!
+//! The queue is a ring of `slots` slots: the iterations of one round, capped at
+//! [`MAX_SLOTS`] (4096 with `-D`). Post-increment only moves forward, so the receiver
+//! resets register 0 to the base (`Device::write_register`) after the `slots`th
+//! message since the last reset, at a moment when it knows no message can be in
+//! flight toward its queue:
+//!
+//! * **send_lat** (ping-pong, each side sends to the other's queue, RTT/2 like
+//!   ib_send_lat): a side's next message from the peer can only come after it has
+//!   answered, so each side counts its arrivals and, when the count since the last
+//!   reset reaches `slots`, resets its register before it sends its next message
+//!   (the client after it took the sample, the server before its reply).
+//! * **send_bw**: the client streams, so it stops after every `slots` messages (counted
+//!   over the whole run) until every one of them has completed and the server's credit
+//!   word (see [`crate::exchange`]) shows that lap; the server, seeing `slots` arrivals
+//!   since its last reset, resets register 0 and then writes the lap number into the
+//!   client's credit word. With 4096 slots that costs one round trip per 4096
+//!   messages. The client also waits for the credit when a round ends on a lap
+//!   boundary, so the end-of-round marker never races a reset.
+//!
+//! The end-of-round markers are direct writes into the control area: they are
+//! arrivals too, so the receiver tells them apart by loading the arrival counter first
+//! and the marker's flag byte second (a marker stores its flag before its arrival is
+//! counted: a counter value read before an unset flag never includes the marker).
+//!
+//! Sizes are limited to one message ([`deposit::Device::segment_max`]); `-a` skips
+//! larger ones, `-s` refuses them.
+
+use std::time::Instant;
+
+use deposit::{ConnOptions, Device, RegProt, RegWindow, Registers, WorkRequest};
+
+use crate::error::{PerfError, Result, Wait};
+use crate::exchange::{self, Layout, RoundEnd};
+use crate::harness::{self, Side, Spec};
+use crate::lat::{check_open, DURATION_SAMPLES};
+use crate::rdbw::{self, Laps};
+use crate::report::{BwStats, LatStats, Reporter};
+use crate::setup::{self, EMPTY_WC};
+use crate::{Params, Span, Test};
+
+/// Most slots of a receive queue.
+pub const MAX_SLOTS: u64 = 4096;
+/// Largest size the queue's stride is sized for (larger sizes need several messages
+/// on every port we know: a SEND is one message).
+const MAX_SEND: u64 = 16384;
+
+/// Slots of the receive queue for these options.
+pub fn slots(p: &Params) -> usize {
+    match p.span {
+        Span::Iters(n) => n.clamp(1, MAX_SLOTS) as usize,
+        Span::Duration(_) => MAX_SLOTS as usize,
+    }
+}
+
+fn layout(p: &Params) -> Layout {
+    let max = match p.max_size() {
+        0 => MAX_SEND, // send_bw's default: the largest one message carries
+        m => m.min(MAX_SEND),
+    };
+    Layout::with_queue(max, slots(p))
+}
+
+/// Runs send_lat in this process's role.
+pub fn run_lat(p: &Params) -> Result<()> {
+    harness::run(
+        p,
+        Spec {
+            lay: layout(p),
+            serve,
+            dial,
+            server: lat_server,
+            client: lat_client,
+            server_prints: false,
+        },
+    )
+}
+
+/// Runs send_bw in this process's role.
+pub fn run_bw(p: &Params) -> Result<()> {
+    harness::run(
+        p,
+        Spec {
+            lay: layout(p),
+            serve,
+            dial,
+            server: bw_server,
+            client: bw_client,
+            server_prints: true,
+        },
+    )
+}
+
+/// Allocates the receive queue's registers: 0 = base (INDIRECT), 1 = stride.
+fn queue_registers(dev: &Device, lay: &Layout) -> Result<RegWindow> {
+    let w = dev.alloc_registers(2)?;
+    dev.write_register(w, 0, lay.queue as u64)?;
+    dev.write_register(w, 1, lay.stride as u64)?;
+    dev.set_register_protection(w, 0, RegProt::INDIRECT)?;
+    Ok(w)
+}
+
+fn serve(dev: Device, p: &Params, lay: Layout, ready: Box<dyn FnOnce() + Send>) -> Result<Side> {
+    let w = queue_registers(&dev, &lay)?;
+    let opts = ConnOptions {
+        registers: Registers::Window(w),
+        ..Default::default()
+    };
+    let (s, more) = setup::serve_with(dev, p, lay, &opts, |_| Ok(()), ready, 1)?;
+    Ok(Side {
+        s,
+        more,
+        regs: Some(w),
+    })
+}
+
+fn dial(dev: Device, p: &Params, lay: Layout, peer: [u8; 4]) -> Result<Side> {
+    // send_lat: the server sends into the client's queue too.
+    let (opts, regs) = if p.test == Test::SendLat {
+        let w = queue_registers(&dev, &lay)?;
+        (
+            ConnOptions {
+                registers: Registers::Window(w),
+                ..Default::default()
+            },
+            Some(w),
+        )
+    } else {
+        (ConnOptions::default(), None)
+    };
+    let (s, more) = setup::dial_with(dev, p, lay, peer, &opts, 1)?;
+    Ok(Side { s, more, regs })
+}
+
+/// The sizes one message carries (`-a`: the others are skipped), as (round, size).
+fn sizes(side: &Side, p: &Params) -> Result<Vec<(usize, u64)>> {
+    let max = u64::from(side.s.dev.segment_max()).min(MAX_SEND);
+    if p.sizes == [0] {
+        return Ok(vec![(0, max)]); // send_bw's default
+    }
+    let ok: Vec<(usize, u64)> = p
+        .sizes
+        .iter()
+        .copied()
+        .filter(|&s| s <= max)
+        .enumerate()
+        .collect();
+    if ok.len() < p.sizes.len() {
+        if !p.all {
+            return Err(PerfError::Usage(format!(
+                "-s {}: a SEND is one message, at most {max} B on this port",
+                p.sizes[0]
+            )));
+        }
+        eprintln!("ddperf: -a: sizes above {max} B need more than one message; skipped");
+    }
+    Ok(ok)
+}
+
+/// Puts the queue pointer back to the base.
+#[inline]
+fn reset(side: &Side) -> Result<()> {
+    let w = side.regs.expect("a queue side has registers");
+    side.s.dev.write_register(w, 0, side.s.lay.queue as u64)?;
+    Ok(())
+}
+
+fn drain(side: &Side, wcs: &mut [deposit::Completion]) -> Result<()> {
+    loop {
+        let n = side.s.conn.cq().poll(wcs);
+        for wc in &wcs[..n] {
+            if !wc.status.is_ok() {
+                return Err(PerfError::Failed(format!(
+                    "send {} completed with {:?}",
+                    wc.wr_id, wc.status
+                )));
+            }
+        }
+        if n < wcs.len() {
+            return Ok(());
+        }
+    }
+}
+
+fn lat_client(side: &Side, p: &Params, rep: &mut Reporter) -> Result<()> {
+    let s = &side.s;
+    let sizes = sizes(side, p)?;
+    exchange::send_hello(&s.dev, &s.conn, &s.ep, &s.lay, p)?;
+    let (limit, run_for) = match p.span {
+        Span::Iters(n) => (n, None),
+        Span::Duration(d) => (DURATION_SAMPLES as u64, Some(d)),
+    };
+    let slots = s.lay.slots as u64;
+    let mut rtts: Vec<u64> = Vec::with_capacity(limit as usize);
+    let mut wcs = [EMPTY_WC; 16];
+    let cq_mod = p.cq_mod as u64;
+    // The server sends nothing but replies into our queue.
+    let mut seen = s.conn.arrivals();
+    let mut used = 0u64;
+    for &(round, size) in &sizes {
+        rtts.clear();
+        let mut req = WorkRequest::send(0, &s.ep, s.lay.send as u64, size as u32, 0);
+        let mut i = 0u64;
+        let round_start = Instant::now();
+        let deadline = run_for.map(|d| round_start + d);
+        while i < limit {
+            let signaled = (i + 1) % cq_mod == 0;
+            req.set_signaled(signaled);
+            req.set_wr_id(i + 1);
+            let t0 = Instant::now();
+            s.conn.post(&req)?;
+            let mut wait = Wait::since(t0, p.timeout, "the server's reply send");
+            while s.conn.arrivals() == seen {
+                s.dev.progress();
+                if wait.tick()? {
+                    check_open(&s.conn)?;
+                }
+            }
+            let t1 = Instant::now();
+            rtts.push(t1.duration_since(t0).as_nanos() as u64);
+            seen += 1;
+            used += 1;
+            if used == slots {
+                reset(side)?;
+                used = 0;
+            }
+            i += 1;
+            if signaled {
+                drain(side, &mut wcs)?;
+            }
+            if deadline.is_some_and(|d| t1 >= d) {
+                break;
+            }
+        }
+        if run_for.is_some() && i == limit {
+            eprintln!("ddperf: {size} B: stopped at {limit} samples before the -D time was up");
+        }
+        let end = RoundEnd {
+            count: i,
+            elapsed: round_start.elapsed(),
+            peak_rate: 0.0,
+        };
+        exchange::send_round_end(&s.dev, &s.conn, &s.ep, &s.lay, p, round, &end)?;
+        drain(side, &mut wcs)?;
+        rep.lat(&LatStats::from_rtts(size, &mut rtts));
+    }
+    Ok(())
+}
+
+fn lat_server(side: &Side, p: &Params, _rep: &mut Reporter) -> Result<()> {
+    let s = &side.s;
+    let sizes = sizes(side, p)?;
+    exchange::wait_hello(&s.dev, &s.ep, &s.lay, p)?;
+    let slots = s.lay.slots as u64;
+    let mut wcs = [EMPTY_WC; 16];
+    let cq_mod = p.cq_mod as u64;
+    let mut base = s.conn.arrivals();
+    let mut used = 0u64;
+    let mut total = 0u64;
+    for &(round, size) in &sizes {
+        let (flag_at, flag) = exchange::round_end_flag(&s.lay, round);
+        let mut req = WorkRequest::send(0, &s.ep, s.lay.send as u64, size as u32, 0);
+        let mut seen = base;
+        let mut pongs = 0u64;
+        let mut wait = Wait::new(p.timeout, "the client's next send");
+        loop {
+            // The counter first, the flag second (see the module doc).
+            let a = s.conn.arrivals();
+            if s.ep.load_u8(flag_at)? == flag {
+                break;
+            }
+            if a == seen {
+                s.dev.progress();
+                if wait.tick()? {
+                    check_open(&s.conn)?;
+                }
+                continue;
+            }
+            wait.progressed();
+            seen += 1;
+            used += 1;
+            if used == slots {
+                reset(side)?;
+                used = 0;
+            }
+            let signaled = (pongs + 1) % cq_mod == 0;
+            req.set_signaled(signaled);
+            req.set_wr_id(pongs + 1);
+            s.conn.post(&req)?;
+            pongs += 1;
+            if signaled {
+                drain(side, &mut wcs)?;
+            }
+        }
+        let (end, next) = exchange::read_round_end(&s.dev, &s.conn, &s.lay, p, round, base)?;
+        base = next;
+        if end.count != pongs {
+            return Err(PerfError::Failed(format!(
+                "{size} B: the client counts {} sends, this server answered {pongs}",
+                end.count
+            )));
+        }
+        drain(side, &mut wcs)?;
+        total += pongs;
+    }
+    if p.role == crate::Role::Server {
+        eprintln!("ddperf: server done: {total} sends answered");
+    }
+    Ok(())
+}
+
+fn bw_client(side: &Side, p: &Params, rep: &mut Reporter) -> Result<()> {
+    let s = &side.s;
+    let sizes = sizes(side, p)?;
+    exchange::send_hello(&s.dev, &s.conn, &s.ep, &s.lay, p)?;
+    let wait = |lap: u64| exchange::wait_credit(&s.dev, &s.conn, &s.ep, &s.lay, p, lap);
+    let mut before = 0u64;
+    for &(round, size) in &sizes {
+        let req = WorkRequest::send(0, &s.ep, s.lay.send as u64, size as u32, 0);
+        let laps = Laps {
+            slots: s.lay.slots as u64,
+            before,
+            wait: &wait,
+        };
+        let stats = rdbw::stream(side, p, size, Some(laps), &mut |_| req)?;
+        before += stats.iterations;
+        let end = RoundEnd {
+            count: stats.iterations,
+            elapsed: stats.elapsed,
+            peak_rate: stats.peak_rate,
+        };
+        exchange::send_round_end(&s.dev, &s.conn, &s.ep, &s.lay, p, round, &end)?;
+        rep.bw(&stats);
+    }
+    Ok(())
+}
+
+fn bw_server(side: &Side, p: &Params, rep: &mut Reporter) -> Result<()> {
+    let s = &side.s;
+    let sizes = sizes(side, p)?;
+    exchange::wait_hello(&s.dev, &s.ep, &s.lay, p)?;
+    let slots = s.lay.slots as u64;
+    let mut base = s.conn.arrivals();
+    let mut used = 0u64; // messages in the queue since the last reset, at round start
+    let mut laps = 0u64;
+    let mut total = 0u64;
+    for &(round, size) in &sizes {
+        let (flag_at, flag) = exchange::round_end_flag(&s.lay, round);
+        let mut wait = Wait::new(p.timeout, "the client's sends or its end-of-round marker");
+        let mut resets = 0u64;
+        let mut seen = base;
+        loop {
+            // The counter first, the flag second (see the module doc).
+            let a = s.conn.arrivals();
+            if s.ep.load_u8(flag_at)? == flag {
+                break;
+            }
+            if a != seen {
+                seen = a;
+                wait.progressed();
+            }
+            if used + (a - base) - resets * slots >= slots {
+                reset(side)?;
+                resets += 1;
+                laps += 1;
+                exchange::send_credit(&s.dev, &s.conn, &s.lay, p, laps)?;
+                continue;
+            }
+            s.dev.progress();
+            if wait.tick()? {
+                check_open(&s.conn)?;
+            }
+        }
+        let (end, next) = exchange::read_round_end(&s.dev, &s.conn, &s.lay, p, round, base)?;
+        base = next;
+        used = used + end.count - resets * slots;
+        if used >= slots {
+            return Err(PerfError::Failed(format!(
+                "{size} B: the queue overflowed ({used} of {slots} slots in use)"
+            )));
+        }
+        total += end.count;
+        rep.bw(&BwStats {
+            bytes: size,
+            iterations: end.count,
+            timed: end.count,
+            elapsed: end.elapsed,
+            peak_rate: end.peak_rate,
+        });
+    }
+    if p.role == crate::Role::Server {
+        eprintln!("ddperf: server done: {total} sends received, {laps} queue laps");
+    }
+    Ok(())
+}
