@@ -5,13 +5,13 @@
 //! ```
 //! use deposit::{Cond, Order, RegOp, Src, WorkRequest};
 //! // The seed's priority queue: deposit at the queue pointer (register 0, its stride
-//! // in register 1), interrupt if the priority beats the level in register 2, and or
-//! // the priority into the level.
+//! // in register 1), interrupt if the priority beats the level in register 2
+//! // (`<r2> < priority`), and or the priority into the level.
 //! let priority = 4;
 //! let wr = WorkRequest::write_inline(1, b"job", 0).unwrap()
 //!     .post_increment(0)
 //!     .operand(priority)
-//!     .cond(Cond::Gt, Src::Operand, 2)
+//!     .cond(Cond::Lt, Src::Operand, 2)
 //!     .op1(RegOp::Or, 2, Src::Operand)
 //!     .order(Order::CondFirst);
 //! # let _ = wr;

@@ -296,3 +296,86 @@ pub fn raw_frame(dst_conn: u32, key: u64, seq: u32, msgs: &[(ControlRepr, Vec<u8
     buf.truncate(n);
     buf
 }
+
+/// Two nodes on a cross-connected ring pair, like [`RingPair::new`], with each side's
+/// configuration adjusted by `server` and `client` first (event queue depth, RNR
+/// retries, ...). The server still runs a dedicated worker, the client inline.
+pub fn ring_pair_with(
+    name: &str,
+    server: impl FnOnce(&mut DeviceConfig),
+    client: impl FnOnce(&mut DeviceConfig),
+) -> RingPair {
+    let mut scfg =
+        DeviceConfig::new(&format!("ring:{name}:b"), [10, 0, 0, 1]).progress(Progress::Dedicated);
+    server(&mut scfg);
+    let mut ccfg = DeviceConfig::new(&format!("ring:{name}:a"), [10, 0, 0, 2]);
+    client(&mut ccfg);
+    RingPair {
+        server: Device::open(scfg).expect("server device"),
+        client: Device::open(ccfg).expect("client device"),
+    }
+}
+
+/// The values of every register of window `w` (for "nothing changed" checks).
+pub fn register_snapshot(dev: &Device, w: deposit::RegWindow) -> Vec<u64> {
+    (0..w.len)
+        .map(|i| dev.read_register(w, i).expect("register in window"))
+        .collect()
+}
+
+/// A copy of `len` bytes of `ep` from offset 0 (for "nothing written" checks).
+pub fn memory_snapshot(ep: &Endpoint, len: usize) -> Vec<u8> {
+    let mut b = vec![0u8; len];
+    ep.read(0, &mut b).expect("range inside the endpoint");
+    b
+}
+
+/// Waits (bounded) for a child process to exit; kills and reaps it on timeout and
+/// returns `None` then.
+pub fn wait_child_for(
+    child: &mut std::process::Child,
+    timeout: Duration,
+) -> Option<std::process::ExitStatus> {
+    let start = Instant::now();
+    loop {
+        if let Ok(Some(s)) = child.try_wait() {
+            return Some(s);
+        }
+        if start.elapsed() > timeout {
+            let _ = child.kill();
+            let _ = child.wait();
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// A raw frame with every header field chosen by the caller (hostile-input tests):
+/// `underlay` addresses, transport header `hdr` (flags, connection, key, sequence) and
+/// the messages `msgs`, with a valid CRC.
+pub fn raw_frame_with(
+    underlay: &UnderlayRepr,
+    hdr: &TransportRepr,
+    msgs: &[(ControlRepr, Vec<u8>)],
+) -> Vec<u8> {
+    let mut buf = vec![0u8; 9000];
+    let mut w = FrameWriter::new(&mut buf, underlay, hdr).expect("9000-byte buffer");
+    for (c, p) in msgs {
+        w.push(c, p).expect("message fits");
+    }
+    let n = w.finish();
+    buf.truncate(n);
+    buf
+}
+
+/// The underlay of a frame from node `src` to node `dst` (derived MACs, our UDP port).
+pub fn underlay_between(src: [u8; 4], dst: [u8; 4]) -> UnderlayRepr {
+    UnderlayRepr {
+        src_mac: deposit::NodeAddr::from_ip(src, UDP_PORT).mac,
+        dst_mac: deposit::NodeAddr::from_ip(dst, UDP_PORT).mac,
+        src_ip: src,
+        dst_ip: dst,
+        src_port: UDP_PORT,
+        dst_port: UDP_PORT,
+    }
+}

@@ -410,6 +410,21 @@ impl fmt::Display for PortSpec {
     }
 }
 
+/// The MTU of a kernel interface (from sysfs of the caller's network namespace).
+fn iface_mtu(iface: &str) -> Option<usize> {
+    std::fs::read_to_string(format!("/sys/class/net/{iface}/mtu"))
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// af_packet ring frame size for frames of up to `max_frame` bytes: room for the
+/// TPACKET header, a power of two.
+fn af_packet_framesz(max_frame: usize) -> usize {
+    (max_frame + 128).next_power_of_two().max(2048)
+}
+
 /// Port options.
 #[derive(Debug, Clone)]
 pub struct PortConfig {
@@ -721,18 +736,31 @@ impl Port {
                         )
                     }
                     PortSpec::AfPacket { iface } => {
-                        max_frame = max_frame.min(9014);
+                        if let Some(mtu) = iface_mtu(iface) {
+                            max_frame = max_frame.min(mtu + 14);
+                        }
+                        // The kernel ring's frames must hold the largest frame plus the
+                        // TPACKET header, and the mbufs must hold a whole ring frame
+                        // (data room below follows `framesz`).
+                        let framesz = af_packet_framesz(max_frame);
+                        // TPACKET blocks are whole pages.
+                        let blocksz = framesz.max(4096);
                         (
                             format!("net_af_packet{seq}"),
                             format!(
-                                "iface={iface},qpairs=1,framesz=16384,blocksz=16384,framecnt=2048"
+                                "iface={iface},qpairs=1,framesz={framesz},blocksz={blocksz},framecnt=2048"
                             ),
                         )
                     }
-                    PortSpec::AfXdp { iface } => (
-                        format!("net_af_xdp{seq}"),
-                        format!("iface={iface},start_queue=0,queue_count=1"),
-                    ),
+                    PortSpec::AfXdp { iface } => {
+                        if let Some(mtu) = iface_mtu(iface) {
+                            max_frame = max_frame.min(mtu + 14);
+                        }
+                        (
+                            format!("net_af_xdp{seq}"),
+                            format!("iface={iface},start_queue=0,queue_count=1"),
+                        )
+                    }
                     PortSpec::Pci { addr } => (addr.clone(), String::new()),
                     PortSpec::Ring { .. } => unreachable!("handled above"),
                 };
@@ -783,7 +811,14 @@ impl Port {
         }
 
         let pool_name = cstring(&format!("dp_pool{seq}"));
-        let data_room = (max_frame + sys::RTE_PKTMBUF_HEADROOM as usize).next_multiple_of(64);
+        let headroom = sys::RTE_PKTMBUF_HEADROOM as usize;
+        let data_room = match &cfg.spec {
+            // af_packet copies whole ring frames into mbufs.
+            PortSpec::AfPacket { .. } => af_packet_framesz(max_frame) + headroom,
+            // af_xdp's UMEM chunks are the mbufs: a power of two, at least 2 KiB.
+            PortSpec::AfXdp { .. } => (max_frame + headroom).next_power_of_two().max(2048),
+            _ => (max_frame + headroom).next_multiple_of(64),
+        };
         // SAFETY: valid name; the pool lives as long as the port.
         let pool = unsafe {
             sys::rte_pktmbuf_pool_create(

@@ -6,6 +6,17 @@
 //! testnode inject <socket> <server-ip>    connect as a memif client, mix hostile raw
 //!                                          frames with legitimate writes, check the
 //!                                          completions, exit 0 / 1
+//! testnode seed-receiver <socket> <example>
+//!                                          the receiver of a seed example (stride,
+//!                                          priority, atomic) as a memif server: set up
+//!                                          and protect the registers, accept one
+//!                                          connection, wait for the sender's messages,
+//!                                          verify memory, registers and events, exit 0 / 1
+//! testnode barrier-node <port> <index> <rounds> [max-frame]
+//!                                          one of three barrier nodes (10.0.0.<index+1>)
+//!                                          on `port` (e.g. af_packet:veth; max frame
+//!                                          1514 unless given): reads "go" then runs
+//!                                          `rounds` barrier rounds, exit 0 / 1
 //! ```
 //! Every wait is bounded; failures print one line on stderr and exit 1.
 
@@ -134,6 +145,332 @@ fn main() {
             let ip: std::net::Ipv4Addr = args[3].parse().unwrap_or_else(|e| fail(e));
             inject(&args[2], ip.octets())
         }
-        _ => fail("usage: testnode sweep-server <socket> <seed> | inject <socket> <server-ip>"),
+        Some("seed-receiver") if args.len() == 4 => seed_receiver(&args[2], &args[3]),
+        Some("barrier-node") if args.len() == 5 || args.len() == 6 => barrier_node(
+            &args[2],
+            args[3].parse().unwrap_or_else(|e| fail(e)),
+            args[4].parse().unwrap_or_else(|e| fail(e)),
+            args.get(5)
+                .map_or(1514, |m| m.parse().unwrap_or_else(|e| fail(e))),
+        ),
+        _ => fail(
+            "usage: testnode sweep-server <socket> <seed> | inject <socket> <server-ip> \
+             | seed-receiver <socket> <stride|priority|atomic> \
+             | barrier-node <port> <index> <rounds> [max-frame]",
+        ),
     }
+}
+
+// ---------------------------------------------------------------------------------
+// seed-receiver: the receiving node of the seed examples across processes.
+// ---------------------------------------------------------------------------------
+
+/// Registers and endpoint of the receiver; the expectations are the in-process ones
+/// of `tests/seed_examples.rs` (the sender is `tests/seed_examples_memif.rs`).
+const SEED_LEN: usize = 64 * 1024;
+const SEED_SERVICE: u32 = 17;
+
+fn seed_check(cond: bool, what: impl std::fmt::Display) {
+    if !cond {
+        fail(what)
+    }
+}
+
+fn seed_reg(dev: &Device, w: RegWindow, i: u32) -> u64 {
+    dev.read_register(w, i).unwrap_or_else(|e| fail(e))
+}
+
+fn seed_image_check(ep: &Endpoint, img: &[u8]) {
+    let got = memory_snapshot(ep, img.len());
+    if let Some(i) = (0..img.len()).find(|&i| got[i] != img[i]) {
+        fail(format!(
+            "memory differs at offset {i}: got {:#04x}, want {:#04x}",
+            got[i], img[i]
+        ))
+    }
+}
+
+fn seed_put(img: &mut [u8], off: u64, data: &[u8]) {
+    img[off as usize..off as usize + data.len()].copy_from_slice(data);
+}
+
+fn seed_receiver(sock: &str, example: &str) {
+    let dev = Device::open(
+        DeviceConfig::new(&format!("memif:{sock}:server"), [10, 0, 0, 1])
+            .progress(Progress::Dedicated),
+    )
+    .unwrap_or_else(|e| fail(e));
+    let ep = dev
+        .alloc_endpoint(SEED_LEN, Rights::ALL)
+        .unwrap_or_else(|e| fail(e));
+    let w = dev.alloc_registers(16).unwrap_or_else(|e| fail(e));
+    let set = |i: u32, v: u64, p: RegProt| {
+        dev.write_register(w, i, v).unwrap_or_else(|e| fail(e));
+        dev.set_register_protection(w, i, p)
+            .unwrap_or_else(|e| fail(e));
+    };
+    match example {
+        "stride" => {
+            set(0, 1000, RegProt::INDIRECT);
+            set(1, 16, RegProt::NONE);
+            set(2, 20_000, RegProt::INDIRECT | RegProt::WRITE);
+        }
+        "priority" => {
+            set(0, 1024, RegProt::INDIRECT);
+            set(1, 32, RegProt::NONE);
+            set(2, 0, RegProt::WRITE);
+            set(3, 2048, RegProt::INDIRECT);
+            set(4, 32, RegProt::NONE);
+        }
+        "atomic" => {
+            ep.write(512, &100u64.to_ne_bytes())
+                .unwrap_or_else(|e| fail(e));
+            ep.write(520, &5u64.to_ne_bytes())
+                .unwrap_or_else(|e| fail(e));
+            set(0, 7, RegProt::READ | RegProt::WRITE);
+            set(1, 42, RegProt::READ | RegProt::WRITE);
+            set(2, 99, RegProt::INDIRECT); // may not be read or changed
+        }
+        other => fail(format!("unknown example {other}")),
+    }
+    let cq = dev.create_cq(64);
+    let opts = ConnOptions {
+        registers: Registers::Window(w),
+        ..ConnOptions::default()
+    };
+    let l = dev
+        .listen_with(SEED_SERVICE, &ep, &cq, &opts)
+        .unwrap_or_else(|e| fail(e));
+    println!("ready");
+    let conn = l.accept(T).unwrap_or_else(|e| fail(e));
+    let arrived = |n: u64| {
+        if !wait_until(&dev, T, || conn.arrivals() >= n) {
+            fail(format!("only {} of {n} messages arrived", conn.arrivals()))
+        }
+    };
+    let events = ep.events();
+    let mut img = vec![0u8; SEED_LEN];
+    match example {
+        "stride" => {
+            // Three deposits with stride 16, then the receiver changes the stride.
+            arrived(3);
+            dev.write_register(w, 1, 40).unwrap_or_else(|e| fail(e));
+            println!("stride 40");
+            arrived(5);
+            // Then four with the stride in each message's operand.
+            arrived(9);
+            let mut at = 1000;
+            for (k, stride) in [(1u8, 16u64), (2, 16), (3, 16), (4, 40), (5, 40)] {
+                seed_put(&mut img, at, &[k; 8]);
+                at += stride;
+            }
+            seed_check(seed_reg(&dev, w, 0) == at, "post-incremented pointer");
+            let mut at = 20_000;
+            for (k, stride) in [24u64, 8, 56, 4].into_iter().enumerate() {
+                seed_put(&mut img, at, &[0xA0 + k as u8; 4]);
+                at += stride;
+            }
+            seed_check(seed_reg(&dev, w, 2) == at, "operand-strided pointer");
+            seed_check(seed_reg(&dev, w, 1) == 40, "stride register unchanged");
+            seed_check(events.poll().is_none(), "no event expected");
+        }
+        "priority" => {
+            arrived(4);
+            seed_put(&mut img, 2048, b"job-a low 2");
+            seed_put(&mut img, 2080, b"job-b low 1");
+            seed_put(&mut img, 1024, b"job-c high 8");
+            seed_put(&mut img, 1056, b"job-d high 4");
+            let evs: Vec<Event> = std::iter::from_fn(|| events.poll()).collect();
+            let got: Vec<(u32, u64, [u64; 4])> =
+                evs.iter().map(|e| (e.operand, e.ea, e.regs)).collect();
+            seed_check(
+                got == [(2, 2048, [2080, 2, 0, 2]), (8, 1024, [1056, 11, 0, 11])],
+                format!("events {evs:?}"),
+            );
+            seed_check(
+                evs.iter()
+                    .all(|e| e.kind == EventKind::Interrupt && e.conn == conn.local_number()),
+                "event kind",
+            );
+            seed_check(seed_reg(&dev, w, 2) == 15, "priority level");
+            seed_check(
+                seed_reg(&dev, w, 0) == 1088 && seed_reg(&dev, w, 3) == 2112,
+                "queue pointers",
+            );
+        }
+        "atomic" => {
+            // 5 memory fetch-adds, 3 register fetch-adds, 4 compare-and-swaps and 2
+            // refused attempts on the protected register.
+            arrived(14);
+            seed_put(&mut img, 512, &105u64.to_ne_bytes());
+            seed_put(&mut img, 520, &9u64.to_ne_bytes());
+            seed_check(seed_reg(&dev, w, 0) == 10, "fetch-and-increment register");
+            seed_check(seed_reg(&dev, w, 1) == 43, "compare-and-swap register");
+            seed_check(seed_reg(&dev, w, 2) == 99, "protected register changed");
+            seed_check(conn.dropped() == 2, "refused attempts");
+            seed_check(
+                dev.stats().dropped(DropReason::RegisterProtection) == 2,
+                "refusals counted",
+            );
+            seed_check(events.poll().is_none(), "no event expected");
+        }
+        _ => unreachable!(),
+    }
+    seed_image_check(&ep, &img);
+    // Keep serving a moment so the sender's last acknowledgements get out.
+    std::thread::sleep(Duration::from_millis(300));
+    println!("verified {example}");
+}
+
+// ---------------------------------------------------------------------------------
+// barrier-node: one of three nodes of a barrier (seed §3.4).
+// ---------------------------------------------------------------------------------
+
+const BARRIER_NODES: usize = 3;
+const BARRIER_SERVICE: u32 = 40;
+
+fn barrier_ip(i: usize) -> [u8; 4] {
+    [10, 0, 0, i as u8 + 1]
+}
+
+/// Reads stdin lines on a thread, so that waits on the parent stay bounded.
+fn stdin_lines() -> std::sync::mpsc::Receiver<String> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::stdin().lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line.trim().to_string()).is_err() {
+                break;
+            }
+        }
+    });
+    rx
+}
+
+/// One node: listens with a window of five registers shared by every incoming
+/// connection — r0 and r1 the barrier registers of even and odd rounds, r2..=r4 the
+/// bit of each node (read-only to senders) — connects to all three nodes (itself
+/// included, through the bridge's hairpin), then in each round toggles its bit (op1
+/// XOR from its bit register) in the round's barrier register of every node, with a
+/// conditional interrupt when the register equals the operand: all bits set, or all
+/// clear on the way back. Each node waits for its own interrupt to leave the round.
+/// Alternating between two registers keeps a fast node's next-round toggle from
+/// landing before a slow node's toggle of the round before.
+fn barrier_node(port: &str, me: usize, rounds: u32, max_frame: usize) {
+    if me >= BARRIER_NODES {
+        fail("node index must be 0, 1 or 2");
+    }
+    let lines = stdin_lines();
+    let mut cfg = DeviceConfig::new(port, barrier_ip(me)).progress(Progress::Dedicated);
+    cfg.max_frame = Some(max_frame);
+    cfg.cm_timeout = Duration::from_secs(5);
+    let dev = Device::open(cfg).unwrap_or_else(|e| fail(e));
+    let ep = dev
+        .alloc_endpoint(4096, Rights::REMOTE_WRITE)
+        .unwrap_or_else(|e| fail(e));
+    let w = dev.alloc_registers(5).unwrap_or_else(|e| fail(e));
+    for b in 0..2 {
+        dev.set_register_protection(w, b, RegProt::WRITE)
+            .unwrap_or_else(|e| fail(e));
+    }
+    for n in 0..BARRIER_NODES as u32 {
+        dev.write_register(w, 2 + n, 1 << n)
+            .unwrap_or_else(|e| fail(e));
+        dev.set_register_protection(w, 2 + n, RegProt::READ)
+            .unwrap_or_else(|e| fail(e));
+    }
+    let cq = dev.create_cq(1024);
+    let opts = ConnOptions {
+        registers: Registers::Window(w),
+        allow_forced_interrupts: false,
+        ..ConnOptions::default()
+    };
+    let l = dev
+        .listen_with(BARRIER_SERVICE, &ep, &cq, &opts)
+        .unwrap_or_else(|e| fail(e));
+    // Announce this node's MAC to the bridge (a frame nobody takes), so that frames
+    // to it are forwarded, not flooded to every node.
+    let mut hello = vec![0u8; 60];
+    hello[..6].fill(0xff);
+    hello[6..12].copy_from_slice(&dev.local_addr().mac);
+    hello[12..14].copy_from_slice(&[0x88, 0xb5]);
+    dev.send_raw_frame(&hello);
+    println!("ready");
+    loop {
+        match lines.recv_timeout(T) {
+            Ok(l) if l == "go" => break,
+            Ok(_) => dev.send_raw_frame(&hello),
+            Err(e) => fail(format!("no go from the parent: {e}")),
+        }
+    }
+    let mut out = Vec::new();
+    for n in 0..BARRIER_NODES {
+        let c = dev
+            .connect_with(barrier_ip(n), BARRIER_SERVICE, &ep, &cq, &opts)
+            .unwrap_or_else(|e| fail(format!("node {me} connecting to node {n}: {e}")));
+        out.push(c);
+    }
+    let mut inc = Vec::new();
+    for _ in 0..BARRIER_NODES {
+        inc.push(
+            l.accept(T)
+                .unwrap_or_else(|e| fail(format!("node {me} accepting: {e}"))),
+        );
+    }
+    let all = (1u32 << BARRIER_NODES) - 1;
+    let events = ep.events();
+    let mut posted = 0usize;
+    for r in 0..rounds {
+        let reg = (r % 2) as u8;
+        let target = if (r / 2) % 2 == 0 { all } else { 0 };
+        for c in &out {
+            let wr = WorkRequest::reg_op(u64::from(r))
+                .op1(RegOp::Xor, reg, Src::Reg(2 + me as u8))
+                .operand(target)
+                .cond(Cond::Eq, Src::Operand, reg)
+                .order(Order::CondLast)
+                .signaled();
+            c.post(&wr).unwrap_or_else(|e| fail(e));
+            posted += 1;
+        }
+        let ev = events
+            .wait(T)
+            .unwrap_or_else(|| fail(format!("node {me}: no barrier event in round {r}")));
+        if ev.kind != EventKind::Interrupt || ev.regs[3] != u64::from(target) {
+            fail(format!("node {me} round {r}: unexpected event {ev:?}"));
+        }
+        if let Some(extra) = events.poll() {
+            fail(format!("node {me} round {r}: a second event {extra:?}"));
+        }
+        println!("round {r}");
+    }
+    for _ in 0..posted {
+        let wc = cq
+            .wait_one(T)
+            .unwrap_or_else(|| fail(format!("node {me}: a toggle never completed")));
+        if wc.status != WcStatus::Success {
+            fail(format!("node {me}: toggle completed {wc:?}"));
+        }
+    }
+    let last_target = if ((rounds - 1) / 2) % 2 == 0 { all } else { 0 };
+    let last = dev
+        .read_register(w, (rounds - 1) % 2)
+        .unwrap_or_else(|e| fail(e));
+    if last != u64::from(last_target) {
+        fail(format!("node {me}: barrier register {last:#x} at the end"));
+    }
+    if events.poll().is_some() {
+        fail(format!("node {me}: an event after the last round"));
+    }
+    println!("done");
+    // Stay up (serving acknowledgements) until every node is done.
+    loop {
+        match lines.recv_timeout(T) {
+            Ok(l) if l == "exit" => break,
+            Ok(_) => {}
+            Err(e) => fail(format!("no exit from the parent: {e}")),
+        }
+    }
+    drop(inc);
+    drop(out);
 }

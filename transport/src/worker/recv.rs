@@ -66,6 +66,12 @@ impl Worker {
                 return;
             }
         };
+        if frame.underlay.dst_ip != self.cfg.local.ip {
+            // Promiscuous ports on a shared segment (a bridge floods unknown MACs) see
+            // frames for other nodes: never act on them.
+            self.stats.drop_for(DropReason::NotOurs);
+            return;
+        }
         self.stats.frames_rx += 1;
         self.stats.cells_rx += frame.header.cells as u64;
         self.stats.bytes_rx += data.len() as u64;
