@@ -120,6 +120,12 @@ impl Pair {
                 panic!("receiver did not finish");
             }
         };
+        // Let the memif PMD handle the peer's disconnect before this side tears its port
+        // down (DPDK 22.11's memif can race a disconnect against an uninit).
+        let settle = Instant::now();
+        while settle.elapsed() < Duration::from_millis(100) {
+            self.dev.progress();
+        }
         let said: Vec<String> = self.lines.try_iter().collect();
         assert!(status.success(), "receiver verification failed: {said:?}");
         assert!(
