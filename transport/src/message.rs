@@ -41,11 +41,11 @@ pub fn segments_for(wr: &WorkRequest, segment_max: u32) -> u32 {
 
 /// Largest payload a request may have when it must fit one message.
 pub fn single_message_fits(wr: &WorkRequest, segment_max: u32) -> bool {
-    body_len(wr, wr.len) + descriptor_len(wr) <= segment_max
+    body_len(wr, wr.len) + descriptor_len(wr, false) <= segment_max
 }
 
-fn descriptor_len(wr: &WorkRequest) -> u32 {
-    if wr.remote.compound.is_some() {
+fn descriptor_len(wr: &WorkRequest, repeat: bool) -> u32 {
+    if wr.remote.compound.is_some() && !repeat {
         COMPOUND_LEN
     } else {
         0
@@ -64,12 +64,15 @@ fn body_len(wr: &WorkRequest, seg_len: u32) -> u32 {
 }
 
 /// The control part of message `seg` (0-based) of `segments`, and the byte offset of
-/// its data within the request.
+/// its data within the request. `repeat`: the frame already carries this request's
+/// compound descriptor in an earlier message, so this one refers to it
+/// (`COMPOUND_REPEAT`) instead of carrying it.
 pub fn control_for(
     wr: &WorkRequest,
     seg: u32,
     segments: u32,
     segment_max: u32,
+    repeat: bool,
 ) -> (ControlRepr, u32) {
     let seg_off = seg.saturating_mul(segment_max);
     let seg_len = match wr.opcode {
@@ -83,10 +86,14 @@ pub fn control_for(
         flags: wr.remote.mode_flags | if last { flags::LAST } else { 0 },
         operand: wr.remote.operand.wrapping_add(seg_off),
         index: u32::from_be_bytes(wr.remote.regs),
-        length: descriptor_len(wr) + body_len(wr, seg_len),
+        length: descriptor_len(wr, repeat) + body_len(wr, seg_len),
     };
     if wr.remote.compound.is_some() {
-        c.flags |= flags::COMPOUND;
+        c.flags |= if repeat {
+            flags::COMPOUND_REPEAT
+        } else {
+            flags::COMPOUND
+        };
     }
     c.opcode = match wr.opcode {
         WrOpcode::Write => op::WRITE,
@@ -119,10 +126,17 @@ pub fn read_reply_control(len: u32) -> ControlRepr {
     }
 }
 
-/// Fills the payload of a message (exactly `dst.len()` bytes, the control's length).
-pub fn fill_payload(wr: &WorkRequest, seg_off: u32, dst: &mut [u8], endpoints: &EndpointTable) {
+/// Fills the payload of a message (exactly `dst.len()` bytes, the control's length;
+/// `repeat` as for [`control_for`]).
+pub fn fill_payload(
+    wr: &WorkRequest,
+    seg_off: u32,
+    dst: &mut [u8],
+    endpoints: &EndpointTable,
+    repeat: bool,
+) {
     let mut body = dst;
-    if let Some(d) = wr.remote.compound {
+    if let (Some(d), false) = (wr.remote.compound, repeat) {
         let (head, rest) = body.split_at_mut(COMPOUND_LEN as usize);
         head.copy_from_slice(&d);
         body = rest;
@@ -185,8 +199,8 @@ mod tests {
     fn large_writes_split_into_segments_with_advancing_operands() {
         let w = wr(WrOpcode::Write, 250);
         assert_eq!(segments_for(&w, 100), 3);
-        let (c0, o0) = control_for(&w, 0, 3, 100);
-        let (c2, o2) = control_for(&w, 2, 3, 100);
+        let (c0, o0) = control_for(&w, 0, 3, 100, false);
+        let (c2, o2) = control_for(&w, 2, 3, 100, false);
         assert_eq!(
             (c0.operand, c0.length, c0.flags & flags::LAST, o0),
             (1000, 100, 0, 0)
@@ -206,19 +220,19 @@ mod tests {
             },
             8,
         );
-        let (c, _) = control_for(&a, 0, 1, 100);
+        let (c, _) = control_for(&a, 0, 1, 100, false);
         assert_eq!((c.opcode, c.length), (op::CMP_SWAP, 16));
         let mut buf = [0u8; 16];
-        fill_payload(&a, 0, &mut buf, &EndpointTable::new());
+        fill_payload(&a, 0, &mut buf, &EndpointTable::new(), false);
         assert_eq!(&buf[..8], &5u64.to_be_bytes());
         assert_eq!(&buf[8..], &9u64.to_be_bytes());
 
         let r = wr(WrOpcode::Read, 4096);
         assert_eq!(segments_for(&r, 100), 1);
-        let (c, _) = control_for(&r, 0, 1, 100);
+        let (c, _) = control_for(&r, 0, 1, 100, false);
         assert_eq!((c.opcode, c.length), (op::READ, 16));
         let mut buf = [0u8; 16];
-        fill_payload(&r, 0, &mut buf, &EndpointTable::new());
+        fill_payload(&r, 0, &mut buf, &EndpointTable::new(), false);
         let reply = ControlRepr::parse(&ControlPacket::new_checked(&buf[..]).unwrap()).unwrap();
         assert_eq!(reply, read_reply_control(4096));
     }
@@ -228,19 +242,29 @@ mod tests {
         let mut w = wr(WrOpcode::Write, 4);
         w.remote.compound = Some([1, 2, 3, 4, 5, 6, 7, 0]);
         assert_eq!(segments_for(&w, 100), 1);
-        let (c, _) = control_for(&w, 0, 1, 100);
+        let (c, _) = control_for(&w, 0, 1, 100, false);
         assert_eq!(c.length, 12);
         assert_ne!(c.flags & flags::COMPOUND, 0);
         let mut buf = [0u8; 12];
-        fill_payload(&w, 0, &mut buf, &EndpointTable::new());
+        fill_payload(&w, 0, &mut buf, &EndpointTable::new(), false);
         assert_eq!(buf, [1, 2, 3, 4, 5, 6, 7, 0, 7, 7, 7, 7]);
+        // Repeated in the same frame: the flag instead of the descriptor.
+        let (c, _) = control_for(&w, 0, 1, 100, true);
+        assert_eq!(c.length, 4);
+        assert_eq!(
+            c.flags & (flags::COMPOUND | flags::COMPOUND_REPEAT),
+            flags::COMPOUND_REPEAT
+        );
+        let mut buf = [0u8; 4];
+        fill_payload(&w, 0, &mut buf, &EndpointTable::new(), true);
+        assert_eq!(buf, [7; 4]);
     }
 
     #[test]
     fn replies_name_the_request_and_the_offset() {
         let mut w = wr(WrOpcode::Reply { request: 77 }, 150);
         w.remote.operand = 0;
-        let (c, off) = control_for(&w, 1, 2, 100);
+        let (c, off) = control_for(&w, 1, 2, 100, false);
         assert_eq!(
             (c.opcode, c.index, c.operand, c.length, off),
             (op::WRITE, 77, 100, 50, 100)

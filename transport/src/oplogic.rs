@@ -28,7 +28,9 @@ mod plan;
 mod trap;
 
 pub use access::{Access, EndpointAccess, TlbAccess, VecAccess};
-pub use plan::{commit, plan, EventInfo, Plan, RegContext, Reply, Store, MAX_REG_WRITES};
+pub use plan::{
+    commit, plan, plan_in_frame, EventInfo, Plan, RegContext, Reply, Store, MAX_REG_WRITES,
+};
 pub use trap::{DropReason, RemoteStatus, Trap};
 
 use crate::tables::RegisterFile;

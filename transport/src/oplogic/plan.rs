@@ -426,7 +426,24 @@ pub fn plan<'p>(
             ..Plan::NOTHING
         });
     }
-    plan_general(control, payload, ctx, mem)
+    plan_general(control, payload, ctx, mem, None)
+}
+
+/// [`plan`] for a message inside a frame: `frame_descriptor` is the compound descriptor
+/// of the latest message before it in the frame that carried one, which a message
+/// flagged `COMPOUND_REPEAT` runs (without one, such a message is refused).
+#[inline]
+pub fn plan_in_frame<'p>(
+    control: &ControlRepr,
+    payload: &'p [u8],
+    ctx: &RegContext<'_>,
+    mem: &mut impl EndpointAccess,
+    frame_descriptor: Option<&[u8; COMPOUND_LEN]>,
+) -> Result<Plan<'p>, Trap> {
+    if control.flags & flags::COMPOUND_REPEAT == 0 {
+        return plan(control, payload, ctx, mem);
+    }
+    plan_general(control, payload, ctx, mem, frame_descriptor)
 }
 
 /// [`plan`] through the decode table: every opcode, flag and descriptor.
@@ -436,6 +453,7 @@ fn plan_general<'p>(
     payload: &'p [u8],
     ctx: &RegContext<'_>,
     mem: &mut impl EndpointAccess,
+    frame_descriptor: Option<&[u8; COMPOUND_LEN]>,
 ) -> Result<Plan<'p>, Trap> {
     let info = decode(control.opcode)?;
     let bad_flags = Trap::BadFlags {
@@ -448,15 +466,18 @@ fn plan_general<'p>(
     };
     let f = control.flags;
     let mode = AddrMode::from_flags(f);
-    let compound = f & flags::COMPOUND != 0;
+    let repeat = f & flags::COMPOUND_REPEAT != 0;
+    let compound = f & flags::COMPOUND != 0 || repeat;
     let reg_target = f & flags::REG_TARGET != 0;
     if f & flags::REPLY != 0
+        || (f & flags::COMPOUND != 0 && repeat)
+        || (repeat && frame_descriptor.is_none())
         || (compound && !info.compound)
         || (reg_target && (info.access != Some(Access::Atomic) || mode != AddrMode::Direct))
     {
         return Err(bad_flags);
     }
-    let desc_len = if compound { COMPOUND_LEN } else { 0 };
+    let desc_len = if compound && !repeat { COMPOUND_LEN } else { 0 };
     if info
         .body
         .is_some_and(|n| control.length as usize != n + desc_len)
@@ -470,7 +491,10 @@ fn plan_general<'p>(
             payload: payload.len(),
         })?;
     let (desc, body) = if compound {
-        let (d, body) = payload.split_at_checked(COMPOUND_LEN).ok_or(bad_length)?;
+        let (d, body) = match frame_descriptor {
+            Some(d) if repeat => (&d[..], payload),
+            _ => payload.split_at_checked(COMPOUND_LEN).ok_or(bad_length)?,
+        };
         let desc = CompoundRepr::parse(&CompoundPacket::new_unchecked(d)).map_err(|e| {
             let (byte, value) = e.byte_and_value();
             Trap::BadCompound { byte, value }

@@ -17,6 +17,7 @@ use crate::port::Mbuf;
 use crate::tables::{EndpointTable, RegisterFile};
 use crate::tlb::Tlb;
 use crate::wire::cell::flags as cflags;
+use crate::wire::compound::COMPOUND_LEN;
 use crate::wire::{hflags, op, ControlRepr, FrameView};
 
 use super::{send, wire_drop_reason, Stats, Worker, DUPLICATE_WINDOW};
@@ -105,6 +106,8 @@ impl Worker {
         let mut seq = frame.header.seq;
         let mut arrivals = 0u64;
         let mut owe_ack = false;
+        // The latest compound descriptor of this frame (for COMPOUND_REPEAT messages).
+        let mut frame_desc: Option<[u8; COMPOUND_LEN]> = None;
         for msg in frame.messages() {
             let m = match msg {
                 Ok(m) => m,
@@ -122,6 +125,11 @@ impl Worker {
                     break;
                 }
             };
+            if m.control.flags & cflags::COMPOUND != 0 {
+                if let Some(d) = m.payload.get(..COMPOUND_LEN) {
+                    frame_desc = d.try_into().ok();
+                }
+            }
             if m.control.opcode == op::NAK {
                 ex.stats.naks_rx += 1;
                 send::apply_nak(conn, m.control.operand, m.control.index, now, ex.stats);
@@ -154,7 +162,14 @@ impl Worker {
                     ex.stats.drop_for(r);
                 }
             } else {
-                match run_message(conn, seq, &m.control, m.payload, &mut ex) {
+                match run_message(
+                    conn,
+                    seq,
+                    &m.control,
+                    m.payload,
+                    frame_desc.as_ref(),
+                    &mut ex,
+                ) {
                     Ran::Done | Ran::Refused => {}
                     Ran::Held => {
                         owe_ack = true;
@@ -216,7 +231,7 @@ impl Worker {
             now,
         };
         conn.state = ConnState::Normal;
-        match run_message(conn, held.seq, &held.control, &held.payload, &mut ex) {
+        match run_message(conn, held.seq, &held.control, &held.payload, None, &mut ex) {
             Ran::Held => {
                 let trap = conn.held.as_ref().map(|h| h.trap).unwrap_or(held.trap);
                 return Err(ResumeError::StillFaulting(trap));
@@ -246,6 +261,7 @@ fn run_message(
     seq: u32,
     control: &ControlRepr,
     payload: &[u8],
+    frame_desc: Option<&[u8; COMPOUND_LEN]>,
     ex: &mut Exec<'_>,
 ) -> Ran {
     let Some(ep) = ex.endpoints.get(conn.endpoint) else {
@@ -258,9 +274,9 @@ fn run_message(
         allow_forced_interrupts: conn.allow_forced_interrupts,
     };
     let mut mem = TlbAccess::new(conn.endpoint, ep, ex.tlb);
-    let plan = match oplogic::plan(control, payload, &ctx, &mut mem) {
+    let plan = match oplogic::plan_in_frame(control, payload, &ctx, &mut mem, frame_desc) {
         Ok(p) => p,
-        Err(t) if t.is_fault() => return hold(conn, seq, control, payload, t, ex),
+        Err(t) if t.is_fault() => return hold(conn, seq, control, payload, frame_desc, t, ex),
         Err(t) => return refuse(conn, seq, control, t, ex),
     };
     let queue = ex
@@ -269,7 +285,15 @@ fn run_message(
         .and_then(|q| q.as_ref())
         .map(|q| &q.events);
     if plan.interrupt && !queue.is_some_and(|q| q.has_room()) {
-        return hold(conn, seq, control, payload, Trap::EventQueueFull, ex);
+        return hold(
+            conn,
+            seq,
+            control,
+            payload,
+            frame_desc,
+            Trap::EventQueueFull,
+            ex,
+        );
     }
     oplogic::commit(&plan, ex.regs, &mut mem);
     after_commit(conn, seq, control, &plan, queue, ex);
@@ -408,17 +432,27 @@ fn hold(
     seq: u32,
     control: &ControlRepr,
     payload: &[u8],
+    frame_desc: Option<&[u8; COMPOUND_LEN]>,
     t: Trap,
     ex: &mut Exec<'_>,
 ) -> Ran {
     ex.stats.faults += 1;
     ex.stats.drop_for(t.reason());
     let len = (control.length as usize).min(payload.len());
+    // The slow path: the frame's buffer goes back to the pool, the message stays — a
+    // repeat of the frame's descriptor is kept as the full compound message it stands for.
+    let mut kept = control.clone();
+    let mut bytes = Vec::with_capacity(len + COMPOUND_LEN);
+    if let (true, Some(d)) = (control.flags & cflags::COMPOUND_REPEAT != 0, frame_desc) {
+        kept.flags = (kept.flags & !cflags::COMPOUND_REPEAT) | cflags::COMPOUND;
+        kept.length += COMPOUND_LEN as u32;
+        bytes.extend_from_slice(d);
+    }
+    bytes.extend_from_slice(&payload[..len]);
     conn.held = Some(Held {
         seq,
-        control: *control,
-        // The slow path: the frame's buffer goes back to the pool, the message stays.
-        payload: payload[..len].to_vec(),
+        control: kept,
+        payload: bytes,
         trap: t,
     });
     conn.state = ConnState::Exceptioned;

@@ -261,18 +261,26 @@ fn fill_frame(
     let mut sent = 0u32;
     let mut resent = 0u32;
     let mut bytes = 0u64;
+    // The latest compound descriptor put in this frame: identical ones after it are
+    // sent as repeats (the frame is rebuilt the same way on retransmission).
+    let mut frame_desc: Option<[u8; 8]> = None;
     while idx < conn.inflight.len() {
         let p = &conn.inflight[idx];
         let wr = p.wr;
-        let (control, seg_off) = message::control_for(&wr, seg, p.segments, conn.segment_max);
+        let repeat = wr.remote.compound.is_some() && wr.remote.compound == frame_desc;
+        let (control, seg_off) =
+            message::control_for(&wr, seg, p.segments, conn.segment_max, repeat);
         if !w.fits(control.length) {
             break;
         }
         let pushed = w.push_with(&control, |dst| {
-            message::fill_payload(&wr, seg_off, dst, endpoints)
+            message::fill_payload(&wr, seg_off, dst, endpoints, repeat)
         });
         if pushed.is_err() {
             break;
+        }
+        if wr.remote.compound.is_some() {
+            frame_desc = wr.remote.compound;
         }
         sent += 1;
         bytes += u64::from(control.length);

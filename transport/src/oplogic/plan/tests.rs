@@ -1345,7 +1345,7 @@ fn the_plain_deposit_fast_path_plans_like_the_decoder() {
                 };
                 let ctx = rig.ctx();
                 let fast = plan(&c, &payload, &ctx, &mut rig.mem.clone());
-                let general = plan_general(&c, &payload, &ctx, &mut rig.mem.clone());
+                let general = plan_general(&c, &payload, &ctx, &mut rig.mem.clone(), None);
                 assert_eq!(fast, general, "{c:?}");
             }
         }
@@ -1481,7 +1481,7 @@ fn random_messages_never_panic_nor_touch_anything_outside_and_traps_change_nothi
         let mut shadow = rig.mem.clone();
         let planned = plan(&control, &payload, &rig.ctx(), &mut shadow);
         assert!(before.0 == rig.regs && before.1 == shadow);
-        let general = plan_general(&control, &payload, &rig.ctx(), &mut shadow);
+        let general = plan_general(&control, &payload, &rig.ctx(), &mut shadow, None);
         assert_eq!(planned, general);
         let real = plan(
             &control,
@@ -1531,4 +1531,44 @@ fn random_messages_never_panic_nor_touch_anything_outside_and_traps_change_nothi
     assert!(all[..PAGE].iter().all(|&b| b == 0xee));
     assert!(all[PAGE + ep_len..].iter().all(|&b| b == 0xee));
     assert!(all[PAGE..PAGE + ep_len] == rig.mem.bytes[..]);
+}
+
+#[test]
+fn a_compound_repeat_runs_the_frames_descriptor_and_needs_one() {
+    let mut rig = Rig::new();
+    rig.set(0, 64, RegProt::INDIRECT);
+    rig.set(1, 16, RegProt::NONE);
+    rig.set(2, 0, RegProt::WRITE);
+    let full = Msg::write(0, &[5; 16])
+        .mode(AddrMode::PostIncrement)
+        .regs([0, 2, 0, 0])
+        .op1(RegOp::Add, OpSource::Operand);
+    let (c, payload) = full.bytes();
+    let desc: [u8; 8] = payload[..8].try_into().unwrap();
+    rig.ok(&full);
+    // The same operation as a repeat: flag instead of descriptor.
+    let mut rc = c;
+    rc.flags = (rc.flags & !flags::COMPOUND) | flags::COMPOUND_REPEAT;
+    rc.length = 16;
+    let body = [6u8; 16];
+    let mut mem = rig.mem.clone();
+    let p = plan_in_frame(&rc, &body, &rig.ctx(), &mut mem, Some(&desc)).unwrap();
+    commit(&p, &mut rig.regs, &mut rig.mem);
+    assert_eq!(rig.get(0), 96, "post-incremented twice");
+    assert_eq!(rig.get(2), 0, "op1 added the operand (0) twice");
+    assert_eq!(p.store.span(), Some((80, 16)));
+    // Without a descriptor earlier in the frame, or with both flags: refused.
+    let before = (rig.regs.clone(), rig.mem.clone());
+    let mut mem = rig.mem.clone();
+    assert!(matches!(
+        plan_in_frame(&rc, &body, &rig.ctx(), &mut mem, None),
+        Err(Trap::BadFlags { .. })
+    ));
+    let mut both = rc;
+    both.flags |= flags::COMPOUND;
+    assert!(matches!(
+        plan_in_frame(&both, &body, &rig.ctx(), &mut mem, Some(&desc)),
+        Err(Trap::BadFlags { .. })
+    ));
+    assert!(before.0 == rig.regs && before.1 == rig.mem);
 }
