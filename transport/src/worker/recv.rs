@@ -441,7 +441,7 @@ fn hold(
     let len = (control.length as usize).min(payload.len());
     // The slow path: the frame's buffer goes back to the pool, the message stays — a
     // repeat of the frame's descriptor is kept as the full compound message it stands for.
-    let mut kept = control.clone();
+    let mut kept = *control;
     let mut bytes = Vec::with_capacity(len + COMPOUND_LEN);
     if let (true, Some(d)) = (control.flags & cflags::COMPOUND_REPEAT != 0, frame_desc) {
         kept.flags = (kept.flags & !cflags::COMPOUND_REPEAT) | cflags::COMPOUND;
