@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use deposit_transport::mem::EndpointMemory;
-use deposit_transport::oplogic::{commit, execute, plan, RegContext, TlbAccess};
+use deposit_transport::oplogic::{commit, execute, plan, plan_into, Plan, RegContext, TlbAccess};
 use deposit_transport::tables::{
     EndpointEntry, EndpointId, EndpointTable, RegProt, RegWindow, RegisterFile, Rights,
 };
@@ -186,7 +186,8 @@ fn main() {
                 allow_forced_interrupts: true,
             };
             let mut acc = TlbAccess::new(id, ep, &mut tlb);
-            let p = plan(&cctl, &cpayload, &ctx, &mut acc).unwrap();
+            let mut p = Plan::NOTHING;
+            plan_into(&cctl, &cpayload, &ctx, &mut acc, None, &mut p).unwrap();
             let interrupt = p.interrupt;
             commit(&p, &mut regs, &mut acc);
             black_box(interrupt);

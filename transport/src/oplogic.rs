@@ -29,7 +29,8 @@ mod trap;
 
 pub use access::{Access, EndpointAccess, TlbAccess, VecAccess};
 pub use plan::{
-    commit, plan, plan_in_frame, EventInfo, Plan, RegContext, Reply, Store, MAX_REG_WRITES,
+    commit, plan, plan_in_frame, plan_into, EventInfo, Plan, RegContext, Reply, Store,
+    MAX_REG_WRITES,
 };
 pub use trap::{DropReason, RemoteStatus, Trap};
 

@@ -185,7 +185,7 @@ pub struct Plan<'p> {
 
 impl Plan<'_> {
     /// A plan that changes nothing (the start of every plan).
-    const NOTHING: Plan<'static> = Plan {
+    pub const NOTHING: Plan<'static> = Plan {
         reg_writes: [(0, 0); MAX_REG_WRITES],
         n_reg_writes: 0,
         store: Store::None,
@@ -275,13 +275,14 @@ const _: () = {
 const WORD: u64 = 4;
 
 /// The plan under construction: register values seen through the writes planned so far.
-struct Planner<'c, 'p> {
+struct Planner<'c, 'o, 'p> {
     ctx: &'c RegContext<'c>,
     operand: u32,
-    plan: Plan<'p>,
+    /// Written in place (a plan is ~200 bytes: moving it out cost a memmove per message).
+    plan: &'o mut Plan<'p>,
 }
 
-impl<'p> Planner<'_, 'p> {
+impl<'p> Planner<'_, '_, 'p> {
     /// Current value of register `abs` (resolved): the last planned write, else the file.
     #[inline]
     fn value(&self, abs: u32) -> u64 {
@@ -426,7 +427,9 @@ pub fn plan<'p>(
             ..Plan::NOTHING
         });
     }
-    plan_general(control, payload, ctx, mem, None)
+    let mut out = Plan::NOTHING;
+    plan_general(control, payload, ctx, mem, None, &mut out)?;
+    Ok(out)
 }
 
 /// [`plan`] for a message inside a frame: `frame_descriptor` is the compound descriptor
@@ -443,7 +446,27 @@ pub fn plan_in_frame<'p>(
     if control.flags & flags::COMPOUND_REPEAT == 0 {
         return plan(control, payload, ctx, mem);
     }
-    plan_general(control, payload, ctx, mem, frame_descriptor)
+    let mut out = Plan::NOTHING;
+    plan_general(control, payload, ctx, mem, frame_descriptor, &mut out)?;
+    Ok(out)
+}
+
+/// [`plan_in_frame`] writing the plan into `out` (the worker's per-message path: no
+/// move of the plan). On a trap `out` holds a partial plan that must not be committed.
+#[inline]
+pub fn plan_into<'p>(
+    control: &ControlRepr,
+    payload: &'p [u8],
+    ctx: &RegContext<'_>,
+    mem: &mut impl EndpointAccess,
+    frame_descriptor: Option<&[u8; COMPOUND_LEN]>,
+    out: &mut Plan<'p>,
+) -> Result<(), Trap> {
+    if control.flags & !flags::LAST == 0 && control.opcode == op::WRITE {
+        *out = plan(control, payload, ctx, mem)?;
+        return Ok(());
+    }
+    plan_general(control, payload, ctx, mem, frame_descriptor, out)
 }
 
 /// [`plan`] through the decode table: every opcode, flag and descriptor.
@@ -454,7 +477,8 @@ fn plan_general<'p>(
     ctx: &RegContext<'_>,
     mem: &mut impl EndpointAccess,
     frame_descriptor: Option<&[u8; COMPOUND_LEN]>,
-) -> Result<Plan<'p>, Trap> {
+    out: &mut Plan<'p>,
+) -> Result<(), Trap> {
     let info = decode(control.opcode)?;
     let bad_flags = Trap::BadFlags {
         opcode: control.opcode,
@@ -505,17 +529,18 @@ fn plan_general<'p>(
     };
     let [ra, rb, rc, rd] = regs_of(control.index);
     let operand = control.operand;
+    *out = Plan {
+        event: EventInfo {
+            opcode: control.opcode,
+            operand,
+            ..EventInfo::default()
+        },
+        ..Plan::NOTHING
+    };
     let mut p = Planner {
         ctx,
         operand,
-        plan: Plan {
-            event: EventInfo {
-                opcode: control.opcode,
-                operand,
-                ..EventInfo::default()
-            },
-            ..Plan::NOTHING
-        },
+        plan: out,
     };
     let mut named: [Option<u32>; 4] = [None; 4];
 
@@ -649,7 +674,7 @@ fn plan_general<'p>(
         }
     }
     p.plan.event.regs = regs;
-    Ok(p.plan)
+    Ok(())
 }
 
 /// The first byte and length of the words a masked write at `ea` stores (`mask` not

@@ -274,8 +274,9 @@ fn run_message(
         allow_forced_interrupts: conn.allow_forced_interrupts,
     };
     let mut mem = TlbAccess::new(conn.endpoint, ep, ex.tlb);
-    let plan = match oplogic::plan_in_frame(control, payload, &ctx, &mut mem, frame_desc) {
-        Ok(p) => p,
+    let mut plan = Plan::NOTHING;
+    match oplogic::plan_into(control, payload, &ctx, &mut mem, frame_desc, &mut plan) {
+        Ok(()) => {}
         Err(t) if t.is_fault() => return hold(conn, seq, control, payload, frame_desc, t, ex),
         Err(t) => return refuse(conn, seq, control, t, ex),
     };

@@ -1345,7 +1345,10 @@ fn the_plain_deposit_fast_path_plans_like_the_decoder() {
                 };
                 let ctx = rig.ctx();
                 let fast = plan(&c, &payload, &ctx, &mut rig.mem.clone());
-                let general = plan_general(&c, &payload, &ctx, &mut rig.mem.clone(), None);
+                let mut general = Plan::NOTHING;
+                let general =
+                    plan_general(&c, &payload, &ctx, &mut rig.mem.clone(), None, &mut general)
+                        .map(|_| general);
                 assert_eq!(fast, general, "{c:?}");
             }
         }
@@ -1481,7 +1484,16 @@ fn random_messages_never_panic_nor_touch_anything_outside_and_traps_change_nothi
         let mut shadow = rig.mem.clone();
         let planned = plan(&control, &payload, &rig.ctx(), &mut shadow);
         assert!(before.0 == rig.regs && before.1 == shadow);
-        let general = plan_general(&control, &payload, &rig.ctx(), &mut shadow, None);
+        let mut general_out = Plan::NOTHING;
+        let general = plan_general(
+            &control,
+            &payload,
+            &rig.ctx(),
+            &mut shadow,
+            None,
+            &mut general_out,
+        )
+        .map(|_| general_out);
         assert_eq!(planned, general);
         let real = plan(
             &control,
