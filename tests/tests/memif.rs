@@ -32,9 +32,11 @@ fn writes_from_1_byte_to_1_mib_land_byte_exact_across_processes() {
     let seed = 77u64;
     let mut server = Command::new(env!("CARGO_BIN_EXE_testnode"))
         .args(["sweep-server", &sock, &seed.to_string()])
+        .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
+    let release = server.stdin.take().unwrap();
     // Wait for "ready": the memif socket exists.
     let mut out = BufReader::new(server.stdout.take().unwrap());
     let mut line = String::new();
@@ -61,22 +63,33 @@ fn writes_from_1_byte_to_1_mib_land_byte_exact_across_processes() {
     for wc in wait_completions(&cq, layout.len(), T) {
         assert_eq!(wc.status, WcStatus::Success, "{wc:?}");
     }
-    // Keep acknowledging until the server has verified and left.
+    // Keep acknowledging until the server has verified. The line is read on a thread
+    // so this loop stays bounded.
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in out.lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
     let start = Instant::now();
-    let status = loop {
+    let mut said = Vec::new();
+    while !said.iter().any(|l: &String| l.starts_with("verified")) {
         dev.progress();
-        if let Some(s) = server.try_wait().unwrap() {
-            break s;
-        }
-        if start.elapsed() > T {
+        said.extend(rx.try_iter());
+        if start.elapsed() > T || server.try_wait().unwrap().is_some() {
             let _ = server.kill();
-            panic!("server did not finish");
+            panic!("server did not verify: {said:?}");
         }
-    };
-    let mut rest = String::new();
-    let _ = std::io::Read::read_to_string(&mut out, &mut rest);
-    assert!(status.success(), "server verification failed: {rest}");
-    assert!(rest.contains("verified"), "{rest}");
+    }
+    // Neither side polls while the other leaves (see testnode's wait_for_release):
+    // close our port first, then let the server go.
+    drop((conn, ep, cq, dev));
+    drop(release);
+    let status = wait_child(server, T);
+    assert!(status.success(), "server failed after verifying: {said:?}");
 }
 
 #[test]
@@ -91,13 +104,22 @@ fn a_second_process_injecting_garbage_cannot_disturb_a_running_receiver() {
     let ep = dev.alloc_endpoint(4096, Rights::REMOTE_WRITE).unwrap();
     let cq = dev.create_cq(64);
     let l = dev.listen(9, &ep, &cq).unwrap();
-    let child = Command::new(env!("CARGO_BIN_EXE_testnode"))
+    let mut child = Command::new(env!("CARGO_BIN_EXE_testnode"))
         .args(["inject", &sock, "10.0.0.1"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
         .spawn()
         .unwrap();
+    let release = child.stdin.take().unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
     let conn = l.accept(T).unwrap();
-    let status = wait_child(child, Duration::from_secs(60));
-    assert!(status.success(), "injector saw a wrong completion");
+    // The injector says "injected" when done, then stops polling and waits.
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    assert!(
+        line.starts_with("injected"),
+        "injector saw a wrong completion: {line:?}"
+    );
     // 50 legitimate writes (and 50 refused ones) arrived.
     assert!(wait_until(&dev, T, || conn.arrivals() == 100));
     let st = dev.stats();
@@ -123,4 +145,8 @@ fn a_second_process_injecting_garbage_cannot_disturb_a_running_receiver() {
             assert!(*b & 0x80 != 0);
         }
     }
+    // Close our port before the injector leaves (see testnode's wait_for_release).
+    drop((conn, l, ep, cq, dev));
+    drop(release);
+    assert!(wait_child(child, T).success(), "injector failed at exit");
 }

@@ -31,6 +31,8 @@ struct Pair {
     cq: CompletionQueue,
     dev: Device,
     lines: Receiver<String>,
+    /// Closing it lets the receiver exit (testnode's wait_for_release).
+    release: Option<std::process::ChildStdin>,
     child: ChildGuard,
     _dir: TempDir,
 }
@@ -54,10 +56,12 @@ fn start(example: &str) -> Pair {
     let mut child = ChildGuard(
         Command::new(env!("CARGO_BIN_EXE_testnode"))
             .args(["seed-receiver", &sock, example])
+            .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
             .unwrap(),
     );
+    let release = child.0.stdin.take();
     let lines = line_reader(child.0.stdout.take().unwrap());
     assert_eq!(
         lines.recv_timeout(T).as_deref(),
@@ -73,6 +77,7 @@ fn start(example: &str) -> Pair {
     let cq = dev.create_cq(256);
     let conn = dev.connect([10, 0, 0, 1], 17, &ep, &cq).unwrap();
     Pair {
+        release,
         conn,
         ep,
         cq,
@@ -109,28 +114,41 @@ impl Pair {
     }
 
     /// Keeps acknowledging until the receiver has verified and exited.
-    fn finish(mut self, example: &str) {
+    fn finish(self, example: &str) {
         let start = Instant::now();
-        let status = loop {
-            self.dev.progress();
-            if let Some(s) = self.child.0.try_wait().unwrap() {
-                break s;
+        let want = format!("verified {example}");
+        let mut said: Vec<String> = Vec::new();
+        let Pair {
+            conn,
+            ep,
+            cq,
+            dev,
+            lines,
+            release,
+            mut child,
+            _dir,
+        } = self;
+        // Serve (acknowledge) until the receiver says it verified; it then stops polling
+        // and waits for us: close our port first, then let it go, so that neither
+        // process polls a memif whose peer is leaving.
+        while !said.contains(&want) {
+            dev.progress();
+            said.extend(lines.try_iter());
+            if let Some(s) = child.0.try_wait().unwrap() {
+                said.extend(lines.try_iter());
+                panic!("receiver exited ({s}) before verifying: {said:?}");
             }
             if start.elapsed() > T {
-                panic!("receiver did not finish");
+                panic!("receiver did not finish: {said:?}");
             }
-        };
-        // Let the memif PMD handle the peer's disconnect before this side tears its port
-        // down (DPDK 22.11's memif can race a disconnect against an uninit).
-        let settle = Instant::now();
-        while settle.elapsed() < Duration::from_millis(100) {
-            self.dev.progress();
         }
-        let said: Vec<String> = self.lines.try_iter().collect();
-        assert!(status.success(), "receiver verification failed: {said:?}");
+        drop((conn, ep, cq, dev));
+        drop(release);
+        let status = wait_child_for(&mut child.0, T).expect("the receiver exits");
+        said.extend(lines.try_iter());
         assert!(
-            said.iter().any(|l| *l == format!("verified {example}")),
-            "{said:?}"
+            status.success(),
+            "receiver failed after verifying: {said:?}"
         );
     }
 }

@@ -67,6 +67,24 @@ fn sweep_server(sock: &str, seed: u64) {
         dev.progress();
     }
     println!("verified {} writes", layout.len());
+    wait_for_release();
+}
+
+/// Stops using the port and waits (bounded) until the parent test closes our stdin,
+/// then returns so the device is dropped and the process exits. A memif peer that
+/// exits while the other side is inside an rx/tx burst can make DPDK 22.11's memif
+/// touch unmapped regions (the peer's disconnect unmaps them from the interrupt
+/// thread), so the two processes never leave while the other is polling.
+fn wait_for_release() {
+    use std::io::Write;
+    let _ = std::io::stdout().flush();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut sink = Vec::new();
+        let _ = std::io::Read::read_to_end(&mut std::io::stdin(), &mut sink);
+        let _ = tx.send(());
+    });
+    let _ = rx.recv_timeout(Duration::from_secs(30));
 }
 
 fn one_write(dst_conn: u32, key: u64, seq: u32, off: u32, data: &[u8]) -> Vec<u8> {
@@ -133,6 +151,7 @@ fn inject(sock: &str, server: [u8; 4]) {
         }
     }
     println!("injected; stats {:?}", dev.stats().frames_tx);
+    wait_for_release();
 }
 
 fn main() {
@@ -320,6 +339,7 @@ fn seed_receiver(sock: &str, example: &str) {
     // Keep serving a moment so the sender's last acknowledgements get out.
     std::thread::sleep(Duration::from_millis(300));
     println!("verified {example}");
+    wait_for_release();
 }
 
 // ---------------------------------------------------------------------------------
