@@ -398,32 +398,45 @@ fn refuse(
         ex.stats.drop_for(DropReason::NoBuffer);
     }
     if conn.report_traps {
-        if let Some(q) = ex
-            .queues
-            .get(conn.endpoint.0 as usize)
-            .and_then(|q| q.as_ref())
-            .map(|q| &q.exceptions)
-        {
-            let e = Event {
-                kind: EventKind::Trap {
-                    status: t.status() as u8,
-                    reason: t.reason() as u8,
-                },
-                conn: conn.number,
-                opcode: control.opcode,
-                operand: control.operand,
-                regs: [0; 4],
-                ea: 0,
-                len: control.length,
-                timestamp: ex.now,
-            };
-            if q.push(e).is_err() {
-                q.overflows
-                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            }
-        }
+        report_exception(conn, control, t.status(), t, ex);
     }
     Ran::Refused
+}
+
+/// Puts a refused or held message on the endpoint's exception queue (a full queue only
+/// moves its overflow counter: the sender has its own report).
+fn report_exception(
+    conn: &Connection,
+    control: &ControlRepr,
+    status: RemoteStatus,
+    t: Trap,
+    ex: &Exec<'_>,
+) {
+    let Some(q) = ex
+        .queues
+        .get(conn.endpoint.0 as usize)
+        .and_then(|q| q.as_ref())
+        .map(|q| &q.exceptions)
+    else {
+        return;
+    };
+    let e = Event {
+        kind: EventKind::Trap {
+            status: status as u8,
+            reason: t.reason() as u8,
+        },
+        conn: conn.number,
+        opcode: control.opcode,
+        operand: control.operand,
+        regs: [0; 4],
+        ea: 0,
+        len: control.length,
+        timestamp: ex.now,
+    };
+    if q.push(e).is_err() {
+        q.overflows
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
 }
 
 /// Keeps a message for the host: the connection is exceptioned, the sender told
@@ -459,30 +472,7 @@ fn hold(
     conn.state = ConnState::Exceptioned;
     conn.shared.set_state(ConnState::Exceptioned);
     conn.push_nak(seq, RemoteStatus::PageFault);
-    if let Some(q) = ex
-        .queues
-        .get(conn.endpoint.0 as usize)
-        .and_then(|q| q.as_ref())
-        .map(|q| &q.exceptions)
-    {
-        let e = Event {
-            kind: EventKind::Trap {
-                status: RemoteStatus::PageFault as u8,
-                reason: t.reason() as u8,
-            },
-            conn: conn.number,
-            opcode: control.opcode,
-            operand: control.operand,
-            regs: [0; 4],
-            ea: 0,
-            len: control.length,
-            timestamp: ex.now,
-        };
-        if q.push(e).is_err() {
-            q.overflows
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        }
-    }
+    report_exception(conn, control, RemoteStatus::PageFault, t, ex);
     Ran::Held
 }
 
