@@ -58,6 +58,9 @@ pub struct DeviceConfig {
     pub rnr_timeout: Duration,
     /// Receiver-not-ready retries before a connection goes to error (bounded).
     pub rnr_retry_count: u32,
+    /// Fault injection on received frames (loss, duplication, reordering, corruption,
+    /// delay), deterministic per seed: `"loss=0.01,reorder=0.01,seed=7".parse()`.
+    pub faults: Option<deposit_transport::faults::FaultConfig>,
 }
 
 impl DeviceConfig {
@@ -77,6 +80,7 @@ impl DeviceConfig {
             event_queue_depth: 1024,
             rnr_timeout: Duration::from_micros(200),
             rnr_retry_count: 64,
+            faults: None,
         }
     }
     pub fn progress(mut self, p: Progress) -> Self {
@@ -281,6 +285,7 @@ impl Device {
         };
         let max_frame = port.max_frame();
         let mut worker = Worker::new(port, wcfg);
+        worker.set_faults(cfg.faults);
         for n in &cfg.nodes {
             worker.nodes.insert(*n);
         }
@@ -564,6 +569,16 @@ impl Device {
     pub fn set_register_protection(&self, w: RegWindow, i: u32, p: RegProt) -> Result<(), Error> {
         let abs = Self::reg_abs(w, i)?;
         Ok(self.inner.lock().regs.set_prot(abs, p)?)
+    }
+
+    /// Turns fault injection on received frames on or off at run time.
+    pub fn set_faults(&self, cfg: Option<deposit_transport::faults::FaultConfig>) {
+        self.inner.lock().set_faults(cfg);
+    }
+
+    /// What the fault layer injected so far.
+    pub fn fault_stats(&self) -> deposit_transport::faults::FaultStats {
+        self.inner.lock().fault_stats()
     }
 
     /// Device counters.

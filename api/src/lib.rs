@@ -40,6 +40,7 @@ pub use wr::{global, Cond, Order, RegOp, Src, WorkRequest, WriteRequest};
 
 pub use deposit_transport::cm::Registers;
 pub use deposit_transport::events::{Event, EventKind};
+pub use deposit_transport::faults::{FaultConfig, FaultStats};
 pub use deposit_transport::tables::{RegProt, RegWindow};
 
 pub use deposit_transport::cm::RejectReason;

@@ -10,6 +10,7 @@
 pub mod cm;
 pub mod connection;
 pub mod events;
+pub mod faults;
 pub mod mem;
 pub mod message;
 pub mod oplogic;

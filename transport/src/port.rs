@@ -478,6 +478,17 @@ impl Mbuf {
         }
     }
 
+    /// The frame bytes (first segment), writable (fault injection flips bits here).
+    pub fn data_mut(&mut self) -> &mut [u8] {
+        let mut len = 0u16;
+        let mut single = 0u8;
+        // SAFETY: as in `frame`; &mut self makes the access exclusive.
+        unsafe {
+            let p = sys::shim_pktmbuf_data(self.0.as_ptr(), &mut len, &mut single);
+            std::slice::from_raw_parts_mut(p, len as usize)
+        }
+    }
+
     /// The frame bytes (first segment).
     #[inline]
     pub fn data(&self) -> &[u8] {

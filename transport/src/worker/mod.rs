@@ -20,7 +20,7 @@
 //! * `send`: frames out — work requests into messages, acknowledgements and NAKs,
 //!   completions.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
 use crossbeam::queue::ArrayQueue;
@@ -33,8 +33,9 @@ pub(crate) use send::fail_connection;
 
 use crate::connection::{seq_lt, ConnShared, ConnState, ConnTable, CqShared, WcStatus};
 use crate::events::EventQueue;
+use crate::faults::{FaultConfig, FaultStats, Faults, Hold, Verdict};
 use crate::oplogic::DropReason;
-use crate::port::{rdtsc, Port, RxBatch, TxBatch};
+use crate::port::{rdtsc, Mbuf, Port, RxBatch, TxBatch};
 use crate::tables::{EndpointId, EndpointTable, NodeAddr, NodeId, NodeTable, RegisterFile};
 use crate::tlb::{Tlb, TlbStats};
 use crate::wire::{self, WireError};
@@ -146,6 +147,20 @@ pub fn wire_drop_reason(e: &WireError) -> DropReason {
     }
 }
 
+/// When a frame held by the fault layer goes on.
+#[derive(Debug, Clone, Copy)]
+enum Release {
+    AfterFrames(u64),
+    At(u64),
+}
+
+/// A frame held by the fault layer.
+struct HeldFrame {
+    m: Mbuf,
+    release: Release,
+    cap: u64,
+}
+
 /// The host-facing queues of one endpoint.
 #[derive(Clone)]
 pub struct EndpointQueues {
@@ -194,6 +209,12 @@ pub struct Worker {
     /// The clock as of the last reading (see `poll`), and the turn counter.
     now: u64,
     turn: u64,
+    /// Fault injection on received frames, when configured.
+    faults: Option<Faults>,
+    /// Frames the fault layer holds back (reordered or delayed).
+    held_frames: VecDeque<HeldFrame>,
+    /// Frames the fault layer let through so far (the clock of reordering).
+    passed_frames: u64,
     /// Diagnostic frames queued by [`Worker::send_raw`].
     raw_tx: Vec<Vec<u8>>,
     /// Last: fields drop in order, and the batches above hold mbufs of its mempool.
@@ -240,6 +261,9 @@ impl Worker {
             next_timer: 0,
             now: rdtsc(),
             turn: 0,
+            faults: None,
+            held_frames: VecDeque::new(),
+            passed_frames: 0,
             raw_tx: Vec::new(),
         }
     }
@@ -305,7 +329,14 @@ impl Worker {
         }
         let now = self.now;
         while let Some(m) = self.rx.next() {
-            self.handle_frame(&m, now);
+            if self.faults.is_some() {
+                self.inject(m, now);
+            } else {
+                self.handle_frame(&m, now);
+            }
+        }
+        if !self.held_frames.is_empty() {
+            self.release_held(now);
         }
         self.service_send_queues(now);
         self.flush_acks();
@@ -345,6 +376,82 @@ impl Worker {
             }
         }
         self.cm_timers(now);
+    }
+
+    /// Turns fault injection on (or off with `None`) for the frames this node receives.
+    pub fn set_faults(&mut self, cfg: Option<FaultConfig>) {
+        self.faults = cfg.map(Faults::new);
+        if self.faults.is_none() {
+            self.held_frames.clear();
+        }
+    }
+
+    /// What the fault layer injected so far.
+    pub fn fault_stats(&self) -> FaultStats {
+        self.faults.as_ref().map(|f| f.stats).unwrap_or_default()
+    }
+
+    /// Applies the fault layer's verdict to a received frame.
+    fn inject(&mut self, mut m: Mbuf, now: u64) {
+        let Some(f) = self.faults.as_mut() else {
+            self.handle_frame(&m, now);
+            return;
+        };
+        let Verdict::Pass {
+            dup,
+            corrupt_bit,
+            hold,
+        } = f.verdict(m.data().len())
+        else {
+            return; // dropped
+        };
+        if dup {
+            if let Some(mut copy) = self.port.alloc() {
+                let n = m.data().len().min(copy.room_mut().len());
+                copy.room_mut()[..n].copy_from_slice(&m.data()[..n]);
+                copy.set_len(n);
+                self.passed_frames += 1;
+                self.handle_frame(&copy, now);
+            }
+        }
+        if let Some(bit) = corrupt_bit {
+            if let Some(b) = m.data_mut().get_mut(bit / 8) {
+                *b ^= 1 << (bit % 8);
+            }
+        }
+        let release = match hold {
+            Hold::None => {
+                self.passed_frames += 1;
+                self.handle_frame(&m, now);
+                return;
+            }
+            Hold::Frames(k) => Release::AfterFrames(self.passed_frames + u64::from(k)),
+            Hold::Micros(us) => Release::At(now + self.us_to_tsc(us)),
+        };
+        // A held frame never waits more than a millisecond (reordering needs traffic
+        // behind it; the link may go quiet).
+        let cap = now + self.us_to_tsc(1000);
+        self.held_frames.push_back(HeldFrame { m, release, cap });
+    }
+
+    /// Hands the frames whose hold is over to the worker.
+    fn release_held(&mut self, now: u64) {
+        let mut i = 0;
+        while i < self.held_frames.len() {
+            let h = &self.held_frames[i];
+            let due = now >= h.cap
+                || match h.release {
+                    Release::AfterFrames(n) => self.passed_frames >= n,
+                    Release::At(t) => now >= t,
+                };
+            if due {
+                let h = self.held_frames.remove(i).expect("index in range");
+                self.passed_frames += 1;
+                self.handle_frame(&h.m, now);
+            } else {
+                i += 1;
+            }
+        }
     }
 
     /// Queues a raw frame for transmission as is (diagnostics and hostile-input tests).
