@@ -15,6 +15,7 @@ pub mod mem;
 pub mod message;
 pub mod oplogic;
 pub mod port;
+pub mod reliability;
 pub mod tables;
 pub mod tlb;
 pub mod wire;

@@ -1,0 +1,588 @@
+//! Per-connection reliability as a sans-IO state machine (DESIGN.md §5; quinn-proto's
+//! shape): sequence numbers and the clock go in, decisions come out — which message to
+//! (re)transmit next, what to acknowledge, when the next timer is due. No sockets, no
+//! mbufs, no clock of its own; the worker is the driver, and the tests below drive two
+//! of these over a simulated lossy link, deterministically.
+//!
+//! * Every message (not frame) has a sequence number; the receiver executes in order.
+//! * Acknowledgements are cumulative (everything before `ack`) plus a selective part:
+//!   a bitmap of messages received beyond it ([`SACK_BITS`]), so the sender resends only
+//!   what is missing (selective repeat, not go-back-N).
+//! * Loss is detected by a later message being acknowledged while an earlier one is not
+//!   ([`DUP_THRESHOLD`] messages later: reordering is not loss), or by the
+//!   retransmission timer (exponential back-off, bounded retries).
+//! * The receiver keeps messages that arrive ahead of a gap (the worker stores them)
+//!   within its window, so one loss costs one retransmission, not a window.
+
+/// Messages the selective part of an acknowledgement covers beyond the cumulative one.
+pub const SACK_BITS: u32 = 256;
+/// A message counts as lost when one this many sequence numbers later has arrived.
+pub const DUP_THRESHOLD: u32 = 3;
+
+/// Sequence comparison modulo 2^32.
+#[inline]
+pub fn seq_lt(a: u32, b: u32) -> bool {
+    (a.wrapping_sub(b) as i32) < 0
+}
+
+/// A bitmap over the sequence numbers following a base.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct SeqBits {
+    words: [u64; (SACK_BITS / 64) as usize],
+}
+
+impl SeqBits {
+    #[inline]
+    pub fn get(&self, off: u32) -> bool {
+        off < SACK_BITS && self.words[(off / 64) as usize] & (1 << (off % 64)) != 0
+    }
+    #[inline]
+    pub fn set(&mut self, off: u32) {
+        if off < SACK_BITS {
+            self.words[(off / 64) as usize] |= 1 << (off % 64);
+        }
+    }
+    /// Drops the first `n` offsets (the base moved forward by `n`).
+    pub fn shift(&mut self, n: u32) {
+        if n >= SACK_BITS {
+            *self = SeqBits::default();
+            return;
+        }
+        let (w, b) = ((n / 64) as usize, n % 64);
+        let len = self.words.len();
+        for i in 0..len {
+            let lo = self.words.get(i + w).copied().unwrap_or(0);
+            let hi = self.words.get(i + w + 1).copied().unwrap_or(0);
+            self.words[i] = if b == 0 {
+                lo
+            } else {
+                (lo >> b) | (hi << (64 - b))
+            };
+        }
+    }
+    /// Number of leading set offsets (0, 1, 2, ... all set).
+    pub fn leading_ones(&self) -> u32 {
+        let mut n = 0;
+        for w in self.words {
+            if w == u64::MAX {
+                n += 64;
+            } else {
+                return n + w.trailing_ones();
+            }
+        }
+        n
+    }
+    /// The highest set offset, if any.
+    pub fn highest(&self) -> Option<u32> {
+        self.words
+            .iter()
+            .enumerate()
+            .rev()
+            .find(|(_, w)| **w != 0)
+            .map(|(i, w)| i as u32 * 64 + 63 - w.leading_zeros())
+    }
+    pub fn is_empty(&self) -> bool {
+        self.words.iter().all(|w| *w == 0)
+    }
+    /// As 32-bit words (the wire form: one SACK cell each).
+    pub fn words32(&self) -> impl Iterator<Item = u32> + '_ {
+        self.words
+            .iter()
+            .flat_map(|w| [*w as u32, (*w >> 32) as u32])
+    }
+    /// Sets word `i` (32 bits) from the wire.
+    pub fn set_word32(&mut self, i: usize, v: u32) {
+        if let Some(w) = self.words.get_mut(i / 2) {
+            if i % 2 == 0 {
+                *w = (*w & !0xffff_ffff) | u64::from(v);
+            } else {
+                *w = (*w & 0xffff_ffff) | (u64::from(v) << 32);
+            }
+        }
+    }
+}
+
+/// Where a received message falls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Arrival {
+    /// The next expected message: execute it.
+    InOrder,
+    /// Ahead of a gap, `offset` past the expected one: keep it for later.
+    Ahead { offset: u32 },
+    /// Already received (a retransmission or a duplicate): acknowledge again.
+    Duplicate,
+    /// Outside the window: refuse.
+    OutOfWindow,
+}
+
+/// The receiving half.
+#[derive(Debug, Clone)]
+pub struct Receiver {
+    expected: u32,
+    /// Received beyond `expected` (offset 0 = expected + 1).
+    ahead: SeqBits,
+    window: u32,
+}
+
+impl Receiver {
+    /// `isn`: the peer's initial sequence number; `window`: how far ahead messages are
+    /// kept (at most [`SACK_BITS`]).
+    pub fn new(isn: u32, window: u32) -> Receiver {
+        Receiver {
+            expected: isn,
+            ahead: SeqBits::default(),
+            window: window.clamp(1, SACK_BITS),
+        }
+    }
+    /// The next sequence number to execute.
+    pub fn expected(&self) -> u32 {
+        self.expected
+    }
+    /// Classifies a message without changing anything.
+    pub fn classify(&self, seq: u32, duplicate_window: u32) -> Arrival {
+        if seq == self.expected {
+            return Arrival::InOrder;
+        }
+        let ahead = seq.wrapping_sub(self.expected);
+        if seq_lt(seq, self.expected) {
+            return if self.expected.wrapping_sub(seq) <= duplicate_window {
+                Arrival::Duplicate
+            } else {
+                Arrival::OutOfWindow
+            };
+        }
+        if ahead > self.window {
+            return Arrival::OutOfWindow;
+        }
+        if self.ahead.get(ahead - 1) {
+            Arrival::Duplicate
+        } else {
+            Arrival::Ahead { offset: ahead }
+        }
+    }
+    /// Records a message kept ahead of a gap.
+    pub fn keep_ahead(&mut self, offset: u32) {
+        if offset >= 1 {
+            self.ahead.set(offset - 1);
+        }
+    }
+    /// The expected message ran: moves on. Returns how many kept messages directly
+    /// follow it (the worker runs those next, in order, calling `executed` again).
+    pub fn executed(&mut self) -> bool {
+        self.expected = self.expected.wrapping_add(1);
+        let next_kept = self.ahead.get(0);
+        self.ahead.shift(1);
+        next_kept
+    }
+    /// The acknowledgement to send: cumulative and selective.
+    pub fn ack(&self) -> (u32, &SeqBits) {
+        (self.expected, &self.ahead)
+    }
+    /// Whether anything is kept ahead of a gap.
+    pub fn has_gap(&self) -> bool {
+        !self.ahead.is_empty()
+    }
+}
+
+/// What an acknowledgement did on the sending side.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Acked {
+    /// The cumulative point moved from `from` to `to`.
+    pub from: u32,
+    pub to: u32,
+    /// Messages found lost (queued for retransmission) by this acknowledgement.
+    pub lost: u32,
+}
+
+/// What the retransmission timer decided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Timeout {
+    /// Nothing due.
+    Idle,
+    /// The oldest unacknowledged messages will be sent again.
+    Retransmit,
+    /// Out of retries: the connection goes to error.
+    GiveUp,
+}
+
+/// The sending half.
+#[derive(Debug, Clone)]
+pub struct Sender {
+    /// Next new sequence number.
+    next: u32,
+    /// Everything before this is acknowledged.
+    acked: u32,
+    /// Acknowledged selectively beyond `acked` (offset 0 = acked + 1).
+    sacked: SeqBits,
+    /// Sent at least once: everything before this.
+    sent_to: u32,
+    /// Messages to send again, oldest first (sequence numbers).
+    resend: std::collections::VecDeque<u32>,
+    /// Queued for resending (offset from `acked`), to queue each once.
+    queued: SeqBits,
+    rto: u64,
+    retries: u32,
+    max_retries: u32,
+    /// When the oldest unacknowledged message was last (re)sent, or the last progress.
+    timer_start: u64,
+}
+
+impl Sender {
+    pub fn new(isn: u32, rto: u64, max_retries: u32) -> Sender {
+        Sender {
+            next: isn,
+            acked: isn,
+            sacked: SeqBits::default(),
+            sent_to: isn,
+            resend: std::collections::VecDeque::new(),
+            queued: SeqBits::default(),
+            rto: rto.max(1),
+            retries: 0,
+            max_retries,
+            timer_start: 0,
+        }
+    }
+    pub fn next_seq(&self) -> u32 {
+        self.next
+    }
+    pub fn acked(&self) -> u32 {
+        self.acked
+    }
+    /// Messages assigned and not yet acknowledged.
+    pub fn in_flight(&self) -> u32 {
+        self.next.wrapping_sub(self.acked)
+    }
+    /// Assigns `n` new sequence numbers; returns the first.
+    pub fn assign(&mut self, n: u32) -> u32 {
+        let first = self.next;
+        self.next = self.next.wrapping_add(n);
+        first
+    }
+    /// Whether `seq` was acknowledged (cumulatively or selectively).
+    pub fn is_acked(&self, seq: u32) -> bool {
+        seq_lt(seq, self.acked) || {
+            let off = seq.wrapping_sub(self.acked);
+            off >= 1 && seq_lt(seq, self.next) && self.sacked.get(off - 1)
+        }
+    }
+    /// The next message to put on the wire: a retransmission if one is due, else the
+    /// next never-sent one. `None`: nothing to send.
+    pub fn next_to_send(&mut self) -> Option<u32> {
+        while let Some(&s) = self.resend.front() {
+            if self.is_acked(s) || !seq_lt(s, self.sent_to) {
+                self.resend.pop_front();
+                continue;
+            }
+            return Some(s);
+        }
+        seq_lt(self.sent_to, self.next).then_some(self.sent_to)
+    }
+    /// `seq` went on the wire at `now`.
+    pub fn on_sent(&mut self, seq: u32, now: u64) {
+        if self.resend.front() == Some(&seq) {
+            self.resend.pop_front();
+        }
+        if seq == self.sent_to {
+            self.sent_to = self.sent_to.wrapping_add(1);
+        }
+        if self.acked == seq || self.timer_start == 0 || self.in_flight_sent() == 1 {
+            self.timer_start = now;
+        }
+    }
+    fn in_flight_sent(&self) -> u32 {
+        self.sent_to.wrapping_sub(self.acked)
+    }
+    /// An acknowledgement: cumulative `ack` and selective bits beyond it.
+    pub fn on_ack(&mut self, ack: u32, sack: &SeqBits, now: u64) -> Acked {
+        let mut out = Acked {
+            from: self.acked,
+            to: self.acked,
+            lost: 0,
+        };
+        if seq_lt(self.next, ack) {
+            return out; // acknowledges what was never sent
+        }
+        if seq_lt(self.acked, ack) {
+            let n = ack.wrapping_sub(self.acked);
+            self.sacked.shift(n);
+            self.queued.shift(n);
+            self.acked = ack;
+            if seq_lt(self.sent_to, ack) {
+                self.sent_to = ack;
+            }
+            self.retries = 0;
+            self.timer_start = now;
+            out.to = ack;
+        } else if ack != self.acked {
+            return out; // an old acknowledgement
+        }
+        // Merge the selective part (it is relative to `ack`, which now equals `acked`).
+        for i in 0..SACK_BITS {
+            if sack.get(i) {
+                self.sacked.set(i);
+            }
+        }
+        // Loss: a message DUP_THRESHOLD or more before the highest selectively
+        // acknowledged one, sent, not acknowledged, not yet queued.
+        // Positions count from `acked` (0: the cumulative hole itself); selective bit
+        // i is position i + 1.
+        if let Some(high) = self
+            .sacked
+            .highest()
+            .map(|h| h + 1)
+            .filter(|h| *h >= DUP_THRESHOLD)
+        {
+            for off in 0..=high - DUP_THRESHOLD {
+                let seq = self.acked.wrapping_add(off);
+                let sacked = off >= 1 && self.sacked.get(off - 1);
+                if !sacked && seq_lt(seq, self.sent_to) && !self.queued_has(off) {
+                    self.queue_resend(off, seq);
+                    out.lost += 1;
+                }
+            }
+        }
+        out
+    }
+    fn queued_has(&self, off: u32) -> bool {
+        self.queued.get(off)
+    }
+    fn queue_resend(&mut self, off: u32, seq: u32) {
+        self.queued.set(off);
+        self.resend.push_back(seq);
+    }
+    /// When the retransmission timer fires (`None`: nothing unacknowledged on the
+    /// wire).
+    pub fn deadline(&self) -> Option<u64> {
+        (self.in_flight_sent() > 0).then(|| self.timer_start + (self.rto << self.retries.min(6)))
+    }
+    /// Checks the timer: on expiry the unacknowledged, unselectively-acked messages
+    /// are queued again (each once per expiry), with exponential back-off.
+    pub fn on_timer(&mut self, now: u64) -> Timeout {
+        match self.deadline() {
+            Some(d) if now >= d => {}
+            _ => return Timeout::Idle,
+        }
+        self.retries += 1;
+        if self.retries > self.max_retries {
+            return Timeout::GiveUp;
+        }
+        self.resend.clear();
+        self.queued = SeqBits::default();
+        let n = self.in_flight_sent().min(SACK_BITS);
+        for off in 0..n {
+            let seq = self.acked.wrapping_add(off);
+            if off == 0 || !self.sacked.get(off - 1) {
+                self.queue_resend(off, seq);
+            }
+        }
+        self.timer_start = now;
+        Timeout::Retransmit
+    }
+    /// Pauses sending until later (receiver not ready): the timer restarts then, and
+    /// everything from `seq` on is sent again.
+    pub fn rewind_to(&mut self, seq: u32, now: u64) {
+        if seq_lt(seq, self.acked) || !seq_lt(seq, self.next) {
+            return;
+        }
+        self.sent_to = seq;
+        self.resend.clear();
+        self.queued = SeqBits::default();
+        self.timer_start = now;
+    }
+    /// Retries spent on the current oldest message.
+    pub fn retries(&self) -> u32 {
+        self.retries
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bitmaps_shift_and_count() {
+        let mut b = SeqBits::default();
+        for i in [0, 1, 2, 5, 64, 65, 200] {
+            b.set(i);
+        }
+        assert_eq!(b.leading_ones(), 3);
+        assert_eq!(b.highest(), Some(200));
+        b.shift(3);
+        assert!(!b.get(0) && b.get(2) && b.get(61) && b.get(62) && b.get(197));
+        b.shift(70);
+        assert_eq!(b.highest(), Some(127));
+        let words: Vec<u32> = b.words32().collect();
+        let mut c = SeqBits::default();
+        for (i, w) in words.iter().enumerate() {
+            c.set_word32(i, *w);
+        }
+        assert_eq!(b, c);
+    }
+
+    #[test]
+    fn receiver_classifies_and_moves_over_kept_messages() {
+        let mut r = Receiver::new(100, 64);
+        assert_eq!(r.classify(100, 1000), Arrival::InOrder);
+        assert_eq!(r.classify(102, 1000), Arrival::Ahead { offset: 2 });
+        r.keep_ahead(2);
+        assert_eq!(r.classify(102, 1000), Arrival::Duplicate);
+        assert_eq!(r.classify(99, 1000), Arrival::Duplicate);
+        assert_eq!(r.classify(100 + 65, 1000), Arrival::OutOfWindow);
+        assert_eq!(
+            r.classify(100u32.wrapping_sub(5000), 1000),
+            Arrival::OutOfWindow
+        );
+        assert!(!r.executed()); // 100 ran; 101 missing
+        assert_eq!(r.expected(), 101);
+        assert_eq!(r.classify(102, 1000), Arrival::Duplicate);
+        assert!(r.executed()); // 101 ran; 102 is kept: run it next
+        assert!(!r.executed());
+        assert_eq!(r.expected(), 103);
+        assert!(!r.has_gap());
+    }
+
+    #[test]
+    fn selective_acks_queue_only_the_missing_message() {
+        let mut s = Sender::new(0, 1000, 5);
+        s.assign(10);
+        for seq in 0..10 {
+            assert_eq!(s.next_to_send(), Some(seq));
+            s.on_sent(seq, 1);
+        }
+        assert_eq!(s.next_to_send(), None);
+        // 3 lost; 0..3 acked cumulatively, 4..10 selectively.
+        let mut sack = SeqBits::default();
+        for off in 0..6 {
+            sack.set(off); // offsets past ack=3: 4..9
+        }
+        let a = s.on_ack(3, &sack, 2);
+        assert_eq!((a.from, a.to, a.lost), (0, 3, 1));
+        assert_eq!(s.next_to_send(), Some(3));
+        s.on_sent(3, 3);
+        assert_eq!(s.next_to_send(), None);
+        let a = s.on_ack(10, &SeqBits::default(), 4);
+        assert_eq!(a.to, 10);
+        assert_eq!(s.in_flight(), 0);
+        assert_eq!(s.deadline(), None);
+    }
+
+    #[test]
+    fn reordering_below_the_threshold_is_not_loss() {
+        let mut s = Sender::new(0, 1000, 5);
+        s.assign(4);
+        for seq in 0..4 {
+            s.on_sent(seq, 1);
+        }
+        let mut sack = SeqBits::default();
+        sack.set(0); // 1 arrived before 0
+        assert_eq!(s.on_ack(0, &sack, 2).lost, 0);
+        assert_eq!(s.next_to_send(), None);
+    }
+
+    #[test]
+    fn the_timer_resends_with_back_off_then_gives_up() {
+        let mut s = Sender::new(7, 100, 2);
+        s.assign(2);
+        s.on_sent(7, 10);
+        s.on_sent(8, 10);
+        assert_eq!(s.deadline(), Some(110));
+        assert_eq!(s.on_timer(50), Timeout::Idle);
+        assert_eq!(s.on_timer(110), Timeout::Retransmit);
+        assert_eq!(s.next_to_send(), Some(7));
+        s.on_sent(7, 111);
+        assert_eq!(s.next_to_send(), Some(8));
+        s.on_sent(8, 111);
+        assert_eq!(s.deadline(), Some(111 + 200), "backed off");
+        assert_eq!(s.on_timer(311), Timeout::Retransmit);
+        assert_eq!(s.on_timer(311 + 400), Timeout::GiveUp);
+    }
+
+    /// Two endpoints over a simulated link that loses, duplicates and reorders,
+    /// deterministically: every message is executed exactly once, in order.
+    #[test]
+    fn a_lossy_link_delivers_everything_once_and_in_order() {
+        for (loss, seed) in [(0.0, 1u64), (0.01, 2), (0.05, 3), (0.10, 4), (0.30, 5)] {
+            let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+            let mut rnd = move || {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                (x >> 11) as f64 / (1u64 << 53) as f64
+            };
+            let total = 5000u32;
+            let isn = u32::MAX - 100; // wraps
+            let mut s = Sender::new(isn, 50, 1000);
+            let mut r = Receiver::new(isn, SACK_BITS);
+            let mut kept = std::collections::BTreeSet::new();
+            let mut executed = Vec::new();
+            let mut wire: Vec<(u64, u32)> = Vec::new(); // (arrival time, seq)
+            let mut acks: Vec<(u64, u32, SeqBits)> = Vec::new();
+            let mut now = 1u64;
+            let mut assigned = 0;
+            while executed.len() < total as usize {
+                now += 1;
+                assert!(
+                    now < 10_000_000,
+                    "stalled at {} (loss {loss})",
+                    executed.len()
+                );
+                if assigned < total && s.in_flight() < 200 {
+                    s.assign(1);
+                    assigned += 1;
+                }
+                for _ in 0..4 {
+                    let Some(seq) = s.next_to_send() else { break };
+                    s.on_sent(seq, now);
+                    if rnd() >= loss {
+                        let delay = 5 + (rnd() * 10.0) as u64; // reordering
+                        wire.push((now + delay, seq));
+                        if rnd() < 0.02 {
+                            wire.push((now + delay + 3, seq)); // duplicate
+                        }
+                    }
+                }
+                // Deliver what is due.
+                wire.sort_by_key(|w| w.0);
+                let due: Vec<u32> = wire
+                    .iter()
+                    .take_while(|w| w.0 <= now)
+                    .map(|w| w.1)
+                    .collect();
+                wire.drain(..due.len());
+                let mut owe = false;
+                for seq in due {
+                    owe = true;
+                    match r.classify(seq, 1 << 20) {
+                        Arrival::InOrder => {
+                            executed.push(seq);
+                            let mut next = r.executed();
+                            while next {
+                                let e = r.expected();
+                                assert!(kept.remove(&e));
+                                executed.push(e);
+                                next = r.executed();
+                            }
+                        }
+                        Arrival::Ahead { offset } => {
+                            r.keep_ahead(offset);
+                            kept.insert(seq);
+                        }
+                        Arrival::Duplicate | Arrival::OutOfWindow => {}
+                    }
+                }
+                if owe && rnd() >= loss {
+                    let (a, bits) = r.ack();
+                    acks.push((now + 5, a, bits.clone()));
+                }
+                acks.sort_by_key(|a| a.0);
+                while acks.first().is_some_and(|a| a.0 <= now) {
+                    let (_, a, bits) = acks.remove(0);
+                    s.on_ack(a, &bits, now);
+                }
+                assert_ne!(s.on_timer(now), Timeout::GiveUp);
+            }
+            let want: Vec<u32> = (0..total).map(|i| isn.wrapping_add(i)).collect();
+            assert_eq!(executed, want, "loss {loss}");
+        }
+    }
+}
