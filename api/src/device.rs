@@ -112,6 +112,10 @@ pub struct DeviceStats {
     pub naks_tx: u64,
     pub naks_rx: u64,
     pub retransmits: u64,
+    /// Retransmission timer expiries.
+    pub timeouts: u64,
+    /// Messages kept because they arrived ahead of a gap.
+    pub reordered: u64,
     pub duplicates: u64,
     pub tx_stalls: u64,
     /// Refusals by reason.
@@ -148,6 +152,8 @@ impl DeviceStats {
             naks_tx: s.naks_tx,
             naks_rx: s.naks_rx,
             retransmits: s.retransmits,
+            timeouts: s.timeouts,
+            reordered: s.reordered,
             duplicates: s.duplicates,
             tx_stalls: s.tx_stalls,
             drops: DropReason::ALL
@@ -629,6 +635,9 @@ pub struct ConnOptions {
     pub report_traps: bool,
     /// Depth of the connection's send queue.
     pub sq_depth: usize,
+    /// Messages from the peer kept when they arrive ahead of a gap (selective repeat;
+    /// at most 256; 0: refused, the peer resends from the gap).
+    pub receive_window: u32,
 }
 
 impl Default for ConnOptions {
@@ -638,6 +647,7 @@ impl Default for ConnOptions {
             allow_forced_interrupts: true,
             report_traps: false,
             sq_depth: 4096,
+            receive_window: deposit_transport::reliability::SACK_BITS,
         }
     }
 }
@@ -649,6 +659,7 @@ impl ConnOptions {
             registers: self.registers,
             allow_forced_interrupts: self.allow_forced_interrupts,
             report_traps: self.report_traps,
+            receive_window: self.receive_window,
         }
     }
 }

@@ -27,6 +27,7 @@ use crate::connection::{
     random_u32, random_u64, ConnShared, ConnState, Connection, CqShared, MAX_PENDING_NAKS,
 };
 use crate::oplogic::{DropReason, RemoteStatus};
+use crate::reliability::{Receiver, Sender, SACK_BITS};
 use crate::tables::{EndpointId, NodeAddr, NodeId, RegWindow};
 use crate::wire::{
     self, hflags, op, ControlRepr, FrameView, FrameWriter, TransportRepr, UnderlayRepr,
@@ -241,6 +242,9 @@ pub struct ConnectOptions {
     pub allow_forced_interrupts: bool,
     /// Whether refused messages are also reported on the endpoint's event queue.
     pub report_traps: bool,
+    /// Messages kept when they arrive ahead of a gap (selective repeat; at most
+    /// `reliability::SACK_BITS`; 0: refused, the sender goes back to the gap).
+    pub receive_window: u32,
 }
 
 impl Default for ConnectOptions {
@@ -250,6 +254,7 @@ impl Default for ConnectOptions {
             registers: Registers::None,
             allow_forced_interrupts: true,
             report_traps: false,
+            receive_window: SACK_BITS,
         }
     }
 }
@@ -293,18 +298,20 @@ impl Worker {
             allow_forced_interrupts: opts.allow_forced_interrupts,
             report_traps: opts.report_traps,
             held: None,
-            rx_expected: 0,
+            rx: Receiver::new(0, opts.receive_window),
+            reorder: std::collections::BTreeMap::new(),
             ack_pending: false,
             naks: [(0, RemoteStatus::Ok); MAX_PENDING_NAKS],
             nnaks: 0,
-            tx_next: isn,
-            tx_acked: isn,
-            tx_cursor: isn,
-            tx_sent_max: isn,
+            tx: Sender::new(
+                isn,
+                self.us_to_tsc(self.cfg.retry_timeout_us),
+                self.cfg.retry_count,
+            ),
+            isn,
+            tx_sent_high: isn,
             inflight: std::collections::VecDeque::with_capacity(self.cfg.window as usize),
             window: self.cfg.window,
-            last_progress: 0,
-            retries: 0,
             rnr_until: 0,
             rnr_retries: 0,
             rnr_retry_limit: self.cfg.rnr_retry_count,
@@ -464,7 +471,7 @@ impl Worker {
             service: c.service,
             conn: c.number,
             key: c.key,
-            isn: c.tx_next,
+            isn: c.isn,
             max_frame: self.port.max_frame() as u32,
         };
         let to = self.nodes.get(c.peer).copied();
@@ -577,7 +584,7 @@ impl Worker {
                             request,
                             conn: c.number,
                             key: c.key,
-                            isn: c.tx_acked,
+                            isn: c.isn,
                             max_frame: self.port.max_frame() as u32,
                             client_conn: conn,
                         };
@@ -607,7 +614,7 @@ impl Worker {
                 };
                 c.peer_conn = conn;
                 c.peer_key = key;
-                c.rx_expected = isn;
+                c.rx = Receiver::new(isn, c.rx.window());
                 c.segment_max = c
                     .segment_max
                     .min(crate::worker::segment_max_for(max_frame as usize));
@@ -620,7 +627,7 @@ impl Worker {
                     request,
                     conn: c.number,
                     key: c.key,
-                    isn: c.tx_next,
+                    isn: c.isn,
                     max_frame: self.port.max_frame() as u32,
                     client_conn: conn,
                 };
@@ -646,7 +653,7 @@ impl Worker {
                 }
                 c.peer_conn = conn;
                 c.peer_key = key;
-                c.rx_expected = isn;
+                c.rx = Receiver::new(isn, c.rx.window());
                 c.segment_max = c
                     .segment_max
                     .min(crate::worker::segment_max_for(max_frame as usize));

@@ -310,6 +310,15 @@ pub struct Held {
     pub trap: crate::oplogic::Trap,
 }
 
+/// A message kept because it arrived ahead of a gap in the sequence.
+#[derive(Debug, Clone)]
+pub struct Stored {
+    pub control: crate::wire::ControlRepr,
+    pub payload: Vec<u8>,
+    /// The frame's compound descriptor, for a `COMPOUND_REPEAT` message.
+    pub frame_desc: Option<[u8; 8]>,
+}
+
 /// Most NAKs remembered between two acknowledgement frames.
 pub const MAX_PENDING_NAKS: usize = 32;
 
@@ -338,27 +347,24 @@ pub struct Connection {
     pub owned_regs: Option<crate::tables::RegWindow>,
 
     // Receive side.
-    /// Next message sequence number expected from the peer.
-    pub rx_expected: u32,
+    /// Sequence state of what the peer sends (cumulative + kept ahead of a gap).
+    pub rx: crate::reliability::Receiver,
+    /// Messages received ahead of a gap, run when it fills (copies: the loss path).
+    pub reorder: std::collections::BTreeMap<u32, Stored>,
     pub ack_pending: bool,
     pub naks: [(u32, RemoteStatus); MAX_PENDING_NAKS],
     pub nnaks: usize,
 
     // Send side.
-    /// Sequence number of the next new message.
-    pub tx_next: u32,
-    /// Everything before this is acknowledged by the peer.
-    pub tx_acked: u32,
-    /// Next message to (re)transmit.
-    pub tx_cursor: u32,
-    /// Highest sequence number sent so far (plus one): below it, sends are retransmissions.
-    pub tx_sent_max: u32,
+    /// Sequence state of what we send (selective repeat, retransmission timer).
+    pub tx: crate::reliability::Sender,
+    /// Our initial sequence number (repeated in connect replies).
+    pub isn: u32,
+    /// One past the highest sequence number ever sent (below it: retransmissions).
+    pub tx_sent_high: u32,
     pub inflight: VecDeque<Pending>,
     /// Most messages in flight (unacknowledged).
     pub window: u32,
-    /// TSC of the last acknowledgement progress (or first send after idle).
-    pub last_progress: u64,
-    pub retries: u32,
     /// Receiver-not-ready: no sending before this TSC.
     pub rnr_until: u64,
     pub rnr_retries: u32,

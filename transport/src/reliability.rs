@@ -126,13 +126,18 @@ pub struct Receiver {
 
 impl Receiver {
     /// `isn`: the peer's initial sequence number; `window`: how far ahead messages are
-    /// kept (at most [`SACK_BITS`]).
+    /// kept (at most [`SACK_BITS`]; 0: none — out-of-order messages are refused and the
+    /// sender goes back to the gap, as go-back-N).
     pub fn new(isn: u32, window: u32) -> Receiver {
         Receiver {
             expected: isn,
             ahead: SeqBits::default(),
-            window: window.clamp(1, SACK_BITS),
+            window: window.min(SACK_BITS),
         }
+    }
+    /// How far ahead messages are kept.
+    pub fn window(&self) -> u32 {
+        self.window
     }
     /// The next sequence number to execute.
     pub fn expected(&self) -> u32 {

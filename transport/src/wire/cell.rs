@@ -78,6 +78,10 @@ pub mod op {
     /// Negative acknowledgement in an ACK frame: `operand` = message sequence number,
     /// `index` = remote status code.
     pub const NAK: u8 = 0xF0;
+    /// Selective acknowledgement in an ACK frame: `operand` = word number w, `index` =
+    /// 32 bits: bit i set when message `ack + 1 + 32w + i` arrived (ack = the frame
+    /// header's cumulative acknowledgement).
+    pub const SACK: u8 = 0xF1;
 }
 
 /// Flags in byte 2 of the control part.

@@ -91,7 +91,7 @@
 //! endpoint. Operations and payload layouts: [`op`] and `crate::message`.
 //!
 //! Any change to this layout bumps [`VERSION`] (2: compound operations, reads,
-//! atomics and replies).
+//! atomics and replies; 3: selective acknowledgement cells, [`op::SACK`]).
 
 use core::ops::Range;
 
@@ -123,7 +123,7 @@ pub use header::{hflags, TransportPacket, TransportRepr};
 pub use underlay::{UnderlayPacket, UnderlayRepr};
 
 /// Transport protocol version carried in byte 0 of the transport header.
-pub const VERSION: u8 = 2;
+pub const VERSION: u8 = 3;
 /// UDP destination port of every deposit frame.
 pub const UDP_PORT: u16 = 18515;
 /// Ethernet II (14) + IPv4 without options (20) + UDP (8).
@@ -334,6 +334,6 @@ mod tests {
         let e = WireError::BadUdpPort(80);
         assert_eq!(e.to_string(), "UDP destination port 80 is not 18515");
         let e = WireError::BadVersion(7);
-        assert_eq!(e.to_string(), "transport version 7 is not 2");
+        assert_eq!(e.to_string(), "transport version 7 is not 3");
     }
 }

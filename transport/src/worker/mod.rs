@@ -31,11 +31,12 @@ mod send;
 pub use recv::ResumeError;
 pub(crate) use send::fail_connection;
 
-use crate::connection::{seq_lt, ConnShared, ConnState, ConnTable, CqShared, WcStatus};
+use crate::connection::{ConnShared, ConnState, ConnTable, CqShared, WcStatus};
 use crate::events::EventQueue;
 use crate::faults::{FaultConfig, FaultStats, Faults, Hold, Verdict};
 use crate::oplogic::DropReason;
 use crate::port::{rdtsc, Mbuf, Port, RxBatch, TxBatch};
+use crate::reliability::Timeout;
 use crate::tables::{EndpointId, EndpointTable, NodeAddr, NodeId, NodeTable, RegisterFile};
 use crate::tlb::{Tlb, TlbStats};
 use crate::wire::{self, WireError};
@@ -110,6 +111,10 @@ pub struct Stats {
     pub naks_tx: u64,
     pub naks_rx: u64,
     pub retransmits: u64,
+    /// Retransmission timer expiries (first of a series).
+    pub timeouts: u64,
+    /// Messages kept because they arrived ahead of a gap.
+    pub reordered: u64,
     pub duplicates: u64,
     /// Events posted to endpoint event queues.
     pub events: u64,
@@ -354,24 +359,15 @@ impl Worker {
     }
 
     fn run_timers(&mut self, now: u64) {
-        let rto_base = self.us_to_tsc(self.cfg.retry_timeout_us);
         for slot in 0..self.conns.slots() {
             let Some(conn) = self.conns.get_mut(slot) else {
                 continue;
             };
-            if conn.state == ConnState::Normal
-                && !conn.inflight.is_empty()
-                && seq_lt(conn.tx_acked, conn.tx_cursor)
-                // Exponential back-off: the n-th retry waits rto * 2^n (capped at 2^6),
-                // so a briefly starved peer is not declared dead by a tight timer.
-                && now.saturating_sub(conn.last_progress) > rto_base << conn.retries.min(6)
-            {
-                conn.retries += 1;
-                if conn.retries > self.cfg.retry_count {
+            if conn.state == ConnState::Normal && now >= conn.rnr_until {
+                if conn.tx.on_timer(now) == Timeout::GiveUp {
                     fail_connection(conn, WcStatus::RetryExceeded);
-                } else {
-                    conn.tx_cursor = conn.tx_acked;
-                    conn.last_progress = now;
+                } else if conn.tx.retries() > 0 {
+                    self.stats.timeouts += u64::from(conn.tx.retries() == 1);
                 }
             }
         }

@@ -9,11 +9,12 @@
 //! ready"), other connections go on, and [`Worker::resume`] runs the kept message
 //! exactly once after the host's repair.
 
-use crate::connection::{seq_lt, ConnState, Connection, Held, Pending, WcStatus};
+use crate::connection::{ConnState, Connection, Held, Pending, Stored, WcStatus};
 use crate::events::{Event, EventKind, EventQueue};
 use crate::message;
 use crate::oplogic::{self, DropReason, Plan, RegContext, RemoteStatus, Reply, TlbAccess, Trap};
 use crate::port::Mbuf;
+use crate::reliability::{Arrival, SeqBits};
 use crate::tables::{EndpointTable, RegisterFile};
 use crate::tlb::Tlb;
 use crate::wire::cell::flags as cflags;
@@ -108,6 +109,8 @@ impl Worker {
         let mut owe_ack = false;
         // The latest compound descriptor of this frame (for COMPOUND_REPEAT messages).
         let mut frame_desc: Option<[u8; COMPOUND_LEN]> = None;
+        // The selective part of the peer's acknowledgement, when the frame carries one.
+        let mut sack = SeqBits::default();
         for msg in frame.messages() {
             let m = match msg {
                 Ok(m) => m,
@@ -115,11 +118,11 @@ impl Worker {
                     // The rest of the frame cannot be decoded; refuse the message at
                     // this sequence number (once) and stop.
                     ex.stats.drop_for(wire_drop_reason(&e));
-                    if seq == conn.rx_expected
+                    if seq == conn.rx.expected()
                         && conn.state == ConnState::Normal
                         && conn.push_nak(seq, RemoteStatus::RemoteOperationError)
                     {
-                        conn.rx_expected = seq.wrapping_add(1);
+                        arrivals += advance(conn, &mut ex);
                         owe_ack = true;
                     }
                     break;
@@ -130,60 +133,73 @@ impl Worker {
                     frame_desc = d.try_into().ok();
                 }
             }
-            if m.control.opcode == op::NAK {
-                ex.stats.naks_rx += 1;
-                send::apply_nak(conn, m.control.operand, m.control.index, now, ex.stats);
-                continue;
-            }
-            if seq != conn.rx_expected {
-                if seq_lt(seq, conn.rx_expected)
-                    && conn.rx_expected.wrapping_sub(seq) <= DUPLICATE_WINDOW
-                {
-                    // Already executed (a retransmission): acknowledge again.
-                    ex.stats.duplicates += 1;
-                    seq = seq.wrapping_add(1);
-                    owe_ack = true;
+            match m.control.opcode {
+                op::NAK => {
+                    ex.stats.naks_rx += 1;
+                    send::apply_nak(conn, m.control.operand, m.control.index, now, ex.stats);
                     continue;
                 }
-                ex.stats.drop_for(DropReason::OutOfSequence);
-                owe_ack = true;
-                break;
+                op::SACK => {
+                    sack.set_word32(m.control.operand as usize, m.control.index);
+                    continue;
+                }
+                _ => {}
+            }
+            let this = seq;
+            seq = seq.wrapping_add(1);
+            owe_ack = true;
+            match conn.rx.classify(this, DUPLICATE_WINDOW) {
+                Arrival::InOrder => {}
+                Arrival::Duplicate => {
+                    // Already executed or kept (a retransmission): acknowledge again.
+                    ex.stats.duplicates += 1;
+                    continue;
+                }
+                Arrival::OutOfWindow => {
+                    ex.stats.drop_for(DropReason::OutOfSequence);
+                    break;
+                }
+                Arrival::Ahead { offset } => {
+                    if conn.state == ConnState::Normal {
+                        // Ahead of a gap: keep a copy (the loss path) and run it when
+                        // the gap fills — one loss costs one retransmission.
+                        let len = (m.control.length as usize).min(m.payload.len());
+                        let repeat = m.control.flags & cflags::COMPOUND_REPEAT != 0;
+                        conn.reorder.insert(
+                            this,
+                            Stored {
+                                control: m.control,
+                                payload: m.payload[..len].to_vec(),
+                                frame_desc: if repeat { frame_desc } else { None },
+                            },
+                        );
+                        conn.rx.keep_ahead(offset);
+                        ex.stats.reordered += 1;
+                    }
+                    continue;
+                }
             }
             if conn.state == ConnState::Exceptioned {
                 // Later messages wait behind the kept one; the sender is told again.
                 if conn.nnaks == 0 {
-                    conn.push_nak(conn.rx_expected, RemoteStatus::PageFault);
+                    conn.push_nak(conn.rx.expected(), RemoteStatus::PageFault);
                 }
-                owe_ack = true;
                 break;
             }
-            if m.control.flags & cflags::REPLY != 0 {
-                if let Err(r) = take_reply(conn, &m.control, m.payload, ex.endpoints) {
-                    ex.stats.drop_for(r);
-                }
-            } else {
-                match run_message(
-                    conn,
-                    seq,
-                    &m.control,
-                    m.payload,
-                    frame_desc.as_ref(),
-                    &mut ex,
-                ) {
-                    Ran::Done | Ran::Refused => {}
-                    Ran::Held => {
-                        owe_ack = true;
-                        break;
-                    }
-                }
+            if let Ran::Held = deliver(
+                conn,
+                this,
+                &m.control,
+                m.payload,
+                frame_desc.as_ref(),
+                &mut ex,
+            ) {
+                break;
             }
-            ex.stats.msgs_rx += 1;
             if m.control.flags & cflags::LAST != 0 {
                 arrivals += 1;
             }
-            seq = seq.wrapping_add(1);
-            conn.rx_expected = seq;
-            owe_ack = true;
+            arrivals += advance(conn, &mut ex);
         }
         if arrivals > 0 {
             // The worker is the only writer: a plain load and a release store (no
@@ -195,7 +211,7 @@ impl Worker {
             );
         }
         if frame.header.flags & hflags::ACK != 0 {
-            send::process_ack(conn, frame.header.ack, now);
+            send::process_ack(conn, frame.header.ack, &sack, now);
         }
         send::complete_ready(conn);
         if owe_ack && !conn.ack_pending {
@@ -231,28 +247,81 @@ impl Worker {
             now,
         };
         conn.state = ConnState::Normal;
-        match run_message(conn, held.seq, &held.control, &held.payload, None, &mut ex) {
-            Ran::Held => {
-                let trap = conn.held.as_ref().map(|h| h.trap).unwrap_or(held.trap);
-                return Err(ResumeError::StillFaulting(trap));
-            }
-            Ran::Done | Ran::Refused => {}
+        let frame_desc = None;
+        if let Ran::Held = deliver(
+            conn,
+            held.seq,
+            &held.control,
+            &held.payload,
+            frame_desc,
+            &mut ex,
+        ) {
+            let trap = conn.held.as_ref().map(|h| h.trap).unwrap_or(held.trap);
+            return Err(ResumeError::StillFaulting(trap));
         }
         conn.shared.set_state(ConnState::Normal);
-        if held.control.flags & cflags::LAST != 0 {
-            let a = &conn.shared.arrivals;
-            a.store(
-                a.load(std::sync::atomic::Ordering::Relaxed) + 1,
-                std::sync::atomic::Ordering::Release,
-            );
-        }
-        conn.rx_expected = held.seq.wrapping_add(1);
+        let mut arrivals = u64::from(held.control.flags & cflags::LAST != 0);
+        // The messages kept ahead of it run now, in order.
+        arrivals += advance(conn, &mut ex);
+        let a = &conn.shared.arrivals;
+        a.store(
+            a.load(std::sync::atomic::Ordering::Relaxed) + arrivals,
+            std::sync::atomic::Ordering::Release,
+        );
         if !conn.ack_pending {
             conn.ack_pending = true;
             self.ack_new.push(slot);
         }
         Ok(())
     }
+}
+
+/// Runs the message the receiver expects: a reply to one of our requests, or an
+/// operation.
+fn deliver(
+    conn: &mut Connection,
+    seq: u32,
+    control: &ControlRepr,
+    payload: &[u8],
+    frame_desc: Option<&[u8; COMPOUND_LEN]>,
+    ex: &mut Exec<'_>,
+) -> Ran {
+    ex.stats.msgs_rx += 1;
+    if control.flags & cflags::REPLY != 0 {
+        if let Err(r) = take_reply(conn, control, payload, ex.endpoints) {
+            ex.stats.drop_for(r);
+        }
+        return Ran::Done;
+    }
+    run_message(conn, seq, control, payload, frame_desc, ex)
+}
+
+/// The expected message ran: moves the receive state on, then runs the messages kept
+/// ahead of the gap that directly follow, in order. Returns the arrivals among them.
+fn advance(conn: &mut Connection, ex: &mut Exec<'_>) -> u64 {
+    let mut arrivals = 0;
+    let mut next_kept = conn.rx.executed();
+    while next_kept {
+        let seq = conn.rx.expected();
+        let Some(st) = conn.reorder.remove(&seq) else {
+            break;
+        };
+        if let Ran::Held = deliver(
+            conn,
+            seq,
+            &st.control,
+            &st.payload,
+            st.frame_desc.as_ref(),
+            ex,
+        ) {
+            return arrivals;
+        }
+        if st.control.flags & cflags::LAST != 0 {
+            arrivals += 1;
+        }
+        next_kept = conn.rx.executed();
+    }
+    arrivals
 }
 
 /// Plans, checks and commits one message of `conn`.
@@ -370,14 +439,14 @@ fn event_of(
 /// replies are not held back by the send window).
 fn push_reply(conn: &mut Connection, wr: crate::connection::WorkRequest, ex: &mut Exec<'_>) {
     let segments = message::segments_for(&wr, conn.segment_max.min(ex.segment_max));
+    let first_seq = conn.tx.assign(segments);
     conn.inflight.push_back(Pending {
         wr,
-        first_seq: conn.tx_next,
+        first_seq,
         segments,
         status: WcStatus::Success,
         replied: false,
     });
-    conn.tx_next = conn.tx_next.wrapping_add(segments);
     ex.stats.replies_tx += 1;
 }
 

@@ -13,6 +13,7 @@ use crate::connection::{
 };
 use crate::message;
 use crate::oplogic::{DropReason, RemoteStatus};
+use crate::reliability::SeqBits;
 use crate::tables::{EndpointTable, NodeAddr, NodeTable};
 use crate::wire::{hflags, op, ControlRepr, FrameWriter, TransportRepr, UnderlayRepr};
 
@@ -54,6 +55,21 @@ impl Worker {
             let Ok(mut w) = FrameWriter::new(room, &underlay, &hdr) else {
                 continue;
             };
+            // The selective part: which messages beyond the cumulative point arrived
+            // (one cell per non-empty 32-bit word; at most 8).
+            if conn.rx.has_gap() {
+                for (i, word) in conn.rx.ack().1.words32().enumerate() {
+                    if word != 0 {
+                        let c = ControlRepr {
+                            opcode: op::SACK,
+                            operand: i as u32,
+                            index: word,
+                            ..Default::default()
+                        };
+                        let _ = w.push(&c, &[]);
+                    }
+                }
+            }
             let mut pushed = 0;
             for k in 0..conn.nnaks {
                 let (seq, status) = conn.naks[k];
@@ -127,7 +143,7 @@ impl Worker {
                 continue; // the peer is not ready: back off
             }
             admit_work(conn, &self.endpoints, self.segment_max);
-            while seq_lt(conn.tx_cursor, conn.tx_next) {
+            while let Some(first) = conn.tx.next_to_send() {
                 if self.tx.is_full() && self.port.tx(&mut self.tx) == 0 {
                     break;
                 }
@@ -135,17 +151,14 @@ impl Worker {
                     self.stats.drop_for(DropReason::NoBuffer);
                     break;
                 };
-                if conn.tx_cursor == conn.tx_acked {
-                    conn.last_progress = now;
-                }
                 let max = self.port.max_frame();
                 let underlay = conn_underlay(&self.cfg.local, &self.nodes, conn);
-                let hdr = data_header(conn);
+                let hdr = data_header(conn, first);
                 let room = &mut mbuf.room_mut()[..max];
                 let Ok(mut w) = FrameWriter::new(room, &underlay, &hdr) else {
                     break;
                 };
-                let (sent, bytes, resent) = fill_frame(conn, &mut w, &self.endpoints);
+                let (sent, bytes, resent) = fill_frame(conn, first, &mut w, &self.endpoints, now);
                 if sent == 0 {
                     break;
                 }
@@ -156,8 +169,8 @@ impl Worker {
                 let len = w.finish();
                 self.stats.bytes_tx += len as u64;
                 mbuf.set_len(len);
-                if conn.nnaks == 0 {
-                    conn.ack_pending = false; // piggy-backed
+                if conn.nnaks == 0 && !conn.rx.has_gap() {
+                    conn.ack_pending = false; // piggy-backed (a gap needs the selective part)
                 }
                 let _ = self.tx.push(mbuf);
             }
@@ -187,16 +200,16 @@ fn ack_header(conn: &Connection, cells: u16) -> TransportRepr {
         cells,
         dst_conn: conn.peer_conn,
         key: conn.peer_key,
-        seq: conn.tx_next,
-        ack: conn.rx_expected,
+        seq: conn.tx.next_seq(),
+        ack: conn.rx.expected(),
         credits: 0,
         src_conn: conn.number,
     }
 }
 
-fn data_header(conn: &Connection) -> TransportRepr {
+fn data_header(conn: &Connection, first: u32) -> TransportRepr {
     TransportRepr {
-        seq: conn.tx_cursor,
+        seq: first,
         ..ack_header(conn, 0)
     }
 }
@@ -204,7 +217,7 @@ fn data_header(conn: &Connection) -> TransportRepr {
 /// Moves work requests from the application's send queue into flight, within the
 /// window. Requests whose local ranges are invalid complete at once.
 fn admit_work(conn: &mut Connection, endpoints: &EndpointTable, segment_max: u32) {
-    while conn.tx_next.wrapping_sub(conn.tx_acked) < conn.window {
+    while conn.tx.in_flight() < conn.window {
         // `is_empty` is two plain loads; `pop` on an empty queue also pays a full
         // fence, so never pop to find out that the queue is empty.
         if conn.shared.sq.is_empty() {
@@ -237,30 +250,34 @@ fn admit_work(conn: &mut Connection, endpoints: &EndpointTable, segment_max: u32
             complete(conn, &wr, WcStatus::LocalLengthError);
             continue;
         }
+        let first_seq = conn.tx.assign(segments);
         conn.inflight.push_back(Pending {
             wr,
-            first_seq: conn.tx_next,
+            first_seq,
             segments,
             status: WcStatus::Success,
             replied: false,
         });
-        conn.tx_next = conn.tx_next.wrapping_add(segments);
     }
 }
 
-/// Puts messages from `tx_cursor` on into the frame; returns (messages, payload bytes,
-/// messages that were sent before: retransmissions).
+/// Puts a run of consecutive messages from `first` on into the frame (retransmissions
+/// the reliability state asks for, then new ones); returns (messages, payload bytes,
+/// retransmitted messages).
 fn fill_frame(
     conn: &mut Connection,
+    first: u32,
     w: &mut FrameWriter<'_>,
     endpoints: &EndpointTable,
+    now: u64,
 ) -> (u32, u64, u32) {
-    let Some((mut idx, mut seg)) = conn.locate(conn.tx_cursor) else {
+    let Some((mut idx, mut seg)) = conn.locate(first) else {
         return (0, 0, 0);
     };
     let mut sent = 0u32;
     let mut resent = 0u32;
     let mut bytes = 0u64;
+    let mut seq = first;
     // The latest compound descriptor put in this frame: identical ones after it are
     // sent as repeats (the frame is rebuilt the same way on retransmission).
     let mut frame_desc: Option<[u8; 8]> = None;
@@ -284,12 +301,16 @@ fn fill_frame(
         }
         sent += 1;
         bytes += u64::from(control.length);
-        if seq_lt(conn.tx_cursor, conn.tx_sent_max) {
+        if seq_lt(seq, conn.tx_sent_high) {
             resent += 1;
+        } else {
+            conn.tx_sent_high = seq.wrapping_add(1);
         }
-        conn.tx_cursor = conn.tx_cursor.wrapping_add(1);
-        if seq_lt(conn.tx_sent_max, conn.tx_cursor) {
-            conn.tx_sent_max = conn.tx_cursor;
+        conn.tx.on_sent(seq, now);
+        seq = seq.wrapping_add(1);
+        // The run goes on only while the reliability state wants the next number.
+        if conn.tx.next_to_send() != Some(seq) {
+            break;
         }
         seg += 1;
         if seg == conn.inflight[idx].segments {
@@ -307,7 +328,7 @@ pub(super) fn apply_nak(conn: &mut Connection, seq: u32, code: u32, now: u64, st
     let status = RemoteStatus::from_u8(code as u8).unwrap_or(RemoteStatus::RemoteInvalidRequest);
     if status == RemoteStatus::PageFault {
         stats.rnr_rx += 1;
-        if seq_lt(seq, conn.tx_acked) || !seq_lt(seq, conn.tx_next) {
+        if seq_lt(seq, conn.tx.acked()) || !seq_lt(seq, conn.tx.next_seq()) {
             return;
         }
         conn.rnr_retries += 1;
@@ -317,8 +338,7 @@ pub(super) fn apply_nak(conn: &mut Connection, seq: u32, code: u32, now: u64, st
         }
         let backoff = conn.rnr_timeout << conn.rnr_retries.min(6);
         conn.rnr_until = now + backoff;
-        conn.tx_cursor = seq;
-        conn.last_progress = now + backoff;
+        conn.tx.rewind_to(seq, now + backoff);
         return;
     }
     if let Some((idx, _)) = conn.locate(seq) {
@@ -329,17 +349,13 @@ pub(super) fn apply_nak(conn: &mut Connection, seq: u32, code: u32, now: u64, st
     }
 }
 
-/// Cumulative acknowledgement: everything before `ack` arrived and ran.
-pub(super) fn process_ack(conn: &mut Connection, ack: u32, now: u64) {
-    if !seq_lt(conn.tx_acked, ack) || seq_lt(conn.tx_next, ack) {
-        return; // old, or acknowledges what was never sent
-    }
-    conn.tx_acked = ack;
-    conn.retries = 0;
-    conn.rnr_retries = 0;
-    conn.last_progress = conn.last_progress.max(now);
-    if seq_lt(conn.tx_cursor, ack) {
-        conn.tx_cursor = ack;
+/// An acknowledgement from the peer: everything before `ack` arrived and ran, and the
+/// messages in `sack` (beyond it) arrived.
+pub(super) fn process_ack(conn: &mut Connection, ack: u32, sack: &SeqBits, now: u64) {
+    let before = conn.tx.acked();
+    conn.tx.on_ack(ack, sack, now);
+    if conn.tx.acked() != before {
+        conn.rnr_retries = 0;
     }
 }
 
@@ -347,7 +363,7 @@ pub(super) fn process_ack(conn: &mut Connection, ack: u32, now: u64) {
 pub(super) fn complete_ready(conn: &mut Connection) {
     while let Some(p) = conn.inflight.front() {
         let end = p.first_seq.wrapping_add(p.segments);
-        if seq_lt(conn.tx_acked, end) || !p.ready() {
+        if seq_lt(conn.tx.acked(), end) || !p.ready() {
             break;
         }
         let p = conn.inflight.pop_front().expect("front exists");
