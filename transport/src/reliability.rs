@@ -44,7 +44,7 @@ impl SeqBits {
     }
     /// Drops the first `n` offsets (the base moved forward by `n`).
     pub fn shift(&mut self, n: u32) {
-        if n >= SACK_BITS {
+        if n >= SACK_BITS || self.is_empty() {
             *self = SeqBits::default();
             return;
         }
@@ -81,8 +81,16 @@ impl SeqBits {
             .find(|(_, w)| **w != 0)
             .map(|(i, w)| i as u32 * 64 + 63 - w.leading_zeros())
     }
+    #[inline]
     pub fn is_empty(&self) -> bool {
-        self.words.iter().all(|w| *w == 0)
+        self.words.iter().fold(0, |a, w| a | w) == 0
+    }
+    /// Sets every offset set in `other`.
+    #[inline]
+    pub fn union_with(&mut self, other: &SeqBits) {
+        for (w, o) in self.words.iter_mut().zip(other.words) {
+            *w |= o;
+        }
     }
     /// As 32-bit words (the wire form: one SACK cell each).
     pub fn words32(&self) -> impl Iterator<Item = u32> + '_ {
@@ -173,8 +181,12 @@ impl Receiver {
     }
     /// The expected message ran: moves on. Returns how many kept messages directly
     /// follow it (the worker runs those next, in order, calling `executed` again).
+    #[inline]
     pub fn executed(&mut self) -> bool {
         self.expected = self.expected.wrapping_add(1);
+        if self.ahead.is_empty() {
+            return false; // the common, in-order case
+        }
         let next_kept = self.ahead.get(0);
         self.ahead.shift(1);
         next_kept
@@ -322,11 +334,10 @@ impl Sender {
             return out; // an old acknowledgement
         }
         // Merge the selective part (it is relative to `ack`, which now equals `acked`).
-        for i in 0..SACK_BITS {
-            if sack.get(i) {
-                self.sacked.set(i);
-            }
+        if sack.is_empty() && self.sacked.is_empty() {
+            return out; // in-order delivery: no gap, nothing lost
         }
+        self.sacked.union_with(sack);
         // Loss: a message DUP_THRESHOLD or more before the highest selectively
         // acknowledged one, sent, not acknowledged, not yet queued.
         // Positions count from `acked` (0: the cumulative hole itself); selective bit

@@ -111,7 +111,7 @@ pub struct Stats {
     pub naks_tx: u64,
     pub naks_rx: u64,
     pub retransmits: u64,
-    /// Retransmission timer expiries (first of a series).
+    /// Retransmission timer expiries.
     pub timeouts: u64,
     /// Messages kept because they arrived ahead of a gap.
     pub reordered: u64,
@@ -364,10 +364,10 @@ impl Worker {
                 continue;
             };
             if conn.state == ConnState::Normal && now >= conn.rnr_until {
-                if conn.tx.on_timer(now) == Timeout::GiveUp {
-                    fail_connection(conn, WcStatus::RetryExceeded);
-                } else if conn.tx.retries() > 0 {
-                    self.stats.timeouts += u64::from(conn.tx.retries() == 1);
+                match conn.tx.on_timer(now) {
+                    Timeout::GiveUp => fail_connection(conn, WcStatus::RetryExceeded),
+                    Timeout::Retransmit => self.stats.timeouts += 1,
+                    Timeout::Idle => {}
                 }
             }
         }
