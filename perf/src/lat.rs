@@ -25,6 +25,7 @@ use crate::error::{PerfError, Result, Wait};
 use crate::exchange::{self, Layout, RoundEnd};
 use crate::report::{LatStats, Reporter};
 use crate::setup::{self, Session, SocketFile, EMPTY_WC};
+use crate::warmup::Warmup;
 use crate::{Params, Role, Span};
 
 /// Samples reserved for one size of a `-D` run (64 MiB of u64).
@@ -173,7 +174,8 @@ fn client(s: &Session, p: &Params, rep: &mut Reporter) -> Result<()> {
         let mut counter = 0u8;
         let mut i = 0u64;
         let round_start = Instant::now();
-        let deadline = run_for.map(|d| round_start + d);
+        let deadline = run_for.map(|d| round_start + p.warmup + d);
+        let mut warm = Warmup::start(p.warmup);
         while i < limit {
             counter = next_counter(counter);
             s.ep.write(s.lay.send + last, &[counter])?;
@@ -190,11 +192,14 @@ fn client(s: &Session, p: &Params, rep: &mut Reporter) -> Result<()> {
                 }
             }
             let t1 = Instant::now();
-            rtts.push(t1.duration_since(t0).as_nanos() as u64);
-            i += 1;
             if signaled {
                 drain(&s.conn, &mut wcs)?;
             }
+            if warm.absorb(t1) {
+                continue;
+            }
+            rtts.push(t1.duration_since(t0).as_nanos() as u64);
+            i += 1;
             if deadline.is_some_and(|d| t1 >= d) {
                 break;
             }
@@ -203,7 +208,7 @@ fn client(s: &Session, p: &Params, rep: &mut Reporter) -> Result<()> {
             eprintln!("ddperf: {size} B: stopped at {limit} samples before the -D time was up");
         }
         let end = RoundEnd {
-            count: i,
+            count: i + warm.done(),
             elapsed: round_start.elapsed(),
             peak_rate: 0.0,
         };

@@ -22,6 +22,7 @@ mod rdlat;
 mod report;
 mod send;
 mod setup;
+mod warmup;
 
 use std::net::Ipv4Addr;
 use std::time::Duration;
@@ -177,6 +178,11 @@ struct Cli {
     /// Iterations per size (default: 1000 for latency tests, 5000 for bandwidth tests).
     #[arg(short = 'n', long)]
     iters: Option<u64>,
+    /// Latency tests: untimed ping-pongs before each size's timed ones, for this many
+    /// milliseconds (at most 100000 iterations; 0: none). A freshly connected pair of
+    /// processes sees several microseconds per round trip for its first ~10 ms here.
+    #[arg(long = "warmup-ms", value_name = "MS", default_value_t = 50)]
+    warmup_ms: u64,
     /// Run all sizes 2^1 .. 2^23 (raw tests: up to what fits one frame).
     #[arg(short = 'a', long)]
     all: bool,
@@ -271,6 +277,8 @@ pub struct Params {
     pub qps: u32,
     /// write_bw `--compound`.
     pub compound: bool,
+    /// Latency tests: untimed warm-up per size (see [`warmup`]).
+    pub warmup: Duration,
 }
 
 impl Params {
@@ -429,6 +437,7 @@ fn resolve(cli: Cli) -> Result<Params> {
         atomic: cli.atomic,
         qps: if test == Test::AppendBw { cli.qps } else { 1 },
         compound: cli.compound,
+        warmup: Duration::from_millis(cli.warmup_ms),
     })
 }
 

@@ -43,6 +43,7 @@ use crate::error::{PerfError, Result, Wait};
 use crate::lat::DURATION_SAMPLES;
 use crate::report::{BwStats, LatStats, PeakRate, Reporter};
 use crate::setup::{self, SocketFile};
+use crate::warmup::Warmup;
 use crate::{Params, Role, Span};
 
 const HDR_LEN: usize = 34;
@@ -486,15 +487,18 @@ fn lat_pinger(port: &mut Port, p: &Params, sizes: &[u64], rep: &mut Reporter) ->
         let round = round as u8;
         let len = frame_len(size);
         rtts.clear();
-        let deadline = run_for.map(|d| Instant::now() + d);
+        let deadline = run_for.map(|d| Instant::now() + p.warmup + d);
+        let mut warm = Warmup::start(p.warmup);
         let mut i = 0u64;
+        // Frames sent this round, warm-up ones included: each echo is matched by it.
+        let mut seq = 0u64;
         while i < limit {
             let mut m = match port.alloc() {
                 Some(m) => m,
                 None => alloc_slow(port, p)?,
             };
             let t0 = Instant::now();
-            stamp_full(&mut m, round, i, len);
+            stamp_full(&mut m, round, seq, len);
             let _ = tx.push(m);
             let mut wait = Wait::since(
                 t0,
@@ -508,9 +512,9 @@ fn lat_pinger(port: &mut Port, p: &Params, sizes: &[u64], rep: &mut Reporter) ->
                 if port.rx(&mut rx) > 0 {
                     for m in rx.by_ref() {
                         let d = m.data();
-                        if d.last() == Some(&last_byte(i))
+                        if d.last() == Some(&last_byte(seq))
                             && parse(d).is_some_and(|h| {
-                                h.kind == Kind::Data && h.round == round && h.seq == i
+                                h.kind == Kind::Data && h.round == round && h.seq == seq
                             })
                         {
                             break 'echo;
@@ -520,6 +524,10 @@ fn lat_pinger(port: &mut Port, p: &Params, sizes: &[u64], rep: &mut Reporter) ->
                 wait.tick()?;
             }
             let t1 = Instant::now();
+            seq += 1;
+            if warm.absorb(t1) {
+                continue;
+            }
             rtts.push(t1.duration_since(t0).as_nanos() as u64);
             i += 1;
             if deadline.is_some_and(|d| t1 >= d) {

@@ -25,6 +25,7 @@ use crate::harness::{self, Side, Spec};
 use crate::lat::DURATION_SAMPLES;
 use crate::report::{LatStats, Reporter};
 use crate::setup::EMPTY_WC;
+use crate::warmup::Warmup;
 use crate::{AtomicOp, Params, Span, Test};
 
 /// Runs read_lat or atomic_lat in this process's role.
@@ -83,7 +84,8 @@ fn client(side: &Side, p: &Params, rep: &mut Reporter) -> Result<()> {
         rtts.clear();
         let mut i = 0u64;
         let round_start = Instant::now();
-        let deadline = run_for.map(|d| round_start + d);
+        let deadline = run_for.map(|d| round_start + p.warmup + d);
+        let mut warm = Warmup::start(p.warmup);
         while i < limit {
             let mut req = request(p, side, size, k, 0).signaled();
             req.set_wr_id(i + 1);
@@ -99,13 +101,16 @@ fn client(side: &Side, p: &Params, rep: &mut Reporter) -> Result<()> {
                     wc.status
                 )));
             }
-            rtts.push(t1.duration_since(t0).as_nanos() as u64);
             if atomic {
                 if s.ep.load_u64(0)? != k {
                     bad += 1;
                 }
                 k += 1;
             }
+            if warm.absorb(t1) {
+                continue;
+            }
+            rtts.push(t1.duration_since(t0).as_nanos() as u64);
             i += 1;
             if deadline.is_some_and(|d| t1 >= d) {
                 break;
@@ -115,7 +120,7 @@ fn client(side: &Side, p: &Params, rep: &mut Reporter) -> Result<()> {
             eprintln!("ddperf: {size} B: stopped at {limit} samples before the -D time was up");
         }
         let end = RoundEnd {
-            count: i,
+            count: i + warm.done(),
             elapsed: round_start.elapsed(),
             peak_rate: 0.0,
         };

@@ -48,6 +48,7 @@ use crate::lat::{check_open, DURATION_SAMPLES};
 use crate::rdbw::{self, Laps};
 use crate::report::{BwStats, LatStats, Reporter};
 use crate::setup::{self, EMPTY_WC};
+use crate::warmup::Warmup;
 use crate::{Params, Span, Test};
 
 /// Most slots of a receive queue.
@@ -213,7 +214,8 @@ fn lat_client(side: &Side, p: &Params, rep: &mut Reporter) -> Result<()> {
         let mut req = WorkRequest::send(0, &s.ep, s.lay.send as u64, size as u32, 0);
         let mut i = 0u64;
         let round_start = Instant::now();
-        let deadline = run_for.map(|d| round_start + d);
+        let deadline = run_for.map(|d| round_start + p.warmup + d);
+        let mut warm = Warmup::start(p.warmup);
         while i < limit {
             let signaled = (i + 1) % cq_mod == 0;
             req.set_signaled(signaled);
@@ -228,17 +230,20 @@ fn lat_client(side: &Side, p: &Params, rep: &mut Reporter) -> Result<()> {
                 }
             }
             let t1 = Instant::now();
-            rtts.push(t1.duration_since(t0).as_nanos() as u64);
             seen += 1;
             used += 1;
             if used == slots {
                 reset(side)?;
                 used = 0;
             }
-            i += 1;
             if signaled {
                 drain(side, &mut wcs)?;
             }
+            if warm.absorb(t1) {
+                continue;
+            }
+            rtts.push(t1.duration_since(t0).as_nanos() as u64);
+            i += 1;
             if deadline.is_some_and(|d| t1 >= d) {
                 break;
             }
@@ -247,7 +252,7 @@ fn lat_client(side: &Side, p: &Params, rep: &mut Reporter) -> Result<()> {
             eprintln!("ddperf: {size} B: stopped at {limit} samples before the -D time was up");
         }
         let end = RoundEnd {
-            count: i,
+            count: i + warm.done(),
             elapsed: round_start.elapsed(),
             peak_rate: 0.0,
         };
