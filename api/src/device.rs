@@ -6,7 +6,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use deposit_transport::cm::{ConnectOptions, Registers};
-use deposit_transport::connection::{ConnShared, ConnState};
+use deposit_transport::connection::{ConnShared, ConnState, Priority};
 use deposit_transport::events::EventQueue as Queue;
 use deposit_transport::mem::EndpointMemory;
 use deposit_transport::oplogic::DropReason;
@@ -58,6 +58,10 @@ pub struct DeviceConfig {
     pub rnr_timeout: Duration,
     /// Receiver-not-ready retries before a connection goes to error (bounded).
     pub rnr_retry_count: u32,
+    /// Most unacknowledged bytes of first transmissions per connection: a
+    /// bandwidth-delay-product cap that bounds what one connection queues in the port
+    /// ahead of others (default 1 MiB).
+    pub max_inflight_bytes: u64,
     /// Fault injection on received frames (loss, duplication, reordering, corruption,
     /// delay), deterministic per seed: `"loss=0.01,reorder=0.01,seed=7".parse()`.
     pub faults: Option<deposit_transport::faults::FaultConfig>,
@@ -80,6 +84,7 @@ impl DeviceConfig {
             event_queue_depth: 1024,
             rnr_timeout: Duration::from_micros(200),
             rnr_retry_count: 64,
+            max_inflight_bytes: 1 << 20,
             faults: None,
         }
     }
@@ -287,6 +292,7 @@ impl Device {
             registers: cfg.registers,
             rnr_timeout_us: cfg.rnr_timeout.as_micros() as u64,
             rnr_retry_count: cfg.rnr_retry_count,
+            max_inflight_bytes: cfg.max_inflight_bytes,
             ..WorkerConfig::default()
         };
         let max_frame = port.max_frame();
@@ -635,6 +641,9 @@ pub struct ConnOptions {
     pub report_traps: bool,
     /// Depth of the connection's send queue.
     pub sq_depth: usize,
+    /// Send priority of this side's work requests: [`Priority::High`] messages
+    /// overtake low-priority bulk transfers of the same device between frames.
+    pub priority: Priority,
     /// Messages from the peer kept when they arrive ahead of a gap (selective repeat;
     /// at most 256; 0: refused, the peer resends from the gap).
     pub receive_window: u32,
@@ -647,6 +656,7 @@ impl Default for ConnOptions {
             allow_forced_interrupts: true,
             report_traps: false,
             sq_depth: 4096,
+            priority: Priority::Low,
             receive_window: deposit_transport::reliability::SACK_BITS,
         }
     }
@@ -656,6 +666,7 @@ impl ConnOptions {
     fn transport(&self) -> ConnectOptions {
         ConnectOptions {
             sq_depth: self.sq_depth,
+            priority: self.priority,
             registers: self.registers,
             allow_forced_interrupts: self.allow_forced_interrupts,
             report_traps: self.report_traps,

@@ -44,7 +44,7 @@ pub use deposit_transport::faults::{FaultConfig, FaultStats};
 pub use deposit_transport::tables::{RegProt, RegWindow};
 
 pub use deposit_transport::cm::RejectReason;
-pub use deposit_transport::connection::{Completion, ConnState, WcStatus, WrOpcode};
+pub use deposit_transport::connection::{Completion, ConnState, Priority, WcStatus, WrOpcode};
 pub use deposit_transport::mem::Backing;
 pub use deposit_transport::oplogic::DropReason;
 pub use deposit_transport::port::PortSpec;

@@ -16,7 +16,8 @@ fn repeated_connect_requests_create_one_connection() {
     let sep = server.alloc_endpoint(4096, Rights::REMOTE_WRITE).unwrap();
     let scq = server.create_cq(16);
     let l = server.listen(3, &sep, &scq).unwrap();
-    let client_thread = std::thread::spawn(|| {
+    let (looked_tx, looked) = std::sync::mpsc::channel::<()>();
+    let client_thread = std::thread::spawn(move || {
         let client = Device::open(DeviceConfig::new("ring:dup:a", [10, 0, 0, 2])).unwrap();
         let ep = client.alloc_endpoint(4096, Rights::REMOTE_WRITE).unwrap();
         let cq = client.create_cq(16);
@@ -27,7 +28,7 @@ fn repeated_connect_requests_create_one_connection() {
         assert_eq!(wc.status, WcStatus::Success);
         let n = client.stats().frames_tx;
         // Keep the connection open until the server has looked.
-        std::thread::sleep(Duration::from_millis(300));
+        let _ = looked.recv_timeout(T);
         n
     });
     std::thread::sleep(Duration::from_millis(250)); // ~5 retries at 50 ms
@@ -38,6 +39,7 @@ fn repeated_connect_requests_create_one_connection() {
         l.accept(Duration::from_millis(100)),
         Err(Error::Timeout(..))
     ));
+    looked_tx.send(()).unwrap();
     let frames = client_thread.join().unwrap();
     assert!(frames >= 3, "request was retried ({frames} frames)");
     let mut got = [0u8; 4];

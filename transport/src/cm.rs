@@ -24,7 +24,7 @@ use std::sync::Arc;
 use crossbeam::queue::ArrayQueue;
 
 use crate::connection::{
-    random_u32, random_u64, ConnShared, ConnState, Connection, CqShared, MAX_PENDING_NAKS,
+    random_u32, random_u64, ConnShared, ConnState, Connection, CqShared, Priority, MAX_PENDING_NAKS,
 };
 use crate::oplogic::{DropReason, RemoteStatus};
 use crate::reliability::{Receiver, Sender, SACK_BITS};
@@ -237,6 +237,8 @@ pub enum Registers {
 pub struct ConnectOptions {
     /// Depth of the connection's send queue.
     pub sq_depth: usize,
+    /// Send priority of what this side posts.
+    pub priority: Priority,
     pub registers: Registers,
     /// Whether the peer may force interrupts (cond ALWAYS, software exceptions).
     pub allow_forced_interrupts: bool,
@@ -251,6 +253,7 @@ impl Default for ConnectOptions {
     fn default() -> Self {
         ConnectOptions {
             sq_depth: 4096,
+            priority: Priority::Low,
             registers: Registers::None,
             allow_forced_interrupts: true,
             report_traps: false,
@@ -294,6 +297,7 @@ impl Worker {
             state: ConnState::Connecting,
             shared,
             segment_max: self.segment_max,
+            priority: opts.priority,
             regs: window,
             allow_forced_interrupts: opts.allow_forced_interrupts,
             report_traps: opts.report_traps,
@@ -307,7 +311,8 @@ impl Worker {
                 isn,
                 self.us_to_tsc(self.cfg.retry_timeout_us),
                 self.cfg.retry_count,
-            ),
+            )
+            .with_max_bytes_in_flight(self.cfg.max_inflight_bytes),
             isn,
             tx_sent_high: isn,
             inflight: std::collections::VecDeque::with_capacity(self.cfg.window as usize),

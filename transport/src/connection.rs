@@ -203,6 +203,21 @@ impl CqShared {
     }
 }
 
+/// Send priority of a connection (MINI's two send queues per worker): the worker
+/// serves every high-priority connection before any low-priority one, and between two
+/// low-priority frames it checks for high-priority work, so a small high-priority
+/// message overtakes a bulk transfer at the next frame boundary. Messages of one
+/// connection stay in order whatever its priority.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Priority {
+    /// Bulk traffic (the default), served round-robin with a bounded burst per
+    /// connection and turn so that no connection starves another.
+    #[default]
+    Low,
+    /// Latency-sensitive traffic.
+    High,
+}
+
 /// Connection states (DESIGN.md §3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
@@ -335,6 +350,8 @@ pub struct Connection {
     pub shared: Arc<ConnShared>,
     /// Largest payload of one message (so one message fits one frame).
     pub segment_max: u32,
+    /// Send priority.
+    pub priority: Priority,
     /// The register window the peer's messages name (0..len).
     pub regs: crate::tables::RegWindow,
     /// Whether the peer may force interrupts (cond ALWAYS, software exceptions).
@@ -440,6 +457,8 @@ pub struct ConnTable {
     slots: Vec<Option<Connection>>,
     by_number: ConnMap,
     free: Vec<usize>,
+    /// Slots of high-priority connections (served first, checked between frames).
+    high: Vec<usize>,
 }
 
 impl ConnTable {
@@ -457,6 +476,7 @@ impl ConnTable {
     }
     pub fn insert(&mut self, c: Connection) -> usize {
         let n = c.number;
+        let high = c.priority == Priority::High;
         let slot = match self.free.pop() {
             Some(s) => {
                 self.slots[s] = Some(c);
@@ -468,6 +488,9 @@ impl ConnTable {
             }
         };
         self.by_number.insert(n, slot);
+        if high {
+            self.high.push(slot);
+        }
         slot
     }
     #[inline]
@@ -484,7 +507,12 @@ impl ConnTable {
     pub fn remove(&mut self, number: u32) -> Option<Connection> {
         let slot = self.by_number.remove(&number)?;
         self.free.push(slot);
+        self.high.retain(|s| *s != slot);
         self.slots[slot].take()
+    }
+    /// Slots of the high-priority connections.
+    pub fn high_slots(&self) -> &[usize] {
+        &self.high
     }
     /// Number of slots (live or free) — iterate 0..slots() with get_mut.
     pub fn slots(&self) -> usize {

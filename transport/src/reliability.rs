@@ -233,6 +233,16 @@ pub struct Sender {
     sacked: SeqBits,
     /// Sent at least once: everything before this.
     sent_to: u32,
+    /// Bytes of first transmissions so far (wire bytes, counted per frame).
+    bytes_sent: u64,
+    /// Of those, the bytes of frames whose messages are all acknowledged.
+    bytes_acked: u64,
+    /// (one past the frame's last new message, `bytes_sent` after it), oldest first.
+    frames_out: std::collections::VecDeque<(u32, u64)>,
+    /// New messages wait while this many bytes are unacknowledged (a
+    /// bandwidth-delay-product cap, as IRN's BDP-FC: bounds what one connection keeps
+    /// queued in the port ahead of others' messages).
+    max_bytes_in_flight: u64,
     /// Messages to send again, oldest first (sequence numbers).
     resend: std::collections::VecDeque<u32>,
     /// Queued for resending (offset from `acked`), to queue each once.
@@ -251,6 +261,10 @@ impl Sender {
             acked: isn,
             sacked: SeqBits::default(),
             sent_to: isn,
+            bytes_sent: 0,
+            bytes_acked: 0,
+            frames_out: std::collections::VecDeque::new(),
+            max_bytes_in_flight: u64::MAX,
             resend: std::collections::VecDeque::new(),
             queued: SeqBits::default(),
             rto: rto.max(1),
@@ -259,8 +273,33 @@ impl Sender {
             timer_start: 0,
         }
     }
+    /// Caps the unacknowledged bytes of first transmissions (see
+    /// [`Sender::on_frame_sent`]); retransmissions are never held back by it.
+    pub fn with_max_bytes_in_flight(mut self, bytes: u64) -> Sender {
+        self.max_bytes_in_flight = bytes.max(1);
+        self
+    }
     pub fn next_seq(&self) -> u32 {
         self.next
+    }
+    /// A frame went out whose new (never sent) messages end before `new_end`, carrying
+    /// `bytes` bytes of them.
+    pub fn on_frame_sent(&mut self, new_end: u32, bytes: u64) {
+        if bytes == 0 {
+            return;
+        }
+        self.bytes_sent += bytes;
+        self.frames_out.push_back((new_end, self.bytes_sent));
+    }
+    /// Unacknowledged bytes of first transmissions (frame granularity: a frame counts
+    /// until all its messages are acknowledged cumulatively).
+    #[inline]
+    pub fn bytes_in_flight(&self) -> u64 {
+        self.bytes_sent - self.bytes_acked
+    }
+    #[inline]
+    fn may_send_new(&self) -> bool {
+        seq_lt(self.sent_to, self.next) && self.bytes_in_flight() < self.max_bytes_in_flight
     }
     pub fn acked(&self) -> u32 {
         self.acked
@@ -292,19 +331,28 @@ impl Sender {
             }
             return Some(s);
         }
-        seq_lt(self.sent_to, self.next).then_some(self.sent_to)
+        self.may_send_new().then_some(self.sent_to)
     }
-    /// `seq` went on the wire at `now`.
-    pub fn on_sent(&mut self, seq: u32, now: u64) {
+    /// Whether [`Sender::next_to_send`] may have something (without dropping stale
+    /// retransmissions): a cheap check between frames.
+    #[inline]
+    pub fn has_to_send(&self) -> bool {
+        !self.resend.is_empty() || self.may_send_new()
+    }
+    /// `seq` went on the wire at `now`; returns whether that was its first
+    /// transmission (since the last rewind).
+    pub fn on_sent(&mut self, seq: u32, now: u64) -> bool {
         if self.resend.front() == Some(&seq) {
             self.resend.pop_front();
         }
-        if seq == self.sent_to {
+        let new = seq == self.sent_to;
+        if new {
             self.sent_to = self.sent_to.wrapping_add(1);
         }
         if self.acked == seq || self.timer_start == 0 || self.in_flight_sent() == 1 {
             self.timer_start = now;
         }
+        new
     }
     fn in_flight_sent(&self) -> u32 {
         self.sent_to.wrapping_sub(self.acked)
@@ -330,6 +378,13 @@ impl Sender {
             self.retries = 0;
             self.timer_start = now;
             out.to = ack;
+            while let Some(&(end, cum)) = self.frames_out.front() {
+                if seq_lt(ack, end) {
+                    break;
+                }
+                self.bytes_acked = cum;
+                self.frames_out.pop_front();
+            }
         } else if ack != self.acked {
             return out; // an old acknowledgement
         }
@@ -372,7 +427,9 @@ impl Sender {
         (self.in_flight_sent() > 0).then(|| self.timer_start + (self.rto << self.retries.min(6)))
     }
     /// Checks the timer: on expiry the unacknowledged, unselectively-acked messages
-    /// are queued again (each once per expiry), with exponential back-off.
+    /// are queued again (each once per expiry), with exponential back-off — all of
+    /// them, also those beyond the span the selective part describes (the receiver
+    /// refuses what arrives that far ahead of a gap, so nothing is known of them).
     pub fn on_timer(&mut self, now: u64) -> Timeout {
         match self.deadline() {
             Some(d) if now >= d => {}
@@ -384,7 +441,7 @@ impl Sender {
         }
         self.resend.clear();
         self.queued = SeqBits::default();
-        let n = self.in_flight_sent().min(SACK_BITS);
+        let n = self.in_flight_sent();
         for off in 0..n {
             let seq = self.acked.wrapping_add(off);
             if off == 0 || !self.sacked.get(off - 1) {
@@ -402,6 +459,15 @@ impl Sender {
         }
         self.sent_to = seq;
         self.resend.clear();
+        // What is sent again from here counts as new: forget the frames it was in.
+        while self
+            .frames_out
+            .back()
+            .is_some_and(|&(end, _)| seq_lt(seq, end))
+        {
+            self.frames_out.pop_back();
+        }
+        self.bytes_sent = self.frames_out.back().map_or(self.bytes_acked, |f| f.1);
         self.queued = SeqBits::default();
         self.timer_start = now;
     }
@@ -480,6 +546,33 @@ mod tests {
         assert_eq!(a.to, 10);
         assert_eq!(s.in_flight(), 0);
         assert_eq!(s.deadline(), None);
+    }
+
+    #[test]
+    fn a_timeout_resends_everything_unacknowledged_even_beyond_the_selective_span() {
+        let n = SACK_BITS + 100;
+        let mut s = Sender::new(0, 10, 5);
+        s.assign(n);
+        for seq in 0..n {
+            assert!(s.has_to_send());
+            assert_eq!(s.next_to_send(), Some(seq));
+            s.on_sent(seq, 1);
+        }
+        assert!(!s.has_to_send());
+        // 0 lost; 1..=3 acknowledged selectively; nothing known beyond.
+        let mut sack = SeqBits::default();
+        (0..3).for_each(|o| sack.set(o));
+        s.on_ack(0, &sack, 2);
+        assert_eq!(s.next_to_send(), Some(0), "lost by the duplicate threshold");
+        s.on_sent(0, 3);
+        assert_eq!(s.on_timer(100), Timeout::Retransmit);
+        let mut again = Vec::new();
+        while let Some(seq) = s.next_to_send() {
+            again.push(seq);
+            s.on_sent(seq, 100);
+        }
+        let want: Vec<u32> = std::iter::once(0).chain(4..n).collect();
+        assert_eq!(again, want);
     }
 
     #[test]

@@ -60,6 +60,10 @@ pub struct WorkerConfig {
     pub cm_timeout_us: u64,
     /// Most unacknowledged messages per connection.
     pub window: u32,
+    /// Most unacknowledged bytes of first transmissions per connection (a
+    /// bandwidth-delay-product cap: it bounds what one connection queues in the port
+    /// ahead of the others' — and the high-priority — messages).
+    pub max_inflight_bytes: u64,
     /// Most connections this node accepts.
     pub max_connections: usize,
     /// Address registers in the node-wide file.
@@ -80,6 +84,7 @@ impl Default for WorkerConfig {
             cm_retry_us: 50_000,
             cm_timeout_us: 5_000_000,
             window: 4096,
+            max_inflight_bytes: 1 << 20,
             max_connections: 4096,
             registers: 65536,
             rnr_timeout_us: 200,
@@ -222,6 +227,8 @@ pub struct Worker {
     passed_frames: u64,
     /// Diagnostic frames queued by [`Worker::send_raw`].
     raw_tx: Vec<Vec<u8>>,
+    /// Where the low-priority round-robin starts next turn (a connection slot).
+    rr_next: usize,
     /// Last: fields drop in order, and the batches above hold mbufs of its mempool.
     pub(crate) port: Port,
 }
@@ -270,6 +277,7 @@ impl Worker {
             held_frames: VecDeque::new(),
             passed_frames: 0,
             raw_tx: Vec::new(),
+            rr_next: 0,
         }
     }
 

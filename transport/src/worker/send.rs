@@ -8,14 +8,14 @@
 //! atomics, its reply has arrived).
 
 use crate::connection::{
-    seq_lt, Completion, ConnState, Connection, Pending, Source, WcStatus, WorkRequest, WrOpcode,
-    WR_SIGNALED,
+    seq_lt, Completion, ConnState, Connection, Pending, Priority, Source, WcStatus, WorkRequest,
+    WrOpcode, WR_SIGNALED,
 };
 use crate::message;
 use crate::oplogic::{DropReason, RemoteStatus};
 use crate::reliability::SeqBits;
 use crate::tables::{EndpointTable, NodeAddr, NodeTable};
-use crate::wire::{hflags, op, ControlRepr, FrameWriter, TransportRepr, UnderlayRepr};
+use crate::wire::{self, hflags, op, ControlRepr, FrameWriter, TransportRepr, UnderlayRepr};
 
 use super::{Stats, Worker};
 
@@ -112,8 +112,39 @@ impl Worker {
         self.flush_acks();
     }
 
-    /// Turns posted work requests into frames, connection by connection.
+    /// Turns posted work requests into frames: every high-priority connection first,
+    /// as far as its window allows; then the low-priority ones round-robin, at most
+    /// [`LOW_BURST`] frames each per turn, giving way as soon as a high-priority
+    /// connection has work (it overtakes at the next frame boundary).
     pub(super) fn service_send_queues(&mut self, now: u64) {
+        self.send_raw_frames();
+        for i in 0..self.conns.high_slots().len() {
+            let slot = self.conns.high_slots()[i];
+            if self.service_conn(slot, now, u32::MAX, false) == Served::PortFull {
+                return;
+            }
+        }
+        let n = self.conns.slots();
+        if n == 0 {
+            return;
+        }
+        let start = self.rr_next % n;
+        for k in 0..n {
+            let slot = (start + k) % n;
+            match self.service_conn(slot, now, LOW_BURST, true) {
+                Served::Done => {}
+                Served::PortFull | Served::Yielded => {
+                    // Resume with this connection next turn (after the high ones).
+                    self.rr_next = slot;
+                    return;
+                }
+            }
+        }
+        self.rr_next = start + 1;
+    }
+
+    /// Sends the diagnostic frames queued by `send_raw`.
+    fn send_raw_frames(&mut self) {
         for q in self.raw_tx.drain(..) {
             if let Some(mut m) = self.port.alloc() {
                 let n = q.len().min(m.room_mut().len());
@@ -124,58 +155,99 @@ impl Worker {
                 }
             }
         }
-        for slot in 0..self.conns.slots() {
-            if self.tx.is_full() && self.port.tx(&mut self.tx) == 0 {
-                return;
+    }
+
+    /// Whether a high-priority connection has posted or owes messages.
+    fn high_pending(&self) -> bool {
+        self.conns.high_slots().iter().any(|&s| {
+            self.conns.get(s).is_some_and(|c| {
+                c.state == ConnState::Normal && (!c.shared.sq.is_empty() || c.tx.has_to_send())
+            })
+        })
+    }
+
+    /// Sends up to `budget` frames of connection `slot` (admitting posted work
+    /// requests into its window first).
+    fn service_conn(&mut self, slot: usize, now: u64, budget: u32, yield_to_high: bool) -> Served {
+        if self.tx.is_full() && self.port.tx(&mut self.tx) == 0 {
+            return Served::PortFull;
+        }
+        let Some(conn) = self.conns.get_mut(slot) else {
+            return Served::Done;
+        };
+        if yield_to_high && conn.priority == Priority::High {
+            return Served::Done; // served in the first pass
+        }
+        match conn.state {
+            ConnState::Normal | ConnState::Exceptioned => {}
+            ConnState::Error | ConnState::Closed => {
+                flush_queue(conn);
+                return Served::Done;
             }
+            _ => return Served::Done,
+        }
+        if now < conn.rnr_until {
+            return Served::Done; // the peer is not ready: back off
+        }
+        admit_work(conn, &self.endpoints, self.segment_max);
+        let mut frames = 0;
+        while frames < budget {
             let Some(conn) = self.conns.get_mut(slot) else {
-                continue;
+                break;
             };
-            match conn.state {
-                ConnState::Normal | ConnState::Exceptioned => {}
-                ConnState::Error | ConnState::Closed => {
-                    flush_queue(conn);
-                    continue;
-                }
-                _ => continue,
+            let Some(first) = conn.tx.next_to_send() else {
+                break;
+            };
+            if self.tx.is_full() && self.port.tx(&mut self.tx) == 0 {
+                return Served::PortFull;
             }
-            if now < conn.rnr_until {
-                continue; // the peer is not ready: back off
+            let Some(mut mbuf) = self.port.alloc() else {
+                self.stats.drop_for(DropReason::NoBuffer);
+                return Served::PortFull;
+            };
+            let max = self.port.max_frame();
+            let underlay = conn_underlay(&self.cfg.local, &self.nodes, conn);
+            let hdr = data_header(conn, first);
+            let room = &mut mbuf.room_mut()[..max];
+            let Ok(mut w) = FrameWriter::new(room, &underlay, &hdr) else {
+                break;
+            };
+            let (sent, bytes, resent) = fill_frame(conn, first, &mut w, &self.endpoints, now);
+            if sent == 0 {
+                break;
             }
-            admit_work(conn, &self.endpoints, self.segment_max);
-            while let Some(first) = conn.tx.next_to_send() {
-                if self.tx.is_full() && self.port.tx(&mut self.tx) == 0 {
-                    break;
-                }
-                let Some(mut mbuf) = self.port.alloc() else {
-                    self.stats.drop_for(DropReason::NoBuffer);
-                    break;
-                };
-                let max = self.port.max_frame();
-                let underlay = conn_underlay(&self.cfg.local, &self.nodes, conn);
-                let hdr = data_header(conn, first);
-                let room = &mut mbuf.room_mut()[..max];
-                let Ok(mut w) = FrameWriter::new(room, &underlay, &hdr) else {
-                    break;
-                };
-                let (sent, bytes, resent) = fill_frame(conn, first, &mut w, &self.endpoints, now);
-                if sent == 0 {
-                    break;
-                }
-                self.stats.msgs_tx += sent as u64;
-                self.stats.retransmits += resent as u64;
-                self.stats.cells_tx += w.cells() as u64;
-                self.stats.bytes_payload_tx += bytes;
-                let len = w.finish();
-                self.stats.bytes_tx += len as u64;
-                mbuf.set_len(len);
-                if conn.nnaks == 0 && !conn.rx.has_gap() {
-                    conn.ack_pending = false; // piggy-backed (a gap needs the selective part)
-                }
-                let _ = self.tx.push(mbuf);
+            self.stats.msgs_tx += sent as u64;
+            self.stats.retransmits += resent as u64;
+            self.stats.cells_tx += w.cells() as u64;
+            self.stats.bytes_payload_tx += bytes;
+            let len = w.finish();
+            self.stats.bytes_tx += len as u64;
+            mbuf.set_len(len);
+            if conn.nnaks == 0 && !conn.rx.has_gap() {
+                conn.ack_pending = false; // piggy-backed (a gap needs the selective part)
+            }
+            let _ = self.tx.push(mbuf);
+            frames += 1;
+            if yield_to_high && self.high_pending() {
+                return Served::Yielded;
             }
         }
+        Served::Done
     }
+}
+
+/// Low-priority frames one connection may send per turn before the next one's turn.
+pub const LOW_BURST: u32 = 16;
+
+/// How one connection's service ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Served {
+    /// Nothing more to send now (or its burst is spent).
+    Done,
+    /// The port takes no more frames this turn.
+    PortFull,
+    /// A high-priority connection has work: low-priority sending stops for this turn.
+    Yielded,
 }
 
 pub(super) fn conn_underlay(
@@ -278,6 +350,9 @@ fn fill_frame(
     let mut resent = 0u32;
     let mut bytes = 0u64;
     let mut seq = first;
+    // Bytes of first transmissions in this frame (the in-flight cap counts them).
+    let mut new_bytes = 0u64;
+    let mut new_end = first;
     // The latest compound descriptor put in this frame: identical ones after it are
     // sent as repeats (the frame is rebuilt the same way on retransmission).
     let mut frame_desc: Option<[u8; 8]> = None;
@@ -306,7 +381,10 @@ fn fill_frame(
         } else {
             conn.tx_sent_high = seq.wrapping_add(1);
         }
-        conn.tx.on_sent(seq, now);
+        if conn.tx.on_sent(seq, now) {
+            new_bytes += u64::from(control.length) + wire::CONTROL_LEN as u64;
+            new_end = seq.wrapping_add(1);
+        }
         seq = seq.wrapping_add(1);
         // The run goes on only while the reliability state wants the next number.
         if conn.tx.next_to_send() != Some(seq) {
@@ -318,6 +396,7 @@ fn fill_frame(
             seg = 0;
         }
     }
+    conn.tx.on_frame_sent(new_end, new_bytes);
     (sent, bytes, resent)
 }
 
