@@ -20,7 +20,7 @@ use crossbeam::queue::ArrayQueue;
 
 use crate::endpoint::EpInner;
 use crate::queue::{CompletionQueue, Connection};
-use crate::{Endpoint, Error, RejectReason};
+use crate::{Endpoint, Error, MulticastGroup, RejectReason};
 
 /// Who drives the worker loop.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -451,6 +451,12 @@ impl Device {
         } else {
             Err(Error::ForeignEndpoint)
         }
+    }
+
+    /// A virtual multicast group of connections of this device (see
+    /// [`MulticastGroup`]): one post queues a work request on every member.
+    pub fn multicast_group(&self, conns: &[&Connection]) -> Result<MulticastGroup, Error> {
+        MulticastGroup::new(&self.inner, conns)
     }
 
     /// Connects to `service` at node `peer_ip`; remote operations from the peer act on

@@ -28,6 +28,7 @@ mod device;
 mod endpoint;
 mod error;
 mod events;
+mod multicast;
 mod queue;
 mod wr;
 
@@ -35,6 +36,7 @@ pub use device::{ConnOptions, Device, DeviceConfig, DeviceStats, Listener, Progr
 pub use endpoint::Endpoint;
 pub use error::Error;
 pub use events::EventQueue;
+pub use multicast::MulticastGroup;
 pub use queue::{CompletionQueue, Connection};
 pub use wr::{global, Cond, Order, RegOp, Src, WorkRequest, WriteRequest};
 

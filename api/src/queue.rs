@@ -112,11 +112,41 @@ impl Connection {
     /// carried.
     #[inline]
     pub fn post(&self, req: &WorkRequest) -> Result<(), Error> {
-        let wr = &req.wr;
+        self.check_postable()?;
+        check_request(req)?;
+        self.shared
+            .sq
+            .push(req.wr)
+            .map_err(|_| Error::SendQueueFull {
+                depth: self.shared.sq.capacity(),
+            })
+    }
+
+    /// Whether the connection takes work requests now.
+    #[inline]
+    fn check_postable(&self) -> Result<(), Error> {
         let state = self.shared.state();
         if !matches!(state, ConnState::Normal | ConnState::Exceptioned) {
             return Err(Error::NotConnected(state));
         }
+        Ok(())
+    }
+
+    pub(crate) fn shared(&self) -> &Arc<ConnShared> {
+        &self.shared
+    }
+
+    pub(crate) fn device(&self) -> &Arc<DeviceInner> {
+        &self.dev
+    }
+}
+
+/// Checks what can be checked of a request before it is queued (the worker checks the
+/// rest: local ranges against their endpoints).
+#[inline]
+pub(crate) fn check_request(req: &WorkRequest) -> Result<(), Error> {
+    let wr = &req.wr;
+    {
         let direct = AddrMode::from_flags(wr.remote.mode_flags) == AddrMode::Direct
             && wr.remote.mode_flags & flags::REG_TARGET == 0;
         if direct
@@ -133,11 +163,11 @@ impl Connection {
                 return Err(Error::InvalidArgument("local range overflows".into()));
             }
         }
-        self.shared.sq.push(*wr).map_err(|_| Error::SendQueueFull {
-            depth: self.shared.sq.capacity(),
-        })
     }
+    Ok(())
+}
 
+impl Connection {
     /// Same as [`Connection::post`] (the first release's name).
     #[inline]
     pub fn post_write(&self, req: &WorkRequest) -> Result<(), Error> {

@@ -1,0 +1,106 @@
+//! Virtual multicast (MINI; DESIGN.md §3 "Send side"): one work request posted on M
+//! connections of a device.
+//!
+//! The data is not copied: a request's source is a range of a local endpoint (or its
+//! 32 inline bytes), referenced by every member's copy of the 100-byte descriptor and
+//! read by the worker as it builds each member's frames — one copy of the data, M
+//! descriptors, M transmissions (Ethernet has no connection-level multicast: every
+//! member has its own peer, key and sequence numbers). Each member completes on its own
+//! completion queue, [`crate::Completion::conn`] naming the member, and keeps its own
+//! order: a group post sits in every member's send queue between that member's
+//! earlier and later posts.
+//!
+//! A post is all or nothing: the request is checked once, every member must be
+//! connected and have room, then it is queued on all of them. Like posting on a
+//! connection, posting on a group is single-producer: post on a group and on its
+//! members from one thread.
+
+use std::sync::Arc;
+
+use deposit_transport::connection::ConnShared;
+
+use crate::device::DeviceInner;
+use crate::queue::check_request;
+use crate::{Connection, Error, WorkRequest};
+
+/// A set of connections of one device that work requests are posted on together.
+pub struct MulticastGroup {
+    members: Vec<Arc<ConnShared>>,
+    // Keeps the device (and so the members' worker) alive.
+    _dev: Arc<DeviceInner>,
+}
+
+impl MulticastGroup {
+    pub(crate) fn new(dev: &Arc<DeviceInner>, conns: &[&Connection]) -> Result<Self, Error> {
+        if conns.is_empty() {
+            return Err(Error::InvalidArgument(
+                "a multicast group needs a member".into(),
+            ));
+        }
+        let mut members: Vec<Arc<ConnShared>> = Vec::with_capacity(conns.len());
+        for c in conns {
+            if !Arc::ptr_eq(c.device(), dev) {
+                return Err(Error::InvalidArgument(format!(
+                    "connection {} belongs to another device",
+                    c.local_number()
+                )));
+            }
+            if members.iter().any(|m| m.number == c.local_number()) {
+                return Err(Error::InvalidArgument(format!(
+                    "connection {} is in the group twice",
+                    c.local_number()
+                )));
+            }
+            members.push(c.shared().clone());
+        }
+        Ok(MulticastGroup {
+            members,
+            _dev: dev.clone(),
+        })
+    }
+
+    /// Number of member connections.
+    pub fn len(&self) -> usize {
+        self.members.len()
+    }
+
+    /// Whether the group has no member (never: groups are made with at least one).
+    pub fn is_empty(&self) -> bool {
+        self.members.is_empty()
+    }
+
+    /// Local numbers of the members, in group order.
+    pub fn members(&self) -> impl Iterator<Item = u32> + '_ {
+        self.members.iter().map(|m| m.number)
+    }
+
+    /// Posts `req` on every member, or on none: fails at once, with nothing queued,
+    /// when the request is invalid, a member is not connected or a member's send
+    /// queue is full.
+    pub fn post(&self, req: &WorkRequest) -> Result<(), Error> {
+        check_request(req)?;
+        for m in &self.members {
+            let state = m.state();
+            if !matches!(
+                state,
+                crate::ConnState::Normal | crate::ConnState::Exceptioned
+            ) {
+                return Err(Error::NotConnected(state));
+            }
+            if m.sq.is_full() {
+                return Err(Error::SendQueueFull {
+                    depth: m.sq.capacity(),
+                });
+            }
+        }
+        for m in &self.members {
+            // Room was checked above and this thread is the only producer.
+            if m.sq.push(req.wr).is_err() {
+                return Err(Error::SendQueueFull {
+                    depth: m.sq.capacity(),
+                });
+            }
+        }
+        Ok(())
+    }
+}
