@@ -119,6 +119,8 @@ pub struct DeviceStats {
     pub retransmits: u64,
     /// Retransmission timer expiries.
     pub timeouts: u64,
+    /// Mbufs of the port's pool in use (rings, batches, held frames): a leak check.
+    pub mbufs_in_use: u64,
     /// Messages kept because they arrived ahead of a gap.
     pub reordered: u64,
     pub duplicates: u64,
@@ -158,6 +160,7 @@ impl DeviceStats {
             naks_rx: s.naks_rx,
             retransmits: s.retransmits,
             timeouts: s.timeouts,
+            mbufs_in_use: s.mbufs_in_use,
             reordered: s.reordered,
             duplicates: s.duplicates,
             tx_stalls: s.tx_stalls,

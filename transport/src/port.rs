@@ -915,6 +915,13 @@ impl Port {
         self.mac
     }
 
+    /// Mbufs of the port's mempool not free (in rx/tx rings, batches, held frames, or
+    /// leaked): a leak check, not a fast-path call.
+    pub fn mbufs_in_use(&self) -> usize {
+        // SAFETY: the pool lives as long as the port; the count only reads it.
+        unsafe { sys::rte_mempool_in_use_count(self.pool.as_ptr()) as usize }
+    }
+
     /// Whether the link is up (memif: the peer is connected).
     pub fn link_up(&self) -> bool {
         let mut link: sys::rte_eth_link = Default::default();

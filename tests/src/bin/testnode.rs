@@ -17,6 +17,14 @@
 //!                                          on `port` (e.g. af_packet:veth; max frame
 //!                                          1514 unless given): reads "go" then runs
 //!                                          `rounds` barrier rounds, exit 0 / 1
+//! testnode sink-server <port>             node 10.0.0.1 on `port` (e.g. af_packet:veth):
+//!                                          accept one connection on service 23 and
+//!                                          serve it until killed (the peer-death test)
+//! testnode stream-client <port> <retry-ms> <retries>
+//!                                          node 10.0.0.2: after "go", stream 4 KiB
+//!                                          writes to the sink, 64 outstanding, until
+//!                                          the connection fails; print the
+//!                                          completions by status and mbufs in use
 //! ```
 //! Every wait is bounded; failures print one line on stderr and exit 1.
 
@@ -172,10 +180,17 @@ fn main() {
             args.get(5)
                 .map_or(1514, |m| m.parse().unwrap_or_else(|e| fail(e))),
         ),
+        Some("sink-server") if args.len() == 3 => sink_server(&args[2]),
+        Some("stream-client") if args.len() == 5 => stream_client(
+            &args[2],
+            args[3].parse().unwrap_or_else(|e| fail(e)),
+            args[4].parse().unwrap_or_else(|e| fail(e)),
+        ),
         _ => fail(
             "usage: testnode sweep-server <socket> <seed> | inject <socket> <server-ip> \
              | seed-receiver <socket> <stride|priority|atomic> \
-             | barrier-node <port> <index> <rounds> [max-frame]",
+             | barrier-node <port> <index> <rounds> [max-frame] | sink-server <port> \
+             | stream-client <port> <retry-ms> <retries>",
         ),
     }
 }
@@ -493,4 +508,139 @@ fn barrier_node(port: &str, me: usize, rounds: u32, max_frame: usize) {
     }
     drop(inc);
     drop(out);
+}
+
+// ---------------------------------------------------------------------------------
+// sink-server / stream-client: a peer killed mid-run (tests/peer_death.rs).
+// ---------------------------------------------------------------------------------
+
+const SINK_SERVICE: u32 = 23;
+const SINK_LEN: usize = 1 << 20;
+const STREAM_WRITE: usize = 4096;
+const STREAM_DEPTH: u64 = 64;
+
+/// Sends a frame nobody takes, so that the bridge learns this node's MAC and forwards
+/// (not floods) frames to it.
+fn announce(dev: &Device) {
+    let mut hello = vec![0u8; 60];
+    hello[..6].fill(0xff);
+    hello[6..12].copy_from_slice(&dev.local_addr().mac);
+    hello[12..14].copy_from_slice(&[0x88, 0xb5]);
+    dev.send_raw_frame(&hello);
+}
+
+fn sink_server(port: &str) {
+    let mut cfg = DeviceConfig::new(port, [10, 0, 0, 1]).progress(Progress::Dedicated);
+    cfg.max_frame = Some(1514);
+    let dev = Device::open(cfg).unwrap_or_else(|e| fail(e));
+    let ep = dev
+        .alloc_endpoint(SINK_LEN, Rights::REMOTE_WRITE)
+        .unwrap_or_else(|e| fail(e));
+    let cq = dev.create_cq(64);
+    let l = dev
+        .listen(SINK_SERVICE, &ep, &cq)
+        .unwrap_or_else(|e| fail(e));
+    announce(&dev);
+    println!("ready");
+    let conn = l.accept(T).unwrap_or_else(|e| fail(e));
+    println!("accepted");
+    // The dedicated worker serves; this thread only waits to be killed (bounded).
+    let lines = stdin_lines();
+    let _ = lines.recv_timeout(3 * T);
+    drop(conn);
+}
+
+fn stream_client(port: &str, retry_ms: u64, retries: u32) {
+    let lines = stdin_lines();
+    let mut cfg = DeviceConfig::new(port, [10, 0, 0, 2]);
+    cfg.max_frame = Some(1514);
+    cfg.retry_timeout = Duration::from_millis(retry_ms);
+    cfg.retry_count = retries;
+    let dev = Device::open(cfg).unwrap_or_else(|e| fail(e));
+    let ep = dev
+        .alloc_endpoint(SINK_LEN, Rights::REMOTE_WRITE)
+        .unwrap_or_else(|e| fail(e));
+    fill_pattern(&ep, 0, SINK_LEN, 5, 0);
+    let cq = dev.create_cq(1024);
+    announce(&dev);
+    println!("ready");
+    match lines.recv_timeout(T) {
+        Ok(l) if l == "go" => {}
+        other => fail(format!("no go from the parent: {other:?}")),
+    }
+    let conn = dev
+        .connect([10, 0, 0, 1], SINK_SERVICE, &ep, &cq)
+        .unwrap_or_else(|e| fail(e));
+    let mbufs_before = dev.stats().mbufs_in_use;
+    let (mut posted, mut ok, mut retry_exceeded, mut flushed, mut other) = (0u64, 0, 0, 0, 0);
+    let mut last_ok = std::time::Instant::now();
+    let mut failed_after: Option<Duration> = None;
+    let mut said_streaming = false;
+    let start = std::time::Instant::now();
+    // Stream until the connection fails, then collect every outstanding completion.
+    loop {
+        while failed_after.is_none()
+            && posted - (ok + retry_exceeded + flushed + other) < STREAM_DEPTH
+        {
+            let off = (posted as usize * STREAM_WRITE) % SINK_LEN;
+            let wr = WorkRequest::write(posted, &ep, off as u64, STREAM_WRITE as u32, off as u32)
+                .signaled();
+            match conn.post(&wr) {
+                Ok(()) => posted += 1,
+                Err(Error::NotConnected(ConnState::Error)) => break,
+                Err(e) => fail(format!("post {posted}: {e}")),
+            }
+        }
+        dev.progress();
+        while let Some(wc) = cq.poll_one() {
+            match wc.status {
+                WcStatus::Success => {
+                    ok += 1;
+                    last_ok = std::time::Instant::now();
+                }
+                WcStatus::RetryExceeded => {
+                    retry_exceeded += 1;
+                    failed_after.get_or_insert(last_ok.elapsed());
+                }
+                WcStatus::Flushed => flushed += 1,
+                _ => {
+                    other += 1;
+                    eprintln!("testnode: unexpected completion {wc:?}");
+                }
+            }
+        }
+        if ok >= 200 && !said_streaming {
+            println!("streaming");
+            said_streaming = true;
+        }
+        if failed_after.is_some() && ok + retry_exceeded + flushed + other == posted {
+            break;
+        }
+        if start.elapsed() > 3 * T {
+            fail(format!(
+                "still {} of {posted} outstanding after {:?} (state {:?})",
+                posted - (ok + retry_exceeded + flushed + other),
+                start.elapsed(),
+                conn.state()
+            ));
+        }
+    }
+    let refused = matches!(
+        conn.post(&WorkRequest::write(u64::MAX, &ep, 0, 8, 0)),
+        Err(Error::NotConnected(ConnState::Error))
+    );
+    // Whatever the port still holds (rx ring refills, a partly built batch) settles
+    // within a few turns.
+    for _ in 0..1000 {
+        dev.progress();
+    }
+    let mbufs_after = dev.stats().mbufs_in_use;
+    println!(
+        "result posted={posted} ok={ok} retry_exceeded={retry_exceeded} flushed={flushed} \
+         other={other} detect_ms={} refused={refused} mbufs_before={mbufs_before} \
+         mbufs_after={mbufs_after}",
+        failed_after.map_or(u128::MAX, |d| d.as_millis())
+    );
+    println!("done");
+    let _ = lines.recv_timeout(T);
 }

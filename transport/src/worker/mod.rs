@@ -118,6 +118,8 @@ pub struct Stats {
     pub retransmits: u64,
     /// Retransmission timer expiries.
     pub timeouts: u64,
+    /// Mbufs of the port's pool in use when the counters were read.
+    pub mbufs_in_use: u64,
     /// Messages kept because they arrived ahead of a gap.
     pub reordered: u64,
     pub duplicates: u64,
@@ -296,10 +298,11 @@ impl Worker {
     pub fn segment_max(&self) -> u32 {
         self.segment_max
     }
-    /// Counters, with the TLB's.
+    /// Counters, with the TLB's and the mbufs in use.
     pub fn stats(&self) -> Stats {
         let mut s = self.stats.clone();
         s.tlb = self.tlb.stats();
+        s.mbufs_in_use = self.port.mbufs_in_use() as u64;
         s
     }
 
