@@ -180,3 +180,68 @@ fn a_vanished_peer_ends_in_retry_exceeded_and_flushed_requests() {
     ));
     assert!(client.stats().retransmits >= 3);
 }
+
+#[test]
+fn a_restarted_peer_is_a_new_peer_not_the_old_one() {
+    // The server node restarts (a new device on the same port, same address): the
+    // client's old connection must not reach it — the new incarnation has other,
+    // random connection numbers and keys — so the old connection's work ends in
+    // retry exceeded, while a new connection to the new incarnation works.
+    let mut ccfg = DeviceConfig::new("ring:restart:a", [10, 0, 0, 2]);
+    ccfg.retry_timeout = Duration::from_millis(10);
+    ccfg.retry_count = 3;
+    let client = Device::open(ccfg).unwrap();
+    let cep = client.alloc_endpoint(4096, Rights::REMOTE_WRITE).unwrap();
+    let ccq = client.create_cq(64);
+    let first = Device::open(
+        DeviceConfig::new("ring:restart:b", [10, 0, 0, 1]).progress(Progress::Dedicated),
+    )
+    .unwrap();
+    let sep = first.alloc_endpoint(4096, Rights::REMOTE_WRITE).unwrap();
+    let scq = first.create_cq(16);
+    let l = first.listen(5, &sep, &scq).unwrap();
+    let old = client.connect([10, 0, 0, 1], 5, &cep, &ccq).unwrap();
+    let s = l.accept(T).unwrap();
+    old.post_write(&WriteRequest::inline(1, b"old", 0).unwrap().signaled())
+        .unwrap();
+    assert!(ccq.wait_one(T).unwrap().status.is_ok());
+    // Crash: the worker stops first, so nothing it would still send (a disconnect
+    // request when `s` is dropped) ever leaves; then the port goes away.
+    first.shutdown_for_test();
+    drop((s, l, sep, scq, first));
+
+    let second = Device::open(
+        DeviceConfig::new("ring:restart:b", [10, 0, 0, 1]).progress(Progress::Dedicated),
+    )
+    .unwrap();
+    let sep2 = second.alloc_endpoint(4096, Rights::REMOTE_WRITE).unwrap();
+    let scq2 = second.create_cq(16);
+    let l2 = second.listen(5, &sep2, &scq2).unwrap();
+    // The old connection's frames reach the new incarnation and are refused there.
+    old.post_write(&WriteRequest::inline(2, b"stale", 0).unwrap().signaled())
+        .unwrap();
+    let wc = wait_completions(&ccq, 1, T);
+    assert_eq!(wc[0].status, WcStatus::RetryExceeded, "{wc:?}");
+    assert_eq!(old.state(), ConnState::Error);
+    let refused: u64 = second
+        .stats()
+        .drops
+        .iter()
+        .filter(|(r, _)| matches!(r, DropReason::UnknownConnection | DropReason::WrongKey))
+        .map(|(_, n)| n)
+        .sum();
+    assert!(refused > 0, "the old connection's frames were refused");
+    let mut got = [0u8; 5];
+    sep2.read(0, &mut got).unwrap();
+    assert_eq!(got, [0; 5], "nothing of the old connection landed");
+    // A new connection to the new incarnation works.
+    let new = client.connect([10, 0, 0, 1], 5, &cep, &ccq).unwrap();
+    let s2 = l2.accept(T).unwrap();
+    new.post_write(&WriteRequest::inline(3, b"new", 0).unwrap().signaled())
+        .unwrap();
+    assert!(ccq.wait_one(T).unwrap().status.is_ok());
+    assert!(wait_until(&second, T, || s2.arrivals() == 1));
+    let mut got = [0u8; 3];
+    sep2.read(0, &mut got).unwrap();
+    assert_eq!(&got, b"new");
+}

@@ -653,6 +653,8 @@ pub struct Port {
     mac: [u8; 6],
     vdev: Option<CString>,
     ring: bool,
+    /// `NAME:SIDE` of a ring port (released from `OPEN_RINGS` on drop).
+    ring_key: Option<String>,
 }
 
 // SAFETY: the port's queues are used by one thread at a time (the owner of &mut Port);
@@ -661,6 +663,9 @@ unsafe impl Send for Port {}
 
 static PORT_SEQ: AtomicU32 = AtomicU32::new(0);
 static OPEN_RINGS: Mutex<Vec<String>> = Mutex::new(Vec::new());
+/// How often each ring side was opened: DPDK keeps a closed ring port's name, so a
+/// reopened side (a restarted node in tests) gets a fresh ethdev name.
+static RING_OPENS: Mutex<Vec<(String, u32)>> = Mutex::new(Vec::new());
 
 fn cstring(s: &str) -> CString {
     CString::new(s.replace('\0', "")).expect("no NUL after replace")
@@ -697,6 +702,7 @@ impl Port {
         register_thread();
         let seq = PORT_SEQ.fetch_add(1, Ordering::Relaxed);
         let mut max_frame = cfg.max_frame.clamp(128, 9600);
+        let mut ring_key = None;
         let (id, name, vdev) = match &cfg.spec {
             PortSpec::Ring { name, side } => {
                 let key = format!("{name}:{side:?}");
@@ -705,15 +711,33 @@ impl Port {
                     if open.contains(&key) {
                         return Err(PortError::InUse(cfg.spec.to_string()));
                     }
-                    open.push(key);
+                    open.push(key.clone());
                 }
+                let times = {
+                    let mut opens = RING_OPENS.lock().unwrap_or_else(|e| e.into_inner());
+                    match opens.iter_mut().find(|(k, _)| *k == key) {
+                        Some((_, n)) => {
+                            *n += 1;
+                            *n - 1
+                        }
+                        None => {
+                            opens.push((key.clone(), 1));
+                            0
+                        }
+                    }
+                };
+                ring_key = Some(key);
                 let ab = ring_lookup_or_create(&format!("dp_{name}_ab"))?;
                 let ba = ring_lookup_or_create(&format!("dp_{name}_ba"))?;
                 let (rx, tx) = match side {
                     RingSide::A => (ba, ab),
                     RingSide::B => (ab, ba),
                 };
-                let pname = format!("dp_{name}_{}", if *side == RingSide::A { "a" } else { "b" });
+                let mut pname =
+                    format!("dp_{name}_{}", if *side == RingSide::A { "a" } else { "b" });
+                if times > 0 {
+                    pname.push_str(&format!("_r{times}"));
+                }
                 let c = cstring(&pname);
                 // SAFETY: valid name and ring pointers; one rx and one tx queue.
                 let rc = unsafe { sys::rte_eth_from_rings(c.as_ptr(), &rx, 1, &tx, 1, 0) };
@@ -895,6 +919,7 @@ impl Port {
             mac: mac.addr_bytes,
             vdev,
             ring: matches!(cfg.spec, PortSpec::Ring { .. }),
+            ring_key,
         })
     }
 
@@ -1003,12 +1028,9 @@ impl Drop for Port {
                 sys::rte_mempool_free(self.pool.as_ptr());
             }
         }
-        if self.name.starts_with("dp_") && !self.name.starts_with("dp_pool") {
+        if let Some(key) = &self.ring_key {
             let mut open = OPEN_RINGS.lock().unwrap_or_else(|e| e.into_inner());
-            open.retain(|k| {
-                let (n, s) = k.split_once(':').unwrap_or((k, ""));
-                format!("dp_{n}_{}", if s == "A" { "a" } else { "b" }) != self.name
-            });
+            open.retain(|k| k != key);
         }
     }
 }
