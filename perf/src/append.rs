@@ -224,6 +224,7 @@ fn client(side: &Side, p: &Params, rep: &mut Reporter) -> Result<()> {
             count: stats.iterations,
             elapsed: stats.elapsed,
             peak_rate: stats.peak_rate,
+            verdict: None,
         };
         exchange::send_round_end(&s.dev, &s.conn, &s.ep, &s.lay, p, round, &rend)?;
         rep.bw(&stats);

@@ -178,6 +178,7 @@ fn client(s: &Session, p: &Params, rep: &mut Reporter) -> Result<()> {
             count: stats.iterations,
             elapsed: stats.elapsed,
             peak_rate: stats.peak_rate,
+            verdict: None,
         };
         exchange::send_round_end(&s.dev, &s.conn, &s.ep, &s.lay, p, round, &end)?;
         rep.bw(&stats);

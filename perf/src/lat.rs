@@ -211,6 +211,7 @@ fn client(s: &Session, p: &Params, rep: &mut Reporter) -> Result<()> {
             count: i + warm.done(),
             elapsed: round_start.elapsed(),
             peak_rate: 0.0,
+            verdict: None,
         };
         exchange::send_round_end(&s.dev, &s.conn, &s.ep, &s.lay, p, round, &end)?;
         drain(&s.conn, &mut wcs)?;

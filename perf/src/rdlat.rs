@@ -123,6 +123,7 @@ fn client(side: &Side, p: &Params, rep: &mut Reporter) -> Result<()> {
             count: i + warm.done(),
             elapsed: round_start.elapsed(),
             peak_rate: 0.0,
+            verdict: None,
         };
         exchange::send_round_end(&s.dev, &s.conn, &s.ep, &s.lay, p, round, &end)?;
         rep.lat(&LatStats::from_full_rtts(size, &mut rtts));

@@ -255,6 +255,7 @@ fn lat_client(side: &Side, p: &Params, rep: &mut Reporter) -> Result<()> {
             count: i + warm.done(),
             elapsed: round_start.elapsed(),
             peak_rate: 0.0,
+            verdict: None,
         };
         exchange::send_round_end(&s.dev, &s.conn, &s.ep, &s.lay, p, round, &end)?;
         drain(side, &mut wcs)?;
@@ -344,6 +345,7 @@ fn bw_client(side: &Side, p: &Params, rep: &mut Reporter) -> Result<()> {
             count: stats.iterations,
             elapsed: stats.elapsed,
             peak_rate: stats.peak_rate,
+            verdict: None,
         };
         exchange::send_round_end(&s.dev, &s.conn, &s.ep, &s.lay, p, round, &end)?;
         rep.bw(&stats);

@@ -1,0 +1,305 @@
+//! `--verify`: after the run, every deposited byte and every atomic target is checked
+//! against what was posted; `--faults`: the fault counters. Both end up on stderr and,
+//! with `--json`, as extra keys of every JSON object (`"verify": "ok" | "mismatch"`,
+//! `faults_dropped`, `faults_duplicated`, `faults_reordered`, `faults_corrupted`,
+//! `faults_delayed`, `retransmits`); a mismatch makes the run exit 1.
+//!
+//! ## What every message carries
+//!
+//! A verified message of `len` bytes is a **body** — a pseudo-random byte stream keyed
+//! by a seed ([`body`]) — whose first `min(8, len)` bytes are overwritten by a
+//! **stamp** naming the message (round and number, [`stamp`]). Bodies are written into
+//! the source buffers before a round starts (not timed); stamps, 8 bytes, are written
+//! per posted message (one small copy in the posting loop). A body catches corrupted,
+//! truncated and misplaced bytes; a stamp catches a stale message (an old duplicate or
+//! retransmission) overwriting a newer one, or a lost last write to a slot.
+//!
+//! ## Per test
+//!
+//! * **write_bw**: the client writes from a ring of `K` source slots into `K` distinct
+//!   destination slots (write `i`, 1-based, uses slot `(i-1) mod K` on both sides;
+//!   `K` = [`slots`], at most 4096 and within [`REGION`] bytes). The final content of
+//!   destination slot `j` is therefore the LAST write to `j`: the server, which knows
+//!   the count from the end-of-round marker, checks every written slot of its endpoint
+//!   after the round (all bytes of the round's size) and tells the client the outcome
+//!   with a **verdict** (see [`crate::exchange::send_verdict`]). Outstanding writes are
+//!   capped at `K` so a source slot is never restamped before its write completed.
+//!   `--compound` is refused with `--verify` (its operand is the write's offset).
+//! * **write_lat**: every ping and pong carries body + stamp + the counter in its last
+//!   byte. The client checks each pong after taking the sample; the server checks each
+//!   ping BEFORE it replies (the client's next ping lands in the same place once the
+//!   reply is out), so `--verify` latencies include the server's check of `size` bytes.
+//!   The server's count comes back in a verdict at the end of each round.
+//! * **read_lat / read_bw**: the server fills its receive region with a body keyed by
+//!   the absolute offset before it listens. read_lat zeroes the landing bytes before
+//!   each read (not timed) and checks them after the completion; read_bw reads slot
+//!   `j` of the server into slot `j` of the client (`K` slots, as write_bw), zeroes the
+//!   client's slots before the round and checks every slot read after it.
+//! * **atomic_lat**: each returned old value must be the number of atomics before it
+//!   (FETCH_AND_ADD adds 1, CMP_AND_SWAP swaps k for k+1), and after the run one RDMA
+//!   read of the server's word must give the number of atomics.
+//! * **atomic_bw**: atomic `i` returns its old value into result slot `(i-1) mod K`
+//!   (8 bytes each) of the client: after the round every slot must hold the index of
+//!   the last atomic that used it, and the server's word the number of atomics.
+//! * **send_lat**: each side fills its send buffer with a body and stamps each
+//!   message; the receiver checks the queue slot the message landed in (the client
+//!   after the sample; the server right after its reply when the queue has 2 slots or
+//!   more, so the check is not timed).
+//! * **send_bw**: the client sends message `g` (counted over the run) from slot
+//!   `g mod slots` of its own (otherwise unused) queue area, stamped with `g`; the
+//!   server checks all `slots` queue slots before each reset of its queue pointer, and
+//!   the partly used lap at each round's end; verdicts as write_bw.
+//! * **append_bw**: the existing record check (every record once, from the right
+//!   connection, pointer `n` slots on), plus the bytes after the 16-byte record, which
+//!   carry a body; the server's outcome comes back in a verdict.
+//!
+//! In two processes the side that checks also reports: the passive servers of read_*
+//! and atomic_* learn the client's outcome from its end-of-round marker, clients of
+//! write_*, send_bw and append_bw from the server's verdicts, so both sides' JSON
+//! carries `verify`.
+
+use std::fmt::Write as _;
+
+use deposit::{Device, Endpoint, FaultStats};
+use serde_json::json;
+
+use crate::error::{PerfError, Result};
+use crate::report::Reporter;
+use crate::Params;
+
+/// Bytes of a slot region (receive, and send, of the bandwidth tests) under --verify.
+pub const REGION: usize = 16 << 20;
+/// Most slots of a slot region.
+pub const MAX_SLOTS: usize = 4096;
+/// Bytes of a stamp.
+pub const STAMP: usize = 8;
+
+/// Length of the slot region for sizes up to `max_size`.
+pub fn region_len(max_size: u64) -> usize {
+    let stride = stride(max_size);
+    (stride * MAX_SLOTS).min(REGION.max(stride))
+}
+
+/// Distance between two slots of messages of `size` bytes.
+pub fn stride(size: u64) -> usize {
+    (size.max(1) as usize).next_multiple_of(64)
+}
+
+/// Slots of `size` bytes in a region of `region` bytes.
+pub fn slots(size: u64, region: usize) -> usize {
+    (region / stride(size)).clamp(1, MAX_SLOTS)
+}
+
+/// Seed of a body: test-specific `kind`, round, slot (or side).
+pub fn seed(kind: u64, round: usize, slot: u64) -> u64 {
+    (kind << 56) ^ ((round as u64 + 1) << 40) ^ slot
+}
+
+/// The stamp of message `id` (1-based) of `round`.
+pub fn stamp(round: usize, id: u64) -> [u8; STAMP] {
+    (((round as u64 + 1) << 48) ^ id).to_le_bytes()
+}
+
+#[inline]
+fn mix(mut z: u64) -> u64 {
+    z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// Fills `out` with the body of `seed`, starting at byte `from` of the stream.
+pub fn body_into(seed: u64, from: usize, out: &mut [u8]) {
+    let mut i = 0;
+    while i < out.len() {
+        let pos = from + i;
+        let word = mix(seed ^ mix(pos as u64 / 8)).to_le_bytes();
+        let k = pos % 8;
+        let n = (8 - k).min(out.len() - i);
+        out[i..i + n].copy_from_slice(&word[k..k + n]);
+        i += n;
+    }
+}
+
+/// The body of `seed`, `len` bytes.
+pub fn body(seed: u64, len: usize) -> Vec<u8> {
+    let mut v = vec![0u8; len];
+    body_into(seed, 0, &mut v);
+    v
+}
+
+/// A message: the body of `seed` with `stamp` over its first bytes.
+pub fn message(seed: u64, st: &[u8; STAMP], len: usize) -> Vec<u8> {
+    let mut v = body(seed, len);
+    let n = len.min(STAMP);
+    v[..n].copy_from_slice(&st[..n]);
+    v
+}
+
+/// Writes the body of `seed` (`len` bytes) into `ep` at `off`.
+pub fn fill(ep: &Endpoint, off: usize, len: usize, seed: u64) -> Result<()> {
+    ep.write(off, &body(seed, len))?;
+    Ok(())
+}
+
+/// Writes the stamp over the first bytes of a `len`-byte message at `off`.
+#[inline]
+pub fn put_stamp(ep: &Endpoint, off: usize, len: usize, st: &[u8; STAMP]) -> Result<()> {
+    ep.write(off, &st[..len.min(STAMP)])?;
+    Ok(())
+}
+
+/// Compares `ep[off..off + want.len()]` with `want`; returns the bytes that differ.
+pub fn diff(ep: &Endpoint, off: usize, want: &[u8], scratch: &mut Vec<u8>) -> Result<u64> {
+    scratch.resize(want.len(), 0);
+    ep.read(off, scratch)?;
+    if scratch[..] == *want {
+        return Ok(0);
+    }
+    Ok(scratch.iter().zip(want).filter(|(a, b)| a != b).count() as u64)
+}
+
+/// What one side's checks found.
+#[derive(Debug, Clone, Default)]
+pub struct Outcome {
+    /// Bytes (or atomic words × 8) checked.
+    pub bytes: u64,
+    /// Messages / words checked.
+    pub items: u64,
+    /// Bytes or words found wrong.
+    pub bad: u64,
+    /// The first few problems, for the MISMATCH line.
+    pub notes: Vec<String>,
+}
+
+impl Outcome {
+    /// Records `items` items of `bytes` bytes checked, `bad` of them wrong.
+    pub fn add(&mut self, items: u64, bytes: u64, bad: u64) {
+        self.items += items;
+        self.bytes += bytes;
+        self.bad += bad;
+    }
+    /// Notes a problem (kept for the first 8).
+    pub fn note(&mut self, s: impl Into<String>) {
+        if self.notes.len() < 8 {
+            self.notes.push(s.into());
+        }
+    }
+    pub fn ok(&self) -> bool {
+        self.bad == 0
+    }
+    /// Adds what the peer found (a verdict or a marker).
+    pub fn merge_peer(&mut self, v: &Verdict, who: &str) {
+        self.add(v.items, v.bytes, v.bad);
+        if v.bad > 0 {
+            self.note(format!(
+                "{who}: {} of {} bytes / words wrong",
+                v.bad, v.bytes
+            ));
+        }
+    }
+}
+
+/// One round's outcome as it travels between the sides.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Verdict {
+    pub items: u64,
+    pub bytes: u64,
+    pub bad: u64,
+}
+
+/// The devices whose fault counters a run reports, with a name each.
+pub type Devices<'a> = &'a [(&'static str, &'a Device)];
+
+/// Ends a run: prints the fault counters (with `--faults`) and the verify line (with
+/// `--verify`) on stderr, adds them to the JSON objects, closes the table. Fails on a
+/// verify mismatch.
+pub fn conclude(rep: &mut Reporter, p: &Params, devs: Devices<'_>) -> Result<()> {
+    if p.faults.is_some() {
+        let mut total = FaultStats::default();
+        let mut retx = 0;
+        for (name, d) in devs {
+            let f = d.fault_stats();
+            let r = d.stats().retransmits;
+            eprintln!(
+                "ddperf: faults ({name}): dropped {}, duplicated {}, reordered {}, corrupted {}, delayed {}; retransmits {r}",
+                f.dropped, f.duplicated, f.reordered, f.corrupted, f.delayed
+            );
+            total.dropped += f.dropped;
+            total.duplicated += f.duplicated;
+            total.reordered += f.reordered;
+            total.corrupted += f.corrupted;
+            total.delayed += f.delayed;
+            retx += r;
+        }
+        rep.extra("faults_dropped", json!(total.dropped));
+        rep.extra("faults_duplicated", json!(total.duplicated));
+        rep.extra("faults_reordered", json!(total.reordered));
+        rep.extra("faults_corrupted", json!(total.corrupted));
+        rep.extra("faults_delayed", json!(total.delayed));
+        rep.extra("retransmits", json!(retx));
+    }
+    let mut failed = None;
+    if p.verify {
+        let o = rep.outcome().clone();
+        if o.ok() {
+            eprintln!(
+                "ddperf: verify: OK ({} bytes in {} messages/words checked)",
+                o.bytes, o.items
+            );
+            rep.extra("verify", json!("ok"));
+        } else {
+            let mut notes = String::new();
+            for n in &o.notes {
+                let _ = write!(notes, "; {n}");
+            }
+            eprintln!(
+                "ddperf: verify: MISMATCH ({} of {} bytes/words wrong in {} messages/words{notes})",
+                o.bad, o.bytes, o.items
+            );
+            rep.extra("verify", json!("mismatch"));
+            failed = Some(o.bad);
+        }
+    }
+    rep.finish();
+    match failed {
+        Some(bad) => Err(PerfError::Failed(format!(
+            "verify: {bad} bytes/words differ from what was posted"
+        ))),
+        None => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn body_is_position_keyed() {
+        let whole = body(7, 100);
+        let mut part = vec![0u8; 50];
+        body_into(7, 37, &mut part);
+        assert_eq!(&whole[37..87], &part[..]);
+        assert_ne!(body(7, 64), body(8, 64));
+    }
+
+    #[test]
+    fn slots_fit_the_region() {
+        assert_eq!(slots(4096, region_len(4096)), 4096);
+        assert_eq!(slots(32, region_len(32)), 4096);
+        assert!(slots(65536, region_len(65536)) * 65536 <= REGION);
+        assert_eq!(slots(1 << 23, region_len(1 << 23)), 2);
+        // -a: smaller sizes in the largest size's region.
+        assert_eq!(slots(2, region_len(1 << 23)), 4096);
+    }
+
+    #[test]
+    fn message_stamps_its_first_bytes() {
+        let st = stamp(0, 5);
+        let m = message(3, &st, 4);
+        assert_eq!(&m[..], &st[..4]);
+        let m = message(3, &st, 20);
+        assert_eq!(&m[..8], &st[..]);
+        assert_eq!(&m[8..], &body(3, 20)[8..]);
+    }
+}
