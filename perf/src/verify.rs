@@ -159,6 +159,172 @@ pub fn diff(ep: &Endpoint, off: usize, want: &[u8], scratch: &mut Vec<u8>) -> Re
     Ok(scratch.iter().zip(want).filter(|(a, b)| a != b).count() as u64)
 }
 
+/// Test-specific body keys ([`seed`]'s `kind`).
+pub mod kind {
+    pub const WRITE_BW: u64 = 1;
+    pub const WRITE_PING: u64 = 2;
+    pub const WRITE_PONG: u64 = 3;
+    pub const READ: u64 = 4;
+    pub const SEND_PING: u64 = 5;
+    pub const SEND_PONG: u64 = 6;
+    pub const SEND_BW: u64 = 7;
+    pub const APPEND: u64 = 8;
+}
+
+/// Fills slots `0..k` (`stride(size)` apart from `base`) with the bodies of
+/// `seed(kind, round, j)`, `size` bytes each (before a round, not timed).
+pub fn fill_slots(
+    ep: &Endpoint,
+    base: usize,
+    size: u64,
+    k: usize,
+    kind: u64,
+    round: usize,
+) -> Result<()> {
+    for j in 0..k {
+        fill(
+            ep,
+            base + j * stride(size),
+            size as usize,
+            seed(kind, round, j as u64),
+        )?;
+    }
+    Ok(())
+}
+
+/// The 1-based number of the last of `count` messages to use slot `j` when message
+/// `i` uses slot `(i-1) mod k`; `None` when no message used it.
+pub fn last_user(count: u64, k: usize, j: usize) -> Option<u64> {
+    let (k, j) = (k as u64, j as u64);
+    if j >= count {
+        return None;
+    }
+    // The largest i <= count with (i - 1) mod k == j.
+    Some(j + 1 + (count - 1 - j) / k * k)
+}
+
+/// Turns `img` (a message's body) into the image of a ping-pong message: `st` over
+/// its first bytes, then `last` in its last byte (write_lat's counter).
+pub fn ping_image(img: &mut [u8], st: &[u8; STAMP], last: u8) {
+    let n = img.len().min(STAMP);
+    img[..n].copy_from_slice(&st[..n]);
+    if let Some(b) = img.last_mut() {
+        *b = last;
+    }
+}
+
+/// Checks `got` against `want`, adds the result to `out` (`what` names the message).
+pub fn check_message(got: &[u8], want: &[u8], what: impl FnOnce() -> String, out: &mut Outcome) {
+    let bad = count_diff(got, want);
+    if bad > 0 {
+        out.note(format!("{}: {bad} of {} bytes differ", what(), want.len()));
+    }
+    out.add(1, want.len() as u64, bad);
+}
+
+/// Bytes of `got` that differ from `want` (a length difference counts as different
+/// bytes too).
+pub fn count_diff(got: &[u8], want: &[u8]) -> u64 {
+    if got == want {
+        return 0;
+    }
+    let common = got.iter().zip(want).filter(|(a, b)| a != b).count();
+    (common + got.len().abs_diff(want.len())) as u64
+}
+
+/// Checks a slot region after `count` messages of `size` bytes went round its `k`
+/// slots (write_bw, send_bw's laps): slot `j` must hold the message of the LAST
+/// message that used it, `message(seed(kind, round, j), stamp(round, id), size)`.
+/// `region` starts at slot 0. Pure, so the tests can corrupt it.
+pub fn check_slots(
+    region: &[u8],
+    size: u64,
+    k: usize,
+    count: u64,
+    kind: u64,
+    round: usize,
+    out: &mut Outcome,
+) {
+    let (size, st) = (size as usize, stride(size as u64));
+    for j in 0..k {
+        let Some(id) = last_user(count, k, j) else {
+            break;
+        };
+        let want = message(seed(kind, round, j as u64), &stamp(round, id), size);
+        let got = region.get(j * st..j * st + size).unwrap_or(&[]);
+        let bad = count_diff(got, &want);
+        if bad > 0 {
+            out.note(format!(
+                "slot {j} (message {id} of {size} B): {bad} bytes differ"
+            ));
+        }
+        out.add(1, size as u64, bad);
+    }
+}
+
+/// Checks slots `0..min(count, k)` of `region` (read_bw's landing slots) against the
+/// position-keyed body of `seed` the server's region holds: slot `j` read the bytes
+/// at `j * stride(size)`.
+pub fn check_read_slots(
+    region: &[u8],
+    size: u64,
+    k: usize,
+    count: u64,
+    seed: u64,
+    out: &mut Outcome,
+) {
+    let (sz, st) = (size as usize, stride(size));
+    let mut want = vec![0u8; sz];
+    for j in 0..k.min(count as usize) {
+        body_into(seed, j * st, &mut want);
+        let got = region.get(j * st..j * st + sz).unwrap_or(&[]);
+        let bad = count_diff(got, &want);
+        if bad > 0 {
+            out.note(format!("read slot {j} ({size} B): {bad} bytes differ"));
+        }
+        out.add(1, size, bad);
+    }
+}
+
+/// Checks atomic_bw's result slots after a round of `count` atomics, the first of
+/// which saw the value `base`: slot `j` must hold the old value returned to the last
+/// atomic that used it (atomic `i` saw `base + i - 1`).
+pub fn check_atomic_slots(results: &[u64], base: u64, count: u64, out: &mut Outcome) {
+    let k = results.len();
+    for (j, &got) in results.iter().enumerate() {
+        let Some(id) = last_user(count, k, j) else {
+            break;
+        };
+        let want = base + id - 1;
+        if got != want {
+            out.note(format!(
+                "atomic result slot {j}: {got}, expected {want} (atomic {id})"
+            ));
+        }
+        out.add(1, 8, u64::from(got != want));
+    }
+}
+
+/// Checks an atomic target's final value.
+pub fn check_word(got: u64, want: u64, what: &str, out: &mut Outcome) {
+    if got != want {
+        out.note(format!("{what}: {got}, expected {want}"));
+    }
+    out.add(1, 8, u64::from(got != want));
+}
+
+/// Reads `len` bytes of `ep` at `off` into `buf` (resized).
+pub fn read_region(ep: &Endpoint, off: usize, len: usize, buf: &mut Vec<u8>) -> Result<()> {
+    buf.resize(len, 0);
+    ep.read(off, buf)?;
+    Ok(())
+}
+
+/// Whether the run's JSON must wait for the end (the keys of [`conclude`]).
+pub fn defers(p: &Params) -> bool {
+    p.verify || p.faults.is_some()
+}
+
 /// What one side's checks found.
 #[derive(Debug, Clone, Default)]
 pub struct Outcome {
@@ -187,6 +353,21 @@ impl Outcome {
     }
     pub fn ok(&self) -> bool {
         self.bad == 0
+    }
+    /// Adds another outcome (one round's) to this one.
+    pub fn merge(&mut self, o: Outcome) {
+        self.add(o.items, o.bytes, o.bad);
+        for n in o.notes {
+            self.note(n);
+        }
+    }
+    /// What travels to the peer.
+    pub fn verdict(&self) -> Verdict {
+        Verdict {
+            items: self.items,
+            bytes: self.bytes,
+            bad: self.bad,
+        }
     }
     /// Adds what the peer found (a verdict or a marker).
     pub fn merge_peer(&mut self, v: &Verdict, who: &str) {
