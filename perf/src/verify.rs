@@ -149,16 +149,6 @@ pub fn put_stamp(ep: &Endpoint, off: usize, len: usize, st: &[u8; STAMP]) -> Res
     Ok(())
 }
 
-/// Compares `ep[off..off + want.len()]` with `want`; returns the bytes that differ.
-pub fn diff(ep: &Endpoint, off: usize, want: &[u8], scratch: &mut Vec<u8>) -> Result<u64> {
-    scratch.resize(want.len(), 0);
-    ep.read(off, scratch)?;
-    if scratch[..] == *want {
-        return Ok(0);
-    }
-    Ok(scratch.iter().zip(want).filter(|(a, b)| a != b).count() as u64)
-}
-
 /// Test-specific body keys ([`seed`]'s `kind`).
 pub mod kind {
     pub const WRITE_BW: u64 = 1;
@@ -387,6 +377,15 @@ pub struct Verdict {
     pub items: u64,
     pub bytes: u64,
     pub bad: u64,
+}
+
+/// What a round-end marker carries of `o` (read_* / atomic_*: items and bad, to the
+/// passive server; saturated to the marker's fields).
+pub fn marker_verdict(o: &Outcome) -> (u32, u32) {
+    (
+        o.items.min(u64::from(u32::MAX)) as u32,
+        o.bad.min(u64::from(u32::MAX)) as u32,
+    )
 }
 
 /// The devices whose fault counters a run reports, with a name each.
