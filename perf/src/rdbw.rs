@@ -75,7 +75,14 @@ fn client(side: &Side, p: &Params, rep: &mut Reporter) -> Result<()> {
         let stats = stream(side, p, size, None, &mut |id| {
             let off = ((id - 1) % slots as u64) * stride as u64;
             let remote = if atomic { 0 } else { off as u32 };
-            crate::rdlat::request(p, side, size, base + id - 1, off, remote)
+            Ok(crate::rdlat::request(
+                p,
+                side,
+                size,
+                base + id - 1,
+                off,
+                remote,
+            ))
         })?;
         k += stats.iterations;
         let mut checked = verify::Outcome::default();
@@ -162,7 +169,7 @@ pub fn stream(
     p: &Params,
     size: u64,
     laps: Option<Laps<'_>>,
-    make: &mut dyn FnMut(u64) -> WorkRequest,
+    make: &mut dyn FnMut(u64) -> Result<WorkRequest>,
 ) -> Result<BwStats> {
     let s = &side.s;
     let (target, run_for) = match p.span {
@@ -200,7 +207,7 @@ pub fn stream(
             }
             let id = posted + 1;
             let last = id == target || stopping;
-            let mut req = make(id);
+            let mut req = make(id)?;
             req.set_wr_id(id);
             req.set_signaled(last || id % cq_mod == 0 || (lap_before + id) % lap_n == 0);
             match s.conn.post(&req) {

@@ -182,6 +182,21 @@ pub fn fill_slots(
     Ok(())
 }
 
+/// [`fill_slots`] for the slots of `lay`'s queue area (send_bw's source slots).
+pub fn fill_queue(
+    ep: &Endpoint,
+    lay: &crate::exchange::Layout,
+    size: u64,
+    k: usize,
+    kind: u64,
+    round: usize,
+) -> Result<()> {
+    for j in 0..k {
+        fill(ep, lay.slot(j), size as usize, seed(kind, round, j as u64))?;
+    }
+    Ok(())
+}
+
 /// The 1-based number of the last of `count` messages to use slot `j` when message
 /// `i` uses slot `(i-1) mod k`; `None` when no message used it.
 pub fn last_user(count: u64, k: usize, j: usize) -> Option<u64> {
