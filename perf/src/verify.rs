@@ -250,7 +250,7 @@ pub fn check_slots(
     round: usize,
     out: &mut Outcome,
 ) {
-    let (size, st) = (size as usize, stride(size as u64));
+    let (size, st) = (size as usize, stride(size));
     for j in 0..k {
         let Some(id) = last_user(count, k, j) else {
             break;
@@ -486,6 +486,132 @@ mod tests {
         assert_eq!(slots(1 << 23, region_len(1 << 23)), 2);
         // -a: smaller sizes in the largest size's region.
         assert_eq!(slots(2, region_len(1 << 23)), 4096);
+    }
+
+    fn written_slots(k: usize, count: u64, size: u64, round: usize) -> Vec<u8> {
+        let st = stride(size);
+        let mut region = vec![0u8; k * st];
+        for i in 1..=count {
+            let j = ((i - 1) % k as u64) as usize;
+            let m = message(
+                seed(kind::WRITE_BW, round, j as u64),
+                &stamp(round, i),
+                size as usize,
+            );
+            region[j * st..j * st + size as usize].copy_from_slice(&m);
+        }
+        region
+    }
+
+    #[test]
+    fn last_user_is_the_last_message_of_the_slot() {
+        assert_eq!(last_user(10, 4, 0), Some(9));
+        assert_eq!(last_user(10, 4, 1), Some(10));
+        assert_eq!(last_user(10, 4, 2), Some(7));
+        assert_eq!(last_user(3, 4, 3), None);
+    }
+
+    #[test]
+    fn slot_check_passes_what_was_written() {
+        let region = written_slots(8, 21, 100, 1);
+        let mut o = Outcome::default();
+        check_slots(&region, 100, 8, 21, kind::WRITE_BW, 1, &mut o);
+        assert!(o.ok(), "{o:?}");
+        assert_eq!((o.items, o.bytes), (8, 800));
+    }
+
+    #[test]
+    fn slot_check_catches_a_corrupted_byte() {
+        let mut region = written_slots(8, 21, 100, 0);
+        region[3 * stride(100) + 57] ^= 0x10;
+        let mut o = Outcome::default();
+        check_slots(&region, 100, 8, 21, kind::WRITE_BW, 0, &mut o);
+        assert_eq!(o.bad, 1);
+        assert!(!o.ok());
+        assert!(o.notes[0].contains("slot 3"), "{:?}", o.notes);
+    }
+
+    #[test]
+    fn slot_check_catches_a_stale_message() {
+        // Slot 2's last write was 19; an old duplicate of write 11 landed after it.
+        let mut region = written_slots(8, 21, 100, 0);
+        let old = message(seed(kind::WRITE_BW, 0, 2), &stamp(0, 11), 100);
+        region[2 * stride(100)..2 * stride(100) + 100].copy_from_slice(&old);
+        let mut o = Outcome::default();
+        check_slots(&region, 100, 8, 21, kind::WRITE_BW, 0, &mut o);
+        assert!(!o.ok());
+        // A message of the previous round in the right slot is caught too.
+        let region = written_slots(8, 21, 100, 0);
+        let mut o = Outcome::default();
+        check_slots(&region, 100, 8, 21, kind::WRITE_BW, 1, &mut o);
+        assert!(o.bad > 0);
+    }
+
+    #[test]
+    fn slot_check_catches_a_lost_write() {
+        let region = written_slots(8, 20, 100, 0); // write 21 never landed
+        let mut o = Outcome::default();
+        check_slots(&region, 100, 8, 21, kind::WRITE_BW, 0, &mut o);
+        assert!(!o.ok());
+    }
+
+    #[test]
+    fn read_check_catches_a_misplaced_read() {
+        let s = seed(kind::READ, 0, 0);
+        let st = stride(64);
+        let mut server = vec![0u8; 4 * st];
+        body_into(s, 0, &mut server);
+        let mut o = Outcome::default();
+        check_read_slots(&server, 64, 4, 9, s, &mut o);
+        assert!(o.ok());
+        // Slot 1 holding the bytes of slot 2 (a read with the wrong offset).
+        let mut client = server.clone();
+        client.copy_within(2 * st..2 * st + 64, st);
+        let mut o = Outcome::default();
+        check_read_slots(&client, 64, 4, 9, s, &mut o);
+        assert!(!o.ok());
+    }
+
+    #[test]
+    fn atomic_checks_catch_a_wrong_value() {
+        // 10 atomics into 4 result slots from base 100: slot j holds the old value of
+        // the last atomic i with (i-1) mod 4 == j, i.e. 100 + i - 1.
+        let good = [108, 109, 106, 107];
+        let mut o = Outcome::default();
+        check_atomic_slots(&good, 100, 10, &mut o);
+        check_word(110, 110, "word", &mut o);
+        assert!(o.ok(), "{o:?}");
+        let mut o = Outcome::default();
+        check_atomic_slots(&[108, 105, 106, 107], 100, 10, &mut o);
+        assert_eq!(o.bad, 1);
+        let mut o = Outcome::default();
+        check_word(109, 110, "the server's word", &mut o);
+        assert!(!o.ok());
+    }
+
+    #[test]
+    fn ping_check_catches_a_wrong_counter_or_stamp() {
+        let mut want = body(3, 32);
+        ping_image(&mut want, &stamp(0, 5), 5);
+        let got = want.clone();
+        let mut o = Outcome::default();
+        check_message(&got, &want, || "ping".into(), &mut o);
+        assert!(o.ok());
+        let mut stale = body(3, 32);
+        ping_image(&mut stale, &stamp(0, 4), 5);
+        check_message(&stale, &want, || "ping".into(), &mut o);
+        assert!(!o.ok());
+        // A mismatch reported by the peer fails this side too.
+        let mut mine = Outcome::default();
+        mine.merge_peer(
+            &Verdict {
+                items: 3,
+                bytes: 96,
+                bad: 2,
+            },
+            "server",
+        );
+        assert!(!mine.ok());
     }
 
     #[test]
