@@ -223,7 +223,8 @@ fn stream(
         Some(k) => (p.tx_depth as u64).min(k as u64),
         None => p.tx_depth as u64,
     };
-    let cq_mod = p.cq_mod as u64;
+    // perftest's rule again for the capped depth: a completion before the window is full.
+    let cq_mod = (p.cq_mod as u64).min(tx_depth);
     let cq = s.conn.cq();
     let mut wcs = [EMPTY_WC; 64];
     let mut posted = 0u64;
