@@ -516,7 +516,11 @@ pub fn send_verdict(
     )
 }
 
-/// Client (`--verify`): waits for the server's verdict on `round`.
+/// Client (`--verify`): waits for the server's verdict on `round`. After the `last`
+/// one it keeps driving the device until the server closes (at most `--timeout`): the
+/// server waits for its verdict write to complete, and closing at once would leave the
+/// acknowledgement of a verdict write to a lossy link with nobody answering its
+/// retransmissions (the server then fails with RetryExceeded).
 pub fn wait_verdict(
     dev: &Device,
     conn: &Connection,
@@ -524,6 +528,7 @@ pub fn wait_verdict(
     lay: &Layout,
     p: &Params,
     round: usize,
+    last: bool,
 ) -> Result<crate::verify::Verdict> {
     let at = lay.credit + VERDICT_AT;
     let mut wait = Wait::new(p.timeout, "the server's verify verdict on the round");
@@ -535,6 +540,13 @@ pub fn wait_verdict(
     }
     let mut b = [0u8; VERDICT_LEN];
     ep.read(at, &mut b)?;
+    if last {
+        let t0 = std::time::Instant::now();
+        while conn.state() == deposit::ConnState::Normal && t0.elapsed() < p.timeout {
+            dev.progress();
+            std::hint::spin_loop();
+        }
+    }
     let u64_at = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().expect("8 bytes"));
     Ok(crate::verify::Verdict {
         items: u64_at(0),

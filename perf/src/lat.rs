@@ -241,7 +241,15 @@ fn client(s: &Session, p: &Params, rep: &mut Reporter) -> Result<()> {
         exchange::send_round_end(&s.dev, &s.conn, &s.ep, &s.lay, p, round, &end)?;
         drain(&s.conn, &mut wcs)?;
         if p.verify {
-            let v = exchange::wait_verdict(&s.dev, &s.conn, &s.ep, &s.lay, p, round)?;
+            let v = exchange::wait_verdict(
+                &s.dev,
+                &s.conn,
+                &s.ep,
+                &s.lay,
+                p,
+                round,
+                round + 1 == p.sizes.len(),
+            )?;
             rep.outcome().merge_peer(&v, "server");
         }
         rep.lat(&LatStats::from_rtts(size, &mut rtts));

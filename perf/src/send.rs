@@ -279,7 +279,15 @@ fn lat_client(side: &Side, p: &Params, rep: &mut Reporter) -> Result<()> {
         exchange::send_round_end(&s.dev, &s.conn, &s.ep, &s.lay, p, round, &end)?;
         drain(side, &mut wcs)?;
         if p.verify {
-            let v = exchange::wait_verdict(&s.dev, &s.conn, &s.ep, &s.lay, p, round)?;
+            let v = exchange::wait_verdict(
+                &s.dev,
+                &s.conn,
+                &s.ep,
+                &s.lay,
+                p,
+                round,
+                round + 1 == sizes.len(),
+            )?;
             rep.outcome().merge_peer(&v, "server");
         }
         rep.lat(&LatStats::from_rtts(size, &mut rtts));
@@ -424,7 +432,15 @@ fn bw_client(side: &Side, p: &Params, rep: &mut Reporter) -> Result<()> {
         let end = RoundEnd::new(stats.iterations, stats.elapsed, stats.peak_rate);
         exchange::send_round_end(&s.dev, &s.conn, &s.ep, &s.lay, p, round, &end)?;
         if p.verify {
-            let v = exchange::wait_verdict(&s.dev, &s.conn, &s.ep, &s.lay, p, round)?;
+            let v = exchange::wait_verdict(
+                &s.dev,
+                &s.conn,
+                &s.ep,
+                &s.lay,
+                p,
+                round,
+                round + 1 == sizes.len(),
+            )?;
             rep.outcome().merge_peer(&v, "server");
         }
         rep.bw(&stats);

@@ -53,6 +53,19 @@
 //!   connection, pointer `n` slots on), plus the bytes after the 16-byte record, which
 //!   carry a body; the server's outcome comes back in a verdict.
 //!
+//! ## What it costs
+//!
+//! Untimed: filling bodies before each round (one pass over the slot regions, at most
+//! [`REGION`] bytes a side), and every end-of-round check (one read of the written
+//! slots, a verdict round trip). Timed: one 8-byte stamp copy per posted message
+//! (write_bw, send_*, write_lat), write_bw's depth capped at `K` (its `--cq-mod` with
+//! it), and write_lat's server check of each ping before its reply (and send_lat's
+//! with a 1-slot queue). read_lat zeroes its landing bytes before each post, outside
+//! the sample; read_bw does not cap its depth (every read of a slot brings the same
+//! bytes). After the last verdict a client keeps its connection open until the server
+//! closes ([`crate::exchange::wait_verdict`]), so a lost acknowledgement of the verdict
+//! can still be retransmitted.
+//!
 //! In two processes the side that checks also reports: the passive servers of read_*
 //! and atomic_* learn the client's outcome from its end-of-round marker, clients of
 //! write_*, send_bw and append_bw from the server's verdicts, so both sides' JSON
