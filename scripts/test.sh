@@ -38,7 +38,8 @@ step() {
 }
 
 # Runs one ddperf test on in-process loopback and checks that every line it prints on
-# stdout is a JSON object with the keys of its kind (stderr passes through).
+# stdout is a JSON object with the keys of its kind (stderr passes through); with
+# --verify also `"verify": "ok"`, with --faults the fault counters.
 smoke() {
     local test=$1 out rc=0
     shift
@@ -55,6 +56,12 @@ lat = ["test", "bytes", "iterations", "t_min_us", "t_typical_us", "t_avg_us",
        "t_p99_us", "t_p999_us", "t_max_us"]
 bw = ["test", "bytes", "iterations", "bw_avg_mib_s", "msg_rate_mpps"]
 need = lat if test.endswith("_lat") else bw
+args = sys.argv[2].split()
+if "--faults" in args:
+    need = need + ["faults_dropped", "faults_duplicated", "faults_reordered",
+                   "faults_corrupted", "retransmits"]
+if "--verify" in args:
+    need = need + ["verify"]
 rows = 0
 for n, line in enumerate(sys.stdin, 1):
     line = line.strip()
@@ -69,6 +76,8 @@ for n, line in enumerate(sys.stdin, 1):
     missing = [k for k in need if k not in row]
     if missing:
         sys.exit(f"ddperf {test}: line {n} lacks {missing}: {line!r}")
+    if "--verify" in args and row["verify"] != "ok":
+        sys.exit(f"ddperf {test}: line {n} says verify {row['verify']!r}: {line!r}")
     rows += 1
     fmt = ("  {test} {bytes} B x {iterations}: typical {t_typical_us} us, p99 {t_p99_us} us"
            if test.endswith("_lat") else
@@ -76,7 +85,7 @@ for n, line in enumerate(sys.stdin, 1):
     print(fmt.format_map(row))
 if rows == 0:
     sys.exit(f"ddperf {test}: printed no JSON lines")
-' "$test"
+' "$test" "$*"
 }
 
 step deps scripts/deps.sh
@@ -93,6 +102,26 @@ fi
 step "smoke write_lat" smoke write_lat -s 32 -n 2000
 step "smoke write_bw" smoke write_bw -s 32 -n 100000
 step "smoke raw_bw" smoke raw_bw -s 64 -n 100000
+# --verify on every transport test, clean and with --faults (issue 4 item 7).
+faults=loss=0.05,reorder=0.02,dup=0.02,corrupt=0.001,seed=7
+step "verify write_bw faults" smoke write_bw -s 4096 -n 200000 --faults $faults --verify
+step "verify atomic_bw faults" smoke atomic_bw -n 200000 --faults $faults --verify
+step "verify append_bw faults" smoke append_bw -s 4096 -n 200000 --faults $faults --verify
+for t in write_lat write_bw read_lat read_bw atomic_lat atomic_bw send_lat send_bw append_bw; do
+    case $t in
+        atomic_*) size=() ;;
+        *) size=(-s 1024) ;;
+    esac
+    case $t in
+        *_lat) n=2000 ;;
+        *) n=20000 ;;
+    esac
+    step "verify $t" smoke $t "${size[@]}" -n $n --verify
+    step "verify $t faults" smoke $t "${size[@]}" -n $n --faults $faults --verify
+done
+step "verify atomic_lat cas" smoke atomic_lat -A CMP_AND_SWAP -n 2000 --faults $faults --verify
+step "verify atomic_bw cas" smoke atomic_bw -A CMP_AND_SWAP -n 20000 --faults $faults --verify
+step "verify write_bw -a" smoke write_bw -a -n 200 --verify
 
 echo
 echo "=== summary ($((SECONDS - start_all)) s$( ((quick)) && echo ', --quick'))"

@@ -37,6 +37,7 @@ use crate::harness::{self, Side, Spec};
 use crate::lat::check_open;
 use crate::report::{BwStats, PeakRate, Reporter};
 use crate::setup::{self, EMPTY_WC};
+use crate::verify;
 use crate::{Params, Span};
 
 /// Bytes of a record (the smallest size).
@@ -124,6 +125,36 @@ fn sizes(side: &Side, p: &Params) -> Result<Vec<(usize, u64)>> {
     Ok(ok)
 }
 
+/// The seed of the bytes after the record (`--verify`).
+fn body_seed(round: usize) -> u64 {
+    verify::seed(verify::kind::APPEND, round, 0)
+}
+
+/// `--verify`: the bytes after the 16-byte record of each of the `count` slots must be
+/// the round's body.
+fn check_bodies(
+    side: &Side,
+    round: usize,
+    size: u64,
+    count: u64,
+    out: &mut verify::Outcome,
+) -> Result<()> {
+    let s = &side.s;
+    let want = verify::body(body_seed(round), size as usize);
+    let mut got = vec![0u8; size as usize];
+    for i in 0..count as usize {
+        s.ep.read(s.lay.slot(i), &mut got)?;
+        let bad = verify::count_diff(&got[RECORD as usize..], &want[RECORD as usize..]);
+        if bad > 0 {
+            out.note(format!(
+                "{size} B: queue slot {i}: {bad} bytes after the record differ"
+            ));
+        }
+        out.add(0, size - RECORD, bad);
+    }
+    Ok(())
+}
+
 fn record(conn: u32, round: usize, k: u64) -> [u8; RECORD as usize] {
     let mut b = [0u8; RECORD as usize];
     b[0..4].copy_from_slice(&conn.to_le_bytes());
@@ -148,6 +179,13 @@ fn client(side: &Side, p: &Params, rep: &mut Reporter) -> Result<()> {
     let mut posted = vec![0u64; conns.len()];
     let mut retired = vec![0u64; conns.len()];
     for &(round, size) in &sizes {
+        if p.verify {
+            // Every source slot carries the round's body after its record (not timed).
+            let b = verify::body(body_seed(round), size as usize);
+            for j in 0..q as usize * tx_depth as usize {
+                s.ep.write(s.lay.slot(j), &b)?;
+            }
+        }
         exchange::wait_credit(&s.dev, &s.conn, &s.ep, &s.lay, p, round as u64 + 1)?;
         let target: Vec<u64> = (0..q).map(|c| n / q + u64::from(c < n % q)).collect();
         posted.fill(0);
@@ -220,12 +258,20 @@ fn client(side: &Side, p: &Params, rep: &mut Reporter) -> Result<()> {
             peak_rate: 0.0,
         };
         stats.peak_rate = peak.peak(stats.rate());
-        let rend = RoundEnd {
-            count: stats.iterations,
-            elapsed: stats.elapsed,
-            peak_rate: stats.peak_rate,
-        };
+        let rend = RoundEnd::new(stats.iterations, stats.elapsed, stats.peak_rate);
         exchange::send_round_end(&s.dev, &s.conn, &s.ep, &s.lay, p, round, &rend)?;
+        if p.verify {
+            let v = exchange::wait_verdict(
+                &s.dev,
+                &s.conn,
+                &s.ep,
+                &s.lay,
+                p,
+                round,
+                round + 1 == sizes.len(),
+            )?;
+            rep.outcome().merge_peer(&v, "server");
+        }
         rep.bw(&stats);
     }
     Ok(())
@@ -303,15 +349,26 @@ fn server(side: &Side, p: &Params, rep: &mut Reporter) -> Result<()> {
             exchange::read_round_end_with(&s.dev, &s.ep, &s.lay, p, round, base, arrivals)?;
         base = next;
         total += end.count;
+        let mut checked = verify::Outcome::default();
         match check_queue(side, w, round, end.count, q)? {
-            None => eprintln!(
-                "ddperf: append check {size} B: OK ({} records from {q} connections, each once, no overlap)",
-                end.count
-            ),
+            None => {
+                checked.add(end.count, end.count * RECORD, 0);
+                eprintln!(
+                    "ddperf: append check {size} B: OK ({} records from {q} connections, each once, no overlap)",
+                    end.count
+                )
+            }
             Some(why) => {
                 bad += 1;
+                checked.add(end.count, end.count * RECORD, 1);
+                checked.note(format!("{size} B: records: {why}"));
                 eprintln!("ddperf: append check {size} B: MISMATCH: {why}");
             }
+        }
+        if p.verify {
+            check_bodies(side, round, size, end.count, &mut checked)?;
+            exchange::send_verdict(&s.dev, &s.conn, &s.lay, p, round, &checked.verdict())?;
+            rep.outcome().merge(checked);
         }
         s.dev.write_register(w, 0, s.lay.queue as u64)?;
         rep.bw(&BwStats {

@@ -34,6 +34,7 @@ use crate::error::{PerfError, Result, Wait};
 use crate::exchange::{self, Layout, RoundEnd};
 use crate::report::{BwStats, PeakRate, Reporter};
 use crate::setup::{self, Session, SocketFile, EMPTY_WC};
+use crate::verify;
 use crate::{Params, Role, Span};
 
 /// Runs write_bw in this process's role.
@@ -44,7 +45,7 @@ pub fn run(p: &Params) -> Result<()> {
             exchange::MAX_ROUNDS
         )));
     }
-    let lay = Layout::for_max_size(p.max_size());
+    let lay = layout(p);
     match p.role {
         Role::Server => {
             let _socket = SocketFile::for_spec(&p.dev);
@@ -56,18 +57,17 @@ pub fn run(p: &Params) -> Result<()> {
             let r = server(&s, p, &mut rep, regs);
             s.close();
             r?;
-            rep.finish();
-            Ok(())
+            verify::conclude(&mut rep, p, &[("server", &s.dev)])
         }
         Role::Client { peer } => {
             let dev = setup::open_device(p, &p.dev, p.ip)?;
             setup::banner(&p.dev, dev.max_frame());
             let s = setup::dial(dev, p, lay, peer)?;
             let mut rep = reporter(p, &s, &p.dev, true);
-            client(&s, p, &mut rep)?;
-            rep.finish();
+            let r = client(&s, p, &mut rep);
             s.close();
-            Ok(())
+            r?;
+            verify::conclude(&mut rep, p, &[("client", &s.dev)])
         }
         Role::Loopback => {
             let sdev = setup::open_device(p, crate::LOOP_SERVER_DEV, crate::SERVER_IP)?;
@@ -76,6 +76,7 @@ pub fn run(p: &Params) -> Result<()> {
             setup::banner(&ports, cdev.max_frame());
             let ps = p.clone();
             let sports = ports.clone();
+            let sdev2 = sdev.clone();
             setup::loopback(
                 p,
                 move |ready| {
@@ -89,14 +90,24 @@ pub fn run(p: &Params) -> Result<()> {
                 || {
                     let s = setup::dial(cdev, p, lay, crate::SERVER_IP)?;
                     let mut rep = reporter(p, &s, &ports, true);
-                    client(&s, p, &mut rep)?;
-                    rep.finish();
+                    let r = client(&s, p, &mut rep);
                     s.close();
-                    Ok(())
+                    r?;
+                    verify::conclude(&mut rep, p, &[("client", &s.dev), ("server", &sdev2)])
                 },
             )?;
             Ok(())
         }
+    }
+}
+
+/// The endpoint layout: `--verify` needs slot regions (see [`crate::verify`]).
+fn layout(p: &Params) -> Layout {
+    let max = p.max_size();
+    if p.verify {
+        Layout::verified(max, verify::region_len(max))
+    } else {
+        Layout::for_max_size(max)
     }
 }
 
@@ -140,6 +151,9 @@ fn request(p: &Params, s: &Session, size: u64) -> WriteRequest {
 
 fn reporter(p: &Params, s: &Session, ports: &str, enabled: bool) -> Reporter {
     let mut rep = Reporter::new(p.test, p.json, p.report_gbits, enabled);
+    if verify::defers(p) {
+        rep.defer_json();
+    }
     rep.info("Port", ports);
     rep.info(
         "Max frame",
@@ -173,27 +187,52 @@ fn reporter(p: &Params, s: &Session, ports: &str, enabled: bool) -> Reporter {
 fn client(s: &Session, p: &Params, rep: &mut Reporter) -> Result<()> {
     exchange::send_hello(&s.dev, &s.conn, &s.ep, &s.lay, p)?;
     for (round, &size) in p.sizes.iter().enumerate() {
-        let stats = stream(s, p, size)?;
-        let end = RoundEnd {
-            count: stats.iterations,
-            elapsed: stats.elapsed,
-            peak_rate: stats.peak_rate,
-        };
+        let slots = p.verify.then(|| verify::slots(size, s.lay.send));
+        if let Some(k) = slots {
+            verify::fill_slots(&s.ep, s.lay.send, size, k, verify::kind::WRITE_BW, round)?;
+        }
+        let stats = stream(s, p, size, round, slots)?;
+        let end = RoundEnd::new(stats.iterations, stats.elapsed, stats.peak_rate);
         exchange::send_round_end(&s.dev, &s.conn, &s.ep, &s.lay, p, round, &end)?;
+        if p.verify {
+            let v = exchange::wait_verdict(
+                &s.dev,
+                &s.conn,
+                &s.ep,
+                &s.lay,
+                p,
+                round,
+                round + 1 == p.sizes.len(),
+            )?;
+            rep.outcome().merge_peer(&v, "server");
+        }
         rep.bw(&stats);
     }
     Ok(())
 }
 
-/// One size: the measured loop.
-fn stream(s: &Session, p: &Params, size: u64) -> Result<BwStats> {
+/// One size: the measured loop. With `--verify` (`slots`: the slot count), write `i`
+/// goes from send slot `(i-1) mod slots` to receive slot `(i-1) mod slots` with its
+/// stamp written first, and at most `slots` writes are outstanding.
+fn stream(
+    s: &Session,
+    p: &Params,
+    size: u64,
+    round: usize,
+    slots: Option<usize>,
+) -> Result<BwStats> {
     let mut req = request(p, s, size);
     let (target, run_for) = match p.span {
         Span::Iters(n) => (n, None),
         Span::Duration(d) => (u64::MAX, Some(d)),
     };
-    let tx_depth = p.tx_depth as u64;
-    let cq_mod = p.cq_mod as u64;
+    let stride = verify::stride(size);
+    let tx_depth = match slots {
+        Some(k) => (p.tx_depth as u64).min(k as u64),
+        None => p.tx_depth as u64,
+    };
+    // perftest's rule again for the capped depth: a completion before the window is full.
+    let cq_mod = (p.cq_mod as u64).min(tx_depth);
     let cq = s.conn.cq();
     let mut wcs = [EMPTY_WC; 64];
     let mut posted = 0u64;
@@ -208,6 +247,12 @@ fn stream(s: &Session, p: &Params, size: u64) -> Result<BwStats> {
         while !final_posted && posted - retired < tx_depth {
             let id = posted + 1;
             let last = id == target || stopping;
+            if let Some(k) = slots {
+                let off = ((id - 1) % k as u64) as usize * stride;
+                let src = s.lay.send + off;
+                verify::put_stamp(&s.ep, src, size as usize, &verify::stamp(round, id))?;
+                req = WriteRequest::from_endpoint(id, &s.ep, src as u64, size as u32, off as u32);
+            }
             req.set_wr_id(id);
             req.set_signaled(last || id % cq_mod == 0);
             match s.conn.post_write(&req) {
@@ -263,6 +308,7 @@ fn server(s: &Session, p: &Params, rep: &mut Reporter, regs: Option<RegWindow>) 
     // Nothing of round 0 can have arrived yet (see lat.rs).
     let mut base = s.conn.arrivals();
     let mut total = 0;
+    let mut region = Vec::new();
     for (round, &size) in p.sizes.iter().enumerate() {
         let (flag_at, flag) = exchange::round_end_flag(&s.lay, round);
         let mut wait = Wait::new(p.timeout, "the client's writes or its end-of-round marker");
@@ -279,6 +325,16 @@ fn server(s: &Session, p: &Params, rep: &mut Reporter, regs: Option<RegWindow>) 
         let (end, next) = exchange::read_round_end(&s.dev, &s.conn, &s.lay, p, round, base)?;
         base = next;
         total += end.count;
+        if p.verify {
+            let k = verify::slots(size, s.lay.send);
+            let used = k.min(end.count as usize);
+            verify::read_region(&s.ep, 0, used * verify::stride(size), &mut region)?;
+            let mut o = verify::Outcome::default();
+            let kind = verify::kind::WRITE_BW;
+            verify::check_slots(&region, size, k, end.count, kind, round, &mut o);
+            exchange::send_verdict(&s.dev, &s.conn, &s.lay, p, round, &o.verdict())?;
+            rep.outcome().merge(o);
+        }
         rep.bw(&BwStats {
             bytes: size,
             iterations: end.count,

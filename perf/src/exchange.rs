@@ -64,6 +64,12 @@ const MARKER_WR: u64 = u64::MAX - 2;
 const CREDIT_WR: u64 = u64::MAX - 3;
 /// Bytes reserved for the credit word.
 const CREDIT_LEN: usize = 64;
+/// Work request id of a verdict write (server to client).
+const VERDICT_WR: u64 = u64::MAX - 4;
+/// Where a verdict lands, from the credit word: items, bytes, bad (u64 each), then
+/// 7 spare bytes and the flag byte (round + 1), 32 bytes in all.
+const VERDICT_AT: usize = 16;
+const VERDICT_LEN: usize = 32;
 
 /// Offsets in a test endpoint.
 #[derive(Debug, Clone, Copy)]
@@ -93,7 +99,17 @@ impl Layout {
     /// The layout for sizes up to `max_size` with a queue of `slots` slots, each the
     /// largest size rounded up to 64 bytes.
     pub fn with_queue(max_size: u64, slots: usize) -> Layout {
-        let region = (max_size.max(64) as usize).next_multiple_of(64);
+        Layout::with_region(max_size, slots, 0)
+    }
+
+    /// [`Layout::for_max_size`] with receive and send regions of at least `region`
+    /// bytes each (the slot regions of `--verify`, see [`crate::verify`]).
+    pub fn verified(max_size: u64, region: usize) -> Layout {
+        Layout::with_region(max_size, 0, region)
+    }
+
+    fn with_region(max_size: u64, slots: usize, region: usize) -> Layout {
+        let region = (max_size.max(64) as usize).max(region).next_multiple_of(64);
         let ctrl = 2 * region;
         let credit = ctrl + HELLO_LEN + MARKER_LEN * MAX_ROUNDS;
         let queue = credit + CREDIT_LEN;
@@ -129,6 +145,7 @@ struct Hello {
     atomic: u8,
     qps: u32,
     compound: bool,
+    verify: bool,
 }
 
 impl Hello {
@@ -146,6 +163,7 @@ impl Hello {
             atomic: p.atomic.code(),
             qps: p.qps,
             compound: p.compound,
+            verify: p.verify,
         }
     }
 
@@ -160,6 +178,7 @@ impl Hello {
         b[24..32].copy_from_slice(&self.duration_ms.to_le_bytes());
         b[32] = self.atomic;
         b[33] = self.compound as u8;
+        b[34] = self.verify as u8;
         b[36..40].copy_from_slice(&self.qps.to_le_bytes());
         b[HELLO_LEN - 1] = READY;
         b
@@ -182,6 +201,7 @@ impl Hello {
             duration_ms: u64_at(24),
             atomic: b[32],
             compound: b[33] != 0,
+            verify: b[34] != 0,
             qps: u32::from_le_bytes(b[36..40].try_into().expect("4 bytes")),
         })
     }
@@ -218,6 +238,9 @@ impl Hello {
         if self.compound {
             extra.push_str(" --compound");
         }
+        if self.verify {
+            extra.push_str(" --verify");
+        }
         format!("{test} {sizes} {span}{extra}")
     }
 }
@@ -231,6 +254,21 @@ pub struct RoundEnd {
     pub elapsed: Duration,
     /// Client-measured peak rate, messages per second (0 for latency tests).
     pub peak_rate: f64,
+    /// `--verify` of read_* / atomic_*: what the client's checks of the round found
+    /// (items, bad), for the passive server's report.
+    pub verdict: Option<(u32, u32)>,
+}
+
+impl RoundEnd {
+    /// A round end without a verdict.
+    pub fn new(count: u64, elapsed: Duration, peak_rate: f64) -> RoundEnd {
+        RoundEnd {
+            count,
+            elapsed,
+            peak_rate,
+            verdict: None,
+        }
+    }
 }
 
 /// Waits for one completion of a control write and checks it.
@@ -331,6 +369,11 @@ pub fn send_round_end(
     b[0..8].copy_from_slice(&end.count.to_le_bytes());
     b[8..16].copy_from_slice(&(end.elapsed.as_nanos() as u64).to_le_bytes());
     b[16..24].copy_from_slice(&end.peak_rate.to_bits().to_le_bytes());
+    if let Some((items, bad)) = end.verdict {
+        b[24..28].copy_from_slice(&items.to_le_bytes());
+        b[28..30].copy_from_slice(&(bad.min(u16::MAX as u32) as u16).to_le_bytes());
+        b[30] = 1;
+    }
     b[MARKER_LEN - 1] = round as u8 + 1;
     ep.write(at, &b)?;
     let req = WriteRequest::from_endpoint(MARKER_WR, ep, at as u64, MARKER_LEN as u32, at as u32)
@@ -386,6 +429,12 @@ pub fn read_round_end_with(
         count: u64_at(0),
         elapsed: Duration::from_nanos(u64_at(8)),
         peak_rate: f64::from_bits(u64_at(16)),
+        verdict: (b[30] == 1).then(|| {
+            (
+                u32::from_le_bytes(b[24..28].try_into().expect("4 bytes")),
+                u32::from(u16::from_le_bytes(b[28..30].try_into().expect("2 bytes"))),
+            )
+        }),
     };
     // The arrival counter moves after the frame holding the marker is executed.
     let expect = arrivals_before + end.count + 1;
@@ -438,4 +487,70 @@ pub fn wait_credit(
         }
     }
     Ok(())
+}
+
+/// Server (`--verify`): tells the client what its checks of `round` found: a 32-byte
+/// inline write into the client's credit area (flag byte last), waited for.
+pub fn send_verdict(
+    dev: &Device,
+    conn: &Connection,
+    lay: &Layout,
+    p: &Params,
+    round: usize,
+    v: &crate::verify::Verdict,
+) -> Result<()> {
+    let mut b = [0u8; VERDICT_LEN];
+    b[0..8].copy_from_slice(&v.items.to_le_bytes());
+    b[8..16].copy_from_slice(&v.bytes.to_le_bytes());
+    b[16..24].copy_from_slice(&v.bad.to_le_bytes());
+    b[VERDICT_LEN - 1] = round as u8 + 1;
+    let req =
+        WriteRequest::write_inline(VERDICT_WR, &b, (lay.credit + VERDICT_AT) as u32)?.signaled();
+    conn.post(&req)?;
+    wait_control(
+        dev,
+        conn.cq(),
+        VERDICT_WR,
+        p,
+        "a verdict write to the client to complete",
+    )
+}
+
+/// Client (`--verify`): waits for the server's verdict on `round`. After the `last`
+/// one it keeps driving the device until the server closes (at most `--timeout`): the
+/// server waits for its verdict write to complete, and closing at once would leave the
+/// acknowledgement of a verdict write to a lossy link with nobody answering its
+/// retransmissions (the server then fails with RetryExceeded).
+pub fn wait_verdict(
+    dev: &Device,
+    conn: &Connection,
+    ep: &Endpoint,
+    lay: &Layout,
+    p: &Params,
+    round: usize,
+    last: bool,
+) -> Result<crate::verify::Verdict> {
+    let at = lay.credit + VERDICT_AT;
+    let mut wait = Wait::new(p.timeout, "the server's verify verdict on the round");
+    while ep.load_u8(at + VERDICT_LEN - 1)? != round as u8 + 1 {
+        dev.progress();
+        if wait.tick()? {
+            crate::lat::check_open(conn)?;
+        }
+    }
+    let mut b = [0u8; VERDICT_LEN];
+    ep.read(at, &mut b)?;
+    if last {
+        let t0 = std::time::Instant::now();
+        while conn.state() == deposit::ConnState::Normal && t0.elapsed() < p.timeout {
+            dev.progress();
+            std::hint::spin_loop();
+        }
+    }
+    let u64_at = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().expect("8 bytes"));
+    Ok(crate::verify::Verdict {
+        items: u64_at(0),
+        bytes: u64_at(8),
+        bad: u64_at(16),
+    })
 }

@@ -12,6 +12,7 @@ use crate::error::{PerfError, Result};
 use crate::exchange::{self, Layout};
 use crate::report::Reporter;
 use crate::setup::{self, Session, SocketFile};
+use crate::verify;
 use crate::{Params, Role, Test};
 
 /// One side of a test: the session (first connection), further connections
@@ -79,8 +80,7 @@ pub fn run(p: &Params, spec: Spec) -> Result<()> {
             let r = (spec.server)(&side, p, &mut rep);
             side.close();
             r?;
-            rep.finish();
-            Ok(())
+            verify::conclude(&mut rep, p, &[("server", &side.s.dev)])
         }
         Role::Client { peer } => {
             let dev = setup::open_device(p, &p.dev, p.ip)?;
@@ -90,8 +90,7 @@ pub fn run(p: &Params, spec: Spec) -> Result<()> {
             let r = (spec.client)(&side, p, &mut rep);
             side.close();
             r?;
-            rep.finish();
-            Ok(())
+            verify::conclude(&mut rep, p, &[("client", &side.s.dev)])
         }
         Role::Loopback => {
             let sdev = setup::open_device(p, crate::LOOP_SERVER_DEV, crate::SERVER_IP)?;
@@ -101,6 +100,7 @@ pub fn run(p: &Params, spec: Spec) -> Result<()> {
             let ps = p.clone();
             let sports = ports.clone();
             let (serve, server) = (spec.serve, spec.server);
+            let sdev2 = sdev.clone();
             setup::loopback(
                 p,
                 move |ready| {
@@ -118,8 +118,8 @@ pub fn run(p: &Params, spec: Spec) -> Result<()> {
                     let r = (spec.client)(&side, p, &mut rep);
                     side.close();
                     r?;
-                    rep.finish();
-                    Ok(())
+                    let devs = [("client", &side.s.dev), ("server", &sdev2)];
+                    verify::conclude(&mut rep, p, &devs)
                 },
             )?;
             Ok(())
@@ -130,6 +130,9 @@ pub fn run(p: &Params, spec: Spec) -> Result<()> {
 fn reporter(p: &Params, side: &Side, ports: &str, enabled: bool) -> Reporter {
     let s = &side.s;
     let mut rep = Reporter::new(p.test, p.json, p.report_gbits, enabled);
+    if verify::defers(p) {
+        rep.defer_json();
+    }
     rep.info("Port", ports);
     rep.info(
         "Max frame",
@@ -177,29 +180,6 @@ fn reporter(p: &Params, side: &Side, ports: &str, enabled: bool) -> Reporter {
     rep
 }
 
-/// A server with one connection and the test's endpoint rights.
-pub fn serve_plain(
-    dev: Device,
-    p: &Params,
-    lay: Layout,
-    ready: Box<dyn FnOnce() + Send>,
-) -> Result<Side> {
-    let (s, more) = setup::serve_with(
-        dev,
-        p,
-        lay,
-        &deposit::ConnOptions::default(),
-        |_| Ok(()),
-        ready,
-        1,
-    )?;
-    Ok(Side {
-        s,
-        more,
-        regs: None,
-    })
-}
-
 /// A client with one connection.
 pub fn dial_plain(dev: Device, p: &Params, lay: Layout, peer: [u8; 4]) -> Result<Side> {
     let s = setup::dial(dev, p, lay, peer)?;
@@ -212,7 +192,8 @@ pub fn dial_plain(dev: Device, p: &Params, lay: Layout, peer: [u8; 4]) -> Result
 
 /// The server of the tests where only the client acts (read_*, atomic_*): it waits for
 /// the parameter block, then for each round's end marker, and checks that as many
-/// requests arrived. Prints the client's numbers for bandwidth tests.
+/// requests arrived. Prints the client's numbers for bandwidth tests; with `--verify`
+/// it reports the client's checks, which the markers carry.
 pub fn passive_server(side: &Side, p: &Params, rep: &mut Reporter) -> Result<()> {
     let s = &side.s;
     exchange::wait_hello(&s.dev, &s.ep, &s.lay, p)?;
@@ -240,6 +221,14 @@ pub fn passive_server(side: &Side, p: &Params, rep: &mut Reporter) -> Result<()>
         let (end, next) = exchange::read_round_end(&s.dev, &s.conn, &s.lay, p, round, base)?;
         base = next;
         total += end.count;
+        if let Some((items, bad)) = end.verdict {
+            let v = crate::verify::Verdict {
+                items: u64::from(items),
+                bytes: 0,
+                bad: u64::from(bad),
+            };
+            rep.outcome().merge_peer(&v, "client");
+        }
         if !p.test.is_lat() {
             rep.bw(&crate::report::BwStats {
                 bytes: size,

@@ -25,6 +25,7 @@ use crate::error::{PerfError, Result, Wait};
 use crate::exchange::{self, Layout, RoundEnd};
 use crate::report::{LatStats, Reporter};
 use crate::setup::{self, Session, SocketFile, EMPTY_WC};
+use crate::verify;
 use crate::warmup::Warmup;
 use crate::{Params, Role, Span};
 
@@ -41,20 +42,21 @@ pub fn run(p: &Params) -> Result<()> {
             let dev = setup::open_device(p, &p.dev, p.ip)?;
             setup::banner(&p.dev, dev.max_frame());
             let s = setup::serve(dev, p, lay, || {})?;
-            let r = server(&s, p);
+            let mut rep = Reporter::new(p.test, p.json, p.report_gbits, false);
+            let r = server(&s, p, rep.outcome());
             s.close();
             eprintln!("ddperf: server done: {} writes answered", r?);
-            Ok(())
+            verify::conclude(&mut rep, p, &[("server", &s.dev)])
         }
         Role::Client { peer } => {
             let dev = setup::open_device(p, &p.dev, p.ip)?;
             setup::banner(&p.dev, dev.max_frame());
             let s = setup::dial(dev, p, lay, peer)?;
             let mut rep = reporter(p, &s, &p.dev);
-            client(&s, p, &mut rep)?;
-            rep.finish();
+            let r = client(&s, p, &mut rep);
             s.close();
-            Ok(())
+            r?;
+            verify::conclude(&mut rep, p, &[("client", &s.dev)])
         }
         Role::Loopback => {
             let sdev = setup::open_device(p, crate::LOOP_SERVER_DEV, crate::SERVER_IP)?;
@@ -62,11 +64,13 @@ pub fn run(p: &Params) -> Result<()> {
             let ports = format!("{} <-> {}", crate::LOOP_CLIENT_DEV, crate::LOOP_SERVER_DEV);
             setup::banner(&ports, cdev.max_frame());
             let ps = p.clone();
+            let sdev2 = sdev.clone();
             setup::loopback(
                 p,
                 move |ready| {
                     let s = setup::serve(sdev, &ps, lay, ready)?;
-                    server(&s, &ps)?;
+                    // The client learns this side's checks from its verdicts.
+                    server(&s, &ps, &mut verify::Outcome::default())?;
                     s.close();
                     // Dropped after the client is done (see setup::loopback).
                     Ok(s)
@@ -74,10 +78,10 @@ pub fn run(p: &Params) -> Result<()> {
                 || {
                     let s = setup::dial(cdev, p, lay, crate::SERVER_IP)?;
                     let mut rep = reporter(p, &s, &ports);
-                    client(&s, p, &mut rep)?;
-                    rep.finish();
+                    let r = client(&s, p, &mut rep);
                     s.close();
-                    Ok(())
+                    r?;
+                    verify::conclude(&mut rep, p, &[("client", &s.dev), ("server", &sdev2)])
                 },
             )?;
             Ok(())
@@ -97,6 +101,9 @@ fn check_sizes(p: &Params) -> Result<()> {
 
 fn reporter(p: &Params, s: &Session, ports: &str) -> Reporter {
     let mut rep = Reporter::new(p.test, p.json, p.report_gbits, true);
+    if verify::defers(p) {
+        rep.defer_json();
+    }
     rep.info("Port", ports);
     rep.info(
         "Max frame",
@@ -167,17 +174,33 @@ fn client(s: &Session, p: &Params, rep: &mut Reporter) -> Result<()> {
     let mut rtts: Vec<u64> = Vec::with_capacity(limit as usize);
     let mut wcs = [EMPTY_WC; 16];
     let cq_mod = p.cq_mod as u64;
+    let mut want = Vec::new();
+    let mut got = Vec::new();
     for (round, &size) in p.sizes.iter().enumerate() {
         rtts.clear();
         let last = size as usize - 1;
         let mut req = WriteRequest::from_endpoint(0, &s.ep, s.lay.send as u64, size as u32, 0);
+        if p.verify {
+            let ping = verify::seed(verify::kind::WRITE_PING, round, 0);
+            verify::fill(&s.ep, s.lay.send, size as usize, ping)?;
+            want = verify::body(
+                verify::seed(verify::kind::WRITE_PONG, round, 0),
+                size as usize,
+            );
+            got.resize(size as usize, 0);
+        }
         let mut counter = 0u8;
+        let mut seq = 0u64; // pings of the round, warm-up included
         let mut i = 0u64;
         let round_start = Instant::now();
         let deadline = run_for.map(|d| round_start + p.warmup + d);
         let mut warm = Warmup::start(p.warmup);
         while i < limit {
             counter = next_counter(counter);
+            seq += 1;
+            if p.verify {
+                verify::put_stamp(&s.ep, s.lay.send, size as usize, &verify::stamp(round, seq))?;
+            }
             s.ep.write(s.lay.send + last, &[counter])?;
             let signaled = (i + 1) % cq_mod == 0;
             req.set_signaled(signaled);
@@ -195,6 +218,13 @@ fn client(s: &Session, p: &Params, rep: &mut Reporter) -> Result<()> {
             if signaled {
                 drain(&s.conn, &mut wcs)?;
             }
+            if p.verify {
+                // Not timed; the server's next pong comes after our next ping.
+                verify::ping_image(&mut want, &verify::stamp(round, seq), counter);
+                s.ep.read(0, &mut got)?;
+                let what = || format!("{size} B: pong {seq}");
+                verify::check_message(&got, &want, what, rep.outcome());
+            }
             if warm.absorb(t1) {
                 continue;
             }
@@ -207,21 +237,30 @@ fn client(s: &Session, p: &Params, rep: &mut Reporter) -> Result<()> {
         if run_for.is_some() && i == limit {
             eprintln!("ddperf: {size} B: stopped at {limit} samples before the -D time was up");
         }
-        let end = RoundEnd {
-            count: i + warm.done(),
-            elapsed: round_start.elapsed(),
-            peak_rate: 0.0,
-        };
+        let end = RoundEnd::new(i + warm.done(), round_start.elapsed(), 0.0);
         exchange::send_round_end(&s.dev, &s.conn, &s.ep, &s.lay, p, round, &end)?;
         drain(&s.conn, &mut wcs)?;
+        if p.verify {
+            let v = exchange::wait_verdict(
+                &s.dev,
+                &s.conn,
+                &s.ep,
+                &s.lay,
+                p,
+                round,
+                round + 1 == p.sizes.len(),
+            )?;
+            rep.outcome().merge_peer(&v, "server");
+        }
         rep.lat(&LatStats::from_rtts(size, &mut rtts));
     }
     Ok(())
 }
 
-/// The server: answers every ping until the client's end-of-round marker. Returns the
-/// number of writes answered.
-fn server(s: &Session, p: &Params) -> Result<u64> {
+/// The server: answers every ping until the client's end-of-round marker; with
+/// `--verify` checks each ping before it answers (into `out`, and a verdict to the
+/// client per round). Returns the number of writes answered.
+fn server(s: &Session, p: &Params, out: &mut verify::Outcome) -> Result<u64> {
     exchange::wait_hello(&s.dev, &s.ep, &s.lay, p)?;
     let mut wcs = [EMPTY_WC; 16];
     let cq_mod = p.cq_mod as u64;
@@ -233,6 +272,17 @@ fn server(s: &Session, p: &Params) -> Result<u64> {
         let last = size as usize - 1;
         let (flag_at, flag) = exchange::round_end_flag(&s.lay, round);
         let mut req = WriteRequest::from_endpoint(0, &s.ep, s.lay.send as u64, size as u32, 0);
+        let mut checked = verify::Outcome::default();
+        let (mut want, mut got) = (Vec::new(), Vec::new());
+        if p.verify {
+            let pong = verify::seed(verify::kind::WRITE_PONG, round, 0);
+            verify::fill(&s.ep, s.lay.send, size as usize, pong)?;
+            want = verify::body(
+                verify::seed(verify::kind::WRITE_PING, round, 0),
+                size as usize,
+            );
+            got.resize(size as usize, 0);
+        }
         let mut counter = 0u8;
         let mut pongs = 0u64;
         let mut wait = Wait::new(p.timeout, "the client's next write");
@@ -255,6 +305,15 @@ fn server(s: &Session, p: &Params) -> Result<u64> {
             }
             wait.progressed();
             counter = next;
+            let st = verify::stamp(round, pongs + 1);
+            if p.verify {
+                // Before the reply: the client's next ping overwrites this one.
+                verify::ping_image(&mut want, &st, counter);
+                s.ep.read(0, &mut got)?;
+                let what = || format!("{size} B: ping {}", pongs + 1);
+                verify::check_message(&got, &want, what, &mut checked);
+                verify::put_stamp(&s.ep, s.lay.send, size as usize, &st)?;
+            }
             s.ep.write(s.lay.send + last, &[counter])?;
             let signaled = (pongs + 1) % cq_mod == 0;
             req.set_signaled(signaled);
@@ -275,6 +334,10 @@ fn server(s: &Session, p: &Params) -> Result<u64> {
         }
         drain(&s.conn, &mut wcs)?;
         total += pongs;
+        if p.verify {
+            exchange::send_verdict(&s.dev, &s.conn, &s.lay, p, round, &checked.verdict())?;
+            out.merge(checked);
+        }
     }
     Ok(total)
 }

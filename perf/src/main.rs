@@ -22,13 +22,14 @@ mod rdlat;
 mod report;
 mod send;
 mod setup;
+mod verify;
 mod warmup;
 
 use std::net::Ipv4Addr;
 use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
-use deposit::Progress;
+use deposit::{FaultConfig, Progress};
 
 use crate::error::{PerfError, Result};
 
@@ -229,6 +230,26 @@ struct Cli {
     /// register operations and a conditional at the receiver).
     #[arg(long, hide = true)]
     compound: bool,
+    /// Fault injection on the frames this process's device(s) receive, e.g.
+    /// `loss=0.05,reorder=0.02,dup=0.02,corrupt=0.001,delay=0.01,delay_us=100,seed=7`
+    /// (with --loopback the client's device uses seed+1). Not for raw_*.
+    #[arg(long, value_name = "SPEC", value_parser = parse_faults)]
+    faults: Option<FaultConfig>,
+    /// Check every deposited byte and atomic result after the run; exit 1 on a
+    /// mismatch. Not for raw_*.
+    #[arg(long)]
+    verify: bool,
+    /// Retransmission timeout in microseconds (default 20000; 2000 with --faults).
+    #[arg(long = "retry-timeout-us", value_name = "US")]
+    retry_timeout_us: Option<u64>,
+    /// Retransmissions of the same data before a connection fails (default 7; 20
+    /// with --faults).
+    #[arg(long = "retry-count", value_name = "N")]
+    retry_count: Option<u32>,
+}
+
+fn parse_faults(s: &str) -> std::result::Result<FaultConfig, String> {
+    s.parse::<FaultConfig>().map_err(|e| e.to_string())
 }
 
 /// Which side(s) this process runs.
@@ -279,6 +300,15 @@ pub struct Params {
     pub compound: bool,
     /// Latency tests: untimed warm-up per size (see [`warmup`]).
     pub warmup: Duration,
+    /// `--faults`: injected on this process's device(s) (the loopback client's with
+    /// seed + 1).
+    pub faults: Option<FaultConfig>,
+    /// `--verify` (see [`verify`]).
+    pub verify: bool,
+    /// Retransmission timeout of the devices.
+    pub retry_timeout: Duration,
+    /// Retransmissions before a connection fails.
+    pub retry_count: u32,
 }
 
 impl Params {
@@ -391,6 +421,29 @@ fn resolve(cli: Cli) -> Result<Params> {
             "--compound is an option of write_bw".into(),
         ));
     }
+    if matches!(test, Test::RawLat | Test::RawBw) && (cli.faults.is_some() || cli.verify) {
+        return Err(PerfError::Usage(
+            "--faults and --verify need the transport: not for raw_* tests".into(),
+        ));
+    }
+    if cli.compound && cli.verify {
+        return Err(PerfError::Usage(
+            "--compound and --verify exclude each other (the compound operand is the write's offset)"
+                .into(),
+        ));
+    }
+    if cli.retry_timeout_us == Some(0) {
+        return Err(PerfError::Usage(
+            "--retry-timeout-us must be at least 1".into(),
+        ));
+    }
+    let faulty = cli.faults.is_some();
+    let retry_timeout =
+        Duration::from_micros(
+            cli.retry_timeout_us
+                .unwrap_or(if faulty { 2_000 } else { 20_000 }),
+        );
+    let retry_count = cli.retry_count.unwrap_or(if faulty { 20 } else { 7 });
     if cli.qps == 0 || cli.qps > 256 {
         return Err(PerfError::Usage(format!(
             "-q {}: between 1 and 256",
@@ -438,6 +491,10 @@ fn resolve(cli: Cli) -> Result<Params> {
         qps: if test == Test::AppendBw { cli.qps } else { 1 },
         compound: cli.compound,
         warmup: Duration::from_millis(cli.warmup_ms),
+        faults: cli.faults,
+        verify: cli.verify,
+        retry_timeout,
+        retry_count,
     })
 }
 

@@ -21,10 +21,11 @@ use std::time::Instant;
 use deposit::WorkRequest;
 
 use crate::error::{PerfError, Result, Wait};
-use crate::exchange::{self, RoundEnd};
+use crate::exchange::{self, Layout, RoundEnd};
 use crate::harness::{self, Side, Spec};
 use crate::report::{BwStats, PeakRate, Reporter};
 use crate::setup::EMPTY_WC;
+use crate::verify;
 use crate::{Params, Span, Test};
 
 /// Runs read_bw or atomic_bw in this process's role.
@@ -32,8 +33,8 @@ pub fn run(p: &Params) -> Result<()> {
     harness::run(
         p,
         Spec {
-            lay: exchange::Layout::for_max_size(p.max_size()),
-            serve: harness::serve_plain,
+            lay: layout(p),
+            serve: crate::rdlat::serve,
             dial: harness::dial_plain,
             server: harness::passive_server,
             client,
@@ -42,33 +43,93 @@ pub fn run(p: &Params) -> Result<()> {
     )
 }
 
+/// The endpoint layout: `--verify` needs slot regions (see [`crate::verify`]).
+fn layout(p: &Params) -> Layout {
+    let max = p.max_size();
+    if p.verify {
+        Layout::verified(max, verify::region_len(max))
+    } else {
+        Layout::for_max_size(max)
+    }
+}
+
 fn client(side: &Side, p: &Params, rep: &mut Reporter) -> Result<()> {
     let s = &side.s;
     exchange::send_hello(&s.dev, &s.conn, &s.ep, &s.lay, p)?;
+    let atomic = p.test == Test::AtomicBw;
     let mut k = 0u64;
+    let mut region = Vec::new();
     for (round, &size) in p.sizes.iter().enumerate() {
         let base = k;
+        // --verify: request i uses slot (i-1) mod slots (reads: `stride` apart on both
+        // sides; atomics: 8-byte result slots), cleared before the round, not timed.
+        let (slots, stride) = match (p.verify, atomic) {
+            (false, _) => (1, 0),
+            (true, false) => (verify::slots(size, s.lay.send), verify::stride(size)),
+            (true, true) => (verify::MAX_SLOTS, 8),
+        };
+        if p.verify {
+            let clear = if atomic { 0xFF } else { 0 };
+            s.ep.write(0, &vec![clear; slots * stride])?;
+        }
         let stats = stream(side, p, size, None, &mut |id| {
-            crate::rdlat::request(p, side, size, base + id - 1, 0)
+            let off = ((id - 1) % slots as u64) * stride as u64;
+            let remote = if atomic { 0 } else { off as u32 };
+            Ok(crate::rdlat::request(
+                p,
+                side,
+                size,
+                base + id - 1,
+                off,
+                remote,
+            ))
         })?;
         k += stats.iterations;
-        // Before the marker: the server closes the connection after the last one.
-        if p.test == Test::AtomicBw {
-            verify_counter(side, p, k)?;
+        let mut checked = verify::Outcome::default();
+        if p.verify {
+            let n = stats.iterations;
+            verify::read_region(&s.ep, 0, slots * stride, &mut region)?;
+            if atomic {
+                let results: Vec<u64> = region
+                    .chunks_exact(8)
+                    .map(|c| u64::from_ne_bytes(c.try_into().expect("8 bytes")))
+                    .collect();
+                verify::check_atomic_slots(&results, base, n, &mut checked);
+            } else {
+                let seed = crate::rdlat::read_seed();
+                verify::check_read_slots(&region, size, slots, n, seed, &mut checked);
+            }
         }
-        let end = RoundEnd {
-            count: stats.iterations,
-            elapsed: stats.elapsed,
-            peak_rate: stats.peak_rate,
-        };
+        // Before the marker: the server closes the connection after the last one.
+        if atomic {
+            let word = read_counter(side, p)?;
+            if p.verify {
+                verify::check_word(word, k, "the server's word", &mut checked);
+            } else if word == k {
+                eprintln!(
+                    "ddperf: final counter {word}: OK ({k} atomics, {})",
+                    p.atomic.name()
+                );
+            } else {
+                eprintln!(
+                    "ddperf: warning: final counter {word}, expected {k} ({})",
+                    p.atomic.name()
+                );
+            }
+        }
+        let mut end = RoundEnd::new(stats.iterations, stats.elapsed, stats.peak_rate);
+        if p.verify {
+            end.verdict = Some(verify::marker_verdict(&checked));
+            rep.outcome().merge(checked);
+        }
         exchange::send_round_end(&s.dev, &s.conn, &s.ep, &s.lay, p, round, &end)?;
         rep.bw(&stats);
     }
     Ok(())
 }
 
-/// Reads the server's word with one RDMA read and compares it with `expect`.
-fn verify_counter(side: &Side, p: &Params, expect: u64) -> Result<()> {
+/// Reads the server's word (offset 0) with one RDMA read into offset 8 here.
+pub fn read_counter(side: &Side, p: &Params) -> Result<u64> {
     let s = &side.s;
     const AT: u64 = 8;
     let req = WorkRequest::read(u64::MAX - 10, &s.ep, AT, 8, 0).signaled();
@@ -79,30 +140,16 @@ fn verify_counter(side: &Side, p: &Params, expect: u64) -> Result<()> {
         let n = s.conn.cq().poll(&mut wcs);
         if let Some(wc) = wcs[..n].iter().find(|w| w.wr_id == u64::MAX - 10) {
             if !wc.status.is_ok() {
-                eprintln!(
-                    "ddperf: warning: the read of the final counter failed with {:?}",
+                return Err(PerfError::Failed(format!(
+                    "the read of the final atomic counter completed with {:?}",
                     wc.status
-                );
-                return Ok(());
+                )));
             }
             break;
         }
         wait.tick()?;
     }
-    let got = s.ep.load_u64(AT as usize)?;
-    if got == expect {
-        eprintln!(
-            "ddperf: final counter {got}: OK ({} atomics, {})",
-            expect,
-            p.atomic.name()
-        );
-    } else {
-        eprintln!(
-            "ddperf: warning: final counter {got}, expected {expect} ({})",
-            p.atomic.name()
-        );
-    }
-    Ok(())
+    Ok(s.ep.load_u64(AT as usize)?)
 }
 
 /// Laps of a receive queue the sender must respect (send_bw): after every `slots`
@@ -122,7 +169,7 @@ pub fn stream(
     p: &Params,
     size: u64,
     laps: Option<Laps<'_>>,
-    make: &mut dyn FnMut(u64) -> WorkRequest,
+    make: &mut dyn FnMut(u64) -> Result<WorkRequest>,
 ) -> Result<BwStats> {
     let s = &side.s;
     let (target, run_for) = match p.span {
@@ -160,7 +207,7 @@ pub fn stream(
             }
             let id = posted + 1;
             let last = id == target || stopping;
-            let mut req = make(id);
+            let mut req = make(id)?;
             req.set_wr_id(id);
             req.set_signaled(last || id % cq_mod == 0 || (lap_before + id) % lap_n == 0);
             match s.conn.post(&req) {

@@ -17,14 +17,15 @@
 
 use std::time::Instant;
 
-use deposit::{Completion, WorkRequest};
+use deposit::{Completion, ConnOptions, Device, Endpoint, WorkRequest};
 
 use crate::error::{PerfError, Result, Wait};
-use crate::exchange::{self, RoundEnd};
+use crate::exchange::{self, Layout, RoundEnd};
 use crate::harness::{self, Side, Spec};
 use crate::lat::DURATION_SAMPLES;
 use crate::report::{LatStats, Reporter};
-use crate::setup::EMPTY_WC;
+use crate::setup::{self, EMPTY_WC};
+use crate::verify;
 use crate::warmup::Warmup;
 use crate::{AtomicOp, Params, Span, Test};
 
@@ -34,7 +35,7 @@ pub fn run(p: &Params) -> Result<()> {
         p,
         Spec {
             lay: exchange::Layout::for_max_size(p.max_size()),
-            serve: harness::serve_plain,
+            serve,
             dial: harness::dial_plain,
             server: harness::passive_server,
             client,
@@ -43,12 +44,52 @@ pub fn run(p: &Params) -> Result<()> {
     )
 }
 
-/// The request of iteration `k` (0-based, counted over the whole run).
+/// The server of read_* / atomic_*: with `--verify`, read_*'s receive region holds the
+/// body of [`read_seed`] (keyed by the absolute offset) before it listens.
+pub fn serve(
+    dev: Device,
+    p: &Params,
+    lay: Layout,
+    ready: Box<dyn FnOnce() + Send>,
+) -> Result<Side> {
+    let fill = |ep: &Endpoint| {
+        if p.verify && matches!(p.test, Test::ReadLat | Test::ReadBw) {
+            verify::fill(ep, 0, lay.send, read_seed())?;
+        }
+        Ok(())
+    };
+    let opts = ConnOptions::default();
+    let (s, more) = setup::serve_with(dev, p, lay, &opts, fill, ready, 1)?;
+    Ok(Side {
+        s,
+        more,
+        regs: None,
+    })
+}
+
+/// The seed of the server's receive region in read_* under `--verify`.
+pub fn read_seed() -> u64 {
+    verify::seed(verify::kind::READ, 0, 0)
+}
+
+/// The request of iteration `k` (0-based, counted over the whole run): a read of
+/// `size` bytes at `remote_off` of the server into `local_off`, or an atomic on the
+/// server's word at 0 returning the old value into `local_off`.
 #[inline]
-pub fn request(p: &Params, side: &Side, size: u64, k: u64, result_off: u64) -> WorkRequest {
+pub fn request(
+    p: &Params,
+    side: &Side,
+    size: u64,
+    k: u64,
+    local_off: u64,
+    remote_off: u32,
+) -> WorkRequest {
     let ep = &side.s.ep;
+    let result_off = local_off;
     match (p.test, p.atomic) {
-        (Test::ReadLat | Test::ReadBw, _) => WorkRequest::read(0, ep, result_off, size as u32, 0),
+        (Test::ReadLat | Test::ReadBw, _) => {
+            WorkRequest::read(0, ep, local_off, size as u32, remote_off)
+        }
         (_, AtomicOp::FetchAndAdd) => WorkRequest::fetch_add(0, ep, result_off, 0, 1),
         (_, AtomicOp::CmpAndSwap) => WorkRequest::cmp_swap(0, ep, result_off, 0, k, k + 1),
     }
@@ -80,14 +121,25 @@ fn client(side: &Side, p: &Params, rep: &mut Reporter) -> Result<()> {
     let mut wcs = [EMPTY_WC; 1];
     let mut k = 0u64; // atomics executed so far (the server's word)
     let mut bad = 0u64;
+    let (mut want, mut got, mut zeros) = (Vec::new(), Vec::new(), Vec::new());
     for (round, &size) in p.sizes.iter().enumerate() {
         rtts.clear();
+        let mut checked = verify::Outcome::default();
+        let reads = p.verify && !atomic;
+        if reads {
+            want = verify::body(read_seed(), size as usize);
+            got.resize(size as usize, 0);
+            zeros.resize(size as usize, 0);
+        }
         let mut i = 0u64;
         let round_start = Instant::now();
         let deadline = run_for.map(|d| round_start + p.warmup + d);
         let mut warm = Warmup::start(p.warmup);
         while i < limit {
-            let mut req = request(p, side, size, k, 0).signaled();
+            if reads {
+                s.ep.write(0, &zeros)?; // not timed: the check needs fresh landing bytes
+            }
+            let mut req = request(p, side, size, k, 0, 0).signaled();
             req.set_wr_id(i + 1);
             let t0 = Instant::now();
             s.conn.post(&req)?;
@@ -102,10 +154,19 @@ fn client(side: &Side, p: &Params, rep: &mut Reporter) -> Result<()> {
                 )));
             }
             if atomic {
-                if s.ep.load_u64(0)? != k {
+                let old = s.ep.load_u64(0)?;
+                if old != k {
                     bad += 1;
                 }
+                if p.verify {
+                    verify::check_word(old, k, "atomic's old value", &mut checked);
+                }
                 k += 1;
+            }
+            if reads {
+                s.ep.read(0, &mut got)?;
+                let what = || format!("{size} B: read {}", i + 1);
+                verify::check_message(&got, &want, what, &mut checked);
             }
             if warm.absorb(t1) {
                 continue;
@@ -119,15 +180,20 @@ fn client(side: &Side, p: &Params, rep: &mut Reporter) -> Result<()> {
         if run_for.is_some() && i == limit {
             eprintln!("ddperf: {size} B: stopped at {limit} samples before the -D time was up");
         }
-        let end = RoundEnd {
-            count: i + warm.done(),
-            elapsed: round_start.elapsed(),
-            peak_rate: 0.0,
-        };
+        // Before the marker: the server closes the connection after the last one.
+        if p.verify && atomic {
+            let word = crate::rdbw::read_counter(side, p)?;
+            verify::check_word(word, k, "the server's word", &mut checked);
+        }
+        let mut end = RoundEnd::new(i + warm.done(), round_start.elapsed(), 0.0);
+        if p.verify {
+            end.verdict = Some(verify::marker_verdict(&checked));
+            rep.outcome().merge(checked);
+        }
         exchange::send_round_end(&s.dev, &s.conn, &s.ep, &s.lay, p, round, &end)?;
         rep.lat(&LatStats::from_full_rtts(size, &mut rtts));
     }
-    if bad > 0 {
+    if bad > 0 && !p.verify {
         eprintln!(
             "ddperf: warning: {bad} of {k} atomics returned an unexpected old value ({})",
             p.atomic.name()

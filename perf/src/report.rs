@@ -195,6 +195,12 @@ pub struct Reporter {
     title: String,
     info: Vec<(&'static str, String)>,
     started: bool,
+    /// JSON objects held until [`Reporter::finish`] (`--faults` / `--verify`: their
+    /// keys are known only at the end).
+    defer: bool,
+    rows: Vec<serde_json::Value>,
+    extras: serde_json::Map<String, serde_json::Value>,
+    outcome: crate::verify::Outcome,
 }
 
 impl Reporter {
@@ -220,6 +226,34 @@ impl Reporter {
             title: title.to_string(),
             info: Vec::new(),
             started: false,
+            defer: false,
+            rows: Vec::new(),
+            extras: serde_json::Map::new(),
+            outcome: crate::verify::Outcome::default(),
+        }
+    }
+
+    /// Holds the JSON objects until [`Reporter::finish`], which adds the keys given to
+    /// [`Reporter::extra`] to each.
+    pub fn defer_json(&mut self) {
+        self.defer = true;
+    }
+
+    /// A key added to every JSON object (with [`Reporter::defer_json`]).
+    pub fn extra(&mut self, key: &str, v: serde_json::Value) {
+        self.extras.insert(key.to_string(), v);
+    }
+
+    /// What this side's `--verify` checks found so far.
+    pub fn outcome(&mut self) -> &mut crate::verify::Outcome {
+        &mut self.outcome
+    }
+
+    fn emit_json(&mut self, j: serde_json::Value) {
+        if self.defer {
+            self.rows.push(j);
+        } else {
+            println!("{j}");
         }
     }
 
@@ -330,7 +364,7 @@ impl Reporter {
                 "t_p999_us": s.hdr_p999,
                 "t_p9999_us": s.hdr_p9999,
             });
-            println!("{j}");
+            self.emit_json(j);
             return;
         }
         let f = |v: f64| format!("{v:.2}");
@@ -372,7 +406,7 @@ impl Reporter {
                 "msg_rate_mpps": avg / 1e6,
                 "bw_avg_gbps": s.gbps(avg),
             });
-            println!("{j}");
+            self.emit_json(j);
             return;
         }
         let (p, a) = if self.gbits {
@@ -396,6 +430,14 @@ impl Reporter {
     pub fn finish(&mut self) {
         if self.enabled && !self.json && self.started {
             println!("{RULE}");
+        }
+        for mut j in std::mem::take(&mut self.rows) {
+            if let Some(o) = j.as_object_mut() {
+                for (k, v) in &self.extras {
+                    o.insert(k.clone(), v.clone());
+                }
+            }
+            println!("{j}");
         }
     }
 }

@@ -48,6 +48,7 @@ use crate::lat::{check_open, DURATION_SAMPLES};
 use crate::rdbw::{self, Laps};
 use crate::report::{BwStats, LatStats, Reporter};
 use crate::setup::{self, EMPTY_WC};
+use crate::verify;
 use crate::warmup::Warmup;
 use crate::{Params, Span, Test};
 
@@ -209,9 +210,20 @@ fn lat_client(side: &Side, p: &Params, rep: &mut Reporter) -> Result<()> {
     // The server sends nothing but replies into our queue.
     let mut seen = s.conn.arrivals();
     let mut used = 0u64;
+    let (mut want, mut got) = (Vec::new(), Vec::new());
     for &(round, size) in &sizes {
         rtts.clear();
         let mut req = WorkRequest::send(0, &s.ep, s.lay.send as u64, size as u32, 0);
+        if p.verify {
+            let ping = verify::seed(verify::kind::SEND_PING, round, 0);
+            verify::fill(&s.ep, s.lay.send, size as usize, ping)?;
+            want = verify::body(
+                verify::seed(verify::kind::SEND_PONG, round, 0),
+                size as usize,
+            );
+            got.resize(size as usize, 0);
+        }
+        let mut seq = 0u64; // sends of the round, warm-up included
         let mut i = 0u64;
         let round_start = Instant::now();
         let deadline = run_for.map(|d| round_start + p.warmup + d);
@@ -220,6 +232,10 @@ fn lat_client(side: &Side, p: &Params, rep: &mut Reporter) -> Result<()> {
             let signaled = (i + 1) % cq_mod == 0;
             req.set_signaled(signaled);
             req.set_wr_id(i + 1);
+            seq += 1;
+            if p.verify {
+                verify::put_stamp(&s.ep, s.lay.send, size as usize, &verify::stamp(round, seq))?;
+            }
             let t0 = Instant::now();
             s.conn.post(&req)?;
             let mut wait = Wait::since(t0, p.timeout, "the server's reply send");
@@ -231,6 +247,7 @@ fn lat_client(side: &Side, p: &Params, rep: &mut Reporter) -> Result<()> {
             }
             let t1 = Instant::now();
             seen += 1;
+            let landed = s.lay.slot(used as usize);
             used += 1;
             if used == slots {
                 reset(side)?;
@@ -238,6 +255,13 @@ fn lat_client(side: &Side, p: &Params, rep: &mut Reporter) -> Result<()> {
             }
             if signaled {
                 drain(side, &mut wcs)?;
+            }
+            if p.verify {
+                // Not timed; the server's next reply comes after our next send.
+                stamp_image(&mut want, round, seq);
+                s.ep.read(landed, &mut got)?;
+                let what = || format!("{size} B: reply {seq}");
+                verify::check_message(&got, &want, what, rep.outcome());
             }
             if warm.absorb(t1) {
                 continue;
@@ -251,19 +275,34 @@ fn lat_client(side: &Side, p: &Params, rep: &mut Reporter) -> Result<()> {
         if run_for.is_some() && i == limit {
             eprintln!("ddperf: {size} B: stopped at {limit} samples before the -D time was up");
         }
-        let end = RoundEnd {
-            count: i + warm.done(),
-            elapsed: round_start.elapsed(),
-            peak_rate: 0.0,
-        };
+        let end = RoundEnd::new(i + warm.done(), round_start.elapsed(), 0.0);
         exchange::send_round_end(&s.dev, &s.conn, &s.ep, &s.lay, p, round, &end)?;
         drain(side, &mut wcs)?;
+        if p.verify {
+            let v = exchange::wait_verdict(
+                &s.dev,
+                &s.conn,
+                &s.ep,
+                &s.lay,
+                p,
+                round,
+                round + 1 == sizes.len(),
+            )?;
+            rep.outcome().merge_peer(&v, "server");
+        }
         rep.lat(&LatStats::from_rtts(size, &mut rtts));
     }
     Ok(())
 }
 
-fn lat_server(side: &Side, p: &Params, _rep: &mut Reporter) -> Result<()> {
+/// The image of message `seq` of `round` in `img` (its body): the stamp over its
+/// first bytes.
+fn stamp_image(img: &mut [u8], round: usize, seq: u64) {
+    let n = img.len().min(verify::STAMP);
+    img[..n].copy_from_slice(&verify::stamp(round, seq)[..n]);
+}
+
+fn lat_server(side: &Side, p: &Params, rep: &mut Reporter) -> Result<()> {
     let s = &side.s;
     let sizes = sizes(side, p)?;
     exchange::wait_hello(&s.dev, &s.ep, &s.lay, p)?;
@@ -276,6 +315,24 @@ fn lat_server(side: &Side, p: &Params, _rep: &mut Reporter) -> Result<()> {
     for &(round, size) in &sizes {
         let (flag_at, flag) = exchange::round_end_flag(&s.lay, round);
         let mut req = WorkRequest::send(0, &s.ep, s.lay.send as u64, size as u32, 0);
+        let mut checked = verify::Outcome::default();
+        let (mut want, mut got) = (Vec::new(), Vec::new());
+        if p.verify {
+            let pong = verify::seed(verify::kind::SEND_PONG, round, 0);
+            verify::fill(&s.ep, s.lay.send, size as usize, pong)?;
+            want = verify::body(
+                verify::seed(verify::kind::SEND_PING, round, 0),
+                size as usize,
+            );
+            got.resize(size as usize, 0);
+        }
+        let mut check = |landed: usize, seq: u64, checked: &mut verify::Outcome| -> Result<()> {
+            stamp_image(&mut want, round, seq);
+            s.ep.read(landed, &mut got)?;
+            let what = || format!("{size} B: send {seq}");
+            verify::check_message(&got, &want, what, checked);
+            Ok(())
+        };
         let mut seen = base;
         let mut pongs = 0u64;
         let mut wait = Wait::new(p.timeout, "the client's next send");
@@ -294,16 +351,29 @@ fn lat_server(side: &Side, p: &Params, _rep: &mut Reporter) -> Result<()> {
             }
             wait.progressed();
             seen += 1;
+            let landed = s.lay.slot(used as usize);
             used += 1;
             if used == slots {
                 reset(side)?;
                 used = 0;
             }
+            // With one slot the client's next send lands on this one once we reply:
+            // check first (timed); otherwise after the reply is out.
+            if p.verify && slots == 1 {
+                check(landed, pongs + 1, &mut checked)?;
+            }
             let signaled = (pongs + 1) % cq_mod == 0;
             req.set_signaled(signaled);
             req.set_wr_id(pongs + 1);
+            if p.verify {
+                let st = verify::stamp(round, pongs + 1);
+                verify::put_stamp(&s.ep, s.lay.send, size as usize, &st)?;
+            }
             s.conn.post(&req)?;
             pongs += 1;
+            if p.verify && slots > 1 {
+                check(landed, pongs, &mut checked)?;
+            }
             if signaled {
                 drain(side, &mut wcs)?;
             }
@@ -318,6 +388,10 @@ fn lat_server(side: &Side, p: &Params, _rep: &mut Reporter) -> Result<()> {
         }
         drain(side, &mut wcs)?;
         total += pongs;
+        if p.verify {
+            exchange::send_verdict(&s.dev, &s.conn, &s.lay, p, round, &checked.verdict())?;
+            rep.outcome().merge(checked);
+        }
     }
     if p.role == crate::Role::Server {
         eprintln!("ddperf: server done: {total} sends answered");
@@ -331,21 +405,44 @@ fn bw_client(side: &Side, p: &Params, rep: &mut Reporter) -> Result<()> {
     exchange::send_hello(&s.dev, &s.conn, &s.ep, &s.lay, p)?;
     let wait = |lap: u64| exchange::wait_credit(&s.dev, &s.conn, &s.ep, &s.lay, p, lap);
     let mut before = 0u64;
+    let slots = s.lay.slots as u64;
     for &(round, size) in &sizes {
         let req = WorkRequest::send(0, &s.ep, s.lay.send as u64, size as u32, 0);
         let laps = Laps {
-            slots: s.lay.slots as u64,
+            slots,
             before,
             wait: &wait,
         };
-        let stats = rdbw::stream(side, p, size, Some(laps), &mut |_| req)?;
+        if p.verify {
+            let (k, kind) = (s.lay.slots, verify::kind::SEND_BW);
+            verify::fill_queue(&s.ep, &s.lay, size, k, kind, round)?;
+        }
+        // --verify: message g (0-based over the run) from slot g mod slots of our own
+        // queue area, stamped g + 1; the laps keep a slot from being restamped early.
+        let stats = rdbw::stream(side, p, size, Some(laps), &mut |id| {
+            if !p.verify {
+                return Ok(req);
+            }
+            let g = before + id - 1;
+            let at = s.lay.slot((g % slots) as usize);
+            verify::put_stamp(&s.ep, at, size as usize, &verify::stamp(round, g + 1))?;
+            Ok(WorkRequest::send(0, &s.ep, at as u64, size as u32, 0))
+        })?;
         before += stats.iterations;
-        let end = RoundEnd {
-            count: stats.iterations,
-            elapsed: stats.elapsed,
-            peak_rate: stats.peak_rate,
-        };
+        let end = RoundEnd::new(stats.iterations, stats.elapsed, stats.peak_rate);
         exchange::send_round_end(&s.dev, &s.conn, &s.ep, &s.lay, p, round, &end)?;
+        if p.verify {
+            let v = exchange::wait_verdict(
+                &s.dev,
+                &s.conn,
+                &s.ep,
+                &s.lay,
+                p,
+                round,
+                round + 1 == sizes.len(),
+            )?;
+            rep.outcome().merge_peer(&v, "server");
+        }
         rep.bw(&stats);
     }
     Ok(())
@@ -365,6 +462,8 @@ fn bw_server(side: &Side, p: &Params, rep: &mut Reporter) -> Result<()> {
         let mut wait = Wait::new(p.timeout, "the client's sends or its end-of-round marker");
         let mut resets = 0u64;
         let mut seen = base;
+        let mut checked = verify::Outcome::default();
+        let g0 = total; // messages before this round
         loop {
             // The counter first, the flag second (see the module doc).
             let a = s.conn.arrivals();
@@ -376,6 +475,12 @@ fn bw_server(side: &Side, p: &Params, rep: &mut Reporter) -> Result<()> {
                 wait.progressed();
             }
             if used + (a - base) - resets * slots >= slots {
+                if p.verify {
+                    // This lap's messages of this round (earlier rounds' were checked
+                    // at their end), before the reset lets the next lap overwrite them.
+                    let from = (laps * slots).max(g0);
+                    check_lap(side, size, round, from..(laps + 1) * slots, &mut checked)?;
+                }
                 reset(side)?;
                 resets += 1;
                 laps += 1;
@@ -395,6 +500,12 @@ fn bw_server(side: &Side, p: &Params, rep: &mut Reporter) -> Result<()> {
                 "{size} B: the queue overflowed ({used} of {slots} slots in use)"
             )));
         }
+        if p.verify {
+            let from = (laps * slots).max(g0);
+            check_lap(side, size, round, from..g0 + end.count, &mut checked)?;
+            exchange::send_verdict(&s.dev, &s.conn, &s.lay, p, round, &checked.verdict())?;
+            rep.outcome().merge(checked);
+        }
         total += end.count;
         rep.bw(&BwStats {
             bytes: size,
@@ -406,6 +517,34 @@ fn bw_server(side: &Side, p: &Params, rep: &mut Reporter) -> Result<()> {
     }
     if p.role == crate::Role::Server {
         eprintln!("ddperf: server done: {total} sends received, {laps} queue laps");
+    }
+    Ok(())
+}
+
+/// send_bw `--verify`: checks messages `gs` (0-based over the run) of `round` in the
+/// queue: message g lies in slot g mod slots, sent from slot g mod slots of the
+/// client's queue area, stamped g + 1.
+fn check_lap(
+    side: &Side,
+    size: u64,
+    round: usize,
+    gs: std::ops::Range<u64>,
+    out: &mut verify::Outcome,
+) -> Result<()> {
+    let s = &side.s;
+    let slots = s.lay.slots as u64;
+    let mut got = vec![0u8; size as usize];
+    for g in gs {
+        let j = g % slots;
+        let st = verify::stamp(round, g + 1);
+        let want = verify::message(
+            verify::seed(verify::kind::SEND_BW, round, j),
+            &st,
+            size as usize,
+        );
+        s.ep.read(s.lay.slot(j as usize), &mut got)?;
+        let what = || format!("{size} B: send {} in slot {j}", g + 1);
+        verify::check_message(&got, &want, what, out);
     }
     Ok(())
 }

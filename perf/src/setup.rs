@@ -68,13 +68,23 @@ impl Drop for SocketFile {
     }
 }
 
-/// Opens a device for this run.
+/// Opens a device for this run: `--faults` on what it receives (the loopback client's
+/// device with seed + 1, so the two directions see different faults), the retry
+/// settings.
 pub fn open_device(p: &Params, spec: &str, ip: [u8; 4]) -> Result<Device> {
     let mut cfg = DeviceConfig::new(spec, ip).progress(p.progress);
     if let Some(m) = p.max_frame {
         cfg = cfg.max_frame(m);
     }
     cfg.cm_timeout = p.timeout;
+    cfg.retry_timeout = p.retry_timeout;
+    cfg.retry_count = p.retry_count;
+    cfg.faults = p.faults.map(|mut f| {
+        if p.role == crate::Role::Loopback && spec == crate::LOOP_CLIENT_DEV {
+            f.seed = f.seed.wrapping_add(1);
+        }
+        f
+    });
     Device::open(cfg).map_err(|e| explain_open(spec, e.into()))
 }
 
