@@ -1,6 +1,8 @@
 //! Helpers shared by the integration tests (which run on real DPDK PMDs: ring
 //! in-process, memif between processes, null for the tx path).
 
+pub mod soak;
+
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
