@@ -16,7 +16,7 @@ use deposit_tests::soak::{self, Plan, Sender};
 use deposit_tests::*;
 
 /// Operations per test by default (keeps the soak set within the CI budget).
-const CI_OPS: u64 = 20_000;
+const CI_OPS: u64 = 50_000;
 const SECS: u64 = 120;
 const T: Duration = Duration::from_secs(20);
 

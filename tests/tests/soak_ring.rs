@@ -13,7 +13,7 @@ use deposit_tests::soak::{self, Plan, Sender};
 use deposit_tests::*;
 
 /// Operations per test by default (keeps the soak set within the CI budget).
-const CI_OPS: u64 = 20_000;
+const CI_OPS: u64 = 50_000;
 const SECS: u64 = 120;
 
 fn soak_on_ring(name: &str, loss_pct: u32, seed: u64) {
