@@ -2,6 +2,7 @@
 //! in-process, memif between processes, null for the tx path).
 
 pub mod netns;
+pub mod soak;
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};

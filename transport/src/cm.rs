@@ -304,6 +304,7 @@ impl Worker {
             held: None,
             rx: Receiver::new(0, opts.receive_window),
             reorder: std::collections::BTreeMap::new(),
+            read_replies: Default::default(),
             ack_pending: false,
             naks: [(0, RemoteStatus::Ok); MAX_PENDING_NAKS],
             nnaks: 0,

@@ -25,6 +25,13 @@
 //!                                          writes to the sink, 64 outstanding, until
 //!                                          the connection fails; print the
 //!                                          completions by status and mbufs in use
+//! testnode soak-server <socket> <seed> <ops> <faults|none>
+//!                                          the receiver of the soak workload
+//!                                          (`deposit_tests::soak`) as a memif server with
+//!                                          fault injection: accept one connection, then
+//!                                          for each "verify N" line check round N and say
+//!                                          "ok N"; "done": print its fault counters
+//!                                          ("faults ..."), exit at stdin's end
 //! ```
 //! Every wait is bounded; failures print one line on stderr and exit 1.
 
@@ -173,6 +180,12 @@ fn main() {
             inject(&args[2], ip.octets())
         }
         Some("seed-receiver") if args.len() == 4 => seed_receiver(&args[2], &args[3]),
+        Some("soak-server") if args.len() == 6 => soak_server(
+            &args[2],
+            args[3].parse().unwrap_or_else(|e| fail(e)),
+            args[4].parse().unwrap_or_else(|e| fail(e)),
+            &args[5],
+        ),
         Some("barrier-node") if args.len() == 5 || args.len() == 6 => barrier_node(
             &args[2],
             args[3].parse().unwrap_or_else(|e| fail(e)),
@@ -190,7 +203,8 @@ fn main() {
             "usage: testnode sweep-server <socket> <seed> | inject <socket> <server-ip> \
              | seed-receiver <socket> <stride|priority|atomic> \
              | barrier-node <port> <index> <rounds> [max-frame] | sink-server <port> \
-             | stream-client <port> <retry-ms> <retries>",
+             | stream-client <port> <retry-ms> <retries> \
+             | soak-server <socket> <seed> <ops> <faults|none>",
         ),
     }
 }
@@ -643,4 +657,66 @@ fn stream_client(port: &str, retry_ms: u64, retries: u32) {
     );
     println!("done");
     let _ = lines.recv_timeout(T);
+}
+
+// ---------------------------------------------------------------------------------
+// soak-server: the receiving node of the soak workload (tests/soak_memif.rs).
+// ---------------------------------------------------------------------------------
+
+fn soak_server(sock: &str, seed: u64, ops: u64, faults: &str) {
+    use deposit_tests::soak;
+    use std::sync::mpsc::RecvTimeoutError;
+    let lines = stdin_lines();
+    let mut cfg = DeviceConfig::new(&format!("memif:{sock}:server"), [10, 0, 0, 1])
+        .progress(Progress::Dedicated);
+    if faults != "none" {
+        cfg.faults = Some(faults.parse().unwrap_or_else(|e| fail(e)));
+    }
+    cfg.retry_timeout = Duration::from_millis(2);
+    cfg.retry_count = 12;
+    let dev = Device::open(cfg).unwrap_or_else(|e| fail(e));
+    let rx = soak::receiver(&dev).unwrap_or_else(|e| fail(e));
+    let pool = soak::source_pool(seed);
+    let mut plan = soak::Plan::new(seed, ops);
+    println!("ready");
+    let _conn = rx.listener.accept(T).unwrap_or_else(|e| fail(e));
+    // The sender bounds the whole run; this only keeps a lost parent from leaving us.
+    let patience = Duration::from_secs(300);
+    loop {
+        match lines.recv_timeout(patience) {
+            Ok(l) if l.starts_with("verify ") => {
+                let n: u64 = l[7..].parse().unwrap_or_else(|e| fail(e));
+                let round = plan
+                    .next_round()
+                    .unwrap_or_else(|| fail(format!("no round {n} in the plan")));
+                if round.index != n {
+                    fail(format!(
+                        "asked for round {n}, the plan is at {}",
+                        round.index
+                    ));
+                }
+                match soak::verify_round(&dev, &rx, &pool, &round) {
+                    Ok(()) => println!("ok {n}"),
+                    Err(e) => {
+                        println!("bad {n}: {e}");
+                        fail(e)
+                    }
+                }
+            }
+            Ok(l) if l == "done" => {
+                println!("faults {:?}", dev.fault_stats());
+                break;
+            }
+            Ok(l) => fail(format!("unexpected line {l:?}")),
+            Err(e) => fail(format!("no word from the sender: {e}")),
+        }
+    }
+    // Leave only when the parent has closed its port (see wait_for_release).
+    loop {
+        match lines.recv_timeout(T) {
+            Ok(_) => {}
+            Err(RecvTimeoutError::Disconnected) => break,
+            Err(e) => fail(format!("the sender did not let go: {e}")),
+        }
+    }
 }

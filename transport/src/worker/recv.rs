@@ -41,6 +41,12 @@ enum Ran {
     Refused,
     /// Kept for the host (fault): stop processing this connection.
     Held,
+    /// Kept in `conn.reorder` at its sequence number, not run: it would store into the
+    /// range of a read reply the peer has not acknowledged yet ([`ReadReplies`]); it
+    /// runs when the acknowledgement arrives ([`run_waiting`]).
+    ///
+    /// [`ReadReplies`]: crate::connection::ReadReplies
+    Wait,
 }
 
 /// The pieces of the worker a message may touch, borrowed apart from the connection.
@@ -186,7 +192,7 @@ impl Worker {
                 }
                 break;
             }
-            if let Ran::Held = deliver(
+            match deliver(
                 conn,
                 this,
                 &m.control,
@@ -194,12 +200,26 @@ impl Worker {
                 frame_desc.as_ref(),
                 &mut ex,
             ) {
-                break;
+                Ran::Held => break,
+                // Kept; the messages after it are kept ahead of it.
+                Ran::Wait => continue,
+                Ran::Done | Ran::Refused => {}
+            }
+            if !conn.reorder.is_empty() {
+                conn.reorder.remove(&this); // a copy kept when it had to wait
             }
             if m.control.flags & cflags::LAST != 0 {
                 arrivals += 1;
             }
             arrivals += advance(conn, &mut ex);
+        }
+        if frame.header.flags & hflags::ACK != 0 {
+            send::process_ack(conn, frame.header.ack, &sack, now);
+            if !conn.read_replies.is_empty() {
+                let n = run_waiting(conn, &mut ex);
+                owe_ack |= n.is_some();
+                arrivals += n.unwrap_or(0);
+            }
         }
         if arrivals > 0 {
             // The worker is the only writer: a plain load and a release store (no
@@ -209,9 +229,6 @@ impl Worker {
                 a.load(std::sync::atomic::Ordering::Relaxed) + arrivals,
                 std::sync::atomic::Ordering::Release,
             );
-        }
-        if frame.header.flags & hflags::ACK != 0 {
-            send::process_ack(conn, frame.header.ack, &sack, now);
         }
         send::complete_ready(conn);
         if owe_ack && !conn.ack_pending {
@@ -248,21 +265,25 @@ impl Worker {
         };
         conn.state = ConnState::Normal;
         let frame_desc = None;
-        if let Ran::Held = deliver(
+        let ran = deliver(
             conn,
             held.seq,
             &held.control,
             &held.payload,
             frame_desc,
             &mut ex,
-        ) {
+        );
+        if let Ran::Held = ran {
             let trap = conn.held.as_ref().map(|h| h.trap).unwrap_or(held.trap);
             return Err(ResumeError::StillFaulting(trap));
         }
         conn.shared.set_state(ConnState::Normal);
-        let mut arrivals = u64::from(held.control.flags & cflags::LAST != 0);
-        // The messages kept ahead of it run now, in order.
-        arrivals += advance(conn, &mut ex);
+        let mut arrivals = 0;
+        if !matches!(ran, Ran::Wait) {
+            arrivals += u64::from(held.control.flags & cflags::LAST != 0);
+            // The messages kept ahead of it run now, in order.
+            arrivals += advance(conn, &mut ex);
+        }
         let a = &conn.shared.arrivals;
         a.store(
             a.load(std::sync::atomic::Ordering::Relaxed) + arrivals,
@@ -306,7 +327,7 @@ fn advance(conn: &mut Connection, ex: &mut Exec<'_>) -> u64 {
         let Some(st) = conn.reorder.remove(&seq) else {
             break;
         };
-        if let Ran::Held = deliver(
+        if let Ran::Held | Ran::Wait = deliver(
             conn,
             seq,
             &st.control,
@@ -322,6 +343,32 @@ fn advance(conn: &mut Connection, ex: &mut Exec<'_>) -> u64 {
         next_kept = conn.rx.executed();
     }
     arrivals
+}
+
+/// After an acknowledgement: runs the expected message if it was kept waiting for a
+/// read reply to be acknowledged and no longer has to, then those kept after it.
+/// Returns the arrivals, or `None` when nothing ran.
+fn run_waiting(conn: &mut Connection, ex: &mut Exec<'_>) -> Option<u64> {
+    if conn.state != ConnState::Normal {
+        return None;
+    }
+    let seq = conn.rx.expected();
+    let st = conn.reorder.remove(&seq)?;
+    match deliver(
+        conn,
+        seq,
+        &st.control,
+        &st.payload,
+        st.frame_desc.as_ref(),
+        ex,
+    ) {
+        Ran::Held => Some(0),
+        Ran::Wait => None,
+        Ran::Done | Ran::Refused => {
+            let last = u64::from(st.control.flags & cflags::LAST != 0);
+            Some(last + advance(conn, ex))
+        }
+    }
 }
 
 /// Plans, checks and commits one message of `conn`.
@@ -349,6 +396,24 @@ fn run_message(
         Err(t) if t.is_fault() => return hold(conn, seq, control, payload, frame_desc, t, ex),
         Err(t) => return refuse(conn, seq, control, t, ex),
     };
+    if let Some((start, len)) = plan.store.span() {
+        let tx = &conn.tx;
+        if !conn.read_replies.is_empty()
+            && conn
+                .read_replies
+                .blocks(start, len, tx.acked(), |s| tx.is_acked(s))
+        {
+            conn.reorder.insert(
+                seq,
+                Stored {
+                    control: *control,
+                    payload: payload.to_vec(),
+                    frame_desc: frame_desc.copied(),
+                },
+            );
+            return Ran::Wait;
+        }
+    }
     let queue = ex
         .queues
         .get(conn.endpoint.0 as usize)
@@ -391,7 +456,12 @@ fn after_commit(
                 },
                 len,
             );
-            push_reply(conn, wr, ex);
+            let first = push_reply(conn, wr, ex);
+            let end = conn
+                .inflight
+                .back()
+                .map_or(first, |p| first.wrapping_add(p.segments));
+            conn.read_replies.push(first, end, ea, len);
         }
         Reply::Value(old) => {
             let mut b = [0u8; 32];
@@ -437,7 +507,8 @@ fn event_of(
 
 /// Queues a reply as a message of this connection's send stream (reserved capacity:
 /// replies are not held back by the send window).
-fn push_reply(conn: &mut Connection, wr: crate::connection::WorkRequest, ex: &mut Exec<'_>) {
+/// Queues a reply; returns its first sequence number.
+fn push_reply(conn: &mut Connection, wr: crate::connection::WorkRequest, ex: &mut Exec<'_>) -> u32 {
     let segments = message::segments_for(&wr, conn.segment_max.min(ex.segment_max));
     let first_seq = conn.tx.assign(segments);
     conn.inflight.push_back(Pending {
@@ -448,6 +519,7 @@ fn push_reply(conn: &mut Connection, wr: crate::connection::WorkRequest, ex: &mu
         replied: false,
     });
     ex.stats.replies_tx += 1;
+    first_seq
 }
 
 /// Refuses a message with an error trap: counted, NAKed, optionally reported.
