@@ -16,6 +16,9 @@
 
 /// Messages the selective part of an acknowledgement covers beyond the cumulative one.
 pub const SACK_BITS: u32 = 256;
+/// Frames carrying fewer new bytes than this are left out of the unacknowledged-bytes
+/// cap ([`Sender::with_max_bytes_in_flight`]).
+pub const BDP_MIN_FRAME: u64 = 1024;
 /// A message counts as lost when one this many sequence numbers later has arrived.
 pub const DUP_THRESHOLD: u32 = 3;
 
@@ -283,9 +286,11 @@ impl Sender {
         self.next
     }
     /// A frame went out whose new (never sent) messages end before `new_end`, carrying
-    /// `bytes` bytes of them.
+    /// `bytes` bytes of them. Frames under [`BDP_MIN_FRAME`] bytes are not counted: the
+    /// cap is for bulk data, and a latency-bound ping-pong should not pay for it.
+    #[inline]
     pub fn on_frame_sent(&mut self, new_end: u32, bytes: u64) {
-        if bytes == 0 {
+        if bytes < BDP_MIN_FRAME {
             return;
         }
         self.bytes_sent += bytes;
@@ -379,6 +384,7 @@ impl Sender {
             self.timer_start = now;
             out.to = ack;
             while let Some(&(end, cum)) = self.frames_out.front() {
+                // (empty unless bulk frames are out: the in-order path skips this)
                 if seq_lt(ack, end) {
                     break;
                 }

@@ -117,10 +117,14 @@ impl Worker {
     /// [`LOW_BURST`] frames each per turn, giving way as soon as a high-priority
     /// connection has work (it overtakes at the next frame boundary).
     pub(super) fn service_send_queues(&mut self, now: u64) {
-        self.send_raw_frames();
+        if !self.raw_tx.is_empty() {
+            self.send_raw_frames();
+        }
         for i in 0..self.conns.high_slots().len() {
             let slot = self.conns.high_slots()[i];
-            if self.service_conn(slot, now, u32::MAX, false) == Served::PortFull {
+            if self.has_send_work(slot)
+                && self.service_conn(slot, now, u32::MAX, false) == Served::PortFull
+            {
                 return;
             }
         }
@@ -128,19 +132,40 @@ impl Worker {
         if n == 0 {
             return;
         }
-        let start = self.rr_next % n;
-        for k in 0..n {
-            let slot = (start + k) % n;
-            match self.service_conn(slot, now, LOW_BURST, true) {
-                Served::Done => {}
-                Served::PortFull | Served::Yielded => {
-                    // Resume with this connection next turn (after the high ones).
-                    self.rr_next = slot;
-                    return;
+        let start = if self.rr_next < n { self.rr_next } else { 0 };
+        let mut slot = start;
+        for _ in 0..n {
+            if self.has_send_work(slot) {
+                match self.service_conn(slot, now, LOW_BURST, true) {
+                    Served::Done => {}
+                    Served::PortFull | Served::Yielded => {
+                        // Resume with this connection next turn (after the high ones).
+                        self.rr_next = slot;
+                        return;
+                    }
                 }
+            }
+            slot += 1;
+            if slot == n {
+                slot = 0;
             }
         }
         self.rr_next = start + 1;
+    }
+
+    /// Whether connection `slot` may have something to send or flush: the cheap test
+    /// that keeps an idle turn short (no call into `service_conn`).
+    #[inline]
+    fn has_send_work(&self, slot: usize) -> bool {
+        self.conns.get(slot).is_some_and(|c| match c.state {
+            ConnState::Normal | ConnState::Exceptioned => {
+                c.tx.has_to_send() || !c.shared.sq.is_empty()
+            }
+            ConnState::Error | ConnState::Closed => {
+                !c.inflight.is_empty() || !c.shared.sq.is_empty()
+            }
+            _ => false,
+        })
     }
 
     /// Sends the diagnostic frames queued by `send_raw`.
