@@ -285,9 +285,11 @@ fn wait_control(
         let n = cq.poll(&mut wcs);
         for wc in &wcs[..n] {
             if !wc.status.is_ok() {
+                let st = dev.stats();
                 return Err(PerfError::Failed(format!(
-                    "control write to the server failed with {:?} (do both sides run the same test with the same -s/-a?)",
-                    wc.status
+                    "control write {} failed with {:?} (do both sides run the same test with the same -s/-a?); \
+                     device: {} retransmits, {} timeouts, {} NAKs in, drops {:?}",
+                    wc.wr_id, wc.status, st.retransmits, st.timeouts, st.naks_rx, st.drops
                 )));
             }
             if wc.wr_id == wr_id {

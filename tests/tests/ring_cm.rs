@@ -245,3 +245,32 @@ fn a_restarted_peer_is_a_new_peer_not_the_old_one() {
     sep2.read(0, &mut got).unwrap();
     assert_eq!(&got, b"new");
 }
+
+#[test]
+fn requests_that_ran_before_the_peer_closed_complete_even_if_their_ack_was_lost() {
+    // The server executes a write, its acknowledgement is lost, then it closes: the
+    // disconnect request carries its cumulative acknowledgement, so the write
+    // completes successfully — not flushed — at the client (TCP's FIN with its ACK).
+    let pair = RingPair::new("close_ack");
+    let c = pair.connect(4096, 6);
+    fill_pattern(&c.cep, 0, 64, 9, 0);
+    // Everything the client receives is lost for now.
+    pair.client
+        .set_faults(Some("loss=1.0,seed=1".parse().unwrap()));
+    c.client
+        .post(&WorkRequest::write(1, &c.cep, 0, 64, 0).signaled())
+        .unwrap();
+    assert!(wait_until(&pair.client, T, || c.server.arrivals() == 1));
+    // Let the server's acknowledgement go out (and be lost), then close.
+    std::thread::sleep(Duration::from_millis(20));
+    pair.client.progress();
+    c.server.close();
+    pair.client.progress();
+    // The network heals; the server's disconnect request is retried and arrives.
+    pair.client.set_faults(None);
+    let wc = wait_completions(&c.ccq, 1, T);
+    assert_eq!(wc[0].wr_id, 1);
+    assert_eq!(wc[0].status, WcStatus::Success, "{wc:?}");
+    assert!(wait_until(&pair.client, T, || c.client.state() == ConnState::Closed));
+    check_pattern(&c.sep, 0, 64, 9, 0).unwrap();
+}

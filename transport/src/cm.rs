@@ -10,12 +10,15 @@
 //! CONNECT_REP     operand = request id
 //!                 payload: server conn u32 | server key u64 | server ISN u32 | max frame u32 | client conn u32
 //! REJECT          operand = request id, index = reason; payload: client conn u32
-//! DISCONNECT_REQ  payload: target conn u32 | target key u64 | sender conn u32
+//! DISCONNECT_REQ  payload: target conn u32 | target key u64 | sender conn u32 | ack u32
 //! DISCONNECT_REP  payload: sender conn u32
 //! ```
 //! Requests are retried until answered or until the CM timeout; the server answers a
 //! repeated request with the same reply (it remembers (peer address, peer connection)),
-//! so loss and duplication cannot create two connections. Connection numbers, keys and
+//! so loss and duplication cannot create two connections. A disconnect request carries
+//! the closing side's cumulative acknowledgement (like TCP's FIN with its ACK): the
+//! peer's requests that ran before the close complete successfully even when the last
+//! acknowledgement frame was lost; only the rest is flushed. Connection numbers, keys and
 //! initial sequence numbers are random. The requesting node's address is learned
 //! from the request frame into the node address table.
 
@@ -99,6 +102,8 @@ pub enum CmMessage {
         target: u32,
         key: u64,
         sender: u32,
+        /// Everything the target sent before this sequence number ran at the sender.
+        ack: u32,
     },
     DisconnectRep {
         sender: u32,
@@ -141,6 +146,7 @@ impl CmMessage {
                 target: be32(p, 0)?,
                 key: be64(p, 4)?,
                 sender: be32(p, 12)?,
+                ack: be32(p, 16)?,
             },
             op::CM_DISCONNECT_REP => CmMessage::DisconnectRep {
                 sender: be32(p, 0)?,
@@ -202,12 +208,14 @@ impl CmMessage {
                 target,
                 key,
                 sender,
+                ack,
             } => {
                 c.opcode = op::CM_DISCONNECT_REQ;
                 p[0..4].copy_from_slice(&target.to_be_bytes());
                 p[4..12].copy_from_slice(&key.to_be_bytes());
                 p[12..16].copy_from_slice(&sender.to_be_bytes());
-                16
+                p[16..20].copy_from_slice(&ack.to_be_bytes());
+                20
             }
             CmMessage::DisconnectRep { sender } => {
                 c.opcode = op::CM_DISCONNECT_REP;
@@ -495,6 +503,7 @@ impl Worker {
             target: c.peer_conn,
             key: c.peer_key,
             sender: c.number,
+            ack: c.rx.expected(),
         };
         if let Some(to) = self.nodes.get(c.peer).copied() {
             self.cm_frame(&to, &msg);
@@ -691,10 +700,21 @@ impl Worker {
                 target,
                 key,
                 sender,
+                ack,
             } => {
                 if let Some(slot) = self.conns.slot_of(target) {
                     let c = self.conns.get_mut(slot).expect("slot");
                     if c.key == key {
+                        // What ran at the peer completes; the rest is flushed.
+                        if matches!(c.state, ConnState::Normal | ConnState::Exceptioned) {
+                            crate::worker::process_ack(
+                                c,
+                                ack,
+                                &crate::reliability::SeqBits::default(),
+                                crate::port::rdtsc(),
+                            );
+                            crate::worker::complete_ready(c);
+                        }
                         fail_connection(c, crate::connection::WcStatus::Flushed);
                         c.state = ConnState::Closed;
                         c.shared.set_state(ConnState::Closed);
@@ -750,6 +770,7 @@ mod tests {
                 target: 1,
                 key: 2,
                 sender: 3,
+                ack: 4,
             },
             CmMessage::DisconnectRep { sender: 3 },
         ];

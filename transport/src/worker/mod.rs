@@ -29,7 +29,7 @@ mod recv;
 mod send;
 
 pub use recv::ResumeError;
-pub(crate) use send::fail_connection;
+pub(crate) use send::{complete_ready, fail_connection, process_ack};
 
 use crate::connection::{ConnShared, ConnState, ConnTable, CqShared, WcStatus};
 use crate::events::EventQueue;

@@ -455,7 +455,7 @@ pub(super) fn apply_nak(conn: &mut Connection, seq: u32, code: u32, now: u64, st
 
 /// An acknowledgement from the peer: everything before `ack` arrived and ran, and the
 /// messages in `sack` (beyond it) arrived.
-pub(super) fn process_ack(conn: &mut Connection, ack: u32, sack: &SeqBits, now: u64) {
+pub(crate) fn process_ack(conn: &mut Connection, ack: u32, sack: &SeqBits, now: u64) {
     let before = conn.tx.acked();
     conn.tx.on_ack(ack, sack, now);
     if conn.tx.acked() != before {
@@ -464,7 +464,7 @@ pub(super) fn process_ack(conn: &mut Connection, ack: u32, sack: &SeqBits, now: 
 }
 
 /// Completes, in posting order, the requests that are acknowledged and ready.
-pub(super) fn complete_ready(conn: &mut Connection) {
+pub(crate) fn complete_ready(conn: &mut Connection) {
     while let Some(p) = conn.inflight.front() {
         let end = p.first_seq.wrapping_add(p.segments);
         if seq_lt(conn.tx.acked(), end) || !p.ready() {
