@@ -251,3 +251,30 @@ fn atomics_across_processes() {
     assert_eq!(got(192), 0, "nothing came back from the refused read");
     p.finish("atomic");
 }
+
+#[test]
+fn queue_bit_vector_with_interrupts_blocked_by_the_top_bit_across_processes() {
+    let p = start("bitvec");
+    const LEVEL: u8 = 10;
+    // Append 16 bytes to queue q with priority bit q (the seed's priority enqueue).
+    let append = |id: u64, q: u8| {
+        WorkRequest::write_inline(id, &[0x10 + id as u8; 16], 0)
+            .unwrap()
+            .post_increment(2 * q)
+            .operand(1 << q)
+            .cond(Cond::Lt, Src::Operand, LEVEL)
+            .op1(RegOp::Or, LEVEL, Src::Operand)
+            .order(Order::CondFirst)
+    };
+    let blocked: Vec<_> = [(0, 2), (1, 0), (2, 3), (3, 2), (4, 0)]
+        .into_iter()
+        .map(|(id, q)| append(id, q))
+        .collect();
+    p.run(&blocked, WcStatus::Success);
+    p.expect_line("unblocked");
+    p.run(
+        &[append(5, 1), append(6, 4), append(7, 3)],
+        WcStatus::Success,
+    );
+    p.finish("bitvec");
+}

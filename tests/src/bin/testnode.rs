@@ -8,7 +8,7 @@
 //!                                          completions, exit 0 / 1
 //! testnode seed-receiver <socket> <example>
 //!                                          the receiver of a seed example (stride,
-//!                                          priority, atomic) as a memif server: set up
+//!                                          priority, atomic, bitvec) as a memif server: set up
 //!                                          and protect the registers, accept one
 //!                                          connection, wait for the sender's messages,
 //!                                          verify memory, registers and events, exit 0 / 1
@@ -201,7 +201,7 @@ fn main() {
         ),
         _ => fail(
             "usage: testnode sweep-server <socket> <seed> | inject <socket> <server-ip> \
-             | seed-receiver <socket> <stride|priority|atomic> \
+             | seed-receiver <socket> <stride|priority|atomic|bitvec> \
              | barrier-node <port> <index> <rounds> [max-frame] | sink-server <port> \
              | stream-client <port> <retry-ms> <retries> \
              | soak-server <socket> <seed> <ops> <faults|none>",
@@ -278,6 +278,15 @@ fn seed_receiver(sock: &str, example: &str) {
             set(0, 7, RegProt::READ | RegProt::WRITE);
             set(1, 42, RegProt::READ | RegProt::WRITE);
             set(2, 99, RegProt::INDIRECT); // may not be read or changed
+        }
+        "bitvec" => {
+            // Queue q: pointer r(2q) at 4096 (q + 1), stride r(2q+1) = 16; r10 the
+            // bit vector of non-empty queues, interrupts blocked by its top bit.
+            for q in 0..5u32 {
+                set(2 * q, 4096 * (u64::from(q) + 1), RegProt::INDIRECT);
+                set(2 * q + 1, 16, RegProt::NONE);
+            }
+            set(10, 1 << 63, RegProt::WRITE);
         }
         other => fail(format!("unknown example {other}")),
     }
@@ -361,6 +370,46 @@ fn seed_receiver(sock: &str, example: &str) {
                 "refusals counted",
             );
             seed_check(events.poll().is_none(), "no event expected");
+        }
+        "bitvec" => {
+            let mut fill = [0u64; 5];
+            let mut expect = |img: &mut Vec<u8>, id: u8, q: usize| {
+                seed_put(img, 4096 * (q as u64 + 1) + 16 * fill[q], &[0x10 + id; 16]);
+                fill[q] += 1;
+            };
+            // Five appends while blocked: no interrupt, the vector collects the queues.
+            arrived(5);
+            for (id, q) in [(0u8, 2usize), (1, 0), (2, 3), (3, 2), (4, 0)] {
+                expect(&mut img, id, q);
+            }
+            seed_check(
+                events.poll().is_none(),
+                "interrupts are blocked by the top bit",
+            );
+            seed_check(
+                seed_reg(&dev, w, 10) == (1 << 63) | 0b1101,
+                "bit vector of non-empty queues",
+            );
+            // Unblock (clear the top bit, keep the vector).
+            dev.write_register(w, 10, 0b1101)
+                .unwrap_or_else(|e| fail(e));
+            println!("unblocked");
+            arrived(8);
+            for (id, q) in [(5u8, 1usize), (6, 4), (7, 3)] {
+                expect(&mut img, id, q);
+            }
+            let evs: Vec<Event> = std::iter::from_fn(|| events.poll()).collect();
+            seed_check(
+                evs.len() == 1 && evs[0].operand == 1 << 4 && evs[0].ea == 4096 * 5,
+                format!("one interrupt, for the append above every non-empty queue: {evs:?}"),
+            );
+            seed_check(seed_reg(&dev, w, 10) == 0b11111, "bit vector after");
+            for q in 0..5u32 {
+                seed_check(
+                    seed_reg(&dev, w, 2 * q) == 4096 * (u64::from(q) + 1) + 16 * fill[q as usize],
+                    format!("queue {q} pointer"),
+                );
+            }
         }
         _ => unreachable!(),
     }
