@@ -260,18 +260,7 @@ fn client(side: &Side, p: &Params, rep: &mut Reporter) -> Result<()> {
         stats.peak_rate = peak.peak(stats.rate());
         let rend = RoundEnd::new(stats.iterations, stats.elapsed, stats.peak_rate);
         exchange::send_round_end(&s.dev, &s.conn, &s.ep, &s.lay, p, round, &rend)?;
-        if p.verify {
-            let v = exchange::wait_verdict(
-                &s.dev,
-                &s.conn,
-                &s.ep,
-                &s.lay,
-                p,
-                round,
-                round + 1 == sizes.len(),
-            )?;
-            rep.outcome().merge_peer(&v, "server");
-        }
+        exchange::take_verdict(s, p, round, round + 1 == sizes.len(), rep)?;
         rep.bw(&stats);
     }
     Ok(())

@@ -194,18 +194,7 @@ fn client(s: &Session, p: &Params, rep: &mut Reporter) -> Result<()> {
         let stats = stream(s, p, size, round, slots)?;
         let end = RoundEnd::new(stats.iterations, stats.elapsed, stats.peak_rate);
         exchange::send_round_end(&s.dev, &s.conn, &s.ep, &s.lay, p, round, &end)?;
-        if p.verify {
-            let v = exchange::wait_verdict(
-                &s.dev,
-                &s.conn,
-                &s.ep,
-                &s.lay,
-                p,
-                round,
-                round + 1 == p.sizes.len(),
-            )?;
-            rep.outcome().merge_peer(&v, "server");
-        }
+        exchange::take_verdict(s, p, round, round + 1 == p.sizes.len(), rep)?;
         rep.bw(&stats);
     }
     Ok(())

@@ -518,6 +518,22 @@ pub fn send_verdict(
     )
 }
 
+/// Client: with `--verify`, waits for the server's verdict on `round` (`last`: the
+/// run's last round) and adds it to the report.
+pub fn take_verdict(
+    s: &crate::setup::Session,
+    p: &Params,
+    round: usize,
+    last: bool,
+    rep: &mut crate::report::Reporter,
+) -> Result<()> {
+    if p.verify {
+        let v = wait_verdict(&s.dev, &s.conn, &s.ep, &s.lay, p, round, last)?;
+        rep.outcome().merge_peer(&v, "server");
+    }
+    Ok(())
+}
+
 /// Client (`--verify`): waits for the server's verdict on `round`. After the `last`
 /// one it keeps driving the device until the server closes (at most `--timeout`): the
 /// server waits for its verdict write to complete, and closing at once would leave the

@@ -181,13 +181,15 @@ fn client(s: &Session, p: &Params, rep: &mut Reporter) -> Result<()> {
         let last = size as usize - 1;
         let mut req = WriteRequest::from_endpoint(0, &s.ep, s.lay.send as u64, size as u32, 0);
         if p.verify {
-            let ping = verify::seed(verify::kind::WRITE_PING, round, 0);
-            verify::fill(&s.ep, s.lay.send, size as usize, ping)?;
-            want = verify::body(
-                verify::seed(verify::kind::WRITE_PONG, round, 0),
+            verify::ping_pong_bodies(
+                &s.ep,
+                s.lay.send,
                 size as usize,
-            );
-            got.resize(size as usize, 0);
+                round,
+                (verify::kind::WRITE_PING, verify::kind::WRITE_PONG),
+                &mut want,
+                &mut got,
+            )?;
         }
         let mut counter = 0u8;
         let mut seq = 0u64; // pings of the round, warm-up included
@@ -240,18 +242,7 @@ fn client(s: &Session, p: &Params, rep: &mut Reporter) -> Result<()> {
         let end = RoundEnd::new(i + warm.done(), round_start.elapsed(), 0.0);
         exchange::send_round_end(&s.dev, &s.conn, &s.ep, &s.lay, p, round, &end)?;
         drain(&s.conn, &mut wcs)?;
-        if p.verify {
-            let v = exchange::wait_verdict(
-                &s.dev,
-                &s.conn,
-                &s.ep,
-                &s.lay,
-                p,
-                round,
-                round + 1 == p.sizes.len(),
-            )?;
-            rep.outcome().merge_peer(&v, "server");
-        }
+        exchange::take_verdict(s, p, round, round + 1 == p.sizes.len(), rep)?;
         rep.lat(&LatStats::from_rtts(size, &mut rtts));
     }
     Ok(())
@@ -275,13 +266,15 @@ fn server(s: &Session, p: &Params, out: &mut verify::Outcome) -> Result<u64> {
         let mut checked = verify::Outcome::default();
         let (mut want, mut got) = (Vec::new(), Vec::new());
         if p.verify {
-            let pong = verify::seed(verify::kind::WRITE_PONG, round, 0);
-            verify::fill(&s.ep, s.lay.send, size as usize, pong)?;
-            want = verify::body(
-                verify::seed(verify::kind::WRITE_PING, round, 0),
+            verify::ping_pong_bodies(
+                &s.ep,
+                s.lay.send,
                 size as usize,
-            );
-            got.resize(size as usize, 0);
+                round,
+                (verify::kind::WRITE_PONG, verify::kind::WRITE_PING),
+                &mut want,
+                &mut got,
+            )?;
         }
         let mut counter = 0u8;
         let mut pongs = 0u64;

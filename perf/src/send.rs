@@ -215,13 +215,15 @@ fn lat_client(side: &Side, p: &Params, rep: &mut Reporter) -> Result<()> {
         rtts.clear();
         let mut req = WorkRequest::send(0, &s.ep, s.lay.send as u64, size as u32, 0);
         if p.verify {
-            let ping = verify::seed(verify::kind::SEND_PING, round, 0);
-            verify::fill(&s.ep, s.lay.send, size as usize, ping)?;
-            want = verify::body(
-                verify::seed(verify::kind::SEND_PONG, round, 0),
+            verify::ping_pong_bodies(
+                &s.ep,
+                s.lay.send,
                 size as usize,
-            );
-            got.resize(size as usize, 0);
+                round,
+                (verify::kind::SEND_PING, verify::kind::SEND_PONG),
+                &mut want,
+                &mut got,
+            )?;
         }
         let mut seq = 0u64; // sends of the round, warm-up included
         let mut i = 0u64;
@@ -278,18 +280,7 @@ fn lat_client(side: &Side, p: &Params, rep: &mut Reporter) -> Result<()> {
         let end = RoundEnd::new(i + warm.done(), round_start.elapsed(), 0.0);
         exchange::send_round_end(&s.dev, &s.conn, &s.ep, &s.lay, p, round, &end)?;
         drain(side, &mut wcs)?;
-        if p.verify {
-            let v = exchange::wait_verdict(
-                &s.dev,
-                &s.conn,
-                &s.ep,
-                &s.lay,
-                p,
-                round,
-                round + 1 == sizes.len(),
-            )?;
-            rep.outcome().merge_peer(&v, "server");
-        }
+        exchange::take_verdict(s, p, round, round + 1 == sizes.len(), rep)?;
         rep.lat(&LatStats::from_rtts(size, &mut rtts));
     }
     Ok(())
@@ -318,13 +309,15 @@ fn lat_server(side: &Side, p: &Params, rep: &mut Reporter) -> Result<()> {
         let mut checked = verify::Outcome::default();
         let (mut want, mut got) = (Vec::new(), Vec::new());
         if p.verify {
-            let pong = verify::seed(verify::kind::SEND_PONG, round, 0);
-            verify::fill(&s.ep, s.lay.send, size as usize, pong)?;
-            want = verify::body(
-                verify::seed(verify::kind::SEND_PING, round, 0),
+            verify::ping_pong_bodies(
+                &s.ep,
+                s.lay.send,
                 size as usize,
-            );
-            got.resize(size as usize, 0);
+                round,
+                (verify::kind::SEND_PONG, verify::kind::SEND_PING),
+                &mut want,
+                &mut got,
+            )?;
         }
         let mut check = |landed: usize, seq: u64, checked: &mut verify::Outcome| -> Result<()> {
             stamp_image(&mut want, round, seq);
@@ -431,18 +424,7 @@ fn bw_client(side: &Side, p: &Params, rep: &mut Reporter) -> Result<()> {
         before += stats.iterations;
         let end = RoundEnd::new(stats.iterations, stats.elapsed, stats.peak_rate);
         exchange::send_round_end(&s.dev, &s.conn, &s.ep, &s.lay, p, round, &end)?;
-        if p.verify {
-            let v = exchange::wait_verdict(
-                &s.dev,
-                &s.conn,
-                &s.ep,
-                &s.lay,
-                p,
-                round,
-                round + 1 == sizes.len(),
-            )?;
-            rep.outcome().merge_peer(&v, "server");
-        }
+        exchange::take_verdict(s, p, round, round + 1 == sizes.len(), rep)?;
         rep.bw(&stats);
     }
     Ok(())

@@ -155,6 +155,24 @@ pub fn fill(ep: &Endpoint, off: usize, len: usize, seed: u64) -> Result<()> {
     Ok(())
 }
 
+/// Ping-pong tests: fills this side's `len`-byte message at `off` with the body of
+/// `mine` for `round`, and sets `want` to the body the peer's messages carry (`peer`)
+/// and `got` to a buffer of the same length to read them into.
+pub fn ping_pong_bodies(
+    ep: &Endpoint,
+    off: usize,
+    len: usize,
+    round: usize,
+    (mine, peer): (u64, u64),
+    want: &mut Vec<u8>,
+    got: &mut Vec<u8>,
+) -> Result<()> {
+    fill(ep, off, len, seed(mine, round, 0))?;
+    *want = body(seed(peer, round, 0), len);
+    got.resize(len, 0);
+    Ok(())
+}
+
 /// Writes the stamp over the first bytes of a `len`-byte message at `off`.
 #[inline]
 pub fn put_stamp(ep: &Endpoint, off: usize, len: usize, st: &[u8; STAMP]) -> Result<()> {

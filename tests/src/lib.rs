@@ -232,6 +232,33 @@ pub fn wait_event(sender: &Device, ep: &Endpoint, timeout: Duration) -> Option<d
     }
 }
 
+/// A child process, killed and reaped on drop whatever happens (a failed assertion
+/// included).
+pub struct ChildGuard(pub std::process::Child);
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The lines a child writes on stdout, read on a thread so that waits on them stay
+/// bounded (`recv_timeout`).
+pub fn line_reader(out: impl std::io::Read + Send + 'static) -> std::sync::mpsc::Receiver<String> {
+    use std::io::BufRead;
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(out).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    rx
+}
+
 /// A fresh directory for memif sockets, removed on drop.
 pub struct TempDir(pub PathBuf);
 

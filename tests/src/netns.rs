@@ -3,9 +3,9 @@
 //! each joined to the bridge by a veth pair, and the node processes that run in
 //! them. Everything created is removed on drop, on failure too.
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::mpsc::{channel, Receiver};
+use std::sync::mpsc::Receiver;
 use std::time::Instant;
 
 /// Runs `ip ARGS`; the error says what failed.
@@ -124,16 +124,7 @@ impl Node {
             .spawn()
             .expect("spawn testnode");
         let stdin = child.stdin.take().unwrap();
-        let out = child.stdout.take().unwrap();
-        let (tx, lines) = channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(out).lines() {
-                let Ok(line) = line else { break };
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
+        let lines = crate::line_reader(child.stdout.take().unwrap());
         Node {
             child,
             stdin,

@@ -3,25 +3,14 @@
 //! seed-receiver` receives, sets up and protects its registers, verifies memory,
 //! registers and events, and exits 0 / 1.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, ChildStdout, Command, Stdio};
-use std::sync::mpsc::{channel, Receiver};
+use std::process::{Command, Stdio};
+use std::sync::mpsc::Receiver;
 use std::time::{Duration, Instant};
 
 use deposit::*;
 use deposit_tests::*;
 
 const T: Duration = Duration::from_secs(20);
-
-/// Kills and reaps the receiver whatever happens (a failed assertion included).
-struct ChildGuard(Child);
-
-impl Drop for ChildGuard {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 /// The receiver process, its stdout lines (read on a thread, so waits stay bounded)
 /// and the sender's device and connection.
@@ -35,19 +24,6 @@ struct Pair {
     release: Option<std::process::ChildStdin>,
     child: ChildGuard,
     _dir: TempDir,
-}
-
-fn line_reader(out: ChildStdout) -> Receiver<String> {
-    let (tx, rx) = channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(out).lines() {
-            let Ok(line) = line else { break };
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    rx
 }
 
 fn start(example: &str) -> Pair {

@@ -6,9 +6,9 @@
 //! `DEPOSIT_SOAK_OPS` sets the operations per test (default [`CI_OPS`]),
 //! `DEPOSIT_SOAK_SECS` the time bound.
 
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, ChildStdout, Command, Stdio};
-use std::sync::mpsc::{channel, Receiver};
+use std::io::Write;
+use std::process::{Command, Stdio};
+use std::sync::mpsc::Receiver;
 use std::time::{Duration, Instant};
 
 use deposit::*;
@@ -19,29 +19,6 @@ use deposit_tests::*;
 const CI_OPS: u64 = 50_000;
 const SECS: u64 = 120;
 const T: Duration = Duration::from_secs(20);
-
-/// Kills and reaps the receiver whatever happens (a failed assertion included).
-struct ChildGuard(Child);
-
-impl Drop for ChildGuard {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn line_reader(out: ChildStdout) -> Receiver<String> {
-    let (tx, rx) = channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(out).lines() {
-            let Ok(line) = line else { break };
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    rx
-}
 
 /// Waits for the receiver's next line, driving `dev` meanwhile (bounded).
 fn next_line(dev: &Device, lines: &Receiver<String>, until: Instant) -> Result<String, String> {
