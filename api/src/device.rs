@@ -121,6 +121,8 @@ pub struct DeviceStats {
     pub timeouts: u64,
     /// Mbufs of the port's pool in use (rings, batches, held frames): a leak check.
     pub mbufs_in_use: u64,
+    /// Receiver-not-ready NAKs received (a peer's exceptioned connection throttling us).
+    pub rnr_rx: u64,
     /// Messages kept because they arrived ahead of a gap.
     pub reordered: u64,
     pub duplicates: u64,
@@ -161,6 +163,7 @@ impl DeviceStats {
             retransmits: s.retransmits,
             timeouts: s.timeouts,
             mbufs_in_use: s.mbufs_in_use,
+            rnr_rx: s.rnr_rx,
             reordered: s.reordered,
             duplicates: s.duplicates,
             tx_stalls: s.tx_stalls,
