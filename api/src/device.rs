@@ -46,8 +46,14 @@ pub struct DeviceConfig {
     pub max_frame: Option<usize>,
     /// Extra node address table entries (configuration).
     pub nodes: Vec<NodeAddr>,
+    /// Retransmission timeout: the ceiling of the adaptive one (measured round trips),
+    /// and with `retry_count` the give-up budget: a connection fails after
+    /// `retry_timeout x (1 + 2 + ... + 2^retry_count)` (factors capped at 64) without
+    /// progress.
     pub retry_timeout: Duration,
     pub retry_count: u32,
+    /// Floor of the adaptive retransmission timeout (default 100 us).
+    pub min_retry_timeout: Duration,
     pub cm_timeout: Duration,
     pub max_connections: usize,
     /// Address registers in the node-wide file.
@@ -78,6 +84,7 @@ impl DeviceConfig {
             nodes: Vec::new(),
             retry_timeout: Duration::from_millis(20),
             retry_count: 7,
+            min_retry_timeout: Duration::from_micros(100),
             cm_timeout: Duration::from_secs(5),
             max_connections: 4096,
             registers: 65536,
@@ -292,6 +299,7 @@ impl Device {
         let wcfg = WorkerConfig {
             local,
             retry_timeout_us: cfg.retry_timeout.as_micros() as u64,
+            min_retry_timeout_us: cfg.min_retry_timeout.as_micros() as u64,
             retry_count: cfg.retry_count,
             cm_timeout_us: cfg.cm_timeout.as_micros() as u64,
             max_connections: cfg.max_connections,

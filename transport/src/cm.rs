@@ -321,7 +321,8 @@ impl Worker {
                 self.us_to_tsc(self.cfg.retry_timeout_us),
                 self.cfg.retry_count,
             )
-            .with_max_bytes_in_flight(self.cfg.max_inflight_bytes),
+            .with_max_bytes_in_flight(self.cfg.max_inflight_bytes)
+            .with_min_rto(self.us_to_tsc(self.cfg.min_retry_timeout_us)),
             isn,
             tx_sent_high: isn,
             inflight: std::collections::VecDeque::with_capacity(self.cfg.window as usize),

@@ -250,9 +250,23 @@ pub struct Sender {
     resend: std::collections::VecDeque<u32>,
     /// Queued for resending (offset from `acked`), to queue each once.
     queued: SeqBits,
+    /// Current retransmission timeout (before back-off): adaptive between `rto_min`
+    /// and `rto_max` from round-trip samples (RFC 6298), `rto_max` until the first.
     rto: u64,
+    rto_min: u64,
+    /// The configured timeout: the ceiling of `rto`, and the unit of the give-up budget.
+    rto_max: u64,
+    /// Smoothed round-trip time and its variation (0: no sample yet).
+    srtt: u64,
+    rttvar: u64,
+    /// The message being timed: (sequence number, first sent at). Karn's rule: a
+    /// retransmission or rewind forgets it.
+    probe: Option<(u32, u64)>,
     retries: u32,
     max_retries: u32,
+    /// Since when nothing was acknowledged while the timer kept firing (the give-up
+    /// budget counts from here).
+    stalled_since: Option<u64>,
     /// When the oldest unacknowledged message was last (re)sent, or the last progress.
     timer_start: u64,
 }
@@ -271,10 +285,44 @@ impl Sender {
             resend: std::collections::VecDeque::new(),
             queued: SeqBits::default(),
             rto: rto.max(1),
+            rto_min: rto.max(1),
+            rto_max: rto.max(1),
+            srtt: 0,
+            rttvar: 0,
+            probe: None,
             retries: 0,
             max_retries,
+            stalled_since: None,
             timer_start: 0,
         }
+    }
+    /// Lets the retransmission timeout adapt to measured round trips, down to `rto_min`
+    /// (the configured timeout stays the ceiling). The give-up point does not move:
+    /// a connection fails after the time `max_retries` back-offs of the configured
+    /// timeout take, however many faster retries fit in it.
+    pub fn with_min_rto(mut self, rto_min: u64) -> Sender {
+        self.rto_min = rto_min.clamp(1, self.rto_max);
+        self
+    }
+    /// The current retransmission timeout (before back-off).
+    pub fn rto(&self) -> u64 {
+        self.rto
+    }
+    /// Smoothed round-trip time (0 before the first sample).
+    pub fn srtt(&self) -> u64 {
+        self.srtt
+    }
+    /// A round-trip sample (RFC 6298's estimator, clock granularity 0).
+    fn on_rtt(&mut self, r: u64) {
+        if self.srtt == 0 {
+            self.srtt = r.max(1);
+            self.rttvar = r / 2;
+        } else {
+            let d = self.srtt.abs_diff(r);
+            self.rttvar = (3 * self.rttvar + d) / 4;
+            self.srtt = (7 * self.srtt + r) / 8;
+        }
+        self.rto = (self.srtt + 4 * self.rttvar).clamp(self.rto_min, self.rto_max);
     }
     /// Caps the unacknowledged bytes of first transmissions (see
     /// [`Sender::on_frame_sent`]); retransmissions are never held back by it.
@@ -353,6 +401,9 @@ impl Sender {
         let new = seq == self.sent_to;
         if new {
             self.sent_to = self.sent_to.wrapping_add(1);
+            if self.probe.is_none() && self.retries == 0 {
+                self.probe = Some((seq, now));
+            }
         }
         if self.acked == seq || self.timer_start == 0 || self.in_flight_sent() == 1 {
             self.timer_start = now;
@@ -381,8 +432,15 @@ impl Sender {
                 self.sent_to = ack;
             }
             self.retries = 0;
+            self.stalled_since = None;
             self.timer_start = now;
             out.to = ack;
+            if let Some((s, at)) = self.probe {
+                if seq_lt(s, ack) {
+                    self.probe = None;
+                    self.on_rtt(now.saturating_sub(at));
+                }
+            }
             while let Some(&(end, cum)) = self.frames_out.front() {
                 // (empty unless bulk frames are out: the in-order path skips this)
                 if seq_lt(ack, end) {
@@ -442,7 +500,12 @@ impl Sender {
             _ => return Timeout::Idle,
         }
         self.retries += 1;
-        if self.retries > self.max_retries {
+        self.probe = None;
+        let since = *self.stalled_since.get_or_insert(self.timer_start);
+        // The budget: what `max_retries` back-offs of the configured timeout take.
+        let budget =
+            (0..=self.max_retries).fold(0u64, |b, i| b.saturating_add(self.rto_max << i.min(6)));
+        if self.retries > self.max_retries && now.saturating_sub(since) >= budget {
             return Timeout::GiveUp;
         }
         self.resend.clear();
@@ -465,6 +528,7 @@ impl Sender {
         }
         self.sent_to = seq;
         self.resend.clear();
+        self.probe = None;
         // What is sent again from here counts as new: forget the frames it was in.
         while self
             .frames_out
@@ -579,6 +643,70 @@ mod tests {
         }
         let want: Vec<u32> = std::iter::once(0).chain(4..n).collect();
         assert_eq!(again, want);
+    }
+
+    #[test]
+    fn the_timeout_adapts_to_round_trips_but_the_give_up_point_does_not() {
+        // Configured 10_000, floor 50: round trips of 20 bring the timeout to the floor.
+        let mut s = Sender::new(0, 10_000, 3).with_min_rto(50);
+        assert_eq!(s.rto(), 10_000, "no sample yet: the configured timeout");
+        let mut t = 0;
+        for seq in 0..20 {
+            s.assign(1);
+            assert_eq!(s.next_to_send(), Some(seq));
+            s.on_sent(seq, t);
+            t += 20;
+            s.on_ack(seq + 1, &SeqBits::default(), t);
+        }
+        assert_eq!(s.srtt(), 20);
+        assert_eq!(s.rto(), 50, "srtt + 4 rttvar, floored");
+        // A slower round trip raises it again (variation).
+        s.assign(1);
+        s.on_sent(20, t);
+        t += 400;
+        s.on_ack(21, &SeqBits::default(), t);
+        assert!(s.rto() > 300, "{}", s.rto());
+        // Silence: retransmissions come at the adaptive pace with back-off, but the
+        // connection fails only after 10_000 x (1 + 2 + 4 + 8) of no progress.
+        s.assign(1);
+        s.on_sent(21, t);
+        let start = t;
+        let mut fired = 0;
+        loop {
+            t += 10;
+            match s.on_timer(t) {
+                Timeout::Idle => {}
+                Timeout::Retransmit => {
+                    fired += 1;
+                    let r = s.next_to_send().expect("a retransmission");
+                    s.on_sent(r, t);
+                }
+                Timeout::GiveUp => break,
+            }
+            assert!(t - start < 1_000_000, "never gave up");
+        }
+        assert!(
+            fired > 4,
+            "faster retries than the configured timeout allows: {fired}"
+        );
+        assert!(t - start >= 150_000, "gave up after {} only", t - start);
+        assert!(
+            t - start < 150_000 + 64 * 10_000,
+            "gave up late: {}",
+            t - start
+        );
+    }
+
+    #[test]
+    fn a_retransmitted_message_gives_no_round_trip_sample() {
+        let mut s = Sender::new(0, 1_000, 5).with_min_rto(1);
+        s.assign(1);
+        s.on_sent(0, 0);
+        assert_eq!(s.on_timer(1_000), Timeout::Retransmit);
+        let r = s.next_to_send().unwrap();
+        s.on_sent(r, 1_000);
+        s.on_ack(1, &SeqBits::default(), 1_010);
+        assert_eq!(s.srtt(), 0, "Karn: an ambiguous sample is not taken");
     }
 
     #[test]

@@ -50,8 +50,12 @@ pub const DUPLICATE_WINDOW: u32 = 1 << 20;
 pub struct WorkerConfig {
     /// This node's address (MAC defaults to the port's when all zero).
     pub local: NodeAddr,
-    /// Retransmission timeout.
+    /// Retransmission timeout: the ceiling of the adaptive one, and the unit of the
+    /// give-up budget (`retry_count` back-offs of it).
     pub retry_timeout_us: u64,
+    /// Floor of the adaptive retransmission timeout (srtt + 4 rttvar from measured
+    /// round trips); the timers are checked at half this period.
+    pub min_retry_timeout_us: u64,
     /// Retransmissions of the same data before the connection goes to error.
     pub retry_count: u32,
     /// Interval between connection-management retries.
@@ -80,6 +84,7 @@ impl Default for WorkerConfig {
         WorkerConfig {
             local: NodeAddr::from_ip([10, 0, 0, 1], wire::UDP_PORT),
             retry_timeout_us: 20_000,
+            min_retry_timeout_us: 100,
             retry_count: 7,
             cm_retry_us: 50_000,
             cm_timeout_us: 5_000_000,
@@ -218,6 +223,8 @@ pub struct Worker {
     pub(crate) tsc_hz: u64,
     pub(crate) segment_max: u32,
     next_timer: u64,
+    /// Period of the timer checks (half the minimum retransmission timeout, 25..200 us).
+    timer_tick: u64,
     /// The clock as of the last reading (see `poll`), and the turn counter.
     now: u64,
     turn: u64,
@@ -254,6 +261,8 @@ impl Worker {
         let mut nodes = NodeTable::new();
         nodes.insert(cfg.local);
         let regs = RegisterFile::new(cfg.registers);
+        let tsc_hz = crate::port::tsc_hz();
+        let timer_tick = (cfg.min_retry_timeout_us / 2).clamp(25, 200) * tsc_hz / 1_000_000;
         Worker {
             port,
             cfg,
@@ -273,6 +282,7 @@ impl Worker {
             tsc_hz: crate::port::tsc_hz(),
             segment_max,
             next_timer: 0,
+            timer_tick,
             now: rdtsc(),
             turn: 0,
             faults: None,
@@ -357,7 +367,7 @@ impl Worker {
         self.service_send_queues(now);
         self.flush_acks();
         if now >= self.next_timer {
-            self.next_timer = now + self.us_to_tsc(200);
+            self.next_timer = now + self.timer_tick;
             self.run_timers(now);
         }
         let queued = self.tx.len();
