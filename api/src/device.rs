@@ -64,6 +64,12 @@ pub struct DeviceConfig {
     pub rnr_timeout: Duration,
     /// Receiver-not-ready retries before a connection goes to error (bounded).
     pub rnr_retry_count: u32,
+    /// An idle connection whose peer was silent this long sends a liveness probe, again
+    /// every period, and goes to error after `keepalive_count` unanswered ones (a
+    /// half-open connection: the peer crashed or forgot it). Default 5 s x 5 (an
+    /// inline-progress application must drive progress more often than that).
+    pub keepalive: Duration,
+    pub keepalive_count: u32,
     /// Most unacknowledged bytes of first transmissions per connection: a
     /// bandwidth-delay-product cap that bounds what one connection queues in the port
     /// ahead of others (default 1 MiB).
@@ -91,6 +97,8 @@ impl DeviceConfig {
             event_queue_depth: 1024,
             rnr_timeout: Duration::from_micros(200),
             rnr_retry_count: 64,
+            keepalive: Duration::from_secs(5),
+            keepalive_count: 5,
             max_inflight_bytes: 1 << 20,
             faults: None,
         }
@@ -130,6 +138,10 @@ pub struct DeviceStats {
     pub mbufs_in_use: u64,
     /// Receiver-not-ready NAKs received (a peer's exceptioned connection throttling us).
     pub rnr_rx: u64,
+    /// Liveness probes sent to silent idle peers; connections failed because the peer
+    /// stayed silent (half-open).
+    pub keepalive_probes: u64,
+    pub keepalive_failures: u64,
     /// Messages kept because they arrived ahead of a gap.
     pub reordered: u64,
     pub duplicates: u64,
@@ -171,6 +183,8 @@ impl DeviceStats {
             timeouts: s.timeouts,
             mbufs_in_use: s.mbufs_in_use,
             rnr_rx: s.rnr_rx,
+            keepalive_probes: s.keepalive_probes,
+            keepalive_failures: s.keepalive_failures,
             reordered: s.reordered,
             duplicates: s.duplicates,
             tx_stalls: s.tx_stalls,
@@ -307,6 +321,8 @@ impl Device {
             rnr_timeout_us: cfg.rnr_timeout.as_micros() as u64,
             rnr_retry_count: cfg.rnr_retry_count,
             max_inflight_bytes: cfg.max_inflight_bytes,
+            keepalive_us: cfg.keepalive.as_micros() as u64,
+            keepalive_count: cfg.keepalive_count,
             ..WorkerConfig::default()
         };
         let max_frame = port.max_frame();

@@ -274,3 +274,65 @@ fn requests_that_ran_before_the_peer_closed_complete_even_if_their_ack_was_lost(
     assert!(wait_until(&pair.client, T, || c.client.state() == ConnState::Closed));
     check_pattern(&c.sep, 0, 64, 9, 0).unwrap();
 }
+
+/// A ring pair whose nodes probe a peer after 10 ms of silence and give up after 3
+/// unanswered probes.
+fn keepalive_pair(name: &str) -> RingPair {
+    ring_pair_with(
+        name,
+        |s| {
+            s.keepalive = Duration::from_millis(10);
+            s.keepalive_count = 3;
+        },
+        |c| {
+            c.keepalive = Duration::from_millis(10);
+            c.keepalive_count = 3;
+        },
+    )
+}
+
+#[test]
+fn an_idle_connection_to_a_live_peer_stays_up_on_answered_probes() {
+    let pair = keepalive_pair("ka_live");
+    let c = pair.connect(4096, 7);
+    // 20 keepalive periods of silence from the applications.
+    let end = std::time::Instant::now() + Duration::from_millis(200);
+    while std::time::Instant::now() < end {
+        pair.client.progress();
+    }
+    assert_eq!(c.client.state(), ConnState::Normal);
+    assert_eq!(c.server.state(), ConnState::Normal);
+    let (cs, ss) = (pair.client.stats(), pair.server.stats());
+    assert!(
+        cs.keepalive_probes + ss.keepalive_probes > 0,
+        "probes were sent"
+    );
+    assert_eq!(cs.keepalive_failures + ss.keepalive_failures, 0);
+    // And it still works.
+    c.client
+        .post(&WriteRequest::inline(1, b"alive", 0).unwrap().signaled())
+        .unwrap();
+    assert!(c.ccq.wait_one(T).unwrap().status.is_ok());
+}
+
+#[test]
+fn a_half_open_idle_connection_times_out_when_the_peer_is_gone() {
+    let pair = keepalive_pair("ka_dead");
+    let c = pair.connect(4096, 8);
+    // The server node dies silently; the client has nothing in flight, so only the
+    // keepalive can notice.
+    pair.server.shutdown_for_test();
+    let start = std::time::Instant::now();
+    assert!(wait_until(&pair.client, T, || c.client.state() == ConnState::Error));
+    let took = start.elapsed();
+    // Silence of 10 ms x (3 + 1), counted from the last frame heard (the connect) and
+    // checked at the timer tick: well under a second, however loaded the machine.
+    assert!(took < Duration::from_secs(2), "{took:?}");
+    let st = pair.client.stats();
+    assert_eq!(st.keepalive_failures, 1);
+    assert!(st.keepalive_probes >= 1, "{}", st.keepalive_probes);
+    assert!(matches!(
+        c.client.post(&WriteRequest::inline(2, b"x", 0).unwrap()),
+        Err(Error::NotConnected(ConnState::Error))
+    ));
+}

@@ -314,6 +314,8 @@ impl Worker {
             reorder: std::collections::BTreeMap::new(),
             read_replies: Default::default(),
             ack_pending: false,
+            last_rx: crate::port::rdtsc(),
+            last_probe: 0,
             naks: [(0, RemoteStatus::Ok); MAX_PENDING_NAKS],
             nnaks: 0,
             tx: Sender::new(

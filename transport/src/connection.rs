@@ -420,6 +420,9 @@ pub struct Connection {
     /// Read replies not yet acknowledged, which later stores must not overtake.
     pub read_replies: ReadReplies,
     pub ack_pending: bool,
+    /// TSC of the last valid frame from the peer, and of our last liveness probe.
+    pub last_rx: u64,
+    pub last_probe: u64,
     pub naks: [(u32, RemoteStatus); MAX_PENDING_NAKS],
     pub nnaks: usize,
 

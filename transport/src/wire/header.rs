@@ -34,6 +34,9 @@ pub mod hflags {
     pub const ACK: u8 = 0x01;
     /// Connection-management frame (destination connection 0).
     pub const CM: u8 = 0x02;
+    /// The receiver owes an acknowledgement even if the frame carries no message: a
+    /// liveness probe of an idle connection (keepalive).
+    pub const ACK_REQ: u8 = 0x04;
 }
 
 /// A view of a transport header (the buffer may extend past its 32 bytes).

@@ -91,7 +91,8 @@
 //! endpoint. Operations and payload layouts: [`op`] and `crate::message`.
 //!
 //! Any change to this layout bumps [`VERSION`] (2: compound operations, reads,
-//! atomics and replies; 3: selective acknowledgement cells, [`op::SACK`]).
+//! atomics and replies; 3: selective acknowledgement cells, [`op::SACK`], the
+//! `ACK_REQ` header flag, the cumulative acknowledgement in disconnect requests).
 
 use core::ops::Range;
 

@@ -77,6 +77,12 @@ pub struct WorkerConfig {
     /// Receiver-not-ready retries before the connection goes to error (never infinite,
     /// unlike verbs' rnr_retry = 7).
     pub rnr_retry_count: u32,
+    /// An idle connection that heard nothing from its peer for this long sends a
+    /// liveness probe (an acknowledgement request), again every period; after
+    /// `keepalive_count` unanswered probes it goes to error (a half-open connection:
+    /// the peer crashed or forgot it). Busy connections have the retransmission timer.
+    pub keepalive_us: u64,
+    pub keepalive_count: u32,
 }
 
 impl Default for WorkerConfig {
@@ -94,6 +100,8 @@ impl Default for WorkerConfig {
             registers: 65536,
             rnr_timeout_us: 200,
             rnr_retry_count: 64,
+            keepalive_us: 5_000_000,
+            keepalive_count: 5,
         }
     }
 }
@@ -125,6 +133,10 @@ pub struct Stats {
     pub timeouts: u64,
     /// Mbufs of the port's pool in use when the counters were read.
     pub mbufs_in_use: u64,
+    /// Liveness probes sent to silent idle peers, and connections failed because the
+    /// peer stayed silent (half-open).
+    pub keepalive_probes: u64,
+    pub keepalive_failures: u64,
     /// Messages kept because they arrived ahead of a gap.
     pub reordered: u64,
     pub duplicates: u64,
@@ -238,6 +250,8 @@ pub struct Worker {
     raw_tx: Vec<Vec<u8>>,
     /// Where the low-priority round-robin starts next turn (a connection slot).
     rr_next: usize,
+    /// Connection slots owing a liveness probe (keepalive).
+    probe_list: Vec<usize>,
     /// Last: fields drop in order, and the batches above hold mbufs of its mempool.
     pub(crate) port: Port,
 }
@@ -290,6 +304,7 @@ impl Worker {
             passed_frames: 0,
             raw_tx: Vec::new(),
             rr_next: 0,
+            probe_list: Vec::new(),
         }
     }
 
@@ -380,10 +395,26 @@ impl Worker {
     }
 
     fn run_timers(&mut self, now: u64) {
+        let keepalive = self.us_to_tsc(self.cfg.keepalive_us);
+        let dead_after = keepalive.saturating_mul(u64::from(self.cfg.keepalive_count) + 1);
         for slot in 0..self.conns.slots() {
             let Some(conn) = self.conns.get_mut(slot) else {
                 continue;
             };
+            if conn.state == ConnState::Normal && conn.inflight.is_empty() {
+                // Idle: probe a silent peer, give up on one that stays silent.
+                let silent = now.saturating_sub(conn.last_rx);
+                if silent > dead_after {
+                    self.stats.keepalive_failures += 1;
+                    fail_connection(conn, WcStatus::RetryExceeded);
+                    continue;
+                }
+                if silent > keepalive && now.saturating_sub(conn.last_probe) > keepalive {
+                    conn.last_probe = now;
+                    self.probe_list.push(slot);
+                }
+                continue;
+            }
             if conn.state == ConnState::Normal && now >= conn.rnr_until {
                 match conn.tx.on_timer(now) {
                     Timeout::GiveUp => fail_connection(conn, WcStatus::RetryExceeded),
@@ -393,6 +424,9 @@ impl Worker {
             }
         }
         self.cm_timers(now);
+        if !self.probe_list.is_empty() {
+            self.send_probes();
+        }
     }
 
     /// Turns fault injection on (or off with `None`) for the frames this node receives.

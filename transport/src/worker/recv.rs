@@ -100,6 +100,7 @@ impl Worker {
             self.stats.drop_for(DropReason::UnknownConnection);
             return;
         }
+        conn.last_rx = now;
         let mut ex = Exec {
             endpoints: &self.endpoints,
             regs: &mut self.regs,
@@ -112,7 +113,8 @@ impl Worker {
 
         let mut seq = frame.header.seq;
         let mut arrivals = 0u64;
-        let mut owe_ack = false;
+        // A liveness probe asks for an acknowledgement whatever the frame carries.
+        let mut owe_ack = frame.header.flags & hflags::ACK_REQ != 0;
         // The latest compound descriptor of this frame (for COMPOUND_REPEAT messages).
         let mut frame_desc: Option<[u8; COMPOUND_LEN]> = None;
         // The selective part of the peer's acknowledgement, when the frame carries one.

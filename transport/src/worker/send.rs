@@ -103,6 +103,38 @@ impl Worker {
         std::mem::swap(&mut self.ack_list, &mut self.ack_new);
     }
 
+    /// Sends a liveness probe (an acknowledgement frame asking for one back) on every
+    /// connection in `probe_list`.
+    pub(super) fn send_probes(&mut self) {
+        for i in 0..self.probe_list.len() {
+            let slot = self.probe_list[i];
+            let Some(conn) = self.conns.get(slot) else {
+                continue;
+            };
+            let Some(mut mbuf) = self.port.alloc() else {
+                self.stats.drop_for(DropReason::NoBuffer);
+                break;
+            };
+            let max = self.port.max_frame();
+            let mut hdr = ack_header(conn, 0);
+            hdr.flags |= hflags::ACK_REQ;
+            let underlay = conn_underlay(&self.cfg.local, &self.nodes, conn);
+            let Ok(w) = FrameWriter::new(&mut mbuf.room_mut()[..max], &underlay, &hdr) else {
+                continue;
+            };
+            let len = w.finish();
+            mbuf.set_len(len);
+            self.stats.keepalive_probes += 1;
+            self.stats.bytes_tx += len as u64;
+            if let Err(m) = self.tx.push(mbuf) {
+                // Full: send what is queued and try once more; the next period retries.
+                self.port.tx(&mut self.tx);
+                let _ = self.tx.push(m);
+            }
+        }
+        self.probe_list.clear();
+    }
+
     /// Sends every owed acknowledgement now (before a disconnect request, so the peer
     /// learns that its last messages ran before it hears the connection is gone).
     pub(crate) fn flush_acks_now(&mut self) {
