@@ -336,3 +336,51 @@ fn a_half_open_idle_connection_times_out_when_the_peer_is_gone() {
         Err(Error::NotConnected(ConnState::Error))
     ));
 }
+
+#[test]
+fn resource_limits_are_refused_with_a_clear_error_not_a_crash() {
+    let pair = ring_pair_with("limits", |s| s.max_connections = 2, |c| c.registers = 64);
+    let sep = pair
+        .server
+        .alloc_endpoint(4096, Rights::REMOTE_WRITE)
+        .unwrap();
+    let scq = pair.server.create_cq(16);
+    let l = pair.server.listen(9, &sep, &scq).unwrap();
+    let cep = pair
+        .client
+        .alloc_endpoint(4096, Rights::REMOTE_WRITE)
+        .unwrap();
+    let ccq = pair.client.create_cq(16);
+    // The server takes two connections; the third is refused for resources.
+    let a = pair.client.connect([10, 0, 0, 1], 9, &cep, &ccq).unwrap();
+    let b = pair.client.connect([10, 0, 0, 1], 9, &cep, &ccq).unwrap();
+    let (_sa, _sb) = (l.accept(T).unwrap(), l.accept(T).unwrap());
+    let third = pair.client.connect([10, 0, 0, 1], 9, &cep, &ccq);
+    assert!(
+        matches!(third, Err(Error::Rejected(RejectReason::Resources))),
+        "{:?}",
+        third.err()
+    );
+    assert!(third.err().unwrap().to_string().contains("resources"));
+    // A register window larger than this node's register file: a typed error.
+    let opts = ConnOptions {
+        registers: Registers::PerConnection(1 << 20),
+        ..ConnOptions::default()
+    };
+    let big = pair
+        .client
+        .connect_with([10, 0, 0, 1], 9, &cep, &ccq, &opts);
+    let e = big.err().expect("refused");
+    assert!(matches!(e, Error::Cm(_)), "{e:?}");
+    eprintln!("refusals: {e}");
+    // Nothing broke: the first two connections still work.
+    for (i, c) in [&a, &b].into_iter().enumerate() {
+        c.post(
+            &WriteRequest::inline(i as u64, b"ok", 8 * i as u32)
+                .unwrap()
+                .signaled(),
+        )
+        .unwrap();
+        assert!(ccq.wait_one(T).unwrap().status.is_ok());
+    }
+}
