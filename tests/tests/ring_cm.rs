@@ -384,3 +384,73 @@ fn resource_limits_are_refused_with_a_clear_error_not_a_crash() {
         assert!(ccq.wait_one(T).unwrap().status.is_ok());
     }
 }
+
+#[test]
+fn connect_accept_and_teardown_survive_loss_and_duplication() {
+    // A third of every node's incoming frames is lost and a third duplicated,
+    // connection management included: every connect still yields exactly one
+    // connection at each end, data flows, and every close completes at both ends.
+    let faults = |seed: u64| -> deposit::FaultConfig {
+        format!("loss=0.3,dup=0.3,reorder=0.1,seed={seed}")
+            .parse()
+            .unwrap()
+    };
+    let pair = ring_pair_with(
+        "cm_lossy",
+        |s| {
+            s.faults = Some(faults(1));
+            s.cm_timeout = Duration::from_secs(20);
+        },
+        |c| {
+            c.faults = Some(faults(2));
+            c.cm_timeout = Duration::from_secs(20);
+            c.retry_timeout = Duration::from_millis(5);
+            c.retry_count = 12;
+        },
+    );
+    let sep = pair
+        .server
+        .alloc_endpoint(4096, Rights::REMOTE_WRITE)
+        .unwrap();
+    let scq = pair.server.create_cq(64);
+    let l = pair.server.listen(12, &sep, &scq).unwrap();
+    let cep = pair
+        .client
+        .alloc_endpoint(4096, Rights::REMOTE_WRITE)
+        .unwrap();
+    let ccq = pair.client.create_cq(64);
+    let mut conns = Vec::new();
+    for i in 0..8u32 {
+        let c = pair.client.connect([10, 0, 0, 1], 12, &cep, &ccq).unwrap();
+        let s = l.accept(T).unwrap();
+        c.post(
+            &WriteRequest::inline(u64::from(i), &[i as u8 + 1; 8], 8 * i)
+                .unwrap()
+                .signaled(),
+        )
+        .unwrap();
+        conns.push((c, s));
+    }
+    for wc in wait_completions(&ccq, 8, T) {
+        assert!(wc.status.is_ok(), "{wc:?}");
+    }
+    // No duplicated request made a ninth connection.
+    assert!(matches!(
+        l.accept(Duration::from_millis(200)),
+        Err(Error::Timeout(..))
+    ));
+    for i in 0..8usize {
+        let mut got = [0u8; 8];
+        sep.read(8 * i, &mut got).unwrap();
+        assert_eq!(got, [i as u8 + 1; 8]);
+    }
+    for (c, s) in &conns {
+        c.close();
+        assert!(
+            wait_until(&pair.client, T, || s.state() == ConnState::Closed),
+            "the server end of a closed connection is {:?}",
+            s.state()
+        );
+    }
+    assert!(pair.client.fault_stats().dropped > 0 && pair.server.fault_stats().duplicated > 0);
+}
