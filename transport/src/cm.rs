@@ -316,6 +316,7 @@ impl Worker {
             ack_pending: false,
             last_rx: crate::port::rdtsc(),
             last_probe: 0,
+            probes_unanswered: 0,
             naks: [(0, RemoteStatus::Ok); MAX_PENDING_NAKS],
             nnaks: 0,
             tx: Sender::new(

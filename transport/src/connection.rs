@@ -423,6 +423,8 @@ pub struct Connection {
     /// TSC of the last valid frame from the peer, and of our last liveness probe.
     pub last_rx: u64,
     pub last_probe: u64,
+    /// Probes sent since the peer was last heard.
+    pub probes_unanswered: u32,
     pub naks: [(u32, RemoteStatus); MAX_PENDING_NAKS],
     pub nnaks: usize,
 

@@ -653,6 +653,8 @@ pub struct Port {
     mac: [u8; 6],
     vdev: Option<CString>,
     ring: bool,
+    /// Receive descriptors of the queue (after the device's adjustment).
+    rx_desc: u16,
     /// `NAME:SIDE` of a ring port (released from `OPEN_RINGS` on drop).
     ring_key: Option<String>,
 }
@@ -920,6 +922,7 @@ impl Port {
             vdev,
             ring: matches!(cfg.spec, PortSpec::Ring { .. }),
             ring_key,
+            rx_desc: rxd,
         })
     }
 
@@ -934,6 +937,10 @@ impl Port {
     /// Largest frame this port carries (Ethernet header to trailer).
     pub fn max_frame(&self) -> usize {
         self.max_frame
+    }
+    /// Frames the receive queue holds (its descriptors).
+    pub fn rx_desc(&self) -> u16 {
+        self.rx_desc
     }
     /// The port's MAC address.
     pub fn mac(&self) -> [u8; 6] {

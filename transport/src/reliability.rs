@@ -242,6 +242,9 @@ pub struct Sender {
     bytes_acked: u64,
     /// (one past the frame's last new message, `bytes_sent` after it), oldest first.
     frames_out: std::collections::VecDeque<(u32, u64)>,
+    /// The configured cap; `max_bytes_in_flight` is the smaller of it and the peer's
+    /// credit (see [`Sender::on_credit`]).
+    max_bytes_cap: u64,
     /// New messages wait while this many bytes are unacknowledged (a
     /// bandwidth-delay-product cap, as IRN's BDP-FC: bounds what one connection keeps
     /// queued in the port ahead of others' messages).
@@ -282,6 +285,7 @@ impl Sender {
             bytes_acked: 0,
             frames_out: std::collections::VecDeque::new(),
             max_bytes_in_flight: u64::MAX,
+            max_bytes_cap: u64::MAX,
             resend: std::collections::VecDeque::new(),
             queued: SeqBits::default(),
             rto: rto.max(1),
@@ -327,8 +331,18 @@ impl Sender {
     /// Caps the unacknowledged bytes of first transmissions (see
     /// [`Sender::on_frame_sent`]); retransmissions are never held back by it.
     pub fn with_max_bytes_in_flight(mut self, bytes: u64) -> Sender {
-        self.max_bytes_in_flight = bytes.max(1);
+        self.max_bytes_cap = bytes.max(1);
+        self.max_bytes_in_flight = self.max_bytes_cap;
         self
+    }
+    /// The peer's credit: the bytes of its receive buffers it grants this connection
+    /// (its share of its receive queue). New messages wait while that much bulk data is
+    /// unacknowledged, so the receiver never has to drop for lack of buffers; the
+    /// configured cap still applies. 0: no advertisement (nothing changes).
+    pub fn on_credit(&mut self, bytes: u64) {
+        if bytes > 0 {
+            self.max_bytes_in_flight = self.max_bytes_cap.min(bytes);
+        }
     }
     pub fn next_seq(&self) -> u32 {
         self.next
@@ -707,6 +721,44 @@ mod tests {
         s.on_sent(r, 1_000);
         s.on_ack(1, &SeqBits::default(), 1_010);
         assert_eq!(s.srtt(), 0, "Karn: an ambiguous sample is not taken");
+    }
+
+    #[test]
+    fn bulk_data_waits_for_the_peers_credit_and_the_configured_cap() {
+        let mut s = Sender::new(0, 1_000, 5).with_max_bytes_in_flight(1 << 20);
+        s.on_credit(8 * 9000); // the receiver grants 8 frames of 9000 bytes
+        s.assign(100);
+        let mut frames = 0;
+        while let Some(seq) = s.next_to_send() {
+            s.on_sent(seq, 1);
+            s.on_frame_sent(seq + 1, 9000);
+            frames += 1;
+        }
+        assert_eq!(frames, 8, "one frame per message of 9000 bytes, 8 granted");
+        assert_eq!(s.bytes_in_flight(), 72_000);
+        // Two frames acknowledged: two more may go.
+        s.on_ack(2, &SeqBits::default(), 2);
+        assert_eq!(s.next_to_send(), Some(8));
+        s.on_sent(8, 3);
+        s.on_frame_sent(9, 9000);
+        assert_eq!(s.next_to_send(), Some(9));
+        s.on_sent(9, 3);
+        s.on_frame_sent(10, 9000);
+        assert_eq!(s.next_to_send(), None);
+        // A larger credit than the configured cap does not lift the cap; 0 changes
+        // nothing.
+        s.on_credit(u64::MAX);
+        s.on_credit(0);
+        assert!(s.has_to_send());
+        // Small frames (latency traffic) never wait for credit.
+        let mut t = Sender::new(0, 1_000, 5);
+        t.on_credit(1);
+        t.assign(3);
+        for seq in 0..3 {
+            assert_eq!(t.next_to_send(), Some(seq));
+            t.on_sent(seq, 1);
+            t.on_frame_sent(seq + 1, 48);
+        }
     }
 
     #[test]

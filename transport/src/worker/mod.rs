@@ -252,6 +252,9 @@ pub struct Worker {
     rr_next: usize,
     /// Connection slots owing a liveness probe (keepalive).
     probe_list: Vec<usize>,
+    /// Frames of our receive queue each connection's peer may have unacknowledged
+    /// (advertised in every header; recomputed at the timer tick).
+    pub(crate) credits: u16,
     /// Last: fields drop in order, and the batches above hold mbufs of its mempool.
     pub(crate) port: Port,
 }
@@ -305,6 +308,7 @@ impl Worker {
             raw_tx: Vec::new(),
             rr_next: 0,
             probe_list: Vec::new(),
+            credits: u16::MAX,
         }
     }
 
@@ -394,24 +398,33 @@ impl Worker {
         n + sent
     }
 
+    /// Our receive queue shared among the live connections: each peer may have this
+    /// many frames unacknowledged (at least 4).
+    fn credit_grant(&self) -> u16 {
+        let n = self.conns.len().max(1);
+        (usize::from(self.port.rx_desc()) / n).clamp(4, usize::from(u16::MAX)) as u16
+    }
+
     fn run_timers(&mut self, now: u64) {
+        self.credits = self.credit_grant();
         let keepalive = self.us_to_tsc(self.cfg.keepalive_us);
-        let dead_after = keepalive.saturating_mul(u64::from(self.cfg.keepalive_count) + 1);
         for slot in 0..self.conns.slots() {
             let Some(conn) = self.conns.get_mut(slot) else {
                 continue;
             };
             if conn.state == ConnState::Normal && conn.inflight.is_empty() {
-                // Idle: probe a silent peer, give up on one that stays silent.
+                // Idle: probe a silent peer once a period; give up on one that left
+                // `keepalive_count` probes unanswered.
                 let silent = now.saturating_sub(conn.last_rx);
-                if silent > dead_after {
-                    self.stats.keepalive_failures += 1;
-                    fail_connection(conn, WcStatus::RetryExceeded);
-                    continue;
-                }
                 if silent > keepalive && now.saturating_sub(conn.last_probe) > keepalive {
-                    conn.last_probe = now;
-                    self.probe_list.push(slot);
+                    if conn.probes_unanswered >= self.cfg.keepalive_count {
+                        self.stats.keepalive_failures += 1;
+                        fail_connection(conn, WcStatus::RetryExceeded);
+                    } else {
+                        conn.probes_unanswered += 1;
+                        conn.last_probe = now;
+                        self.probe_list.push(slot);
+                    }
                 }
                 continue;
             }

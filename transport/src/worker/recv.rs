@@ -101,6 +101,7 @@ impl Worker {
             return;
         }
         conn.last_rx = now;
+        conn.probes_unanswered = 0;
         let mut ex = Exec {
             endpoints: &self.endpoints,
             regs: &mut self.regs,
@@ -217,6 +218,8 @@ impl Worker {
         }
         if frame.header.flags & hflags::ACK != 0 {
             send::process_ack(conn, frame.header.ack, &sack, now);
+            conn.tx
+                .on_credit(u64::from(frame.header.credits) * u64::from(conn.segment_max));
             if !conn.read_replies.is_empty() {
                 let n = run_waiting(conn, &mut ex);
                 owe_ack |= n.is_some();

@@ -49,7 +49,7 @@ impl Worker {
                 return;
             };
             let max = self.port.max_frame();
-            let hdr = ack_header(conn, 0);
+            let hdr = ack_header(conn, self.credits);
             let underlay = conn_underlay(&self.cfg.local, &self.nodes, conn);
             let room = &mut mbuf.room_mut()[..max];
             let Ok(mut w) = FrameWriter::new(room, &underlay, &hdr) else {
@@ -116,7 +116,7 @@ impl Worker {
                 break;
             };
             let max = self.port.max_frame();
-            let mut hdr = ack_header(conn, 0);
+            let mut hdr = ack_header(conn, self.credits);
             hdr.flags |= hflags::ACK_REQ;
             let underlay = conn_underlay(&self.cfg.local, &self.nodes, conn);
             let Ok(w) = FrameWriter::new(&mut mbuf.room_mut()[..max], &underlay, &hdr) else {
@@ -264,7 +264,7 @@ impl Worker {
             };
             let max = self.port.max_frame();
             let underlay = conn_underlay(&self.cfg.local, &self.nodes, conn);
-            let hdr = data_header(conn, first);
+            let hdr = data_header(conn, first, self.credits);
             let room = &mut mbuf.room_mut()[..max];
             let Ok(mut w) = FrameWriter::new(room, &underlay, &hdr) else {
                 break;
@@ -323,23 +323,23 @@ pub(super) fn conn_underlay(
     }
 }
 
-fn ack_header(conn: &Connection, cells: u16) -> TransportRepr {
+fn ack_header(conn: &Connection, credits: u16) -> TransportRepr {
     TransportRepr {
         flags: hflags::ACK,
-        cells,
+        cells: 0,
         dst_conn: conn.peer_conn,
         key: conn.peer_key,
         seq: conn.tx.next_seq(),
         ack: conn.rx.expected(),
-        credits: 0,
+        credits,
         src_conn: conn.number,
     }
 }
 
-fn data_header(conn: &Connection, first: u32) -> TransportRepr {
+fn data_header(conn: &Connection, first: u32, credits: u16) -> TransportRepr {
     TransportRepr {
         seq: first,
-        ..ack_header(conn, 0)
+        ..ack_header(conn, credits)
     }
 }
 
