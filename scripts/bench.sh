@@ -11,7 +11,9 @@
 #     -q 1 and -q 16, 32 B, ring loopback: message rates and their ratio;
 #   * compound vs plain write message rate, 32 B, ring loopback: write_bw --compound
 #     (per message: indirect address generation, two register ops, a conditional) over
-#     write_bw; target >= 0.67 (a compound op at most 1.5x the cost of a plain write).
+#     write_bw; target >= 0.67 (a compound op at most 1.5x the cost of a plain write);
+#   * under injected loss (ring loopback, --faults loss=P,seed=7): write_bw 4 KiB at
+#     0.1 % and 1 % over lossless (goal at 1 %: >= 0.70), write_lat 32 B p99.9 at 0.1 %.
 # Needs a release build (scripts/run.sh or `cargo build --release -p ddperf`).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -42,7 +44,7 @@ memif() { # test field args...
 
 median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
 
-declare -a wbw rbw wl rl ml mr rdl atl ap1 ap16 cbw
+declare -a wbw rbw wl rl ml mr rdl atl ap1 ap16 cbw l0 l1 l10 lp
 for i in $(seq "$rounds"); do
     rdl+=("$(loop read_lat t_typical_us -s 32 -n 100000)")
     atl+=("$(loop atomic_lat t_typical_us -n 100000)")
@@ -55,6 +57,10 @@ for i in $(seq "$rounds"); do
     rl+=("$(loop raw_lat t_typical_us -s 32 -n 100000)")
     ml+=("$(memif write_lat t_typical_us -s 32 -n 50000)")
     mr+=("$(memif raw_lat t_typical_us -s 32 -n 50000)")
+    l0+=("$(loop write_bw bw_avg_mib_s -s 4096 -n 200000)")
+    l1+=("$(loop write_bw bw_avg_mib_s -s 4096 -n 200000 --faults loss=0.001,seed=7)")
+    l10+=("$(loop write_bw bw_avg_mib_s -s 4096 -n 200000 --faults loss=0.01,seed=7)")
+    lp+=("$(loop write_lat t_p999_us -s 32 -n 100000 --faults loss=0.001,seed=7)")
 done
 ratio() { python3 -c "print(f'{$1/$2:.2f}')"; }
 printf '%-44s %-10s %-10s %s\n' "benchmark (median of $rounds)" deposit raw ratio
@@ -73,8 +79,14 @@ a=$(median "${ap16[@]}"); b=$(median "${ap1[@]}")
 printf '%-44s %-10s %-10s %s\n' "ring: 32 B append [Mpps] (-q 16 / -q 1)" "$a" "$b" "$(ratio "$a" "$b")"
 a=$(median "${cbw[@]}"); b=$(median "${wbw[@]}")
 printf '%-44s %-10s %-10s %s\n' "ring: 32 B [Mpps] (compound/plain write)" "$a" "$b" "$(ratio "$a" "$b") (target >= 0.67)"
+a=$(median "${l1[@]}"); b=$(median "${l0[@]}")
+printf '%-44s %-10s %-10s %s\n' "ring: 4 KiB [MiB/s] (0.1 % loss / lossless)" "$a" "$b" "$(ratio "$a" "$b")"
+a=$(median "${l10[@]}")
+printf '%-44s %-10s %-10s %s\n' "ring: 4 KiB [MiB/s] (1 % loss / lossless)" "$a" "$b" "$(ratio "$a" "$b") (goal >= 0.70)"
+printf '%-44s %-10s\n' "ring: 32 B write_lat p99.9 at 0.1 % loss [us]" "$(median "${lp[@]}")"
 echo "samples: write_bw ${wbw[*]} | raw_bw ${rbw[*]}"
 echo "         write_lat ${wl[*]} | raw_lat ${rl[*]}"
 echo "         memif write_lat ${ml[*]} | memif raw_lat ${mr[*]}"
 echo "         read_lat ${rdl[*]} | atomic_lat ${atl[*]}"
 echo "         append_bw -q 1 ${ap1[*]} | -q 16 ${ap16[*]} | write_bw --compound ${cbw[*]}"
+echo "         4 KiB MiB/s lossless ${l0[*]} | 0.1 % ${l1[*]} | 1 % ${l10[*]} | p99.9 at 0.1 % ${lp[*]}"
