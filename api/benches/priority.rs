@@ -143,6 +143,12 @@ fn main() {
         loaded.push(ping(true, &mut bulk_posted, &mut bulk_done));
     }
     let bulk_secs = start.elapsed().as_secs_f64();
+    let st = dev.stats();
+    eprintln!(
+        "client: {} frames in, {} of them from the high-priority queue; bulk sending \
+         gave way {} times",
+        st.frames_rx, st.frames_rx_high, st.low_yields
+    );
     stop.store(true, Ordering::Relaxed);
     srv.join().unwrap();
     idle.sort();

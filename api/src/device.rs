@@ -117,6 +117,10 @@ impl DeviceConfig {
 #[derive(Debug, Clone, Default)]
 pub struct DeviceStats {
     pub frames_rx: u64,
+    /// Of those, frames from the port's high-priority queue.
+    pub frames_rx_high: u64,
+    /// Low-priority sending cut short for high-priority work (posted or arrived).
+    pub low_yields: u64,
     pub frames_tx: u64,
     pub cells_rx: u64,
     pub cells_tx: u64,
@@ -167,6 +171,8 @@ impl DeviceStats {
     fn from(s: &Stats) -> DeviceStats {
         DeviceStats {
             frames_rx: s.frames_rx,
+            frames_rx_high: s.frames_rx_high,
+            low_yields: s.low_yields,
             frames_tx: s.frames_tx,
             cells_rx: s.cells_rx,
             cells_tx: s.cells_tx,

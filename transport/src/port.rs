@@ -558,6 +558,14 @@ impl Default for RxBatch {
     }
 }
 
+impl RxBatch {
+    /// Whether every received frame was taken out.
+    #[inline]
+    pub fn is_drained(&self) -> bool {
+        self.next >= self.n
+    }
+}
+
 impl Iterator for RxBatch {
     type Item = Mbuf;
     #[inline]
@@ -655,6 +663,8 @@ pub struct Port {
     ring: bool,
     /// Receive descriptors of the queue (after the device's adjustment).
     rx_desc: u16,
+    /// Queue pairs: 1, or 2 where queue [`HIGH_QUEUE`] carries high-priority frames.
+    queues: u16,
     /// `NAME:SIDE` of a ring port (released from `OPEN_RINGS` on drop).
     ring_key: Option<String>,
 }
@@ -662,6 +672,10 @@ pub struct Port {
 // SAFETY: the port's queues are used by one thread at a time (the owner of &mut Port);
 // the mempool is thread-safe.
 unsafe impl Send for Port {}
+
+/// Queue pairs of a port with a high-priority traffic class, and that class's queue.
+pub const HIGH_QUEUES: u16 = 2;
+pub const HIGH_QUEUE: u16 = 1;
 
 static PORT_SEQ: AtomicU32 = AtomicU32::new(0);
 static OPEN_RINGS: Mutex<Vec<String>> = Mutex::new(Vec::new());
@@ -705,6 +719,14 @@ impl Port {
         let seq = PORT_SEQ.fetch_add(1, Ordering::Relaxed);
         let mut max_frame = cfg.max_frame.clamp(128, 9600);
         let mut ring_key = None;
+        // Ring ports get a second queue pair for high-priority traffic (a traffic class
+        // of its own: the receiver polls it first, so urgent frames never wait behind
+        // bulk ones queued in the port). Other PMDs keep one queue.
+        let queues: u16 = if matches!(cfg.spec, PortSpec::Ring { .. }) {
+            HIGH_QUEUES
+        } else {
+            1
+        };
         let (id, name, vdev) = match &cfg.spec {
             PortSpec::Ring { name, side } => {
                 let key = format!("{name}:{side:?}");
@@ -729,20 +751,36 @@ impl Port {
                     }
                 };
                 ring_key = Some(key);
-                let ab = ring_lookup_or_create(&format!("dp_{name}_ab"))?;
-                let ba = ring_lookup_or_create(&format!("dp_{name}_ba"))?;
-                let (rx, tx) = match side {
-                    RingSide::A => (ba, ab),
-                    RingSide::B => (ab, ba),
-                };
+                let mut rx = Vec::new();
+                let mut tx = Vec::new();
+                for q in 0..queues {
+                    let suffix = if q == 0 { String::new() } else { q.to_string() };
+                    let ab = ring_lookup_or_create(&format!("dp_{name}_ab{suffix}"))?;
+                    let ba = ring_lookup_or_create(&format!("dp_{name}_ba{suffix}"))?;
+                    let (r, t) = match side {
+                        RingSide::A => (ba, ab),
+                        RingSide::B => (ab, ba),
+                    };
+                    rx.push(r);
+                    tx.push(t);
+                }
                 let mut pname =
                     format!("dp_{name}_{}", if *side == RingSide::A { "a" } else { "b" });
                 if times > 0 {
                     pname.push_str(&format!("_r{times}"));
                 }
                 let c = cstring(&pname);
-                // SAFETY: valid name and ring pointers; one rx and one tx queue.
-                let rc = unsafe { sys::rte_eth_from_rings(c.as_ptr(), &rx, 1, &tx, 1, 0) };
+                // SAFETY: valid name and `queues` ring pointers each way.
+                let rc = unsafe {
+                    sys::rte_eth_from_rings(
+                        c.as_ptr(),
+                        rx.as_ptr(),
+                        queues.into(),
+                        tx.as_ptr(),
+                        queues.into(),
+                        0,
+                    )
+                };
                 if rc < 0 {
                     return Err(dpdk_err("rte_eth_from_rings", pname, rc));
                 }
@@ -873,7 +911,7 @@ impl Port {
         let mut conf: sys::rte_eth_conf = Default::default();
         conf.rxmode.mtu = mtu;
         // SAFETY: valid port and configuration.
-        let rc = unsafe { sys::rte_eth_dev_configure(id, 1, 1, &conf) };
+        let rc = unsafe { sys::rte_eth_dev_configure(id, queues, queues, &conf) };
         if rc < 0 {
             return Err(dpdk_err("rte_eth_dev_configure", &name, rc));
         }
@@ -881,26 +919,28 @@ impl Port {
         let mut txd = cfg.tx_desc;
         // SAFETY: valid port; adjusts descriptor counts to the device limits.
         unsafe { sys::rte_eth_dev_adjust_nb_rx_tx_desc(id, &mut rxd, &mut txd) };
-        // SAFETY: valid port, queue 0, the pool created above.
-        let rc = unsafe {
-            sys::rte_eth_rx_queue_setup(
-                id,
-                0,
-                rxd,
-                sys::SOCKET_ID_ANY as u32,
-                std::ptr::null(),
-                pool.as_ptr(),
-            )
-        };
-        if rc < 0 {
-            return Err(dpdk_err("rte_eth_rx_queue_setup", &name, rc));
-        }
-        // SAFETY: valid port, queue 0.
-        let rc = unsafe {
-            sys::rte_eth_tx_queue_setup(id, 0, txd, sys::SOCKET_ID_ANY as u32, std::ptr::null())
-        };
-        if rc < 0 {
-            return Err(dpdk_err("rte_eth_tx_queue_setup", &name, rc));
+        for q in 0..queues {
+            // SAFETY: valid port, a configured queue, the pool created above.
+            let rc = unsafe {
+                sys::rte_eth_rx_queue_setup(
+                    id,
+                    q,
+                    rxd,
+                    sys::SOCKET_ID_ANY as u32,
+                    std::ptr::null(),
+                    pool.as_ptr(),
+                )
+            };
+            if rc < 0 {
+                return Err(dpdk_err("rte_eth_rx_queue_setup", &name, rc));
+            }
+            // SAFETY: valid port, a configured queue.
+            let rc = unsafe {
+                sys::rte_eth_tx_queue_setup(id, q, txd, sys::SOCKET_ID_ANY as u32, std::ptr::null())
+            };
+            if rc < 0 {
+                return Err(dpdk_err("rte_eth_tx_queue_setup", &name, rc));
+            }
         }
         // SAFETY: configured port.
         let rc = unsafe { sys::rte_eth_dev_start(id) };
@@ -923,6 +963,7 @@ impl Port {
             ring: matches!(cfg.spec, PortSpec::Ring { .. }),
             ring_key,
             rx_desc: rxd,
+            queues,
         })
     }
 
@@ -973,26 +1014,47 @@ impl Port {
     /// Receives up to [`BURST`] frames into `batch` (anything left in it is freed first).
     #[inline]
     pub fn rx(&mut self, batch: &mut RxBatch) -> usize {
+        self.rx_queue(0, batch)
+    }
+
+    /// [`Port::rx`] from queue `q` (below [`Port::queues`]).
+    #[inline]
+    pub fn rx_queue(&mut self, q: u16, batch: &mut RxBatch) -> usize {
         for m in batch.by_ref() {
             drop(m);
         }
-        // SAFETY: valid port/queue 0, owned by &mut self; ptrs has room for BURST.
-        let n = unsafe { sys::shim_rx_burst(self.id, 0, batch.ptrs.as_mut_ptr(), BURST as u16) };
+        debug_assert!(q < self.queues);
+        // SAFETY: valid port and queue, owned by &mut self; ptrs has room for BURST.
+        let n = unsafe { sys::shim_rx_burst(self.id, q, batch.ptrs.as_mut_ptr(), BURST as u16) };
         batch.n = n as usize;
         batch.next = 0;
         batch.n
+    }
+
+    /// Queue pairs: 1, or [`HIGH_QUEUES`] when queue [`HIGH_QUEUE`] carries
+    /// high-priority frames.
+    #[inline]
+    pub fn queues(&self) -> u16 {
+        self.queues
     }
 
     /// Transmits what `batch` holds; frames the PMD did not take stay in the batch, in
     /// order, for the next call. Returns the number sent.
     #[inline]
     pub fn tx(&mut self, batch: &mut TxBatch) -> usize {
+        self.tx_queue(0, batch)
+    }
+
+    /// [`Port::tx`] on queue `q` (below [`Port::queues`]).
+    #[inline]
+    pub fn tx_queue(&mut self, q: u16, batch: &mut TxBatch) -> usize {
         if batch.n == 0 {
             return 0;
         }
+        debug_assert!(q < self.queues);
         // SAFETY: the first n pointers are owned mbufs; the PMD takes the first `sent`.
         let sent =
-            unsafe { sys::shim_tx_burst(self.id, 0, batch.ptrs.as_mut_ptr(), batch.n as u16) }
+            unsafe { sys::shim_tx_burst(self.id, q, batch.ptrs.as_mut_ptr(), batch.n as u16) }
                 as usize;
         if sent < batch.n {
             batch.ptrs.copy_within(sent..batch.n, 0);

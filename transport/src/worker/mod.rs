@@ -35,7 +35,7 @@ use crate::connection::{ConnShared, ConnState, ConnTable, CqShared, WcStatus};
 use crate::events::EventQueue;
 use crate::faults::{FaultConfig, FaultStats, Faults, Hold, Verdict};
 use crate::oplogic::DropReason;
-use crate::port::{rdtsc, Mbuf, Port, RxBatch, TxBatch};
+use crate::port::{rdtsc, Mbuf, Port, RxBatch, TxBatch, HIGH_QUEUE};
 use crate::reliability::Timeout;
 use crate::tables::{EndpointId, EndpointTable, NodeAddr, NodeId, NodeTable, RegisterFile};
 use crate::tlb::{Tlb, TlbStats};
@@ -111,6 +111,10 @@ impl Default for WorkerConfig {
 #[derive(Debug, Clone, Default)]
 pub struct Stats {
     pub frames_rx: u64,
+    /// Of those, frames taken from the high-priority queue.
+    pub frames_rx_high: u64,
+    /// Low-priority sending cut short for high-priority work (posted or arrived).
+    pub low_yields: u64,
     pub frames_tx: u64,
     pub cells_rx: u64,
     pub cells_tx: u64,
@@ -226,6 +230,9 @@ pub struct Worker {
     pub stats: Stats,
     rx: RxBatch,
     pub(crate) tx: TxBatch,
+    /// The high-priority queue's batches (ports with `port::HIGH_QUEUES` queue pairs).
+    rx_hi: RxBatch,
+    pub(crate) tx_hi: TxBatch,
     /// Connection slots owing an acknowledgement since an earlier turn: sent by this
     /// turn's `flush_acks` unless a data frame carried it first.
     ack_list: Vec<usize>,
@@ -294,6 +301,8 @@ impl Worker {
             stats: Stats::default(),
             rx: RxBatch::default(),
             tx: TxBatch::default(),
+            rx_hi: RxBatch::default(),
+            tx_hi: TxBatch::default(),
             ack_list: Vec::with_capacity(1024),
             ack_new: Vec::with_capacity(1024),
             tsc_hz: crate::port::tsc_hz(),
@@ -364,7 +373,21 @@ impl Worker {
 
     /// One turn of the loop; returns how much work it found (frames in + frames out).
     pub fn poll(&mut self) -> usize {
-        let n = self.port.rx(&mut self.rx);
+        let hi = self.port.queues() > 1;
+        let mut n = 0;
+        if hi {
+            // High-priority work first: what the application posted since the last
+            // turn leaves before any bulk frame is processed, and urgent frames are
+            // taken before the bulk ones that arrived with them.
+            self.service_high(self.now);
+            n += self.port.rx_queue(HIGH_QUEUE, &mut self.rx_hi);
+        }
+        // A bulk burst cut short for an urgent frame goes on where it stopped.
+        n += if self.rx.is_drained() {
+            self.port.rx(&mut self.rx)
+        } else {
+            1
+        };
         // Reading the TSC costs as much as an idle turn on a virtual machine: read it when
         // frames arrive (event timestamps, acknowledgement times) and every 64th turn
         // otherwise (timers are micro- to milliseconds).
@@ -373,29 +396,77 @@ impl Worker {
             self.now = rdtsc();
         }
         let now = self.now;
+        let mut urgent = false;
+        while let Some(m) = self.rx_hi.next() {
+            self.stats.frames_rx_high += 1;
+            self.take_frame(m, now);
+            urgent = true;
+        }
         while let Some(m) = self.rx.next() {
-            if self.faults.is_some() {
-                self.inject(m, now);
-            } else {
-                self.handle_frame(&m, now);
+            self.take_frame(m, now);
+            if hi && self.port.rx_queue(HIGH_QUEUE, &mut self.rx_hi) > 0 {
+                // An urgent frame came in meanwhile: take it now and end the turn's
+                // receiving here, so that the application sees it at once.
+                while let Some(m) = self.rx_hi.next() {
+                    self.stats.frames_rx_high += 1;
+                    self.take_frame(m, now);
+                }
+                urgent = true;
+                break;
             }
         }
         if !self.held_frames.is_empty() {
             self.release_held(now);
         }
-        self.service_send_queues(now);
+        if urgent {
+            // No bulk sending in a turn that took an urgent frame: its answer may be
+            // posted as soon as this turn ends.
+            self.service_high(now);
+        } else {
+            self.service_send_queues(now);
+            // Bulk sending stops when an urgent frame arrives: take it now.
+            while let Some(m) = self.rx_hi.next() {
+                self.stats.frames_rx_high += 1;
+                self.take_frame(m, now);
+            }
+        }
         self.flush_acks();
         if now >= self.next_timer {
             self.next_timer = now + self.timer_tick;
             self.run_timers(now);
         }
+        n + self.transmit()
+    }
+
+    /// A received frame: through the fault layer when one is configured.
+    #[inline]
+    fn take_frame(&mut self, m: Mbuf, now: u64) {
+        if self.faults.is_some() {
+            self.inject(m, now);
+        } else {
+            self.handle_frame(&m, now);
+        }
+    }
+
+    /// Sends both batches, the high-priority one first; returns the frames sent.
+    fn transmit(&mut self) -> usize {
+        let mut sent = 0;
+        if !self.tx_hi.is_empty() {
+            let queued = self.tx_hi.len();
+            let s = self.port.tx_queue(HIGH_QUEUE, &mut self.tx_hi);
+            if s < queued {
+                self.stats.tx_stalls += 1;
+            }
+            sent += s;
+        }
         let queued = self.tx.len();
-        let sent = self.port.tx(&mut self.tx);
-        if sent < queued {
+        let s = self.port.tx(&mut self.tx);
+        if s < queued {
             self.stats.tx_stalls += 1;
         }
+        sent += s;
         self.stats.frames_tx += sent as u64;
-        n + sent
+        sent
     }
 
     /// Our receive queue shared among the live connections: each peer may have this

@@ -13,6 +13,7 @@ use crate::connection::{
 };
 use crate::message;
 use crate::oplogic::{DropReason, RemoteStatus};
+use crate::port::HIGH_QUEUE;
 use crate::reliability::SeqBits;
 use crate::tables::{EndpointTable, NodeAddr, NodeTable};
 use crate::wire::{self, hflags, op, ControlRepr, FrameWriter, TransportRepr, UnderlayRepr};
@@ -28,13 +29,18 @@ impl Worker {
         }
         let mut i = 0;
         while i < self.ack_list.len() {
-            if self.tx.is_full() && self.port.tx(&mut self.tx) == 0 {
+            let slot = self.ack_list[i];
+            let high = self
+                .conns
+                .get(slot)
+                .is_some_and(|c| c.priority == Priority::High)
+                && self.port.queues() > 1;
+            if self.port_full(high) {
                 // Keep the rest for the next turn.
                 self.ack_list.drain(..i);
                 self.ack_list.append(&mut self.ack_new);
                 return;
             }
-            let slot = self.ack_list[i];
             i += 1;
             let Some(conn) = self.conns.get_mut(slot) else {
                 continue;
@@ -97,7 +103,11 @@ impl Worker {
             mbuf.set_len(len);
             self.stats.acks_tx += 1;
             self.stats.bytes_tx += len as u64;
-            let _ = self.tx.push(mbuf);
+            let _ = if high {
+                self.tx_hi.push(mbuf)
+            } else {
+                self.tx.push(mbuf)
+            };
         }
         self.ack_list.clear();
         std::mem::swap(&mut self.ack_list, &mut self.ack_new);
@@ -152,23 +162,23 @@ impl Worker {
         if !self.raw_tx.is_empty() {
             self.send_raw_frames();
         }
-        for i in 0..self.conns.high_slots().len() {
-            let slot = self.conns.high_slots()[i];
-            if self.has_send_work(slot)
-                && self.service_conn(slot, now, u32::MAX, false) == Served::PortFull
-            {
-                return;
-            }
+        if !self.service_high(now) {
+            return;
         }
         let n = self.conns.slots();
         if n == 0 {
             return;
         }
         let start = if self.rr_next < n { self.rr_next } else { 0 };
+        let burst = if self.conns.high_slots().is_empty() {
+            LOW_BURST
+        } else {
+            LOW_BURST_BESIDE_HIGH
+        };
         let mut slot = start;
         for _ in 0..n {
             if self.has_send_work(slot) {
-                match self.service_conn(slot, now, LOW_BURST, true) {
+                match self.service_conn(slot, now, burst, true) {
                     Served::Done => {}
                     Served::PortFull | Served::Yielded => {
                         // Resume with this connection next turn (after the high ones).
@@ -183,6 +193,25 @@ impl Worker {
             }
         }
         self.rr_next = start + 1;
+    }
+
+    /// Sends what every high-priority connection may (its window allows) and, on a port
+    /// with a high-priority queue, puts those frames on the wire at once. Returns
+    /// false when the port takes no more frames this turn.
+    pub(super) fn service_high(&mut self, now: u64) -> bool {
+        for i in 0..self.conns.high_slots().len() {
+            let slot = self.conns.high_slots()[i];
+            if self.has_send_work(slot)
+                && self.service_conn(slot, now, u32::MAX, false) == Served::PortFull
+            {
+                return false;
+            }
+        }
+        if !self.tx_hi.is_empty() {
+            let s = self.port.tx_queue(HIGH_QUEUE, &mut self.tx_hi);
+            self.stats.frames_tx += s as u64;
+        }
+        true
     }
 
     /// Whether connection `slot` may have something to send or flush: the cheap test
@@ -214,6 +243,14 @@ impl Worker {
         }
     }
 
+    /// On a port with a high-priority queue: whether an urgent frame arrived (it is
+    /// then in `rx_hi`, taken at the end of the turn).
+    #[inline]
+    fn urgent_arrived(&mut self) -> bool {
+        self.port.queues() > 1
+            && (!self.rx_hi.is_drained() || self.port.rx_queue(HIGH_QUEUE, &mut self.rx_hi) > 0)
+    }
+
     /// Whether a high-priority connection has posted or owes messages.
     fn high_pending(&self) -> bool {
         self.conns.high_slots().iter().any(|&s| {
@@ -226,7 +263,12 @@ impl Worker {
     /// Sends up to `budget` frames of connection `slot` (admitting posted work
     /// requests into its window first).
     fn service_conn(&mut self, slot: usize, now: u64, budget: u32, yield_to_high: bool) -> Served {
-        if self.tx.is_full() && self.port.tx(&mut self.tx) == 0 {
+        let Some(conn) = self.conns.get_mut(slot) else {
+            return Served::Done;
+        };
+        // A high-priority connection's frames take the port's high-priority queue.
+        let high = conn.priority == Priority::High && self.port.queues() > 1;
+        if self.port_full(high) {
             return Served::PortFull;
         }
         let Some(conn) = self.conns.get_mut(slot) else {
@@ -255,9 +297,12 @@ impl Worker {
             let Some(first) = conn.tx.next_to_send() else {
                 break;
             };
-            if self.tx.is_full() && self.port.tx(&mut self.tx) == 0 {
+            if self.port_full(high) {
                 return Served::PortFull;
             }
+            let Some(conn) = self.conns.get_mut(slot) else {
+                break;
+            };
             let Some(mut mbuf) = self.port.alloc() else {
                 self.stats.drop_for(DropReason::NoBuffer);
                 return Served::PortFull;
@@ -283,9 +328,14 @@ impl Worker {
             if conn.nnaks == 0 && !conn.rx.has_gap() {
                 conn.ack_pending = false; // piggy-backed (a gap needs the selective part)
             }
-            let _ = self.tx.push(mbuf);
+            let _ = if high {
+                self.tx_hi.push(mbuf)
+            } else {
+                self.tx.push(mbuf)
+            };
             frames += 1;
-            if yield_to_high && self.high_pending() {
+            if yield_to_high && (self.high_pending() || self.urgent_arrived()) {
+                self.stats.low_yields += 1;
                 return Served::Yielded;
             }
         }
@@ -293,8 +343,24 @@ impl Worker {
     }
 }
 
+impl Worker {
+    /// Whether the batch of the given class is full and the port takes nothing of it.
+    #[inline]
+    fn port_full(&mut self, high: bool) -> bool {
+        if high {
+            self.tx_hi.is_full() && self.port.tx_queue(HIGH_QUEUE, &mut self.tx_hi) == 0
+        } else {
+            self.tx.is_full() && self.port.tx(&mut self.tx) == 0
+        }
+    }
+}
+
 /// Low-priority frames one connection may send per turn before the next one's turn.
 pub const LOW_BURST: u32 = 16;
+/// The same while high-priority connections exist: shorter turns, so that urgent frames
+/// are noticed sooner (measured: `cargo bench -p deposit --bench priority`, p50 of an
+/// urgent ping under a bulk transfer 18 us with 16 frames a turn, 6 us with 4).
+pub const LOW_BURST_BESIDE_HIGH: u32 = 4;
 
 /// How one connection's service ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
