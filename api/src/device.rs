@@ -148,6 +148,8 @@ pub struct DeviceStats {
     pub keepalive_failures: u64,
     /// Messages kept because they arrived ahead of a gap.
     pub reordered: u64,
+    /// Of those, segments of large writes placed on arrival (no copy kept).
+    pub placed_ahead: u64,
     pub duplicates: u64,
     pub tx_stalls: u64,
     /// Refusals by reason.
@@ -192,6 +194,7 @@ impl DeviceStats {
             keepalive_probes: s.keepalive_probes,
             keepalive_failures: s.keepalive_failures,
             reordered: s.reordered,
+            placed_ahead: s.placed_ahead,
             duplicates: s.duplicates,
             tx_stalls: s.tx_stalls,
             drops: DropReason::ALL

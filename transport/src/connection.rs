@@ -332,6 +332,9 @@ pub struct Stored {
     pub payload: Vec<u8>,
     /// The frame's compound descriptor, for a `COMPOUND_REPEAT` message.
     pub frame_desc: Option<[u8; 8]>,
+    /// Already placed on arrival (a `SEGMENT`, no payload kept): when the gap fills it
+    /// only moves the sequence on.
+    pub placed: bool,
 }
 
 /// The endpoint ranges of read replies this side still owes the peer: a reply's

@@ -94,6 +94,13 @@ pub fn control_for(
         } else {
             flags::COMPOUND
         };
+    } else if seg > 0
+        && wr.opcode == WrOpcode::Write
+        && wr.remote.mode_flags & (flags::ADDR_MASK | flags::REG_TARGET) == 0
+    {
+        // Placeable on arrival: the receiver knows where the request started.
+        c.flags |= flags::SEGMENT;
+        c.index = seg;
     }
     c.opcode = match wr.opcode {
         WrOpcode::Write => op::WRITE,

@@ -406,7 +406,7 @@ pub fn plan<'p>(
     ctx: &RegContext<'_>,
     mem: &mut impl EndpointAccess,
 ) -> Result<Plan<'p>, Trap> {
-    if control.opcode == op::WRITE && control.flags & !flags::LAST == 0 {
+    if control.opcode == op::WRITE && control.flags & !(flags::LAST | flags::SEGMENT) == 0 {
         let data = payload
             .get(..control.length as usize)
             .ok_or(Trap::PayloadTruncated {
@@ -462,7 +462,7 @@ pub fn plan_into<'p>(
     frame_descriptor: Option<&[u8; COMPOUND_LEN]>,
     out: &mut Plan<'p>,
 ) -> Result<(), Trap> {
-    if control.flags & !flags::LAST == 0 && control.opcode == op::WRITE {
+    if control.flags & !(flags::LAST | flags::SEGMENT) == 0 && control.opcode == op::WRITE {
         *out = plan(control, payload, ctx, mem)?;
         return Ok(());
     }
@@ -493,7 +493,11 @@ fn plan_general<'p>(
     let repeat = f & flags::COMPOUND_REPEAT != 0;
     let compound = f & flags::COMPOUND != 0 || repeat;
     let reg_target = f & flags::REG_TARGET != 0;
+    // SEGMENT belongs to plain direct writes only (see `wire::cell::flags`).
+    let bad_segment = f & flags::SEGMENT != 0
+        && (control.opcode != op::WRITE || mode != AddrMode::Direct || compound || reg_target);
     if f & flags::REPLY != 0
+        || bad_segment
         || (f & flags::COMPOUND != 0 && repeat)
         || (repeat && frame_descriptor.is_none())
         || (compound && !info.compound)

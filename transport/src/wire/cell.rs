@@ -102,6 +102,11 @@ pub mod flags {
     /// same frame that carried one, and carries none itself: a train of identical
     /// compound operations pays for the descriptor once per frame.
     pub const COMPOUND_REPEAT: u8 = 0x40;
+    /// A later segment of a multi-segment direct write (no compound, no register):
+    /// `index` is its segment number (1..) in the work request. The receiver may place
+    /// it on arrival ahead of a gap when the gap holds only earlier segments of the
+    /// same request (PCI-DDC's out-of-order placement): no copy, no reordering buffer.
+    pub const SEGMENT: u8 = 0x80;
 }
 
 /// How the effective address of a message is generated (control flags bits 3..4).

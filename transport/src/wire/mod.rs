@@ -84,7 +84,9 @@
 //! [`compound`]: two register operations, a conditional and their order), `REPLY` (the
 //! reply to a read or atomic: `index` names the request's sequence number), address
 //! mode in bits 3..4 ([`cell::AddrMode`]: direct, indirect, indexed, indirect
-//! post-increment) and `REG_TARGET` (an atomic on register `ra`, not memory). The index
+//! post-increment) and `REG_TARGET` (an atomic on register `ra`, not memory),
+//! `COMPOUND_REPEAT` and `SEGMENT` (a later segment of a plain direct write: `index` is
+//! its segment number, so the receiver may place it on arrival ahead of a gap). The index
 //! field names four registers, one byte each: `ra` (address generation), `rb` and `rc`
 //! (destinations of register operations 1 and 2), `rd` (conditional); a name below 128
 //! is in the connection's register window, 128 and up a global register of the

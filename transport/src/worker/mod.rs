@@ -143,6 +143,8 @@ pub struct Stats {
     pub keepalive_failures: u64,
     /// Messages kept because they arrived ahead of a gap.
     pub reordered: u64,
+    /// Of those, segments placed on arrival (no copy kept).
+    pub placed_ahead: u64,
     pub duplicates: u64,
     /// Events posted to endpoint event queues.
     pub events: u64,

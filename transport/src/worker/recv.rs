@@ -170,18 +170,28 @@ impl Worker {
                 }
                 Arrival::Ahead { offset } => {
                     if conn.state == ConnState::Normal {
-                        // Ahead of a gap: keep a copy (the loss path) and run it when
-                        // the gap fills — one loss costs one retransmission.
-                        let len = (m.control.length as usize).min(m.payload.len());
-                        let repeat = m.control.flags & cflags::COMPOUND_REPEAT != 0;
-                        conn.reorder.insert(
-                            this,
+                        // Ahead of a gap: a segment whose request started at or before
+                        // the gap is placed now; anything else is kept (a copy, the loss
+                        // path) and run when the gap fills. One loss costs one
+                        // retransmission either way.
+                        let stored = if place_ahead(conn, this, &m.control, m.payload, &mut ex) {
+                            Stored {
+                                control: m.control,
+                                payload: Vec::new(),
+                                frame_desc: None,
+                                placed: true,
+                            }
+                        } else {
+                            let len = (m.control.length as usize).min(m.payload.len());
+                            let repeat = m.control.flags & cflags::COMPOUND_REPEAT != 0;
                             Stored {
                                 control: m.control,
                                 payload: m.payload[..len].to_vec(),
                                 frame_desc: if repeat { frame_desc } else { None },
-                            },
-                        );
+                                placed: false,
+                            }
+                        };
+                        conn.reorder.insert(this, stored);
                         conn.rx.keep_ahead(offset);
                         ex.stats.reordered += 1;
                     }
@@ -332,6 +342,11 @@ fn advance(conn: &mut Connection, ex: &mut Exec<'_>) -> u64 {
         let Some(st) = conn.reorder.remove(&seq) else {
             break;
         };
+        if st.placed {
+            // Placed on arrival (never a request's last segment): nothing left to do.
+            next_kept = conn.rx.executed();
+            continue;
+        }
         if let Ran::Held | Ran::Wait = deliver(
             conn,
             seq,
@@ -376,6 +391,58 @@ fn run_waiting(conn: &mut Connection, ex: &mut Exec<'_>) -> Option<u64> {
     }
 }
 
+/// Out-of-order placement (PCI-DDC): writes a message that arrived ahead of a gap now,
+/// when it is a later segment (`SEGMENT`, not the last) of a direct write whose request
+/// started at or before the gap — so the gap holds only earlier segments of the same
+/// request, which write other bytes — and it passes every check. Returns whether it
+/// was placed; anything else (a trap, a fault, an overlap with a read reply still owed)
+/// waits for its turn in order, where it is handled as usual.
+fn place_ahead(
+    conn: &mut Connection,
+    seq: u32,
+    control: &ControlRepr,
+    payload: &[u8],
+    ex: &mut Exec<'_>,
+) -> bool {
+    let f = control.flags;
+    if f & cflags::SEGMENT == 0 || f & cflags::LAST != 0 || control.opcode != op::WRITE {
+        return false;
+    }
+    let first = seq.wrapping_sub(control.index);
+    if control.index == 0 || crate::reliability::seq_lt(conn.rx.expected(), first) {
+        return false;
+    }
+    let Some(ep) = ex.endpoints.get(conn.endpoint) else {
+        return false;
+    };
+    let ctx = RegContext {
+        regs: ex.regs,
+        window: conn.regs,
+        globals: ep.globals(),
+        allow_forced_interrupts: conn.allow_forced_interrupts,
+    };
+    let mut mem = TlbAccess::new(conn.endpoint, ep, ex.tlb);
+    let mut plan = Plan::NOTHING;
+    if oplogic::plan_into(control, payload, &ctx, &mut mem, None, &mut plan).is_err() {
+        return false;
+    }
+    if let Some((start, len)) = plan.store.span() {
+        let tx = &conn.tx;
+        if !conn.read_replies.is_empty()
+            && conn
+                .read_replies
+                .blocks(start, len, tx.acked(), |s| tx.is_acked(s))
+        {
+            return false;
+        }
+    }
+    oplogic::commit(&plan, ex.regs, &mut mem);
+    ex.stats.bytes_deposited += plan.store.span().map_or(0, |s| u64::from(s.1));
+    ex.stats.msgs_rx += 1;
+    ex.stats.placed_ahead += 1;
+    true
+}
+
 /// Plans, checks and commits one message of `conn`.
 fn run_message(
     conn: &mut Connection,
@@ -414,6 +481,7 @@ fn run_message(
                     control: *control,
                     payload: payload.to_vec(),
                     frame_desc: frame_desc.copied(),
+                    placed: false,
                 },
             );
             return Ran::Wait;

@@ -1024,6 +1024,12 @@ fn flags_an_opcode_does_not_allow_trap() {
     let cases = [
         Msg::write(0, &[1]).flag(flags::REPLY),
         Msg::write(0, &[1]).flag(flags::REG_TARGET),
+        // SEGMENT only on plain direct writes.
+        Msg::write(0, &[1])
+            .flag(flags::SEGMENT)
+            .mode(AddrMode::Indirect),
+        Msg::read(0, 1).flag(flags::SEGMENT),
+        Msg::fetch_add(0, 1).flag(flags::SEGMENT),
         Msg::read(0, 1).flag(flags::REG_TARGET),
         Msg::reg_op(0).flag(flags::REG_TARGET),
         Msg::fetch_add(0, 1)
