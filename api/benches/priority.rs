@@ -8,7 +8,9 @@
 //! the client times each round trip and reports RTT/2 like perftest. First idle, then
 //! while the bulk connection streams `GIB` GiB (default 1) of 64 KiB writes, 16
 //! outstanding. Prints the median, p99 and p99.9 of both and the ratio of the medians
-//! (issue 4's target: loaded within 2x idle).
+//! (issue 4's target: loaded within 2x idle). `DEPOSIT_MAX_FRAME=1514` runs it with
+//! standard frames (a bulk frame in progress then delays an urgent one less),
+//! `DEPOSIT_INFLIGHT_KIB` sets the in-flight cap of bulk data.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -35,7 +37,7 @@ fn high() -> ConnOptions {
 /// The server: answers every ping (the last byte of the urgent region changes) with a
 /// pong carrying the same byte, until `stop`.
 fn server(stop: Arc<AtomicBool>, ready: std::sync::mpsc::Sender<()>) {
-    let dev = Device::open(DeviceConfig::new("ring:priobench:b", [10, 0, 0, 1])).unwrap();
+    let dev = Device::open(config("ring:priobench:b", [10, 0, 0, 1])).unwrap();
     let uep = dev.alloc_endpoint(4096, Rights::REMOTE_WRITE).unwrap();
     let bep = dev
         .alloc_endpoint(BULK_REGION, Rights::REMOTE_WRITE)
@@ -63,6 +65,19 @@ fn server(stop: Arc<AtomicBool>, ready: std::sync::mpsc::Sender<()>) {
     }
 }
 
+/// A device's configuration: `DEPOSIT_MAX_FRAME` (bytes) and `DEPOSIT_INFLIGHT_KIB`
+/// (the in-flight cap) from the environment when set.
+fn config(port: &str, ip: [u8; 4]) -> DeviceConfig {
+    let mut cfg = DeviceConfig::new(port, ip);
+    if let Ok(b) = std::env::var("DEPOSIT_MAX_FRAME") {
+        cfg.max_frame = Some(b.parse().expect("bytes"));
+    }
+    if let Ok(kib) = std::env::var("DEPOSIT_INFLIGHT_KIB") {
+        cfg.max_inflight_bytes = kib.parse::<u64>().expect("KiB") << 10;
+    }
+    cfg
+}
+
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
     sorted[((sorted.len() as f64 * p) as usize).min(sorted.len() - 1)]
 }
@@ -77,11 +92,7 @@ fn main() {
     let st = stop.clone();
     let srv = std::thread::spawn(move || server(st, tx));
     rx.recv_timeout(T).unwrap();
-    let mut cfg = DeviceConfig::new("ring:priobench:a", [10, 0, 0, 2]);
-    if let Ok(kib) = std::env::var("DEPOSIT_INFLIGHT_KIB") {
-        cfg.max_inflight_bytes = kib.parse::<u64>().expect("KiB") << 10;
-    }
-    let dev = Device::open(cfg).unwrap();
+    let dev = Device::open(config("ring:priobench:a", [10, 0, 0, 2])).unwrap();
     let uep = dev.alloc_endpoint(4096, Rights::REMOTE_WRITE).unwrap();
     let bep = dev
         .alloc_endpoint(BULK_REGION, Rights::REMOTE_WRITE)
