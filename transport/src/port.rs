@@ -719,10 +719,11 @@ impl Port {
         let seq = PORT_SEQ.fetch_add(1, Ordering::Relaxed);
         let mut max_frame = cfg.max_frame.clamp(128, 9600);
         let mut ring_key = None;
-        // Ring ports get a second queue pair for high-priority traffic (a traffic class
-        // of its own: the receiver polls it first, so urgent frames never wait behind
-        // bulk ones queued in the port). Other PMDs keep one queue.
-        let queues: u16 = if matches!(cfg.spec, PortSpec::Ring { .. }) {
+        // Ring and memif ports get a second queue pair for high-priority traffic (a
+        // traffic class of its own: the receiver polls it first, so urgent frames never
+        // wait behind bulk ones queued in the port; memif pairs queue i with the peer's
+        // queue i). Other PMDs keep one queue.
+        let queues: u16 = if matches!(cfg.spec, PortSpec::Ring { .. } | PortSpec::Memif { .. }) {
             HIGH_QUEUES
         } else {
             1

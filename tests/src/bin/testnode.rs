@@ -89,7 +89,8 @@ fn sweep_server(sock: &str, seed: u64) {
 /// then returns so the device is dropped and the process exits. A memif peer that
 /// exits while the other side is inside an rx/tx burst can make DPDK 22.11's memif
 /// touch unmapped regions (the peer's disconnect unmaps them from the interrupt
-/// thread), so the two processes never leave while the other is polling.
+/// thread), so the two processes never leave while the other is polling — a node with
+/// a dedicated worker stops it first (`Device::shutdown_for_test`).
 fn wait_for_release() {
     use std::io::Write;
     let _ = std::io::stdout().flush();
@@ -414,8 +415,11 @@ fn seed_receiver(sock: &str, example: &str) {
         _ => unreachable!(),
     }
     seed_image_check(&ep, &img);
-    // Keep serving a moment so the sender's last acknowledgements get out.
+    // Keep serving a moment so the sender's last acknowledgements get out, then stop
+    // the dedicated worker: nothing of this process may poll the memif while the
+    // sender leaves (see wait_for_release).
     std::thread::sleep(Duration::from_millis(300));
+    dev.shutdown_for_test();
     println!("verified {example}");
     wait_for_release();
 }
@@ -753,6 +757,8 @@ fn soak_server(sock: &str, seed: u64, ops: u64, faults: &str) {
                 }
             }
             Ok(l) if l == "done" => {
+                // The sender leaves next: stop polling first (see wait_for_release).
+                dev.shutdown_for_test();
                 println!("faults {:?}", dev.fault_stats());
                 break;
             }
