@@ -261,6 +261,9 @@ pub struct Worker {
     rr_next: usize,
     /// Connection slots owing a liveness probe (keepalive).
     probe_list: Vec<usize>,
+    /// High-priority frames arrived on this port's high-priority queue (it is polled
+    /// every turn from then on).
+    pub(crate) hi_active: bool,
     /// Frames of our receive queue each connection's peer may have unacknowledged
     /// (advertised in every header; recomputed at the timer tick).
     pub(crate) credits: u16,
@@ -319,6 +322,7 @@ impl Worker {
             raw_tx: Vec::new(),
             rr_next: 0,
             probe_list: Vec::new(),
+            hi_active: false,
             credits: u16::MAX,
         }
     }
@@ -375,14 +379,20 @@ impl Worker {
 
     /// One turn of the loop; returns how much work it found (frames in + frames out).
     pub fn poll(&mut self) -> usize {
-        let hi = self.port.queues() > 1;
+        // The high-priority queue is polled every turn once high-priority traffic was
+        // seen on it or is sent from here, and every 64th turn until then: a port with
+        // no high-priority connection pays (almost) nothing for it.
+        let hi = self.port.queues() > 1
+            && (self.hi_active || self.turn & 63 == 0 || !self.conns.high_slots().is_empty());
         let mut n = 0;
         if hi {
             // High-priority work first: what the application posted since the last
             // turn leaves before any bulk frame is processed, and urgent frames are
             // taken before the bulk ones that arrived with them.
             self.service_high(self.now);
-            n += self.port.rx_queue(HIGH_QUEUE, &mut self.rx_hi);
+            let h = self.port.rx_queue(HIGH_QUEUE, &mut self.rx_hi);
+            self.hi_active |= h > 0;
+            n += h;
         }
         // A bulk burst cut short for an urgent frame goes on where it stopped.
         n += if self.rx.is_drained() {

@@ -247,7 +247,7 @@ impl Worker {
     /// then in `rx_hi`, taken at the end of the turn).
     #[inline]
     fn urgent_arrived(&mut self) -> bool {
-        self.port.queues() > 1
+        self.hi_active
             && (!self.rx_hi.is_drained() || self.port.rx_queue(HIGH_QUEUE, &mut self.rx_hi) > 0)
     }
 
