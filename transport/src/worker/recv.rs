@@ -415,32 +415,47 @@ fn place_ahead(
     let Some(ep) = ex.endpoints.get(conn.endpoint) else {
         return false;
     };
-    let ctx = RegContext {
-        regs: ex.regs,
-        window: conn.regs,
-        globals: ep.globals(),
-        allow_forced_interrupts: conn.allow_forced_interrupts,
-    };
+    let ctx = reg_context(conn, ex.regs, ep);
     let mut mem = TlbAccess::new(conn.endpoint, ep, ex.tlb);
     let mut plan = Plan::NOTHING;
     if oplogic::plan_into(control, payload, &ctx, &mut mem, None, &mut plan).is_err() {
         return false;
     }
-    if let Some((start, len)) = plan.store.span() {
-        let tx = &conn.tx;
-        if !conn.read_replies.is_empty()
-            && conn
-                .read_replies
-                .blocks(start, len, tx.acked(), |s| tx.is_acked(s))
-        {
-            return false;
-        }
+    if blocked_by_read_reply(conn, &plan) {
+        return false;
     }
     oplogic::commit(&plan, ex.regs, &mut mem);
     ex.stats.bytes_deposited += plan.store.span().map_or(0, |s| u64::from(s.1));
     ex.stats.msgs_rx += 1;
     ex.stats.placed_ahead += 1;
     true
+}
+
+/// The register view of a message of `conn` into endpoint `ep`.
+fn reg_context<'a>(
+    conn: &Connection,
+    regs: &'a RegisterFile,
+    ep: &'a crate::tables::EndpointEntry,
+) -> RegContext<'a> {
+    RegContext {
+        regs,
+        window: conn.regs,
+        globals: ep.globals(),
+        allow_forced_interrupts: conn.allow_forced_interrupts,
+    }
+}
+
+/// Whether a planned store overlaps a read reply the peer has not acknowledged yet
+/// (it must wait: the reply's frames are built from memory when sent).
+fn blocked_by_read_reply(conn: &mut Connection, plan: &Plan<'_>) -> bool {
+    let Some((start, len)) = plan.store.span() else {
+        return false;
+    };
+    let tx = &conn.tx;
+    !conn.read_replies.is_empty()
+        && conn
+            .read_replies
+            .blocks(start, len, tx.acked(), |s| tx.is_acked(s))
 }
 
 /// Plans, checks and commits one message of `conn`.
@@ -455,12 +470,7 @@ fn run_message(
     let Some(ep) = ex.endpoints.get(conn.endpoint) else {
         return refuse(conn, seq, control, Trap::NoEndpoint, ex);
     };
-    let ctx = RegContext {
-        regs: ex.regs,
-        window: conn.regs,
-        globals: ep.globals(),
-        allow_forced_interrupts: conn.allow_forced_interrupts,
-    };
+    let ctx = reg_context(conn, ex.regs, ep);
     let mut mem = TlbAccess::new(conn.endpoint, ep, ex.tlb);
     let mut plan = Plan::NOTHING;
     match oplogic::plan_into(control, payload, &ctx, &mut mem, frame_desc, &mut plan) {
@@ -468,24 +478,17 @@ fn run_message(
         Err(t) if t.is_fault() => return hold(conn, seq, control, payload, frame_desc, t, ex),
         Err(t) => return refuse(conn, seq, control, t, ex),
     };
-    if let Some((start, len)) = plan.store.span() {
-        let tx = &conn.tx;
-        if !conn.read_replies.is_empty()
-            && conn
-                .read_replies
-                .blocks(start, len, tx.acked(), |s| tx.is_acked(s))
-        {
-            conn.reorder.insert(
-                seq,
-                Stored {
-                    control: *control,
-                    payload: payload.to_vec(),
-                    frame_desc: frame_desc.copied(),
-                    placed: false,
-                },
-            );
-            return Ran::Wait;
-        }
+    if blocked_by_read_reply(conn, &plan) {
+        conn.reorder.insert(
+            seq,
+            Stored {
+                control: *control,
+                payload: payload.to_vec(),
+                frame_desc: frame_desc.copied(),
+                placed: false,
+            },
+        );
+        return Ran::Wait;
     }
     let queue = ex
         .queues
