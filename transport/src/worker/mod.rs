@@ -414,7 +414,9 @@ impl Worker {
             self.take_frame(m, now);
             urgent = true;
         }
-        while let Some(m) = self.rx.next() {
+        // Bulk frames wait for the next turn when urgent ones came first: the
+        // application sees those at once.
+        while let Some(m) = if urgent { None } else { self.rx.next() } {
             self.take_frame(m, now);
             if hi && self.port.rx_queue(HIGH_QUEUE, &mut self.rx_hi) > 0 {
                 // An urgent frame came in meanwhile: take it now and end the turn's

@@ -357,10 +357,11 @@ impl Worker {
 
 /// Low-priority frames one connection may send per turn before the next one's turn.
 pub const LOW_BURST: u32 = 16;
-/// The same while high-priority connections exist: shorter turns, so that urgent frames
-/// are noticed sooner (measured: `cargo bench -p deposit --bench priority`, p50 of an
-/// urgent ping under a bulk transfer 18 us with 16 frames a turn, 6 us with 4).
-pub const LOW_BURST_BESIDE_HIGH: u32 = 4;
+/// The same while high-priority connections exist: one frame a turn, so that an urgent
+/// frame waits for at most one bulk frame being built (measured with `cargo bench -p
+/// deposit --bench priority`: urgent ping p50 under a bulk transfer ~8 us with 4 frames
+/// a turn, ~3 us with 1, for 9000-byte frames; 1.35 us with 1514-byte frames).
+pub const LOW_BURST_BESIDE_HIGH: u32 = 1;
 
 /// How one connection's service ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
