@@ -296,6 +296,9 @@ pub struct Pending {
     pub wr: WorkRequest,
     pub first_seq: u32,
     pub segments: u32,
+    /// Payload bytes per segment (fixed at admission: smaller for bulk writes while
+    /// high-priority connections share the worker).
+    pub seg_max: u32,
     /// First error a NAK reported for one of its messages.
     pub status: WcStatus,
     /// Reads and atomics: the last reply message arrived.

@@ -243,6 +243,8 @@ pub struct Worker {
     ack_new: Vec<usize>,
     pub(crate) tsc_hz: u64,
     pub(crate) segment_max: u32,
+    /// Largest payload of one message in a frame of `send::BULK_FRAME_BESIDE_HIGH` bytes.
+    pub(crate) bulk_segment: u32,
     next_timer: u64,
     /// Period of the timer checks (half the minimum retransmission timeout, 25..200 us).
     timer_tick: u64,
@@ -287,6 +289,7 @@ impl Worker {
             cfg.local.mac = port.mac();
         }
         let segment_max = segment_max_for(port.max_frame());
+        let bulk_segment = segment_max_for(port.max_frame().min(send::BULK_FRAME_BESIDE_HIGH));
         let mut nodes = NodeTable::new();
         nodes.insert(cfg.local);
         let regs = RegisterFile::new(cfg.registers);
@@ -312,6 +315,7 @@ impl Worker {
             ack_new: Vec::with_capacity(1024),
             tsc_hz: crate::port::tsc_hz(),
             segment_max,
+            bulk_segment,
             next_timer: 0,
             timer_tick,
             now: rdtsc(),

@@ -585,12 +585,14 @@ fn event_of(
 /// replies are not held back by the send window).
 /// Queues a reply; returns its first sequence number.
 fn push_reply(conn: &mut Connection, wr: crate::connection::WorkRequest, ex: &mut Exec<'_>) -> u32 {
-    let segments = message::segments_for(&wr, conn.segment_max.min(ex.segment_max));
+    let seg_max = conn.segment_max.min(ex.segment_max);
+    let segments = message::segments_for(&wr, seg_max);
     let first_seq = conn.tx.assign(segments);
     conn.inflight.push_back(Pending {
         wr,
         first_seq,
         segments,
+        seg_max,
         status: WcStatus::Success,
         replied: false,
     });

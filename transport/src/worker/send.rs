@@ -288,7 +288,19 @@ impl Worker {
         if now < conn.rnr_until {
             return Served::Done; // the peer is not ready: back off
         }
-        admit_work(conn, &self.endpoints, self.segment_max);
+        // Bulk writes beside high-priority connections are cut into segments that fit a
+        // standard frame, and sent in such frames: a frame being built or taken in then
+        // delays an urgent one by well under a microsecond.
+        let beside_high = !high && !self.conns.high_slots().is_empty();
+        let Some(conn) = self.conns.get_mut(slot) else {
+            return Served::Done;
+        };
+        admit_work(
+            conn,
+            &self.endpoints,
+            self.segment_max,
+            beside_high.then_some(self.bulk_segment),
+        );
         let mut frames = 0;
         while frames < budget {
             let Some(conn) = self.conns.get_mut(slot) else {
@@ -307,7 +319,11 @@ impl Worker {
                 self.stats.drop_for(DropReason::NoBuffer);
                 return Served::PortFull;
             };
-            let max = self.port.max_frame();
+            let max = if beside_high && first_message_len(conn, first) <= self.bulk_segment {
+                self.port.max_frame().min(BULK_FRAME_BESIDE_HIGH)
+            } else {
+                self.port.max_frame()
+            };
             let underlay = conn_underlay(&self.cfg.local, &self.nodes, conn);
             let hdr = data_header(conn, first, self.credits);
             let room = &mut mbuf.room_mut()[..max];
@@ -353,6 +369,31 @@ impl Worker {
             self.tx.is_full() && self.port.tx(&mut self.tx) == 0
         }
     }
+}
+
+/// Frame size of low-priority traffic while high-priority connections share the worker
+/// (a standard Ethernet frame; `Worker::bulk_segment` is the payload one message of it
+/// carries).
+pub const BULK_FRAME_BESIDE_HIGH: usize = 1514;
+
+/// Whether a request is cut into independent segments (a plain direct write: every
+/// segment carries its own address), so its segment size may be chosen freely.
+fn segments_placeable(wr: &WorkRequest) -> bool {
+    wr.opcode == WrOpcode::Write
+        && wr.remote.compound.is_none()
+        && wr.remote.mode_flags
+            & (crate::wire::cell::flags::ADDR_MASK | crate::wire::cell::flags::REG_TARGET)
+            == 0
+}
+
+/// Length of the control-plus-payload of message `seq` (0 when unknown).
+fn first_message_len(conn: &Connection, seq: u32) -> u32 {
+    conn.locate(seq).map_or(0, |(i, seg)| {
+        let p = &conn.inflight[i];
+        message::control_for(&p.wr, seg, p.segments, p.seg_max, false)
+            .0
+            .length
+    })
 }
 
 /// Low-priority frames one connection may send per turn before the next one's turn.
@@ -412,7 +453,12 @@ fn data_header(conn: &Connection, first: u32, credits: u16) -> TransportRepr {
 
 /// Moves work requests from the application's send queue into flight, within the
 /// window. Requests whose local ranges are invalid complete at once.
-fn admit_work(conn: &mut Connection, endpoints: &EndpointTable, segment_max: u32) {
+fn admit_work(
+    conn: &mut Connection,
+    endpoints: &EndpointTable,
+    segment_max: u32,
+    bulk_segment: Option<u32>,
+) {
     while conn.tx.in_flight() < conn.window {
         // `is_empty` is two plain loads; `pop` on an empty queue also pays a full
         // fence, so never pop to find out that the queue is empty.
@@ -441,8 +487,14 @@ fn admit_work(conn: &mut Connection, endpoints: &EndpointTable, segment_max: u32
             complete(conn, &wr, WcStatus::LocalProtectionError);
             continue;
         }
-        let segments = message::segments_for(&wr, conn.segment_max.min(segment_max));
-        if segments == 1 && !message::single_message_fits(&wr, conn.segment_max.min(segment_max)) {
+        let mut seg_max = conn.segment_max.min(segment_max);
+        if segments_placeable(&wr) {
+            if let Some(b) = bulk_segment {
+                seg_max = seg_max.min(b);
+            }
+        }
+        let segments = message::segments_for(&wr, seg_max);
+        if segments == 1 && !message::single_message_fits(&wr, seg_max) {
             complete(conn, &wr, WcStatus::LocalLengthError);
             continue;
         }
@@ -451,6 +503,7 @@ fn admit_work(conn: &mut Connection, endpoints: &EndpointTable, segment_max: u32
             wr,
             first_seq,
             segments,
+            seg_max,
             status: WcStatus::Success,
             replied: false,
         });
@@ -484,8 +537,7 @@ fn fill_frame(
         let p = &conn.inflight[idx];
         let wr = p.wr;
         let repeat = wr.remote.compound.is_some() && wr.remote.compound == frame_desc;
-        let (control, seg_off) =
-            message::control_for(&wr, seg, p.segments, conn.segment_max, repeat);
+        let (control, seg_off) = message::control_for(&wr, seg, p.segments, p.seg_max, repeat);
         if !w.fits(control.length) {
             break;
         }
