@@ -26,8 +26,8 @@ use crate::exchange::{self, Layout, RoundEnd};
 use crate::report::{LatStats, Reporter};
 use crate::setup::{self, Session, SocketFile, EMPTY_WC};
 use crate::verify;
-use crate::warmup::Warmup;
-use crate::{Params, Role, Span};
+use crate::warmup::LatRound;
+use crate::{Params, Role};
 
 /// Samples reserved for one size of a `-D` run (64 MiB of u64).
 pub const DURATION_SAMPLES: usize = 1 << 23;
@@ -167,11 +167,7 @@ fn next_counter(c: u8) -> u8 {
 /// The client: pings, times, reports.
 fn client(s: &Session, p: &Params, rep: &mut Reporter) -> Result<()> {
     exchange::send_hello(&s.dev, &s.conn, &s.ep, &s.lay, p)?;
-    let (limit, run_for) = match p.span {
-        Span::Iters(n) => (n, None),
-        Span::Duration(d) => (DURATION_SAMPLES as u64, Some(d)),
-    };
-    let mut rtts: Vec<u64> = Vec::with_capacity(limit as usize);
+    let mut rtts: Vec<u64> = Vec::with_capacity(LatRound::capacity(p));
     let mut wcs = [EMPTY_WC; 16];
     let cq_mod = p.cq_mod as u64;
     let mut want = Vec::new();
@@ -193,20 +189,18 @@ fn client(s: &Session, p: &Params, rep: &mut Reporter) -> Result<()> {
         }
         let mut counter = 0u8;
         let mut seq = 0u64; // pings of the round, warm-up included
-        let mut i = 0u64;
         let round_start = Instant::now();
-        let deadline = run_for.map(|d| round_start + p.warmup + d);
-        let mut warm = Warmup::start(p.warmup);
-        while i < limit {
+        let mut lr = LatRound::start(p);
+        while lr.more() {
             counter = next_counter(counter);
             seq += 1;
             if p.verify {
                 verify::put_stamp(&s.ep, s.lay.send, size as usize, &verify::stamp(round, seq))?;
             }
             s.ep.write(s.lay.send + last, &[counter])?;
-            let signaled = (i + 1) % cq_mod == 0;
+            let signaled = seq % cq_mod == 0;
             req.set_signaled(signaled);
-            req.set_wr_id(i + 1);
+            req.set_wr_id(seq);
             let t0 = Instant::now();
             s.conn.post_write(&req)?;
             let mut wait = Wait::since(t0, p.timeout, "the server's reply write");
@@ -227,19 +221,12 @@ fn client(s: &Session, p: &Params, rep: &mut Reporter) -> Result<()> {
                 let what = || format!("{size} B: pong {seq}");
                 verify::check_message(&got, &want, what, rep.outcome());
             }
-            if warm.absorb(t1) {
-                continue;
-            }
-            rtts.push(t1.duration_since(t0).as_nanos() as u64);
-            i += 1;
-            if deadline.is_some_and(|d| t1 >= d) {
+            if lr.sample(&mut rtts, t0, t1) {
                 break;
             }
         }
-        if run_for.is_some() && i == limit {
-            eprintln!("ddperf: {size} B: stopped at {limit} samples before the -D time was up");
-        }
-        let end = RoundEnd::new(i + warm.done(), round_start.elapsed(), 0.0);
+        lr.report_cut(size);
+        let end = RoundEnd::new(lr.iterations(), round_start.elapsed(), 0.0);
         exchange::send_round_end(&s.dev, &s.conn, &s.ep, &s.lay, p, round, &end)?;
         drain(&s.conn, &mut wcs)?;
         exchange::take_verdict(s, p, round, round + 1 == p.sizes.len(), rep)?;

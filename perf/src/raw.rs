@@ -40,10 +40,9 @@ use deposit_transport::port::{self, Mbuf, Port, PortConfig, PortSpec, RxBatch, T
 use deposit_transport::wire::FRAME_OVERHEAD;
 
 use crate::error::{PerfError, Result, Wait};
-use crate::lat::DURATION_SAMPLES;
 use crate::report::{BwStats, LatStats, PeakRate, Reporter};
 use crate::setup::{self, SocketFile};
-use crate::warmup::Warmup;
+use crate::warmup::LatRound;
 use crate::{Params, Role, Span};
 
 const HDR_LEN: usize = 34;
@@ -476,23 +475,17 @@ fn bw_receiver(port: &mut Port, p: &Params, sizes: &[u64], rep: &mut Reporter) -
 
 /// raw_lat pinger: one frame out, wait for it to come back, per iteration.
 fn lat_pinger(port: &mut Port, p: &Params, sizes: &[u64], rep: &mut Reporter) -> Result<()> {
-    let (limit, run_for) = match p.span {
-        Span::Iters(n) => (n, None),
-        Span::Duration(d) => (DURATION_SAMPLES as u64, Some(d)),
-    };
-    let mut rtts: Vec<u64> = Vec::with_capacity(limit as usize);
+    let mut rtts: Vec<u64> = Vec::with_capacity(LatRound::capacity(p));
     let mut tx = TxBatch::default();
     let mut rx = RxBatch::default();
     for (round, &size) in sizes.iter().enumerate() {
         let round = round as u8;
         let len = frame_len(size);
         rtts.clear();
-        let deadline = run_for.map(|d| Instant::now() + p.warmup + d);
-        let mut warm = Warmup::start(p.warmup);
-        let mut i = 0u64;
+        let mut lr = LatRound::start(p);
         // Frames sent this round, warm-up ones included: each echo is matched by it.
         let mut seq = 0u64;
-        while i < limit {
+        while lr.more() {
             let mut m = match port.alloc() {
                 Some(m) => m,
                 None => alloc_slow(port, p)?,
@@ -525,12 +518,7 @@ fn lat_pinger(port: &mut Port, p: &Params, sizes: &[u64], rep: &mut Reporter) ->
             }
             let t1 = Instant::now();
             seq += 1;
-            if warm.absorb(t1) {
-                continue;
-            }
-            rtts.push(t1.duration_since(t0).as_nanos() as u64);
-            i += 1;
-            if deadline.is_some_and(|d| t1 >= d) {
+            if lr.sample(&mut rtts, t0, t1) {
                 break;
             }
         }

@@ -22,12 +22,11 @@ use deposit::{Completion, ConnOptions, Device, Endpoint, WorkRequest};
 use crate::error::{PerfError, Result, Wait};
 use crate::exchange::{self, Layout, RoundEnd};
 use crate::harness::{self, Side, Spec};
-use crate::lat::DURATION_SAMPLES;
 use crate::report::{LatStats, Reporter};
 use crate::setup::{self, EMPTY_WC};
 use crate::verify;
-use crate::warmup::Warmup;
-use crate::{AtomicOp, Params, Span, Test};
+use crate::warmup::LatRound;
+use crate::{AtomicOp, Params, Test};
 
 /// Runs read_lat or atomic_lat in this process's role.
 pub fn run(p: &Params) -> Result<()> {
@@ -112,12 +111,8 @@ fn wait_one(side: &Side, p: &Params, t0: Instant, wcs: &mut [Completion]) -> Res
 fn client(side: &Side, p: &Params, rep: &mut Reporter) -> Result<()> {
     let s = &side.s;
     exchange::send_hello(&s.dev, &s.conn, &s.ep, &s.lay, p)?;
-    let (limit, run_for) = match p.span {
-        Span::Iters(n) => (n, None),
-        Span::Duration(d) => (DURATION_SAMPLES as u64, Some(d)),
-    };
     let atomic = p.test == Test::AtomicLat;
-    let mut rtts: Vec<u64> = Vec::with_capacity(limit as usize);
+    let mut rtts: Vec<u64> = Vec::with_capacity(LatRound::capacity(p));
     let mut wcs = [EMPTY_WC; 1];
     let mut k = 0u64; // atomics executed so far (the server's word)
     let mut bad = 0u64;
@@ -131,16 +126,16 @@ fn client(side: &Side, p: &Params, rep: &mut Reporter) -> Result<()> {
             got.resize(size as usize, 0);
             zeros.resize(size as usize, 0);
         }
-        let mut i = 0u64;
         let round_start = Instant::now();
-        let deadline = run_for.map(|d| round_start + p.warmup + d);
-        let mut warm = Warmup::start(p.warmup);
-        while i < limit {
+        let mut lr = LatRound::start(p);
+        let mut n = 0u64; // requests of the round, warm-up included
+        while lr.more() {
+            n += 1;
             if reads {
                 s.ep.write(0, &zeros)?; // not timed: the check needs fresh landing bytes
             }
             let mut req = request(p, side, size, k, 0, 0).signaled();
-            req.set_wr_id(i + 1);
+            req.set_wr_id(n);
             let t0 = Instant::now();
             s.conn.post(&req)?;
             let wc = wait_one(side, p, t0, &mut wcs)?;
@@ -165,27 +160,20 @@ fn client(side: &Side, p: &Params, rep: &mut Reporter) -> Result<()> {
             }
             if reads {
                 s.ep.read(0, &mut got)?;
-                let what = || format!("{size} B: read {}", i + 1);
+                let what = || format!("{size} B: read {n}");
                 verify::check_message(&got, &want, what, &mut checked);
             }
-            if warm.absorb(t1) {
-                continue;
-            }
-            rtts.push(t1.duration_since(t0).as_nanos() as u64);
-            i += 1;
-            if deadline.is_some_and(|d| t1 >= d) {
+            if lr.sample(&mut rtts, t0, t1) {
                 break;
             }
         }
-        if run_for.is_some() && i == limit {
-            eprintln!("ddperf: {size} B: stopped at {limit} samples before the -D time was up");
-        }
+        lr.report_cut(size);
         // Before the marker: the server closes the connection after the last one.
         if p.verify && atomic {
             let word = crate::rdbw::read_counter(side, p)?;
             verify::check_word(word, k, "the server's word", &mut checked);
         }
-        let mut end = RoundEnd::new(i + warm.done(), round_start.elapsed(), 0.0);
+        let mut end = RoundEnd::new(lr.iterations(), round_start.elapsed(), 0.0);
         if p.verify {
             end.verdict = Some(verify::marker_verdict(&checked));
             rep.outcome().merge(checked);

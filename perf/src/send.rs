@@ -44,12 +44,12 @@ use deposit::{ConnOptions, Device, RegProt, RegWindow, Registers, WorkRequest};
 use crate::error::{PerfError, Result, Wait};
 use crate::exchange::{self, Layout, RoundEnd};
 use crate::harness::{self, Side, Spec};
-use crate::lat::{check_open, DURATION_SAMPLES};
+use crate::lat::check_open;
 use crate::rdbw::{self, Laps};
 use crate::report::{BwStats, LatStats, Reporter};
 use crate::setup::{self, EMPTY_WC};
 use crate::verify;
-use crate::warmup::Warmup;
+use crate::warmup::LatRound;
 use crate::{Params, Span, Test};
 
 /// Most slots of a receive queue.
@@ -199,12 +199,8 @@ fn lat_client(side: &Side, p: &Params, rep: &mut Reporter) -> Result<()> {
     let s = &side.s;
     let sizes = sizes(side, p)?;
     exchange::send_hello(&s.dev, &s.conn, &s.ep, &s.lay, p)?;
-    let (limit, run_for) = match p.span {
-        Span::Iters(n) => (n, None),
-        Span::Duration(d) => (DURATION_SAMPLES as u64, Some(d)),
-    };
     let slots = s.lay.slots as u64;
-    let mut rtts: Vec<u64> = Vec::with_capacity(limit as usize);
+    let mut rtts: Vec<u64> = Vec::with_capacity(LatRound::capacity(p));
     let mut wcs = [EMPTY_WC; 16];
     let cq_mod = p.cq_mod as u64;
     // The server sends nothing but replies into our queue.
@@ -226,15 +222,13 @@ fn lat_client(side: &Side, p: &Params, rep: &mut Reporter) -> Result<()> {
             )?;
         }
         let mut seq = 0u64; // sends of the round, warm-up included
-        let mut i = 0u64;
         let round_start = Instant::now();
-        let deadline = run_for.map(|d| round_start + p.warmup + d);
-        let mut warm = Warmup::start(p.warmup);
-        while i < limit {
-            let signaled = (i + 1) % cq_mod == 0;
-            req.set_signaled(signaled);
-            req.set_wr_id(i + 1);
+        let mut lr = LatRound::start(p);
+        while lr.more() {
             seq += 1;
+            let signaled = seq % cq_mod == 0;
+            req.set_signaled(signaled);
+            req.set_wr_id(seq);
             if p.verify {
                 verify::put_stamp(&s.ep, s.lay.send, size as usize, &verify::stamp(round, seq))?;
             }
@@ -265,19 +259,12 @@ fn lat_client(side: &Side, p: &Params, rep: &mut Reporter) -> Result<()> {
                 let what = || format!("{size} B: reply {seq}");
                 verify::check_message(&got, &want, what, rep.outcome());
             }
-            if warm.absorb(t1) {
-                continue;
-            }
-            rtts.push(t1.duration_since(t0).as_nanos() as u64);
-            i += 1;
-            if deadline.is_some_and(|d| t1 >= d) {
+            if lr.sample(&mut rtts, t0, t1) {
                 break;
             }
         }
-        if run_for.is_some() && i == limit {
-            eprintln!("ddperf: {size} B: stopped at {limit} samples before the -D time was up");
-        }
-        let end = RoundEnd::new(i + warm.done(), round_start.elapsed(), 0.0);
+        lr.report_cut(size);
+        let end = RoundEnd::new(lr.iterations(), round_start.elapsed(), 0.0);
         exchange::send_round_end(&s.dev, &s.conn, &s.ep, &s.lay, p, round, &end)?;
         drain(side, &mut wcs)?;
         exchange::take_verdict(s, p, round, round + 1 == sizes.len(), rep)?;

@@ -10,6 +10,9 @@
 
 use std::time::{Duration, Instant};
 
+use crate::lat::DURATION_SAMPLES;
+use crate::{Params, Span};
+
 /// Most warm-up iterations per round, whatever the time.
 pub const MAX_ITERS: u64 = 100_000;
 
@@ -48,6 +51,72 @@ impl Warmup {
     /// Warm-up iterations run so far.
     pub fn done(&self) -> u64 {
         self.done
+    }
+}
+
+/// One latency round's sampling: the warm-up, then timed iterations until `-n` of them
+/// or the `-D` time is up (counted from the end of the warm-up, about).
+pub struct LatRound {
+    warm: Warmup,
+    deadline: Option<Instant>,
+    limit: u64,
+    timed: u64,
+}
+
+impl LatRound {
+    /// Most samples one round keeps (`-n`, or [`DURATION_SAMPLES`] with `-D`).
+    pub fn capacity(p: &Params) -> usize {
+        match p.span {
+            Span::Iters(n) => n as usize,
+            Span::Duration(_) => DURATION_SAMPLES,
+        }
+    }
+
+    /// Starts a round now.
+    pub fn start(p: &Params) -> LatRound {
+        let (limit, deadline) = match p.span {
+            Span::Iters(n) => (n, None),
+            Span::Duration(d) => (DURATION_SAMPLES as u64, Some(Instant::now() + p.warmup + d)),
+        };
+        LatRound {
+            warm: Warmup::start(p.warmup),
+            deadline,
+            limit,
+            timed: 0,
+        }
+    }
+
+    /// Whether another iteration is due.
+    #[inline]
+    pub fn more(&self) -> bool {
+        self.timed < self.limit
+    }
+
+    /// The iteration that ran `t0..t1`: its round trip goes into `rtts` unless it was a
+    /// warm-up one. Returns whether the round is over (the `-D` time is up).
+    #[inline]
+    pub fn sample(&mut self, rtts: &mut Vec<u64>, t0: Instant, t1: Instant) -> bool {
+        if self.warm.absorb(t1) {
+            return false;
+        }
+        rtts.push(t1.duration_since(t0).as_nanos() as u64);
+        self.timed += 1;
+        self.deadline.is_some_and(|d| t1 >= d)
+    }
+
+    /// Iterations run, warm-up included (what the peer counted).
+    pub fn iterations(&self) -> u64 {
+        self.timed + self.warm.done()
+    }
+
+    /// Says so when a `-D` round ran out of sample room before its time.
+    pub fn report_cut(&self, size: u64) {
+        if self.deadline.is_some() && self.timed == self.limit {
+            eprintln!(
+                "ddperf: {size} B: stopped at {} samples before the -D time was up",
+                self.limit
+            );
+        }
     }
 }
 
