@@ -8,6 +8,9 @@
 //!   cross-connected in-process ring ports make two nodes in one process), `null`
 //!   (tx sink), `null:rx` (rx source), `memif:<socket>:<server|client>`,
 //!   `af_packet:<iface>`, `af_xdp:<iface>`, or a PCI address.
+//! * Ring and memif ports have two queue pairs: queue 0 for everything, queue
+//!   [`HIGH_QUEUE`] for high-priority connections (a traffic class of its own, which the
+//!   worker polls first); other PMDs have one.
 //! * [`RxBatch`] / [`TxBatch`] carry bursts of owned [`Mbuf`]s. Frames are always
 //!   single-segment: the mempool's data room is sized for the largest frame.
 //!
@@ -652,7 +655,8 @@ pub struct PortStats {
     pub rx_nombuf: u64,
 }
 
-/// One open DPDK port with one rx and one tx queue and its own mempool.
+/// One open DPDK port with one or [`HIGH_QUEUES`] rx/tx queue pairs and its own
+/// mempool.
 pub struct Port {
     id: u16,
     name: String,

@@ -1,19 +1,23 @@
 //! The poll loop: the "network interface" of one node, driven by one core.
 //!
 //! ```text
-//! poll():  rx burst -> parse -> (connection, key, sequence) -> oplogic -> NAK/ACK
-//!          service send queues -> frames of cells -> tx burst
-//!          timers (retransmission, connection management)
+//! poll():  [high-priority sends] -> rx burst (high queue first) -> parse
+//!          -> (connection, key, sequence) -> oplogic -> NAK/ACK
+//!          service send queues (high, then low round-robin) -> frames of cells -> tx burst
+//!          timers (retransmission, keepalive, connection management)
 //! ```
 //! The worker owns the port, the tables and the TLB; applications reach it through
 //! lock-free queues in [`ConnShared`] / [`CqShared`] for the fast path, and through
 //! `&mut Worker` (behind the device's mutex) for the control path. It runs either on a
 //! dedicated thread or inline, when the application's poll calls drive it.
 //!
-//! Delivery here is in order with cumulative acknowledgements, NAKs for refused
-//! messages and go-back-N retransmission on timeout, bounded by a retry limit. (The
-//! selective, credit-based machine of DESIGN.md §5 replaces this later.) Nothing on the
-//! per-frame path allocates, locks or makes a syscall.
+//! Delivery is the sans-IO machine of [`crate::reliability`]: in-order execution,
+//! cumulative plus selective acknowledgements, NAKs for refused messages, selective
+//! retransmission on a gap or on the adaptive timer, credits and a cap on unacknowledged
+//! bulk bytes, keepalive probes for idle connections. Messages that arrive ahead of a
+//! gap are kept (a copy: the loss path) or, for later segments of a large write,
+//! placed at once. Nothing on the in-order per-frame path allocates, locks or makes a
+//! syscall.
 //!
 //! * `recv`: frames in — sequence, operation logic (plan, then commit), replies to
 //!   reads and atomics, events, exceptions and their repair ([`Worker::resume`]).
