@@ -471,6 +471,7 @@ impl Worker {
     }
 
     /// Sends both batches, the high-priority one first; returns the frames sent.
+    #[inline]
     fn transmit(&mut self) -> usize {
         let mut sent = 0;
         if !self.tx_hi.is_empty() {

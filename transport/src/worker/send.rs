@@ -162,7 +162,9 @@ impl Worker {
         if !self.raw_tx.is_empty() {
             self.send_raw_frames();
         }
-        if !self.service_high(now) {
+        if (!self.conns.high_slots().is_empty() || !self.tx_hi.is_empty())
+            && !self.service_high(now)
+        {
             return;
         }
         let n = self.conns.slots();
