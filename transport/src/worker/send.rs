@@ -269,7 +269,7 @@ impl Worker {
             return Served::Done;
         };
         // A high-priority connection's frames take the port's high-priority queue.
-        let high = conn.priority == Priority::High && self.port.queues() > 1;
+        let high = self.port.queues() > 1 && conn.priority == Priority::High;
         if self.port_full(high) {
             return Served::PortFull;
         }
