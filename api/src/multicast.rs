@@ -20,7 +20,7 @@ use std::sync::Arc;
 use deposit_transport::connection::ConnShared;
 
 use crate::device::DeviceInner;
-use crate::queue::check_request;
+use crate::queue::{check_postable, check_request};
 use crate::{Connection, Error, WorkRequest};
 
 /// A set of connections of one device that work requests are posted on together.
@@ -80,13 +80,7 @@ impl MulticastGroup {
     pub fn post(&self, req: &WorkRequest) -> Result<(), Error> {
         check_request(req)?;
         for m in &self.members {
-            let state = m.state();
-            if !matches!(
-                state,
-                crate::ConnState::Normal | crate::ConnState::Exceptioned
-            ) {
-                return Err(Error::NotConnected(state));
-            }
+            check_postable(m)?;
             if m.sq.is_full() {
                 return Err(Error::SendQueueFull {
                     depth: m.sq.capacity(),

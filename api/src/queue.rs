@@ -112,7 +112,7 @@ impl Connection {
     /// carried.
     #[inline]
     pub fn post(&self, req: &WorkRequest) -> Result<(), Error> {
-        self.check_postable()?;
+        check_postable(&self.shared)?;
         check_request(req)?;
         self.shared
             .sq
@@ -122,16 +122,6 @@ impl Connection {
             })
     }
 
-    /// Whether the connection takes work requests now.
-    #[inline]
-    fn check_postable(&self) -> Result<(), Error> {
-        let state = self.shared.state();
-        if !matches!(state, ConnState::Normal | ConnState::Exceptioned) {
-            return Err(Error::NotConnected(state));
-        }
-        Ok(())
-    }
-
     pub(crate) fn shared(&self) -> &Arc<ConnShared> {
         &self.shared
     }
@@ -139,6 +129,16 @@ impl Connection {
     pub(crate) fn device(&self) -> &Arc<DeviceInner> {
         &self.dev
     }
+}
+
+/// Whether a connection takes work requests now.
+#[inline]
+pub(crate) fn check_postable(shared: &ConnShared) -> Result<(), Error> {
+    let state = shared.state();
+    if !matches!(state, ConnState::Normal | ConnState::Exceptioned) {
+        return Err(Error::NotConnected(state));
+    }
+    Ok(())
 }
 
 /// Checks what can be checked of a request before it is queued (the worker checks the

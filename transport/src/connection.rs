@@ -313,11 +313,7 @@ impl Pending {
     }
 }
 
-/// Sequence comparison modulo 2^32.
-#[inline]
-pub fn seq_lt(a: u32, b: u32) -> bool {
-    (a.wrapping_sub(b) as i32) < 0
-}
+pub use crate::reliability::seq_lt;
 
 /// A message kept by a fault until the host repairs it and resumes the connection.
 #[derive(Debug, Clone)]

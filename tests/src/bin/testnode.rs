@@ -490,18 +490,12 @@ fn barrier_node(port: &str, me: usize, rounds: u32, max_frame: usize) {
     let l = dev
         .listen_with(BARRIER_SERVICE, &ep, &cq, &opts)
         .unwrap_or_else(|e| fail(e));
-    // Announce this node's MAC to the bridge (a frame nobody takes), so that frames
-    // to it are forwarded, not flooded to every node.
-    let mut hello = vec![0u8; 60];
-    hello[..6].fill(0xff);
-    hello[6..12].copy_from_slice(&dev.local_addr().mac);
-    hello[12..14].copy_from_slice(&[0x88, 0xb5]);
-    dev.send_raw_frame(&hello);
+    announce(&dev);
     println!("ready");
     loop {
         match lines.recv_timeout(T) {
             Ok(l) if l == "go" => break,
-            Ok(_) => dev.send_raw_frame(&hello),
+            Ok(_) => announce(&dev),
             Err(e) => fail(format!("no go from the parent: {e}")),
         }
     }
