@@ -5,10 +5,12 @@
 //! has two connections to the server: `urgent` (high priority) and `bulk` (low
 //! priority). Urgent pings are 32-byte writes whose last byte the server's thread
 //! watches and answers with a pong write on its own high-priority connection back;
-//! the client times each round trip and reports RTT/2 like perftest. First idle, then
-//! while the bulk connection streams `GIB` GiB (default 1) of 64 KiB writes, 16
-//! outstanding. Prints the median, p99 and p99.9 of both and the ratio of the medians
-//! (issue 4's target: loaded within 2x idle). `DEPOSIT_MAX_FRAME=1514` runs it with
+//! the client times each round trip and reports RTT/2 like perftest. Four rounds of:
+//! idle pings, then pings while the bulk connection streams a quarter of `GIB` GiB
+//! (default 1) of 64 KiB writes, 16 outstanding (the machine's speed drifts; rounds
+//! keep each comparison close in time). Prints the median, p99 and p99.9 of both, the
+//! ratio of the medians, and each round's ratio (issue 4's target: loaded within 2x
+//! idle). `DEPOSIT_MAX_FRAME=1514` runs it with
 //! standard frames (a bulk frame in progress then delays an urgent one less),
 //! `DEPOSIT_INFLIGHT_KIB` sets the in-flight cap of bulk data.
 
@@ -24,6 +26,8 @@ const BULK_WR: u32 = 64 << 10;
 const BULK_DEPTH: u64 = 16;
 const BULK_REGION: usize = 64 << 20;
 const IDLE_PINGS: usize = 20_000;
+/// Idle/loaded rounds the measurement alternates.
+const ROUNDS: u64 = 4;
 const SERVICE_URGENT: u32 = 1;
 const SERVICE_BULK: u32 = 2;
 
@@ -110,8 +114,9 @@ fn main() {
     let (mut bulk_posted, mut bulk_done) = (0u64, 0u64);
     let mut counter = 0u8;
     let mut pings = 0u64;
-    // One ping-pong; with `load`, keeps the bulk connection BULK_DEPTH writes deep.
-    let mut ping = |load: bool, bulk_posted: &mut u64, bulk_done: &mut u64| -> Duration {
+    // One ping-pong; with `load`, keeps the bulk connection BULK_DEPTH writes deep
+    // until `limit` writes are posted.
+    let mut ping = |load: Option<u64>, bulk_posted: &mut u64, bulk_done: &mut u64| -> Duration {
         counter = if counter == 255 { 1 } else { counter + 1 };
         uep.write(PING - 1, &[counter]).unwrap();
         pings += 1;
@@ -121,8 +126,8 @@ fn main() {
         urgent.post(&wr).unwrap();
         while uep.load_u8(2048 + PING - 1).unwrap() != counter {
             dev.progress();
-            if load {
-                while *bulk_posted < total_wrs && *bulk_posted - *bulk_done < BULK_DEPTH {
+            if let Some(limit) = load {
+                while *bulk_posted < limit && *bulk_posted - *bulk_done < BULK_DEPTH {
                     let off = (*bulk_posted * u64::from(BULK_WR)) % BULK_REGION as u64;
                     let w =
                         WorkRequest::write(*bulk_posted, &bep, off, BULK_WR, off as u32).signaled();
@@ -140,20 +145,35 @@ fn main() {
         while ucq.poll_one().is_some() {}
         rtt / 2
     };
-    // Warm-up, then idle samples.
+    // Warm-up.
     for _ in 0..2_000 {
-        ping(false, &mut bulk_posted, &mut bulk_done);
+        ping(None, &mut bulk_posted, &mut bulk_done);
     }
-    let mut idle: Vec<Duration> = (0..IDLE_PINGS)
-        .map(|_| ping(false, &mut bulk_posted, &mut bulk_done))
-        .collect();
-    // Under the bulk transfer: samples until it is all posted and done.
-    let start = Instant::now();
+    // Rounds of idle samples, then samples under a quarter of the bulk transfer (until
+    // it is all posted and done): the machine's speed drifts, and each round's ratio
+    // compares samples taken close together.
+    let mut idle = Vec::new();
     let mut loaded = Vec::new();
-    while bulk_done < total_wrs {
-        loaded.push(ping(true, &mut bulk_posted, &mut bulk_done));
+    let mut ratios = Vec::new();
+    let mut bulk_time = Duration::ZERO;
+    for round in 1..=ROUNDS {
+        let mut i: Vec<Duration> = (0..IDLE_PINGS / ROUNDS as usize)
+            .map(|_| ping(None, &mut bulk_posted, &mut bulk_done))
+            .collect();
+        let limit = total_wrs * round / ROUNDS;
+        let start = Instant::now();
+        let mut l = Vec::new();
+        while bulk_done < limit {
+            l.push(ping(Some(limit), &mut bulk_posted, &mut bulk_done));
+        }
+        bulk_time += start.elapsed();
+        i.sort();
+        l.sort();
+        ratios.push(percentile(&l, 0.5).as_secs_f64() / percentile(&i, 0.5).as_secs_f64());
+        idle.extend(i);
+        loaded.extend(l);
     }
-    let bulk_secs = start.elapsed().as_secs_f64();
+    let bulk_secs = bulk_time.as_secs_f64();
     let st = dev.stats();
     eprintln!(
         "client: {} frames in, {} of them from the high-priority queue; bulk sending \
@@ -181,5 +201,12 @@ fn main() {
         us(percentile(&loaded, 0.999)),
         loaded.len(),
         us(percentile(&loaded, 0.5)) / us(percentile(&idle, 0.5))
+    );
+    let per_round: Vec<String> = ratios.iter().map(|r| format!("{r:.2}")).collect();
+    ratios.sort_by(f64::total_cmp);
+    println!(
+        "p50 ratio per idle/loaded round: {}; median {:.2}",
+        per_round.join(" "),
+        (ratios[ratios.len() / 2 - 1] + ratios[ratios.len() / 2]) / 2.0
     );
 }

@@ -245,7 +245,7 @@ pub fn run_lat(p: &Params) -> Result<()> {
 }
 
 /// An mbuf, waiting (bounded) for one to come back to the pool.
-fn alloc_slow(port: &Port, p: &Params) -> Result<Mbuf> {
+fn alloc_slow(port: &mut Port, p: &Params) -> Result<Mbuf> {
     let mut wait = Wait::new(p.timeout, "an mbuf from the port's pool");
     loop {
         if let Some(m) = port.alloc() {
