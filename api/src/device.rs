@@ -692,6 +692,11 @@ pub struct ConnOptions {
     /// Messages from the peer kept when they arrive ahead of a gap (selective repeat;
     /// at most 256; 0: refused, the peer resends from the gap).
     pub receive_window: u32,
+    /// The instruction window the peer's instruction pointers name.
+    pub instructions: Option<crate::InstrWindow>,
+    /// Isolation mode: every message from the peer that is not an instruction pointer
+    /// is refused, so the peer names no register or address of ours.
+    pub isolated: bool,
 }
 
 impl Default for ConnOptions {
@@ -703,6 +708,8 @@ impl Default for ConnOptions {
             sq_depth: 4096,
             priority: Priority::Low,
             receive_window: deposit_transport::reliability::SACK_BITS,
+            instructions: None,
+            isolated: false,
         }
     }
 }
@@ -716,6 +723,8 @@ impl ConnOptions {
             allow_forced_interrupts: self.allow_forced_interrupts,
             report_traps: self.report_traps,
             receive_window: self.receive_window,
+            instructions: self.instructions.map_or(RegWindow::EMPTY, |w| w.0),
+            isolated: self.isolated,
         }
     }
 }

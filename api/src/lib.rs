@@ -29,6 +29,7 @@ mod endpoint;
 mod error;
 mod events;
 mod multicast;
+mod program;
 mod queue;
 mod wr;
 
@@ -37,6 +38,7 @@ pub use endpoint::Endpoint;
 pub use error::Error;
 pub use events::EventQueue;
 pub use multicast::MulticastGroup;
+pub use program::{InstrWindow, Instruction, Ip, Operands, Token, MAX_SEQUENCE};
 pub use queue::{CompletionQueue, Connection};
 pub use wr::{global, Cond, Order, RegOp, Src, WorkRequest, WriteRequest};
 

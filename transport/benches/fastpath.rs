@@ -164,6 +164,8 @@ fn main() {
             window: w,
             globals: RegWindow::EMPTY,
             allow_forced_interrupts: true,
+            prior: &[],
+            trusted: [false; 5],
         };
         let mut acc = TlbAccess::new(id, ep, &mut tlb);
         let p = plan(&c, m.payload, &ctx, &mut acc).unwrap();
@@ -184,6 +186,8 @@ fn main() {
                 window: w,
                 globals: RegWindow::EMPTY,
                 allow_forced_interrupts: true,
+                prior: &[],
+                trusted: [false; 5],
             };
             let mut acc = TlbAccess::new(id, ep, &mut tlb);
             let mut p = Plan::NOTHING;

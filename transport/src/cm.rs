@@ -252,6 +252,11 @@ pub struct ConnectOptions {
     pub allow_forced_interrupts: bool,
     /// Whether refused messages are also reported on the endpoint's event queue.
     pub report_traps: bool,
+    /// The instruction window the peer's instruction pointers name (from
+    /// `Worker::instructions`; empty: none).
+    pub instructions: RegWindow,
+    /// Isolation mode: only instruction-pointer messages are taken from the peer.
+    pub isolated: bool,
     /// Messages kept when they arrive ahead of a gap (selective repeat; at most
     /// `reliability::SACK_BITS`; 0: refused, the sender goes back to the gap).
     pub receive_window: u32,
@@ -265,6 +270,8 @@ impl Default for ConnectOptions {
             registers: Registers::None,
             allow_forced_interrupts: true,
             report_traps: false,
+            instructions: RegWindow::EMPTY,
+            isolated: false,
             receive_window: SACK_BITS,
         }
     }
@@ -309,6 +316,8 @@ impl Worker {
             regs: window,
             allow_forced_interrupts: opts.allow_forced_interrupts,
             report_traps: opts.report_traps,
+            instructions: opts.instructions,
+            isolated: opts.isolated,
             held: None,
             rx: Receiver::new(0, opts.receive_window),
             reorder: std::collections::BTreeMap::new(),

@@ -80,6 +80,13 @@ pub enum WrOpcode {
     RegOp,
     /// Software exception: always an event at the receiver.
     Exception,
+    /// Instruction pointer `ip` (global when `tables::GLOBAL_IP` is set) with the
+    /// message operands of `remote` (operand, register names), `mask`, and `len` bytes
+    /// of data from the source; `returns`: the chain returns a value (an atomic's old
+    /// value, 8 bytes) for the local result range.
+    Invoke { ip: u32, mask: u8, returns: bool },
+    /// Deposit `len` bytes from the source into the buffer payload token `token` names.
+    TokenWrite { token: u64 },
     /// Internal: the reply to a peer's read or atomic (never posted by applications).
     Reply {
         /// The peer's request sequence number.
@@ -92,7 +99,10 @@ impl WrOpcode {
     pub fn wants_reply(self) -> bool {
         matches!(
             self,
-            WrOpcode::Read | WrOpcode::FetchAdd { .. } | WrOpcode::CmpSwap { .. }
+            WrOpcode::Read
+                | WrOpcode::FetchAdd { .. }
+                | WrOpcode::CmpSwap { .. }
+                | WrOpcode::Invoke { returns: true, .. }
         )
     }
 }
@@ -409,6 +419,10 @@ pub struct Connection {
     pub allow_forced_interrupts: bool,
     /// Whether refused messages are also reported on the endpoint's event queue.
     pub report_traps: bool,
+    /// The instruction window the peer's instruction pointers name.
+    pub instructions: crate::tables::RegWindow,
+    /// Isolation mode: every message that is not an instruction pointer is refused.
+    pub isolated: bool,
     /// The message a fault keeps (state Exceptioned).
     pub held: Option<Held>,
     /// A register window allocated for this connection alone (freed with it).

@@ -28,6 +28,10 @@ pub enum EventKind {
     /// A refused message, reported on the endpoint (connections that ask for it): the
     /// remote status code it was refused with.
     Trap { status: u8, reason: u8 },
+    /// A deposit with payload token `index` (the entry is used up): `ea` and `len` say
+    /// where and how much. With `key_ok` false the key was wrong: the payload was
+    /// dropped (`len` 0), the entry stays; only the control part is delivered.
+    Token { index: u32, key_ok: bool },
 }
 
 /// One event, as the host sees it.

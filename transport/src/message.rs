@@ -60,8 +60,13 @@ fn body_len(wr: &WorkRequest, seg_len: u32) -> u32 {
         WrOpcode::FetchAdd { .. } => 8,
         WrOpcode::CmpSwap { .. } => 16,
         WrOpcode::RegOp | WrOpcode::Exception => 0,
+        WrOpcode::Invoke { .. } | WrOpcode::TokenWrite { .. } => PREFIX_LEN + seg_len,
     }
 }
+
+/// Bytes of the invoke header or payload token ahead of an `INVOKE` or `TOKEN_WRITE`
+/// message's data.
+const PREFIX_LEN: u32 = 8;
 
 /// The control part of message `seg` (0-based) of `segments`, and the byte offset of
 /// its data within the request. `repeat`: the frame already carries this request's
@@ -113,6 +118,15 @@ pub fn control_for(
         WrOpcode::CmpSwap { .. } => op::CMP_SWAP,
         WrOpcode::RegOp => op::REG_OP,
         WrOpcode::Exception => op::EXCEPTION,
+        WrOpcode::Invoke { mask, .. } => {
+            c.mask = mask;
+            c.flags = flags::LAST;
+            op::INVOKE
+        }
+        WrOpcode::TokenWrite { .. } => {
+            c.flags = flags::LAST;
+            op::TOKEN_WRITE
+        }
         WrOpcode::Reply { request } => {
             c.flags = flags::REPLY | if last { flags::LAST } else { 0 };
             c.operand = seg_off;
@@ -121,6 +135,28 @@ pub fn control_for(
         }
     };
     (c, seg_off)
+}
+
+/// Copies the request's data (from offset `seg_off` of its source) into `body`.
+fn fill_data(wr: &WorkRequest, seg_off: u32, body: &mut [u8], endpoints: &EndpointTable) {
+    match wr.source {
+        Source::Inline(data) => {
+            let n = body.len().min(32);
+            body[..n].copy_from_slice(&data[..n]);
+            body[n..].fill(0);
+        }
+        Source::Endpoint { id, offset } => {
+            let ok = endpoints.get(id).is_some_and(|e| {
+                e.memory()
+                    .read(e.offset() + (offset + u64::from(seg_off)) as usize, body)
+                    .is_ok()
+            });
+            if !ok {
+                body.fill(0);
+            }
+        }
+        Source::None => body.fill(0),
+    }
 }
 
 /// The control part a READ request asks the receiver to reply with.
@@ -150,24 +186,17 @@ pub fn fill_payload(
     }
     match wr.opcode {
         WrOpcode::Write | WrOpcode::WriteMasked { .. } | WrOpcode::Reply { .. } => {
-            match wr.source {
-                Source::Inline(data) => {
-                    let n = body.len().min(32);
-                    body[..n].copy_from_slice(&data[..n]);
-                    body[n..].fill(0);
-                }
-                Source::Endpoint { id, offset } => {
-                    let ok = endpoints.get(id).is_some_and(|e| {
-                        e.memory()
-                            .read(e.offset() + (offset + u64::from(seg_off)) as usize, body)
-                            .is_ok()
-                    });
-                    if !ok {
-                        body.fill(0);
-                    }
-                }
-                Source::None => body.fill(0),
-            }
+            fill_data(wr, seg_off, body, endpoints)
+        }
+        WrOpcode::Invoke { ip, .. } => {
+            let (head, data) = body.split_at_mut(PREFIX_LEN as usize);
+            head.copy_from_slice(&crate::oplogic::invoke_header(ip));
+            fill_data(wr, seg_off, data, endpoints);
+        }
+        WrOpcode::TokenWrite { token } => {
+            let (head, data) = body.split_at_mut(PREFIX_LEN as usize);
+            head.copy_from_slice(&token.to_be_bytes());
+            fill_data(wr, seg_off, data, endpoints);
         }
         WrOpcode::Read => {
             let mut p = ControlPacket::new_unchecked(&mut body[..wire::CONTROL_LEN]);

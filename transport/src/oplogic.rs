@@ -20,17 +20,23 @@
 //! Submodules: `plan` (the decode table, [`plan`], [`commit`]), `alu` (what register
 //! operation and conditional codes compute), `access` (the target endpoint:
 //! [`EndpointAccess`], [`TlbAccess`] over the software TLB, [`VecAccess`] for tests),
-//! `trap` ([`Trap`], [`RemoteStatus`], [`DropReason`]).
+//! `trap` ([`Trap`], [`RemoteStatus`], [`DropReason`]), `sequence` (instruction-pointer
+//! messages: [`plan_invoke`] runs a chain of instructions as one atomic operation).
 
 mod access;
 mod alu;
 mod plan;
+mod sequence;
 mod trap;
 
 pub use access::{Access, EndpointAccess, TlbAccess, VecAccess};
 pub use plan::{
     commit, plan, plan_in_frame, plan_into, EventInfo, Plan, RegContext, Reply, Store,
     MAX_REG_WRITES,
+};
+pub use sequence::{
+    commit_sequence, invoke_header, plan_invoke, Code, SeqPlan, INVOKE_HEADER, MAX_SEQUENCE,
+    TABLE_GLOBAL, TABLE_WINDOW,
 };
 pub use trap::{DropReason, RemoteStatus, Trap};
 

@@ -15,9 +15,13 @@
 //! endpoint entry holds only the window of its global registers); the connection table and instruction
 //! memory live elsewhere. This module never dereferences a host pointer.
 
+mod instructions;
 mod registers;
+mod tokens;
 
+pub use instructions::{Instruction, InstructionMemory, Operands, GLOBAL_IP, REG_OPERANDS};
 pub use registers::{RegProt, RegWindow, RegisterFile};
+pub use tokens::{PayloadTable, Token, TokenEntry, TokenMatch};
 
 use std::collections::HashMap;
 use std::net::Ipv4Addr;
@@ -146,6 +150,44 @@ pub enum TableError {
         /// The window given back.
         window: RegWindow,
     },
+    /// An instruction window of zero slots was asked for.
+    #[error("instruction window of zero slots")]
+    EmptyInstructionWindow,
+    /// No free range of instruction memory is large enough.
+    #[error("no {wanted} free consecutive instruction slots (largest free range: {largest})")]
+    InstructionsExhausted {
+        /// Slots asked for.
+        wanted: u32,
+        /// Largest free range.
+        largest: u32,
+    },
+    /// An instruction index outside its window or table.
+    #[error("instruction {index} is outside its window or table")]
+    InstructionOutOfRange {
+        /// The index given.
+        index: u32,
+    },
+    /// An instruction window given back that is not (all) allocated.
+    #[error("instruction slots {window:?} are not (all) allocated")]
+    InstructionsNotAllocated {
+        /// The window given back.
+        window: RegWindow,
+    },
+    /// An instruction that cannot run.
+    #[error("bad instruction: {why}")]
+    BadInstruction {
+        /// What is wrong with it.
+        why: &'static str,
+    },
+    /// The payload table is full.
+    #[error("payload table full ({capacity} tokens outstanding)")]
+    TokensExhausted {
+        /// Entries in the table.
+        capacity: u32,
+    },
+    /// A token that names no outstanding entry (used, cancelled, or never issued).
+    #[error("token {0:#018x} is not outstanding")]
+    NoSuchToken(u64),
     /// A node configuration line that does not parse.
     #[error("bad node line {line:?}: {reason}")]
     BadNodeLine {

@@ -41,6 +41,14 @@ pub struct RegContext<'a> {
     pub globals: RegWindow,
     /// Whether conditional `ALWAYS` and `EXCEPTION` may interrupt the receiver.
     pub allow_forced_interrupts: bool,
+    /// Register writes planned by earlier steps of the same message (the sequencer's
+    /// chain), `(absolute index, value)` in order: the message sees them as the
+    /// register values.
+    pub prior: &'a [(u32, u64)],
+    /// Register names the receiver supplied (an instruction's own `ra`, `rb`, `rc`,
+    /// `rd`, and the sources of its descriptor as the last entry): protection bits are
+    /// for senders, so these are only bounds-checked.
+    pub trusted: [bool; 5],
 }
 
 impl<'a> RegContext<'a> {
@@ -51,6 +59,8 @@ impl<'a> RegContext<'a> {
             window: RegWindow::EMPTY,
             globals: RegWindow::EMPTY,
             allow_forced_interrupts: false,
+            prior: &[],
+            trusted: [false; 5],
         }
     }
 
@@ -290,6 +300,7 @@ impl<'p> Planner<'_, '_, 'p> {
             .reg_writes()
             .iter()
             .rev()
+            .chain(self.ctx.prior.iter().rev())
             .find(|w| w.0 == abs)
             .map(|w| w.1)
             .or_else(|| self.ctx.regs.get(abs))
@@ -306,8 +317,11 @@ impl<'p> Planner<'_, '_, 'p> {
 
     /// Register `name`, which the sender needs `need` on.
     #[inline]
-    fn register(&self, name: u8, need: RegProt) -> Result<u32, Trap> {
+    fn register(&self, name: u8, need: RegProt, slot: usize) -> Result<u32, Trap> {
         let abs = self.ctx.resolve(name).ok_or(Trap::BadRegister { name })?;
+        if self.ctx.trusted[slot] {
+            return Ok(abs);
+        }
         let prot = self.ctx.regs.prot(abs).unwrap_or(RegProt::NONE);
         if prot.contains(need) {
             Ok(abs)
@@ -325,17 +339,17 @@ impl<'p> Planner<'_, '_, 'p> {
     }
 
     /// `<dest> ← op(<dest>, src)`; returns the destination's absolute index.
-    fn reg_op(&mut self, r: RegOpRepr, dest: u8) -> Result<Option<u32>, Trap> {
+    fn reg_op(&mut self, r: RegOpRepr, dest: u8, slot: usize) -> Result<Option<u32>, Trap> {
         if r.op == RegOp::None {
             return Ok(None);
         }
-        let d = self.register(dest, RegProt::WRITE)?;
+        let d = self.register(dest, RegProt::WRITE, slot)?;
         let src = match r.src {
             OpSource::Operand => alu::extend(self.operand, r.op.is_signed()),
             OpSource::Reg(name) => {
                 let s = self.ctx.resolve(name).ok_or(Trap::BadRegister { name })?;
                 if s != d {
-                    self.register(name, RegProt::READ)?;
+                    self.register(name, RegProt::READ, 4)?;
                 }
                 self.value(s)
             }
@@ -552,7 +566,7 @@ fn plan_general<'p>(
     let ea = match mode {
         AddrMode::Direct => u64::from(operand),
         _ => {
-            let a = p.register(ra, RegProt::INDIRECT)?;
+            let a = p.register(ra, RegProt::INDIRECT, 0)?;
             named[0] = Some(a);
             let base = p.value(a);
             match mode {
@@ -624,7 +638,7 @@ fn plan_general<'p>(
                 _ => None,
             };
             let old = if reg_target {
-                let t = p.register(ra, RegProt::READ | RegProt::WRITE)?;
+                let t = p.register(ra, RegProt::READ | RegProt::WRITE, 0)?;
                 named[0] = Some(t);
                 let old = p.value(t);
                 if let Some(v) = new_value(old) {
@@ -660,11 +674,11 @@ fn plan_general<'p>(
         if desc.order == Order::CondFirst {
             tested = p.cond(desc.cond, rd)?;
         }
-        named[1] = p.reg_op(desc.op1, rb)?;
+        named[1] = p.reg_op(desc.op1, rb, 1)?;
         if desc.order == Order::CondAfterOp1 {
             tested = p.cond(desc.cond, rd)?;
         }
-        named[2] = p.reg_op(desc.op2, rc)?;
+        named[2] = p.reg_op(desc.op2, rc, 2)?;
         if desc.order == Order::CondLast {
             tested = p.cond(desc.cond, rd)?;
         }

@@ -103,6 +103,50 @@ pub enum Trap {
     /// the host repairs by draining the queue.
     #[error("event queue full")]
     EventQueueFull,
+    /// A message that names an operation on a connection in isolation mode (only
+    /// instruction pointers are taken).
+    #[error("connection in isolation mode takes instruction pointers only")]
+    Isolated,
+    /// An instruction pointer outside the connection's instruction window (or the
+    /// global table).
+    #[error("instruction pointer {ip:#x} is outside the window")]
+    InstructionOutOfWindow {
+        /// The instruction pointer.
+        ip: u32,
+    },
+    /// An instruction pointer naming an instruction that is not an entry point.
+    #[error("instruction {ip:#x} is not an entry point")]
+    NotEntryPoint {
+        /// The instruction pointer.
+        ip: u32,
+    },
+    /// The instruction slot (or the next one of a chain) is empty: a fault the host
+    /// repairs by loading it.
+    #[error("instruction {ip:#x} not loaded")]
+    InstructionNotLoaded {
+        /// The empty slot (relative to the window, or global).
+        ip: u32,
+    },
+    /// A chain of instructions longer than the sequencer runs, or one that returns more
+    /// than one value.
+    #[error("instruction chain from {ip:#x} exceeds the sequencer's bounds")]
+    SequenceBounds {
+        /// The entry point.
+        ip: u32,
+    },
+    /// A global instruction that would take an operand from the instruction.
+    #[error("global instruction {ip:#x} uses a receiver-supplied operand")]
+    GlobalOperands {
+        /// The instruction pointer.
+        ip: u32,
+    },
+    /// A payload token that names no outstanding entry (used, cancelled, never issued).
+    #[error("payload token not outstanding")]
+    BadToken,
+    /// A payload token with a wrong key: the payload is dropped (the receiver still
+    /// gets the control part, with length 0).
+    #[error("payload token key mismatch")]
+    TokenKey,
 }
 
 impl Trap {
@@ -114,7 +158,14 @@ impl Trap {
             | Trap::BadRegister { .. }
             | Trap::RegisterProtection { .. }
             | Trap::ForcedInterruptRefused
-            | Trap::NoEndpoint => RemoteStatus::RemoteAccessError,
+            | Trap::NoEndpoint
+            | Trap::Isolated
+            | Trap::InstructionOutOfWindow { .. }
+            | Trap::NotEntryPoint { .. }
+            | Trap::GlobalOperands { .. }
+            | Trap::BadToken
+            | Trap::TokenKey => RemoteStatus::RemoteAccessError,
+            Trap::SequenceBounds { .. } => RemoteStatus::RemoteOperationError,
             Trap::UnknownOpcode(_)
             | Trap::BadLength { .. }
             | Trap::BadCompound { .. }
@@ -122,7 +173,9 @@ impl Trap {
             Trap::PayloadTruncated { .. } | Trap::Misaligned { .. } => {
                 RemoteStatus::RemoteInvalidRequest
             }
-            Trap::PageNotPresent { .. } | Trap::EventQueueFull => RemoteStatus::PageFault,
+            Trap::PageNotPresent { .. }
+            | Trap::EventQueueFull
+            | Trap::InstructionNotLoaded { .. } => RemoteStatus::PageFault,
         }
     }
 
@@ -143,6 +196,14 @@ impl Trap {
             Trap::BadFlags { .. } => DropReason::BadFlags,
             Trap::NoEndpoint => DropReason::AccessDenied,
             Trap::EventQueueFull => DropReason::EventQueueFull,
+            Trap::Isolated => DropReason::Isolated,
+            Trap::InstructionOutOfWindow { .. } => DropReason::InstructionWindow,
+            Trap::NotEntryPoint { .. } => DropReason::NotEntryPoint,
+            Trap::InstructionNotLoaded { .. } => DropReason::InstructionNotLoaded,
+            Trap::SequenceBounds { .. } => DropReason::SequenceBounds,
+            Trap::GlobalOperands { .. } => DropReason::GlobalOperands,
+            Trap::BadToken => DropReason::BadToken,
+            Trap::TokenKey => DropReason::TokenKey,
         }
     }
 
@@ -150,7 +211,10 @@ impl Trap {
     /// exceptioned state and the message is kept) rather than an error trap (the
     /// message is discarded).
     pub fn is_fault(&self) -> bool {
-        matches!(self, Trap::PageNotPresent { .. } | Trap::EventQueueFull)
+        matches!(
+            self,
+            Trap::PageNotPresent { .. } | Trap::EventQueueFull | Trap::InstructionNotLoaded { .. }
+        )
     }
 }
 
@@ -235,11 +299,27 @@ pub enum DropReason {
     EventQueueFull,
     /// A reply that matches no outstanding read or atomic of ours.
     BadReply,
+    /// A non-instruction-pointer message on a connection in isolation mode.
+    Isolated,
+    /// An instruction pointer outside the instruction window or global table.
+    InstructionWindow,
+    /// An instruction pointer to an instruction that is not an entry point.
+    NotEntryPoint,
+    /// An instruction slot not loaded (fault).
+    InstructionNotLoaded,
+    /// An instruction chain beyond the sequencer's bounds.
+    SequenceBounds,
+    /// A global instruction using a receiver-supplied operand.
+    GlobalOperands,
+    /// A payload token that is not outstanding.
+    BadToken,
+    /// A payload token with a wrong key (payload dropped).
+    TokenKey,
 }
 
 impl DropReason {
     /// Number of reasons.
-    pub const COUNT: usize = 22;
+    pub const COUNT: usize = 30;
 
     /// Every reason, in counter-index order.
     pub const ALL: [DropReason; DropReason::COUNT] = [
@@ -265,6 +345,14 @@ impl DropReason {
         DropReason::BadFlags,
         DropReason::EventQueueFull,
         DropReason::BadReply,
+        DropReason::Isolated,
+        DropReason::InstructionWindow,
+        DropReason::NotEntryPoint,
+        DropReason::InstructionNotLoaded,
+        DropReason::SequenceBounds,
+        DropReason::GlobalOperands,
+        DropReason::BadToken,
+        DropReason::TokenKey,
     ];
 
     /// Counter name (snake case), for stats output.
@@ -292,6 +380,14 @@ impl DropReason {
             DropReason::BadFlags => "bad_flags",
             DropReason::EventQueueFull => "event_queue_full",
             DropReason::BadReply => "bad_reply",
+            DropReason::Isolated => "isolated",
+            DropReason::InstructionWindow => "instruction_window",
+            DropReason::NotEntryPoint => "not_entry_point",
+            DropReason::InstructionNotLoaded => "instruction_not_loaded",
+            DropReason::SequenceBounds => "sequence_bounds",
+            DropReason::GlobalOperands => "global_operands",
+            DropReason::BadToken => "bad_token",
+            DropReason::TokenKey => "token_key",
         }
     }
 }
@@ -405,6 +501,6 @@ mod tests {
         // Existing counter indices never move.
         assert_eq!(DropReason::NoBuffer as usize, 13);
         assert_eq!(DropReason::BadFlags as usize, 19);
-        assert_eq!(DropReason::BadReply as usize, DropReason::COUNT - 1);
+        assert_eq!(DropReason::TokenKey as usize, DropReason::COUNT - 1);
     }
 }

@@ -126,14 +126,19 @@ impl RegWindow {
 pub struct RegisterFile {
     values: Vec<u64>,
     prots: Vec<RegProt>,
-    /// Free ranges, sorted by base, never adjacent (coalesced).
+    free: Ranges,
+}
+
+/// A first-fit allocator of ranges of `0..capacity` (register windows, instruction
+/// windows): the free ranges, sorted by base, never adjacent (coalesced).
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub(crate) struct Ranges {
     free: Vec<RegWindow>,
 }
 
-impl RegisterFile {
-    /// A file of `capacity` registers, all zero, destination-only ([`RegProt::NONE`]),
-    /// all free.
-    pub fn new(capacity: u32) -> Self {
+impl Ranges {
+    /// All of `0..capacity` free.
+    pub(crate) fn new(capacity: u32) -> Self {
         let free = if capacity == 0 {
             Vec::new()
         } else {
@@ -142,10 +147,65 @@ impl RegisterFile {
                 len: capacity,
             }]
         };
+        Self { free }
+    }
+
+    /// Takes `n` (not 0) consecutive indices, first fit; on failure the largest free
+    /// range.
+    pub(crate) fn alloc(&mut self, n: u32) -> Result<RegWindow, u32> {
+        let Some(i) = self.free.iter().position(|w| w.len >= n) else {
+            return Err(self.free.iter().map(|w| w.len).max().unwrap_or(0));
+        };
+        let f = &mut self.free[i];
+        let window = RegWindow {
+            base: f.base,
+            len: n,
+        };
+        f.base += n;
+        f.len -= n;
+        if f.len == 0 {
+            self.free.remove(i);
+        }
+        Ok(window)
+    }
+
+    /// Gives `w` (inside the capacity, checked by the caller) back; refuses a range
+    /// overlapping free ones (a double free).
+    pub(crate) fn free(&mut self, w: RegWindow) -> Result<(), ()> {
+        if w.is_empty() {
+            return Ok(());
+        }
+        let i = self.free.partition_point(|f| f.base < w.base);
+        let overlaps_prev = i > 0 && self.free[i - 1].end() > u64::from(w.base);
+        let overlaps_next = self
+            .free
+            .get(i)
+            .is_some_and(|f| u64::from(f.base) < w.end());
+        if overlaps_prev || overlaps_next {
+            return Err(());
+        }
+        self.free.insert(i, w);
+        // Coalesce with the next, then with the previous range.
+        if i + 1 < self.free.len() && self.free[i].end() == u64::from(self.free[i + 1].base) {
+            self.free[i].len += self.free[i + 1].len;
+            self.free.remove(i + 1);
+        }
+        if i > 0 && self.free[i - 1].end() == u64::from(self.free[i].base) {
+            self.free[i - 1].len += self.free[i].len;
+            self.free.remove(i);
+        }
+        Ok(())
+    }
+}
+
+impl RegisterFile {
+    /// A file of `capacity` registers, all zero, destination-only ([`RegProt::NONE`]),
+    /// all free.
+    pub fn new(capacity: u32) -> Self {
         Self {
             values: vec![0; capacity as usize],
             prots: vec![RegProt::NONE; capacity as usize],
-            free,
+            free: Ranges::new(capacity),
         }
     }
 
@@ -154,7 +214,7 @@ impl RegisterFile {
         Self {
             values: Vec::new(),
             prots: Vec::new(),
-            free: Vec::new(),
+            free: Ranges { free: Vec::new() },
         }
     }
 
@@ -168,22 +228,10 @@ impl RegisterFile {
         if n == 0 {
             return Err(TableError::EmptyRegisterWindow);
         }
-        let Some(i) = self.free.iter().position(|w| w.len >= n) else {
-            return Err(TableError::RegistersExhausted {
-                wanted: n,
-                largest: self.free.iter().map(|w| w.len).max().unwrap_or(0),
-            });
-        };
-        let f = &mut self.free[i];
-        let window = RegWindow {
-            base: f.base,
-            len: n,
-        };
-        f.base += n;
-        f.len -= n;
-        if f.len == 0 {
-            self.free.remove(i);
-        }
+        let window = self
+            .free
+            .alloc(n)
+            .map_err(|largest| TableError::RegistersExhausted { wanted: n, largest })?;
         let range = window.base as usize..window.end() as usize;
         self.values[range.clone()].fill(0);
         self.prots[range].fill(RegProt::NONE);
@@ -202,25 +250,9 @@ impl RegisterFile {
                 capacity: self.capacity(),
             });
         }
-        let i = self.free.partition_point(|f| f.base < w.base);
-        let overlaps_prev = i > 0 && self.free[i - 1].end() > u64::from(w.base);
-        let overlaps_next = self
-            .free
-            .get(i)
-            .is_some_and(|f| u64::from(f.base) < w.end());
-        if overlaps_prev || overlaps_next {
-            return Err(TableError::RegistersNotAllocated { window: w });
-        }
-        self.free.insert(i, w);
-        // Coalesce with the next, then with the previous range.
-        if i + 1 < self.free.len() && self.free[i].end() == u64::from(self.free[i + 1].base) {
-            self.free[i].len += self.free[i + 1].len;
-            self.free.remove(i + 1);
-        }
-        if i > 0 && self.free[i - 1].end() == u64::from(self.free[i].base) {
-            self.free[i - 1].len += self.free[i].len;
-            self.free.remove(i);
-        }
+        self.free
+            .free(w)
+            .map_err(|()| TableError::RegistersNotAllocated { window: w })?;
         Ok(())
     }
 

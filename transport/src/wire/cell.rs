@@ -65,6 +65,15 @@ pub mod op {
     pub const REG_OP: u8 = 0x06;
     /// Software exception: always an event at the receiver (a sender-forced interrupt).
     pub const EXCEPTION: u8 = 0x07;
+    /// Instruction pointer: the payload starts with the 8-byte invoke header
+    /// (`oplogic::sequence`: instruction pointer u32 big endian, table byte 0 for the
+    /// connection's window or 1 for the global instructions, 3 zero bytes); the
+    /// operand, mask, register names and the rest of the payload are the message's
+    /// operands, which the instruction takes or ignores.
+    pub const INVOKE: u8 = 0x08;
+    /// Deposit with a payload token: the payload starts with the token (u64 big
+    /// endian); the rest is stored in the buffer the token names, once.
+    pub const TOKEN_WRITE: u8 = 0x09;
     /// Connection management on connection 0 (see `cm`): connect request.
     pub const CM_CONNECT_REQ: u8 = 0xE0;
     /// Connection management: connect reply (accept).

@@ -76,6 +76,12 @@ pub struct WorkerConfig {
     pub max_connections: usize,
     /// Address registers in the node-wide file.
     pub registers: u32,
+    /// Instruction slots in the node's instruction memory (for connection windows).
+    pub instructions: u32,
+    /// Global instructions (shared by every connection).
+    pub global_instructions: u32,
+    /// Entries of the payload table (outstanding payload tokens).
+    pub payload_tokens: u32,
     /// First receiver-not-ready back-off (doubles per retry, capped at 64x).
     pub rnr_timeout_us: u64,
     /// Receiver-not-ready retries before the connection goes to error (never infinite,
@@ -102,6 +108,9 @@ impl Default for WorkerConfig {
             max_inflight_bytes: 1 << 20,
             max_connections: 4096,
             registers: 65536,
+            instructions: 4096,
+            global_instructions: 256,
+            payload_tokens: 4096,
             rnr_timeout_us: 200,
             rnr_retry_count: 64,
             keepalive_us: 5_000_000,
@@ -227,6 +236,10 @@ pub struct Worker {
     pub conns: ConnTable,
     /// The node-wide address-register file.
     pub regs: RegisterFile,
+    /// The node's instruction memory and global instructions.
+    pub instructions: crate::tables::InstructionMemory,
+    /// The payload table (tokens).
+    pub tokens: crate::tables::PayloadTable,
     /// Event and exception queues of each endpoint, by endpoint number.
     pub(crate) event_queues: Vec<Option<EndpointQueues>>,
     pub(crate) tlb: Tlb,
@@ -297,6 +310,9 @@ impl Worker {
         let mut nodes = NodeTable::new();
         nodes.insert(cfg.local);
         let regs = RegisterFile::new(cfg.registers);
+        let instructions =
+            crate::tables::InstructionMemory::new(cfg.instructions, cfg.global_instructions);
+        let tokens = crate::tables::PayloadTable::new(cfg.payload_tokens);
         let tsc_hz = crate::port::tsc_hz();
         let timer_tick = (cfg.min_retry_timeout_us / 2).clamp(25, 200) * tsc_hz / 1_000_000;
         Worker {
@@ -305,6 +321,8 @@ impl Worker {
             endpoints: EndpointTable::new(),
             nodes,
             conns: ConnTable::new(),
+            instructions,
+            tokens,
             regs,
             event_queues: Vec::new(),
             tlb: Tlb::new(),

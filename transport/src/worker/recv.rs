@@ -12,10 +12,13 @@
 use crate::connection::{ConnState, Connection, Held, Pending, Stored, WcStatus};
 use crate::events::{Event, EventKind, EventQueue};
 use crate::message;
-use crate::oplogic::{self, DropReason, Plan, RegContext, RemoteStatus, Reply, TlbAccess, Trap};
+use crate::oplogic::{
+    self, DropReason, EndpointAccess, Plan, RegContext, RemoteStatus, Reply, SeqPlan, TlbAccess,
+    Trap,
+};
 use crate::port::Mbuf;
 use crate::reliability::{Arrival, SeqBits};
-use crate::tables::{EndpointTable, RegisterFile};
+use crate::tables::{EndpointTable, RegisterFile, Token, TokenMatch};
 use crate::tlb::Tlb;
 use crate::wire::cell::flags as cflags;
 use crate::wire::compound::COMPOUND_LEN;
@@ -53,6 +56,8 @@ enum Ran {
 struct Exec<'a> {
     endpoints: &'a EndpointTable,
     regs: &'a mut RegisterFile,
+    code: &'a crate::tables::InstructionMemory,
+    tokens: &'a mut crate::tables::PayloadTable,
     tlb: &'a mut Tlb,
     queues: &'a [Option<super::EndpointQueues>],
     stats: &'a mut Stats,
@@ -105,6 +110,8 @@ impl Worker {
         let mut ex = Exec {
             endpoints: &self.endpoints,
             regs: &mut self.regs,
+            code: &self.instructions,
+            tokens: &mut self.tokens,
             tlb: &mut self.tlb,
             queues: &self.event_queues,
             stats: &mut self.stats,
@@ -272,6 +279,8 @@ impl Worker {
         let mut ex = Exec {
             endpoints: &self.endpoints,
             regs: &mut self.regs,
+            code: &self.instructions,
+            tokens: &mut self.tokens,
             tlb: &mut self.tlb,
             queues: &self.event_queues,
             stats: &mut self.stats,
@@ -442,6 +451,8 @@ fn reg_context<'a>(
         window: conn.regs,
         globals: ep.globals(),
         allow_forced_interrupts: conn.allow_forced_interrupts,
+        prior: &[],
+        trusted: [false; 5],
     }
 }
 
@@ -467,6 +478,12 @@ fn run_message(
     frame_desc: Option<&[u8; COMPOUND_LEN]>,
     ex: &mut Exec<'_>,
 ) -> Ran {
+    match control.opcode {
+        op::INVOKE => return run_invoke(conn, seq, control, payload, ex),
+        _ if conn.isolated => return refuse(conn, seq, control, Trap::Isolated, ex),
+        op::TOKEN_WRITE => return run_token(conn, seq, control, payload, ex),
+        _ => {}
+    }
     let Some(ep) = ex.endpoints.get(conn.endpoint) else {
         return refuse(conn, seq, control, Trap::NoEndpoint, ex);
     };
@@ -508,6 +525,176 @@ fn run_message(
     }
     oplogic::commit(&plan, ex.regs, &mut mem);
     after_commit(conn, seq, control, &plan, queue, ex);
+    Ran::Done
+}
+
+/// Plans, checks and commits an instruction-pointer message of `conn`: its chain of
+/// instructions, as one operation.
+fn run_invoke(
+    conn: &mut Connection,
+    seq: u32,
+    control: &ControlRepr,
+    payload: &[u8],
+    ex: &mut Exec<'_>,
+) -> Ran {
+    let Some(ep) = ex.endpoints.get(conn.endpoint) else {
+        return refuse(conn, seq, control, Trap::NoEndpoint, ex);
+    };
+    let ctx = reg_context(conn, ex.regs, ep);
+    let code = oplogic::Code {
+        memory: ex.code,
+        window: conn.instructions,
+    };
+    let mut mem = TlbAccess::new(conn.endpoint, ep, ex.tlb);
+    let mut seqp = SeqPlan::NOTHING;
+    match oplogic::plan_invoke(control, payload, &code, &ctx, &mut mem, &mut seqp) {
+        Ok(()) => {}
+        Err(t) if t.is_fault() => return hold(conn, seq, control, payload, None, t, ex),
+        Err(t) => return refuse(conn, seq, control, t, ex),
+    }
+    if seqp.steps().iter().any(|p| blocked_by_read_reply(conn, p)) {
+        conn.reorder.insert(
+            seq,
+            Stored {
+                control: *control,
+                payload: payload.to_vec(),
+                frame_desc: None,
+                placed: false,
+            },
+        );
+        return Ran::Wait;
+    }
+    let queue = ex
+        .queues
+        .get(conn.endpoint.0 as usize)
+        .and_then(|q| q.as_ref())
+        .map(|q| &q.events);
+    if seqp.interrupt && !queue.is_some_and(|q| q.has_room()) {
+        return hold(conn, seq, control, payload, None, Trap::EventQueueFull, ex);
+    }
+    oplogic::commit_sequence(&seqp, ex.regs, &mut mem);
+    ex.stats.bytes_deposited += seqp.bytes_stored();
+    // Its reply and event, as one message's (the stores are counted above).
+    let summary = Plan {
+        reply: seqp.reply,
+        interrupt: seqp.interrupt,
+        event: seqp.event,
+        ..Plan::NOTHING
+    };
+    after_commit(conn, seq, control, &summary, queue, ex);
+    Ran::Done
+}
+
+/// A deposit with a payload token: into the buffer the token names (whatever endpoint
+/// the connection reaches), once; the entry is used up. A wrong key drops the payload
+/// and delivers the control part alone (an event of length 0); the sender is told the
+/// deposit was refused either way.
+fn run_token(
+    conn: &mut Connection,
+    seq: u32,
+    control: &ControlRepr,
+    payload: &[u8],
+    ex: &mut Exec<'_>,
+) -> Ran {
+    let bad_length = Trap::BadLength {
+        opcode: control.opcode,
+        length: control.length,
+    };
+    if control.flags & !cflags::LAST != 0 {
+        let t = Trap::BadFlags {
+            opcode: control.opcode,
+            flags: control.flags,
+        };
+        return refuse(conn, seq, control, t, ex);
+    }
+    let Some(body) = payload.get(..control.length as usize) else {
+        let t = Trap::PayloadTruncated {
+            length: control.length,
+            payload: payload.len(),
+        };
+        return refuse(conn, seq, control, t, ex);
+    };
+    let Some((tok, data)) = body.split_first_chunk::<8>() else {
+        return refuse(conn, seq, control, bad_length, ex);
+    };
+    let token = Token(u64::from_be_bytes(*tok));
+    let entry = match ex.tokens.lookup(token) {
+        TokenMatch::Valid(e) => e,
+        TokenMatch::WrongKey(e) => {
+            // The control part still reaches the buffer's owner, with length 0.
+            if let Some(q) = ex
+                .queues
+                .get(e.endpoint.0 as usize)
+                .and_then(|q| q.as_ref())
+            {
+                let ev = Event {
+                    kind: EventKind::Token {
+                        index: token.index(),
+                        key_ok: false,
+                    },
+                    conn: conn.number,
+                    opcode: control.opcode,
+                    operand: control.operand,
+                    regs: [0; 4],
+                    ea: e.offset,
+                    len: 0,
+                    timestamp: ex.now,
+                };
+                if q.events.push(ev).is_ok() {
+                    ex.stats.events += 1;
+                }
+            }
+            return refuse(conn, seq, control, Trap::TokenKey, ex);
+        }
+        TokenMatch::None => return refuse(conn, seq, control, Trap::BadToken, ex),
+    };
+    let Some(ep) = ex.endpoints.get(entry.endpoint) else {
+        return refuse(conn, seq, control, Trap::BadToken, ex);
+    };
+    if data.len() as u64 > entry.len {
+        let t = Trap::OutOfBounds {
+            ea: entry.offset,
+            len: data.len() as u64,
+            bound: entry.offset.saturating_add(entry.len),
+        };
+        return refuse(conn, seq, control, t, ex);
+    }
+    let mut mem = TlbAccess::new(entry.endpoint, ep, ex.tlb);
+    let ea = entry.offset;
+    match mem.check(ea, data.len() as u64, oplogic::Access::Write) {
+        Ok(()) => {}
+        Err(t) if t.is_fault() => return hold(conn, seq, control, payload, None, t, ex),
+        Err(t) => return refuse(conn, seq, control, t, ex),
+    }
+    let queue = ex
+        .queues
+        .get(entry.endpoint.0 as usize)
+        .and_then(|q| q.as_ref())
+        .map(|q| &q.events);
+    if !queue.is_some_and(|q| q.has_room()) {
+        return hold(conn, seq, control, payload, None, Trap::EventQueueFull, ex);
+    }
+    if !data.is_empty() {
+        mem.store(ea, data);
+    }
+    let _ = ex.tokens.cancel(token);
+    ex.stats.bytes_deposited += data.len() as u64;
+    let ev = Event {
+        kind: EventKind::Token {
+            index: token.index(),
+            key_ok: true,
+        },
+        conn: conn.number,
+        opcode: control.opcode,
+        operand: control.operand,
+        regs: [0; 4],
+        ea,
+        len: data.len() as u32,
+        timestamp: ex.now,
+    };
+    if queue.is_some_and(|q| q.push(ev).is_ok()) {
+        ex.stats.events += 1;
+    }
     Ran::Done
 }
 

@@ -171,6 +171,8 @@ impl Rig {
             window: self.window,
             globals: self.globals,
             allow_forced_interrupts: self.forced,
+            prior: &[],
+            trusted: [false; 5],
         }
     }
     fn abs(&self, name: u8) -> u32 {

@@ -1,0 +1,342 @@
+//! Instruction-pointer messages, isolation and payload tokens on a ring pair (issue 5).
+
+use std::time::Duration;
+
+use deposit::*;
+use deposit_tests::*;
+
+const T: Duration = Duration::from_secs(10);
+const LEN: usize = 64 * 1024;
+
+struct Fixture {
+    pair: RingPair,
+    c: Conns,
+    regs: RegWindow,
+    code: InstrWindow,
+    scq: CompletionQueue,
+}
+
+/// A pair whose server side gives the client `nregs` registers and an instruction
+/// window of 16 slots, isolated or not.
+fn fixture(name: &str, nregs: u32, isolated: bool) -> Fixture {
+    let pair = RingPair::new(name);
+    let regs = pair.server.alloc_registers(nregs).unwrap();
+    let code = pair.server.alloc_instructions(16).unwrap();
+    let opts = ConnOptions {
+        registers: Registers::Window(regs),
+        instructions: Some(code),
+        isolated,
+        ..ConnOptions::default()
+    };
+    let sep = pair
+        .server
+        .alloc_endpoint(LEN, Rights::REMOTE_WRITE)
+        .unwrap();
+    let scq = pair.server.create_cq(256);
+    let listener = pair.server.listen_with(11, &sep, &scq, &opts).unwrap();
+    let scq2 = scq.clone();
+    let cep = pair
+        .client
+        .alloc_endpoint(LEN, Rights::REMOTE_WRITE)
+        .unwrap();
+    let ccq = pair.client.create_cq(4096);
+    let client = pair.client.connect([10, 0, 0, 1], 11, &cep, &ccq).unwrap();
+    let server = listener.accept(T).unwrap();
+    let c = Conns::from_parts(client, server, cep, sep, ccq, listener);
+    Fixture {
+        pair,
+        c,
+        regs,
+        code,
+        scq: scq2,
+    }
+}
+
+impl Fixture {
+    fn set(&self, i: u32, v: u64, p: RegProt) {
+        self.pair.server.write_register(self.regs, i, v).unwrap();
+        self.pair
+            .server
+            .set_register_protection(self.regs, i, p)
+            .unwrap();
+    }
+    fn reg(&self, i: u32) -> u64 {
+        self.pair.server.read_register(self.regs, i).unwrap()
+    }
+    fn run(&self, reqs: &[WorkRequest], want: WcStatus) {
+        for r in reqs {
+            self.c.client.post(&r.signaled()).unwrap();
+        }
+        for wc in wait_completions(&self.c.ccq, reqs.len(), T) {
+            assert_eq!(wc.status, want, "{wc:?}");
+        }
+    }
+    fn events(&self) -> Vec<Event> {
+        let q = self.c.sep.events();
+        std::iter::from_fn(|| q.poll()).collect()
+    }
+    fn mem(&self) -> Vec<u8> {
+        memory_snapshot(&self.c.sep, LEN)
+    }
+    fn drops(&self, r: DropReason) -> u64 {
+        self.pair.server.stats().dropped(r)
+    }
+}
+
+/// The seed's priority queue as instructions: enqueue at the queue's pointer with
+/// post-increment, interrupt when the message's priority exceeds the receiver's level,
+/// and or the priority into the level. The sender supplies only the operand.
+fn enqueue(queue: u8, level: u8) -> Instruction {
+    let template = WorkRequest::write_inline(0, &[], 0)
+        .unwrap()
+        .post_increment(queue)
+        .cond(Cond::Lt, Src::Operand, level)
+        .op1(RegOp::Or, level, Src::Operand)
+        .order(Order::CondFirst);
+    Instruction::new(&template)
+        .unwrap()
+        .from_message(Operands::OPERAND)
+}
+
+#[test]
+fn priority_queue_through_instruction_pointers_with_isolation() {
+    let f = fixture("ip_prio", 8, true);
+    // r0/r1: high queue pointer and size; r3/r4: low queue; r2: the level. None of
+    // them is usable by the sender at all: the instructions name them.
+    f.set(0, 1024, RegProt::NONE);
+    f.set(1, 32, RegProt::NONE);
+    f.set(3, 2048, RegProt::NONE);
+    f.set(4, 32, RegProt::NONE);
+    f.set(2, 0, RegProt::NONE);
+    let hi = f.pair.server.program(f.code, 0, &[enqueue(0, 2)]).unwrap();
+    let lo = f.pair.server.program(f.code, 1, &[enqueue(3, 2)]).unwrap();
+    let msgs: [(&[u8], Ip, u32); 4] = [
+        (b"job-a low 2", lo, 2),
+        (b"job-b low 1", lo, 1),
+        (b"job-c high 8", hi, 8),
+        (b"job-d high 4", hi, 4),
+    ];
+    let reqs: Vec<_> = msgs
+        .iter()
+        .enumerate()
+        .map(|(i, (d, ip, p))| WorkRequest::invoke(i as u64, *ip, *p, d).unwrap())
+        .collect();
+    f.run(&reqs, WcStatus::Success);
+    let ev = f.events();
+    assert_eq!(ev.len(), 2, "{ev:?}");
+    assert_eq!((ev[0].operand, ev[0].ea), (2, 2048));
+    assert_eq!((ev[1].operand, ev[1].ea), (8, 1024));
+    assert_eq!(f.reg(2), 15);
+    assert_eq!((f.reg(0), f.reg(3)), (1024 + 64, 2048 + 64));
+    let mem = f.mem();
+    assert_eq!(&mem[2048..2059], b"job-a low 2");
+    assert_eq!(&mem[2080..2091], b"job-b low 1");
+    assert_eq!(&mem[1024..1036], b"job-c high 8");
+    assert_eq!(&mem[1056..1068], b"job-d high 4");
+
+    // Isolation: naming the queue register directly is refused, counted, nothing
+    // written, and the connection goes on.
+    let before = f.mem();
+    let direct = WorkRequest::write_inline(9, b"sneaky", 0)
+        .unwrap()
+        .post_increment(0);
+    f.run(&[direct], WcStatus::RemoteAccessError);
+    let plain = WorkRequest::write_inline(10, b"plain", 100).unwrap();
+    f.run(&[plain], WcStatus::RemoteAccessError);
+    assert_eq!(f.drops(DropReason::Isolated), 2);
+    assert!(f.mem() == before);
+    assert_eq!(f.reg(0), 1024 + 64);
+    f.run(
+        &[WorkRequest::invoke(11, lo, 1, b"job-e").unwrap()],
+        WcStatus::Success,
+    );
+    assert_eq!(&f.mem()[2112..2117], b"job-e");
+}
+
+#[test]
+fn entry_points_window_bounds_and_sequencer_bounds_are_enforced() {
+    let f = fixture("ip_refuse", 8, false);
+    f.set(0, 0, RegProt::NONE);
+    let bump = Instruction::new(&WorkRequest::reg_op(0).op1(RegOp::Add, 0, Src::Operand))
+        .unwrap()
+        .from_message(Operands::OPERAND);
+    // Slot 3: an entry point; slot 4: reachable only through the sequencer.
+    let ip = f.pair.server.program(f.code, 3, &[bump, bump]).unwrap();
+    f.run(
+        &[WorkRequest::invoke(1, ip, 5, &[]).unwrap()],
+        WcStatus::Success,
+    );
+    assert_eq!(f.reg(0), 10, "both steps ran");
+    let before = f.mem();
+    // Not an entry point.
+    f.run(
+        &[WorkRequest::invoke(2, Ip(4), 1, &[]).unwrap()],
+        WcStatus::RemoteAccessError,
+    );
+    assert_eq!(f.drops(DropReason::NotEntryPoint), 1);
+    // Outside the window of 16.
+    f.run(
+        &[WorkRequest::invoke(3, Ip(16), 1, &[]).unwrap()],
+        WcStatus::RemoteAccessError,
+    );
+    f.run(
+        &[WorkRequest::invoke(4, Ip(u32::MAX >> 1), 1, &[]).unwrap()],
+        WcStatus::RemoteAccessError,
+    );
+    assert_eq!(f.drops(DropReason::InstructionWindow), 2);
+    // A chain longer than the sequencer runs (built slot by slot: `program` refuses
+    // one), and one running off the end of the window.
+    assert!(f.pair.server.program(f.code, 0, &[bump; 9]).is_err());
+    for s in 6..16 {
+        f.pair
+            .server
+            .program_slot(f.code, s, Some(bump.then()))
+            .unwrap();
+    }
+    let long = bump.entry().then();
+    f.pair.server.program_slot(f.code, 6, Some(long)).unwrap();
+    f.run(
+        &[WorkRequest::invoke(5, Ip(6), 1, &[]).unwrap()],
+        WcStatus::RemoteOperationError,
+    );
+    assert_eq!(f.drops(DropReason::SequenceBounds), 1);
+    f.pair.server.program_slot(f.code, 12, Some(long)).unwrap();
+    f.run(
+        &[WorkRequest::invoke(6, Ip(12), 1, &[]).unwrap()],
+        WcStatus::RemoteAccessError,
+    );
+    assert_eq!(f.drops(DropReason::InstructionWindow), 3);
+    // Nothing of the refused chains ran.
+    assert_eq!(f.reg(0), 10);
+    assert!(f.mem() == before);
+}
+
+#[test]
+fn a_chain_is_atomic_a_trap_in_a_later_step_undoes_nothing_visible() {
+    let f = fixture("ip_atomic", 8, false);
+    f.set(0, 100, RegProt::NONE); // a pointer
+    f.set(1, 0, RegProt::NONE); // a counter
+    let write =
+        Instruction::new(&WorkRequest::write_inline(0, &[], 0).unwrap().indirect(0)).unwrap();
+    let count = Instruction::new(&WorkRequest::reg_op(0).op1(RegOp::Add, 1, Src::Operand))
+        .unwrap()
+        .from_message(Operands::OPERAND);
+    let ip = f.pair.server.program(f.code, 0, &[write, count]).unwrap();
+    f.run(
+        &[WorkRequest::invoke(1, ip, 3, b"hello").unwrap()],
+        WcStatus::Success,
+    );
+    assert_eq!(&f.mem()[100..105], b"hello");
+    assert_eq!(f.reg(1), 3);
+    // The second step now fails (its register leaves the window): the first step's
+    // write must not appear either.
+    let bad = Instruction::new(&WorkRequest::reg_op(0).op1(RegOp::Add, 100, Src::Operand)).unwrap();
+    f.pair.server.program_slot(f.code, 1, Some(bad)).unwrap();
+    f.run(
+        &[WorkRequest::invoke(2, ip, 3, b"WORLD").unwrap()],
+        WcStatus::RemoteAccessError,
+    );
+    assert_eq!(&f.mem()[100..105], b"hello");
+    assert_eq!(f.reg(1), 3);
+}
+
+#[test]
+fn global_instructions_take_only_sender_operands() {
+    let f = fixture("ip_global", 4, false);
+    f.set(1, 7, RegProt::READ | RegProt::WRITE);
+    let add = Instruction::new(&WorkRequest::reg_op(0).op1(RegOp::Add, 0, Src::Operand)).unwrap();
+    // Refused locally: a global instruction naming its own register.
+    assert!(f.pair.server.program_global(0, &[add]).is_err());
+    let ip = f
+        .pair
+        .server
+        .program_global(0, &[add.from_message(Operands::ALL)])
+        .unwrap();
+    assert!(ip.is_global());
+    // The sender names register 1 of its own window: allowed by protection.
+    let mut wr = WorkRequest::invoke(1, ip, 5, &[]).unwrap();
+    wr = wr.registers([0, 1, 0, 0]);
+    f.run(&[wr], WcStatus::Success);
+    assert_eq!(f.reg(1), 12);
+    // A name outside its window is refused: the instruction cannot reach other state.
+    let wr = WorkRequest::invoke(2, ip, 5, &[])
+        .unwrap()
+        .registers([0, 9, 0, 0]);
+    f.run(&[wr], WcStatus::RemoteAccessError);
+    assert_eq!(f.drops(DropReason::BadRegister), 1);
+    assert_eq!(f.reg(1), 12);
+}
+
+#[test]
+fn payload_tokens_are_single_use_keyed_and_cancellable() {
+    let f = fixture("tokens", 1, false);
+    let tok = f.pair.server.create_token(&f.c.sep, 4096, 64).unwrap();
+    // Wrong key: payload dropped, control part delivered with length 0.
+    let forged = Token(tok.0 ^ 1);
+    f.run(
+        &[WorkRequest::write_inline_with_token(1, forged, b"forged").unwrap()],
+        WcStatus::RemoteAccessError,
+    );
+    let ev = f.events();
+    assert_eq!(ev.len(), 1, "{ev:?}");
+    assert!(matches!(ev[0].kind, EventKind::Token { key_ok: false, .. }));
+    assert_eq!(ev[0].len, 0);
+    assert!(f.mem()[4096..4160].iter().all(|&b| b == 0));
+    // The rightful holder deposits once.
+    f.run(
+        &[WorkRequest::write_inline_with_token(2, tok, b"payload").unwrap()],
+        WcStatus::Success,
+    );
+    assert_eq!(&f.mem()[4096..4103], b"payload");
+    let ev = f.events();
+    assert_eq!(ev.len(), 1);
+    assert!(matches!(ev[0].kind, EventKind::Token { key_ok: true, .. }));
+    assert_eq!((ev[0].ea, ev[0].len), (4096, 7));
+    // A duplicate is refused.
+    f.run(
+        &[WorkRequest::write_inline_with_token(3, tok, b"again!!").unwrap()],
+        WcStatus::RemoteAccessError,
+    );
+    assert_eq!(&f.mem()[4096..4103], b"payload");
+    // Cancelled before use: refused; larger than the buffer: refused.
+    let t2 = f.pair.server.create_token(&f.c.sep, 8192, 4).unwrap();
+    f.pair.server.cancel_token(t2).unwrap();
+    f.run(
+        &[WorkRequest::write_inline_with_token(4, t2, b"x").unwrap()],
+        WcStatus::RemoteAccessError,
+    );
+    let t3 = f.pair.server.create_token(&f.c.sep, 8192, 4).unwrap();
+    f.run(
+        &[WorkRequest::write_inline_with_token(5, t3, b"too long").unwrap()],
+        WcStatus::RemoteAccessError,
+    );
+    assert!(f.mem()[8192..8200].iter().all(|&b| b == 0));
+    assert_eq!(f.drops(DropReason::BadToken), 2);
+    assert_eq!(f.drops(DropReason::TokenKey), 1);
+    // Tokens are values: the server hands one to the client inside an ordinary write,
+    // the client reads it from its memory and uses it.
+    let t4 = f.pair.server.create_token(&f.c.sep, 12288, 32).unwrap();
+    f.c.server
+        .post(
+            &WorkRequest::write_inline(1, &t4.0.to_le_bytes(), 0)
+                .unwrap()
+                .signaled(),
+        )
+        .unwrap();
+    let start = std::time::Instant::now();
+    let got = loop {
+        f.pair.client.progress();
+        f.pair.server.progress();
+        while f.scq.poll_one().is_some() {}
+        let v = u64::from_le_bytes(memory_snapshot(&f.c.cep, 8)[..8].try_into().unwrap());
+        if v != 0 || start.elapsed() > T {
+            break Token(v);
+        }
+    };
+    assert_eq!(got, t4);
+    f.run(
+        &[WorkRequest::write_inline_with_token(6, got, b"via a value").unwrap()],
+        WcStatus::Success,
+    );
+    assert_eq!(&f.mem()[12288..12299], b"via a value");
+}
