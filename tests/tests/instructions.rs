@@ -340,3 +340,42 @@ fn payload_tokens_are_single_use_keyed_and_cancellable() {
     );
     assert_eq!(&f.mem()[12288..12299], b"via a value");
 }
+
+#[test]
+fn an_unloaded_instruction_is_a_fault_the_host_repairs_then_it_runs_once() {
+    let f = fixture("ip_fault", 4, false);
+    f.set(0, 0, RegProt::NONE);
+    let bump = Instruction::new(&WorkRequest::reg_op(0).op1(RegOp::Add, 0, Src::Operand))
+        .unwrap()
+        .from_message(Operands::OPERAND);
+    let loaded = f.pair.server.program(f.code, 0, &[bump]).unwrap();
+    // Slot 2 is empty: the first message faults, the second waits behind it.
+    f.c.client
+        .post(&WorkRequest::invoke(1, Ip(2), 10, &[]).unwrap().signaled())
+        .unwrap();
+    f.c.client
+        .post(&WorkRequest::invoke(2, loaded, 1, &[]).unwrap().signaled())
+        .unwrap();
+    assert!(wait_until(&f.pair.client, T, || f.c.server.state()
+        == ConnState::Exceptioned));
+    let ev = f.c.sep.exceptions().poll().expect("the fault is reported");
+    assert_eq!(
+        ev.kind,
+        EventKind::Trap {
+            status: 4,
+            reason: DropReason::InstructionNotLoaded as u8
+        }
+    );
+    assert_eq!(f.reg(0), 0, "nothing ran");
+    // Resuming before loading it fails; load, resume: both run, once, in order.
+    assert!(f.c.server.resume().is_err());
+    f.pair.server.program(f.code, 2, &[bump]).unwrap();
+    f.c.server.resume().unwrap();
+    let wcs = wait_completions(&f.c.ccq, 2, T);
+    assert_eq!(
+        wcs.iter().map(|w| (w.wr_id, w.status)).collect::<Vec<_>>(),
+        [(1, WcStatus::Success), (2, WcStatus::Success)]
+    );
+    assert_eq!(f.reg(0), 11, "exactly once each");
+    assert_eq!(f.c.server.state(), ConnState::Normal);
+}

@@ -338,3 +338,422 @@ pub fn commit_sequence(plan: &SeqPlan<'_>, regs: &mut RegisterFile, mem: &mut im
         commit(step, regs, mem);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::oplogic::VecAccess;
+    use crate::tables::{RegProt, Rights};
+    use crate::wire::compound::{CompoundRepr, OpSource, RegOp, RegOpRepr};
+
+    /// A node with 8 registers (window 0..8) and 16 instruction slots (window 0..16),
+    /// 4 global instructions and a 2-page endpoint.
+    struct Rig {
+        regs: RegisterFile,
+        window: RegWindow,
+        code: InstructionMemory,
+        code_window: RegWindow,
+        mem: VecAccess,
+    }
+
+    impl Rig {
+        fn new() -> Rig {
+            let mut regs = RegisterFile::new(8);
+            let window = regs.alloc(8).unwrap();
+            let mut code = InstructionMemory::new(16, 4);
+            let code_window = code.alloc(16).unwrap();
+            Rig {
+                regs,
+                window,
+                code,
+                code_window,
+                mem: VecAccess::new(8192, Rights::ALL),
+            }
+        }
+        fn set(&mut self, at: u32, ins: Instruction) {
+            self.code.set(self.code_window, at, Some(ins)).unwrap();
+        }
+        /// Plans an invoke of `ip` (global with GLOBAL_IP) and commits it on success.
+        fn run(
+            &mut self,
+            ip: u32,
+            msg: &ControlRepr,
+            data: &[u8],
+        ) -> Result<SeqPlan<'static>, Trap> {
+            let mut payload = invoke_header(ip).to_vec();
+            payload.extend_from_slice(data);
+            let payload: &'static [u8] = Box::leak(payload.into_boxed_slice());
+            let control = ControlRepr {
+                opcode: op::INVOKE,
+                flags: flags::LAST,
+                length: payload.len() as u32,
+                ..*msg
+            };
+            let ctx = RegContext {
+                window: self.window,
+                ..RegContext::none(&self.regs)
+            };
+            let code = Code {
+                memory: &self.code,
+                window: self.code_window,
+            };
+            let mut out = SeqPlan::NOTHING;
+            plan_invoke(&control, payload, &code, &ctx, &mut self.mem, &mut out)?;
+            commit_sequence(&out, &mut self.regs, &mut self.mem);
+            Ok(out)
+        }
+        fn reg(&self, i: u32) -> u64 {
+            self.regs.get(self.window.base + i).unwrap()
+        }
+        fn set_reg(&mut self, i: u32, v: u64, p: RegProt) {
+            self.regs.set(self.window.base + i, v).unwrap();
+            self.regs.set_prot(self.window.base + i, p).unwrap();
+        }
+    }
+
+    fn msg(operand: u32) -> ControlRepr {
+        ControlRepr {
+            operand,
+            ..ControlRepr::default()
+        }
+    }
+
+    /// `r[dest] op= operand-or-register`, as a REG_OP instruction.
+    fn reg_op(dest: u8, op1: RegOp, src: OpSource) -> Instruction {
+        let d = CompoundRepr {
+            op1: RegOpRepr { op: op1, src },
+            ..CompoundRepr::NONE
+        };
+        Instruction {
+            opcode: op::REG_OP,
+            regs: [0, dest, 0, 0],
+            compound: Some(d.to_bytes()),
+            ..Instruction::default()
+        }
+    }
+
+    fn write_at(ea: u32) -> Instruction {
+        Instruction {
+            opcode: op::WRITE,
+            operand: ea,
+            ..Instruction::default()
+        }
+    }
+
+    #[test]
+    fn operands_come_from_the_instruction_unless_it_says_the_message() {
+        let mut r = Rig::new();
+        r.set(
+            0,
+            Instruction {
+                entry: true,
+                ..write_at(100)
+            },
+        );
+        r.set(
+            1,
+            Instruction {
+                entry: true,
+                from_message: Operands::OPERAND,
+                ..write_at(100)
+            },
+        );
+        r.run(0, &msg(4000), b"fixed").unwrap();
+        r.run(1, &msg(200), b"chosen").unwrap();
+        assert_eq!(&r.mem.bytes[100..105], b"fixed");
+        assert_eq!(&r.mem.bytes[200..206], b"chosen");
+        assert!(r.mem.bytes[4000..4010].iter().all(|&b| b == 0));
+    }
+
+    #[test]
+    fn protection_applies_to_register_names_the_message_supplies_only() {
+        let mut r = Rig::new();
+        r.set_reg(2, 10, RegProt::NONE);
+        let add = reg_op(2, RegOp::Add, OpSource::Operand);
+        r.set(
+            0,
+            Instruction {
+                entry: true,
+                from_message: Operands::OPERAND,
+                ..add
+            },
+        );
+        r.set(
+            1,
+            Instruction {
+                entry: true,
+                from_message: Operands::OPERAND | Operands::RB,
+                ..add
+            },
+        );
+        r.run(0, &msg(5), &[]).unwrap();
+        assert_eq!(
+            r.reg(2),
+            15,
+            "the receiver's own name needs no protection bit"
+        );
+        let named = ControlRepr {
+            index: u32::from_be_bytes([0, 2, 0, 0]),
+            ..msg(5)
+        };
+        assert_eq!(
+            r.run(1, &named, &[]).unwrap_err(),
+            Trap::RegisterProtection {
+                name: 2,
+                need: RegProt::WRITE
+            }
+        );
+        assert_eq!(r.reg(2), 15);
+    }
+
+    #[test]
+    fn later_steps_see_earlier_register_writes_and_stores() {
+        let mut r = Rig::new();
+        // r0 += operand; r1 = r0; then a fetch-and-add on the word the first step of a
+        // second chain wrote.
+        r.set(
+            0,
+            Instruction {
+                entry: true,
+                more: true,
+                from_message: Operands::OPERAND,
+                ..reg_op(0, RegOp::Add, OpSource::Operand)
+            },
+        );
+        r.set(1, reg_op(1, RegOp::Set, OpSource::Reg(0)));
+        r.run(0, &msg(7), &[]).unwrap();
+        assert_eq!((r.reg(0), r.reg(1)), (7, 7));
+        r.set(
+            4,
+            Instruction {
+                entry: true,
+                more: true,
+                ..write_at(64)
+            },
+        );
+        r.set(
+            5,
+            Instruction {
+                opcode: op::FETCH_ADD,
+                operand: 64,
+                ..Instruction::default()
+            },
+        );
+        let data = 5u64.to_be_bytes();
+        let p = r.run(4, &msg(0), &data).unwrap();
+        // The add saw the bytes the write stored (read natively), and added 5 to them.
+        let old = u64::from_ne_bytes(data);
+        assert_eq!(p.reply, Reply::Value(old));
+        assert_eq!(p.n, 2);
+        let word = u64::from_ne_bytes(r.mem.bytes[64..72].try_into().unwrap());
+        assert_eq!(word, old.wrapping_add(5));
+    }
+
+    #[test]
+    fn a_trap_in_any_step_leaves_everything_unchanged() {
+        let mut r = Rig::new();
+        r.set_reg(0, 1, RegProt::NONE);
+        r.set(
+            0,
+            Instruction {
+                entry: true,
+                more: true,
+                ..write_at(10)
+            },
+        );
+        r.set(
+            1,
+            Instruction {
+                more: true,
+                from_message: Operands::OPERAND,
+                ..reg_op(0, RegOp::Add, OpSource::Operand)
+            },
+        );
+        // Step 3 writes outside the endpoint.
+        r.set(2, write_at(8190));
+        let before = (r.mem.clone(), r.regs.clone());
+        assert!(matches!(
+            r.run(0, &msg(3), b"abcd"),
+            Err(Trap::OutOfBounds { .. })
+        ));
+        assert_eq!((r.mem.clone(), r.regs.clone()), before);
+        r.set(2, write_at(20));
+        r.run(0, &msg(3), b"abcd").unwrap();
+        assert_eq!(
+            (&r.mem.bytes[10..14], &r.mem.bytes[20..24]),
+            (&b"abcd"[..], &b"abcd"[..])
+        );
+        assert_eq!(r.reg(0), 4);
+    }
+
+    #[test]
+    fn refusals_window_entry_loading_sequence_and_globals() {
+        let mut r = Rig::new();
+        let bump = Instruction {
+            from_message: Operands::OPERAND,
+            ..reg_op(0, RegOp::Add, OpSource::Operand)
+        };
+        r.set(0, Instruction { more: true, ..bump });
+        assert_eq!(
+            r.run(0, &msg(1), &[]).unwrap_err(),
+            Trap::NotEntryPoint { ip: 0 }
+        );
+        assert_eq!(
+            r.run(16, &msg(1), &[]).unwrap_err(),
+            Trap::InstructionOutOfWindow { ip: 16 }
+        );
+        assert_eq!(
+            r.run(u32::MAX >> 1, &msg(1), &[]).unwrap_err(),
+            Trap::InstructionOutOfWindow { ip: u32::MAX >> 1 }
+        );
+        // An empty slot, first or later in a chain: a fault for the host.
+        assert_eq!(
+            r.run(5, &msg(1), &[]).unwrap_err(),
+            Trap::InstructionNotLoaded { ip: 5 }
+        );
+        assert!(Trap::InstructionNotLoaded { ip: 5 }.is_fault());
+        r.set(
+            3,
+            Instruction {
+                entry: true,
+                more: true,
+                ..bump
+            },
+        );
+        assert_eq!(
+            r.run(3, &msg(1), &[]).unwrap_err(),
+            Trap::InstructionNotLoaded { ip: 4 }
+        );
+        // Nine chained steps: beyond the sequencer; eight run.
+        for s in 6..16 {
+            r.set(s, Instruction { more: true, ..bump });
+        }
+        r.set(
+            6,
+            Instruction {
+                entry: true,
+                more: true,
+                ..bump
+            },
+        );
+        assert_eq!(
+            r.run(6, &msg(1), &[]).unwrap_err(),
+            Trap::SequenceBounds { ip: 6 }
+        );
+        r.set(13, bump);
+        assert_eq!(r.run(6, &msg(1), &[]).unwrap().n, MAX_SEQUENCE);
+        assert_eq!(r.reg(0), MAX_SEQUENCE as u64);
+        // A chain running off the window's end.
+        r.set(
+            14,
+            Instruction {
+                entry: true,
+                more: true,
+                ..bump
+            },
+        );
+        r.set(15, Instruction { more: true, ..bump });
+        assert_eq!(
+            r.run(14, &msg(1), &[]).unwrap_err(),
+            Trap::InstructionOutOfWindow { ip: 14 }
+        );
+        // Two steps returning a value.
+        let fa = Instruction {
+            opcode: op::FETCH_ADD,
+            operand: 0,
+            ..Instruction::default()
+        };
+        r.set(
+            1,
+            Instruction {
+                entry: true,
+                more: true,
+                ..fa
+            },
+        );
+        r.set(2, fa);
+        assert_eq!(
+            r.run(1, &msg(0), &[0; 8]).unwrap_err(),
+            Trap::SequenceBounds { ip: 1 }
+        );
+    }
+
+    #[test]
+    fn global_instructions_run_on_the_senders_operands_only() {
+        let mut r = Rig::new();
+        r.set_reg(3, 40, RegProt::READ | RegProt::WRITE);
+        let add = Instruction {
+            entry: true,
+            from_message: Operands::ALL,
+            ..reg_op(0, RegOp::Add, OpSource::Operand)
+        };
+        r.code.set_global(2, Some(add)).unwrap();
+        let named = ControlRepr {
+            index: u32::from_be_bytes([0, 3, 0, 0]),
+            ..msg(2)
+        };
+        r.run(2 | GLOBAL_IP, &named, &[]).unwrap();
+        assert_eq!(r.reg(3), 42);
+        assert_eq!(
+            r.run(4 | GLOBAL_IP, &named, &[]).unwrap_err(),
+            Trap::InstructionOutOfWindow { ip: 4 | GLOBAL_IP }
+        );
+        assert_eq!(
+            r.run(1 | GLOBAL_IP, &named, &[]).unwrap_err(),
+            Trap::InstructionNotLoaded { ip: 1 | GLOBAL_IP }
+        );
+    }
+
+    #[test]
+    fn malformed_invoke_headers_are_refused() {
+        let r = Rig::new();
+        let code = Code {
+            memory: &r.code,
+            window: r.code_window,
+        };
+        let ctx = RegContext::none(&r.regs);
+        let mut mem = r.mem.clone();
+        let mut plan = |flags: u8, payload: &[u8]| {
+            let c = ControlRepr {
+                opcode: op::INVOKE,
+                flags,
+                length: payload.len() as u32,
+                ..ControlRepr::default()
+            };
+            let mut out = SeqPlan::NOTHING;
+            plan_invoke(&c, payload, &code, &ctx, &mut mem, &mut out).map(|_| ())
+        };
+        assert!(matches!(
+            plan(flags::LAST, &[0; 7]),
+            Err(Trap::BadLength { .. })
+        ));
+        assert!(matches!(
+            plan(flags::LAST, &[0, 0, 0, 0, 2, 0, 0, 0]),
+            Err(Trap::BadFlags { .. })
+        ));
+        assert!(matches!(
+            plan(flags::LAST, &[0, 0, 0, 0, 0, 0, 1, 0]),
+            Err(Trap::BadFlags { .. })
+        ));
+        assert!(matches!(
+            plan(flags::LAST | flags::COMPOUND, &[0; 8]),
+            Err(Trap::BadFlags { .. })
+        ));
+        let mut out = SeqPlan::NOTHING;
+        let mut c = ControlRepr {
+            opcode: op::INVOKE,
+            flags: flags::LAST,
+            length: 20,
+            ..ControlRepr::default()
+        };
+        assert!(matches!(
+            plan_invoke(&c, &[0; 8], &code, &ctx, &mut mem, &mut out),
+            Err(Trap::PayloadTruncated { .. })
+        ));
+        c.opcode = op::WRITE;
+        assert_eq!(
+            plan_invoke(&c, &[0; 20], &code, &ctx, &mut mem, &mut out).unwrap_err(),
+            Trap::UnknownOpcode(op::WRITE)
+        );
+    }
+}
