@@ -170,6 +170,10 @@ impl Drop for EpInner {
     fn drop(&mut self) {
         // The last application handle is gone: remote operations on connections bound
         // to this endpoint are refused from now on.
-        self.dev.lock().endpoints.remove(self.id);
+        // Its payload tokens die with it: a later endpoint under the same number must
+        // not receive a deposit meant for this one.
+        let mut w = self.dev.lock();
+        w.endpoints.remove(self.id);
+        w.tokens.cancel_endpoint(self.id);
     }
 }

@@ -379,3 +379,28 @@ fn an_unloaded_instruction_is_a_fault_the_host_repairs_then_it_runs_once() {
     assert_eq!(f.reg(0), 11, "exactly once each");
     assert_eq!(f.c.server.state(), ConnState::Normal);
 }
+
+#[test]
+fn a_released_endpoints_tokens_die_with_it() {
+    let f = fixture("tokens_release", 1, false);
+    let old = f
+        .pair
+        .server
+        .alloc_endpoint(4096, Rights::REMOTE_WRITE)
+        .unwrap();
+    let tok = f.pair.server.create_token(&old, 0, 64).unwrap();
+    drop(old);
+    // A new endpoint takes the old one's number (the table reuses it): the token must
+    // not reach it.
+    let new = f
+        .pair
+        .server
+        .alloc_endpoint(4096, Rights::REMOTE_WRITE)
+        .unwrap();
+    f.run(
+        &[WorkRequest::write_inline_with_token(1, tok, b"stale").unwrap()],
+        WcStatus::RemoteAccessError,
+    );
+    assert_eq!(f.drops(DropReason::BadToken), 1);
+    assert!(memory_snapshot(&new, 64).iter().all(|&b| b == 0));
+}

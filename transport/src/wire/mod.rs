@@ -94,7 +94,8 @@
 //!
 //! Any change to this layout bumps [`VERSION`] (2: compound operations, reads,
 //! atomics and replies; 3: selective acknowledgement cells, [`op::SACK`], the
-//! `ACK_REQ` header flag, the cumulative acknowledgement in disconnect requests).
+//! `ACK_REQ` header flag, the cumulative acknowledgement in disconnect requests; 4:
+//! instruction pointers, [`op::INVOKE`], and payload tokens, [`op::TOKEN_WRITE`]).
 
 use core::ops::Range;
 
@@ -126,7 +127,7 @@ pub use header::{hflags, TransportPacket, TransportRepr};
 pub use underlay::{UnderlayPacket, UnderlayRepr};
 
 /// Transport protocol version carried in byte 0 of the transport header.
-pub const VERSION: u8 = 3;
+pub const VERSION: u8 = 4;
 /// UDP destination port of every deposit frame.
 pub const UDP_PORT: u16 = 18515;
 /// Ethernet II (14) + IPv4 without options (20) + UDP (8).
