@@ -1,7 +1,9 @@
 //! Helpers shared by the integration tests (which run on real DPDK PMDs: ring
 //! in-process, memif between processes, null for the tx path).
 
+pub mod memif_peer;
 pub mod netns;
+pub mod programs;
 pub mod soak;
 
 use std::path::PathBuf;

@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use deposit::*;
+use deposit_tests::programs::{add_operand, priority_enqueue as enqueue};
 use deposit_tests::*;
 
 const T: Duration = Duration::from_secs(10);
@@ -83,21 +84,6 @@ impl Fixture {
     }
 }
 
-/// The seed's priority queue as instructions: enqueue at the queue's pointer with
-/// post-increment, interrupt when the message's priority exceeds the receiver's level,
-/// and or the priority into the level. The sender supplies only the operand.
-fn enqueue(queue: u8, level: u8) -> Instruction {
-    let template = WorkRequest::write_inline(0, &[], 0)
-        .unwrap()
-        .post_increment(queue)
-        .cond(Cond::Lt, Src::Operand, level)
-        .op1(RegOp::Or, level, Src::Operand)
-        .order(Order::CondFirst);
-    Instruction::new(&template)
-        .unwrap()
-        .from_message(Operands::OPERAND)
-}
-
 #[test]
 fn priority_queue_through_instruction_pointers_with_isolation() {
     let f = fixture("ip_prio", 8, true);
@@ -157,9 +143,7 @@ fn priority_queue_through_instruction_pointers_with_isolation() {
 fn entry_points_window_bounds_and_sequencer_bounds_are_enforced() {
     let f = fixture("ip_refuse", 8, false);
     f.set(0, 0, RegProt::NONE);
-    let bump = Instruction::new(&WorkRequest::reg_op(0).op1(RegOp::Add, 0, Src::Operand))
-        .unwrap()
-        .from_message(Operands::OPERAND);
+    let bump = add_operand(0);
     // Slot 3: an entry point; slot 4: reachable only through the sequencer.
     let ip = f.pair.server.program(f.code, 3, &[bump, bump]).unwrap();
     f.run(
@@ -218,9 +202,7 @@ fn a_chain_is_atomic_a_trap_in_a_later_step_undoes_nothing_visible() {
     f.set(1, 0, RegProt::NONE); // a counter
     let write =
         Instruction::new(&WorkRequest::write_inline(0, &[], 0).unwrap().indirect(0)).unwrap();
-    let count = Instruction::new(&WorkRequest::reg_op(0).op1(RegOp::Add, 1, Src::Operand))
-        .unwrap()
-        .from_message(Operands::OPERAND);
+    let count = add_operand(1);
     let ip = f.pair.server.program(f.code, 0, &[write, count]).unwrap();
     f.run(
         &[WorkRequest::invoke(1, ip, 3, b"hello").unwrap()],
@@ -345,9 +327,7 @@ fn payload_tokens_are_single_use_keyed_and_cancellable() {
 fn an_unloaded_instruction_is_a_fault_the_host_repairs_then_it_runs_once() {
     let f = fixture("ip_fault", 4, false);
     f.set(0, 0, RegProt::NONE);
-    let bump = Instruction::new(&WorkRequest::reg_op(0).op1(RegOp::Add, 0, Src::Operand))
-        .unwrap()
-        .from_message(Operands::OPERAND);
+    let bump = add_operand(0);
     let loaded = f.pair.server.program(f.code, 0, &[bump]).unwrap();
     // Slot 2 is empty: the first message faults, the second waits behind it.
     f.c.client

@@ -3,130 +3,17 @@
 //! seed-receiver` receives, sets up and protects its registers, verifies memory,
 //! registers and events, and exits 0 / 1.
 
-use std::process::{Command, Stdio};
-use std::sync::mpsc::Receiver;
-use std::time::{Duration, Instant};
-
 use deposit::*;
-use deposit_tests::*;
+use deposit_tests::memif_peer::MemifPeer;
 
-const T: Duration = Duration::from_secs(20);
-
-/// The receiver process, its stdout lines (read on a thread, so waits stay bounded)
-/// and the sender's device and connection.
-struct Pair {
-    conn: Connection,
-    ep: Endpoint,
-    cq: CompletionQueue,
-    dev: Device,
-    lines: Receiver<String>,
-    /// Closing it lets the receiver exit (testnode's wait_for_release).
-    release: Option<std::process::ChildStdin>,
-    child: ChildGuard,
-    _dir: TempDir,
-}
-
-fn start(example: &str) -> Pair {
-    let dir = TempDir::new(&format!("seed-{example}"));
-    let sock = dir.sock();
-    let mut child = ChildGuard(
-        Command::new(env!("CARGO_BIN_EXE_testnode"))
-            .args(["seed-receiver", &sock, example])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap(),
-    );
-    let release = child.0.stdin.take();
-    let lines = line_reader(child.0.stdout.take().unwrap());
-    assert_eq!(
-        lines.recv_timeout(T).as_deref(),
-        Ok("ready"),
-        "receiver did not start"
-    );
-    let dev = Device::open(DeviceConfig::new(
-        &format!("memif:{sock}:client"),
-        [10, 0, 0, 2],
-    ))
-    .unwrap();
-    let ep = dev.alloc_endpoint(64 * 1024, Rights::REMOTE_WRITE).unwrap();
-    let cq = dev.create_cq(256);
-    let conn = dev.connect([10, 0, 0, 1], 17, &ep, &cq).unwrap();
-    Pair {
-        release,
-        conn,
-        ep,
-        cq,
-        dev,
-        lines,
-        child,
-        _dir: dir,
-    }
-}
-
-impl Pair {
-    fn run(&self, reqs: &[WorkRequest], want: WcStatus) {
-        for r in reqs {
-            self.conn.post(&r.signaled()).unwrap();
-        }
-        for wc in wait_completions(&self.cq, reqs.len(), T) {
-            assert_eq!(wc.status, want, "{wc:?}");
-        }
-    }
-
-    /// Waits for a line from the receiver, driving this side meanwhile.
-    fn expect_line(&self, want: &str) {
-        let start = Instant::now();
-        loop {
-            match self.lines.try_recv() {
-                Ok(l) if l == want => return,
-                Ok(l) => panic!("receiver said {l:?}, expected {want:?}"),
-                Err(_) if start.elapsed() > T => panic!("receiver never said {want:?}"),
-                Err(_) => {
-                    self.dev.progress();
-                }
-            }
-        }
-    }
-
-    /// Keeps acknowledging until the receiver has verified and exited.
-    fn finish(self, example: &str) {
-        let start = Instant::now();
-        let want = format!("verified {example}");
-        let mut said: Vec<String> = Vec::new();
-        let Pair {
-            conn,
-            ep,
-            cq,
-            dev,
-            lines,
-            release,
-            mut child,
-            _dir,
-        } = self;
-        // Serve (acknowledge) until the receiver says it verified; it then stops polling
-        // and waits for us: close our port first, then let it go, so that neither
-        // process polls a memif whose peer is leaving.
-        while !said.contains(&want) {
-            dev.progress();
-            said.extend(lines.try_iter());
-            if let Some(s) = child.0.try_wait().unwrap() {
-                said.extend(lines.try_iter());
-                panic!("receiver exited ({s}) before verifying: {said:?}");
-            }
-            if start.elapsed() > T {
-                panic!("receiver did not finish: {said:?}");
-            }
-        }
-        drop((conn, ep, cq, dev));
-        drop(release);
-        let status = wait_child_for(&mut child.0, T).expect("the receiver exits");
-        said.extend(lines.try_iter());
-        assert!(
-            status.success(),
-            "receiver failed after verifying: {said:?}"
-        );
-    }
+/// `testnode seed-receiver SOCKET EXAMPLE`, connected (service 17).
+fn start(example: &str) -> MemifPeer {
+    MemifPeer::start(
+        env!("CARGO_BIN_EXE_testnode"),
+        "seed-receiver",
+        &[example],
+        17,
+    )
 }
 
 #[test]
@@ -153,7 +40,7 @@ fn strided_deposit_across_processes() {
         })
         .collect();
     p.run(&reqs, WcStatus::Success);
-    p.finish("stride");
+    p.finish("verified stride");
 }
 
 #[test]
@@ -177,7 +64,7 @@ fn priority_queueing_across_processes() {
         ],
         WcStatus::Success,
     );
-    p.finish("priority");
+    p.finish("verified priority");
 }
 
 #[test]
@@ -225,7 +112,7 @@ fn atomics_across_processes() {
         [5, 9, 42, 43]
     );
     assert_eq!(got(192), 0, "nothing came back from the refused read");
-    p.finish("atomic");
+    p.finish("verified atomic");
 }
 
 #[test]
@@ -252,5 +139,5 @@ fn queue_bit_vector_with_interrupts_blocked_by_the_top_bit_across_processes() {
         &[append(5, 1), append(6, 4), append(7, 3)],
         WcStatus::Success,
     );
-    p.finish("bitvec");
+    p.finish("verified bitvec");
 }

@@ -876,9 +876,10 @@ fn hold(
         trap: t,
     });
     conn.state = ConnState::Exceptioned;
-    conn.shared.set_state(ConnState::Exceptioned);
     conn.push_nak(seq, RemoteStatus::PageFault);
     report_exception(conn, control, RemoteStatus::PageFault, t, ex);
+    // Published after the report: a host that sees the state finds the report queued.
+    conn.shared.set_state(ConnState::Exceptioned);
     Ran::Held
 }
 

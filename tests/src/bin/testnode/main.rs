@@ -32,8 +32,19 @@
 //!                                          for each "verify N" line check round N and say
 //!                                          "ok N"; "done": print its fault counters
 //!                                          ("faults ..."), exit at stdin's end
+//! testnode ip-receiver <socket> <case>    the receiver of the instruction-pointer and
+//!                                          token tests (priority, refusals, tokens) as
+//!                                          a memif server: program, announce the ips or
+//!                                          tokens, accept one connection, follow the
+//!                                          sender's lines, verify on "verify", exit 0 / 1
+//! testnode token-node <port> <a|b|c>      one of three nodes (10.0.0.1 to .3) passing a
+//!                                          payload token a -> b -> c in ordinary writes;
+//!                                          c deposits into a's buffer with it, twice
 //! ```
 //! Every wait is bounded; failures print one line on stderr and exit 1.
+
+mod ip_receiver;
+mod token_relay;
 
 use std::process::exit;
 use std::time::Duration;
@@ -194,6 +205,8 @@ fn main() {
             args.get(5)
                 .map_or(1514, |m| m.parse().unwrap_or_else(|e| fail(e))),
         ),
+        Some("ip-receiver") if args.len() == 4 => ip_receiver::ip_receiver(&args[2], &args[3]),
+        Some("token-node") if args.len() == 4 => token_relay::token_node(&args[2], &args[3]),
         Some("sink-server") if args.len() == 3 => sink_server(&args[2]),
         Some("stream-client") if args.len() == 5 => stream_client(
             &args[2],
@@ -205,7 +218,8 @@ fn main() {
              | seed-receiver <socket> <stride|priority|atomic|bitvec> \
              | barrier-node <port> <index> <rounds> [max-frame] | sink-server <port> \
              | stream-client <port> <retry-ms> <retries> \
-             | soak-server <socket> <seed> <ops> <faults|none>",
+             | soak-server <socket> <seed> <ops> <faults|none> \
+             | ip-receiver <socket> <priority|refusals|tokens> | token-node <port> <a|b|c>",
         ),
     }
 }
@@ -243,12 +257,17 @@ fn seed_put(img: &mut [u8], off: u64, data: &[u8]) {
     img[off as usize..off as usize + data.len()].copy_from_slice(data);
 }
 
-fn seed_receiver(sock: &str, example: &str) {
-    let dev = Device::open(
+/// Node 10.0.0.1 as a memif server on `sock`, with a dedicated worker.
+fn memif_receiver(sock: &str) -> Device {
+    Device::open(
         DeviceConfig::new(&format!("memif:{sock}:server"), [10, 0, 0, 1])
             .progress(Progress::Dedicated),
     )
-    .unwrap_or_else(|e| fail(e));
+    .unwrap_or_else(|e| fail(e))
+}
+
+fn seed_receiver(sock: &str, example: &str) {
+    let dev = memif_receiver(sock);
     let ep = dev
         .alloc_endpoint(SEED_LEN, Rights::ALL)
         .unwrap_or_else(|e| fail(e));
@@ -449,6 +468,29 @@ fn stdin_lines() -> std::sync::mpsc::Receiver<String> {
     rx
 }
 
+/// A node of the namespace tests on `port` (its veth end) at `ip`, with a dedicated
+/// worker.
+fn netns_device(port: &str, ip: [u8; 4], max_frame: usize) -> Device {
+    let mut cfg = DeviceConfig::new(port, ip).progress(Progress::Dedicated);
+    cfg.max_frame = Some(max_frame);
+    cfg.cm_timeout = Duration::from_secs(5);
+    Device::open(cfg).unwrap_or_else(|e| fail(e))
+}
+
+/// Announces the node's MAC to the bridge, says "ready" and waits for the parent's
+/// "go" (announcing again on any other line).
+fn await_go(dev: &Device, lines: &std::sync::mpsc::Receiver<String>) {
+    announce(dev);
+    println!("ready");
+    loop {
+        match lines.recv_timeout(T) {
+            Ok(l) if l == "go" => return,
+            Ok(_) => announce(dev),
+            Err(e) => fail(format!("no go from the parent: {e}")),
+        }
+    }
+}
+
 /// One node: listens with a window of five registers shared by every incoming
 /// connection — r0 and r1 the barrier registers of even and odd rounds, r2..=r4 the
 /// bit of each node (read-only to senders) — connects to all three nodes (itself
@@ -463,10 +505,7 @@ fn barrier_node(port: &str, me: usize, rounds: u32, max_frame: usize) {
         fail("node index must be 0, 1 or 2");
     }
     let lines = stdin_lines();
-    let mut cfg = DeviceConfig::new(port, barrier_ip(me)).progress(Progress::Dedicated);
-    cfg.max_frame = Some(max_frame);
-    cfg.cm_timeout = Duration::from_secs(5);
-    let dev = Device::open(cfg).unwrap_or_else(|e| fail(e));
+    let dev = netns_device(port, barrier_ip(me), max_frame);
     let ep = dev
         .alloc_endpoint(4096, Rights::REMOTE_WRITE)
         .unwrap_or_else(|e| fail(e));
@@ -490,15 +529,7 @@ fn barrier_node(port: &str, me: usize, rounds: u32, max_frame: usize) {
     let l = dev
         .listen_with(BARRIER_SERVICE, &ep, &cq, &opts)
         .unwrap_or_else(|e| fail(e));
-    announce(&dev);
-    println!("ready");
-    loop {
-        match lines.recv_timeout(T) {
-            Ok(l) if l == "go" => break,
-            Ok(_) => announce(&dev),
-            Err(e) => fail(format!("no go from the parent: {e}")),
-        }
-    }
+    await_go(&dev, &lines);
     let mut out = Vec::new();
     for n in 0..BARRIER_NODES {
         let c = dev
@@ -712,7 +743,6 @@ fn stream_client(port: &str, retry_ms: u64, retries: u32) {
 
 fn soak_server(sock: &str, seed: u64, ops: u64, faults: &str) {
     use deposit_tests::soak;
-    use std::sync::mpsc::RecvTimeoutError;
     let lines = stdin_lines();
     let mut cfg = DeviceConfig::new(&format!("memif:{sock}:server"), [10, 0, 0, 1])
         .progress(Progress::Dedicated);
@@ -760,11 +790,18 @@ fn soak_server(sock: &str, seed: u64, ops: u64, faults: &str) {
             Err(e) => fail(format!("no word from the sender: {e}")),
         }
     }
-    // Leave only when the parent has closed its port (see wait_for_release).
+    wait_for_disconnect(&lines);
+}
+
+/// Leaves only when the parent has closed its port and then our stdin (see
+/// wait_for_release), for nodes that read their stdin as lines.
+fn wait_for_disconnect(lines: &std::sync::mpsc::Receiver<String>) {
+    use std::sync::mpsc::RecvTimeoutError;
+    let _ = std::io::Write::flush(&mut std::io::stdout());
     loop {
         match lines.recv_timeout(T) {
             Ok(_) => {}
-            Err(RecvTimeoutError::Disconnected) => break,
+            Err(RecvTimeoutError::Disconnected) => return,
             Err(e) => fail(format!("the sender did not let go: {e}")),
         }
     }
