@@ -4,6 +4,9 @@
 pub mod memif_peer;
 pub mod netns;
 pub mod programs;
+pub mod ring_fixture;
+
+pub use ring_fixture::{RegFixture, FIXTURE_LEN};
 pub mod soak;
 
 use std::path::PathBuf;
@@ -14,8 +17,8 @@ use deposit_transport::wire::{
 };
 
 use deposit::{
-    Completion, CompletionQueue, Connection, Device, DeviceConfig, Endpoint, Listener, Progress,
-    Rights,
+    Completion, CompletionQueue, ConnOptions, Connection, Device, DeviceConfig, Endpoint, Listener,
+    Progress, Rights,
 };
 
 /// Deterministic content of byte `off` for a test run `seed`.
@@ -131,12 +134,22 @@ impl RingPair {
 
     /// Connects a client endpoint to a server endpoint of `len` bytes each.
     pub fn connect(&self, len: usize, service: u32) -> Conns {
-        let sep = self
-            .server
-            .alloc_endpoint(len, Rights::REMOTE_WRITE)
-            .unwrap();
+        self.connect_with(len, service, Rights::REMOTE_WRITE, &ConnOptions::default())
+            .0
+    }
+
+    /// [`RingPair::connect`] with the server endpoint's `rights` and the server's
+    /// connection options; also returns the server's completion queue.
+    pub fn connect_with(
+        &self,
+        len: usize,
+        service: u32,
+        rights: Rights,
+        opts: &ConnOptions,
+    ) -> (Conns, CompletionQueue) {
+        let sep = self.server.alloc_endpoint(len, rights).unwrap();
         let scq = self.server.create_cq(4096);
-        let listener = self.server.listen(service, &sep, &scq).unwrap();
+        let listener = self.server.listen_with(service, &sep, &scq, opts).unwrap();
         let cep = self
             .client
             .alloc_endpoint(len, Rights::REMOTE_WRITE)
@@ -147,14 +160,15 @@ impl RingPair {
             .connect([10, 0, 0, 1], service, &cep, &ccq)
             .unwrap();
         let server = listener.accept(Duration::from_secs(5)).unwrap();
-        Conns {
+        let conns = Conns {
             client,
             server,
             cep,
             sep,
             ccq,
             _listener: listener,
-        }
+        };
+        (conns, scq)
     }
 }
 

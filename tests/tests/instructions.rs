@@ -7,80 +7,32 @@ use deposit_tests::programs::{add_operand, priority_enqueue as enqueue};
 use deposit_tests::*;
 
 const T: Duration = Duration::from_secs(10);
-const LEN: usize = 64 * 1024;
 
+/// A ring pair whose server side gives the client registers and `code`, an
+/// instruction window of 16 slots.
 struct Fixture {
-    pair: RingPair,
-    c: Conns,
-    regs: RegWindow,
+    base: RegFixture,
     code: InstrWindow,
-    scq: CompletionQueue,
 }
 
-/// A pair whose server side gives the client `nregs` registers and an instruction
-/// window of 16 slots, isolated or not.
+impl std::ops::Deref for Fixture {
+    type Target = RegFixture;
+    fn deref(&self) -> &RegFixture {
+        &self.base
+    }
+}
+
+/// `nregs` registers and an instruction window, the connection isolated or not.
 fn fixture(name: &str, nregs: u32, isolated: bool) -> Fixture {
-    let pair = RingPair::new(name);
-    let regs = pair.server.alloc_registers(nregs).unwrap();
-    let code = pair.server.alloc_instructions(16).unwrap();
-    let opts = ConnOptions {
-        registers: Registers::Window(regs),
-        instructions: Some(code),
-        isolated,
-        ..ConnOptions::default()
-    };
-    let sep = pair
-        .server
-        .alloc_endpoint(LEN, Rights::REMOTE_WRITE)
-        .unwrap();
-    let scq = pair.server.create_cq(256);
-    let listener = pair.server.listen_with(11, &sep, &scq, &opts).unwrap();
-    let scq2 = scq.clone();
-    let cep = pair
-        .client
-        .alloc_endpoint(LEN, Rights::REMOTE_WRITE)
-        .unwrap();
-    let ccq = pair.client.create_cq(4096);
-    let client = pair.client.connect([10, 0, 0, 1], 11, &cep, &ccq).unwrap();
-    let server = listener.accept(T).unwrap();
-    let c = Conns::from_parts(client, server, cep, sep, ccq, listener);
+    let mut code = None;
+    let base = RegFixture::new(name, nregs, Rights::REMOTE_WRITE, |pair, opts| {
+        code = Some(pair.server.alloc_instructions(16).unwrap());
+        opts.instructions = code;
+        opts.isolated = isolated;
+    });
     Fixture {
-        pair,
-        c,
-        regs,
-        code,
-        scq: scq2,
-    }
-}
-
-impl Fixture {
-    fn set(&self, i: u32, v: u64, p: RegProt) {
-        self.pair.server.write_register(self.regs, i, v).unwrap();
-        self.pair
-            .server
-            .set_register_protection(self.regs, i, p)
-            .unwrap();
-    }
-    fn reg(&self, i: u32) -> u64 {
-        self.pair.server.read_register(self.regs, i).unwrap()
-    }
-    fn run(&self, reqs: &[WorkRequest], want: WcStatus) {
-        for r in reqs {
-            self.c.client.post(&r.signaled()).unwrap();
-        }
-        for wc in wait_completions(&self.c.ccq, reqs.len(), T) {
-            assert_eq!(wc.status, want, "{wc:?}");
-        }
-    }
-    fn events(&self) -> Vec<Event> {
-        let q = self.c.sep.events();
-        std::iter::from_fn(|| q.poll()).collect()
-    }
-    fn mem(&self) -> Vec<u8> {
-        memory_snapshot(&self.c.sep, LEN)
-    }
-    fn drops(&self, r: DropReason) -> u64 {
-        self.pair.server.stats().dropped(r)
+        base,
+        code: code.expect("allocated"),
     }
 }
 

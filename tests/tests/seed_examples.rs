@@ -10,68 +10,10 @@ use deposit_tests::*;
 
 const T: Duration = Duration::from_secs(10);
 /// Endpoint size on both sides.
-const LEN: usize = 64 * 1024;
+const LEN: usize = FIXTURE_LEN;
 
-/// One connection from the client to the server; the server gives it `regs` registers
-/// (fresh window) and endpoint `rights`.
-struct Fixture {
-    pair: RingPair,
-    c: Conns,
-    regs: RegWindow,
-}
-
-fn fixture(name: &str, nregs: u32, rights: Rights) -> Fixture {
-    let pair = RingPair::new(name);
-    let regs = pair.server.alloc_registers(nregs).unwrap();
-    let opts = ConnOptions {
-        registers: Registers::Window(regs),
-        ..ConnOptions::default()
-    };
-    let sep = pair.server.alloc_endpoint(LEN, rights).unwrap();
-    let scq = pair.server.create_cq(256);
-    let listener = pair.server.listen_with(11, &sep, &scq, &opts).unwrap();
-    let cep = pair
-        .client
-        .alloc_endpoint(LEN, Rights::REMOTE_WRITE)
-        .unwrap();
-    let ccq = pair.client.create_cq(4096);
-    let client = pair.client.connect([10, 0, 0, 1], 11, &cep, &ccq).unwrap();
-    let server = listener.accept(T).unwrap();
-    let c = Conns::from_parts(client, server, cep, sep, ccq, listener);
-    Fixture { pair, c, regs }
-}
-
-impl Fixture {
-    fn set(&self, i: u32, v: u64, p: RegProt) {
-        self.pair.server.write_register(self.regs, i, v).unwrap();
-        self.pair
-            .server
-            .set_register_protection(self.regs, i, p)
-            .unwrap();
-    }
-    fn reg(&self, i: u32) -> u64 {
-        self.pair.server.read_register(self.regs, i).unwrap()
-    }
-    /// Posts every request signaled and waits until all completed with `want`.
-    fn run(&self, reqs: &[WorkRequest], want: WcStatus) -> Vec<Completion> {
-        for r in reqs {
-            self.c.client.post(&r.signaled()).unwrap();
-        }
-        let wcs = wait_completions(&self.c.ccq, reqs.len(), T);
-        for wc in &wcs {
-            assert_eq!(wc.status, want, "{wc:?}");
-        }
-        wcs
-    }
-    /// Every event now on the server endpoint's queue (after the work completed, so
-    /// every event it raised is already queued).
-    fn events(&self) -> Vec<Event> {
-        let q = self.c.sep.events();
-        std::iter::from_fn(|| q.poll()).collect()
-    }
-    fn mem(&self) -> Vec<u8> {
-        memory_snapshot(&self.c.sep, LEN)
-    }
+fn fixture(name: &str, nregs: u32, rights: Rights) -> RegFixture {
+    RegFixture::new(name, nregs, rights, |_, _| {})
 }
 
 fn put(img: &mut [u8], off: u64, data: &[u8]) {
