@@ -101,13 +101,18 @@ if ((!quick)); then
 fi
 step "smoke write_lat" smoke write_lat -s 32 -n 2000
 step "smoke write_bw" smoke write_bw -s 32 -n 100000
+# Instruction-pointer messages and payload tokens.
+step "smoke ip_lat" smoke ip_lat -s 32 -n 2000
+step "smoke ip_bw" smoke ip_bw -s 32 -n 100000
+step "smoke token_lat" smoke token_lat -s 32 -n 2000
 step "smoke raw_bw" smoke raw_bw -s 64 -n 100000
 # --verify on every transport test, clean and with --faults (issue 4 item 7).
 faults=loss=0.05,reorder=0.02,dup=0.02,corrupt=0.001,seed=7
 step "verify write_bw faults" smoke write_bw -s 4096 -n 200000 --faults $faults --verify
 step "verify atomic_bw faults" smoke atomic_bw -n 200000 --faults $faults --verify
 step "verify append_bw faults" smoke append_bw -s 4096 -n 200000 --faults $faults --verify
-for t in write_lat write_bw read_lat read_bw atomic_lat atomic_bw send_lat send_bw append_bw; do
+for t in write_lat write_bw read_lat read_bw atomic_lat atomic_bw send_lat send_bw append_bw \
+    ip_lat ip_bw token_lat; do
     case $t in
         atomic_*) size=() ;;
         *) size=(-s 1024) ;;
@@ -122,6 +127,8 @@ done
 step "verify atomic_lat cas" smoke atomic_lat -A CMP_AND_SWAP -n 2000 --faults $faults --verify
 step "verify atomic_bw cas" smoke atomic_bw -A CMP_AND_SWAP -n 20000 --faults $faults --verify
 step "verify write_bw -a" smoke write_bw -a -n 200 --verify
+step "verify ip_bw -a" smoke ip_bw -a -n 200 --verify
+step "verify token_lat -a" smoke token_lat -a -n 200 --verify
 
 echo
 echo "=== summary ($((SECONDS - start_all)) s$( ((quick)) && echo ', --quick'))"

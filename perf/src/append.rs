@@ -86,6 +86,7 @@ fn serve(dev: Device, p: &Params, lay: Layout, ready: Box<dyn FnOnce() + Send>) 
         s,
         more,
         regs: Some(w),
+        ip: None,
     })
 }
 
@@ -100,6 +101,7 @@ fn dial(dev: Device, p: &Params, _lay: Layout, peer: [u8; 4]) -> Result<Side> {
         s,
         more,
         regs: None,
+        ip: None,
     })
 }
 

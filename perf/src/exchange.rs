@@ -26,12 +26,23 @@
 //!
 //! * The **credit word** (8 bytes, native order) is written by the server into the
 //!   client's endpoint when the client must wait for it: send_bw after every lap of its
-//!   receive queue, append_bw before every round (see [`send_credit`]).
+//!   receive queue, append_bw before every round (see [`send_credit`]). The rest of its
+//!   64 bytes holds `--verify`'s verdicts ([`send_verdict`]) and the server's
+//!   **answer** ([`send_answer`]).
+//! * **Offers** are the opaque values a test hands its peer before the first round: the
+//!   client's rides in its parameter block ([`send_hello_offering`]), the server's in
+//!   its answer, written once after it took the block. ip_lat offers each side's entry
+//!   point, ip_bw the server's, token_lat the server's first payload token.
 //! * The **queue** (send_lat, send_bw, append_bw only; empty otherwise) is the
 //!   receive queue that post-increment sends land in: `slots` slots of `stride` bytes.
 //!
 //! Version 2 of the parameter block added the atomic operation (`-A`), the number of
-//! connections (`-q`) and write_bw's `--compound` flag.
+//! connections (`-q`) and write_bw's `--compound` flag; version 3 the client's offer.
+//!
+//! On isolated connections (`Test::isolated`: ip_lat, ip_bw) a plain write is refused,
+//! so every control write here is an invoke of the peer's control instruction instead
+//! ([`crate::ipmsg::CONTROL_IP`], which writes at the offset the message names within
+//! the peer's control area): same bytes, same places.
 //!
 //! Both rely on the transport's promise that a deposit stores its last byte last
 //! (DESIGN.md §11): once the last byte is seen, the whole block is there. Markers and
@@ -42,13 +53,16 @@
 
 use std::time::Duration;
 
-use deposit::{CompletionQueue, Connection, Device, Endpoint, WriteRequest};
+use deposit::{CompletionQueue, Connection, Device, Endpoint, WorkRequest};
 
 use crate::error::{PerfError, Result, Wait};
 use crate::{Params, Span, Test};
 
 /// Bytes of the parameter block.
 const HELLO_LEN: usize = 64;
+/// Bytes of the largest control write (the parameter block): on an isolated
+/// connection one message must carry it.
+pub const CONTROL_MAX: usize = HELLO_LEN;
 /// Bytes of one round marker.
 const MARKER_LEN: usize = 32;
 /// Most rounds (sizes) of one run.
@@ -56,7 +70,7 @@ pub const MAX_ROUNDS: usize = 64;
 /// Last byte of a complete parameter block.
 const READY: u8 = 0xA5;
 const MAGIC: &[u8; 4] = b"DDPF";
-const VERSION: u8 = 2;
+const VERSION: u8 = 3;
 /// Work request ids of control writes (benchmark writes count from 1).
 const HELLO_WR: u64 = u64::MAX - 1;
 const MARKER_WR: u64 = u64::MAX - 2;
@@ -70,6 +84,14 @@ const VERDICT_WR: u64 = u64::MAX - 4;
 /// 7 spare bytes and the flag byte (round + 1), 32 bytes in all.
 const VERDICT_AT: usize = 16;
 const VERDICT_LEN: usize = 32;
+/// Work request id of the server's answer.
+const ANSWER_WR: u64 = u64::MAX - 5;
+/// Where the answer lands, from the credit word: the offer (u64, little endian), 7
+/// spare bytes, then [`READY`].
+const ANSWER_AT: usize = 48;
+const ANSWER_LEN: usize = 16;
+/// Where the client's offer lies in the parameter block.
+const OFFER_AT: usize = 40;
 
 /// Offsets in a test endpoint.
 #[derive(Debug, Clone, Copy)]
@@ -167,7 +189,8 @@ impl Hello {
         }
     }
 
-    fn emit(&self) -> [u8; HELLO_LEN] {
+    /// The block, carrying the client's `offer` too.
+    fn emit(&self, offer: u64) -> [u8; HELLO_LEN] {
         let mut b = [0u8; HELLO_LEN];
         b[0..4].copy_from_slice(MAGIC);
         b[4] = VERSION;
@@ -180,6 +203,7 @@ impl Hello {
         b[33] = self.compound as u8;
         b[34] = self.verify as u8;
         b[36..40].copy_from_slice(&self.qps.to_le_bytes());
+        b[OFFER_AT..OFFER_AT + 8].copy_from_slice(&offer.to_le_bytes());
         b[HELLO_LEN - 1] = READY;
         b
     }
@@ -303,6 +327,57 @@ fn wait_control(
     }
 }
 
+/// What a control write carries: `len` bytes of the local endpoint at the destination
+/// offset, or up to 32 bytes inline.
+#[derive(Clone, Copy)]
+enum Body<'a> {
+    Local(&'a Endpoint, usize),
+    Inline(&'a [u8]),
+}
+
+/// One control write: its request id, the offset it lands at in the peer's endpoint
+/// (at or after the control area) and what it carries.
+struct Control<'a> {
+    wr_id: u64,
+    at: usize,
+    body: Body<'a>,
+}
+
+/// The signaled request of a control write: a plain write, or on isolated connections
+/// an invoke of the peer's control instruction with the offset within its control area
+/// as the operand.
+fn control_request(p: &Params, lay: &Layout, c: &Control<'_>) -> Result<WorkRequest> {
+    let (id, at) = (c.wr_id, c.at);
+    let req = if p.test.isolated() {
+        let (ip, off) = (crate::ipmsg::CONTROL_IP, (at - lay.ctrl) as u32);
+        match c.body {
+            Body::Local(ep, len) => {
+                WorkRequest::invoke_from(id, ip, off, ep, at as u64, len as u32)
+            }
+            Body::Inline(data) => WorkRequest::invoke(id, ip, off, data)?,
+        }
+    } else {
+        match c.body {
+            Body::Local(ep, len) => WorkRequest::write(id, ep, at as u64, len as u32, at as u32),
+            Body::Inline(data) => WorkRequest::write_inline(id, data, at as u32)?,
+        }
+    };
+    Ok(req.signaled())
+}
+
+/// Posts a control write and waits for its completion.
+fn send_control(
+    dev: &Device,
+    conn: &Connection,
+    lay: &Layout,
+    p: &Params,
+    c: Control<'_>,
+    what: &'static str,
+) -> Result<()> {
+    conn.post(&control_request(p, lay, &c)?)?;
+    wait_control(dev, conn.cq(), c.wr_id, p, what)
+}
+
 /// Client: writes the parameter block into the server's endpoint and waits for it to
 /// complete (a refusal means the server's endpoint is laid out for other sizes).
 pub fn send_hello(
@@ -312,27 +387,37 @@ pub fn send_hello(
     lay: &Layout,
     p: &Params,
 ) -> Result<()> {
-    ep.write(lay.ctrl, &Hello::of(p).emit())?;
-    let req = WriteRequest::from_endpoint(
-        HELLO_WR,
-        ep,
-        lay.ctrl as u64,
-        HELLO_LEN as u32,
-        lay.ctrl as u32,
-    )
-    .signaled();
-    conn.post_write(&req)?;
-    wait_control(
+    send_hello_offering(dev, conn, ep, lay, p, 0)
+}
+
+/// [`send_hello`] with the client's offer to the server (see the module doc).
+pub fn send_hello_offering(
+    dev: &Device,
+    conn: &Connection,
+    ep: &Endpoint,
+    lay: &Layout,
+    p: &Params,
+    offer: u64,
+) -> Result<()> {
+    ep.write(lay.ctrl, &Hello::of(p).emit(offer))?;
+    let c = Control {
+        wr_id: HELLO_WR,
+        at: lay.ctrl,
+        body: Body::Local(ep, HELLO_LEN),
+    };
+    send_control(
         dev,
-        conn.cq(),
-        HELLO_WR,
+        conn,
+        lay,
         p,
+        c,
         "the server to take the parameter block",
     )
 }
 
 /// Server: waits for the client's parameter block and checks it against our options.
-pub fn wait_hello(dev: &Device, ep: &Endpoint, lay: &Layout, p: &Params) -> Result<()> {
+/// Returns the client's offer (0 when it made none).
+pub fn wait_hello(dev: &Device, ep: &Endpoint, lay: &Layout, p: &Params) -> Result<u64> {
     let mut wait = Wait::new(
         p.timeout,
         "the client's parameter block (do both sides run the same test with the same -s/-a?)",
@@ -352,7 +437,55 @@ pub fn wait_hello(dev: &Device, ep: &Endpoint, lay: &Layout, p: &Params) -> Resu
             ours.describe()
         )));
     }
-    Ok(())
+    Ok(offer_of(&b))
+}
+
+/// The client's offer in a parameter block.
+fn offer_of(b: &[u8; HELLO_LEN]) -> u64 {
+    u64::from_le_bytes(b[OFFER_AT..OFFER_AT + 8].try_into().expect("8 bytes"))
+}
+
+/// Server: answers the parameter block with its own offer (written into the client's
+/// credit area, flag byte last) and waits for the write to complete.
+pub fn send_answer(
+    dev: &Device,
+    conn: &Connection,
+    lay: &Layout,
+    p: &Params,
+    offer: u64,
+) -> Result<()> {
+    let mut b = [0u8; ANSWER_LEN];
+    b[..8].copy_from_slice(&offer.to_le_bytes());
+    b[ANSWER_LEN - 1] = READY;
+    let at = lay.credit + ANSWER_AT;
+    let c = Control {
+        wr_id: ANSWER_WR,
+        at,
+        body: Body::Inline(&b),
+    };
+    send_control(dev, conn, lay, p, c, "the answer to the client to complete")
+}
+
+/// Client: waits for the server's answer to its parameter block; returns the server's
+/// offer.
+pub fn wait_answer(
+    dev: &Device,
+    conn: &Connection,
+    ep: &Endpoint,
+    lay: &Layout,
+    p: &Params,
+) -> Result<u64> {
+    let at = lay.credit + ANSWER_AT;
+    let mut wait = Wait::new(p.timeout, "the server's answer to the parameter block");
+    while ep.load_u8(at + ANSWER_LEN - 1)? != READY {
+        dev.progress();
+        if wait.tick()? {
+            crate::lat::check_open(conn)?;
+        }
+    }
+    let mut b = [0u8; 8];
+    ep.read(at, &mut b)?;
+    Ok(u64::from_le_bytes(b))
 }
 
 /// Client: ends round `round` and waits for the marker's completion (which also
@@ -378,16 +511,12 @@ pub fn send_round_end(
     }
     b[MARKER_LEN - 1] = round as u8 + 1;
     ep.write(at, &b)?;
-    let req = WriteRequest::from_endpoint(MARKER_WR, ep, at as u64, MARKER_LEN as u32, at as u32)
-        .signaled();
-    conn.post_write(&req)?;
-    wait_control(
-        dev,
-        conn.cq(),
-        MARKER_WR,
-        p,
-        "the end-of-round marker to complete",
-    )
+    let c = Control {
+        wr_id: MARKER_WR,
+        at,
+        body: Body::Local(ep, MARKER_LEN),
+    };
+    send_control(dev, conn, lay, p, c, "the end-of-round marker to complete")
 }
 
 /// Server: the byte to poll for the end of `round` and the value it will take.
@@ -460,14 +589,18 @@ pub fn send_credit(
     p: &Params,
     value: u64,
 ) -> Result<()> {
-    let req =
-        WriteRequest::write_inline(CREDIT_WR, &value.to_ne_bytes(), lay.credit as u32)?.signaled();
-    conn.post(&req)?;
-    wait_control(
+    let credit = value.to_ne_bytes();
+    let c = Control {
+        wr_id: CREDIT_WR,
+        at: lay.credit,
+        body: Body::Inline(&credit),
+    };
+    send_control(
         dev,
-        conn.cq(),
-        CREDIT_WR,
+        conn,
+        lay,
         p,
+        c,
         "a credit write to the client to complete",
     )
 }
@@ -506,14 +639,18 @@ pub fn send_verdict(
     b[8..16].copy_from_slice(&v.bytes.to_le_bytes());
     b[16..24].copy_from_slice(&v.bad.to_le_bytes());
     b[VERDICT_LEN - 1] = round as u8 + 1;
-    let req =
-        WriteRequest::write_inline(VERDICT_WR, &b, (lay.credit + VERDICT_AT) as u32)?.signaled();
-    conn.post(&req)?;
-    wait_control(
+    let at = lay.credit + VERDICT_AT;
+    let c = Control {
+        wr_id: VERDICT_WR,
+        at,
+        body: Body::Inline(&b),
+    };
+    send_control(
         dev,
-        conn.cq(),
-        VERDICT_WR,
+        conn,
+        lay,
         p,
+        c,
         "a verdict write to the client to complete",
     )
 }
@@ -571,4 +708,41 @@ pub fn wait_verdict(
         bytes: u64_at(8),
         bad: u64_at(16),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hello() -> Hello {
+        Hello {
+            test: Test::IpLat.code(),
+            all: false,
+            duration_ms: 0,
+            iters: 1000,
+            size: 32,
+            atomic: 0,
+            qps: 1,
+            compound: false,
+            verify: true,
+        }
+    }
+
+    #[test]
+    fn parameter_block_carries_the_offer_beside_the_compared_options() {
+        let b = hello().emit(0x8000_0000_0000_0001);
+        assert_eq!(b[HELLO_LEN - 1], READY);
+        assert_eq!(Hello::parse(&b).unwrap(), hello());
+        assert_eq!(offer_of(&b), 0x8000_0000_0000_0001);
+        // Two clients differing only in their offers run the same options.
+        assert_eq!(Hello::parse(&hello().emit(7)).unwrap(), hello());
+    }
+
+    #[test]
+    fn a_block_of_the_previous_version_is_refused_by_name() {
+        let mut b = hello().emit(0);
+        b[4] = 2;
+        let e = Hello::parse(&b).unwrap_err().to_string();
+        assert!(e.contains("version 3"), "{e}");
+    }
 }

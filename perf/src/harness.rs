@@ -6,21 +6,27 @@
 //!
 //! Nothing here runs inside a measured loop.
 
-use deposit::{Connection, Device, RegWindow};
+use deposit::{Connection, Device, Ip, RegWindow};
 
 use crate::error::{PerfError, Result};
-use crate::exchange::{self, Layout};
+use crate::exchange::{self, Layout, RoundEnd};
 use crate::report::Reporter;
 use crate::setup::{self, Session, SocketFile};
-use crate::verify;
+use crate::verify::{self, Outcome};
 use crate::{Params, Role, Test};
 
+/// Largest size the layouts of the one-message tests (send_*, ip_*, token_lat) are
+/// sized for: larger sizes need several messages on every port we know.
+pub const MAX_ONE_MESSAGE: u64 = 16384;
+
 /// One side of a test: the session (first connection), further connections
-/// (append_bw), and the register window it set up for its peer (send_*).
+/// (append_bw), the register window it set up for its peer (send_*, ip_*), and the
+/// entry point it programmed for its peer (ip_*).
 pub struct Side {
     pub s: Session,
     pub more: Vec<Connection>,
     pub regs: Option<RegWindow>,
+    pub ip: Option<Ip>,
 }
 
 impl Side {
@@ -165,6 +171,30 @@ fn reporter(p: &Params, side: &Side, ports: &str, enabled: bool) -> Reporter {
             ),
         );
     }
+    match p.test {
+        Test::IpBw if p.verify => {
+            let ring = crate::ipmsg::ring(p);
+            rep.info(
+                "Instruction",
+                format!(
+                    "WRITE at the server's ring pointer, post-increment, wrapping over {} slots of {} B; isolated connections",
+                    ring.slots, ring.stride
+                ),
+            )
+        }
+        Test::IpLat | Test::IpBw => rep.info(
+            "Instruction",
+            "WRITE at offset 0 (the instruction's), isolated connections",
+        ),
+        Test::TokenLat => rep.info(
+            "Token",
+            format!(
+                "one deposit each; a fresh token back ({} B write) per iteration",
+                crate::token::PONG_LEN
+            ),
+        ),
+        _ => {}
+    }
     if side.more.is_empty() {
         rep.info(
             "Connection",
@@ -180,6 +210,22 @@ fn reporter(p: &Params, side: &Side, ports: &str, enabled: bool) -> Reporter {
     rep
 }
 
+/// A server with one connection, default options.
+pub fn serve_plain(
+    dev: Device,
+    p: &Params,
+    lay: Layout,
+    ready: Box<dyn FnOnce() + Send>,
+) -> Result<Side> {
+    let s = setup::serve(dev, p, lay, ready)?;
+    Ok(Side {
+        s,
+        more: Vec::new(),
+        regs: None,
+        ip: None,
+    })
+}
+
 /// A client with one connection.
 pub fn dial_plain(dev: Device, p: &Params, lay: Layout, peer: [u8; 4]) -> Result<Side> {
     let s = setup::dial(dev, p, lay, peer)?;
@@ -187,7 +233,45 @@ pub fn dial_plain(dev: Device, p: &Params, lay: Layout, peer: [u8; 4]) -> Result
         s,
         more: Vec::new(),
         regs: None,
+        ip: None,
     })
+}
+
+/// The largest size the layout of a one-message test must hold: `-s`, the largest of
+/// `-a`, or for the default of send_bw / ip_bw (0, the largest one message carries)
+/// [`MAX_ONE_MESSAGE`], which bounds them all.
+pub fn one_message_max(p: &Params) -> u64 {
+    match p.max_size() {
+        0 => MAX_ONE_MESSAGE,
+        m => m.min(MAX_ONE_MESSAGE),
+    }
+}
+
+/// The sizes of the run that one message of at most `max` bytes carries, as (round,
+/// size): `-a` skips the others (and says so), a larger `-s` is refused with `one` as
+/// the reason (e.g. "a SEND is one message"); the size 0 (the default of send_bw and
+/// ip_bw) is `max`.
+pub fn one_message_sizes(p: &Params, max: u64, one: &str) -> Result<Vec<(usize, u64)>> {
+    if p.sizes == [0] {
+        return Ok(vec![(0, max)]);
+    }
+    let ok: Vec<(usize, u64)> = p
+        .sizes
+        .iter()
+        .copied()
+        .filter(|&s| s <= max)
+        .enumerate()
+        .collect();
+    if ok.len() < p.sizes.len() {
+        if !p.all {
+            return Err(PerfError::Usage(format!(
+                "-s {}: {one}, at most {max} B on this port",
+                p.sizes[0]
+            )));
+        }
+        eprintln!("ddperf: -a: sizes above {max} B need more than one message; skipped");
+    }
+    Ok(ok)
 }
 
 /// The server of the tests where only the client acts (read_*, atomic_*): it waits for
@@ -198,9 +282,30 @@ pub fn passive_server(side: &Side, p: &Params, rep: &mut Reporter) -> Result<()>
     let s = &side.s;
     exchange::wait_hello(&s.dev, &s.ep, &s.lay, p)?;
     // Nothing of round 0 can have arrived yet (see lat.rs).
-    let mut base = s.conn.arrivals();
+    let base = s.conn.arrivals();
+    let sizes: Vec<(usize, u64)> = p.sizes.iter().copied().enumerate().collect();
+    passive_rounds(side, p, rep, &sizes, base, &mut |_, _, _| Ok(None))
+}
+
+/// What a passive server checks after a round: given the round, its size and the
+/// client's marker, the outcome of its own checks (sent to the client in a verdict),
+/// or `None`.
+pub type RoundCheck<'a> = dyn FnMut(usize, u64, &RoundEnd) -> Result<Option<Outcome>> + 'a;
+
+/// [`passive_server`]'s rounds, once the parameter exchange is done: `sizes` as (round,
+/// size), `base` the connection's arrival count before round 0 (see
+/// [`crate::lat::answer`]), and `check` after each round.
+pub fn passive_rounds(
+    side: &Side,
+    p: &Params,
+    rep: &mut Reporter,
+    sizes: &[(usize, u64)],
+    mut base: u64,
+    check: &mut RoundCheck<'_>,
+) -> Result<()> {
+    let s = &side.s;
     let mut total = 0;
-    for (round, &size) in p.sizes.iter().enumerate() {
+    for &(round, size) in sizes {
         let (flag_at, flag) = exchange::round_end_flag(&s.lay, round);
         let mut wait = crate::error::Wait::new(
             p.timeout,
@@ -228,6 +333,10 @@ pub fn passive_server(side: &Side, p: &Params, rep: &mut Reporter) -> Result<()>
                 bad: u64::from(bad),
             };
             rep.outcome().merge_peer(&v, "client");
+        }
+        if let Some(o) = check(round, size, &end)? {
+            exchange::send_verdict(&s.dev, &s.conn, &s.lay, p, round, &o.verdict())?;
+            rep.outcome().merge(o);
         }
         if !p.test.is_lat() {
             rep.bw(&crate::report::BwStats {

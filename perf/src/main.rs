@@ -2,7 +2,8 @@
 //!
 //! This file is the command line only: it turns perftest's options into [`Params`] and
 //! hands them to the test modules ([`lat`], [`bw`], [`raw`], [`rdlat`] and [`rdbw`] for
-//! reads and atomics, [`send`] for verbs SEND, [`append`] for the shared queue). Habits kept from perftest
+//! reads and atomics, [`send`] for verbs SEND, [`append`] for the shared queue, [`ipmsg`]
+//! for instruction-pointer messages, [`token`] for payload tokens). Habits kept from perftest
 //! (DESIGN.md §11): the server runs `ddperf <test> --server [opts]`, the client
 //! `ddperf <test> [opts] <server-ip>` with the same options; `--loopback` runs both
 //! sides in one process on two cross-connected ring ports with no setup at all.
@@ -15,6 +16,7 @@ mod bw;
 mod error;
 mod exchange;
 mod harness;
+mod ipmsg;
 mod lat;
 mod raw;
 mod rdbw;
@@ -22,6 +24,7 @@ mod rdlat;
 mod report;
 mod send;
 mod setup;
+mod token;
 mod verify;
 mod warmup;
 
@@ -59,6 +62,19 @@ pub enum Test {
     SendBw,
     /// -q connections appending to one server queue through a global register.
     AppendBw,
+    /// Instruction-pointer ping-pong, RTT/2: each side invokes the entry point the peer
+    /// programmed (a WRITE at offset 0 that the instruction supplies; the sender gives
+    /// only the pointer and the data) on isolated connections. Sizes up to one message.
+    IpLat,
+    /// Instruction-pointer streaming (as write_bw): invokes of the server's entry point,
+    /// a WRITE at offset 0 that the instruction supplies, on isolated connections. With
+    /// --verify the instruction writes at a ring pointer the server keeps instead
+    /// (indirect post-increment, wrapping), so that every message can be checked.
+    IpBw,
+    /// Payload-token ping-pong, RTT/2. One iteration: the client deposits -s bytes with
+    /// the server's token; the server takes the deposit's event, creates a fresh token
+    /// and writes it (16 B) into the client's memory, where the client spins on it.
+    TokenLat,
 }
 
 impl Test {
@@ -76,14 +92,28 @@ impl Test {
             Test::SendLat => "send_lat",
             Test::SendBw => "send_bw",
             Test::AppendBw => "append_bw",
+            Test::IpLat => "ip_lat",
+            Test::IpBw => "ip_bw",
+            Test::TokenLat => "token_lat",
         }
     }
     /// Whether it is a latency test (ping-pong) rather than a bandwidth test.
     pub fn is_lat(self) -> bool {
         matches!(
             self,
-            Test::WriteLat | Test::RawLat | Test::ReadLat | Test::AtomicLat | Test::SendLat
+            Test::WriteLat
+                | Test::RawLat
+                | Test::ReadLat
+                | Test::AtomicLat
+                | Test::SendLat
+                | Test::IpLat
+                | Test::TokenLat
         )
+    }
+    /// Whether its connections are isolated: every message on them, the parameter
+    /// exchange's included, is an instruction-pointer message (see [`ipmsg`]).
+    pub fn isolated(self) -> bool {
+        matches!(self, Test::IpLat | Test::IpBw)
     }
     /// What the client may do to the server's endpoint.
     pub fn server_rights(self) -> deposit::Rights {
@@ -109,6 +139,9 @@ impl Test {
             Test::SendLat => 9,
             Test::SendBw => 10,
             Test::AppendBw => 11,
+            Test::IpLat => 12,
+            Test::IpBw => 13,
+            Test::TokenLat => 14,
         }
     }
     /// The test with that code.
@@ -173,7 +206,8 @@ struct Cli {
     #[arg(long)]
     loopback: bool,
     /// Message size in bytes (default: 2 for latency tests, 65536 for write_bw, the
-    /// largest single-frame payload for raw_bw).
+    /// largest single-frame payload for raw_bw, the largest one message carries for
+    /// send_bw and ip_bw).
     #[arg(short = 's', long)]
     size: Option<u64>,
     /// Iterations per size (default: 1000 for latency tests, 5000 for bandwidth tests).
@@ -360,11 +394,16 @@ fn resolve(cli: Cli) -> Result<Params> {
         (1..=ALL_MAX_LOG2).map(|k| 1u64 << k).collect()
     } else {
         let default = match test {
-            Test::WriteLat | Test::RawLat | Test::ReadLat | Test::SendLat => 2,
+            Test::WriteLat
+            | Test::RawLat
+            | Test::ReadLat
+            | Test::SendLat
+            | Test::IpLat
+            | Test::TokenLat => 2,
             Test::WriteBw | Test::ReadBw => 65536,
             // ib_send_bw's 65536 needs several messages here: the largest one message
             // carries, resolved once the port is open.
-            Test::SendBw => 0,
+            Test::SendBw | Test::IpBw => 0,
             // One 8-byte word, whatever -s says (perftest).
             Test::AtomicLat | Test::AtomicBw => 8,
             // A record: (connection, sequence) plus padding to one 32-byte block.
@@ -509,6 +548,9 @@ fn run(p: Params) -> Result<()> {
         Test::SendLat => send::run_lat(&p),
         Test::SendBw => send::run_bw(&p),
         Test::AppendBw => append::run(&p),
+        Test::IpLat => ipmsg::run_lat(&p),
+        Test::IpBw => ipmsg::run_bw(&p),
+        Test::TokenLat => token::run(&p),
     }
 }
 

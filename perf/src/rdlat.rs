@@ -63,6 +63,7 @@ pub fn serve(
         s,
         more,
         regs: None,
+        ip: None,
     })
 }
 

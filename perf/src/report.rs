@@ -217,6 +217,9 @@ impl Reporter {
             Test::SendLat => "Send Latency Test",
             Test::SendBw => "Send BW Test",
             Test::AppendBw => "Queue Append BW Test (many senders, one queue)",
+            Test::IpLat => "Instruction-Pointer Latency Test",
+            Test::IpBw => "Instruction-Pointer BW Test",
+            Test::TokenLat => "Payload Token Latency Test",
         };
         Reporter {
             test,

@@ -54,9 +54,6 @@ use crate::{Params, Span, Test};
 
 /// Most slots of a receive queue.
 pub const MAX_SLOTS: u64 = 4096;
-/// Largest size the queue's stride is sized for (larger sizes need several messages
-/// on every port we know: a SEND is one message).
-const MAX_SEND: u64 = 16384;
 
 /// Slots of the receive queue for these options.
 pub fn slots(p: &Params) -> usize {
@@ -67,11 +64,7 @@ pub fn slots(p: &Params) -> usize {
 }
 
 fn layout(p: &Params) -> Layout {
-    let max = match p.max_size() {
-        0 => MAX_SEND, // send_bw's default: the largest one message carries
-        m => m.min(MAX_SEND),
-    };
-    Layout::with_queue(max, slots(p))
+    Layout::with_queue(harness::one_message_max(p), slots(p))
 }
 
 /// Runs send_lat in this process's role.
@@ -124,6 +117,7 @@ fn serve(dev: Device, p: &Params, lay: Layout, ready: Box<dyn FnOnce() + Send>) 
         s,
         more,
         regs: Some(w),
+        ip: None,
     })
 }
 
@@ -142,32 +136,18 @@ fn dial(dev: Device, p: &Params, lay: Layout, peer: [u8; 4]) -> Result<Side> {
         (ConnOptions::default(), None)
     };
     let (s, more) = setup::dial_with(dev, p, lay, peer, &opts, 1)?;
-    Ok(Side { s, more, regs })
+    Ok(Side {
+        s,
+        more,
+        regs,
+        ip: None,
+    })
 }
 
 /// The sizes one message carries (`-a`: the others are skipped), as (round, size).
 fn sizes(side: &Side, p: &Params) -> Result<Vec<(usize, u64)>> {
-    let max = u64::from(side.s.dev.segment_max()).min(MAX_SEND);
-    if p.sizes == [0] {
-        return Ok(vec![(0, max)]); // send_bw's default
-    }
-    let ok: Vec<(usize, u64)> = p
-        .sizes
-        .iter()
-        .copied()
-        .filter(|&s| s <= max)
-        .enumerate()
-        .collect();
-    if ok.len() < p.sizes.len() {
-        if !p.all {
-            return Err(PerfError::Usage(format!(
-                "-s {}: a SEND is one message, at most {max} B on this port",
-                p.sizes[0]
-            )));
-        }
-        eprintln!("ddperf: -a: sizes above {max} B need more than one message; skipped");
-    }
-    Ok(ok)
+    let max = u64::from(side.s.dev.segment_max()).min(harness::MAX_ONE_MESSAGE);
+    harness::one_message_sizes(p, max, "a SEND is one message")
 }
 
 /// Puts the queue pointer back to the base.

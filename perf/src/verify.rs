@@ -52,6 +52,16 @@
 //! * **append_bw**: the existing record check (every record once, from the right
 //!   connection, pointer `n` slots on), plus the bytes after the 16-byte record, which
 //!   carry a body; the server's outcome comes back in a verdict.
+//! * **ip_lat**: as write_lat (the peer's instruction puts the same bytes in the same
+//!   place).
+//! * **ip_bw**: the server's instruction writes at a ring pointer it keeps
+//!   ([`crate::ipmsg`]): message `g` of the run goes from send slot `g mod K` into ring
+//!   slot `g mod K`, stamped `g + 1`, at most `K` outstanding; after each round the
+//!   server checks every ring slot the round used ([`check_ring`]); verdicts as
+//!   write_bw.
+//! * **token_lat**: the server checks every deposit as write_lat's pings (its replies
+//!   are tokens; that each deposit used the token just handed out, whole, is checked
+//!   on its event with or without `--verify`).
 //!
 //! ## What it costs
 //!
@@ -72,6 +82,7 @@
 //! carries `verify`.
 
 use std::fmt::Write as _;
+use std::ops::Range;
 
 use deposit::{Device, Endpoint, FaultStats};
 use serde_json::json;
@@ -190,6 +201,7 @@ pub mod kind {
     pub const SEND_PONG: u64 = 6;
     pub const SEND_BW: u64 = 7;
     pub const APPEND: u64 = 8;
+    pub const IP_BW: u64 = 9;
 }
 
 /// Fills slots `0..k` (`stride(size)` apart from `base`) with the bodies of
@@ -231,12 +243,22 @@ pub fn fill_queue(
 /// The 1-based number of the last of `count` messages to use slot `j` when message
 /// `i` uses slot `(i-1) mod k`; `None` when no message used it.
 pub fn last_user(count: u64, k: usize, j: usize) -> Option<u64> {
+    last_in(0..count, k, j).map(|g| g + 1)
+}
+
+/// The last of the messages `msgs` (0-based) to use slot `j` when message `g` uses
+/// slot `g mod k`; `None` when none of them did.
+pub fn last_in(msgs: Range<u64>, k: usize, j: usize) -> Option<u64> {
     let (k, j) = (k as u64, j as u64);
-    if j >= count {
-        return None;
-    }
-    // The largest i <= count with (i - 1) mod k == j.
-    Some(j + 1 + (count - 1 - j) / k * k)
+    let top = msgs.end.checked_sub(1)?;
+    // The largest g <= top with g mod k == j.
+    let r = top % k;
+    let g = if r >= j {
+        top - (r - j)
+    } else {
+        top.checked_sub(r + k - j)?
+    };
+    (g >= msgs.start).then_some(g)
 }
 
 /// Turns `img` (a message's body) into the image of a ping-pong message: `st` over
@@ -281,11 +303,47 @@ pub fn check_slots(
     round: usize,
     out: &mut Outcome,
 ) {
-    let (size, st) = (size as usize, stride(size));
-    for j in 0..k {
-        let Some(id) = last_user(count, k, j) else {
-            break;
+    let ring = Ring {
+        stride: stride(size),
+        slots: k,
+    };
+    check_ring(region, ring, size, 0..count, kind, round, out);
+}
+
+/// A ring of `slots` slots `stride` bytes apart that messages fill in turn: message
+/// `g` (0-based) lands in slot `g mod slots` (ip_bw's, see [`crate::ipmsg`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ring {
+    pub stride: usize,
+    pub slots: usize,
+}
+
+impl Ring {
+    /// Bytes of the ring.
+    pub fn len(&self) -> usize {
+        self.stride * self.slots
+    }
+}
+
+/// [`check_slots`] for messages `msgs` (0-based, counted over the run) of `size`
+/// bytes in `ring`: slot `j` must hold the last of them to use it, message `g` being
+/// `message(seed(kind, round, j), stamp(round, g + 1), size)`; slots none of them used
+/// are not looked at.
+pub fn check_ring(
+    region: &[u8],
+    ring: Ring,
+    size: u64,
+    msgs: Range<u64>,
+    kind: u64,
+    round: usize,
+    out: &mut Outcome,
+) {
+    let (size, st) = (size as usize, ring.stride);
+    for j in 0..ring.slots {
+        let Some(g) = last_in(msgs.clone(), ring.slots, j) else {
+            continue;
         };
+        let id = g + 1;
         let want = message(seed(kind, round, j as u64), &stamp(round, id), size);
         let got = region.get(j * st..j * st + size).unwrap_or(&[]);
         let bad = count_diff(got, &want);
@@ -540,6 +598,61 @@ mod tests {
         assert_eq!(last_user(10, 4, 1), Some(10));
         assert_eq!(last_user(10, 4, 2), Some(7));
         assert_eq!(last_user(3, 4, 3), None);
+    }
+
+    #[test]
+    fn last_in_finds_the_last_message_of_a_slot_in_a_range() {
+        // Messages 10..21 in 4 slots: slot 0 last got 20, slot 1 17, slot 3 19.
+        assert_eq!(last_in(10..21, 4, 0), Some(20));
+        assert_eq!(last_in(10..21, 4, 1), Some(17));
+        assert_eq!(last_in(10..21, 4, 3), Some(19));
+        // Messages 5..7 touch slots 1 and 2 only.
+        assert_eq!(last_in(5..7, 4, 0), None);
+        assert_eq!(last_in(5..7, 4, 3), None);
+        assert_eq!(last_in(5..7, 4, 2), Some(6));
+        assert_eq!(last_in(3..3, 4, 3), None);
+    }
+
+    /// A ring after messages `msgs` (0-based over the run) went round it.
+    fn written_ring(ring: Ring, msgs: Range<u64>, size: u64, round: usize) -> Vec<u8> {
+        let mut region = vec![0u8; ring.len()];
+        for g in msgs {
+            let j = (g % ring.slots as u64) as usize;
+            let m = message(
+                seed(kind::IP_BW, round, j as u64),
+                &stamp(round, g + 1),
+                size as usize,
+            );
+            let at = j * ring.stride;
+            region[at..at + size as usize].copy_from_slice(&m);
+        }
+        region
+    }
+
+    #[test]
+    fn ring_check_follows_the_pointer_across_rounds() {
+        let ring = Ring {
+            stride: 128,
+            slots: 8,
+        };
+        // Round 0 wrote messages 0..13, round 1 continues with 13..18 (5 slots).
+        let mut region = written_ring(ring, 0..13, 100, 0);
+        let later = written_ring(ring, 13..18, 100, 1);
+        for g in 13..18u64 {
+            let at = (g % 8) as usize * 128;
+            region[at..at + 128].copy_from_slice(&later[at..at + 128]);
+        }
+        let mut o = Outcome::default();
+        check_ring(&region, ring, 100, 13..18, kind::IP_BW, 1, &mut o);
+        assert!(o.ok(), "{o:?}");
+        assert_eq!(o.items, 5);
+        // Slot 1 still holding round 0's message (9) where round 1 wrote 17 is caught.
+        let stale = written_ring(ring, 0..13, 100, 0);
+        region[128..256].copy_from_slice(&stale[128..256]);
+        let mut o = Outcome::default();
+        check_ring(&region, ring, 100, 13..18, kind::IP_BW, 1, &mut o);
+        assert!(!o.ok());
+        assert!(o.notes[0].contains("slot 1"), "{:?}", o.notes);
     }
 
     #[test]

@@ -8,9 +8,13 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use deposit_transport::mem::EndpointMemory;
-use deposit_transport::oplogic::{commit, execute, plan, plan_into, Plan, RegContext, TlbAccess};
+use deposit_transport::oplogic::{
+    commit, commit_sequence, execute, invoke_header, plan, plan_into, plan_invoke, Code, Plan,
+    RegContext, SeqPlan, TlbAccess,
+};
 use deposit_transport::tables::{
-    EndpointEntry, EndpointId, EndpointTable, RegProt, RegWindow, RegisterFile, Rights,
+    EndpointEntry, EndpointId, EndpointTable, Instruction, InstructionMemory, RegProt, RegWindow,
+    RegisterFile, Rights,
 };
 use deposit_transport::tlb::Tlb;
 use deposit_transport::wire::cell::{flags, index_of, AddrMode};
@@ -31,6 +35,18 @@ fn bench(name: &str, iters: u64, mut f: impl FnMut(u64)) {
         best = best.min(t.elapsed().as_nanos() as f64 / iters as f64);
     }
     println!("{name:<48} {best:>8.1} ns");
+}
+
+/// The register view of a message on a connection with window `w` (no globals).
+fn context(regs: &RegisterFile, w: RegWindow) -> RegContext<'_> {
+    RegContext {
+        regs,
+        window: w,
+        globals: RegWindow::EMPTY,
+        allow_forced_interrupts: true,
+        prior: &[],
+        trusted: [false; 5],
+    }
 }
 
 fn underlay() -> UnderlayRepr {
@@ -159,14 +175,7 @@ fn main() {
         let ep = table.get(id).unwrap();
         let mut c = m.control;
         c.operand = (i as u32 & 63) * 32;
-        let ctx = RegContext {
-            regs: &regs,
-            window: w,
-            globals: RegWindow::EMPTY,
-            allow_forced_interrupts: true,
-            prior: &[],
-            trusted: [false; 5],
-        };
+        let ctx = context(&regs, w);
         let mut acc = TlbAccess::new(id, ep, &mut tlb);
         let p = plan(&c, m.payload, &ctx, &mut acc).unwrap();
         let interrupt = p.interrupt;
@@ -181,14 +190,7 @@ fn main() {
             if i & 63 == 0 {
                 regs.set(w.base, 4096).unwrap();
             }
-            let ctx = RegContext {
-                regs: &regs,
-                window: w,
-                globals: RegWindow::EMPTY,
-                allow_forced_interrupts: true,
-                prior: &[],
-                trusted: [false; 5],
-            };
+            let ctx = context(&regs, w);
             let mut acc = TlbAccess::new(id, ep, &mut tlb);
             let mut p = Plan::NOTHING;
             plan_into(&cctl, &cpayload, &ctx, &mut acc, None, &mut p).unwrap();
@@ -197,6 +199,66 @@ fn main() {
             black_box(interrupt);
         },
     );
+
+    // Instruction-pointer messages (ip_lat / ip_bw): the same 32 bytes through an entry
+    // point, as the worker's run_invoke plans and commits them (a fresh chain plan per
+    // message). One instruction writes at its own offset; the other at a ring pointer
+    // it post-increments and wraps (`r4 &= r6`), ip_bw's.
+    let mut code = InstructionMemory::new(16, 0);
+    let cw = code.alloc(2).unwrap();
+    let fixed = Instruction {
+        opcode: op::WRITE,
+        operand: 64,
+        entry: true,
+        ..Instruction::default()
+    };
+    let wrap = CompoundRepr {
+        op1: RegOpRepr {
+            op: RegOp::And,
+            src: OpSource::Reg(6),
+        },
+        ..CompoundRepr::NONE
+    };
+    let ring = Instruction {
+        opcode: op::WRITE,
+        flags: AddrMode::PostIncrement.to_flags(),
+        regs: [4, 4, 0, 0],
+        compound: Some(wrap.to_bytes()),
+        entry: true,
+        ..Instruction::default()
+    };
+    code.set(cw, 0, Some(fixed)).unwrap();
+    code.set(cw, 1, Some(ring)).unwrap();
+    regs.set(w.base + 4, 0).unwrap();
+    regs.set(w.base + 5, 64).unwrap();
+    regs.set(w.base + 6, 4095).unwrap();
+    for (name, ip) in [
+        ("plan + commit, invoke of a 32 B WRITE at 64", 0u32),
+        ("plan + commit, invoke of a 32 B WRITE at a ring", 1),
+    ] {
+        let mut ipayload = invoke_header(ip).to_vec();
+        ipayload.extend_from_slice(&payload);
+        let ictl = ControlRepr {
+            opcode: op::INVOKE,
+            flags: flags::LAST,
+            length: ipayload.len() as u32,
+            ..Default::default()
+        };
+        bench(name, N, |_| {
+            let ep = table.get(id).unwrap();
+            let ctx = context(&regs, w);
+            let code = Code {
+                memory: &code,
+                window: cw,
+            };
+            let mut acc = TlbAccess::new(id, ep, &mut tlb);
+            let mut sp = SeqPlan::NOTHING;
+            plan_invoke(&ictl, &ipayload, &code, &ctx, &mut acc, &mut sp).unwrap();
+            let interrupt = sp.interrupt;
+            commit_sequence(&sp, &mut regs, &mut acc);
+            black_box(interrupt);
+        });
+    }
 
     let q = crossbeam::queue::ArrayQueue::new(4096);
     bench("send queue push + pop (crossbeam ArrayQueue)", N, |i| {

@@ -250,7 +250,13 @@ pub fn plan_invoke<'p>(
         }
     };
     let named = if global { ip | GLOBAL_IP } else { ip };
-    *out = SeqPlan::NOTHING;
+    // Only the chain's summary is reset: `plan_into` overwrites each step it plans and
+    // only the first `n` count, so clearing all eight steps (about 1.5 KB, per message)
+    // would be wasted.
+    out.n = 0;
+    out.reply = Reply::None;
+    out.interrupt = false;
+    out.event = SeqPlan::NOTHING.event;
     let mut writes = [(0u32, 0u64); MAX_SEQUENCE * super::MAX_REG_WRITES];
     let mut n_writes = 0;
     let mut stores = [Store::None; MAX_SEQUENCE];

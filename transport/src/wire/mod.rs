@@ -338,6 +338,6 @@ mod tests {
         let e = WireError::BadUdpPort(80);
         assert_eq!(e.to_string(), "UDP destination port 80 is not 18515");
         let e = WireError::BadVersion(7);
-        assert_eq!(e.to_string(), "transport version 7 is not 3");
+        assert_eq!(e.to_string(), "transport version 7 is not 4");
     }
 }
