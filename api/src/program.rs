@@ -220,7 +220,8 @@ impl WorkRequest {
     }
 
     /// [`WorkRequest::invoke`] with `len` bytes of data from `local` at `local_offset`
-    /// (one message: at most the device's segment size less 8).
+    /// (one message: at most the device's segment size, less 8 bytes when it names
+    /// registers with [`WorkRequest::registers`]).
     pub fn invoke_from(
         wr_id: u64,
         ip: Ip,

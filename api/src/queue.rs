@@ -158,6 +158,18 @@ pub(crate) fn check_request(req: &WorkRequest) -> Result<(), Error> {
                 wr.remote.operand, wr.len
             )));
         }
+        if matches!(
+            wr.opcode,
+            WrOpcode::Invoke { .. } | WrOpcode::TokenWrite { .. }
+        ) && (wr.remote.compound.is_some() || wr.remote.mode_flags != 0)
+        {
+            // The receiver's instruction (or token) decides the operation.
+            return Err(Error::InvalidArgument(
+                "an instruction-pointer or token request carries no address mode, \
+                 register operation or conditional"
+                    .into(),
+            ));
+        }
         if let Source::Endpoint { offset, .. } = wr.source {
             if offset.checked_add(u64::from(wr.len)).is_none() {
                 return Err(Error::InvalidArgument("local range overflows".into()));

@@ -39,7 +39,7 @@
 //!     The client streams like read_bw ([`rdbw::stream`]); the server is passive
 //!     ([`harness::passive_rounds`]) and prints the client's numbers, like write_bw's.
 //!
-//! Sizes are one message: at most the segment size less the 8-byte invoke header (`-a`
+//! Sizes are one message: at most the segment size (`-a`
 //! skips larger ones, `-s` refuses them).
 //!
 //! `--verify`: ip_lat checks every ping and pong as write_lat does. ip_bw sends message
@@ -72,8 +72,6 @@ const CTRL_BASE: u8 = 0;
 const RING_PTR: u8 = 1;
 const RING_MASK: u8 = 3;
 const REGISTERS: u32 = 4;
-/// Bytes of the invoke header ahead of a message's data.
-const INVOKE_HEADER: u64 = 8;
 /// Marks an offer as an instruction pointer (an offer of 0 is none).
 const IP_OFFER: u64 = 1 << 63;
 
@@ -144,10 +142,11 @@ fn offered_ip(offer: u64, who: &str) -> Result<Ip> {
 
 /// The sizes of the run: one message each.
 fn sizes(side: &Side, p: &Params) -> Result<Vec<(usize, u64)>> {
-    let max = u64::from(side.s.dev.segment_max()).saturating_sub(INVOKE_HEADER);
+    // The messages name no register of the receiver: the data alone fills them.
+    let max = u64::from(side.s.dev.segment_max());
     if max < exchange::CONTROL_MAX as u64 {
         return Err(PerfError::Usage(format!(
-            "a message carries at most {max} B of data after the invoke header on this port; \
+            "a message carries at most {max} B of data on this port; \
              the ip tests need {} B (their parameter exchange is instruction-pointer messages too): \
              raise --max-frame",
             exchange::CONTROL_MAX

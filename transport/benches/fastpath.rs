@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use deposit_transport::mem::EndpointMemory;
 use deposit_transport::oplogic::{
-    commit, commit_sequence, execute, invoke_header, plan, plan_into, plan_invoke, Code, Plan,
+    commit, commit_sequence, execute, plan, plan_into, plan_invoke, plan_invoke_one, Code, Plan,
     RegContext, SeqPlan, TlbAccess,
 };
 use deposit_transport::tables::{
@@ -236,11 +236,11 @@ fn main() {
         ("plan + commit, invoke of a 32 B WRITE at 64", 0u32),
         ("plan + commit, invoke of a 32 B WRITE at a ring", 1),
     ] {
-        let mut ipayload = invoke_header(ip).to_vec();
-        ipayload.extend_from_slice(&payload);
+        let ipayload = payload.to_vec();
         let ictl = ControlRepr {
             opcode: op::INVOKE,
             flags: flags::LAST,
+            index: ip,
             length: ipayload.len() as u32,
             ..Default::default()
         };
@@ -252,13 +252,35 @@ fn main() {
                 window: cw,
             };
             let mut acc = TlbAccess::new(id, ep, &mut tlb);
-            let mut sp = SeqPlan::NOTHING;
-            plan_invoke(&ictl, &ipayload, &code, &ctx, &mut acc, &mut sp).unwrap();
-            let interrupt = sp.interrupt;
-            commit_sequence(&sp, &mut regs, &mut acc);
+            let mut p = Plan::NOTHING;
+            assert!(plan_invoke_one(&ictl, &ipayload, &code, &ctx, &mut acc, &mut p).unwrap());
+            let interrupt = p.interrupt;
+            commit(&p, &mut regs, &mut acc);
             black_box(interrupt);
         });
     }
+    // The same one-instruction write as a chain plan (what a chained entry point costs).
+    let ipayload = payload.to_vec();
+    let ictl = ControlRepr {
+        opcode: op::INVOKE,
+        flags: flags::LAST,
+        length: ipayload.len() as u32,
+        ..Default::default()
+    };
+    bench("plan + commit, the same invoke as a chain plan", N, |_| {
+        let ep = table.get(id).unwrap();
+        let ctx = context(&regs, w);
+        let code = Code {
+            memory: &code,
+            window: cw,
+        };
+        let mut acc = TlbAccess::new(id, ep, &mut tlb);
+        let mut sp = SeqPlan::NOTHING;
+        plan_invoke(&ictl, &ipayload, &code, &ctx, &mut acc, &mut sp).unwrap();
+        let interrupt = sp.interrupt;
+        commit_sequence(&sp, &mut regs, &mut acc);
+        black_box(interrupt);
+    });
 
     let q = crossbeam::queue::ArrayQueue::new(4096);
     bench("send queue push + pop (crossbeam ArrayQueue)", N, |i| {

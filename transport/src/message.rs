@@ -60,13 +60,20 @@ fn body_len(wr: &WorkRequest, seg_len: u32) -> u32 {
         WrOpcode::FetchAdd { .. } => 8,
         WrOpcode::CmpSwap { .. } => 16,
         WrOpcode::RegOp | WrOpcode::Exception => 0,
-        WrOpcode::Invoke { .. } | WrOpcode::TokenWrite { .. } => PREFIX_LEN + seg_len,
+        WrOpcode::Invoke { .. } if invoke_names_registers(wr) => PREFIX_LEN + seg_len,
+        WrOpcode::Invoke { .. } => seg_len,
+        WrOpcode::TokenWrite { .. } => PREFIX_LEN + seg_len,
     }
 }
 
-/// Bytes of the invoke header or payload token ahead of an `INVOKE` or `TOKEN_WRITE`
-/// message's data.
+/// Bytes of the register names or payload token ahead of an `INVOKE` (with
+/// `INVOKE_REGS`) or `TOKEN_WRITE` message's data.
 const PREFIX_LEN: u32 = 8;
+
+/// Whether an invoke request supplies register names (sent ahead of its data).
+fn invoke_names_registers(wr: &WorkRequest) -> bool {
+    wr.remote.regs != [0; 4]
+}
 
 /// The control part of message `seg` (0-based) of `segments`, and the byte offset of
 /// its data within the request. `repeat`: the frame already carries this request's
@@ -118,9 +125,13 @@ pub fn control_for(
         WrOpcode::CmpSwap { .. } => op::CMP_SWAP,
         WrOpcode::RegOp => op::REG_OP,
         WrOpcode::Exception => op::EXCEPTION,
-        WrOpcode::Invoke { mask, .. } => {
+        WrOpcode::Invoke { ip, mask, .. } => {
             c.mask = mask;
             c.flags = flags::LAST;
+            if invoke_names_registers(wr) {
+                c.flags |= flags::INVOKE_REGS;
+            }
+            c.index = ip;
             op::INVOKE
         }
         WrOpcode::TokenWrite { .. } => {
@@ -188,11 +199,12 @@ pub fn fill_payload(
         WrOpcode::Write | WrOpcode::WriteMasked { .. } | WrOpcode::Reply { .. } => {
             fill_data(wr, seg_off, body, endpoints)
         }
-        WrOpcode::Invoke { ip, .. } => {
+        WrOpcode::Invoke { .. } if invoke_names_registers(wr) => {
             let (head, data) = body.split_at_mut(PREFIX_LEN as usize);
-            head.copy_from_slice(&crate::oplogic::invoke_header(ip));
+            head.copy_from_slice(&crate::oplogic::invoke_regs(wr.remote.regs));
             fill_data(wr, seg_off, data, endpoints);
         }
+        WrOpcode::Invoke { .. } => fill_data(wr, seg_off, body, endpoints),
         WrOpcode::TokenWrite { token } => {
             let (head, data) = body.split_at_mut(PREFIX_LEN as usize);
             head.copy_from_slice(&token.to_be_bytes());

@@ -35,8 +35,8 @@ pub use plan::{
     MAX_REG_WRITES,
 };
 pub use sequence::{
-    commit_sequence, invoke_header, plan_invoke, Code, SeqPlan, INVOKE_HEADER, MAX_SEQUENCE,
-    TABLE_GLOBAL, TABLE_WINDOW,
+    commit_sequence, invoke_regs, plan_invoke, plan_invoke_one, Code, SeqPlan, INVOKE_REGS_LEN,
+    MAX_SEQUENCE,
 };
 pub use trap::{DropReason, RemoteStatus, Trap};
 

@@ -3,13 +3,17 @@
 //!
 //! An `INVOKE` message carries, instead of an operation, an instruction pointer into the
 //! receiver's instruction memory: through the connection's instruction window, or into
-//! the global instructions. Its payload starts with the invoke header:
+//! the global instructions. The pointer takes the place of the register names in the
+//! control part, so a message that names no receiver register costs no byte more than
+//! a plain one:
 //!
 //! ```text
-//!  0..4  instruction pointer (u32 big endian, relative to the window or global index)
-//!  4     table: 0 the connection's window, 1 the global instructions
-//!  5..8  reserved (zero)
-//!  8..   the message data
+//!  index      instruction pointer: bits 0..30 the slot (relative to the window, or the
+//!             global index), bit 31 set for the global instructions
+//!  operand    the message's operand        mask   the message's word mask
+//!  flags      LAST; INVOKE_REGS when the payload starts with the message's register
+//!             names (8 bytes: ra rb rc rd, then 4 zero bytes)
+//!  payload    [register names] the message data
 //! ```
 //!
 //! Each instruction of the chain is turned into a control part — its own fields where
@@ -28,29 +32,19 @@ use super::plan::{commit, plan_into, EventInfo, Plan, RegContext, Reply, Store};
 use super::Trap;
 use crate::tables::{Instruction, InstructionMemory, Operands, RegWindow, RegisterFile};
 use crate::tables::{GLOBAL_IP, REG_OPERANDS};
-use crate::wire::cell::{flags, op, regs_of};
+use crate::wire::cell::{flags, op};
 use crate::wire::ControlRepr;
 
-/// Length of the invoke header.
-pub const INVOKE_HEADER: usize = 8;
+/// Length of the register-name prefix of an `INVOKE` message with `INVOKE_REGS`.
+pub const INVOKE_REGS_LEN: usize = 8;
 
 /// Most instructions one message runs.
 pub const MAX_SEQUENCE: usize = 8;
 
-/// Table byte of the invoke header: the connection's instruction window.
-pub const TABLE_WINDOW: u8 = 0;
-/// Table byte of the invoke header: the global instructions.
-pub const TABLE_GLOBAL: u8 = 1;
-
-/// The invoke header for instruction pointer `ip` (global when [`GLOBAL_IP`] is set).
-pub fn invoke_header(ip: u32) -> [u8; INVOKE_HEADER] {
-    let mut h = [0u8; INVOKE_HEADER];
-    h[..4].copy_from_slice(&(ip & !GLOBAL_IP).to_be_bytes());
-    h[4] = if ip & GLOBAL_IP != 0 {
-        TABLE_GLOBAL
-    } else {
-        TABLE_WINDOW
-    };
+/// The payload prefix carrying a message's register names `regs` (`INVOKE_REGS`).
+pub fn invoke_regs(regs: [u8; 4]) -> [u8; INVOKE_REGS_LEN] {
+    let mut h = [0u8; INVOKE_REGS_LEN];
+    h[..4].copy_from_slice(&regs);
     h
 }
 
@@ -170,9 +164,13 @@ fn step_body(opcode: u8, data: &[u8]) -> &[u8] {
 }
 
 /// The control part instruction `ins` runs with, given the message's control part.
-fn step_control(ins: &Instruction, msg: &ControlRepr, body_len: usize) -> ControlRepr {
+fn step_control(
+    ins: &Instruction,
+    msg: &ControlRepr,
+    msg_regs: [u8; 4],
+    body_len: usize,
+) -> ControlRepr {
     let from = ins.from_message;
-    let msg_regs = regs_of(msg.index);
     let mut regs = ins.regs;
     for (i, bit) in REG_OPERANDS.iter().enumerate() {
         if from.contains(*bit) {
@@ -202,6 +200,140 @@ fn step_control(ins: &Instruction, msg: &ControlRepr, body_len: usize) -> Contro
     }
 }
 
+/// An `INVOKE` message, checked: the instruction pointer (as named, with [`GLOBAL_IP`]
+/// for the global table), the message's register names and its data.
+#[derive(Clone, Copy, Debug)]
+struct Invoke<'p> {
+    ip: u32,
+    global: bool,
+    regs: [u8; 4],
+    data: &'p [u8],
+}
+
+impl<'p> Invoke<'p> {
+    /// Checks the control part and the register-name prefix of `payload`.
+    #[inline]
+    fn parse(control: &ControlRepr, payload: &'p [u8]) -> Result<Self, Trap> {
+        let bad_flags = |flags: u8| Trap::BadFlags {
+            opcode: control.opcode,
+            flags,
+        };
+        if control.opcode != op::INVOKE {
+            return Err(Trap::UnknownOpcode(control.opcode));
+        }
+        if control.flags & !(flags::LAST | flags::INVOKE_REGS) != 0 {
+            return Err(bad_flags(control.flags));
+        }
+        let payload = payload
+            .get(..control.length as usize)
+            .ok_or(Trap::PayloadTruncated {
+                length: control.length,
+                payload: payload.len(),
+            })?;
+        let (regs, data) = if control.flags & flags::INVOKE_REGS != 0 {
+            let (prefix, data) =
+                payload
+                    .split_at_checked(INVOKE_REGS_LEN)
+                    .ok_or(Trap::BadLength {
+                        opcode: control.opcode,
+                        length: control.length,
+                    })?;
+            if prefix[4..] != [0, 0, 0, 0] {
+                return Err(bad_flags(prefix[4] | prefix[5] | prefix[6] | prefix[7]));
+            }
+            ([prefix[0], prefix[1], prefix[2], prefix[3]], data)
+        } else {
+            ([0; 4], payload)
+        };
+        Ok(Invoke {
+            ip: control.index,
+            global: control.index & GLOBAL_IP != 0,
+            regs,
+            data,
+        })
+    }
+
+    /// Step `k` of the chain (`k` 0 is the entry point, checked as one): the bound of
+    /// the window or table, a loaded slot, the global operand rule.
+    #[inline]
+    fn step<'c>(&self, code: &Code<'c>, k: u32) -> Result<&'c Instruction, Trap> {
+        let at = (self.ip & !GLOBAL_IP).checked_add(k);
+        let ins = if self.global {
+            let at = at
+                .filter(|&a| a < code.memory.globals())
+                .ok_or(Trap::InstructionOutOfWindow { ip: self.ip })?;
+            code.memory
+                .get_global(at)
+                .ok_or(Trap::InstructionNotLoaded { ip: at | GLOBAL_IP })?
+        } else {
+            let at = at
+                .filter(|&a| a < code.window.len)
+                .ok_or(Trap::InstructionOutOfWindow { ip: self.ip })?;
+            code.memory
+                .get(code.window.base + at)
+                .ok_or(Trap::InstructionNotLoaded { ip: at })?
+        };
+        if k == 0 && !ins.entry {
+            return Err(Trap::NotEntryPoint { ip: self.ip });
+        }
+        if self.global && ins.from_message != Operands::ALL {
+            return Err(Trap::GlobalOperands { ip: self.ip });
+        }
+        Ok(ins)
+    }
+}
+
+/// Plans instruction `ins` of message `inv` (control part `msg`) into
+/// `out`, seeing the register writes `prior` of earlier steps and memory through `mem`.
+#[inline]
+fn plan_step<'p>(
+    ins: &Instruction,
+    msg: &ControlRepr,
+    inv: &Invoke<'p>,
+    ctx: &RegContext<'_>,
+    prior: &[(u32, u64)],
+    mem: &mut impl EndpointAccess,
+    out: &mut Plan<'p>,
+) -> Result<(), Trap> {
+    let body = step_body(ins.opcode, inv.data);
+    let c = step_control(ins, msg, inv.regs, body.len());
+    let mut trusted = [false; 5];
+    for (t, bit) in trusted.iter_mut().zip(REG_OPERANDS) {
+        *t = !ins.from_message.contains(bit);
+    }
+    trusted[4] = true; // the descriptor is the instruction's
+    let step_ctx = RegContext {
+        prior,
+        trusted,
+        ..*ctx
+    };
+    plan_into(&c, body, &step_ctx, mem, ins.compound.as_ref(), out)?;
+    out.event.operand = msg.operand;
+    Ok(())
+}
+
+/// The common case of an `INVOKE` message: an entry point that is a single
+/// instruction, planned into one [`Plan`] (committed with `commit`, like a plain
+/// message). Returns `Ok(false)` without planning when the entry point starts a chain:
+/// the caller plans it with [`plan_invoke`].
+#[inline]
+pub fn plan_invoke_one<'p>(
+    control: &ControlRepr,
+    payload: &'p [u8],
+    code: &Code<'_>,
+    ctx: &RegContext<'_>,
+    mem: &mut impl EndpointAccess,
+    out: &mut Plan<'p>,
+) -> Result<bool, Trap> {
+    let inv = Invoke::parse(control, payload)?;
+    let ins = inv.step(code, 0)?;
+    if ins.more {
+        return Ok(false);
+    }
+    plan_step(ins, control, &inv, ctx, &[], mem, out)?;
+    Ok(true)
+}
+
 /// Plans an `INVOKE` message: every step of its chain, with no side effect (see the
 /// module doc). On a trap `out` holds a partial plan that must not be committed.
 pub fn plan_invoke<'p>(
@@ -212,44 +344,7 @@ pub fn plan_invoke<'p>(
     mem: &mut impl EndpointAccess,
     out: &mut SeqPlan<'p>,
 ) -> Result<(), Trap> {
-    let bad_length = Trap::BadLength {
-        opcode: control.opcode,
-        length: control.length,
-    };
-    if control.opcode != op::INVOKE {
-        return Err(Trap::UnknownOpcode(control.opcode));
-    }
-    if control.flags & !flags::LAST != 0 {
-        return Err(Trap::BadFlags {
-            opcode: control.opcode,
-            flags: control.flags,
-        });
-    }
-    let payload = payload
-        .get(..control.length as usize)
-        .ok_or(Trap::PayloadTruncated {
-            length: control.length,
-            payload: payload.len(),
-        })?;
-    let (header, data) = payload.split_at_checked(INVOKE_HEADER).ok_or(bad_length)?;
-    if header[5..] != [0, 0, 0] {
-        return Err(Trap::BadFlags {
-            opcode: control.opcode,
-            flags: header[5],
-        });
-    }
-    let ip = u32::from_be_bytes([header[0], header[1], header[2], header[3]]);
-    let global = match header[4] {
-        TABLE_WINDOW => false,
-        TABLE_GLOBAL => true,
-        other => {
-            return Err(Trap::BadFlags {
-                opcode: control.opcode,
-                flags: other,
-            })
-        }
-    };
-    let named = if global { ip | GLOBAL_IP } else { ip };
+    let inv = Invoke::parse(control, payload)?;
     // Only the chain's summary is reset: `plan_into` overwrites each step it plans and
     // only the first `n` count, so clearing all eight steps (about 1.5 KB, per message)
     // would be wasted.
@@ -262,54 +357,22 @@ pub fn plan_invoke<'p>(
     let mut stores = [Store::None; MAX_SEQUENCE];
     let mut last_interrupt = None;
     for k in 0..=MAX_SEQUENCE {
-        let at = ip.checked_add(k as u32);
-        let ins = if global {
-            let at = at
-                .filter(|&a| a < code.memory.globals())
-                .ok_or(Trap::InstructionOutOfWindow { ip: named })?;
-            code.memory
-                .get_global(at)
-                .ok_or(Trap::InstructionNotLoaded { ip: at | GLOBAL_IP })?
-        } else {
-            let at = at
-                .filter(|&a| a < code.window.len)
-                .ok_or(Trap::InstructionOutOfWindow { ip: named })?;
-            code.memory
-                .get(code.window.base + at)
-                .ok_or(Trap::InstructionNotLoaded { ip: at })?
-        };
+        let ins = inv.step(code, k as u32)?;
         if k == MAX_SEQUENCE {
-            return Err(Trap::SequenceBounds { ip: named });
+            return Err(Trap::SequenceBounds { ip: inv.ip });
         }
-        if k == 0 && !ins.entry {
-            return Err(Trap::NotEntryPoint { ip: named });
-        }
-        if global && ins.from_message != Operands::ALL {
-            return Err(Trap::GlobalOperands { ip: named });
-        }
-        let body = step_body(ins.opcode, data);
-        let c = step_control(ins, control, body.len());
-        let mut trusted = [false; 5];
-        for (t, bit) in trusted.iter_mut().zip(REG_OPERANDS) {
-            *t = !ins.from_message.contains(bit);
-        }
-        trusted[4] = true; // the descriptor is the instruction's
-        let step_ctx = RegContext {
-            prior: &writes[..n_writes],
-            trusted,
-            ..*ctx
-        };
         let mut overlay = Overlay {
             mem: &mut *mem,
             stores: &stores[..k],
         };
         let step = &mut out.steps[k];
-        plan_into(
-            &c,
-            body,
-            &step_ctx,
+        plan_step(
+            ins,
+            control,
+            &inv,
+            ctx,
+            &writes[..n_writes],
             &mut overlay,
-            ins.compound.as_ref(),
             step,
         )?;
         for &w in step.reg_writes() {
@@ -319,7 +382,7 @@ pub fn plan_invoke<'p>(
         stores[k] = step.store;
         if step.reply != Reply::None {
             if out.reply != Reply::None {
-                return Err(Trap::SequenceBounds { ip: named });
+                return Err(Trap::SequenceBounds { ip: inv.ip });
             }
             out.reply = step.reply;
         }
@@ -333,7 +396,6 @@ pub fn plan_invoke<'p>(
         }
     }
     out.event = out.steps[last_interrupt.unwrap_or(out.n - 1)].event;
-    out.event.operand = control.operand;
     Ok(())
 }
 
@@ -380,18 +442,22 @@ mod tests {
             self.code.set(self.code_window, at, Some(ins)).unwrap();
         }
         /// Plans an invoke of `ip` (global with GLOBAL_IP) and commits it on success.
-        fn run(
-            &mut self,
-            ip: u32,
-            msg: &ControlRepr,
-            data: &[u8],
-        ) -> Result<SeqPlan<'static>, Trap> {
-            let mut payload = invoke_header(ip).to_vec();
+        /// Plans an invoke of `ip` (global with GLOBAL_IP) with the operand, mask and
+        /// register names of `msg`, as the worker does (one instruction through
+        /// `plan_invoke_one`, a chain through `plan_invoke`), and commits it on success.
+        /// Returns the steps run and the reply.
+        fn run(&mut self, ip: u32, msg: &ControlRepr, data: &[u8]) -> Result<(usize, Reply), Trap> {
+            let named = msg.index != 0;
+            let mut payload = Vec::new();
+            if named {
+                payload.extend_from_slice(&invoke_regs(msg.index.to_be_bytes()));
+            }
             payload.extend_from_slice(data);
             let payload: &'static [u8] = Box::leak(payload.into_boxed_slice());
             let control = ControlRepr {
                 opcode: op::INVOKE,
-                flags: flags::LAST,
+                flags: flags::LAST | if named { flags::INVOKE_REGS } else { 0 },
+                index: ip,
                 length: payload.len() as u32,
                 ..*msg
             };
@@ -403,10 +469,15 @@ mod tests {
                 memory: &self.code,
                 window: self.code_window,
             };
+            let mut one = Plan::NOTHING;
+            if plan_invoke_one(&control, payload, &code, &ctx, &mut self.mem, &mut one)? {
+                commit(&one, &mut self.regs, &mut self.mem);
+                return Ok((1, one.reply));
+            }
             let mut out = SeqPlan::NOTHING;
             plan_invoke(&control, payload, &code, &ctx, &mut self.mem, &mut out)?;
             commit_sequence(&out, &mut self.regs, &mut self.mem);
-            Ok(out)
+            Ok((out.n, out.reply))
         }
         fn reg(&self, i: u32) -> u64 {
             self.regs.get(self.window.base + i).unwrap()
@@ -546,11 +617,11 @@ mod tests {
             },
         );
         let data = 5u64.to_be_bytes();
-        let p = r.run(4, &msg(0), &data).unwrap();
+        let (n, reply) = r.run(4, &msg(0), &data).unwrap();
         // The add saw the bytes the write stored (read natively), and added 5 to them.
         let old = u64::from_ne_bytes(data);
-        assert_eq!(p.reply, Reply::Value(old));
-        assert_eq!(p.n, 2);
+        assert_eq!(reply, Reply::Value(old));
+        assert_eq!(n, 2);
         let word = u64::from_ne_bytes(r.mem.bytes[64..72].try_into().unwrap());
         assert_eq!(word, old.wrapping_add(5));
     }
@@ -647,7 +718,7 @@ mod tests {
             Trap::SequenceBounds { ip: 6 }
         );
         r.set(13, bump);
-        assert_eq!(r.run(6, &msg(1), &[]).unwrap().n, MAX_SEQUENCE);
+        assert_eq!(r.run(6, &msg(1), &[]).unwrap().0, MAX_SEQUENCE);
         assert_eq!(r.reg(0), MAX_SEQUENCE as u64);
         // A chain running off the window's end.
         r.set(
@@ -729,22 +800,18 @@ mod tests {
             let mut out = SeqPlan::NOTHING;
             plan_invoke(&c, payload, &code, &ctx, &mut mem, &mut out).map(|_| ())
         };
+        let regs = flags::LAST | flags::INVOKE_REGS;
+        assert!(matches!(plan(regs, &[0; 7]), Err(Trap::BadLength { .. })));
         assert!(matches!(
-            plan(flags::LAST, &[0; 7]),
-            Err(Trap::BadLength { .. })
-        ));
-        assert!(matches!(
-            plan(flags::LAST, &[0, 0, 0, 0, 2, 0, 0, 0]),
+            plan(regs, &[1, 0, 0, 0, 0, 0, 1, 0]),
             Err(Trap::BadFlags { .. })
         ));
-        assert!(matches!(
-            plan(flags::LAST, &[0, 0, 0, 0, 0, 0, 1, 0]),
-            Err(Trap::BadFlags { .. })
-        ));
-        assert!(matches!(
-            plan(flags::LAST | flags::COMPOUND, &[0; 8]),
-            Err(Trap::BadFlags { .. })
-        ));
+        for bad in [flags::REPLY, flags::SEGMENT, flags::COMPOUND_REPEAT, 0x08] {
+            assert!(matches!(
+                plan(flags::LAST | bad, &[0; 8]),
+                Err(Trap::BadFlags { .. })
+            ));
+        }
         let mut out = SeqPlan::NOTHING;
         let mut c = ControlRepr {
             opcode: op::INVOKE,

@@ -65,11 +65,11 @@ pub mod op {
     pub const REG_OP: u8 = 0x06;
     /// Software exception: always an event at the receiver (a sender-forced interrupt).
     pub const EXCEPTION: u8 = 0x07;
-    /// Instruction pointer: the payload starts with the 8-byte invoke header
-    /// (`oplogic::sequence`: instruction pointer u32 big endian, table byte 0 for the
-    /// connection's window or 1 for the global instructions, 3 zero bytes); the
-    /// operand, mask, register names and the rest of the payload are the message's
-    /// operands, which the instruction takes or ignores.
+    /// Instruction pointer: `index` is the pointer (bit 31: a global instruction), not
+    /// register names; with [`INVOKE_REGS`](super::flags::INVOKE_REGS) the payload
+    /// starts with the message's register names (8 bytes, `oplogic::sequence`). The
+    /// operand, mask, register names and data are the message's operands, which the
+    /// instruction takes or ignores.
     pub const INVOKE: u8 = 0x08;
     /// Deposit with a payload token: the payload starts with the token (u64 big
     /// endian); the rest is stored in the buffer the token names, once.
@@ -111,6 +111,9 @@ pub mod flags {
     /// same frame that carried one, and carries none itself: a train of identical
     /// compound operations pays for the descriptor once per frame.
     pub const COMPOUND_REPEAT: u8 = 0x40;
+    /// `INVOKE` only (the bit of [`COMPOUND`], which `INVOKE` never carries): the
+    /// payload starts with the message's register names, ra rb rc rd and 4 zero bytes.
+    pub const INVOKE_REGS: u8 = 0x02;
     /// A later segment of a multi-segment direct write (no compound, no register):
     /// `index` is its segment number (1..) in the work request. The receiver may place
     /// it on arrival ahead of a gap when the gap holds only earlier segments of the

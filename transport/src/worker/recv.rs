@@ -495,37 +495,71 @@ fn run_message(
         Err(t) if t.is_fault() => return hold(conn, seq, control, payload, frame_desc, t, ex),
         Err(t) => return refuse(conn, seq, control, t, ex),
     };
-    if blocked_by_read_reply(conn, &plan) {
-        conn.reorder.insert(
-            seq,
-            Stored {
-                control: *control,
-                payload: payload.to_vec(),
-                frame_desc: frame_desc.copied(),
-                placed: false,
-            },
-        );
-        return Ran::Wait;
-    }
-    let queue = ex
-        .queues
-        .get(conn.endpoint.0 as usize)
-        .and_then(|q| q.as_ref())
-        .map(|q| &q.events);
-    if plan.interrupt && !queue.is_some_and(|q| q.has_room()) {
-        return hold(
-            conn,
-            seq,
-            control,
-            payload,
-            frame_desc,
-            Trap::EventQueueFull,
-            ex,
-        );
-    }
+    let blocked = blocked_by_read_reply(conn, &plan);
+    let queue = match admit(ex.queues, conn.endpoint, blocked, plan.interrupt) {
+        Admit::Go(q) => q,
+        Admit::Wait => return wait_for_reply_ack(conn, seq, control, payload, frame_desc),
+        Admit::Full => {
+            let t = Trap::EventQueueFull;
+            return hold(conn, seq, control, payload, frame_desc, t, ex);
+        }
+    };
     oplogic::commit(&plan, ex.regs, &mut mem);
     after_commit(conn, seq, control, &plan, queue, ex);
     Ran::Done
+}
+
+/// Whether a planned message may commit now.
+enum Admit<'q> {
+    /// Yes; its endpoint's event queue, if it has one.
+    Go(Option<&'q std::sync::Arc<EventQueue>>),
+    /// It stores into a read reply's range not yet acknowledged: it waits.
+    Wait,
+    /// It interrupts and the event queue is full: a fault.
+    Full,
+}
+
+/// Whether a message into `endpoint` that is `blocked` by a read reply (or not) and
+/// `interrupt`s (or not) may commit.
+#[inline]
+fn admit(
+    queues: &[Option<super::EndpointQueues>],
+    endpoint: crate::tables::EndpointId,
+    blocked: bool,
+    interrupt: bool,
+) -> Admit<'_> {
+    if blocked {
+        return Admit::Wait;
+    }
+    let queue = queues
+        .get(endpoint.0 as usize)
+        .and_then(|q| q.as_ref())
+        .map(|q| &q.events);
+    if interrupt && !queue.is_some_and(|q| q.has_room()) {
+        return Admit::Full;
+    }
+    Admit::Go(queue)
+}
+
+/// Keeps the expected message at its sequence number until the read reply it would
+/// overwrite is acknowledged ([`run_waiting`] runs it).
+fn wait_for_reply_ack(
+    conn: &mut Connection,
+    seq: u32,
+    control: &ControlRepr,
+    payload: &[u8],
+    frame_desc: Option<&[u8; COMPOUND_LEN]>,
+) -> Ran {
+    conn.reorder.insert(
+        seq,
+        Stored {
+            control: *control,
+            payload: payload.to_vec(),
+            frame_desc: frame_desc.copied(),
+            placed: false,
+        },
+    );
+    Ran::Wait
 }
 
 /// Plans, checks and commits an instruction-pointer message of `conn`: its chain of
@@ -546,32 +580,39 @@ fn run_invoke(
         window: conn.instructions,
     };
     let mut mem = TlbAccess::new(conn.endpoint, ep, ex.tlb);
+    // The common case, one instruction: one plan, committed like a plain message's.
+    let mut plan = Plan::NOTHING;
+    match oplogic::plan_invoke_one(control, payload, &code, &ctx, &mut mem, &mut plan) {
+        Ok(true) => {
+            let blocked = blocked_by_read_reply(conn, &plan);
+            let queue = match admit(ex.queues, conn.endpoint, blocked, plan.interrupt) {
+                Admit::Go(q) => q,
+                Admit::Wait => return wait_for_reply_ack(conn, seq, control, payload, None),
+                Admit::Full => {
+                    let t = Trap::EventQueueFull;
+                    return hold(conn, seq, control, payload, None, t, ex);
+                }
+            };
+            oplogic::commit(&plan, ex.regs, &mut mem);
+            after_commit(conn, seq, control, &plan, queue, ex);
+            return Ran::Done;
+        }
+        Ok(false) => {}
+        Err(t) if t.is_fault() => return hold(conn, seq, control, payload, None, t, ex),
+        Err(t) => return refuse(conn, seq, control, t, ex),
+    }
     let mut seqp = SeqPlan::NOTHING;
     match oplogic::plan_invoke(control, payload, &code, &ctx, &mut mem, &mut seqp) {
         Ok(()) => {}
         Err(t) if t.is_fault() => return hold(conn, seq, control, payload, None, t, ex),
         Err(t) => return refuse(conn, seq, control, t, ex),
     }
-    if seqp.steps().iter().any(|p| blocked_by_read_reply(conn, p)) {
-        conn.reorder.insert(
-            seq,
-            Stored {
-                control: *control,
-                payload: payload.to_vec(),
-                frame_desc: None,
-                placed: false,
-            },
-        );
-        return Ran::Wait;
-    }
-    let queue = ex
-        .queues
-        .get(conn.endpoint.0 as usize)
-        .and_then(|q| q.as_ref())
-        .map(|q| &q.events);
-    if seqp.interrupt && !queue.is_some_and(|q| q.has_room()) {
-        return hold(conn, seq, control, payload, None, Trap::EventQueueFull, ex);
-    }
+    let blocked = seqp.steps().iter().any(|p| blocked_by_read_reply(conn, p));
+    let queue = match admit(ex.queues, conn.endpoint, blocked, seqp.interrupt) {
+        Admit::Go(q) => q,
+        Admit::Wait => return wait_for_reply_ack(conn, seq, control, payload, None),
+        Admit::Full => return hold(conn, seq, control, payload, None, Trap::EventQueueFull, ex),
+    };
     oplogic::commit_sequence(&seqp, ex.regs, &mut mem);
     ex.stats.bytes_deposited += seqp.bytes_stored();
     // Its reply and event, as one message's (the stores are counted above).
@@ -666,14 +707,13 @@ fn run_token(
         Err(t) if t.is_fault() => return hold(conn, seq, control, payload, None, t, ex),
         Err(t) => return refuse(conn, seq, control, t, ex),
     }
-    let queue = ex
-        .queues
-        .get(entry.endpoint.0 as usize)
-        .and_then(|q| q.as_ref())
-        .map(|q| &q.events);
-    if !queue.is_some_and(|q| q.has_room()) {
-        return hold(conn, seq, control, payload, None, Trap::EventQueueFull, ex);
-    }
+    // The deposit always reports its control part: it needs room for the event.
+    let queue = match admit(ex.queues, entry.endpoint, false, true) {
+        Admit::Go(q) => q,
+        Admit::Wait | Admit::Full => {
+            return hold(conn, seq, control, payload, None, Trap::EventQueueFull, ex)
+        }
+    };
     if !data.is_empty() {
         mem.store(ea, data);
     }
