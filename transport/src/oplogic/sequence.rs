@@ -82,13 +82,7 @@ impl SeqPlan<'_> {
         n: 0,
         reply: Reply::None,
         interrupt: false,
-        event: EventInfo {
-            opcode: 0,
-            operand: 0,
-            ea: 0,
-            len: 0,
-            regs: [0; 4],
-        },
+        event: Plan::NOTHING.event,
     };
 
     /// The planned steps.

@@ -479,7 +479,7 @@ fn run_message(
     ex: &mut Exec<'_>,
 ) -> Ran {
     match control.opcode {
-        op::INVOKE => return run_invoke(conn, seq, control, payload, ex),
+        op::INVOKE => {}
         _ if conn.isolated => return refuse(conn, seq, control, Trap::Isolated, ex),
         op::TOKEN_WRITE => return run_token(conn, seq, control, payload, ex),
         _ => {}
@@ -490,8 +490,20 @@ fn run_message(
     let ctx = reg_context(conn, ex.regs, ep);
     let mut mem = TlbAccess::new(conn.endpoint, ep, ex.tlb);
     let mut plan = Plan::NOTHING;
-    match oplogic::plan_into(control, payload, &ctx, &mut mem, frame_desc, &mut plan) {
-        Ok(()) => {}
+    let planned = if control.opcode == op::INVOKE {
+        // An instruction pointer to a single instruction plans (and commits) like a plain
+        // message; a chain takes the sequencer's path.
+        let code = oplogic::Code {
+            memory: ex.code,
+            window: conn.instructions,
+        };
+        oplogic::plan_invoke_one(control, payload, &code, &ctx, &mut mem, &mut plan)
+    } else {
+        oplogic::plan_into(control, payload, &ctx, &mut mem, frame_desc, &mut plan).map(|()| true)
+    };
+    match planned {
+        Ok(true) => {}
+        Ok(false) => return run_chain(conn, seq, control, payload, ex),
         Err(t) if t.is_fault() => return hold(conn, seq, control, payload, frame_desc, t, ex),
         Err(t) => return refuse(conn, seq, control, t, ex),
     };
@@ -562,9 +574,9 @@ fn wait_for_reply_ack(
     Ran::Wait
 }
 
-/// Plans, checks and commits an instruction-pointer message of `conn`: its chain of
-/// instructions, as one operation.
-fn run_invoke(
+/// Plans, checks and commits an instruction-pointer message of `conn` whose entry
+/// point starts a chain of instructions: the whole chain, as one operation.
+fn run_chain(
     conn: &mut Connection,
     seq: u32,
     control: &ControlRepr,
@@ -580,27 +592,6 @@ fn run_invoke(
         window: conn.instructions,
     };
     let mut mem = TlbAccess::new(conn.endpoint, ep, ex.tlb);
-    // The common case, one instruction: one plan, committed like a plain message's.
-    let mut plan = Plan::NOTHING;
-    match oplogic::plan_invoke_one(control, payload, &code, &ctx, &mut mem, &mut plan) {
-        Ok(true) => {
-            let blocked = blocked_by_read_reply(conn, &plan);
-            let queue = match admit(ex.queues, conn.endpoint, blocked, plan.interrupt) {
-                Admit::Go(q) => q,
-                Admit::Wait => return wait_for_reply_ack(conn, seq, control, payload, None),
-                Admit::Full => {
-                    let t = Trap::EventQueueFull;
-                    return hold(conn, seq, control, payload, None, t, ex);
-                }
-            };
-            oplogic::commit(&plan, ex.regs, &mut mem);
-            after_commit(conn, seq, control, &plan, queue, ex);
-            return Ran::Done;
-        }
-        Ok(false) => {}
-        Err(t) if t.is_fault() => return hold(conn, seq, control, payload, None, t, ex),
-        Err(t) => return refuse(conn, seq, control, t, ex),
-    }
     let mut seqp = SeqPlan::NOTHING;
     match oplogic::plan_invoke(control, payload, &code, &ctx, &mut mem, &mut seqp) {
         Ok(()) => {}
