@@ -85,6 +85,12 @@ fn non_entry_out_of_window_and_overlong_instruction_pointers_are_refused_across_
         invoke(6, ip(&p, "off-end"), 1, b"end"),
         WcStatus::RemoteAccessError,
     );
+    // The global instruction runs on the register the sender names, in its window and
+    // under its protection: r3 may be written, r0 may not, r9 is outside the window.
+    let global = ip(&p, "global");
+    let named = |id, r: u8| invoke(id, global, 9, &[]).registers([0, r, 0, 0]);
+    p.run_one(named(10, 3), WcStatus::Success);
+    p.run(&[named(11, 0), named(12, 9)], WcStatus::RemoteAccessError);
     // None of it ran: the entry chain appends right after the first run.
     p.run_one(invoke(7, entry, 7, b"second"), WcStatus::Success);
     verify(p, "refusals");

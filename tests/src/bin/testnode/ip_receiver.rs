@@ -218,6 +218,18 @@ impl Node {
             (6..WINDOW).len() > MAX_SEQUENCE,
             "the long chain exceeds the sequencer",
         );
+        // A global instruction: every operand, register names included, from the
+        // sender, resolved in its window under its protection. r3 is the one register
+        // it may write.
+        let global = self
+            .dev
+            .program_global(0, &[add_operand(0).from_message(Operands::ALL)])
+            .unwrap_or_else(|e| fail(e));
+        self.set(3, 100);
+        self.dev
+            .set_register_protection(self.regs, 3, RegProt::WRITE)
+            .unwrap_or_else(|e| fail(e));
+        println!("global {}", global.0);
         println!("entry {}", entry.0);
         println!("inner {}", entry.0 + 1);
         println!("window {WINDOW}");
@@ -226,11 +238,16 @@ impl Node {
         Case::Refusals
     }
 
-    /// Two runs of the entry chain around six refused instruction pointers.
+    /// Two runs of the entry chain around six refused instruction pointers; one run of
+    /// the global instruction on r3 around two refused ones.
     fn verify_refusals(&mut self, conn: &Connection) {
         check(self.reg(0) == 5 + 7, format!("counter {}", self.reg(0)));
         check(self.reg(1) == 1000 + 32, format!("pointer {}", self.reg(1)));
         check(self.reg(2) == 16, "stride unchanged");
+        check(
+            self.reg(3) == 100 + 9,
+            format!("global target {}", self.reg(3)),
+        );
         seed_put(&mut self.img, 1000, b"first");
         seed_put(&mut self.img, 1016, b"second");
         seed_image_check(&self.ep, &self.img);
@@ -242,6 +259,8 @@ impl Node {
                 (DropReason::NotEntryPoint, 1),
                 (DropReason::InstructionWindow, 3),
                 (DropReason::SequenceBounds, 1),
+                (DropReason::RegisterProtection, 1),
+                (DropReason::BadRegister, 1),
             ],
         );
     }
