@@ -800,7 +800,13 @@ mod tests {
             plan(regs, &[1, 0, 0, 0, 0, 0, 1, 0]),
             Err(Trap::BadFlags { .. })
         ));
-        for bad in [flags::REPLY, flags::SEGMENT, flags::COMPOUND_REPEAT, 0x08] {
+        for bad in [
+            flags::COMPOUND,
+            flags::REPLY,
+            flags::SEGMENT,
+            flags::COMPOUND_REPEAT,
+            0x08,
+        ] {
             assert!(matches!(
                 plan(flags::LAST | bad, &[0; 8]),
                 Err(Trap::BadFlags { .. })

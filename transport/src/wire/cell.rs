@@ -20,7 +20,8 @@
 //!  bit 1  COMPOUND    payload starts with an 8-byte compound descriptor (`compound`)
 //!  bit 2  REPLY       a read or atomic reply (the worker's, never the operation logic's)
 //!  3..4   address mode: 0 direct, 1 indirect, 2 indexed, 3 indirect post-increment
-//!  bit 5  REG_TARGET  the atomic acts on register ra instead of memory
+//!  bit 5  REG_TARGET  the atomic acts on register ra instead of memory (INVOKE:
+//!                     INVOKE_REGS, the payload starts with register names)
 //!  6..7   reserved (zero on emit)
 //! ```
 
@@ -111,9 +112,10 @@ pub mod flags {
     /// same frame that carried one, and carries none itself: a train of identical
     /// compound operations pays for the descriptor once per frame.
     pub const COMPOUND_REPEAT: u8 = 0x40;
-    /// `INVOKE` only (the bit of [`COMPOUND`], which `INVOKE` never carries): the
-    /// payload starts with the message's register names, ra rb rc rd and 4 zero bytes.
-    pub const INVOKE_REGS: u8 = 0x02;
+    /// `INVOKE` only (the bit of [`REG_TARGET`], which `INVOKE` never carries; not
+    /// `COMPOUND`'s, which the frame decoder reads on every message): the payload
+    /// starts with the message's register names, ra rb rc rd and 4 zero bytes.
+    pub const INVOKE_REGS: u8 = 0x20;
     /// A later segment of a multi-segment direct write (no compound, no register):
     /// `index` is its segment number (1..) in the work request. The receiver may place
     /// it on arrival ahead of a gap when the gap holds only earlier segments of the
