@@ -87,6 +87,29 @@ impl Topology {
     }
 }
 
+impl Topology {
+    /// Starts `exe` with `args(i)` (given the node's port name) in each namespace,
+    /// waits until every node said "ready" (each has announced its MAC to the bridge),
+    /// then tells them all "go".
+    pub fn start_all(
+        &self,
+        exe: &str,
+        args: impl Fn(usize, &str) -> Vec<String>,
+        deadline: Instant,
+    ) -> Vec<Node> {
+        let mut nodes: Vec<Node> = (0..self.namespaces.len())
+            .map(|i| Node::start(exe, &self.namespaces[i], &args(i, &self.ports[i])))
+            .collect();
+        for (i, n) in nodes.iter_mut().enumerate() {
+            n.expect(i, "ready", deadline);
+        }
+        for n in nodes.iter_mut() {
+            n.say("go");
+        }
+        nodes
+    }
+}
+
 impl Drop for Topology {
     fn drop(&mut self) {
         for h in &self.host_ends {

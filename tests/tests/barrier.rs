@@ -10,7 +10,7 @@
 
 use std::time::{Duration, Instant};
 
-use deposit_tests::netns::{Node, Topology};
+use deposit_tests::netns::Topology;
 
 const NODES: usize = 3;
 const ROUNDS: u32 = 6;
@@ -27,29 +27,20 @@ fn barrier_over(kind: &str, max_frame: usize) {
             return;
         }
     };
-    let mut nodes: Vec<Node> = (0..NODES)
-        .map(|i| {
-            Node::start(
-                env!("CARGO_BIN_EXE_testnode"),
-                &topo.namespaces[i],
-                &[
-                    "barrier-node".into(),
-                    format!("{kind}:{}", topo.ports[i]),
-                    i.to_string(),
-                    ROUNDS.to_string(),
-                    max_frame.to_string(),
-                ],
-            )
-        })
-        .collect();
     let deadline = Instant::now() + T;
-    for (i, n) in nodes.iter_mut().enumerate() {
-        n.expect(i, "ready", deadline);
-    }
-    // Every node has announced its MAC to the bridge: start.
-    for n in nodes.iter_mut() {
-        n.say("go");
-    }
+    let mut nodes = topo.start_all(
+        env!("CARGO_BIN_EXE_testnode"),
+        |i, port| {
+            vec![
+                "barrier-node".into(),
+                format!("{kind}:{port}"),
+                i.to_string(),
+                ROUNDS.to_string(),
+                max_frame.to_string(),
+            ]
+        },
+        deadline,
+    );
     for (i, n) in nodes.iter_mut().enumerate() {
         let rounds = n.expect(i, "done", deadline);
         let want: Vec<String> = (0..ROUNDS).map(|r| format!("round {r}")).collect();

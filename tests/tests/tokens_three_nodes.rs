@@ -9,7 +9,7 @@
 
 use std::time::{Duration, Instant};
 
-use deposit_tests::netns::{Node, Topology};
+use deposit_tests::netns::Topology;
 
 const T: Duration = Duration::from_secs(30);
 
@@ -31,29 +31,19 @@ fn a_token_forwarded_through_a_third_node_deposits_once_over_af_packet() {
             return;
         }
     };
-    let mut nodes: Vec<Node> = ["a", "b", "c"]
-        .iter()
-        .enumerate()
-        .map(|(i, role)| {
-            Node::start(
-                env!("CARGO_BIN_EXE_testnode"),
-                &topo.namespaces[i],
-                &[
-                    "token-node".into(),
-                    format!("af_packet:{}", topo.ports[i]),
-                    role.to_string(),
-                ],
-            )
-        })
-        .collect();
     let deadline = Instant::now() + T;
-    for (i, n) in nodes.iter_mut().enumerate() {
-        n.expect(i, "ready", deadline);
-    }
-    // Every node has announced its MAC to the bridge: start.
-    for n in nodes.iter_mut() {
-        n.say("go");
-    }
+    let mut nodes = topo.start_all(
+        env!("CARGO_BIN_EXE_testnode"),
+        |i, port| {
+            let role = ["a", "b", "c"][i];
+            vec![
+                "token-node".into(),
+                format!("af_packet:{port}"),
+                role.into(),
+            ]
+        },
+        deadline,
+    );
     let a = nodes[0].expect(0, "awaiting check", deadline);
     let b = nodes[1].expect(1, "done", deadline);
     let c = nodes[2].expect(2, "done", deadline);
