@@ -149,6 +149,7 @@ pub fn control_for(
 }
 
 /// Copies the request's data (from offset `seg_off` of its source) into `body`.
+#[inline]
 fn fill_data(wr: &WorkRequest, seg_off: u32, body: &mut [u8], endpoints: &EndpointTable) {
     match wr.source {
         Source::Inline(data) => {

@@ -343,9 +343,21 @@ fn deliver(
 
 /// The expected message ran: moves the receive state on, then runs the messages kept
 /// ahead of the gap that directly follow, in order. Returns the arrivals among them.
+#[inline]
 fn advance(conn: &mut Connection, ex: &mut Exec<'_>) -> u64 {
+    if conn.rx.executed() {
+        run_kept(conn, ex)
+    } else {
+        0
+    }
+}
+
+/// The messages kept ahead of a gap that now directly follow the executed ones, run in
+/// order (the loss path, out of line). Returns the arrivals among them.
+#[inline(never)]
+fn run_kept(conn: &mut Connection, ex: &mut Exec<'_>) -> u64 {
     let mut arrivals = 0;
-    let mut next_kept = conn.rx.executed();
+    let mut next_kept = true;
     while next_kept {
         let seq = conn.rx.expected();
         let Some(st) = conn.reorder.remove(&seq) else {
