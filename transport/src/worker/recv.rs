@@ -587,7 +587,9 @@ fn wait_for_reply_ack(
 }
 
 /// Plans, checks and commits an instruction-pointer message of `conn` whose entry
-/// point starts a chain of instructions: the whole chain, as one operation.
+/// point starts a chain of instructions: the whole chain, as one operation (out of line:
+/// its plan of eight steps would otherwise sit in every message's stack frame).
+#[inline(never)]
 fn run_chain(
     conn: &mut Connection,
     seq: u32,
@@ -633,6 +635,7 @@ fn run_chain(
 /// the connection reaches), once; the entry is used up. A wrong key drops the payload
 /// and delivers the control part alone (an event of length 0); the sender is told the
 /// deposit was refused either way.
+#[inline(never)]
 fn run_token(
     conn: &mut Connection,
     seq: u32,
