@@ -291,6 +291,13 @@ fn plan_step<'p>(
 ) -> Result<(), Trap> {
     let body = step_body(ins.opcode, inv.data);
     let c = step_control(ins, msg, inv.regs, body.len());
+    if ins.compound.is_none() && ins.flags & (flags::ADDR_MASK | flags::REG_TARGET) == 0 {
+        // No register is named (direct address, no register operation): the
+        // connection's view serves as it is.
+        plan_into(&c, body, ctx, mem, None, out)?;
+        out.event.operand = msg.operand;
+        return Ok(());
+    }
     let mut trusted = [false; 5];
     for (t, bit) in trusted.iter_mut().zip(REG_OPERANDS) {
         *t = !ins.from_message.contains(bit);
