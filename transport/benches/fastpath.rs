@@ -7,7 +7,9 @@ use std::hint::black_box;
 use std::sync::Arc;
 use std::time::Instant;
 
+use deposit_transport::connection::{Source, WorkRequest, WrOpcode};
 use deposit_transport::mem::EndpointMemory;
+use deposit_transport::message;
 use deposit_transport::oplogic::{
     commit, commit_sequence, execute, plan, plan_into, plan_invoke, plan_invoke_one, Code, Plan,
     RegContext, SeqPlan, TlbAccess,
@@ -281,6 +283,30 @@ fn main() {
         commit_sequence(&sp, &mut regs, &mut acc);
         black_box(interrupt);
     });
+
+    // The sender's part of a message: its control part and payload from the request
+    // (what fill_frame does per message), a 32 B write and a 32 B invoke.
+    let write_wr = WorkRequest::write(1, Source::Endpoint { id, offset: 0 }, 32, 64);
+    let invoke_wr = WorkRequest {
+        opcode: WrOpcode::Invoke {
+            ip: 1,
+            mask: 0,
+            returns: false,
+        },
+        ..write_wr
+    };
+    for (name, wr) in [
+        ("message build (control + payload), 32 B write", write_wr),
+        ("message build (control + payload), 32 B invoke", invoke_wr),
+    ] {
+        let mut dst = [0u8; 64];
+        bench(name, N, |_| {
+            let wr = black_box(&wr);
+            let (c, off) = message::control_for(wr, 0, 1, 8192, false);
+            message::fill_payload(wr, off, &mut dst[..c.length as usize], &table, false);
+            black_box((&c, &dst));
+        });
+    }
 
     let q = crossbeam::queue::ArrayQueue::new(4096);
     bench("send queue push + pop (crossbeam ArrayQueue)", N, |i| {
