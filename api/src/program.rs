@@ -219,6 +219,40 @@ impl WorkRequest {
         Ok(w)
     }
 
+    /// Runs the atomic instruction at `ip` (a fetch-and-add or compare-and-swap, alone or
+    /// in a chain) with `values` as its data — the add value, or the compare then the
+    /// swap value — and waits for its old value, which lands in `result` at
+    /// `result_offset` (8 bytes). An instruction that returns no value refuses the
+    /// message (a remote operation error), as an atomic instruction refuses
+    /// [`WorkRequest::invoke`].
+    pub fn invoke_atomic(
+        wr_id: u64,
+        ip: Ip,
+        operand: u32,
+        values: &[u64],
+        result: &Endpoint,
+        result_offset: u64,
+    ) -> Result<Self, Error> {
+        if values.is_empty() || values.len() > 2 {
+            return Err(Error::InvalidArgument(format!(
+                "{} values for an atomic instruction (1: add, 2: compare and swap)",
+                values.len()
+            )));
+        }
+        let mut data = [0u8; 16];
+        for (chunk, v) in data.chunks_exact_mut(8).zip(values) {
+            chunk.copy_from_slice(&v.to_be_bytes());
+        }
+        let mut w = WorkRequest::invoke(wr_id, ip, operand, &data[..8 * values.len()])?;
+        w.wr.opcode = WrOpcode::Invoke {
+            ip: ip.0,
+            mask: 0,
+            returns: true,
+        };
+        w.wr.result = Some((result.0.id, result_offset));
+        Ok(w)
+    }
+
     /// [`WorkRequest::invoke`] with `len` bytes of data from `local` at `local_offset`
     /// (one message: at most the device's segment size, less 8 bytes when it names
     /// registers with [`WorkRequest::registers`]).

@@ -25,11 +25,16 @@ impl std::ops::Deref for Fixture {
 /// `nregs` registers and an instruction window, the connection isolated or not.
 fn fixture(name: &str, nregs: u32, isolated: bool) -> Fixture {
     let mut code = None;
-    let base = RegFixture::new(name, nregs, Rights::REMOTE_WRITE, |pair, opts| {
-        code = Some(pair.server.alloc_instructions(16).unwrap());
-        opts.instructions = code;
-        opts.isolated = isolated;
-    });
+    let base = RegFixture::new(
+        name,
+        nregs,
+        Rights::REMOTE_WRITE | Rights::REMOTE_ATOMIC,
+        |pair, opts| {
+            code = Some(pair.server.alloc_instructions(16).unwrap());
+            opts.instructions = code;
+            opts.isolated = isolated;
+        },
+    );
     Fixture {
         base,
         code: code.expect("allocated"),
@@ -335,4 +340,47 @@ fn a_released_endpoints_tokens_die_with_it() {
     );
     assert_eq!(f.drops(DropReason::BadToken), 1);
     assert!(memory_snapshot(&new, 64).iter().all(|&b| b == 0));
+}
+
+#[test]
+fn an_atomic_through_an_instruction_pointer_returns_its_old_value() {
+    // An isolated counter: the instruction names the word, the sender only the add.
+    let f = fixture("ip_fadd", 1, true);
+    let add = Instruction::new(&WorkRequest::fetch_add(0, &f.c.cep, 0, 256, 0)).unwrap();
+    let ip = f.pair.server.program(f.code, 0, &[add]).unwrap();
+    let write = f.pair.server.program(f.code, 1, &[write_at(512)]).unwrap();
+    let old = |at: usize| {
+        u64::from_le_bytes(
+            memory_snapshot(&f.c.cep, 64)[at..at + 8]
+                .try_into()
+                .unwrap(),
+        )
+    };
+    let word = || u64::from_ne_bytes(f.mem()[256..264].try_into().unwrap());
+    f.run(
+        &[WorkRequest::invoke_atomic(1, ip, 0, &[5], &f.c.cep, 0).unwrap()],
+        WcStatus::Success,
+    );
+    f.run(
+        &[WorkRequest::invoke_atomic(2, ip, 0, &[3], &f.c.cep, 8).unwrap()],
+        WcStatus::Success,
+    );
+    assert_eq!((old(0), old(8), word()), (0, 5, 8));
+    // Not waiting for the value of an atomic, or waiting for one from a write: refused,
+    // nothing done.
+    let no_wait = WorkRequest::invoke_from(3, ip, 0, &f.c.cep, 32, 8);
+    f.run(&[no_wait], WcStatus::RemoteOperationError);
+    f.run(
+        &[WorkRequest::invoke_atomic(4, write, 0, &[1], &f.c.cep, 16).unwrap()],
+        WcStatus::RemoteOperationError,
+    );
+    assert_eq!(word(), 8);
+    assert!(f.mem()[512..520].iter().all(|&b| b == 0));
+    assert_eq!(f.drops(DropReason::BadFlags), 2);
+    assert!(WorkRequest::invoke_atomic(5, ip, 0, &[], &f.c.cep, 0).is_err());
+}
+
+/// A WRITE of the message data at `ea`.
+fn write_at(ea: u32) -> Instruction {
+    Instruction::new(&WorkRequest::write_inline(0, &[], ea).unwrap()).unwrap()
 }

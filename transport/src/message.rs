@@ -125,9 +125,12 @@ pub fn control_for(
         WrOpcode::CmpSwap { .. } => op::CMP_SWAP,
         WrOpcode::RegOp => op::REG_OP,
         WrOpcode::Exception => op::EXCEPTION,
-        WrOpcode::Invoke { ip, mask, .. } => {
+        WrOpcode::Invoke { ip, mask, returns } => {
             c.mask = mask;
             c.flags = flags::LAST;
+            if returns {
+                c.flags |= flags::INVOKE_RETURNS;
+            }
             if invoke_names_registers(wr) {
                 c.flags |= flags::INVOKE_REGS;
             }

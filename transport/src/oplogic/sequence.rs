@@ -12,7 +12,9 @@
 //!             global index), bit 31 set for the global instructions
 //!  operand    the message's operand        mask   the message's word mask
 //!  flags      LAST; INVOKE_REGS when the payload starts with the message's register
-//!             names (8 bytes: ra rb rc rd, then 4 zero bytes)
+//!             names (8 bytes: ra rb rc rd, then 4 zero bytes); INVOKE_RETURNS when
+//!             the sender waits for a value (an atomic's old value), which the
+//!             instructions must then return (and must not return without it)
 //!  payload    [register names] the message data
 //! ```
 //!
@@ -202,6 +204,8 @@ struct Invoke<'p> {
     global: bool,
     regs: [u8; 4],
     data: &'p [u8],
+    /// The sender waits for a value.
+    returns: bool,
 }
 
 impl<'p> Invoke<'p> {
@@ -215,7 +219,7 @@ impl<'p> Invoke<'p> {
         if control.opcode != op::INVOKE {
             return Err(Trap::UnknownOpcode(control.opcode));
         }
-        if control.flags & !(flags::LAST | flags::INVOKE_REGS) != 0 {
+        if control.flags & !(flags::LAST | flags::INVOKE_REGS | flags::INVOKE_RETURNS) != 0 {
             return Err(bad_flags(control.flags));
         }
         let payload = payload
@@ -244,7 +248,28 @@ impl<'p> Invoke<'p> {
             global: control.index & GLOBAL_IP != 0,
             regs,
             data,
+            returns: control.flags & flags::INVOKE_RETURNS != 0,
         })
+    }
+
+    /// Checks the message's reply against what its sender waits for: a value (an
+    /// atomic's old value) exactly when it asked for one. A read's data cannot come back
+    /// through an instruction pointer (the sender has no range for it).
+    #[inline]
+    fn check_reply(&self, control: &ControlRepr, reply: &Reply) -> Result<(), Trap> {
+        let fits = match reply {
+            Reply::None => !self.returns,
+            Reply::Value(_) => self.returns,
+            Reply::Read { .. } => false,
+        };
+        if fits {
+            Ok(())
+        } else {
+            Err(Trap::BadFlags {
+                opcode: control.opcode,
+                flags: control.flags,
+            })
+        }
     }
 
     /// Step `k` of the chain (`k` 0 is the entry point, checked as one): the bound of
@@ -332,6 +357,7 @@ pub fn plan_invoke_one<'p>(
         return Ok(false);
     }
     plan_step(ins, control, &inv, ctx, &[], mem, out)?;
+    inv.check_reply(control, &out.reply)?;
     Ok(true)
 }
 
@@ -397,7 +423,7 @@ pub fn plan_invoke<'p>(
         }
     }
     out.event = out.steps[last_interrupt.unwrap_or(out.n - 1)].event;
-    Ok(())
+    inv.check_reply(control, &out.reply)
 }
 
 /// Commits every step of a planned chain, in order. Infallible: [`plan_invoke`]
@@ -457,7 +483,9 @@ mod tests {
             let payload: &'static [u8] = Box::leak(payload.into_boxed_slice());
             let control = ControlRepr {
                 opcode: op::INVOKE,
-                flags: flags::LAST | if named { flags::INVOKE_REGS } else { 0 },
+                flags: flags::LAST
+                    | if named { flags::INVOKE_REGS } else { 0 }
+                    | msg.flags & flags::INVOKE_RETURNS,
                 index: ip,
                 length: payload.len() as u32,
                 ..*msg
@@ -618,7 +646,17 @@ mod tests {
             },
         );
         let data = 5u64.to_be_bytes();
-        let (n, reply) = r.run(4, &msg(0), &data).unwrap();
+        let wants = ControlRepr {
+            flags: flags::INVOKE_RETURNS,
+            ..msg(0)
+        };
+        // The sender must wait for the old value (and may not without an atomic).
+        assert!(matches!(
+            r.run(4, &msg(0), &data),
+            Err(Trap::BadFlags { .. })
+        ));
+        assert!(matches!(r.run(0, &wants, &[]), Err(Trap::BadFlags { .. })));
+        let (n, reply) = r.run(4, &wants, &data).unwrap();
         // The add saw the bytes the write stored (read natively), and added 5 to them.
         let old = u64::from_ne_bytes(data);
         assert_eq!(reply, Reply::Value(old));
@@ -812,7 +850,7 @@ mod tests {
             flags::REPLY,
             flags::SEGMENT,
             flags::COMPOUND_REPEAT,
-            0x08,
+            0x10,
         ] {
             assert!(matches!(
                 plan(flags::LAST | bad, &[0; 8]),

@@ -116,6 +116,10 @@ pub mod flags {
     /// `COMPOUND`'s, which the frame decoder reads on every message): the payload
     /// starts with the message's register names, ra rb rc rd and 4 zero bytes.
     pub const INVOKE_REGS: u8 = 0x20;
+    /// `INVOKE` only (the low bit of the address mode, which `INVOKE` never carries):
+    /// the sender waits for a value — the instruction (or chain) must return one, an
+    /// atomic's old value; without it, it must return none.
+    pub const INVOKE_RETURNS: u8 = 0x08;
     /// A later segment of a multi-segment direct write (no compound, no register):
     /// `index` is its segment number (1..) in the work request. The receiver may place
     /// it on arrival ahead of a gap when the gap holds only earlier segments of the
