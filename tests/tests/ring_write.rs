@@ -232,3 +232,27 @@ fn posting_refuses_bad_arguments_locally() {
     ));
     check_zero(&c.sep, 0, 4096).unwrap();
 }
+
+#[test]
+fn the_longest_ring_name_works_and_a_longer_one_is_a_typed_error() {
+    // 16 characters: the limit the spec parser states, for the first open and a reopen.
+    let name = "abcdefghijklmnop";
+    for _ in 0..2 {
+        let pair = RingPair::new(name);
+        let c = pair.connect(4096, 7);
+        c.client
+            .post(
+                &WorkRequest::write_inline(1, b"long name", 0)
+                    .unwrap()
+                    .signaled(),
+            )
+            .unwrap();
+        let wc = wait_completions(&c.ccq, 1, T);
+        assert_eq!(wc[0].status, WcStatus::Success);
+        assert_eq!(&memory_snapshot(&c.sep, 9)[..], b"long name");
+    }
+    match Device::open(DeviceConfig::new("ring:abcdefghijklmnopq:a", [10, 0, 0, 1])) {
+        Err(Error::Port(deposit_transport::port::PortError::BadSpec { .. })) => {}
+        other => panic!("17-character ring name: {:?}", other.err()),
+    }
+}

@@ -735,9 +735,6 @@ pub const HIGH_QUEUE: u16 = 1;
 
 static PORT_SEQ: AtomicU32 = AtomicU32::new(0);
 static OPEN_RINGS: Mutex<Vec<String>> = Mutex::new(Vec::new());
-/// How often each ring side was opened: DPDK keeps a closed ring port's name, so a
-/// reopened side (a restarted node in tests) gets a fresh ethdev name.
-static RING_OPENS: Mutex<Vec<(String, u32)>> = Mutex::new(Vec::new());
 
 fn cstring(s: &str) -> CString {
     CString::new(s.replace('\0', "")).expect("no NUL after replace")
@@ -794,19 +791,6 @@ impl Port {
                     }
                     open.push(key.clone());
                 }
-                let times = {
-                    let mut opens = RING_OPENS.lock().unwrap_or_else(|e| e.into_inner());
-                    match opens.iter_mut().find(|(k, _)| *k == key) {
-                        Some((_, n)) => {
-                            *n += 1;
-                            *n - 1
-                        }
-                        None => {
-                            opens.push((key.clone(), 1));
-                            0
-                        }
-                    }
-                };
                 ring_key = Some(key);
                 let mut rx = Vec::new();
                 let mut tx = Vec::new();
@@ -821,11 +805,10 @@ impl Port {
                     rx.push(r);
                     tx.push(t);
                 }
-                let mut pname =
-                    format!("dp_{name}_{}", if *side == RingSide::A { "a" } else { "b" });
-                if times > 0 {
-                    pname.push_str(&format!("_r{times}"));
-                }
+                // The ethdev's own name is this process's port number, not the ring
+                // name: unique on every open (a reopened side gets a fresh ethdev) and
+                // short whatever the ring name (DPDK refuses long ethdev names).
+                let pname = format!("dp_ring{seq}");
                 let c = cstring(&pname);
                 // SAFETY: valid name and `queues` ring pointers each way.
                 let rc = unsafe {
