@@ -55,10 +55,15 @@ impl Worker {
                 return;
             };
             let max = self.port.max_frame();
-            let hdr = ack_header(conn, self.credits);
-            let underlay = conn_underlay(&self.cfg.local, &self.nodes, conn);
-            let room = &mut mbuf.room_mut()[..max];
-            let Ok(mut w) = FrameWriter::new(room, &underlay, &hdr) else {
+            let Some(mut w) = ack_frame(
+                &mut mbuf,
+                max,
+                conn,
+                &self.cfg.local,
+                &self.nodes,
+                self.credits,
+                0,
+            ) else {
                 continue;
             };
             // The selective part: which messages beyond the cumulative point arrived
@@ -126,10 +131,9 @@ impl Worker {
                 break;
             };
             let max = self.port.max_frame();
-            let mut hdr = ack_header(conn, self.credits);
-            hdr.flags |= hflags::ACK_REQ;
-            let underlay = conn_underlay(&self.cfg.local, &self.nodes, conn);
-            let Ok(w) = FrameWriter::new(&mut mbuf.room_mut()[..max], &underlay, &hdr) else {
+            let (local, nodes, credits) = (&self.cfg.local, &self.nodes, self.credits);
+            let Some(w) = ack_frame(&mut mbuf, max, conn, local, nodes, credits, hflags::ACK_REQ)
+            else {
                 continue;
             };
             let len = w.finish();
@@ -415,6 +419,23 @@ enum Served {
     PortFull,
     /// A high-priority connection has work: low-priority sending stops for this turn.
     Yielded,
+}
+
+/// An acknowledgement frame of `conn` started in `mbuf` (up to `max` bytes): its
+/// headers, with `extra` header flags; cells (SACK, NAK) may follow.
+fn ack_frame<'m>(
+    mbuf: &'m mut crate::port::Mbuf,
+    max: usize,
+    conn: &Connection,
+    local: &NodeAddr,
+    nodes: &NodeTable,
+    credits: u16,
+    extra: u8,
+) -> Option<FrameWriter<'m>> {
+    let mut hdr = ack_header(conn, credits);
+    hdr.flags |= extra;
+    let underlay = conn_underlay(local, nodes, conn);
+    FrameWriter::new(&mut mbuf.room_mut()[..max], &underlay, &hdr).ok()
 }
 
 pub(super) fn conn_underlay(
