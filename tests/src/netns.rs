@@ -110,6 +110,20 @@ impl Topology {
     }
 }
 
+/// Tells every node "exit" and checks that each exits 0 within 10 s.
+pub fn exit_all(nodes: &mut [Node]) {
+    for n in nodes.iter_mut() {
+        n.say("exit");
+    }
+    for (i, n) in nodes.iter_mut().enumerate() {
+        let status = crate::wait_child_for(&mut n.child, std::time::Duration::from_secs(10));
+        assert!(
+            status.is_some_and(|s| s.success()),
+            "node {i} exited {status:?}"
+        );
+    }
+}
+
 impl Drop for Topology {
     fn drop(&mut self) {
         for h in &self.host_ends {

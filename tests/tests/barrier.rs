@@ -46,16 +46,7 @@ fn barrier_over(kind: &str, max_frame: usize) {
         let want: Vec<String> = (0..ROUNDS).map(|r| format!("round {r}")).collect();
         assert_eq!(rounds, want, "node {i}");
     }
-    for n in nodes.iter_mut() {
-        n.say("exit");
-    }
-    for (i, n) in nodes.iter_mut().enumerate() {
-        let status = deposit_tests::wait_child_for(&mut n.child, Duration::from_secs(10));
-        assert!(
-            status.is_some_and(|s| s.success()),
-            "node {i} exited {status:?}"
-        );
-    }
+    deposit_tests::netns::exit_all(&mut nodes);
     drop(nodes);
     drop(topo);
 }

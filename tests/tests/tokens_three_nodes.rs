@@ -64,16 +64,7 @@ fn a_token_forwarded_through_a_third_node_deposits_once_over_af_packet() {
     assert!(c.iter().any(|l| l == "refused"), "c: {c:?}");
     assert_eq!(a_after, ["single use"], "a after the second try");
 
-    for n in nodes.iter_mut() {
-        n.say("exit");
-    }
-    for (i, n) in nodes.iter_mut().enumerate() {
-        let status = deposit_tests::wait_child_for(&mut n.child, Duration::from_secs(10));
-        assert!(
-            status.is_some_and(|s| s.success()),
-            "node {i} exited {status:?}"
-        );
-    }
+    deposit_tests::netns::exit_all(&mut nodes);
     drop(nodes);
     drop(topo);
 }

@@ -31,7 +31,7 @@ mod trap;
 
 pub use access::{Access, EndpointAccess, TlbAccess, VecAccess};
 pub use plan::{
-    commit, plan, plan_in_frame, plan_into, EventInfo, Plan, RegContext, Reply, Store,
+    announced, commit, plan, plan_in_frame, plan_into, EventInfo, Plan, RegContext, Reply, Store,
     MAX_REG_WRITES,
 };
 pub use sequence::{

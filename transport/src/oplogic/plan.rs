@@ -384,6 +384,18 @@ impl<'p> Planner<'_, '_, 'p> {
     }
 }
 
+/// The `length` bytes of `payload` the control part announces (the rest is padding of
+/// the last cell); fewer is a trap.
+#[inline]
+pub fn announced<'p>(control: &ControlRepr, payload: &'p [u8]) -> Result<&'p [u8], Trap> {
+    payload
+        .get(..control.length as usize)
+        .ok_or(Trap::PayloadTruncated {
+            length: control.length,
+            payload: payload.len(),
+        })
+}
+
 /// The decode-table row of `opcode`.
 #[inline]
 fn decode(opcode: u8) -> Result<&'static OpInfo, Trap> {
@@ -421,12 +433,7 @@ pub fn plan<'p>(
     mem: &mut impl EndpointAccess,
 ) -> Result<Plan<'p>, Trap> {
     if control.opcode == op::WRITE && control.flags & !(flags::LAST | flags::SEGMENT) == 0 {
-        let data = payload
-            .get(..control.length as usize)
-            .ok_or(Trap::PayloadTruncated {
-                length: control.length,
-                payload: payload.len(),
-            })?;
+        let data = announced(control, payload)?;
         let ea = u64::from(control.operand);
         mem.check(ea, data.len() as u64, Access::Write)?;
         return Ok(Plan {
@@ -526,12 +533,7 @@ fn plan_general<'p>(
     {
         return Err(bad_length);
     }
-    let payload = payload
-        .get(..control.length as usize)
-        .ok_or(Trap::PayloadTruncated {
-            length: control.length,
-            payload: payload.len(),
-        })?;
+    let payload = announced(control, payload)?;
     let (desc, body) = if compound {
         let (d, body) = match frame_descriptor {
             Some(d) if repeat => (&d[..], payload),

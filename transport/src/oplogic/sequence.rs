@@ -30,7 +30,7 @@
 //! sequencer's bounds ([`MAX_SEQUENCE`] steps, at most one returning a value).
 
 use super::access::{Access, EndpointAccess};
-use super::plan::{commit, plan_into, EventInfo, Plan, RegContext, Reply, Store};
+use super::plan::{announced, commit, plan_into, EventInfo, Plan, RegContext, Reply, Store};
 use super::Trap;
 use crate::tables::{Instruction, InstructionMemory, Operands, RegWindow, RegisterFile};
 use crate::tables::{GLOBAL_IP, REG_OPERANDS};
@@ -222,12 +222,7 @@ impl<'p> Invoke<'p> {
         if control.flags & !(flags::LAST | flags::INVOKE_REGS | flags::INVOKE_RETURNS) != 0 {
             return Err(bad_flags(control.flags));
         }
-        let payload = payload
-            .get(..control.length as usize)
-            .ok_or(Trap::PayloadTruncated {
-                length: control.length,
-                payload: payload.len(),
-            })?;
+        let payload = announced(control, payload)?;
         let (regs, data) = if control.flags & flags::INVOKE_REGS != 0 {
             let (prefix, data) =
                 payload

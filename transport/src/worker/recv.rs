@@ -368,14 +368,7 @@ fn run_kept(conn: &mut Connection, ex: &mut Exec<'_>) -> u64 {
             next_kept = conn.rx.executed();
             continue;
         }
-        if let Ran::Held | Ran::Wait = deliver(
-            conn,
-            seq,
-            &st.control,
-            &st.payload,
-            st.frame_desc.as_ref(),
-            ex,
-        ) {
+        if let Ran::Held | Ran::Wait = deliver_kept(conn, seq, &st, ex) {
             return arrivals;
         }
         if st.control.flags & cflags::LAST != 0 {
@@ -384,6 +377,19 @@ fn run_kept(conn: &mut Connection, ex: &mut Exec<'_>) -> u64 {
         next_kept = conn.rx.executed();
     }
     arrivals
+}
+
+/// Runs message `seq` that was kept (ahead of a gap, or waiting for a read reply's
+/// acknowledgement).
+fn deliver_kept(conn: &mut Connection, seq: u32, st: &Stored, ex: &mut Exec<'_>) -> Ran {
+    deliver(
+        conn,
+        seq,
+        &st.control,
+        &st.payload,
+        st.frame_desc.as_ref(),
+        ex,
+    )
 }
 
 /// After an acknowledgement: runs the expected message if it was kept waiting for a
@@ -395,14 +401,7 @@ fn run_waiting(conn: &mut Connection, ex: &mut Exec<'_>) -> Option<u64> {
     }
     let seq = conn.rx.expected();
     let st = conn.reorder.remove(&seq)?;
-    match deliver(
-        conn,
-        seq,
-        &st.control,
-        &st.payload,
-        st.frame_desc.as_ref(),
-        ex,
-    ) {
+    match deliver_kept(conn, seq, &st, ex) {
         Ran::Held => Some(0),
         Ran::Wait => None,
         Ran::Done | Ran::Refused => {
@@ -654,12 +653,9 @@ fn run_token(
         };
         return refuse(conn, seq, control, t, ex);
     }
-    let Some(body) = payload.get(..control.length as usize) else {
-        let t = Trap::PayloadTruncated {
-            length: control.length,
-            payload: payload.len(),
-        };
-        return refuse(conn, seq, control, t, ex);
+    let body = match oplogic::announced(control, payload) {
+        Ok(b) => b,
+        Err(t) => return refuse(conn, seq, control, t, ex),
     };
     let Some((tok, data)) = body.split_first_chunk::<8>() else {
         return refuse(conn, seq, control, bad_length, ex);
