@@ -1,21 +1,16 @@
 //! `write_bw`: ib_write_bw's stream of writes.
 //!
 //! The client posts `-n` writes of `size` bytes (or writes for `-D` seconds) from its
-//! send region into the server's receive region at offset 0, keeping at most
-//! `--tx-depth` outstanding. Every `--cq-mod`th write is signaled, and the last one;
-//! completions are in order and each carries its write's number as `wr_id`, so one
-//! completion retires every write up to it. The time runs from the first post to the
-//! last completion; BW average = writes × size / time, MsgRate = writes / time, BW peak
-//! is [`PeakRate`]'s (best window of 16 completion polls).
+//! send region into the server's receive region at offset 0, in the loop every
+//! streaming test shares ([`crate::stream`]: `--tx-depth` outstanding, every
+//! `--cq-mod`th signaled). BW average = writes × size / time, MsgRate = writes / time,
+//! BW peak is [`crate::report::PeakRate`]'s (best window of 16 completion polls).
 //!
 //! The server cannot know the count of a `-D` run, so every round (size) ends with the
 //! client's end-of-round marker (see [`crate::exchange`]), written after its last data
 //! write completed: it carries the client's count, time and peak. The server waits for
 //! it, checks that as many writes arrived (`Connection::arrivals`), and prints the same
 //! table from the client's numbers (perftest's server prints the client's results too).
-//!
-//! The measured loop neither allocates nor makes a syscall; it reads the clock once per
-//! completion poll that retired work, not per write.
 //!
 //! `--compound` (hidden; scripts/bench.sh uses it) makes every write a compound
 //! operation, to measure what the model's per-message work costs against a plain
@@ -26,16 +21,15 @@
 //! (`r3 > 1`: never true, so no event) with operand 1. At the end the server checks
 //! that both counters equal the number of writes it received and says so on stderr.
 
-use std::time::Instant;
-
 use deposit::{Cond, ConnOptions, RegOp, RegProt, RegWindow, Registers, Src, WriteRequest};
 
 use crate::error::{PerfError, Result, Wait};
 use crate::exchange::{self, Layout, RoundEnd};
-use crate::report::{BwStats, PeakRate, Reporter};
-use crate::setup::{self, Session, SocketFile, EMPTY_WC};
+use crate::report::{BwStats, Reporter};
+use crate::setup::{self, Session, SocketFile};
+use crate::stream::Stream;
 use crate::verify;
-use crate::{Params, Role, Span};
+use crate::{Params, Role};
 
 /// Runs write_bw in this process's role.
 pub fn run(p: &Params) -> Result<()> {
@@ -191,103 +185,30 @@ fn client(s: &Session, p: &Params, rep: &mut Reporter) -> Result<()> {
         if let Some(k) = slots {
             verify::fill_slots(&s.ep, s.lay.send, size, k, verify::kind::WRITE_BW, round)?;
         }
-        let stats = stream(s, p, size, round, slots)?;
+        // --verify: write i goes from send slot (i-1) mod k to receive slot (i-1) mod k,
+        // its stamp written first, and at most k writes are outstanding.
+        let stride = verify::stride(size);
+        let stats = Stream {
+            size,
+            req: request(p, s, size),
+            depth_cap: slots.map(|k| k as u64),
+            laps: None,
+            prepare: |id, req: &mut WriteRequest| {
+                let Some(k) = slots else { return Ok(()) };
+                let off = ((id - 1) % k as u64) as usize * stride;
+                let src = s.lay.send + off;
+                verify::put_stamp(&s.ep, src, size as usize, &verify::stamp(round, id))?;
+                *req = WriteRequest::from_endpoint(id, &s.ep, src as u64, size as u32, off as u32);
+                Ok(())
+            },
+        }
+        .run(s, p)?;
         let end = RoundEnd::new(stats.iterations, stats.elapsed, stats.peak_rate);
         exchange::send_round_end(&s.dev, &s.conn, &s.ep, &s.lay, p, round, &end)?;
         exchange::take_verdict(s, p, round, round + 1 == p.sizes.len(), rep)?;
         rep.bw(&stats);
     }
     Ok(())
-}
-
-/// One size: the measured loop. With `--verify` (`slots`: the slot count), write `i`
-/// goes from send slot `(i-1) mod slots` to receive slot `(i-1) mod slots` with its
-/// stamp written first, and at most `slots` writes are outstanding.
-fn stream(
-    s: &Session,
-    p: &Params,
-    size: u64,
-    round: usize,
-    slots: Option<usize>,
-) -> Result<BwStats> {
-    let mut req = request(p, s, size);
-    let (target, run_for) = match p.span {
-        Span::Iters(n) => (n, None),
-        Span::Duration(d) => (u64::MAX, Some(d)),
-    };
-    let stride = verify::stride(size);
-    let tx_depth = match slots {
-        Some(k) => (p.tx_depth as u64).min(k as u64),
-        None => p.tx_depth as u64,
-    };
-    // perftest's rule again for the capped depth: a completion before the window is full.
-    let cq_mod = (p.cq_mod as u64).min(tx_depth);
-    let cq = s.conn.cq();
-    let mut wcs = [EMPTY_WC; 64];
-    let mut posted = 0u64;
-    let mut retired = 0u64;
-    let mut final_posted = false;
-    let mut stopping = false;
-    let mut idle = Wait::new(p.timeout, "write completions");
-    let t0 = Instant::now();
-    let deadline = run_for.map(|d| t0 + d);
-    let mut peak = PeakRate::new(t0);
-    let end = loop {
-        while !final_posted && posted - retired < tx_depth {
-            let id = posted + 1;
-            let last = id == target || stopping;
-            if let Some(k) = slots {
-                let off = ((id - 1) % k as u64) as usize * stride;
-                let src = s.lay.send + off;
-                verify::put_stamp(&s.ep, src, size as usize, &verify::stamp(round, id))?;
-                req = WriteRequest::from_endpoint(id, &s.ep, src as u64, size as u32, off as u32);
-            }
-            req.set_wr_id(id);
-            req.set_signaled(last || id % cq_mod == 0);
-            match s.conn.post_write(&req) {
-                Ok(()) => {}
-                Err(deposit::Error::SendQueueFull { .. }) => break,
-                Err(e) => return Err(e.into()),
-            }
-            posted = id;
-            final_posted = last;
-        }
-        let n = cq.poll(&mut wcs);
-        if n == 0 {
-            if idle.tick()? {
-                crate::lat::check_open(&s.conn)?;
-            }
-            continue;
-        }
-        for wc in &wcs[..n] {
-            if !wc.status.is_ok() {
-                return Err(PerfError::Failed(format!(
-                    "{size} B: write {} completed with {:?}",
-                    wc.wr_id, wc.status
-                )));
-            }
-            retired = wc.wr_id;
-        }
-        let now = Instant::now();
-        peak.record(now, retired);
-        idle.progressed();
-        if final_posted && retired == posted {
-            break now;
-        }
-        if deadline.is_some_and(|d| now >= d) {
-            stopping = true;
-        }
-    };
-    let elapsed = end.duration_since(t0);
-    let mut stats = BwStats {
-        bytes: size,
-        iterations: retired,
-        timed: retired,
-        elapsed,
-        peak_rate: 0.0,
-    };
-    stats.peak_rate = peak.peak(stats.rate());
-    Ok(stats)
 }
 
 /// The server: lets the writes land, waits for each round's marker, reports the

@@ -36,7 +36,7 @@
 //!     operation per message (in the transport's `fastpath` bench an invoke of it
 //!     costs about 1.7 times one of the plain WRITE), which is why it is not the timed
 //!     default.
-//!     The client streams like read_bw ([`rdbw::stream`]); the server is passive
+//!     The client streams like write_bw ([`crate::stream`]); the server is passive
 //!     ([`harness::passive_rounds`]) and prints the client's numbers, like write_bw's.
 //!
 //! Sizes are one message: at most the segment size (`-a`
@@ -55,9 +55,9 @@ use crate::error::{PerfError, Result};
 use crate::exchange::{self, Layout};
 use crate::harness::{self, Side, Spec};
 use crate::lat::{self, Path};
-use crate::rdbw;
 use crate::report::Reporter;
 use crate::setup;
+use crate::stream::Stream;
 use crate::verify::{self, Ring};
 use crate::{Params, Test};
 
@@ -279,35 +279,30 @@ fn bw_client(side: &Side, p: &Params, rep: &mut Reporter) -> Result<()> {
         "server",
     )?;
     let k = ring(p).slots;
-    // --verify: a send slot is restamped only once its previous message completed.
-    let capped = Params {
-        tx_depth: p.tx_depth.min(k as u32),
-        cq_mod: p.cq_mod.min(k as u32),
-        ..p.clone()
-    };
-    let sp = if p.verify { &capped } else { p };
     let mut before = 0u64; // messages of the earlier rounds
     for (i, &(round, size)) in sizes.iter().enumerate() {
         let req = WorkRequest::invoke_from(0, ip, 0, &s.ep, s.lay.send as u64, size as u32);
         if p.verify {
             verify::fill_slots(&s.ep, s.lay.send, size, k, verify::kind::IP_BW, round)?;
         }
-        let stats = rdbw::stream(side, sp, size, None, &mut |id| {
-            if !p.verify {
-                return Ok(req);
-            }
-            let g = before + id - 1;
-            let from = s.lay.send + (g % k as u64) as usize * verify::stride(size);
-            verify::put_stamp(&s.ep, from, size as usize, &verify::stamp(round, g + 1))?;
-            Ok(WorkRequest::invoke_from(
-                0,
-                ip,
-                0,
-                &s.ep,
-                from as u64,
-                size as u32,
-            ))
-        })?;
+        let stats = Stream {
+            size,
+            req,
+            // --verify: a send slot is restamped only once its message completed.
+            depth_cap: p.verify.then_some(k as u64),
+            laps: None,
+            prepare: |id, req: &mut WorkRequest| {
+                if !p.verify {
+                    return Ok(());
+                }
+                let g = before + id - 1;
+                let from = s.lay.send + (g % k as u64) as usize * verify::stride(size);
+                verify::put_stamp(&s.ep, from, size as usize, &verify::stamp(round, g + 1))?;
+                *req = WorkRequest::invoke_from(0, ip, 0, &s.ep, from as u64, size as u32);
+                Ok(())
+            },
+        }
+        .run(s, p)?;
         before += stats.iterations;
         let end = exchange::RoundEnd::new(stats.iterations, stats.elapsed, stats.peak_rate);
         exchange::send_round_end(&s.dev, &s.conn, &s.ep, &s.lay, p, round, &end)?;

@@ -24,6 +24,7 @@ mod rdlat;
 mod report;
 mod send;
 mod setup;
+mod stream;
 mod token;
 mod verify;
 mod warmup;

@@ -1,9 +1,7 @@
-//! `read_bw` / `atomic_bw`: ib_read_bw's and ib_atomic_bw's stream, and the
-//! streaming loop send_bw shares ([`stream`]).
+//! `read_bw` / `atomic_bw`: ib_read_bw's and ib_atomic_bw's stream.
 //!
-//! The client keeps `--tx-depth` requests outstanding, signals every `--cq-mod`th and
-//! the last; completions are in order and carry the request's number, so one retires
-//! everything up to it (as write_bw). Reads land in the client's receive region (all
+//! The client streams requests in the loop every streaming test shares
+//! ([`crate::stream`]). Reads land in the client's receive region (all
 //! at offset 0: the data is not looked at), atomics act on the server's word at offset
 //! 0 and return the old value there. The table is write_bw's: MiB/s of the size
 //! (8 for atomics), Mpps.
@@ -16,17 +14,16 @@
 //! The server is passive ([`crate::harness::passive_server`]) and prints the client's
 //! numbers, like write_bw's.
 
-use std::time::Instant;
-
 use deposit::WorkRequest;
 
 use crate::error::{PerfError, Result, Wait};
 use crate::exchange::{self, Layout, RoundEnd};
 use crate::harness::{self, Side, Spec};
-use crate::report::{BwStats, PeakRate, Reporter};
+use crate::report::Reporter;
 use crate::setup::EMPTY_WC;
+use crate::stream::Stream;
 use crate::verify;
-use crate::{Params, Span, Test};
+use crate::{Params, Test};
 
 /// Runs read_bw or atomic_bw in this process's role.
 pub fn run(p: &Params) -> Result<()> {
@@ -72,18 +69,19 @@ fn client(side: &Side, p: &Params, rep: &mut Reporter) -> Result<()> {
             let clear = if atomic { 0xFF } else { 0 };
             s.ep.write(0, &vec![clear; slots * stride])?;
         }
-        let stats = stream(side, p, size, None, &mut |id| {
-            let off = ((id - 1) % slots as u64) * stride as u64;
-            let remote = if atomic { 0 } else { off as u32 };
-            Ok(crate::rdlat::request(
-                p,
-                side,
-                size,
-                base + id - 1,
-                off,
-                remote,
-            ))
-        })?;
+        let stats = Stream {
+            size,
+            req: crate::rdlat::request(p, side, size, base, 0, 0),
+            depth_cap: None,
+            laps: None,
+            prepare: |id, req: &mut WorkRequest| {
+                let off = ((id - 1) % slots as u64) * stride as u64;
+                let remote = if atomic { 0 } else { off as u32 };
+                *req = crate::rdlat::request(p, side, size, base + id - 1, off, remote);
+                Ok(())
+            },
+        }
+        .run(&side.s, p)?;
         k += stats.iterations;
         let mut checked = verify::Outcome::default();
         if p.verify {
@@ -150,116 +148,4 @@ pub fn read_counter(side: &Side, p: &Params) -> Result<u64> {
         wait.tick()?;
     }
     Ok(s.ep.load_u64(AT as usize)?)
-}
-
-/// Laps of a receive queue the sender must respect (send_bw): after every `slots`
-/// messages (counted over the whole run, `before` of them in earlier rounds) every
-/// posted request must have completed and `wait(lap)` must return before the next
-/// post (and before the round ends on a lap boundary).
-pub struct Laps<'a> {
-    pub slots: u64,
-    pub before: u64,
-    pub wait: &'a dyn Fn(u64) -> Result<()>,
-}
-
-/// One size: the measured loop. `make(id)` builds request `id` (1-based); the loop sets
-/// its id and signaled flag.
-pub fn stream(
-    side: &Side,
-    p: &Params,
-    size: u64,
-    laps: Option<Laps<'_>>,
-    make: &mut dyn FnMut(u64) -> Result<WorkRequest>,
-) -> Result<BwStats> {
-    let s = &side.s;
-    let (target, run_for) = match p.span {
-        Span::Iters(n) => (n, None),
-        Span::Duration(d) => (u64::MAX, Some(d)),
-    };
-    let tx_depth = p.tx_depth as u64;
-    let cq_mod = p.cq_mod as u64;
-    let (lap_n, lap_before) = laps
-        .as_ref()
-        .map(|l| (l.slots.max(1), l.before))
-        .unwrap_or((u64::MAX, 0));
-    let mut laps_waited = lap_before / lap_n;
-    let cq = s.conn.cq();
-    let mut wcs = [EMPTY_WC; 64];
-    let mut posted = 0u64;
-    let mut retired = 0u64;
-    let mut final_posted = false;
-    let mut stopping = false;
-    let mut idle = Wait::new(p.timeout, "completions");
-    let t0 = Instant::now();
-    let deadline = run_for.map(|d| t0 + d);
-    let mut peak = PeakRate::new(t0);
-    let end = loop {
-        while !final_posted && posted - retired < tx_depth {
-            if let Some(l) = &laps {
-                let g = lap_before + posted;
-                if g > 0 && g % lap_n == 0 && laps_waited < g / lap_n {
-                    if retired < posted {
-                        break;
-                    }
-                    (l.wait)(g / lap_n)?;
-                    laps_waited = g / lap_n;
-                }
-            }
-            let id = posted + 1;
-            let last = id == target || stopping;
-            let mut req = make(id)?;
-            req.set_wr_id(id);
-            // The lap test only with laps: a 64-bit division per message is not free.
-            let lap_end = laps.is_some() && (lap_before + id) % lap_n == 0;
-            req.set_signaled(last || id % cq_mod == 0 || lap_end);
-            match s.conn.post(&req) {
-                Ok(()) => {}
-                Err(deposit::Error::SendQueueFull { .. }) => break,
-                Err(e) => return Err(e.into()),
-            }
-            posted = id;
-            final_posted = last;
-        }
-        let n = cq.poll(&mut wcs);
-        if n == 0 {
-            if idle.tick()? {
-                crate::lat::check_open(&s.conn)?;
-            }
-            continue;
-        }
-        for wc in &wcs[..n] {
-            if !wc.status.is_ok() {
-                return Err(PerfError::Failed(format!(
-                    "{size} B: request {} completed with {:?}",
-                    wc.wr_id, wc.status
-                )));
-            }
-            retired = wc.wr_id;
-        }
-        let now = Instant::now();
-        peak.record(now, retired);
-        idle.progressed();
-        if final_posted && retired == posted {
-            break now;
-        }
-        if deadline.is_some_and(|d| now >= d) {
-            stopping = true;
-        }
-    };
-    let elapsed = end.duration_since(t0);
-    if let Some(l) = &laps {
-        let g = lap_before + posted;
-        if g % lap_n == 0 && laps_waited < g / lap_n {
-            (l.wait)(g / lap_n)?;
-        }
-    }
-    let mut stats = BwStats {
-        bytes: size,
-        iterations: retired,
-        timed: retired,
-        elapsed,
-        peak_rate: 0.0,
-    };
-    stats.peak_rate = peak.peak(stats.rate());
-    Ok(stats)
 }

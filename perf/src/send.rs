@@ -45,9 +45,9 @@ use crate::error::{PerfError, Result, Wait};
 use crate::exchange::{self, Layout, RoundEnd};
 use crate::harness::{self, Side, Spec};
 use crate::lat::check_open;
-use crate::rdbw::{self, Laps};
 use crate::report::{BwStats, LatStats, Reporter};
 use crate::setup::{self, EMPTY_WC};
+use crate::stream::{Laps, Stream};
 use crate::verify;
 use crate::warmup::LatRound;
 use crate::{Params, Span, Test};
@@ -379,15 +379,23 @@ fn bw_client(side: &Side, p: &Params, rep: &mut Reporter) -> Result<()> {
         }
         // --verify: message g (0-based over the run) from slot g mod slots of our own
         // queue area, stamped g + 1; the laps keep a slot from being restamped early.
-        let stats = rdbw::stream(side, p, size, Some(laps), &mut |id| {
-            if !p.verify {
-                return Ok(req);
-            }
-            let g = before + id - 1;
-            let at = s.lay.slot((g % slots) as usize);
-            verify::put_stamp(&s.ep, at, size as usize, &verify::stamp(round, g + 1))?;
-            Ok(WorkRequest::send(0, &s.ep, at as u64, size as u32, 0))
-        })?;
+        let stats = Stream {
+            size,
+            req,
+            depth_cap: None,
+            laps: Some(laps),
+            prepare: |id, req: &mut WorkRequest| {
+                if !p.verify {
+                    return Ok(());
+                }
+                let g = before + id - 1;
+                let at = s.lay.slot((g % slots) as usize);
+                verify::put_stamp(&s.ep, at, size as usize, &verify::stamp(round, g + 1))?;
+                *req = WorkRequest::send(0, &s.ep, at as u64, size as u32, 0);
+                Ok(())
+            },
+        }
+        .run(s, p)?;
         before += stats.iterations;
         let end = RoundEnd::new(stats.iterations, stats.elapsed, stats.peak_rate);
         exchange::send_round_end(&s.dev, &s.conn, &s.ep, &s.lay, p, round, &end)?;
