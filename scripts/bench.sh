@@ -16,7 +16,8 @@
 #     0.1 % and 1 % over lossless (goal at 1 %: >= 0.70), write_lat 32 B p99.9 at 0.1 %;
 #   * instruction-pointer messages vs the direct form, 32 B, ring loopback: ip_lat over
 #     write_lat and write_bw over ip_bw (goal <= 1.2 each); token_lat (a deposit with a
-#     payload token plus a fresh token coming back, RTT/2).
+#     payload token plus a fresh token coming back, RTT/2). The same comparison in one
+#     process, rounds interleaved more finely, follows from `cargo bench --bench ipmsg`.
 # Needs a release build (scripts/run.sh or `cargo build --release -p ddperf`).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -106,3 +107,5 @@ echo "         read_lat ${rdl[*]} | atomic_lat ${atl[*]}"
 echo "         append_bw -q 1 ${ap1[*]} | -q 16 ${ap16[*]} | write_bw --compound ${cbw[*]}"
 echo "         ip_lat ${il[*]} | ip_bw ${ib[*]} | token_lat ${tl[*]}"
 echo "         4 KiB MiB/s lossless ${l0[*]} | 0.1 % ${l1[*]} | 1 % ${l10[*]} | p99.9 at 0.1 % ${lp[*]}"
+echo "instruction pointers vs direct writes, one process (cargo bench -p deposit --bench ipmsg):"
+cargo bench -q -p deposit --bench ipmsg -- "$rounds" 2>/dev/null

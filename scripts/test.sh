@@ -106,6 +106,7 @@ step "smoke ip_lat" smoke ip_lat -s 32 -n 2000
 step "smoke ip_bw" smoke ip_bw -s 32 -n 100000
 step "smoke token_lat" smoke token_lat -s 32 -n 2000
 step "smoke raw_bw" smoke raw_bw -s 64 -n 100000
+step "smoke bench ipmsg" timeout 120 cargo bench -q -p deposit --bench ipmsg -- 1
 # --verify on every transport test, clean and with --faults (issue 4 item 7).
 faults=loss=0.05,reorder=0.02,dup=0.02,corrupt=0.001,seed=7
 step "verify write_bw faults" smoke write_bw -s 4096 -n 200000 --faults $faults --verify
