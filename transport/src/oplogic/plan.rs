@@ -215,6 +215,12 @@ impl Plan<'_> {
     pub fn reg_writes(&self) -> &[(u32, u64)] {
         &self.reg_writes[..self.n_reg_writes.min(MAX_REG_WRITES)]
     }
+
+    /// Bytes the plan stores (the span of its store).
+    #[inline]
+    pub fn bytes_stored(&self) -> u64 {
+        self.store.span().map_or(0, |s| u64::from(s.1))
+    }
 }
 
 /// The main operation of an opcode.

@@ -94,10 +94,7 @@ impl SeqPlan<'_> {
 
     /// Bytes the chain stores.
     pub fn bytes_stored(&self) -> u64 {
-        self.steps()
-            .iter()
-            .map(|p| p.store.span().map_or(0, |s| u64::from(s.1)))
-            .sum()
+        self.steps().iter().map(Plan::bytes_stored).sum()
     }
 }
 

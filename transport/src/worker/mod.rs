@@ -218,6 +218,12 @@ pub struct EndpointQueues {
     pub exceptions: Arc<EventQueue>,
 }
 
+/// The queues of endpoint `id` in a worker's table of them (indexed by endpoint).
+#[inline]
+fn queues_of(queues: &[Option<EndpointQueues>], id: EndpointId) -> Option<&EndpointQueues> {
+    queues.get(id.0 as usize).and_then(|q| q.as_ref())
+}
+
 /// A service waiting for connection requests.
 pub struct Listener {
     pub service: u32,
@@ -394,9 +400,7 @@ impl Worker {
 
     /// The queues of an endpoint.
     pub fn endpoint_queues(&self, id: EndpointId) -> Option<&EndpointQueues> {
-        self.event_queues
-            .get(id.0 as usize)
-            .and_then(|q| q.as_ref())
+        queues_of(&self.event_queues, id)
     }
 
     pub(crate) fn us_to_tsc(&self, us: u64) -> u64 {

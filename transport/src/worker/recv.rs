@@ -445,7 +445,7 @@ fn place_ahead(
         return false;
     }
     oplogic::commit(&plan, ex.regs, &mut mem);
-    ex.stats.bytes_deposited += plan.store.span().map_or(0, |s| u64::from(s.1));
+    ex.stats.bytes_deposited += plan.bytes_stored();
     ex.stats.msgs_rx += 1;
     ex.stats.placed_ahead += 1;
     true
@@ -554,10 +554,7 @@ fn admit(
     if blocked {
         return Admit::Wait;
     }
-    let queue = queues
-        .get(endpoint.0 as usize)
-        .and_then(|q| q.as_ref())
-        .map(|q| &q.events);
+    let queue = super::queues_of(queues, endpoint).map(|q| &q.events);
     if interrupt && !queue.is_some_and(|q| q.has_room()) {
         return Admit::Full;
     }
@@ -665,27 +662,9 @@ fn run_token(
         TokenMatch::Valid(e) => e,
         TokenMatch::WrongKey(e) => {
             // The control part still reaches the buffer's owner, with length 0.
-            if let Some(q) = ex
-                .queues
-                .get(e.endpoint.0 as usize)
-                .and_then(|q| q.as_ref())
-            {
-                let ev = Event {
-                    kind: EventKind::Token {
-                        index: token.index(),
-                        key_ok: false,
-                    },
-                    conn: conn.number,
-                    opcode: control.opcode,
-                    operand: control.operand,
-                    regs: [0; 4],
-                    ea: e.offset,
-                    len: 0,
-                    timestamp: ex.now,
-                };
-                if q.events.push(ev).is_ok() {
-                    ex.stats.events += 1;
-                }
+            if let Some(q) = super::queues_of(ex.queues, e.endpoint) {
+                let ev = token_event(conn, control, token, false, e.offset, 0, ex.now);
+                post_event(&q.events, ev, ex.stats);
             }
             return refuse(conn, seq, control, Trap::TokenKey, ex);
         }
@@ -721,23 +700,45 @@ fn run_token(
     }
     let _ = ex.tokens.cancel(token);
     ex.stats.bytes_deposited += data.len() as u64;
-    let ev = Event {
+    if let Some(q) = queue {
+        let ev = token_event(conn, control, token, true, ea, data.len() as u32, ex.now);
+        post_event(q, ev, ex.stats);
+    }
+    Ran::Done
+}
+
+/// The event of a deposit with `token` (`key_ok`: whether its key matched), reporting
+/// `len` bytes at `ea`.
+fn token_event(
+    conn: &Connection,
+    control: &ControlRepr,
+    token: Token,
+    key_ok: bool,
+    ea: u64,
+    len: u32,
+    now: u64,
+) -> Event {
+    Event {
         kind: EventKind::Token {
             index: token.index(),
-            key_ok: true,
+            key_ok,
         },
         conn: conn.number,
         opcode: control.opcode,
         operand: control.operand,
         regs: [0; 4],
         ea,
-        len: data.len() as u32,
-        timestamp: ex.now,
-    };
-    if queue.is_some_and(|q| q.push(ev).is_ok()) {
-        ex.stats.events += 1;
+        len,
+        timestamp: now,
     }
-    Ran::Done
+}
+
+/// Posts an event, counting it (a full queue drops it: room was checked before the
+/// message committed).
+fn post_event(q: &EventQueue, e: Event, stats: &mut Stats) {
+    if q.push(e).is_ok() {
+        stats.events += 1;
+    }
 }
 
 /// What a committed message owes: its reply, its event, its counters.
@@ -749,7 +750,7 @@ fn after_commit(
     queue: Option<&std::sync::Arc<EventQueue>>,
     ex: &mut Exec<'_>,
 ) {
-    ex.stats.bytes_deposited += plan.store.span().map_or(0, |s| u64::from(s.1));
+    ex.stats.bytes_deposited += plan.bytes_stored();
     match plan.reply {
         Reply::None => {}
         Reply::Read { ea, len, .. } => {
@@ -783,10 +784,7 @@ fn after_commit(
             } else {
                 EventKind::Interrupt
             };
-            let e = event_of(conn, control, plan, kind, ex.now);
-            if q.push(e).is_ok() {
-                ex.stats.events += 1;
-            }
+            post_event(q, event_of(conn, control, plan, kind, ex.now), ex.stats);
         }
     }
 }
@@ -811,8 +809,7 @@ fn event_of(
 }
 
 /// Queues a reply as a message of this connection's send stream (reserved capacity:
-/// replies are not held back by the send window).
-/// Queues a reply; returns its first sequence number.
+/// replies are not held back by the send window); returns its first sequence number.
 fn push_reply(conn: &mut Connection, wr: crate::connection::WorkRequest, ex: &mut Exec<'_>) -> u32 {
     let seg_max = conn.segment_max.min(ex.segment_max);
     let segments = message::segments_for(&wr, seg_max);
@@ -860,12 +857,7 @@ fn report_exception(
     t: Trap,
     ex: &Exec<'_>,
 ) {
-    let Some(q) = ex
-        .queues
-        .get(conn.endpoint.0 as usize)
-        .and_then(|q| q.as_ref())
-        .map(|q| &q.exceptions)
-    else {
+    let Some(q) = super::queues_of(ex.queues, conn.endpoint).map(|q| &q.exceptions) else {
         return;
     };
     let e = Event {
