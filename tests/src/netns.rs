@@ -35,6 +35,14 @@ pub struct Topology {
 }
 
 impl Topology {
+    /// [`Topology::new`], or `None` after saying on stderr why the test is skipped
+    /// (network namespaces need root: CAP_NET_ADMIN; say why, do not pretend).
+    pub fn or_skip(nodes: usize) -> Option<Topology> {
+        Topology::new(nodes)
+            .map_err(|e| eprintln!("SKIPPED: cannot build the veth/bridge topology: {e}"))
+            .ok()
+    }
+
     /// Builds the topology (needs root: CAP_NET_ADMIN).
     pub fn new(nodes: usize) -> Result<Topology, String> {
         let pid = std::process::id() % 1_000_000;

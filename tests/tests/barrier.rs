@@ -19,13 +19,8 @@ const T: Duration = Duration::from_secs(30);
 /// Runs the barrier with each node on a `kind` port (`af_packet`, `af_xdp`) on its
 /// namespace's veth end.
 fn barrier_over(kind: &str, max_frame: usize) {
-    let topo = match Topology::new(NODES) {
-        Ok(t) => t,
-        Err(e) => {
-            // Network namespaces need root (CAP_NET_ADMIN); say why, do not pretend.
-            eprintln!("SKIPPED: cannot build the veth/bridge topology: {e}");
-            return;
-        }
+    let Some(topo) = Topology::or_skip(NODES) else {
+        return;
     };
     let deadline = Instant::now() + T;
     let mut nodes = topo.start_all(

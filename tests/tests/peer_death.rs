@@ -29,13 +29,8 @@ fn field(fields: &HashMap<String, String>, k: &str) -> u64 {
 
 #[test]
 fn killing_the_peer_mid_run_completes_every_outstanding_request_with_an_error() {
-    let topo = match Topology::new(2) {
-        Ok(t) => t,
-        Err(e) => {
-            // Network namespaces need root (CAP_NET_ADMIN); say why, do not pretend.
-            eprintln!("SKIPPED: cannot build the veth/bridge topology: {e}");
-            return;
-        }
+    let Some(topo) = Topology::or_skip(2) else {
+        return;
     };
     let exe = env!("CARGO_BIN_EXE_testnode");
     let port = |i: usize| format!("af_packet:{}", topo.ports[i]);
