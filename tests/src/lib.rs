@@ -5,6 +5,7 @@ pub mod memif_peer;
 pub mod netns;
 pub mod programs;
 pub mod ring_fixture;
+pub mod seed_priority;
 
 pub use ring_fixture::{RegFixture, FIXTURE_LEN};
 pub mod soak;

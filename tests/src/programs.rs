@@ -2,19 +2,15 @@
 //! tests (`tests/instructions.rs`) and the receiving node across processes (`testnode
 //! ip-receiver`), so that both run the very same programs.
 
-use deposit::{Cond, Instruction, Operands, Order, RegOp, Src, WorkRequest};
+use deposit::{Instruction, Operands, RegOp, Src, WorkRequest};
 
-/// The seed's priority queue as one instruction: enqueue the message's data at the
-/// queue's pointer register `queue` with post-increment (by register `queue + 1`),
-/// interrupt when the message's priority exceeds the level register `level`, and or
-/// the priority into the level. The sender supplies only the operand (the priority).
+/// The seed's priority queue as one instruction ([`crate::seed_priority::enqueue`]):
+/// enqueue the message's data at the queue's pointer register `queue` with
+/// post-increment (by register `queue + 1`), interrupt when the message's priority
+/// exceeds the level register `level`, and or the priority into the level. The sender
+/// supplies only the operand (the priority).
 pub fn priority_enqueue(queue: u8, level: u8) -> Instruction {
-    let template = WorkRequest::write_inline(0, &[], 0)
-        .expect("an empty inline write")
-        .post_increment(queue)
-        .cond(Cond::Lt, Src::Operand, level)
-        .op1(RegOp::Or, level, Src::Operand)
-        .order(Order::CondFirst);
+    let template = crate::seed_priority::enqueue(0, &[], queue, level, 0);
     Instruction::new(&template)
         .expect("a valid instruction")
         .from_message(Operands::OPERAND)

@@ -4,6 +4,10 @@ use std::time::Duration;
 
 use deposit::*;
 use deposit_tests::programs::{add_operand, priority_enqueue as enqueue};
+use deposit_tests::seed_priority::{
+    landed, pointers_after, Job, FINAL_LEVEL, HIGH, HIGH_BASE, INTERRUPTS, JOBS, LEVEL, LOW,
+    LOW_BASE, SLOT,
+};
 use deposit_tests::*;
 
 const T: Duration = Duration::from_secs(10);
@@ -44,56 +48,61 @@ fn fixture(name: &str, nregs: u32, isolated: bool) -> Fixture {
 #[test]
 fn priority_queue_through_instruction_pointers_with_isolation() {
     let f = fixture("ip_prio", 8, true);
-    // r0/r1: high queue pointer and size; r3/r4: low queue; r2: the level. None of
+    // The seed's queue pointers and sizes and its level (see `seed_priority`). None of
     // them is usable by the sender at all: the instructions name them.
-    f.set(0, 1024, RegProt::NONE);
-    f.set(1, 32, RegProt::NONE);
-    f.set(3, 2048, RegProt::NONE);
-    f.set(4, 32, RegProt::NONE);
-    f.set(2, 0, RegProt::NONE);
-    let hi = f.pair.server.program(f.code, 0, &[enqueue(0, 2)]).unwrap();
-    let lo = f.pair.server.program(f.code, 1, &[enqueue(3, 2)]).unwrap();
-    let msgs: [(&[u8], Ip, u32); 4] = [
-        (b"job-a low 2", lo, 2),
-        (b"job-b low 1", lo, 1),
-        (b"job-c high 8", hi, 8),
-        (b"job-d high 4", hi, 4),
-    ];
-    let reqs: Vec<_> = msgs
+    f.set(HIGH.into(), HIGH_BASE, RegProt::NONE);
+    f.set((HIGH + 1).into(), SLOT, RegProt::NONE);
+    f.set(LOW.into(), LOW_BASE, RegProt::NONE);
+    f.set((LOW + 1).into(), SLOT, RegProt::NONE);
+    f.set(LEVEL.into(), 0, RegProt::NONE);
+    let hi = f
+        .pair
+        .server
+        .program(f.code, 0, &[enqueue(HIGH, LEVEL)])
+        .unwrap();
+    let lo = f
+        .pair
+        .server
+        .program(f.code, 1, &[enqueue(LOW, LEVEL)])
+        .unwrap();
+    let ip = |j: &Job| if j.high { hi } else { lo };
+    let reqs: Vec<_> = JOBS
         .iter()
         .enumerate()
-        .map(|(i, (d, ip, p))| WorkRequest::invoke(i as u64, *ip, *p, d).unwrap())
+        .map(|(i, j)| WorkRequest::invoke(i as u64, ip(j), j.prio, j.data).unwrap())
         .collect();
     f.run(&reqs, WcStatus::Success);
     let ev = f.events();
-    assert_eq!(ev.len(), 2, "{ev:?}");
-    assert_eq!((ev[0].operand, ev[0].ea), (2, 2048));
-    assert_eq!((ev[1].operand, ev[1].ea), (8, 1024));
-    assert_eq!(f.reg(2), 15);
-    assert_eq!((f.reg(0), f.reg(3)), (1024 + 64, 2048 + 64));
+    assert_eq!(ev.len(), INTERRUPTS.len(), "{ev:?}");
+    for (e, (prio, ea, _)) in ev.iter().zip(INTERRUPTS) {
+        assert_eq!((e.operand, e.ea), (prio, ea));
+    }
+    assert_eq!(f.reg(LEVEL.into()), FINAL_LEVEL);
+    assert_eq!((f.reg(HIGH.into()), f.reg(LOW.into())), pointers_after(0));
     let mem = f.mem();
-    assert_eq!(&mem[2048..2059], b"job-a low 2");
-    assert_eq!(&mem[2080..2091], b"job-b low 1");
-    assert_eq!(&mem[1024..1036], b"job-c high 8");
-    assert_eq!(&mem[1056..1068], b"job-d high 4");
+    for (at, data) in landed() {
+        let at = at as usize;
+        assert_eq!(&mem[at..at + data.len()], data);
+    }
 
     // Isolation: naming the queue register directly is refused, counted, nothing
     // written, and the connection goes on.
     let before = f.mem();
     let direct = WorkRequest::write_inline(9, b"sneaky", 0)
         .unwrap()
-        .post_increment(0);
+        .post_increment(HIGH);
     f.run(&[direct], WcStatus::RemoteAccessError);
     let plain = WorkRequest::write_inline(10, b"plain", 100).unwrap();
     f.run(&[plain], WcStatus::RemoteAccessError);
     assert_eq!(f.drops(DropReason::Isolated), 2);
     assert!(f.mem() == before);
-    assert_eq!(f.reg(0), 1024 + 64);
+    assert_eq!(f.reg(HIGH.into()), pointers_after(0).0);
     f.run(
         &[WorkRequest::invoke(11, lo, 1, b"job-e").unwrap()],
         WcStatus::Success,
     );
-    assert_eq!(&f.mem()[2112..2117], b"job-e");
+    let at = pointers_after(0).1 as usize;
+    assert_eq!(&f.mem()[at..at + 5], b"job-e");
 }
 
 #[test]

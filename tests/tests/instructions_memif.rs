@@ -8,6 +8,7 @@
 
 use deposit::*;
 use deposit_tests::memif_peer::MemifPeer;
+use deposit_tests::seed_priority::{HIGH, JOBS};
 
 /// `testnode ip-receiver SOCKET CASE`, connected (the receiver's service 18).
 fn start(case: &str) -> MemifPeer {
@@ -38,20 +39,16 @@ fn priority_queue_through_instruction_pointers_with_isolation_across_processes()
     let (hi, lo) = (ip(&p, "high"), ip(&p, "low"));
     // The sender supplies an entry point, its priority and the job; the receiver's
     // queues, pointers and level stay out of its reach.
-    p.run(
-        &[
-            invoke(1, lo, 2, b"job-a low 2"),
-            invoke(2, lo, 1, b"job-b low 1"),
-            invoke(3, hi, 8, b"job-c high 8"),
-            invoke(4, hi, 4, b"job-d high 4"),
-        ],
-        WcStatus::Success,
-    );
+    let reqs: Vec<_> = (1..)
+        .zip(&JOBS)
+        .map(|(id, j)| invoke(id, if j.high { hi } else { lo }, j.prio, j.data))
+        .collect();
+    p.run(&reqs, WcStatus::Success);
     // Isolation: a direct write naming the high queue's pointer register is refused
     // (the receiver counts it and finds nothing of it), and the connection goes on.
     let direct = WorkRequest::write_inline(5, b"sneaky", 0)
         .unwrap()
-        .post_increment(0);
+        .post_increment(HIGH);
     p.run_one(direct, WcStatus::RemoteAccessError);
     p.run_one(invoke(6, lo, 1, b"job-e low 1"), WcStatus::Success);
     verify(p, "priority");

@@ -6,6 +6,10 @@
 use std::time::Duration;
 
 use deposit::*;
+use deposit_tests::seed_priority::{
+    enqueue as priority_enqueue, landed, pointers_after, FINAL_LEVEL, HIGH, HIGH_BASE, INTERRUPTS,
+    JOBS, LEVEL, LOW, LOW_BASE, SLOT,
+};
 use deposit_tests::*;
 
 const T: Duration = Duration::from_secs(10);
@@ -119,85 +123,65 @@ fn strided_deposit_through_post_increment_with_varying_strides() {
 // 2. Priority queueing with conditional interrupts.
 // ---------------------------------------------------------------------------------
 
-/// The seed's priority enqueue: `<r_p> <- MSG; r_p += <r_s>; if operand > <r_i> then
-/// interrupt at end; r_i <- <r_i> | operand`.
-fn priority_enqueue(id: u64, data: &[u8], queue: u8, level: u8, prio: u32) -> WorkRequest {
-    WorkRequest::write_inline(id, data, 0)
-        .unwrap()
-        .post_increment(queue)
-        .operand(prio)
-        // `<rd> cond rhs`: "operand greater than <r_i>" is "<r_i> less than operand".
-        .cond(Cond::Lt, Src::Operand, level)
-        .op1(RegOp::Or, level, Src::Operand)
-        .order(Order::CondFirst)
-}
-
 #[test]
 fn priority_queueing_interrupts_only_above_the_receivers_level() {
     let f = fixture("seed_prio", 8, Rights::REMOTE_WRITE);
-    // r0/r1: high-priority queue pointer and message size; r3/r4: low-priority queue.
-    // The sender may only use the pointers indirectly and may not touch the sizes.
-    f.set(0, 1024, RegProt::INDIRECT);
-    f.set(1, 32, RegProt::NONE);
-    f.set(3, 2048, RegProt::INDIRECT);
-    f.set(4, 32, RegProt::NONE);
-    // r2: the receiver's priority level (interrupt mask), or-ed by each message.
-    f.set(2, 0, RegProt::WRITE);
-    let (hi, lo, level) = (0u8, 3u8, 2u8);
-    let msgs: [(&[u8], u8, u32); 4] = [
-        (b"job-a low 2", lo, 2),
-        (b"job-b low 1", lo, 1),
-        (b"job-c high 8", hi, 8),
-        (b"job-d high 4", hi, 4),
-    ];
-    let reqs: Vec<_> = msgs
+    // The queue pointers and sizes, the level (see `seed_priority`). The sender may
+    // only use the pointers indirectly and may not touch the sizes; it or-s into the
+    // level.
+    f.set(HIGH.into(), HIGH_BASE, RegProt::INDIRECT);
+    f.set((HIGH + 1).into(), SLOT, RegProt::NONE);
+    f.set(LOW.into(), LOW_BASE, RegProt::INDIRECT);
+    f.set((LOW + 1).into(), SLOT, RegProt::NONE);
+    f.set(LEVEL.into(), 0, RegProt::WRITE);
+    let reqs: Vec<_> = JOBS
         .iter()
         .enumerate()
-        .map(|(i, (d, q, p))| priority_enqueue(i as u64, d, *q, level, *p))
+        .map(|(i, j)| j.request(i as u64))
         .collect();
     f.run(&reqs, WcStatus::Success);
 
-    // Level 0 < 2: interrupt, level 2. 2 < 1? no, level 3. 3 < 8: interrupt, level 11.
-    // 11 < 4? no, level 15.
     let ev = f.events();
-    assert_eq!(ev.len(), 2, "{ev:?}");
+    assert_eq!(ev.len(), INTERRUPTS.len(), "{ev:?}");
     let conn = f.c.server.local_number();
-    let want = [
-        (2u32, 2048u64, 11u32, 2080u64, 2u64),
-        (8, 1024, 12, 1056, 11),
-    ];
-    for (e, (prio, ea, len, qptr, lvl)) in ev.iter().zip(want) {
+    for (e, (prio, ea, regs)) in ev.iter().zip(INTERRUPTS) {
         assert_eq!(e.kind, EventKind::Interrupt);
         assert_eq!(e.conn, conn);
         assert_eq!(e.operand, prio, "{e:?}");
         assert_eq!(e.ea, ea, "{e:?}");
-        assert_eq!(e.len, len, "{e:?}");
-        // ra (the queue pointer after its increment), rb (level after the or), rd.
-        assert_eq!(e.regs, [qptr, lvl, 0, lvl], "{e:?}");
+        // The job's length; ra (the queue pointer after its increment), rb (level
+        // after the or), rd.
+        let job = landed()
+            .find(|&(at, _)| at == ea)
+            .expect("a job lands there");
+        assert_eq!(e.len as usize, job.1.len(), "{e:?}");
+        assert_eq!(e.regs, regs, "{e:?}");
     }
-    assert_eq!(f.reg(level as u32), 15);
-    assert_eq!((f.reg(0), f.reg(3)), (1024 + 64, 2048 + 64));
+    assert_eq!(f.reg(LEVEL.into()), FINAL_LEVEL);
+    assert_eq!((f.reg(HIGH.into()), f.reg(LOW.into())), pointers_after(0));
     let mut img = vec![0u8; LEN];
-    put(&mut img, 2048, b"job-a low 2");
-    put(&mut img, 2080, b"job-b low 1");
-    put(&mut img, 1024, b"job-c high 8");
-    put(&mut img, 1056, b"job-d high 4");
+    for (at, data) in landed() {
+        put(&mut img, at, data);
+    }
     assert!(f.mem() == img);
 
     // The host serves the queues and lowers its level: the next message interrupts
     // again, then a lower one does not.
-    f.pair.server.write_register(f.regs, 2, 0).unwrap();
+    f.pair
+        .server
+        .write_register(f.regs, LEVEL.into(), 0)
+        .unwrap();
     f.run(
         &[
-            priority_enqueue(10, b"job-e low 1", lo, level, 1),
-            priority_enqueue(11, b"job-f low 1", lo, level, 1),
+            priority_enqueue(10, b"job-e low 1", LOW, LEVEL, 1),
+            priority_enqueue(11, b"job-f low 1", LOW, LEVEL, 1),
         ],
         WcStatus::Success,
     );
     let ev = f.events();
     assert_eq!(ev.len(), 1, "{ev:?}");
-    assert_eq!((ev[0].operand, ev[0].ea), (1, 2048 + 64));
-    assert_eq!(f.reg(2), 1);
+    assert_eq!((ev[0].operand, ev[0].ea), (1, pointers_after(0).1));
+    assert_eq!(f.reg(LEVEL.into()), 1);
 }
 
 // ---------------------------------------------------------------------------------

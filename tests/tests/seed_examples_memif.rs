@@ -5,6 +5,7 @@
 
 use deposit::*;
 use deposit_tests::memif_peer::MemifPeer;
+use deposit_tests::seed_priority::{enqueue, JOBS};
 
 /// `testnode seed-receiver SOCKET EXAMPLE`, connected (service 17).
 fn start(example: &str) -> MemifPeer {
@@ -46,24 +47,8 @@ fn strided_deposit_across_processes() {
 #[test]
 fn priority_queueing_across_processes() {
     let p = start("priority");
-    let enqueue = |id: u64, data: &[u8], queue: u8, prio: u32| {
-        WorkRequest::write_inline(id, data, 0)
-            .unwrap()
-            .post_increment(queue)
-            .operand(prio)
-            .cond(Cond::Lt, Src::Operand, 2)
-            .op1(RegOp::Or, 2, Src::Operand)
-            .order(Order::CondFirst)
-    };
-    p.run(
-        &[
-            enqueue(1, b"job-a low 2", 3, 2),
-            enqueue(2, b"job-b low 1", 3, 1),
-            enqueue(3, b"job-c high 8", 0, 8),
-            enqueue(4, b"job-d high 4", 0, 4),
-        ],
-        WcStatus::Success,
-    );
+    let reqs: Vec<_> = (1..).zip(&JOBS).map(|(id, j)| j.request(id)).collect();
+    p.run(&reqs, WcStatus::Success);
     p.finish("verified priority");
 }
 
@@ -120,15 +105,7 @@ fn queue_bit_vector_with_interrupts_blocked_by_the_top_bit_across_processes() {
     let p = start("bitvec");
     const LEVEL: u8 = 10;
     // Append 16 bytes to queue q with priority bit q (the seed's priority enqueue).
-    let append = |id: u64, q: u8| {
-        WorkRequest::write_inline(id, &[0x10 + id as u8; 16], 0)
-            .unwrap()
-            .post_increment(2 * q)
-            .operand(1 << q)
-            .cond(Cond::Lt, Src::Operand, LEVEL)
-            .op1(RegOp::Or, LEVEL, Src::Operand)
-            .order(Order::CondFirst)
-    };
+    let append = |id: u64, q: u8| enqueue(id, &[0x10 + id as u8; 16], 2 * q, LEVEL, 1 << q);
     let blocked: Vec<_> = [(0, 2), (1, 0), (2, 3), (3, 2), (4, 0)]
         .into_iter()
         .map(|(id, q)| append(id, q))

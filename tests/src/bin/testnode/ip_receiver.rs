@@ -13,6 +13,9 @@ use std::sync::mpsc::Receiver;
 
 use deposit::*;
 use deposit_tests::programs::{add_operand, append, priority_enqueue};
+use deposit_tests::seed_priority::{
+    landed, pointers_after, FINAL_LEVEL, HIGH, HIGH_BASE, INTERRUPTS, LEVEL, LOW, LOW_BASE, SLOT,
+};
 
 use super::seed_check as check;
 use super::{
@@ -151,49 +154,46 @@ impl Node {
         );
     }
 
-    /// r0/r1: the high queue's pointer and size, r3/r4 the low queue's, r2 the level;
-    /// one entry point per queue.
+    /// The seed's queues and level (see `seed_priority`); one entry point per queue.
     fn program_priority_queues(&mut self) -> Case {
-        self.set(0, 1024);
-        self.set(1, 32);
-        self.set(2, 0);
-        self.set(3, 2048);
-        self.set(4, 32);
-        let hi = self.program(0, &[priority_enqueue(0, 2)]);
-        let lo = self.program(1, &[priority_enqueue(3, 2)]);
+        self.set(HIGH.into(), HIGH_BASE);
+        self.set((HIGH + 1).into(), SLOT);
+        self.set(LEVEL.into(), 0);
+        self.set(LOW.into(), LOW_BASE);
+        self.set((LOW + 1).into(), SLOT);
+        let hi = self.program(0, &[priority_enqueue(HIGH, LEVEL)]);
+        let lo = self.program(1, &[priority_enqueue(LOW, LEVEL)]);
         println!("high {}", hi.0);
         println!("low {}", lo.0);
         Case::Priority
     }
 
-    /// Four enqueues (two interrupts), a refused direct write naming r0, one more
-    /// low-priority enqueue.
+    /// The seed's jobs (two interrupts), a refused direct write naming r0, one more
+    /// low-priority job.
     fn verify_priority_queues(&mut self, conn: &Connection) {
         let evs = self.events();
         let got: Vec<_> = evs.iter().map(|e| (e.operand, e.ea, e.regs)).collect();
-        check(
-            got == [(2, 2048, [2080, 2, 0, 2]), (8, 1024, [1056, 11, 0, 11])],
-            format!("interrupts {evs:?}"),
-        );
+        check(got == INTERRUPTS, format!("interrupts {evs:?}"));
         check(
             evs.iter()
                 .all(|e| e.kind == EventKind::Interrupt && e.conn == conn.local_number()),
             format!("event kinds and connection {evs:?}"),
         );
-        check(self.reg(2) == 15, format!("level {}", self.reg(2)));
+        let level = self.reg(LEVEL.into());
+        check(level == FINAL_LEVEL, format!("level {level}"));
+        let pointers = (self.reg(HIGH.into()), self.reg(LOW.into()));
         check(
-            (self.reg(0), self.reg(3)) == (1024 + 64, 2048 + 96),
-            format!("queue pointers {} {}", self.reg(0), self.reg(3)),
+            pointers == pointers_after(1),
+            format!("queue pointers {pointers:?}"),
         );
         check(
-            (self.reg(1), self.reg(4)) == (32, 32),
+            (self.reg((HIGH + 1).into()), self.reg((LOW + 1).into())) == (SLOT, SLOT),
             "queue sizes unchanged",
         );
-        seed_put(&mut self.img, 2048, b"job-a low 2");
-        seed_put(&mut self.img, 2080, b"job-b low 1");
-        seed_put(&mut self.img, 1024, b"job-c high 8");
-        seed_put(&mut self.img, 1056, b"job-d high 4");
-        seed_put(&mut self.img, 2112, b"job-e low 1");
+        for (at, data) in landed() {
+            seed_put(&mut self.img, at, data);
+        }
+        seed_put(&mut self.img, pointers_after(0).1, b"job-e low 1");
         seed_image_check(&self.ep, &self.img);
         self.check_drops(conn, &[(DropReason::Isolated, 1)]);
     }

@@ -50,6 +50,10 @@ use std::process::exit;
 use std::time::Duration;
 
 use deposit::*;
+use deposit_tests::seed_priority::{
+    landed, pointers_after, FINAL_LEVEL, HIGH, HIGH_BASE, INTERRUPTS, JOBS, LEVEL, LOW, LOW_BASE,
+    SLOT,
+};
 use deposit_tests::*;
 
 const T: Duration = Duration::from_secs(20);
@@ -284,11 +288,11 @@ fn seed_receiver(sock: &str, example: &str) {
             set(2, 20_000, RegProt::INDIRECT | RegProt::WRITE);
         }
         "priority" => {
-            set(0, 1024, RegProt::INDIRECT);
-            set(1, 32, RegProt::NONE);
-            set(2, 0, RegProt::WRITE);
-            set(3, 2048, RegProt::INDIRECT);
-            set(4, 32, RegProt::NONE);
+            set(HIGH.into(), HIGH_BASE, RegProt::INDIRECT);
+            set((HIGH + 1).into(), SLOT, RegProt::NONE);
+            set(LEVEL.into(), 0, RegProt::WRITE);
+            set(LOW.into(), LOW_BASE, RegProt::INDIRECT);
+            set((LOW + 1).into(), SLOT, RegProt::NONE);
         }
         "atomic" => {
             ep.write(512, &100u64.to_ne_bytes())
@@ -352,26 +356,28 @@ fn seed_receiver(sock: &str, example: &str) {
             seed_check(events.poll().is_none(), "no event expected");
         }
         "priority" => {
-            arrived(4);
-            seed_put(&mut img, 2048, b"job-a low 2");
-            seed_put(&mut img, 2080, b"job-b low 1");
-            seed_put(&mut img, 1024, b"job-c high 8");
-            seed_put(&mut img, 1056, b"job-d high 4");
+            arrived(JOBS.len() as u64);
+            for (at, data) in landed() {
+                seed_put(&mut img, at, data);
+            }
             let evs: Vec<Event> = std::iter::from_fn(|| events.poll()).collect();
             let got: Vec<(u32, u64, [u64; 4])> =
                 evs.iter().map(|e| (e.operand, e.ea, e.regs)).collect();
-            seed_check(
-                got == [(2, 2048, [2080, 2, 0, 2]), (8, 1024, [1056, 11, 0, 11])],
-                format!("events {evs:?}"),
-            );
+            seed_check(got == INTERRUPTS, format!("events {evs:?}"));
             seed_check(
                 evs.iter()
                     .all(|e| e.kind == EventKind::Interrupt && e.conn == conn.local_number()),
                 "event kind",
             );
-            seed_check(seed_reg(&dev, w, 2) == 15, "priority level");
             seed_check(
-                seed_reg(&dev, w, 0) == 1088 && seed_reg(&dev, w, 3) == 2112,
+                seed_reg(&dev, w, LEVEL.into()) == FINAL_LEVEL,
+                "priority level",
+            );
+            seed_check(
+                (
+                    seed_reg(&dev, w, HIGH.into()),
+                    seed_reg(&dev, w, LOW.into()),
+                ) == pointers_after(0),
                 "queue pointers",
             );
         }
