@@ -204,6 +204,41 @@ pub struct Conns {
     _listener: Listener,
 }
 
+impl Conns {
+    /// Writes [`fill_pattern`]'s bytes (`seed`, keyed by offset) at each `(offset,
+    /// size)` of `layout` from the client's endpoint to the same offset of the server's,
+    /// one signaled write each (`wr_id`: its index), then waits (bounded by `timeout`)
+    /// for their completions, returned in order, and until the server has counted every
+    /// one as arrived (the client's device, `client`, driven meanwhile).
+    pub fn write_layout(
+        &self,
+        client: &Device,
+        layout: &[(usize, usize)],
+        seed: u64,
+        timeout: Duration,
+    ) -> Vec<Completion> {
+        for (i, &(off, size)) in layout.iter().enumerate() {
+            fill_pattern(&self.cep, off, size, seed, off as u64);
+            let wr = deposit::WorkRequest::write(
+                i as u64,
+                &self.cep,
+                off as u64,
+                size as u32,
+                off as u32,
+            );
+            self.client.post(&wr.signaled()).unwrap();
+        }
+        let wcs = wait_completions(&self.ccq, layout.len(), timeout);
+        let n = layout.len() as u64;
+        assert!(
+            wait_until(client, timeout, || self.server.arrivals() == n),
+            "{} of {n} writes arrived",
+            self.server.arrivals()
+        );
+        wcs
+    }
+}
+
 /// Waits for `n` completions (bounded), returning them.
 pub fn wait_completions(cq: &CompletionQueue, n: usize, timeout: Duration) -> Vec<Completion> {
     let start = Instant::now();

@@ -37,20 +37,9 @@ fn writes_land_byte_exact_through_loss_duplication_reordering_and_corruption() {
     let (layout, len) = sweep_layout();
     let c = pair.connect(len, 7);
     let seed = 0xfa;
-    for (i, &(off, size)) in layout.iter().enumerate() {
-        fill_pattern(&c.cep, off, size, seed, off as u64);
-        c.client
-            .post(
-                &WorkRequest::write(i as u64, &c.cep, off as u64, size as u32, off as u32)
-                    .signaled(),
-            )
-            .unwrap();
-    }
-    for wc in wait_completions(&c.ccq, layout.len(), T) {
+    for wc in c.write_layout(&pair.client, &layout, seed, T) {
         assert_eq!(wc.status, WcStatus::Success, "{wc:?}");
     }
-    assert!(wait_until(&pair.client, T, || c.server.arrivals()
-        == layout.len() as u64));
     for &(off, size) in &layout {
         check_pattern(&c.sep, off, size, seed, off as u64).unwrap();
     }
@@ -105,20 +94,10 @@ fn segments_of_large_writes_are_placed_on_arrival_ahead_of_a_gap() {
     const MIB: usize = 1 << 20;
     let c = pair.connect(16 * MIB, 8);
     let seed = 0x5e;
-    for i in 0..16usize {
-        let off = i * MIB;
-        fill_pattern(&c.cep, off, MIB, seed, off as u64);
-        c.client
-            .post(
-                &WorkRequest::write(i as u64, &c.cep, off as u64, MIB as u32, off as u32)
-                    .signaled(),
-            )
-            .unwrap();
-    }
-    for wc in wait_completions(&c.ccq, 16, T) {
+    let layout: Vec<_> = (0..16).map(|i| (i * MIB, MIB)).collect();
+    for wc in c.write_layout(&pair.client, &layout, seed, T) {
         assert_eq!(wc.status, WcStatus::Success, "{wc:?}");
     }
-    assert!(wait_until(&pair.client, T, || c.server.arrivals() == 16));
     check_pattern(&c.sep, 0, 16 * MIB, seed, 0).unwrap();
     let st = pair.server.stats();
     assert!(st.placed_ahead > 0, "nothing placed ahead of a gap: {st:?}");
