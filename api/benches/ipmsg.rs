@@ -48,10 +48,6 @@ const SERVICE_IP: u32 = 2;
 /// Ping bytes with this bit travel on the ip connection (the server answers there).
 const IP_PING: u8 = 0x80;
 
-fn config(port: &str, ip: [u8; 4]) -> DeviceConfig {
-    DeviceConfig::new(port, ip)
-}
-
 /// A WRITE of the message's data at `offset`, every operand the instruction's.
 fn write_at(offset: u32) -> Instruction {
     Instruction::new(&WorkRequest::write_inline(0, &[], offset).unwrap()).unwrap()
@@ -83,7 +79,7 @@ fn drain(cq: &deposit::CompletionQueue) {
 
 /// The server: lets the streams land; answers every ping on the connection it came by.
 fn server(stop: Arc<AtomicBool>, ready: mpsc::Sender<(Ip, Ip)>, client_ip: mpsc::Receiver<Ip>) {
-    let dev = Device::open(config("ring:ipbench:b", [10, 0, 0, 1])).unwrap();
+    let dev = Device::open(DeviceConfig::new("ring:ipbench:b", [10, 0, 0, 1])).unwrap();
     // After the EAL is up: its initialisation sets the calling thread's affinity.
     let _ = deposit_transport::port::pin_current_thread_to_nth_cpu(1);
     let ep = dev.alloc_endpoint(REGION, Rights::REMOTE_WRITE).unwrap();
@@ -219,7 +215,7 @@ fn main() {
     let srv = std::thread::spawn(move || server(st, ready_tx, ip_rx));
     let (bw_ip, ping_ip) = ready_rx.recv_timeout(T).unwrap();
     let _ = deposit_transport::port::pin_current_thread_to_nth_cpu(0);
-    let dev = Device::open(config("ring:ipbench:a", [10, 0, 0, 2])).unwrap();
+    let dev = Device::open(DeviceConfig::new("ring:ipbench:a", [10, 0, 0, 2])).unwrap();
     let ep = dev.alloc_endpoint(REGION, Rights::REMOTE_WRITE).unwrap();
     let (dcq, icq) = (dev.create_cq(1 << 12), dev.create_cq(1 << 12));
     let (opts, ips) = program(&dev, &[PONG_AT]);
