@@ -33,8 +33,7 @@ impl Worker {
             let high = self
                 .conns
                 .get(slot)
-                .is_some_and(|c| c.priority == Priority::High)
-                && self.port.queues() > 1;
+                .is_some_and(|c| self.takes_high_queue(c.priority));
             if self.port_full(high) {
                 // Keep the rest for the next turn.
                 self.ack_list.drain(..i);
@@ -269,18 +268,21 @@ impl Worker {
     /// Sends up to `budget` frames of connection `slot` (admitting posted work
     /// requests into its window first).
     fn service_conn(&mut self, slot: usize, now: u64, budget: u32, yield_to_high: bool) -> Served {
-        let Some(conn) = self.conns.get_mut(slot) else {
+        let Some(priority) = self.conns.get(slot).map(|c| c.priority) else {
             return Served::Done;
         };
-        // A high-priority connection's frames take the port's high-priority queue.
-        let high = self.port.queues() > 1 && conn.priority == Priority::High;
+        let high = self.takes_high_queue(priority);
+        // Bulk writes beside high-priority connections are cut into segments that fit a
+        // standard frame, and sent in such frames: a frame being built or taken in then
+        // delays an urgent one by well under a microsecond.
+        let beside_high = !high && !self.conns.high_slots().is_empty();
         if self.port_full(high) {
             return Served::PortFull;
         }
         let Some(conn) = self.conns.get_mut(slot) else {
             return Served::Done;
         };
-        if yield_to_high && conn.priority == Priority::High {
+        if yield_to_high && priority == Priority::High {
             return Served::Done; // served in the first pass
         }
         match conn.state {
@@ -294,13 +296,6 @@ impl Worker {
         if now < conn.rnr_until {
             return Served::Done; // the peer is not ready: back off
         }
-        // Bulk writes beside high-priority connections are cut into segments that fit a
-        // standard frame, and sent in such frames: a frame being built or taken in then
-        // delays an urgent one by well under a microsecond.
-        let beside_high = !high && !self.conns.high_slots().is_empty();
-        let Some(conn) = self.conns.get_mut(slot) else {
-            return Served::Done;
-        };
         admit_work(
             conn,
             &self.endpoints,
@@ -366,6 +361,13 @@ impl Worker {
 }
 
 impl Worker {
+    /// Whether the frames of a connection of `priority` take the port's high-priority
+    /// queue (a high-priority connection, on a port that has one).
+    #[inline]
+    fn takes_high_queue(&self, priority: Priority) -> bool {
+        priority == Priority::High && self.port.queues() > 1
+    }
+
     /// Whether the batch of the given class is full and the port takes nothing of it.
     #[inline]
     fn port_full(&mut self, high: bool) -> bool {
