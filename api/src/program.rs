@@ -210,13 +210,18 @@ impl WorkRequest {
     /// builder methods are the message's register operands, which the instruction
     /// takes only where it says so.
     pub fn invoke(wr_id: u64, ip: Ip, operand: u32, data: &[u8]) -> Result<Self, Error> {
-        let mut w = WorkRequest::write_inline(wr_id, data, operand)?;
-        w.wr.opcode = WrOpcode::Invoke {
+        Ok(WorkRequest::write_inline(wr_id, data, operand)?.into_invoke(ip, false))
+    }
+
+    /// This write (its data and operand) as an invoke of `ip`; `returns`: the sender
+    /// waits for a value.
+    fn into_invoke(mut self, ip: Ip, returns: bool) -> Self {
+        self.wr.opcode = WrOpcode::Invoke {
             ip: ip.0,
             mask: 0,
-            returns: false,
+            returns,
         };
-        Ok(w)
+        self
     }
 
     /// Runs the atomic instruction at `ip` (a fetch-and-add or compare-and-swap, alone or
@@ -243,12 +248,8 @@ impl WorkRequest {
         for (chunk, v) in data.chunks_exact_mut(8).zip(values) {
             chunk.copy_from_slice(&v.to_be_bytes());
         }
-        let mut w = WorkRequest::invoke(wr_id, ip, operand, &data[..8 * values.len()])?;
-        w.wr.opcode = WrOpcode::Invoke {
-            ip: ip.0,
-            mask: 0,
-            returns: true,
-        };
+        let mut w = WorkRequest::write_inline(wr_id, &data[..8 * values.len()], operand)?
+            .into_invoke(ip, true);
         w.wr.result = Some((result.0.id, result_offset));
         Ok(w)
     }
@@ -264,13 +265,7 @@ impl WorkRequest {
         local_offset: u64,
         len: u32,
     ) -> Self {
-        let mut w = WorkRequest::write(wr_id, local, local_offset, len, operand);
-        w.wr.opcode = WrOpcode::Invoke {
-            ip: ip.0,
-            mask: 0,
-            returns: false,
-        };
-        w
+        WorkRequest::write(wr_id, local, local_offset, len, operand).into_invoke(ip, false)
     }
 
     /// Deposits `len` bytes from `local` at `local_offset` into the buffer `token`
