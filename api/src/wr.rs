@@ -205,7 +205,9 @@ impl WorkRequest {
     /// verbs SEND as the degenerate case of the model: a write of `len` bytes at the
     /// receiver's queue pointer (register `queue`, its stride in `queue + 1`), which it
     /// post-increments. The receiver decides where the data lands; the sender names no
-    /// address (one message: at most [`crate::Device::segment_max`] bytes).
+    /// address. Any length: a send longer than one message
+    /// ([`crate::Device::segment_max`]) takes its address, and moves the queue pointer
+    /// by the stride, once; its later messages land after its first, in order.
     pub fn send(wr_id: u64, local: &Endpoint, local_offset: u64, len: u32, queue: u8) -> Self {
         WorkRequest::write(wr_id, local, local_offset, len, 0).post_increment(queue)
     }
@@ -230,7 +232,9 @@ impl WorkRequest {
     pub fn indexed(self, ra: u8, offset: u32) -> Self {
         self.mode(AddrMode::Indexed, ra).operand(offset)
     }
-    /// Indirect with post-increment: `ea = <ra>; ra += <ra+1>`.
+    /// Indirect with post-increment: `ea = <ra>; ra += <ra+1>`. In every address mode
+    /// the address is generated once per work request, however many messages it takes
+    /// (the register moves by the stride once, not by the length).
     pub fn post_increment(self, ra: u8) -> Self {
         self.mode(AddrMode::PostIncrement, ra)
     }

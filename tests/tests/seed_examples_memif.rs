@@ -4,6 +4,7 @@
 //! registers and events, and exits 0 / 1.
 
 use deposit::*;
+use deposit_tests::fill_pattern;
 use deposit_tests::memif_peer::MemifPeer;
 use deposit_tests::seed_priority::{enqueue, JOBS};
 
@@ -117,4 +118,26 @@ fn queue_bit_vector_with_interrupts_blocked_by_the_top_bit_across_processes() {
         WcStatus::Success,
     );
     p.finish("verified bitvec");
+}
+
+#[test]
+fn multi_message_writes_in_every_mode_across_processes_over_a_lossy_link() {
+    let p = start("segments");
+    let ep = &p.ep;
+    assert!(
+        p.dev.segment_max() < 20_000,
+        "each write takes several messages"
+    );
+    fill_pattern(ep, 0, 20_000, 5, 0);
+    let write = |id| WorkRequest::write(id, ep, 0, 20_000, 0);
+    p.run(
+        &[
+            write(1).post_increment(0),
+            write(2).post_increment(0),
+            write(3).indirect(2),
+            write(4).indexed(3, 500),
+        ],
+        WcStatus::Success,
+    );
+    p.finish("verified segments");
 }

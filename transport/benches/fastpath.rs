@@ -48,6 +48,7 @@ fn context(regs: &RegisterFile, w: RegWindow) -> RegContext<'_> {
         allow_forced_interrupts: true,
         prior: &[],
         trusted: [false; 5],
+        segment_base: None,
     }
 }
 

@@ -322,6 +322,7 @@ impl Worker {
             rx: Receiver::new(0, opts.receive_window),
             reorder: std::collections::BTreeMap::new(),
             read_replies: Default::default(),
+            rx_request: None,
             ack_pending: false,
             last_rx: crate::port::rdtsc(),
             last_probe: 0,

@@ -325,6 +325,15 @@ impl Pending {
 
 pub use crate::reliability::seq_lt;
 
+/// Where a multi-segment work request of the peer's landed: the sequence number of its
+/// first segment and the effective address that segment generated (once, whatever the
+/// address mode: a post-increment moved its register once).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RequestBase {
+    pub first_seq: u32,
+    pub ea: u64,
+}
+
 /// A message kept by a fault until the host repairs it and resumes the connection.
 #[derive(Debug, Clone)]
 pub struct Held {
@@ -435,6 +444,9 @@ pub struct Connection {
     pub reorder: std::collections::BTreeMap<u32, Stored>,
     /// Read replies not yet acknowledged, which later stores must not overtake.
     pub read_replies: ReadReplies,
+    /// The work request of the peer's whose first segment ran last, while its later
+    /// segments are still to come: they are placed relative to its address.
+    pub rx_request: Option<RequestBase>,
     pub ack_pending: bool,
     /// TSC of the last valid frame from the peer, and of our last liveness probe.
     pub last_rx: u64,

@@ -3,9 +3,12 @@
 //! retransmissions alike, so a message is always rebuilt identically.
 //!
 //! A work request of `len` bytes takes `ceil(len / segment_max)` messages (at least
-//! one); only direct and indexed writes and read replies may take more than one, since
-//! every other address mode would generate its address (and post-increment) once per
-//! message. Payload of one message:
+//! one); only writes without a compound descriptor and read replies may take more than
+//! one. The receiver generates a write's address once, from its first segment (any
+//! address mode; a post-increment moves its register once per work request); every
+//! later segment carries `SEGMENT` and its segment number in `index`, and either its
+//! absolute address (direct mode) or its offset in the request, placed relative to the
+//! first segment's address (every other mode, sent as indexed). Payload of one message:
 //!
 //! ```text
 //! [compound descriptor, 8 B, when the request has register ops or a conditional]
@@ -106,13 +109,18 @@ pub fn control_for(
         } else {
             flags::COMPOUND
         };
-    } else if seg > 0
-        && wr.opcode == WrOpcode::Write
-        && wr.remote.mode_flags & (flags::ADDR_MASK | flags::REG_TARGET) == 0
-    {
-        // Placeable on arrival: the receiver knows where the request started.
+    } else if seg > 0 && wr.opcode == WrOpcode::Write {
+        // A later segment names no register: its address is the request's. Direct: the
+        // absolute address (placeable on arrival whatever came before). Any other mode:
+        // the offset in the request, placed relative to the address the first segment
+        // generated — once per work request, so a post-increment moves its register once.
         c.flags |= flags::SEGMENT;
         c.index = seg;
+        if wr.remote.mode_flags & flags::ADDR_MASK != 0 {
+            c.flags =
+                (c.flags & !flags::ADDR_MASK) | crate::wire::cell::AddrMode::Indexed.to_flags();
+            c.operand = seg_off;
+        }
     }
     c.opcode = match wr.opcode {
         WrOpcode::Write => op::WRITE,

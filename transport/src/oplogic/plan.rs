@@ -49,6 +49,10 @@ pub struct RegContext<'a> {
     /// `rd`, and the sources of its descriptor as the last entry): protection bits are
     /// for senders, so these are only bounds-checked.
     pub trusted: [bool; 5],
+    /// The effective address the first segment of the message's work request generated,
+    /// when the message is a later segment of it (`SEGMENT` in indexed mode: placed
+    /// relative to that address) and the first segment ran here.
+    pub segment_base: Option<u64>,
 }
 
 impl<'a> RegContext<'a> {
@@ -61,6 +65,7 @@ impl<'a> RegContext<'a> {
             allow_forced_interrupts: false,
             prior: &[],
             trusted: [false; 5],
+            segment_base: None,
         }
     }
 
@@ -520,9 +525,14 @@ fn plan_general<'p>(
     let repeat = f & flags::COMPOUND_REPEAT != 0;
     let compound = f & flags::COMPOUND != 0 || repeat;
     let reg_target = f & flags::REG_TARGET != 0;
-    // SEGMENT belongs to plain direct writes only (see `wire::cell::flags`).
-    let bad_segment = f & flags::SEGMENT != 0
-        && (control.opcode != op::WRITE || mode != AddrMode::Direct || compound || reg_target);
+    // SEGMENT belongs to plain writes only, direct (an absolute address) or indexed
+    // (relative to the request's first segment; see `wire::cell::flags`).
+    let segment = f & flags::SEGMENT != 0;
+    let bad_segment = segment
+        && (control.opcode != op::WRITE
+            || !matches!(mode, AddrMode::Direct | AddrMode::Indexed)
+            || compound
+            || reg_target);
     if f & flags::REPLY != 0
         || bad_segment
         || (f & flags::COMPOUND != 0 && repeat)
@@ -573,6 +583,20 @@ fn plan_general<'p>(
     // 1. Address generation.
     let ea = match mode {
         AddrMode::Direct => u64::from(operand),
+        // A later segment: the address its request's first segment generated, plus its
+        // offset in the request. The registers were used (and post-incremented) once,
+        // by the first segment.
+        _ if segment => {
+            let base = ctx.segment_base.ok_or(Trap::OrphanSegment {
+                segment: control.index,
+            })?;
+            base.checked_add(u64::from(operand))
+                .ok_or(Trap::OutOfBounds {
+                    ea: base,
+                    len: u64::from(operand),
+                    bound: mem.len(),
+                })?
+        }
         _ => {
             let a = p.register(ra, RegProt::INDIRECT, 0)?;
             named[0] = Some(a);

@@ -147,6 +147,14 @@ pub enum Trap {
     /// gets the control part, with length 0).
     #[error("payload token key mismatch")]
     TokenKey,
+    /// A later segment placed relative to its work request's address when the request's
+    /// first segment did not run here (refused, or never sent): there is no address to
+    /// place it at.
+    #[error("segment {segment} has no first segment to place it after")]
+    OrphanSegment {
+        /// The segment number (1..) the message claims.
+        segment: u32,
+    },
 }
 
 impl Trap {
@@ -165,7 +173,9 @@ impl Trap {
             | Trap::GlobalOperands { .. }
             | Trap::BadToken
             | Trap::TokenKey => RemoteStatus::RemoteAccessError,
-            Trap::SequenceBounds { .. } => RemoteStatus::RemoteOperationError,
+            Trap::SequenceBounds { .. } | Trap::OrphanSegment { .. } => {
+                RemoteStatus::RemoteOperationError
+            }
             Trap::UnknownOpcode(_)
             | Trap::BadLength { .. }
             | Trap::BadCompound { .. }
@@ -204,6 +214,7 @@ impl Trap {
             Trap::GlobalOperands { .. } => DropReason::GlobalOperands,
             Trap::BadToken => DropReason::BadToken,
             Trap::TokenKey => DropReason::TokenKey,
+            Trap::OrphanSegment { .. } => DropReason::OrphanSegment,
         }
     }
 
@@ -315,11 +326,13 @@ pub enum DropReason {
     BadToken,
     /// A payload token with a wrong key (payload dropped).
     TokenKey,
+    /// A later segment of a work request whose first segment did not run.
+    OrphanSegment,
 }
 
 impl DropReason {
     /// Number of reasons.
-    pub const COUNT: usize = 30;
+    pub const COUNT: usize = 31;
 
     /// Every reason, in counter-index order.
     pub const ALL: [DropReason; DropReason::COUNT] = [
@@ -353,6 +366,7 @@ impl DropReason {
         DropReason::GlobalOperands,
         DropReason::BadToken,
         DropReason::TokenKey,
+        DropReason::OrphanSegment,
     ];
 
     /// Counter name (snake case), for stats output.
@@ -388,6 +402,7 @@ impl DropReason {
             DropReason::GlobalOperands => "global_operands",
             DropReason::BadToken => "bad_token",
             DropReason::TokenKey => "token_key",
+            DropReason::OrphanSegment => "orphan_segment",
         }
     }
 }
@@ -501,6 +516,7 @@ mod tests {
         // Existing counter indices never move.
         assert_eq!(DropReason::NoBuffer as usize, 13);
         assert_eq!(DropReason::BadFlags as usize, 19);
-        assert_eq!(DropReason::TokenKey as usize, DropReason::COUNT - 1);
+        assert_eq!(DropReason::TokenKey as usize, 29);
+        assert_eq!(DropReason::OrphanSegment as usize, DropReason::COUNT - 1);
     }
 }

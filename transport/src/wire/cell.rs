@@ -120,10 +120,15 @@ pub mod flags {
     /// the sender waits for a value — the instruction (or chain) must return one, an
     /// atomic's old value; without it, it must return none.
     pub const INVOKE_RETURNS: u8 = 0x08;
-    /// A later segment of a multi-segment direct write (no compound, no register):
-    /// `index` is its segment number (1..) in the work request. The receiver may place
-    /// it on arrival ahead of a gap when the gap holds only earlier segments of the
-    /// same request (PCI-DDC's out-of-order placement): no copy, no reordering buffer.
+    /// A later segment of a multi-segment write (no compound descriptor): `index` is its
+    /// segment number (1..) in the work request, not register names. With address mode
+    /// direct, `operand` is its absolute address; with mode indexed, its offset in the
+    /// request, placed relative to the effective address the request's first segment
+    /// generated (whatever that segment's mode: the address, and a post-increment, are
+    /// generated once per work request); other modes are refused. The receiver may
+    /// place it on arrival ahead of a gap when the gap holds only earlier segments of
+    /// the same request and, relative, the first segment ran (PCI-DDC's out-of-order
+    /// placement): no copy, no reordering buffer.
     pub const SEGMENT: u8 = 0x80;
 }
 

@@ -95,7 +95,9 @@
 //! Any change to this layout bumps [`VERSION`] (2: compound operations, reads,
 //! atomics and replies; 3: selective acknowledgement cells, [`op::SACK`], the
 //! `ACK_REQ` header flag, the cumulative acknowledgement in disconnect requests; 4:
-//! instruction pointers, [`op::INVOKE`], and payload tokens, [`op::TOKEN_WRITE`]).
+//! instruction pointers, [`op::INVOKE`], and payload tokens, [`op::TOKEN_WRITE`]; 5:
+//! later segments of a write in any address mode, placed relative to the address its
+//! first segment generated, [`flags::SEGMENT`] with mode indexed).
 
 use core::ops::Range;
 
@@ -127,7 +129,7 @@ pub use header::{hflags, TransportPacket, TransportRepr};
 pub use underlay::{UnderlayPacket, UnderlayRepr};
 
 /// Transport protocol version carried in byte 0 of the transport header.
-pub const VERSION: u8 = 4;
+pub const VERSION: u8 = 5;
 /// UDP destination port of every deposit frame.
 pub const UDP_PORT: u16 = 18515;
 /// Ethernet II (14) + IPv4 without options (20) + UDP (8).
@@ -338,6 +340,6 @@ mod tests {
         let e = WireError::BadUdpPort(80);
         assert_eq!(e.to_string(), "UDP destination port 80 is not 18515");
         let e = WireError::BadVersion(7);
-        assert_eq!(e.to_string(), "transport version 7 is not 4");
+        assert_eq!(e.to_string(), "transport version 7 is not 5");
     }
 }

@@ -412,8 +412,9 @@ fn run_waiting(conn: &mut Connection, ex: &mut Exec<'_>) -> Option<u64> {
 }
 
 /// Out-of-order placement (PCI-DDC): writes a message that arrived ahead of a gap now,
-/// when it is a later segment (`SEGMENT`, not the last) of a direct write whose request
-/// started at or before the gap — so the gap holds only earlier segments of the same
+/// when it is a later segment (`SEGMENT`, not the last) of a write whose request
+/// started at or before the gap (and, placed relative to the request's address, whose
+/// first segment ran) — so the gap holds only earlier segments of the same
 /// request, which write other bytes — and it passes every check. Returns whether it
 /// was placed; anything else (a trap, a fault, an overlap with a read reply still owed)
 /// waits for its turn in order, where it is handled as usual.
@@ -435,7 +436,9 @@ fn place_ahead(
     let Some(ep) = ex.endpoints.get(conn.endpoint) else {
         return false;
     };
-    let ctx = reg_context(conn, ex.regs, ep);
+    // A segment placed relative to its request's address needs the first segment to have
+    // run (the base is unknown before): otherwise it is kept.
+    let ctx = reg_context(conn, ex.regs, ep, segment_base(conn, seq, control));
     let mut mem = TlbAccess::new(conn.endpoint, ep, ex.tlb);
     let mut plan = Plan::NOTHING;
     if oplogic::plan_into(control, payload, &ctx, &mut mem, None, &mut plan).is_err() {
@@ -456,6 +459,7 @@ fn reg_context<'a>(
     conn: &Connection,
     regs: &'a RegisterFile,
     ep: &'a crate::tables::EndpointEntry,
+    segment_base: Option<u64>,
 ) -> RegContext<'a> {
     RegContext {
         regs,
@@ -464,6 +468,38 @@ fn reg_context<'a>(
         allow_forced_interrupts: conn.allow_forced_interrupts,
         prior: &[],
         trusted: [false; 5],
+        segment_base,
+    }
+}
+
+/// The address message `seq` of `conn` is placed relative to, when it is a later
+/// segment (`SEGMENT`, `index` = its number) of the request whose first segment ran here
+/// last.
+#[inline]
+fn segment_base(conn: &Connection, seq: u32, control: &ControlRepr) -> Option<u64> {
+    if control.flags & cflags::SEGMENT == 0 {
+        return None;
+    }
+    let first_seq = seq.wrapping_sub(control.index);
+    conn.rx_request
+        .filter(|r| r.first_seq == first_seq)
+        .map(|r| r.ea)
+}
+
+/// After message `seq` of `conn` committed: the first segment of a multi-segment write
+/// records where its request landed (its later segments are placed relative to it); the
+/// last one ends the request.
+#[inline]
+fn note_request(conn: &mut Connection, seq: u32, control: &ControlRepr, plan: &Plan<'_>) {
+    if control.opcode != op::WRITE {
+        return;
+    }
+    if control.flags & cflags::LAST != 0 {
+        conn.rx_request = None;
+    } else if control.flags & cflags::SEGMENT == 0 {
+        if let crate::oplogic::Store::Bytes { ea, .. } = plan.store {
+            conn.rx_request = Some(crate::connection::RequestBase { first_seq: seq, ea });
+        }
     }
 }
 
@@ -498,7 +534,7 @@ fn run_message(
     let Some(ep) = ex.endpoints.get(conn.endpoint) else {
         return refuse(conn, seq, control, Trap::NoEndpoint, ex);
     };
-    let ctx = reg_context(conn, ex.regs, ep);
+    let ctx = reg_context(conn, ex.regs, ep, segment_base(conn, seq, control));
     let mut mem = TlbAccess::new(conn.endpoint, ep, ex.tlb);
     let mut plan = Plan::NOTHING;
     let planned = if control.opcode == op::INVOKE {
@@ -528,6 +564,7 @@ fn run_message(
         }
     };
     oplogic::commit(&plan, ex.regs, &mut mem);
+    note_request(conn, seq, control, &plan);
     after_commit(conn, seq, control, &plan, queue, ex);
     Ran::Done
 }
@@ -596,7 +633,7 @@ fn run_chain(
     let Some(ep) = ex.endpoints.get(conn.endpoint) else {
         return refuse(conn, seq, control, Trap::NoEndpoint, ex);
     };
-    let ctx = reg_context(conn, ex.regs, ep);
+    let ctx = reg_context(conn, ex.regs, ep, None);
     let code = oplogic::Code {
         memory: ex.code,
         window: conn.instructions,

@@ -384,14 +384,10 @@ impl Worker {
 /// carries).
 pub const BULK_FRAME_BESIDE_HIGH: usize = 1514;
 
-/// Whether a request is cut into independent segments (a plain direct write: every
-/// segment carries its own address), so its segment size may be chosen freely.
+/// Whether a request is cut into segments that carry only their place in it (a write
+/// without a compound descriptor), so its segment size may be chosen freely.
 fn segments_placeable(wr: &WorkRequest) -> bool {
-    wr.opcode == WrOpcode::Write
-        && wr.remote.compound.is_none()
-        && wr.remote.mode_flags
-            & (crate::wire::cell::flags::ADDR_MASK | crate::wire::cell::flags::REG_TARGET)
-            == 0
+    wr.opcode == WrOpcode::Write && wr.remote.compound.is_none()
 }
 
 /// Length of the control-plus-payload of message `seq` (0 when unknown).

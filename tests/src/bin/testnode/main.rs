@@ -236,6 +236,8 @@ fn main() {
 /// of `tests/seed_examples.rs` (the sender is `tests/seed_examples_memif.rs`).
 const SEED_LEN: usize = 64 * 1024;
 const SEED_SERVICE: u32 = 17;
+/// Bytes of each write of the `segments` example (several messages).
+const SEGMENTS_WRITE: usize = 20_000;
 
 fn seed_check(cond: bool, what: impl std::fmt::Display) {
     if !cond {
@@ -270,10 +272,18 @@ fn memif_receiver(sock: &str) -> Device {
     .unwrap_or_else(|e| fail(e))
 }
 
+/// The `segments` example's endpoint (room for four 20 KB writes).
+const SEGMENTS_LEN: usize = 256 * 1024;
+
 fn seed_receiver(sock: &str, example: &str) {
     let dev = memif_receiver(sock);
+    let len = if example == "segments" {
+        SEGMENTS_LEN
+    } else {
+        SEED_LEN
+    };
     let ep = dev
-        .alloc_endpoint(SEED_LEN, Rights::ALL)
+        .alloc_endpoint(len, Rights::ALL)
         .unwrap_or_else(|e| fail(e));
     let w = dev.alloc_registers(16).unwrap_or_else(|e| fail(e));
     let set = |i: u32, v: u64, p: RegProt| {
@@ -312,6 +322,16 @@ fn seed_receiver(sock: &str, example: &str) {
             }
             set(10, 1 << 63, RegProt::WRITE);
         }
+        "segments" => {
+            // Writes of several messages each, over a lossy link: r0 a queue pointer
+            // with stride r1, r2 an indirect target, r3 an indexed base.
+            set(0, 1000, RegProt::INDIRECT);
+            set(1, 24_000, RegProt::NONE);
+            set(2, 60_000, RegProt::INDIRECT);
+            set(3, 90_000, RegProt::INDIRECT);
+            let faults = "loss=0.05,reorder=0.05,dup=0.05,seed=11".parse().ok();
+            dev.set_faults(faults);
+        }
         other => fail(format!("unknown example {other}")),
     }
     let cq = dev.create_cq(64);
@@ -330,7 +350,7 @@ fn seed_receiver(sock: &str, example: &str) {
         }
     };
     let events = ep.events();
-    let mut img = vec![0u8; SEED_LEN];
+    let mut img = vec![0u8; len];
     match example {
         "stride" => {
             // Three deposits with stride 16, then the receiver changes the stride.
@@ -436,6 +456,24 @@ fn seed_receiver(sock: &str, example: &str) {
                     format!("queue {q} pointer"),
                 );
             }
+        }
+        "segments" => {
+            arrived(4);
+            let data: Vec<u8> = (0..SEGMENTS_WRITE as u64).map(|k| pattern(5, k)).collect();
+            for at in [1000, 25_000, 60_000, 90_500] {
+                seed_put(&mut img, at, &data);
+            }
+            seed_check(
+                seed_reg(&dev, w, 0) == 49_000,
+                "post-incremented once per work request",
+            );
+            seed_check(
+                (1..4)
+                    .map(|i| seed_reg(&dev, w, i))
+                    .eq([24_000, 60_000, 90_000]),
+                "registers untouched",
+            );
+            seed_check(dev.fault_stats().dropped > 0, "the link lost frames");
         }
         _ => unreachable!(),
     }

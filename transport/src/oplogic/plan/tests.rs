@@ -146,6 +146,8 @@ struct Rig {
     globals: RegWindow,
     mem: VecAccess,
     forced: bool,
+    /// What the connection knows of the current multi-segment request.
+    segment_base: Option<u64>,
 }
 
 impl Rig {
@@ -163,6 +165,7 @@ impl Rig {
             globals,
             mem: VecAccess::new(bytes, Rights::ALL),
             forced: false,
+            segment_base: None,
         }
     }
     fn ctx(&self) -> RegContext<'_> {
@@ -173,6 +176,7 @@ impl Rig {
             allow_forced_interrupts: self.forced,
             prior: &[],
             trusted: [false; 5],
+            segment_base: self.segment_base,
         }
     }
     fn abs(&self, name: u8) -> u32 {
@@ -231,6 +235,38 @@ fn pattern(len: usize, seed: u8) -> Vec<u8> {
 }
 
 // ---------------------------------------------------------------- address generation
+
+#[test]
+fn later_segments_land_relative_to_the_first_segments_address_and_touch_no_register() {
+    let mut rig = Rig::new();
+    // The first segment post-incremented r0 (4000 -> 4100); its address was 4000.
+    rig.set(0, 4100, RegProt::INDIRECT);
+    rig.set(1, 100, RegProt::NONE);
+    rig.segment_base = Some(4000);
+    // index is the segment number, not register names; the operand the offset.
+    let m = Msg::write(96, &[9, 8, 7])
+        .flag(flags::SEGMENT)
+        .mode(AddrMode::Indexed)
+        .regs([0, 0, 0, 2]);
+    let d = rig.ok(&m);
+    assert_eq!(d.span, Some((4096, 3)));
+    assert_eq!(&rig.mem.bytes[4095..4100], &[0, 9, 8, 7, 0]);
+    assert_eq!((rig.get(0), rig.get(1)), (4100, 100), "no register moved");
+    // Bounds still hold for the segment.
+    let len = rig.mem.bytes.len() as u64;
+    rig.segment_base = Some(len - 2);
+    rig.traps(
+        &m,
+        Trap::OutOfBounds {
+            ea: len - 2 + 96,
+            len: 3,
+            bound: len,
+        },
+    );
+    // No first segment ran: nothing to place it after.
+    rig.segment_base = None;
+    rig.traps(&m, Trap::OrphanSegment { segment: 2 });
+}
 
 #[test]
 fn direct_addressing_writes_at_the_operand() {
@@ -1026,10 +1062,13 @@ fn flags_an_opcode_does_not_allow_trap() {
     let cases = [
         Msg::write(0, &[1]).flag(flags::REPLY),
         Msg::write(0, &[1]).flag(flags::REG_TARGET),
-        // SEGMENT only on plain direct writes.
+        // SEGMENT only on plain writes, direct or relative (indexed).
         Msg::write(0, &[1])
             .flag(flags::SEGMENT)
             .mode(AddrMode::Indirect),
+        Msg::write(0, &[1])
+            .flag(flags::SEGMENT)
+            .mode(AddrMode::PostIncrement),
         Msg::read(0, 1).flag(flags::SEGMENT),
         Msg::fetch_add(0, 1).flag(flags::SEGMENT),
         Msg::read(0, 1).flag(flags::REG_TARGET),
@@ -1427,6 +1466,12 @@ fn random_messages_never_panic_nor_touch_anything_outside_and_traps_change_nothi
             }
             ep.set_page_present(2, rng.below(4) != 0).unwrap();
             rig.mem.pages_present[2] = ep.page(2).unwrap().present;
+            // A multi-segment request in progress, or none (orphan later segments).
+            rig.segment_base = match rng.below(3) {
+                0 => None,
+                1 => Some(rng.below(ep_len as u64 + 64)),
+                _ => Some(rng.next()),
+            };
         }
         let opcode = match rng.below(10) {
             0 => rng.next() as u8,
@@ -1545,7 +1590,7 @@ fn random_messages_never_panic_nor_touch_anything_outside_and_traps_change_nothi
     );
     // Every trap the operation logic raises was exercised.
     let traps = seen.iter().filter(|&&s| s).count();
-    assert_eq!(traps, 12, "{seen:?}");
+    assert_eq!(traps, 13, "{seen:?}");
     let mut all = vec![0u8; 5 * PAGE];
     mem.read(0, &mut all).unwrap();
     assert!(all[..PAGE].iter().all(|&b| b == 0xee));
