@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 
 use deposit::{
     Completion, ConnOptions, Connection, Device, DeviceConfig, Endpoint, Instruction, Ip, Rights,
-    WcStatus, WorkRequest, WrOpcode,
+    WorkRequest,
 };
 
 const T: Duration = Duration::from_secs(60);
@@ -129,13 +129,7 @@ struct Path<'a> {
 /// Streams `n` messages as ddperf's bandwidth tests do; returns Mpps.
 fn stream(path: &Path<'_>, n: u64) -> f64 {
     let cq = path.conn.cq();
-    let mut wcs = [Completion {
-        wr_id: 0,
-        status: WcStatus::Success,
-        opcode: WrOpcode::Write,
-        byte_len: 0,
-        conn: 0,
-    }; 64];
+    let mut wcs = [Completion::EMPTY; 64];
     let mut req = path.bw;
     let (mut posted, mut retired) = (0u64, 0u64);
     let t0 = Instant::now();

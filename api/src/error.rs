@@ -23,6 +23,11 @@ pub enum Error {
     Timeout(std::time::Duration, &'static str),
     #[error("send queue full ({depth} work requests outstanding); poll the completion queue")]
     SendQueueFull { depth: usize },
+    #[error(
+        "completion queue full: its {depth} entries are promised to signaled work requests \
+         not yet polled; poll it (or make it deeper)"
+    )]
+    CompletionQueueFull { depth: usize },
     #[error("connection is {0:?}; posting is refused")]
     NotConnected(ConnState),
     #[error("invalid argument: {0}")]

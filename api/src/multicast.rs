@@ -20,7 +20,7 @@ use std::sync::Arc;
 use deposit_transport::connection::ConnShared;
 
 use crate::device::DeviceInner;
-use crate::queue::{check_postable, check_request};
+use crate::queue::{check_postable, check_request, reserve_completion};
 use crate::{Connection, Error, WorkRequest};
 
 /// A set of connections of one device that work requests are posted on together.
@@ -85,6 +85,16 @@ impl MulticastGroup {
                 return Err(Error::SendQueueFull {
                     depth: m.sq.capacity(),
                 });
+            }
+        }
+        // Every member's completion slot, or none (only a signaled request reserves,
+        // so a refusal means every member before it took one).
+        for (i, m) in self.members.iter().enumerate() {
+            if let Err(e) = reserve_completion(m, req) {
+                for taken in &self.members[..i] {
+                    taken.cq.unreserve();
+                }
+                return Err(e);
             }
         }
         for m in &self.members {

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use deposit_transport::connection::{
-    Completion, ConnShared, ConnState, CqShared, Source, WrOpcode,
+    Completion, ConnShared, ConnState, CqShared, Source, WrOpcode, WR_SIGNALED,
 };
 use deposit_transport::wire::cell::{flags, AddrMode};
 
@@ -30,14 +30,14 @@ impl CompletionQueue {
     /// Takes up to `out.len()` completions; drives progress first in inline mode.
     #[inline]
     pub fn poll(&self, out: &mut [Completion]) -> usize {
-        if self.shared.queue.is_empty() {
+        if self.shared.is_empty() {
             self.dev.progress();
         }
         let mut n = 0;
         // `is_empty` is two plain loads; a `pop` that finds the queue empty also pays a
         // full fence, which this loop would otherwise pay on every poll.
-        while n < out.len() && !self.shared.queue.is_empty() {
-            match self.shared.queue.pop() {
+        while n < out.len() && !self.shared.is_empty() {
+            match self.shared.pop() {
                 Some(c) => {
                     out[n] = c;
                     n += 1;
@@ -51,16 +51,16 @@ impl CompletionQueue {
     /// Takes one completion, if any.
     #[inline]
     pub fn poll_one(&self) -> Option<Completion> {
-        if !self.shared.queue.is_empty() {
-            if let Some(c) = self.shared.queue.pop() {
+        if !self.shared.is_empty() {
+            if let Some(c) = self.shared.pop() {
                 return Some(c);
             }
         }
         self.dev.progress();
-        if self.shared.queue.is_empty() {
+        if self.shared.is_empty() {
             return None;
         }
-        self.shared.queue.pop()
+        self.shared.pop()
     }
 
     /// Waits up to `timeout` for one completion.
@@ -77,7 +77,21 @@ impl CompletionQueue {
         }
     }
 
-    /// Completions lost because the queue was full (size it for the outstanding work).
+    /// Entries the queue holds: at most this many signaled work requests may be
+    /// outstanding (posted and their completions not yet polled) on the connections
+    /// that share it; posting one more fails with [`Error::CompletionQueueFull`].
+    pub fn depth(&self) -> usize {
+        self.shared.capacity()
+    }
+
+    /// Completions that found the queue full and waited in their connection (the
+    /// completions of failed unsignaled requests, which reserve no room): they are
+    /// reported, in order, as polling frees room.
+    pub fn waits(&self) -> u64 {
+        self.shared.waits.load(Ordering::Relaxed)
+    }
+
+    /// Completions lost: their connection was destroyed while they waited for room.
     pub fn overflows(&self) -> u64 {
         self.shared.overflows.load(Ordering::Relaxed)
     }
@@ -108,18 +122,22 @@ impl Connection {
     }
 
     /// Posts a work request (the "go"). Fails at once, with nothing queued, when the
-    /// send queue is full, the connection is not usable or the request cannot be
-    /// carried.
+    /// send queue is full, a signaled request finds no room left in the completion
+    /// queue (every slot promised to outstanding signaled requests: poll first), the
+    /// connection is not usable or the request cannot be carried.
     #[inline]
     pub fn post(&self, req: &WorkRequest) -> Result<(), Error> {
         check_postable(&self.shared)?;
         check_request(req)?;
-        self.shared
-            .sq
-            .push(req.wr)
-            .map_err(|_| Error::SendQueueFull {
+        let signaled = reserve_completion(&self.shared, req)?;
+        self.shared.sq.push(req.wr).map_err(|_| {
+            if signaled {
+                self.shared.cq.unreserve();
+            }
+            Error::SendQueueFull {
                 depth: self.shared.sq.capacity(),
-            })
+            }
+        })
     }
 
     pub(crate) fn shared(&self) -> &Arc<ConnShared> {
@@ -129,6 +147,21 @@ impl Connection {
     pub(crate) fn device(&self) -> &Arc<DeviceInner> {
         &self.dev
     }
+}
+
+/// Reserves the completion-queue slot of a signaled request; returns whether it took
+/// one.
+#[inline]
+pub(crate) fn reserve_completion(shared: &ConnShared, req: &WorkRequest) -> Result<bool, Error> {
+    if req.wr.flags & WR_SIGNALED == 0 {
+        return Ok(false);
+    }
+    if !shared.cq.reserve() {
+        return Err(Error::CompletionQueueFull {
+            depth: shared.cq.capacity(),
+        });
+    }
+    Ok(true)
 }
 
 /// Whether a connection takes work requests now.

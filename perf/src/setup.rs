@@ -14,9 +14,7 @@ use std::path::PathBuf;
 use std::sync::mpsc;
 use std::thread::JoinHandle;
 
-use deposit::{
-    Completion, ConnOptions, Connection, Device, DeviceConfig, Endpoint, Rights, WcStatus, WrOpcode,
-};
+use deposit::{Completion, ConnOptions, Connection, Device, DeviceConfig, Endpoint, Rights};
 use deposit_transport::port::{self, PortSpec};
 
 use crate::error::{PerfError, Result, Wait};
@@ -24,13 +22,7 @@ use crate::exchange::Layout;
 use crate::Params;
 
 /// A placeholder completion to size poll buffers with.
-pub const EMPTY_WC: Completion = Completion {
-    wr_id: 0,
-    status: WcStatus::Success,
-    opcode: WrOpcode::Write,
-    byte_len: 0,
-    conn: 0,
-};
+pub const EMPTY_WC: Completion = Completion::EMPTY;
 
 /// The memif socket file a server creates: a stale one (no process listening) is
 /// removed before the port opens, ours is removed when this guard drops. Create it

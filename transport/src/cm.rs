@@ -22,6 +22,7 @@
 //! initial sequence numbers are random. The requesting node's address is learned
 //! from the request frame into the node address table.
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use crossbeam::queue::ArrayQueue;
@@ -323,6 +324,7 @@ impl Worker {
             reorder: std::collections::BTreeMap::new(),
             read_replies: Default::default(),
             rx_request: None,
+            unreported: std::collections::VecDeque::new(),
             ack_pending: false,
             last_rx: crate::port::rdtsc(),
             last_probe: 0,
@@ -357,6 +359,12 @@ impl Worker {
     /// Removes a connection's entry, releasing a register window made for it.
     pub(crate) fn remove_connection(&mut self, number: u32) -> Option<Connection> {
         let c = self.conns.remove(number)?;
+        for wc in &c.unreported {
+            // The last chance for completions still waiting for room.
+            if c.shared.cq.push(*wc).is_err() {
+                c.shared.cq.overflows.fetch_add(1, Ordering::Relaxed);
+            }
+        }
         if let Some(w) = c.owned_regs {
             let _ = self.regs.free(w);
         }

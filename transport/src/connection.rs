@@ -10,7 +10,7 @@
 //! source, never from counters (ReDMArk).
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use crossbeam::queue::ArrayQueue;
@@ -188,13 +188,37 @@ pub struct Completion {
     pub byte_len: u32,
     /// Local number of the connection the request was posted on.
     pub conn: u32,
+    /// Whether the request asked for its completion (an unsignaled one completes only
+    /// when it fails).
+    pub signaled: bool,
+}
+
+impl Completion {
+    /// A placeholder, to size poll buffers with.
+    pub const EMPTY: Completion = Completion {
+        wr_id: 0,
+        status: WcStatus::Success,
+        opcode: WrOpcode::Write,
+        byte_len: 0,
+        conn: 0,
+        signaled: false,
+    };
 }
 
 /// A completion queue shared between the worker (producer) and the application.
+///
+/// No completion is ever dropped for lack of room: a signaled request reserves its slot
+/// when it is posted ([`CqShared::reserve`]; posting fails with a clear error when the
+/// queue has no room left), and the completions of failed unsignaled requests, which
+/// reserve nothing, wait in their connection until the application polls
+/// ([`Connection::unreported`]).
 pub struct CqShared {
-    pub queue: ArrayQueue<Completion>,
-    /// Completions lost because the queue was full (a sizing error: make it at least
-    /// as deep as the work requests that can be outstanding).
+    queue: ArrayQueue<Completion>,
+    /// Slots promised to signaled requests posted and not yet polled.
+    reserved: AtomicUsize,
+    /// Completions that waited in their connection because the queue was full.
+    pub waits: AtomicU64,
+    /// Completions lost: their connection was destroyed while they waited for room.
     pub overflows: AtomicU64,
 }
 
@@ -202,14 +226,60 @@ impl CqShared {
     pub fn new(depth: usize) -> Arc<CqShared> {
         Arc::new(CqShared {
             queue: ArrayQueue::new(depth.max(1)),
+            reserved: AtomicUsize::new(0),
+            waits: AtomicU64::new(0),
             overflows: AtomicU64::new(0),
         })
     }
+
+    /// Entries the queue holds.
+    pub fn capacity(&self) -> usize {
+        self.queue.capacity()
+    }
+
+    /// Reserves the slot of one signaled request's completion; `false` when every slot
+    /// is promised already (the application must poll first).
     #[inline]
-    pub fn push(&self, c: Completion) {
-        if self.queue.push(c).is_err() {
-            self.overflows.fetch_add(1, Ordering::Relaxed);
+    pub fn reserve(&self) -> bool {
+        let before = self.reserved.fetch_add(1, Ordering::AcqRel);
+        if before >= self.queue.capacity() {
+            self.reserved.fetch_sub(1, Ordering::AcqRel);
+            return false;
         }
+        true
+    }
+
+    /// Gives back a slot [`CqShared::reserve`] took for a request that was not posted.
+    #[inline]
+    pub fn unreserve(&self) {
+        self.reserved.fetch_sub(1, Ordering::AcqRel);
+    }
+
+    /// Slots promised to signaled requests posted and not yet polled.
+    pub fn reserved(&self) -> usize {
+        self.reserved.load(Ordering::Acquire)
+    }
+
+    /// The worker's side: queues a completion, or hands it back when the queue is full.
+    #[inline]
+    pub fn push(&self, c: Completion) -> Result<(), Completion> {
+        self.queue.push(c)
+    }
+
+    /// Whether no completion is queued (two plain loads, no fence).
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.queue.is_empty()
+    }
+
+    /// The application's side: takes the oldest completion, freeing its slot.
+    #[inline]
+    pub fn pop(&self) -> Option<Completion> {
+        let c = self.queue.pop()?;
+        if c.signaled {
+            self.reserved.fetch_sub(1, Ordering::AcqRel);
+        }
+        Some(c)
     }
 }
 
@@ -444,6 +514,9 @@ pub struct Connection {
     pub reorder: std::collections::BTreeMap<u32, Stored>,
     /// Read replies not yet acknowledged, which later stores must not overtake.
     pub read_replies: ReadReplies,
+    /// Completions that found the completion queue full, oldest first: they go out,
+    /// in order, as the application polls room free (never dropped).
+    pub unreported: VecDeque<Completion>,
     /// The work request of the peer's whose first segment ran last, while its later
     /// segments are still to come: they are placed relative to its address.
     pub rx_request: Option<RequestBase>,

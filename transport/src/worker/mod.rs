@@ -528,6 +528,9 @@ impl Worker {
             let Some(conn) = self.conns.get_mut(slot) else {
                 continue;
             };
+            if !conn.unreported.is_empty() {
+                send::report_waiting(conn);
+            }
             if conn.state == ConnState::Normal && conn.inflight.is_empty() {
                 // Idle: probe a silent peer once a period; give up on one that left
                 // `keepalive_count` probes unanswered.

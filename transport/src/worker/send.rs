@@ -18,6 +18,8 @@ use crate::reliability::SeqBits;
 use crate::tables::{EndpointTable, NodeAddr, NodeTable};
 use crate::wire::{self, hflags, op, ControlRepr, FrameWriter, TransportRepr, UnderlayRepr};
 
+use std::sync::atomic::Ordering;
+
 use super::{Stats, Worker};
 
 impl Worker {
@@ -637,6 +639,9 @@ pub(crate) fn process_ack(conn: &mut Connection, ack: u32, sack: &SeqBits, now: 
 
 /// Completes, in posting order, the requests that are acknowledged and ready.
 pub(crate) fn complete_ready(conn: &mut Connection) {
+    if !conn.unreported.is_empty() {
+        report_waiting(conn);
+    }
     while let Some(p) = conn.inflight.front() {
         let end = p.first_seq.wrapping_add(p.segments);
         if seq_lt(conn.tx.acked(), end) || !p.ready() {
@@ -647,20 +652,44 @@ pub(crate) fn complete_ready(conn: &mut Connection) {
     }
 }
 
-fn complete(conn: &Connection, wr: &WorkRequest, status: WcStatus) {
+/// Reports a request's completion to the application, when it is owed one (signaled,
+/// or failed): onto the completion queue, or — when the queue is full — into the
+/// connection's list of completions waiting for room, behind any already there.
+fn complete(conn: &mut Connection, wr: &WorkRequest, status: WcStatus) {
     if matches!(wr.opcode, WrOpcode::Reply { .. }) {
         return; // ours, not the application's
     }
-    if status != WcStatus::Success || wr.flags & WR_SIGNALED != 0 {
-        conn.shared.cq.push(Completion {
+    let signaled = wr.flags & WR_SIGNALED != 0;
+    if status != WcStatus::Success || signaled {
+        let wc = Completion {
             wr_id: wr.wr_id,
             status,
             opcode: wr.opcode,
             byte_len: wr.len,
             conn: conn.number,
-        });
+            signaled,
+        };
+        if !conn.unreported.is_empty() {
+            conn.unreported.push_back(wc);
+        } else if let Err(wc) = conn.shared.cq.push(wc) {
+            conn.shared.cq.waits.fetch_add(1, Ordering::Relaxed);
+            conn.unreported.push_back(wc);
+        }
     }
 }
+
+/// Moves the completions that waited for room onto the completion queue, in order, as
+/// far as it has room (out of line: only after the application let its queue fill).
+#[inline(never)]
+pub(crate) fn report_waiting(conn: &mut Connection) {
+    while let Some(wc) = conn.unreported.pop_front() {
+        if let Err(wc) = conn.shared.cq.push(wc) {
+            conn.unreported.push_front(wc);
+            break;
+        }
+    }
+}
+
 /// Completes everything still queued on a connection that is no longer usable.
 fn flush_queue(conn: &mut Connection) {
     while let Some(p) = conn.inflight.pop_front() {
