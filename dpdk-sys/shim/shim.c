@@ -1,6 +1,8 @@
 #include <rte_config.h>
 #include <rte_cycles.h>
+#include <errno.h>
 #include <rte_errno.h>
+#include <rte_interrupts.h>
 #include <rte_ethdev.h>
 #include <rte_lcore.h>
 #include <rte_mbuf.h>
@@ -74,3 +76,21 @@ uint64_t shim_get_tsc_hz(void) { return rte_get_tsc_hz(); }
 unsigned shim_lcore_id(void) { return rte_lcore_id(); }
 int shim_errno(void) { return rte_errno; }
 void shim_pause(void) { rte_pause(); }
+
+/* Registers `cb(arg)` as an EAL interrupt-thread callback for the readable file
+ * descriptor `fd` (an external source: the EAL never reads it). The handle lives for
+ * the process. Returns 0 or a negative errno. */
+int shim_intr_register_ext(int fd, void (*cb)(void *), void *arg)
+{
+	struct rte_intr_handle *h = rte_intr_instance_alloc(RTE_INTR_INSTANCE_F_PRIVATE);
+	if (h == NULL)
+		return -ENOMEM;
+	if (rte_intr_fd_set(h, fd) != 0 || rte_intr_type_set(h, RTE_INTR_HANDLE_EXT) != 0) {
+		rte_intr_instance_free(h);
+		return -EINVAL;
+	}
+	int rc = rte_intr_callback_register(h, cb, arg);
+	if (rc != 0)
+		rte_intr_instance_free(h);
+	return rc;
+}

@@ -35,4 +35,7 @@ uint64_t shim_get_tsc_hz(void);
 unsigned shim_lcore_id(void);
 int shim_errno(void);
 void shim_pause(void);
+/* Registers cb(arg) on the EAL interrupt thread for readable fd (an external source the
+ * EAL never reads); 0 or a negative errno. */
+int shim_intr_register_ext(int fd, void (*cb)(void *), void *arg);
 #endif

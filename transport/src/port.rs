@@ -14,6 +14,10 @@
 //! * [`RxBatch`] / [`TxBatch`] carry bursts of owned [`Mbuf`]s. Frames are always
 //!   single-segment: the mempool's data room is sized for the largest frame.
 //!
+//! * memif bursts pass the interrupt gate (`intr_gate`): DPDK 22.11's memif unmaps its
+//!   rings on the interrupt thread when the peer leaves, so bursts and the interrupt
+//!   thread's callbacks never overlap.
+//!
 //! Nothing here allocates on the per-frame path; errors are [`PortError`] values.
 
 use std::ffi::{CStr, CString};
@@ -24,6 +28,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Mutex, OnceLock};
 
 use dpdk_sys as sys;
+
+mod intr_gate;
 
 /// Frames per rx/tx burst.
 pub const BURST: usize = 32;
@@ -720,6 +726,9 @@ pub struct Port {
     /// core (the peer that freed them), where one allocation per frame waits for each.
     stash: [*mut sys::rte_mbuf; ALLOC_STASH],
     stash_n: usize,
+    /// Bursts go through the interrupt gate ([`intr_gate`]): memif, whose driver
+    /// unmaps its rings on the interrupt thread when the peer leaves.
+    gated: bool,
 }
 
 /// Mbufs a port allocates at once for transmission.
@@ -1006,6 +1015,7 @@ impl Port {
             stash_n: 0,
             rx_desc: rxd,
             queues,
+            gated: matches!(cfg.spec, PortSpec::Memif { .. }) && intr_gate::install(),
         })
     }
 
@@ -1093,8 +1103,16 @@ impl Port {
             drop(m);
         }
         debug_assert!(q < self.queues);
+        batch.n = 0;
+        batch.next = 0;
+        if self.gated && !intr_gate::enter() {
+            return 0;
+        }
         // SAFETY: valid port and queue, owned by &mut self; ptrs has room for BURST.
         let n = unsafe { sys::shim_rx_burst(self.id, q, batch.ptrs.as_mut_ptr(), BURST as u16) };
+        if self.gated {
+            intr_gate::leave();
+        }
         batch.n = n as usize;
         batch.next = 0;
         // The mbuf headers were last written by the sender's core: start fetching them
@@ -1126,10 +1144,16 @@ impl Port {
             return 0;
         }
         debug_assert!(q < self.queues);
+        if self.gated && !intr_gate::enter() {
+            return 0;
+        }
         // SAFETY: the first n pointers are owned mbufs; the PMD takes the first `sent`.
         let sent =
             unsafe { sys::shim_tx_burst(self.id, q, batch.ptrs.as_mut_ptr(), batch.n as u16) }
                 as usize;
+        if self.gated {
+            intr_gate::leave();
+        }
         if sent < batch.n {
             batch.ptrs.copy_within(sent..batch.n, 0);
         }
@@ -1160,6 +1184,8 @@ impl Drop for Port {
         // SAFETY: the stash's first stash_n pointers are mbufs we own.
         unsafe { sys::shim_pktmbuf_free_bulk(self.stash.as_mut_ptr(), self.stash_n as u32) };
         self.stash_n = 0;
+        // memif's stop runs its disconnect here: not beside the interrupt thread's.
+        let gate = self.gated && intr_gate::enter_waiting(std::time::Duration::from_secs(1));
         // SAFETY: the port is ours; stop and close release its queues. The mempool is
         // freed after the port no longer references its mbufs.
         unsafe {
@@ -1168,6 +1194,12 @@ impl Drop for Port {
             if let Some(v) = &self.vdev {
                 sys::rte_vdev_uninit(v.as_ptr());
             }
+        }
+        if gate {
+            intr_gate::leave();
+        }
+        // SAFETY: as above.
+        unsafe {
             // A ring port's frames sit in a ring its peer reads, possibly after this
             // port is gone: its pool must outlive it, so it is kept for the process.
             if !self.ring {

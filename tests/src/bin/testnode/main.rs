@@ -40,9 +40,14 @@
 //! testnode token-node <port> <a|b|c>      one of three nodes (10.0.0.1 to .3) passing a
 //!                                          payload token a -> b -> c in ordinary writes;
 //!                                          c deposits into a's buffer with it, twice
+//! testnode churn-server <socket>          a memif server streaming writes to every
+//!                                          client it accepts (`churn`)
+//! testnode churn-client <socket>          a memif client that connects, then exits,
+//!                                          closes or is killed as told (`churn`)
 //! ```
 //! Every wait is bounded; failures print one line on stderr and exit 1.
 
+mod churn;
 mod ip_receiver;
 mod token_relay;
 
@@ -212,6 +217,8 @@ fn main() {
         Some("ip-receiver") if args.len() == 4 => ip_receiver::ip_receiver(&args[2], &args[3]),
         Some("token-node") if args.len() == 4 => token_relay::token_node(&args[2], &args[3]),
         Some("sink-server") if args.len() == 3 => sink_server(&args[2]),
+        Some("churn-server") if args.len() == 3 => churn::churn_server(&args[2]),
+        Some("churn-client") if args.len() == 3 => churn::churn_client(&args[2]),
         Some("stream-client") if args.len() == 5 => stream_client(
             &args[2],
             args[3].parse().unwrap_or_else(|e| fail(e)),
@@ -223,7 +230,8 @@ fn main() {
              | barrier-node <port> <index> <rounds> [max-frame] | sink-server <port> \
              | stream-client <port> <retry-ms> <retries> \
              | soak-server <socket> <seed> <ops> <faults|none> \
-             | ip-receiver <socket> <priority|refusals|tokens> | token-node <port> <a|b|c>",
+             | ip-receiver <socket> <priority|refusals|tokens> | token-node <port> <a|b|c> \
+             | churn-server <socket> | churn-client <socket>",
         ),
     }
 }
@@ -499,7 +507,7 @@ fn barrier_ip(i: usize) -> [u8; 4] {
 }
 
 /// Reads stdin lines on a thread, so that waits on the parent stay bounded.
-fn stdin_lines() -> std::sync::mpsc::Receiver<String> {
+pub(crate) fn stdin_lines() -> std::sync::mpsc::Receiver<String> {
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         for line in std::io::stdin().lines() {
