@@ -2,8 +2,8 @@
 # Usage: scripts/test.sh [--quick]
 # The whole suite: dependencies and hugepages, then rustfmt, clippy (-D warnings), a
 # release build of ddperf, every test under cargo-nextest (one process per test: DPDK's
-# EAL initialises once per process), doctests, and a ddperf smoke run whose JSON output is
-# checked. --quick skips rustfmt, clippy and doctests. Runs every step even after a
+# EAL initialises once per process), the sans-IO layers' tests without DPDK, doctests,
+# and a ddperf smoke run whose JSON output is checked. --quick skips rustfmt, clippy and doctests. Runs every step even after a
 # failure, prints a summary, and exits non-zero if any step failed.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -88,6 +88,34 @@ if rows == 0:
 ' "$test" "$*"
 }
 
+# The sans-IO layers of deposit-transport build and test with no DPDK at all (issue
+# 10): pkg-config is pointed nowhere, dpdk-sys is not in the dependency tree, and the
+# test binaries link no rte_ symbol and no librte library.
+sans_io() {
+    local nodpdk=(env PKG_CONFIG_LIBDIR=/nonexistent PKG_CONFIG_PATH=/nonexistent)
+    local args=(-p deposit-transport --no-default-features)
+    if cargo tree "${args[@]}" -e normal --prefix none | grep -q '^dpdk-sys'; then
+        echo "test: dpdk-sys is still a dependency without the dpdk feature" >&2
+        return 1
+    fi
+    "${nodpdk[@]}" cargo test "${args[@]}" || return 1
+    local bins
+    bins=$("${nodpdk[@]}" cargo test "${args[@]}" --no-run --message-format=json 2>/dev/null |
+        python3 -c 'import json, sys
+for l in sys.stdin:
+    m = json.loads(l)
+    if m.get("reason") == "compiler-artifact" and m.get("executable"):
+        print(m["executable"])')
+    [[ -n $bins ]] || { echo "test: no sans-IO test binary" >&2; return 1; }
+    for b in $bins; do
+        if nm "$b" | grep -q ' rte_' || ldd "$b" | grep -q librte; then
+            echo "test: $b links DPDK" >&2
+            return 1
+        fi
+        echo "  $(basename "$b"): no rte_ symbol, no librte library"
+    done
+}
+
 step deps scripts/deps.sh
 step hugepages scripts/hugepages.sh
 if ((!quick)); then
@@ -96,6 +124,7 @@ if ((!quick)); then
 fi
 step "build ddperf (release)" cargo build --release -p ddperf
 step "nextest" cargo nextest run --workspace --no-fail-fast
+step "sans-IO without DPDK" sans_io
 if ((!quick)); then
     step doctests cargo test --doc --workspace
 fi

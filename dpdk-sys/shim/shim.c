@@ -7,7 +7,6 @@
 #include <rte_lcore.h>
 #include <rte_mbuf.h>
 #include <rte_pause.h>
-#include <nmmintrin.h>
 #include <string.h>
 #include "shim.h"
 
@@ -48,28 +47,6 @@ uint32_t shim_pktmbuf_copy_out(const struct rte_mbuf *m, uint8_t *dst, uint32_t 
 		done += n;
 	}
 	return done;
-}
-uint32_t shim_crc32c(const uint8_t *data, uint32_t len, uint32_t init)
-{
-	uint64_t c = ~init;
-	while (len >= 8) {
-		uint64_t v;
-		memcpy(&v, data, 8);
-		c = _mm_crc32_u64(c, v);
-		data += 8;
-		len -= 8;
-	}
-	uint32_t c32 = (uint32_t)c;
-	if (len >= 4) {
-		uint32_t v;
-		memcpy(&v, data, 4);
-		c32 = _mm_crc32_u32(c32, v);
-		data += 4;
-		len -= 4;
-	}
-	while (len--)
-		c32 = _mm_crc32_u8(c32, *data++);
-	return ~c32;
 }
 uint64_t shim_rdtsc(void) { return rte_rdtsc(); }
 uint64_t shim_get_tsc_hz(void) { return rte_get_tsc_hz(); }

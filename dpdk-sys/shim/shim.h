@@ -27,9 +27,6 @@ uint8_t *shim_pktmbuf_data(struct rte_mbuf *m, uint16_t *len, uint8_t *single);
 uint8_t *shim_pktmbuf_room(struct rte_mbuf *m, uint16_t *room);
 /* Copies a possibly multi-segment mbuf's bytes into dst; returns bytes copied. */
 uint32_t shim_pktmbuf_copy_out(const struct rte_mbuf *m, uint8_t *dst, uint32_t cap);
-/* Standard CRC32C (Castagnoli, as the crc32c crate and RFC 3720): ~crc over data
- * starting from ~init. SSE4.2 crc32 instructions (DPDK builds for corei7 and up). */
-uint32_t shim_crc32c(const uint8_t *data, uint32_t len, uint32_t init);
 uint64_t shim_rdtsc(void);
 uint64_t shim_get_tsc_hz(void);
 unsigned shim_lcore_id(void);

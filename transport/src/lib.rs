@@ -6,7 +6,12 @@
 //! [`oplogic`] (what an operation means; pure), [`port`] (DPDK: the only code that
 //! touches mbufs), [`worker`] (the poll loop) and [`cm`] (connection management over
 //! connection 0). Applications use the `deposit` crate, not this one.
+//!
+//! The default feature `dpdk` brings in the driver: [`port`], [`worker`] and [`cm`].
+//! Without it (`--no-default-features`) the sans-IO layers build and test on a machine
+//! with no DPDK installed.
 
+#[cfg(feature = "dpdk")]
 pub mod cm;
 pub mod connection;
 pub mod events;
@@ -14,9 +19,11 @@ pub mod faults;
 pub mod mem;
 pub mod message;
 pub mod oplogic;
+#[cfg(feature = "dpdk")]
 pub mod port;
 pub mod reliability;
 pub mod tables;
 pub mod tlb;
 pub mod wire;
+#[cfg(feature = "dpdk")]
 pub mod worker;

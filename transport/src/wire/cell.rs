@@ -414,7 +414,7 @@ impl ControlRepr {
     /// bytes).
     #[inline]
     pub fn check_byte(&self) -> u8 {
-        let c = dpdk_sys::crc32c_words(0, &self.words());
+        let c = super::crc32c_words(0, &self.words());
         (c ^ (c >> 8) ^ (c >> 16) ^ (c >> 24)) as u8
     }
 

@@ -103,21 +103,12 @@ use core::ops::Range;
 
 pub mod cell;
 pub mod compound;
+mod crc;
 pub mod frame;
 pub mod header;
 pub mod underlay;
 
-/// CRC32C of `data`: the shim's SSE4.2 loop for the short buffers of the fast path,
-/// the `crc32c` crate's three-way interleaved loop for long ones (it wins past a few
-/// hundred bytes, not before, because of its set-up). Same value either way.
-#[inline]
-pub fn crc32c(data: &[u8]) -> u32 {
-    if data.len() < 512 {
-        dpdk_sys::crc32c_append(0, data)
-    } else {
-        crc32c::crc32c(data)
-    }
-}
+pub use crc::{crc32c, crc32c_append, crc32c_words};
 
 pub use cell::{cells_for, check8, flags, op, ControlPacket, ControlRepr};
 pub use compound::{
