@@ -1105,13 +1105,13 @@ impl Port {
         debug_assert!(q < self.queues);
         batch.n = 0;
         batch.next = 0;
-        if self.gated && !intr_gate::enter() {
+        if self.gated && !intr_gate::enter(self.id) {
             return 0;
         }
         // SAFETY: valid port and queue, owned by &mut self; ptrs has room for BURST.
         let n = unsafe { sys::shim_rx_burst(self.id, q, batch.ptrs.as_mut_ptr(), BURST as u16) };
         if self.gated {
-            intr_gate::leave();
+            intr_gate::leave(self.id);
         }
         batch.n = n as usize;
         batch.next = 0;
@@ -1144,7 +1144,7 @@ impl Port {
             return 0;
         }
         debug_assert!(q < self.queues);
-        if self.gated && !intr_gate::enter() {
+        if self.gated && !intr_gate::enter(self.id) {
             return 0;
         }
         // SAFETY: the first n pointers are owned mbufs; the PMD takes the first `sent`.
@@ -1152,7 +1152,7 @@ impl Port {
             unsafe { sys::shim_tx_burst(self.id, q, batch.ptrs.as_mut_ptr(), batch.n as u16) }
                 as usize;
         if self.gated {
-            intr_gate::leave();
+            intr_gate::leave(self.id);
         }
         if sent < batch.n {
             batch.ptrs.copy_within(sent..batch.n, 0);
@@ -1185,7 +1185,8 @@ impl Drop for Port {
         unsafe { sys::shim_pktmbuf_free_bulk(self.stash.as_mut_ptr(), self.stash_n as u32) };
         self.stash_n = 0;
         // memif's stop runs its disconnect here: not beside the interrupt thread's.
-        let gate = self.gated && intr_gate::enter_waiting(std::time::Duration::from_secs(1));
+        let gate =
+            self.gated && intr_gate::enter_waiting(self.id, std::time::Duration::from_secs(1));
         // SAFETY: the port is ours; stop and close release its queues. The mempool is
         // freed after the port no longer references its mbufs.
         unsafe {
@@ -1196,7 +1197,7 @@ impl Drop for Port {
             }
         }
         if gate {
-            intr_gate::leave();
+            intr_gate::leave(self.id);
         }
         // SAFETY: as above.
         unsafe {

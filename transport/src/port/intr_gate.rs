@@ -15,15 +15,18 @@
 //! the gate, waits until no burst is in progress, and returns to run whatever else is
 //! pending (a disconnect unmapping regions, a connect handshake, alarms); it reopens
 //! the gate when it enters the callback again. A burst that finds the gate closed does
-//! nothing (0 frames) and is retried on the next turn. The two atomics follow Dekker's
-//! pattern (sequentially consistent on both sides), so a burst and the interrupt
+//! nothing (0 frames) and is retried on the next turn, so a burst and the interrupt
 //! thread's other callbacks never overlap.
 //!
-//! Cost: two uncontended atomic operations per burst on a memif port (other ports are
-//! not gated), and interrupt handling — memif's, alarms — delayed by up to [`PARK`].
+//! A burst marks its port busy and then checks the gate; the interrupt thread closes
+//! the gate and then checks every port's mark (Dekker's pattern). The fence both sides
+//! need is paid by the interrupt thread alone, with `membarrier` (an asymmetric fence,
+//! as in liburcu), so a burst pays two plain stores and a load — a full fence per burst
+//! where `membarrier` is missing. Other PMDs are not gated. Interrupt handling —
+//! memif's, alarms — waits up to [`PARK`].
 
 use std::ffi::c_void;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
+use std::sync::atomic::{compiler_fence, fence, AtomicBool, Ordering::*};
 use std::sync::{Condvar, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -32,8 +35,11 @@ use dpdk_sys as sys;
 /// Longest the interrupt thread stays parked before it runs its other callbacks.
 pub const PARK: Duration = Duration::from_millis(1);
 
-/// Bursts in progress.
-static ACTIVE: AtomicUsize = AtomicUsize::new(0);
+/// Ports that can be gated (DPDK port ids below this; Debian's build has 32).
+const SLOTS: usize = 64;
+
+/// Per port: a burst is in progress (written only by the port's owner thread).
+static BUSY: [AtomicBool; SLOTS] = [const { AtomicBool::new(false) }; SLOTS];
 /// The interrupt thread is out of the gate's callback (or has not entered it yet):
 /// bursts must not start.
 static CLOSED: AtomicBool = AtomicBool::new(true);
@@ -41,11 +47,27 @@ static CLOSED: AtomicBool = AtomicBool::new(true);
 static PARKING: (Mutex<()>, Condvar) = (Mutex::new(()), Condvar::new());
 /// Whether the gate is installed (once per process; `false` if registration failed).
 static INSTALLED: OnceLock<bool> = OnceLock::new();
+/// Whether the process-wide barrier (`membarrier`) is available: then the interrupt
+/// thread pays the fence of both sides when it closes the gate, and a burst's entry
+/// needs none (plain stores and loads); without it each entry pays a full fence.
+static HEAVY_FENCE: AtomicBool = AtomicBool::new(false);
+
+const MEMBARRIER_CMD_PRIVATE_EXPEDITED: libc::c_long = 1 << 3;
+const MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED: libc::c_long = 1 << 4;
+
+fn membarrier(cmd: libc::c_long) -> bool {
+    // SAFETY: plain syscall with integer arguments.
+    unsafe { libc::syscall(libc::SYS_membarrier, cmd, 0, 0) == 0 }
+}
 
 /// Installs the gate (once per process, after the EAL is up); returns whether it is
 /// in force. Without it (registration refused), gated bursts are not guarded.
 pub fn install() -> bool {
     *INSTALLED.get_or_init(|| {
+        HEAVY_FENCE.store(
+            membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED),
+            Relaxed,
+        );
         // SAFETY: plain syscall; the descriptor is kept for the process.
         let fd = unsafe { libc::eventfd(1, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
         if fd < 0 {
@@ -68,42 +90,57 @@ pub fn install() -> bool {
 /// The gate's callback, on the interrupt thread.
 extern "C" fn park(_arg: *mut c_void) {
     // No other interrupt callback runs while this one does: bursts may run.
-    CLOSED.store(false, SeqCst);
+    CLOSED.store(false, Release);
     let (m, cv) = &PARKING;
     // Futex waits (not pthread cancellation points: EAL clean-up cancels this thread
     // in its epoll wait, never here).
     let g = m.lock().unwrap_or_else(|e| e.into_inner());
     let _ = cv.wait_timeout(g, PARK);
-    CLOSED.store(true, SeqCst);
-    while ACTIVE.load(SeqCst) != 0 {
-        std::hint::spin_loop();
+    CLOSED.store(true, Relaxed);
+    // Dekker's pattern, both fences here: after this, a burst that had not seen the
+    // gate closed has made its BUSY flag visible.
+    if !(HEAVY_FENCE.load(Relaxed) && membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED)) {
+        fence(SeqCst);
+    }
+    for b in &BUSY {
+        while b.load(Acquire) {
+            std::hint::spin_loop();
+        }
     }
 }
 
-/// Enters a guarded burst: `false` (do not burst) while the interrupt thread runs its
-/// other callbacks. Every `true` is paired with [`leave`].
+/// Enters a guarded burst on `port`: `false` (do not burst) while the interrupt thread
+/// runs its other callbacks. Every `true` is paired with [`leave`].
 #[inline]
-pub fn enter() -> bool {
-    ACTIVE.fetch_add(1, SeqCst);
-    if CLOSED.load(SeqCst) {
-        ACTIVE.fetch_sub(1, SeqCst);
+pub fn enter(port: u16) -> bool {
+    let busy = &BUSY[usize::from(port) % SLOTS];
+    busy.store(true, Relaxed);
+    if HEAVY_FENCE.load(Relaxed) {
+        // The interrupt thread's membarrier orders this store before the load below.
+        compiler_fence(SeqCst);
+    } else {
+        fence(SeqCst);
+    }
+    if CLOSED.load(Acquire) {
+        busy.store(false, Release);
         return false;
     }
     true
 }
 
-/// Leaves a guarded burst.
+/// Leaves a guarded burst on `port` (what the burst touched is done before the flag
+/// clears).
 #[inline]
-pub fn leave() {
-    ACTIVE.fetch_sub(1, SeqCst);
+pub fn leave(port: u16) {
+    BUSY[usize::from(port) % SLOTS].store(false, Release);
 }
 
-/// Enters the gate, waiting (bounded by `timeout`) while it is closed; for the
-/// port's stop and close, which run memif's disconnect on this thread. Returns
+/// Enters the gate on `port`, waiting (bounded by `timeout`) while it is closed; for
+/// the port's stop and close, which run memif's disconnect on this thread. Returns
 /// whether it entered (then pair it with [`leave`]).
-pub fn enter_waiting(timeout: Duration) -> bool {
+pub fn enter_waiting(port: u16, timeout: Duration) -> bool {
     let start = std::time::Instant::now();
-    while !enter() {
+    while !enter(port) {
         if start.elapsed() > timeout {
             return false;
         }
