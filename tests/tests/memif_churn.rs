@@ -5,18 +5,34 @@
 //! worker may be inside a burst). `DEPOSIT_CHURN_ROUNDS` changes the count.
 
 use std::io::Write;
-use std::process::{Command, Stdio};
+use std::process::{ChildStdin, Command, Stdio};
+use std::sync::mpsc::Receiver;
 use std::time::{Duration, Instant};
 
 use deposit_tests::*;
 
 const T: Duration = Duration::from_secs(20);
 
-fn expect(lines: &std::sync::mpsc::Receiver<String>, want: &str, who: &str) {
+fn expect(lines: &Receiver<String>, want: &str, who: &str) {
     let l = lines
         .recv_timeout(T)
         .unwrap_or_else(|e| panic!("{who} did not say {want:?}: {e}"));
     assert_eq!(l, want, "{who}");
+}
+
+/// `testnode MODE SOCKET`, with its stdin and the lines of its stdout.
+fn testnode(mode: &str, sock: &str) -> (ChildGuard, ChildStdin, Receiver<String>) {
+    let mut child = ChildGuard(
+        Command::new(env!("CARGO_BIN_EXE_testnode"))
+            .args([mode, sock])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let stdin = child.0.stdin.take().unwrap();
+    let lines = line_reader(child.0.stdout.take().unwrap());
+    (child, stdin, lines)
 }
 
 #[test]
@@ -27,30 +43,11 @@ fn a_memif_server_survives_200_clients_leaving_mid_stream() {
         .unwrap_or(200);
     let dir = TempDir::new("churn");
     let sock = dir.sock();
-    let exe = env!("CARGO_BIN_EXE_testnode");
-    let mut server = ChildGuard(
-        Command::new(exe)
-            .args(["churn-server", &sock])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap(),
-    );
-    let mut server_in = server.0.stdin.take().unwrap();
-    let server_out = line_reader(server.0.stdout.take().unwrap());
+    let (mut server, mut server_in, server_out) = testnode("churn-server", &sock);
     expect(&server_out, "ready", "server");
     let t0 = Instant::now();
     for round in 0..rounds {
-        let mut client = ChildGuard(
-            Command::new(exe)
-                .args(["churn-client", &sock])
-                .stdin(Stdio::piped())
-                .stdout(Stdio::piped())
-                .spawn()
-                .unwrap(),
-        );
-        let mut client_in = client.0.stdin.take().unwrap();
-        let client_out = line_reader(client.0.stdout.take().unwrap());
+        let (mut client, mut client_in, client_out) = testnode("churn-client", &sock);
         expect(&client_out, "connected", "client");
         expect(&server_out, &format!("accepted {}", round + 1), "server");
         // The server streams into the client for a moment, then the client leaves.

@@ -255,11 +255,6 @@ impl CqShared {
         self.reserved.fetch_sub(1, Ordering::AcqRel);
     }
 
-    /// Slots promised to signaled requests posted and not yet polled.
-    pub fn reserved(&self) -> usize {
-        self.reserved.load(Ordering::Acquire)
-    }
-
     /// The worker's side: queues a completion, or hands it back when the queue is full.
     #[inline]
     pub fn push(&self, c: Completion) -> Result<(), Completion> {

@@ -1103,16 +1103,9 @@ impl Port {
             drop(m);
         }
         debug_assert!(q < self.queues);
-        batch.n = 0;
-        batch.next = 0;
-        if self.gated && !intr_gate::enter(self.id) {
-            return 0;
-        }
+        let (id, ptrs) = (self.id, batch.ptrs.as_mut_ptr());
         // SAFETY: valid port and queue, owned by &mut self; ptrs has room for BURST.
-        let n = unsafe { sys::shim_rx_burst(self.id, q, batch.ptrs.as_mut_ptr(), BURST as u16) };
-        if self.gated {
-            intr_gate::leave(self.id);
-        }
+        let n = self.burst(|| unsafe { sys::shim_rx_burst(id, q, ptrs, BURST as u16) });
         batch.n = n as usize;
         batch.next = 0;
         // The mbuf headers were last written by the sender's core: start fetching them
@@ -1121,6 +1114,21 @@ impl Port {
             prefetch(p.cast());
         }
         batch.n
+    }
+
+    /// Runs one rx or tx burst, through the interrupt gate on a gated port (0 frames
+    /// while the gate is closed: the burst is retried next turn).
+    #[inline]
+    fn burst(&self, f: impl FnOnce() -> u16) -> u16 {
+        if !self.gated {
+            return f();
+        }
+        if !intr_gate::enter(self.id) {
+            return 0;
+        }
+        let n = f();
+        intr_gate::leave(self.id);
+        n
     }
 
     /// Queue pairs: 1, or [`HIGH_QUEUES`] when queue [`HIGH_QUEUE`] carries
@@ -1144,16 +1152,9 @@ impl Port {
             return 0;
         }
         debug_assert!(q < self.queues);
-        if self.gated && !intr_gate::enter(self.id) {
-            return 0;
-        }
+        let (id, ptrs, n) = (self.id, batch.ptrs.as_mut_ptr(), batch.n as u16);
         // SAFETY: the first n pointers are owned mbufs; the PMD takes the first `sent`.
-        let sent =
-            unsafe { sys::shim_tx_burst(self.id, q, batch.ptrs.as_mut_ptr(), batch.n as u16) }
-                as usize;
-        if self.gated {
-            intr_gate::leave(self.id);
-        }
+        let sent = self.burst(|| unsafe { sys::shim_tx_burst(id, q, ptrs, n) }) as usize;
         if sent < batch.n {
             batch.ptrs.copy_within(sent..batch.n, 0);
         }

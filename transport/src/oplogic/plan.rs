@@ -501,6 +501,18 @@ pub fn plan_into<'p>(
     plan_general(control, payload, ctx, mem, frame_descriptor, out)
 }
 
+/// `base + operand` (indexed addressing, and a later segment placed after its
+/// request's first); out of bounds of an endpoint of `bound` bytes when it overflows.
+#[inline]
+fn offset_address(base: u64, operand: u32, bound: u64) -> Result<u64, Trap> {
+    base.checked_add(u64::from(operand))
+        .ok_or(Trap::OutOfBounds {
+            ea: base,
+            len: u64::from(operand),
+            bound,
+        })
+}
+
 /// [`plan`] through the decode table: every opcode, flag and descriptor.
 #[inline(never)]
 fn plan_general<'p>(
@@ -590,26 +602,14 @@ fn plan_general<'p>(
             let base = ctx.segment_base.ok_or(Trap::OrphanSegment {
                 segment: control.index,
             })?;
-            base.checked_add(u64::from(operand))
-                .ok_or(Trap::OutOfBounds {
-                    ea: base,
-                    len: u64::from(operand),
-                    bound: mem.len(),
-                })?
+            offset_address(base, operand, mem.len())?
         }
         _ => {
             let a = p.register(ra, RegProt::INDIRECT, 0)?;
             named[0] = Some(a);
             let base = p.value(a);
             match mode {
-                AddrMode::Indexed => {
-                    base.checked_add(u64::from(operand))
-                        .ok_or(Trap::OutOfBounds {
-                            ea: base,
-                            len: u64::from(operand),
-                            bound: mem.len(),
-                        })?
-                }
+                AddrMode::Indexed => offset_address(base, operand, mem.len())?,
                 AddrMode::PostIncrement => {
                     let stride = ra.wrapping_add(1);
                     let s = p
