@@ -9,12 +9,13 @@ use deposit_transport::cm::{ConnectOptions, Registers};
 use deposit_transport::connection::{ConnShared, ConnState, Priority};
 use deposit_transport::events::EventQueue as Queue;
 use deposit_transport::mem::EndpointMemory;
+use deposit_transport::node::Stats;
 use deposit_transport::oplogic::DropReason;
 use deposit_transport::port::{self, EalInfo, Port, PortConfig, PortSpec};
 use deposit_transport::tables::{EndpointEntry, NodeAddr, RegProt, RegWindow, Rights};
 use deposit_transport::tlb::TlbStats;
 use deposit_transport::wire;
-use deposit_transport::worker::{Stats, Worker, WorkerConfig};
+use deposit_transport::worker::{Worker, WorkerConfig};
 
 use crossbeam::queue::ArrayQueue;
 

@@ -35,5 +35,5 @@ pub enum Error {
     #[error("the endpoint belongs to another device")]
     ForeignEndpoint,
     #[error(transparent)]
-    Resume(#[from] deposit_transport::worker::ResumeError),
+    Resume(#[from] deposit_transport::node::ResumeError),
 }

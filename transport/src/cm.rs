@@ -30,13 +30,16 @@ use crossbeam::queue::ArrayQueue;
 use crate::connection::{
     random_u32, random_u64, ConnShared, ConnState, Connection, CqShared, Priority, MAX_PENDING_NAKS,
 };
+use crate::node::{
+    complete_ready, fail_connection, learn_node, process_ack, segment_max_for, FrameBuf, Link,
+    Listener, Node,
+};
 use crate::oplogic::{DropReason, RemoteStatus};
 use crate::reliability::{Receiver, Sender, SACK_BITS};
 use crate::tables::{EndpointId, NodeAddr, NodeId, RegWindow};
 use crate::wire::{
     self, hflags, op, ControlRepr, FrameView, FrameWriter, TransportRepr, UnderlayRepr,
 };
-use crate::worker::{fail_connection, learn_node, Listener, Worker};
 
 /// Why a connection request was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -254,7 +257,7 @@ pub struct ConnectOptions {
     /// Whether refused messages are also reported on the endpoint's event queue.
     pub report_traps: bool,
     /// The instruction window the peer's instruction pointers name (from
-    /// `Worker::instructions`; empty: none).
+    /// `Node::instructions`; empty: none).
     pub instructions: RegWindow,
     /// Isolation mode: only instruction-pointer messages are taken from the peer.
     pub isolated: bool,
@@ -278,7 +281,7 @@ impl Default for ConnectOptions {
     }
 }
 
-impl Worker {
+impl Node {
     fn unused_conn_number(&self) -> u32 {
         loop {
             let n = random_u32();
@@ -326,18 +329,18 @@ impl Worker {
             rx_request: None,
             unreported: std::collections::VecDeque::new(),
             ack_pending: false,
-            last_rx: crate::port::rdtsc(),
+            last_rx: self.now,
             last_probe: 0,
             probes_unanswered: 0,
             naks: [(0, RemoteStatus::Ok); MAX_PENDING_NAKS],
             nnaks: 0,
             tx: Sender::new(
                 isn,
-                self.us_to_tsc(self.cfg.retry_timeout_us),
+                self.us_to_ticks(self.cfg.retry_timeout_us),
                 self.cfg.retry_count,
             )
             .with_max_bytes_in_flight(self.cfg.max_inflight_bytes)
-            .with_min_rto(self.us_to_tsc(self.cfg.min_retry_timeout_us)),
+            .with_min_rto(self.us_to_ticks(self.cfg.min_retry_timeout_us)),
             isn,
             tx_sent_high: isn,
             inflight: std::collections::VecDeque::with_capacity(self.cfg.window as usize),
@@ -345,7 +348,7 @@ impl Worker {
             rnr_until: 0,
             rnr_retries: 0,
             rnr_retry_limit: self.cfg.rnr_retry_count,
-            rnr_timeout: self.us_to_tsc(self.cfg.rnr_timeout_us),
+            rnr_timeout: self.us_to_ticks(self.cfg.rnr_timeout_us),
             cm_request: 0,
             cm_deadline: 0,
             cm_next_retry: 0,
@@ -390,10 +393,10 @@ impl Worker {
         let peer_id = learn_node(&mut self.nodes, peer);
         let shared = ConnShared::new(self.unused_conn_number(), opts.sq_depth, cq);
         let mut c = self.new_connection(endpoint, peer_id, shared.clone(), opts)?;
-        let now = crate::port::rdtsc();
+        let now = self.now;
         c.cm_request = random_u32();
         c.service = service;
-        c.cm_deadline = now + self.us_to_tsc(self.cfg.cm_timeout_us);
+        c.cm_deadline = now + self.us_to_ticks(self.cfg.cm_timeout_us);
         c.cm_next_retry = now; // sent by the next timer turn
         self.conns.insert(c);
         self.send_connect_req(shared.number);
@@ -437,13 +440,13 @@ impl Worker {
     /// Closes a connection: outstanding work is flushed, the peer is told (with
     /// retries), and the entry goes when the peer answers or the CM timeout passes.
     pub fn close(&mut self, number: u32) -> Result<(), CmError> {
-        self.flush_acks_now();
+        self.ack_now();
         let slot = self
             .conns
             .slot_of(number)
             .ok_or(CmError::NoConnection(number))?;
-        let now = crate::port::rdtsc();
-        let deadline = now + self.us_to_tsc(self.cfg.cm_timeout_us);
+        let now = self.now;
+        let deadline = now + self.us_to_ticks(self.cfg.cm_timeout_us);
         let conn = self.conns.get_mut(slot).expect("slot");
         let was_normal = conn.state == ConnState::Normal;
         if conn.state == ConnState::Normal || conn.state == ConnState::Error {
@@ -462,8 +465,25 @@ impl Worker {
         Ok(())
     }
 
+    /// Queues a message for the next transmission.
     fn cm_frame(&mut self, to: &NodeAddr, msg: &CmMessage) {
-        let Some(mut m) = self.port.alloc() else {
+        self.cm_out.push_back((*to, *msg));
+    }
+
+    /// Sends the queued connection-management messages, one frame each.
+    pub(crate) fn send_cm<L: Link>(&mut self, link: &mut L) {
+        while let Some((to, msg)) = self.cm_out.pop_front() {
+            if link.full(false) {
+                // The rest waits for the next transmission.
+                self.cm_out.push_front((to, msg));
+                return;
+            }
+            self.send_cm_frame(link, &to, &msg);
+        }
+    }
+
+    fn send_cm_frame<L: Link>(&mut self, link: &mut L, to: &NodeAddr, msg: &CmMessage) {
+        let Some(mut m) = link.alloc() else {
             self.stats.drop_for(DropReason::NoBuffer);
             return;
         };
@@ -479,7 +499,7 @@ impl Worker {
             flags: hflags::CM,
             ..Default::default()
         };
-        let max = self.port.max_frame();
+        let max = self.caps.max_frame;
         let mut payload = [0u8; 32];
         let (c, len) = msg.emit(&mut payload);
         let Ok(mut w) = FrameWriter::new(&mut m.room_mut()[..max], &underlay, &hdr) else {
@@ -490,10 +510,9 @@ impl Worker {
         }
         let n = w.finish();
         m.set_len(n);
-        if let Err(m) = self.tx.push(m) {
-            // Full: send what is queued and try once more; CM retries cover a loss.
-            self.port.tx(&mut self.tx);
-            let _ = self.tx.push(m);
+        self.stats.bytes_tx += n as u64;
+        if link.push(m, false) {
+            self.stats.frames_tx += 1;
         }
     }
 
@@ -508,7 +527,7 @@ impl Worker {
             conn: c.number,
             key: c.key,
             isn: c.isn,
-            max_frame: self.port.max_frame() as u32,
+            max_frame: self.caps.max_frame as u32,
         };
         let to = self.nodes.get(c.peer).copied();
         if let Some(to) = to {
@@ -534,7 +553,7 @@ impl Worker {
 
     /// Retries pending requests and expires those past their deadline.
     pub(crate) fn cm_timers(&mut self, now: u64) {
-        let retry = self.us_to_tsc(self.cfg.cm_retry_us);
+        let retry = self.us_to_ticks(self.cfg.cm_retry_us);
         let mut resend_connect = Vec::new();
         let mut resend_close = Vec::new();
         let mut expired = Vec::new();
@@ -622,7 +641,7 @@ impl Worker {
                             conn: c.number,
                             key: c.key,
                             isn: c.isn,
-                            max_frame: self.port.max_frame() as u32,
+                            max_frame: self.caps.max_frame as u32,
                             client_conn: conn,
                         };
                         self.cm_frame(from, &rep);
@@ -652,9 +671,7 @@ impl Worker {
                 c.peer_conn = conn;
                 c.peer_key = key;
                 c.rx = Receiver::new(isn, c.rx.window());
-                c.segment_max = c
-                    .segment_max
-                    .min(crate::worker::segment_max_for(max_frame as usize));
+                c.segment_max = c.segment_max.min(segment_max_for(max_frame as usize));
                 c.state = ConnState::Normal;
                 shared
                     .peer_conn
@@ -665,7 +682,7 @@ impl Worker {
                     conn: c.number,
                     key: c.key,
                     isn: c.isn,
-                    max_frame: self.port.max_frame() as u32,
+                    max_frame: self.caps.max_frame as u32,
                     client_conn: conn,
                 };
                 self.cm_accepted.insert((from.ip, conn), c.number);
@@ -691,9 +708,7 @@ impl Worker {
                 c.peer_conn = conn;
                 c.peer_key = key;
                 c.rx = Receiver::new(isn, c.rx.window());
-                c.segment_max = c
-                    .segment_max
-                    .min(crate::worker::segment_max_for(max_frame as usize));
+                c.segment_max = c.segment_max.min(segment_max_for(max_frame as usize));
                 c.state = ConnState::Normal;
                 c.shared
                     .peer_conn
@@ -729,13 +744,9 @@ impl Worker {
                     if c.key == key {
                         // What ran at the peer completes; the rest is flushed.
                         if matches!(c.state, ConnState::Normal | ConnState::Exceptioned) {
-                            crate::worker::process_ack(
-                                c,
-                                ack,
-                                &crate::reliability::SeqBits::default(),
-                                crate::port::rdtsc(),
-                            );
-                            crate::worker::complete_ready(c);
+                            let now = self.now;
+                            process_ack(c, ack, &crate::reliability::SeqBits::default(), now);
+                            complete_ready(c);
                         }
                         fail_connection(c, crate::connection::WcStatus::Flushed);
                         c.state = ConnState::Closed;

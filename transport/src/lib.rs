@@ -3,21 +3,23 @@
 //! The layers (see `DESIGN.md` §2) are kept apart so each can be read and tested alone:
 //! [`wire`] (frame and cell formats, no state), [`mem`] (endpoint memory),
 //! [`tables`] (endpoint, connection and node tables), [`tlb`] (the software TLB),
-//! [`oplogic`] (what an operation means; pure), [`port`] (DPDK: the only code that
-//! touches mbufs), [`worker`] (the poll loop) and [`cm`] (connection management over
-//! connection 0). Applications use the `deposit` crate, not this one.
+//! [`oplogic`] (what an operation means; pure), [`node`] (the protocol of one node as a
+//! state machine with no clock and no I/O), [`cm`] (connection management over
+//! connection 0), [`port`] (DPDK: the only code that touches mbufs) and [`worker`]
+//! (the driver: bursts in and out of a port through a node). Applications use the
+//! `deposit` crate, not this one.
 //!
-//! The default feature `dpdk` brings in the driver: [`port`], [`worker`] and [`cm`].
-//! Without it (`--no-default-features`) the sans-IO layers build and test on a machine
-//! with no DPDK installed.
+//! The default feature `dpdk` brings in the driver: [`port`] and [`worker`]. Without it
+//! (`--no-default-features`) everything else builds and tests on a machine with no DPDK
+//! installed.
 
-#[cfg(feature = "dpdk")]
 pub mod cm;
 pub mod connection;
 pub mod events;
 pub mod faults;
 pub mod mem;
 pub mod message;
+pub mod node;
 pub mod oplogic;
 #[cfg(feature = "dpdk")]
 pub mod port;

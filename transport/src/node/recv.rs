@@ -2,11 +2,11 @@
 //!
 //! Each message of a connection runs in sequence order. Operation logic first *plans*
 //! the message (every check, every new register value, with no side effect), then the
-//! worker checks what only it can (room on the event queue), then *commits*. A plan
+//! node checks what only it can (room on the event queue), then *commits*. A plan
 //! that traps with an error refuses the message (NAK, counter, optional trap event); a
 //! plan that faults (page not present) or an event queue that is full exceptions the
 //! connection: the message is kept, later ones wait (the sender is told "receiver not
-//! ready"), other connections go on, and [`Worker::resume`] runs the kept message
+//! ready"), other connections go on, and [`Node::resume`] runs the kept message
 //! exactly once after the host's repair.
 
 use crate::connection::{ConnState, Connection, Held, Pending, Stored, WcStatus};
@@ -16,7 +16,6 @@ use crate::oplogic::{
     self, DropReason, EndpointAccess, Plan, RegContext, RemoteStatus, Reply, SeqPlan, TlbAccess,
     Trap,
 };
-use crate::port::Mbuf;
 use crate::reliability::{Arrival, SeqBits};
 use crate::tables::{EndpointTable, RegisterFile, Token, TokenMatch};
 use crate::tlb::Tlb;
@@ -24,7 +23,7 @@ use crate::wire::cell::flags as cflags;
 use crate::wire::compound::COMPOUND_LEN;
 use crate::wire::{hflags, op, ControlRepr, FrameView};
 
-use super::{send, wire_drop_reason, Stats, Worker, DUPLICATE_WINDOW};
+use super::{send, wire_drop_reason, Node, Stats, DUPLICATE_WINDOW};
 
 /// Why a resume was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -52,7 +51,7 @@ enum Ran {
     Wait,
 }
 
-/// The pieces of the worker a message may touch, borrowed apart from the connection.
+/// The pieces of the node a message may touch, borrowed apart from the connection.
 struct Exec<'a> {
     endpoints: &'a EndpointTable,
     regs: &'a mut RegisterFile,
@@ -65,13 +64,9 @@ struct Exec<'a> {
     now: u64,
 }
 
-impl Worker {
-    pub(super) fn handle_frame(&mut self, m: &Mbuf, now: u64) {
-        let (data, contiguous) = m.frame();
-        if !contiguous {
-            self.stats.drop_for(DropReason::Truncated);
-            return;
-        }
+impl Node {
+    /// A received frame (after the fault layer).
+    pub(super) fn receive(&mut self, data: &[u8], now: u64) {
         let frame = match FrameView::parse(data) {
             Ok(f) => f,
             Err(e) => {
@@ -244,7 +239,7 @@ impl Worker {
             }
         }
         if arrivals > 0 {
-            // The worker is the only writer: a plain load and a release store (no
+            // The node is the only writer: a plain load and a release store (no
             // locked instruction) publish the count after the deposits it counts.
             let a = &conn.shared.arrivals;
             a.store(
@@ -267,7 +262,7 @@ impl Worker {
             .conns
             .slot_of(number)
             .ok_or(ResumeError::NoConnection(number))?;
-        let now = crate::port::rdtsc();
+        let now = self.now;
         let conn = self.conns.get_mut(slot).expect("slot from map");
         if conn.state != ConnState::Exceptioned {
             return Err(ResumeError::NotExceptioned(number));

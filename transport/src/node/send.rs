@@ -13,18 +13,17 @@ use crate::connection::{
 };
 use crate::message;
 use crate::oplogic::{DropReason, RemoteStatus};
-use crate::port::HIGH_QUEUE;
 use crate::reliability::SeqBits;
 use crate::tables::{EndpointTable, NodeAddr, NodeTable};
 use crate::wire::{self, hflags, op, ControlRepr, FrameWriter, TransportRepr, UnderlayRepr};
 
 use std::sync::atomic::Ordering;
 
-use super::{Stats, Worker};
+use super::{FrameBuf, Link, Node, Stats};
 
-impl Worker {
+impl Node {
     /// Sends one acknowledgement frame (with any NAKs) per connection that needs one.
-    pub(super) fn flush_acks(&mut self) {
+    fn flush_acks<L: Link>(&mut self, link: &mut L) {
         if self.ack_list.is_empty() {
             std::mem::swap(&mut self.ack_list, &mut self.ack_new);
             return;
@@ -36,7 +35,7 @@ impl Worker {
                 .conns
                 .get(slot)
                 .is_some_and(|c| self.takes_high_queue(c.priority));
-            if self.port_full(high) {
+            if link.full(high) {
                 // Keep the rest for the next turn.
                 self.ack_list.drain(..i);
                 self.ack_list.append(&mut self.ack_new);
@@ -49,13 +48,13 @@ impl Worker {
             if !conn.ack_pending {
                 continue;
             }
-            let Some(mut mbuf) = self.port.alloc() else {
+            let Some(mut mbuf) = link.alloc() else {
                 self.stats.drop_for(DropReason::NoBuffer);
                 self.ack_list.drain(..i - 1);
                 self.ack_list.append(&mut self.ack_new);
                 return;
             };
-            let max = self.port.max_frame();
+            let max = self.caps.max_frame;
             let Some(mut w) = ack_frame(
                 &mut mbuf,
                 max,
@@ -109,11 +108,9 @@ impl Worker {
             mbuf.set_len(len);
             self.stats.acks_tx += 1;
             self.stats.bytes_tx += len as u64;
-            let _ = if high {
-                self.tx_hi.push(mbuf)
-            } else {
-                self.tx.push(mbuf)
-            };
+            if link.push(mbuf, high) {
+                self.stats.frames_tx += 1;
+            }
         }
         self.ack_list.clear();
         std::mem::swap(&mut self.ack_list, &mut self.ack_new);
@@ -121,17 +118,17 @@ impl Worker {
 
     /// Sends a liveness probe (an acknowledgement frame asking for one back) on every
     /// connection in `probe_list`.
-    pub(super) fn send_probes(&mut self) {
+    fn send_probes<L: Link>(&mut self, link: &mut L) {
         for i in 0..self.probe_list.len() {
             let slot = self.probe_list[i];
             let Some(conn) = self.conns.get(slot) else {
                 continue;
             };
-            let Some(mut mbuf) = self.port.alloc() else {
+            let Some(mut mbuf) = link.alloc() else {
                 self.stats.drop_for(DropReason::NoBuffer);
                 break;
             };
-            let max = self.port.max_frame();
+            let max = self.caps.max_frame;
             let (local, nodes, credits) = (&self.cfg.local, &self.nodes, self.credits);
             let Some(w) = ack_frame(&mut mbuf, max, conn, local, nodes, credits, hflags::ACK_REQ)
             else {
@@ -141,40 +138,50 @@ impl Worker {
             mbuf.set_len(len);
             self.stats.keepalive_probes += 1;
             self.stats.bytes_tx += len as u64;
-            if let Err(m) = self.tx.push(mbuf) {
-                // Full: send what is queued and try once more; the next period retries.
-                self.port.tx(&mut self.tx);
-                let _ = self.tx.push(m);
+            // When the queue is full the next period retries.
+            if !link.full(false) && link.push(mbuf, false) {
+                self.stats.frames_tx += 1;
             }
         }
         self.probe_list.clear();
     }
 
-    /// Sends every owed acknowledgement now (before a disconnect request, so the peer
-    /// learns that its last messages ran before it hears the connection is gone).
-    pub(crate) fn flush_acks_now(&mut self) {
+    /// Makes every owed acknowledgement go with the next transmission (before a
+    /// disconnect request, so the peer learns that its last messages ran before it
+    /// hears the connection is gone).
+    pub(crate) fn ack_now(&mut self) {
         self.ack_list.append(&mut self.ack_new);
-        self.flush_acks();
-        self.ack_list.append(&mut self.ack_new);
-        self.flush_acks();
+    }
+
+    /// Sends what is not data: diagnostic frames, acknowledgements and NAKs, liveness
+    /// probes, connection management (in that order: a disconnect request follows the
+    /// acknowledgements owed before it).
+    pub fn transmit_control<L: Link>(&mut self, link: &mut L) {
+        if !self.raw_tx.is_empty() {
+            self.send_raw_frames(link);
+        }
+        self.flush_acks(link);
+        if !self.probe_list.is_empty() {
+            self.send_probes(link);
+        }
+        if !self.cm_out.is_empty() {
+            self.send_cm(link);
+        }
     }
 
     /// Turns posted work requests into frames: every high-priority connection first,
     /// as far as its window allows; then the low-priority ones round-robin, at most
     /// [`LOW_BURST`] frames each per turn, giving way as soon as a high-priority
     /// connection has work (it overtakes at the next frame boundary).
-    pub(super) fn service_send_queues(&mut self, now: u64) {
-        if !self.raw_tx.is_empty() {
-            self.send_raw_frames();
-        }
-        if (!self.conns.high_slots().is_empty() || !self.tx_hi.is_empty())
-            && !self.service_high(now)
-        {
-            return;
+    ///
+    /// Returns false when the link took no more frames.
+    pub fn transmit_data<L: Link>(&mut self, now: u64, link: &mut L) -> bool {
+        if !self.conns.high_slots().is_empty() && !self.transmit_high(now, link) {
+            return false;
         }
         let n = self.conns.slots();
         if n == 0 {
-            return;
+            return true;
         }
         let start = if self.rr_next < n { self.rr_next } else { 0 };
         let burst = if self.conns.high_slots().is_empty() {
@@ -185,12 +192,16 @@ impl Worker {
         let mut slot = start;
         for _ in 0..n {
             if self.has_send_work(slot) {
-                match self.service_conn(slot, now, burst, true) {
+                match self.service_conn(link, slot, now, burst, true) {
                     Served::Done => {}
-                    Served::PortFull | Served::Yielded => {
+                    Served::Yielded => {
                         // Resume with this connection next turn (after the high ones).
                         self.rr_next = slot;
-                        return;
+                        return true;
+                    }
+                    Served::PortFull => {
+                        self.rr_next = slot;
+                        return false;
                     }
                 }
             }
@@ -200,23 +211,23 @@ impl Worker {
             }
         }
         self.rr_next = start + 1;
+        true
     }
 
     /// Sends what every high-priority connection may (its window allows) and, on a port
     /// with a high-priority queue, puts those frames on the wire at once. Returns
     /// false when the port takes no more frames this turn.
-    pub(super) fn service_high(&mut self, now: u64) -> bool {
+    pub fn transmit_high<L: Link>(&mut self, now: u64, link: &mut L) -> bool {
         for i in 0..self.conns.high_slots().len() {
             let slot = self.conns.high_slots()[i];
             if self.has_send_work(slot)
-                && self.service_conn(slot, now, u32::MAX, false) == Served::PortFull
+                && self.service_conn(link, slot, now, u32::MAX, false) == Served::PortFull
             {
                 return false;
             }
         }
-        if !self.tx_hi.is_empty() {
-            let s = self.port.tx_queue(HIGH_QUEUE, &mut self.tx_hi);
-            self.stats.frames_tx += s as u64;
+        if self.caps.queues > 1 {
+            link.flush(true);
         }
         true
     }
@@ -237,25 +248,17 @@ impl Worker {
     }
 
     /// Sends the diagnostic frames queued by `send_raw`.
-    fn send_raw_frames(&mut self) {
+    fn send_raw_frames<L: Link>(&mut self, link: &mut L) {
         for q in self.raw_tx.drain(..) {
-            if let Some(mut m) = self.port.alloc() {
+            if let Some(mut m) = link.alloc() {
                 let n = q.len().min(m.room_mut().len());
                 m.room_mut()[..n].copy_from_slice(&q[..n]);
                 m.set_len(n);
-                if let Err(m) = self.tx.push(m) {
-                    drop(m);
+                if link.push(m, false) {
+                    self.stats.frames_tx += 1;
                 }
             }
         }
-    }
-
-    /// On a port with a high-priority queue: whether an urgent frame arrived (it is
-    /// then in `rx_hi`, taken at the end of the turn).
-    #[inline]
-    fn urgent_arrived(&mut self) -> bool {
-        self.hi_active
-            && (!self.rx_hi.is_drained() || self.port.rx_queue(HIGH_QUEUE, &mut self.rx_hi) > 0)
     }
 
     /// Whether a high-priority connection has posted or owes messages.
@@ -269,7 +272,14 @@ impl Worker {
 
     /// Sends up to `budget` frames of connection `slot` (admitting posted work
     /// requests into its window first).
-    fn service_conn(&mut self, slot: usize, now: u64, budget: u32, yield_to_high: bool) -> Served {
+    fn service_conn<L: Link>(
+        &mut self,
+        link: &mut L,
+        slot: usize,
+        now: u64,
+        budget: u32,
+        yield_to_high: bool,
+    ) -> Served {
         let Some(priority) = self.conns.get(slot).map(|c| c.priority) else {
             return Served::Done;
         };
@@ -278,7 +288,7 @@ impl Worker {
         // standard frame, and sent in such frames: a frame being built or taken in then
         // delays an urgent one by well under a microsecond.
         let beside_high = !high && !self.conns.high_slots().is_empty();
-        if self.port_full(high) {
+        if link.full(high) {
             return Served::PortFull;
         }
         let Some(conn) = self.conns.get_mut(slot) else {
@@ -312,20 +322,20 @@ impl Worker {
             let Some(first) = conn.tx.next_to_send() else {
                 break;
             };
-            if self.port_full(high) {
+            if link.full(high) {
                 return Served::PortFull;
             }
             let Some(conn) = self.conns.get_mut(slot) else {
                 break;
             };
-            let Some(mut mbuf) = self.port.alloc() else {
+            let Some(mut mbuf) = link.alloc() else {
                 self.stats.drop_for(DropReason::NoBuffer);
                 return Served::PortFull;
             };
             let max = if beside_high && first_message_len(conn, first) <= self.bulk_segment {
-                self.port.max_frame().min(BULK_FRAME_BESIDE_HIGH)
+                self.caps.max_frame.min(BULK_FRAME_BESIDE_HIGH)
             } else {
-                self.port.max_frame()
+                self.caps.max_frame
             };
             let underlay = conn_underlay(&self.cfg.local, &self.nodes, conn);
             let hdr = data_header(conn, first, self.credits);
@@ -347,13 +357,11 @@ impl Worker {
             if conn.nnaks == 0 && !conn.rx.has_gap() {
                 conn.ack_pending = false; // piggy-backed (a gap needs the selective part)
             }
-            let _ = if high {
-                self.tx_hi.push(mbuf)
-            } else {
-                self.tx.push(mbuf)
-            };
+            if link.push(mbuf, high) {
+                self.stats.frames_tx += 1;
+            }
             frames += 1;
-            if yield_to_high && (self.high_pending() || self.urgent_arrived()) {
+            if yield_to_high && (self.high_pending() || link.urgent()) {
                 self.stats.low_yields += 1;
                 return Served::Yielded;
             }
@@ -362,27 +370,17 @@ impl Worker {
     }
 }
 
-impl Worker {
-    /// Whether the frames of a connection of `priority` take the port's high-priority
-    /// queue (a high-priority connection, on a port that has one).
+impl Node {
+    /// Whether the frames of a connection of `priority` take the link's high-priority
+    /// queue (a high-priority connection, on a link that has one).
     #[inline]
     fn takes_high_queue(&self, priority: Priority) -> bool {
-        priority == Priority::High && self.port.queues() > 1
-    }
-
-    /// Whether the batch of the given class is full and the port takes nothing of it.
-    #[inline]
-    fn port_full(&mut self, high: bool) -> bool {
-        if high {
-            self.tx_hi.is_full() && self.port.tx_queue(HIGH_QUEUE, &mut self.tx_hi) == 0
-        } else {
-            self.tx.is_full() && self.port.tx(&mut self.tx) == 0
-        }
+        priority == Priority::High && self.caps.queues > 1
     }
 }
 
 /// Frame size of low-priority traffic while high-priority connections share the worker
-/// (a standard Ethernet frame; `Worker::bulk_segment` is the payload one message of it
+/// (a standard Ethernet frame; `Node::bulk_segment` is the payload one message of it
 /// carries).
 pub const BULK_FRAME_BESIDE_HIGH: usize = 1514;
 
@@ -423,8 +421,8 @@ enum Served {
 
 /// An acknowledgement frame of `conn` started in `mbuf` (up to `max` bytes): its
 /// headers, with `extra` header flags; cells (SACK, NAK) may follow.
-fn ack_frame<'m>(
-    mbuf: &'m mut crate::port::Mbuf,
+fn ack_frame<'m, F: FrameBuf>(
+    mbuf: &'m mut F,
     max: usize,
     conn: &Connection,
     local: &NodeAddr,
@@ -449,7 +447,7 @@ pub(super) fn conn_underlay(
         dst_mac: peer.mac,
         src_ip: local.ip,
         dst_ip: peer.ip,
-        src_port: Worker::src_port_for(conn.number),
+        src_port: Node::src_port_for(conn.number),
         dst_port: peer.udp_port,
     }
 }

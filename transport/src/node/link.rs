@@ -1,0 +1,109 @@
+//! Where a node's frames go: the driver's transmit side, seen from the node.
+//!
+//! The node writes each frame once, in place, into a buffer the link hands it (an mbuf
+//! for the DPDK driver, a byte vector for a simulated link), then queues it on the
+//! normal or the high-priority queue. The link decides when queued frames reach the
+//! wire; the node only asks whether there is room.
+
+use std::collections::VecDeque;
+
+/// A buffer one frame is written into.
+pub trait FrameBuf {
+    /// The writable room (at least the link's largest frame).
+    fn room_mut(&mut self) -> &mut [u8];
+    /// Sets the frame's length once written.
+    fn set_len(&mut self, len: usize);
+}
+
+/// The transmit side of a driver.
+pub trait Link {
+    type Frame: FrameBuf;
+    /// A buffer for one frame; `None` when the pool is empty.
+    fn alloc(&mut self) -> Option<Self::Frame>;
+    /// Queues a finished frame on the high-priority queue or the normal one; false
+    /// when that queue is full (the frame is dropped).
+    fn push(&mut self, frame: Self::Frame, high: bool) -> bool;
+    /// Whether the queue takes no more frames now, after handing what it holds to the
+    /// wire.
+    fn full(&mut self, high: bool) -> bool;
+    /// Hands the queued frames of one queue to the wire now.
+    fn flush(&mut self, high: bool);
+    /// Whether an urgent frame arrived meanwhile (the node then cuts bulk sending short
+    /// so that the driver takes it at once).
+    fn urgent(&mut self) -> bool {
+        false
+    }
+}
+
+impl FrameBuf for Vec<u8> {
+    fn room_mut(&mut self) -> &mut [u8] {
+        self
+    }
+    fn set_len(&mut self, len: usize) {
+        self.truncate(len);
+    }
+}
+
+/// A link that keeps the frames as byte vectors, in order (high-priority frames in
+/// their own queue): what a simulated link, a fuzzer or a test reads a node's output
+/// from.
+#[derive(Debug, Clone)]
+pub struct FrameQueue {
+    max_frame: usize,
+    /// Most frames held per queue (`full` beyond it).
+    limit: usize,
+    pub frames: VecDeque<Vec<u8>>,
+    pub high: VecDeque<Vec<u8>>,
+}
+
+impl FrameQueue {
+    /// A queue of frames of up to `max_frame` bytes, at most `limit` of each class.
+    pub fn new(max_frame: usize, limit: usize) -> FrameQueue {
+        FrameQueue {
+            max_frame,
+            limit,
+            frames: VecDeque::new(),
+            high: VecDeque::new(),
+        }
+    }
+
+    /// The next frame, high-priority ones first.
+    pub fn pop(&mut self) -> Option<Vec<u8>> {
+        self.high.pop_front().or_else(|| self.frames.pop_front())
+    }
+
+    pub fn len(&self) -> usize {
+        self.frames.len() + self.high.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl Link for FrameQueue {
+    type Frame = Vec<u8>;
+
+    fn alloc(&mut self) -> Option<Vec<u8>> {
+        Some(vec![0; self.max_frame])
+    }
+
+    fn push(&mut self, frame: Vec<u8>, high: bool) -> bool {
+        if self.full(high) {
+            return false;
+        }
+        if high {
+            self.high.push_back(frame);
+        } else {
+            self.frames.push_back(frame);
+        }
+        true
+    }
+
+    fn full(&mut self, high: bool) -> bool {
+        let q = if high { &self.high } else { &self.frames };
+        q.len() >= self.limit
+    }
+
+    fn flush(&mut self, _high: bool) {}
+}

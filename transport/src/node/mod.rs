@@ -1,0 +1,627 @@
+//! The protocol of one node as a state machine: no clock, no I/O (DESIGN.md §2, §6).
+//!
+//! A [`Node`] is the "network interface" of the hybrid-deposit model with the device
+//! taken out: its tables (endpoints, registers, instructions, tokens, nodes,
+//! connections), its TLB, the reliability state of every connection, connection
+//! management and the counters. A driver feeds it and drains it:
+//!
+//! ```text
+//! frames in   node.handle_frame(&bytes, now)           (validate, connection and key,
+//!                                                        reliability, deliver, ack/credit)
+//! frames out  node.poll_transmit(now, &mut link)       (work requests into messages,
+//!                                                        acks, NAKs, probes, CM)
+//! timers      node.next_timeout() / node.handle_timeout(now)
+//! host        connect, listen, close, resume, endpoints, registers, tokens (fields and
+//!             methods of `Node`); posting goes through each connection's lock-free
+//!             queue (`ConnShared`)
+//! ```
+//!
+//! `now` is a tick count at [`Node::hz`] ticks per second, read by the driver (the DPDK
+//! worker passes the TSC; tests pass a simulated clock). Frames go out through a
+//! [`Link`]: the driver's transmit queues and buffers (mbufs for the DPDK driver, byte
+//! vectors for a simulated link), so a frame is written once, in place.
+//!
+//! Delivery is the sans-IO machine of [`crate::reliability`]: in-order execution,
+//! cumulative plus selective acknowledgements, NAKs for refused messages, selective
+//! retransmission on a gap or on the adaptive timer, credits and a cap on unacknowledged
+//! bulk bytes, keepalive probes for idle connections. Messages that arrive ahead of a
+//! gap are kept (a copy: the loss path) or, for later segments of a large write,
+//! placed at once. Nothing on the in-order per-frame path allocates, locks or makes a
+//! syscall.
+//!
+//! * `recv`: frames in — sequence, operation logic (plan, then commit), replies to
+//!   reads and atomics, events, exceptions and their repair ([`Node::resume`]).
+//! * `send`: frames out — work requests into messages, acknowledgements and NAKs,
+//!   completions.
+//! * [`crate::cm`]: connection management over connection 0.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+
+use crossbeam::queue::ArrayQueue;
+
+mod link;
+mod recv;
+mod send;
+
+pub use link::{FrameBuf, FrameQueue, Link};
+pub use recv::ResumeError;
+pub(crate) use send::{complete_ready, fail_connection, process_ack};
+
+use crate::cm::CmMessage;
+use crate::connection::{ConnShared, ConnState, ConnTable, CqShared, WcStatus};
+use crate::events::EventQueue;
+use crate::faults::{FaultConfig, FaultStats, Faults, Hold, Verdict};
+use crate::oplogic::DropReason;
+use crate::reliability::Timeout;
+use crate::tables::{EndpointId, EndpointTable, NodeAddr, NodeId, NodeTable, RegisterFile};
+use crate::tlb::{Tlb, TlbStats};
+use crate::wire::{self, WireError};
+
+/// How far behind the expected sequence number a message still counts as a
+/// retransmitted duplicate (acknowledged again); anything else out of order is refused.
+pub const DUPLICATE_WINDOW: u32 = 1 << 20;
+
+/// Node tunables.
+#[derive(Debug, Clone)]
+pub struct NodeConfig {
+    /// This node's address (MAC defaults to the link's when all zero).
+    pub local: NodeAddr,
+    /// Retransmission timeout: the ceiling of the adaptive one, and the unit of the
+    /// give-up budget (`retry_count` back-offs of it).
+    pub retry_timeout_us: u64,
+    /// Floor of the adaptive retransmission timeout (srtt + 4 rttvar from measured
+    /// round trips); the timers are checked at half this period.
+    pub min_retry_timeout_us: u64,
+    /// Retransmissions of the same data before the connection goes to error.
+    pub retry_count: u32,
+    /// Interval between connection-management retries.
+    pub cm_retry_us: u64,
+    /// Give up connecting/closing after this long.
+    pub cm_timeout_us: u64,
+    /// Most unacknowledged messages per connection.
+    pub window: u32,
+    /// Most unacknowledged bytes of first transmissions per connection (a
+    /// bandwidth-delay-product cap: it bounds what one connection queues in the port
+    /// ahead of the others' — and the high-priority — messages).
+    pub max_inflight_bytes: u64,
+    /// Most connections this node accepts.
+    pub max_connections: usize,
+    /// Address registers in the node-wide file.
+    pub registers: u32,
+    /// Instruction slots in the node's instruction memory (for connection windows).
+    pub instructions: u32,
+    /// Global instructions (shared by every connection).
+    pub global_instructions: u32,
+    /// Entries of the payload table (outstanding payload tokens).
+    pub payload_tokens: u32,
+    /// First receiver-not-ready back-off (doubles per retry, capped at 64x).
+    pub rnr_timeout_us: u64,
+    /// Receiver-not-ready retries before the connection goes to error (never infinite,
+    /// unlike verbs' rnr_retry = 7).
+    pub rnr_retry_count: u32,
+    /// An idle connection that heard nothing from its peer for this long sends a
+    /// liveness probe (an acknowledgement request), again every period; after
+    /// `keepalive_count` unanswered probes it goes to error (a half-open connection:
+    /// the peer crashed or forgot it). Busy connections have the retransmission timer.
+    pub keepalive_us: u64,
+    pub keepalive_count: u32,
+}
+
+impl Default for NodeConfig {
+    fn default() -> Self {
+        NodeConfig {
+            local: NodeAddr::from_ip([10, 0, 0, 1], wire::UDP_PORT),
+            retry_timeout_us: 20_000,
+            min_retry_timeout_us: 100,
+            retry_count: 7,
+            cm_retry_us: 50_000,
+            cm_timeout_us: 5_000_000,
+            window: 4096,
+            max_inflight_bytes: 1 << 20,
+            max_connections: 4096,
+            registers: 65536,
+            instructions: 4096,
+            global_instructions: 256,
+            payload_tokens: 4096,
+            rnr_timeout_us: 200,
+            rnr_retry_count: 64,
+            keepalive_us: 5_000_000,
+            keepalive_count: 5,
+        }
+    }
+}
+
+/// What a node needs to know of the link its frames travel on.
+#[derive(Debug, Clone, Copy)]
+pub struct LinkCaps {
+    /// The link's MAC address (the node's unless its config names one).
+    pub mac: [u8; 6],
+    /// Largest frame, Ethernet header to CRC trailer.
+    pub max_frame: usize,
+    /// Transmit queues: 2 when there is a high-priority queue.
+    pub queues: u16,
+    /// Receive descriptors: the frames the peers may have in flight towards us,
+    /// shared out as credits.
+    pub rx_desc: u16,
+}
+
+/// Counters of one node (plain integers: only the node writes them).
+#[derive(Debug, Clone, Default)]
+pub struct Stats {
+    pub frames_rx: u64,
+    /// Of those, frames taken from the high-priority queue.
+    pub frames_rx_high: u64,
+    /// Low-priority sending cut short for high-priority work (posted or arrived).
+    pub low_yields: u64,
+    pub frames_tx: u64,
+    pub cells_rx: u64,
+    pub cells_tx: u64,
+    /// Frame bytes received / sent (Ethernet header to CRC trailer).
+    pub bytes_rx: u64,
+    pub bytes_tx: u64,
+    /// Payload bytes of the messages sent (first transmissions and retransmissions).
+    pub bytes_payload_tx: u64,
+    /// Messages executed (deposited) here.
+    pub msgs_rx: u64,
+    /// Messages sent (first transmissions and retransmissions).
+    pub msgs_tx: u64,
+    /// Payload bytes deposited into local endpoints.
+    pub bytes_deposited: u64,
+    pub acks_tx: u64,
+    pub naks_tx: u64,
+    pub naks_rx: u64,
+    pub retransmits: u64,
+    /// Retransmission timer expiries.
+    pub timeouts: u64,
+    /// Mbufs of the port's pool in use when the counters were read (the driver's).
+    pub mbufs_in_use: u64,
+    /// Liveness probes sent to silent idle peers, and connections failed because the
+    /// peer stayed silent (half-open).
+    pub keepalive_probes: u64,
+    pub keepalive_failures: u64,
+    /// Messages kept because they arrived ahead of a gap.
+    pub reordered: u64,
+    /// Of those, segments placed on arrival (no copy kept).
+    pub placed_ahead: u64,
+    pub duplicates: u64,
+    /// Events posted to endpoint event queues.
+    pub events: u64,
+    /// Replies (read data, atomic old values) sent.
+    pub replies_tx: u64,
+    /// Messages held for the host to repair (page not present, event queue full).
+    pub faults: u64,
+    /// Receiver-not-ready NAKs received (the peer was exceptioned).
+    pub rnr_rx: u64,
+    /// Times the link could not take every frame (back-pressure; the driver's).
+    pub tx_stalls: u64,
+    pub drops: [u64; DropReason::COUNT],
+    pub tlb: TlbStats,
+}
+
+impl Stats {
+    #[inline]
+    pub fn drop_for(&mut self, r: DropReason) {
+        self.drops[r as usize] += 1;
+    }
+    /// Drop count of one reason.
+    pub fn dropped(&self, r: DropReason) -> u64 {
+        self.drops[r as usize]
+    }
+}
+
+/// The drop reason for a frame that failed validation.
+pub fn wire_drop_reason(e: &WireError) -> DropReason {
+    match e {
+        WireError::BadCrc { .. } => DropReason::BadCrc,
+        WireError::BadCheck { .. } => DropReason::BadCheck,
+        WireError::BadVersion(_) => DropReason::BadVersion,
+        WireError::Truncated { .. } | WireError::BadLength { .. } => DropReason::Truncated,
+        _ => DropReason::NotOurs,
+    }
+}
+
+/// When a frame held by the fault layer goes on.
+#[derive(Debug, Clone, Copy)]
+enum Release {
+    AfterFrames(u64),
+    At(u64),
+}
+
+/// A frame held by the fault layer (a copy: fault injection is a test path).
+struct HeldFrame {
+    bytes: Vec<u8>,
+    release: Release,
+    cap: u64,
+}
+
+/// The host-facing queues of one endpoint.
+#[derive(Clone)]
+pub struct EndpointQueues {
+    /// "Interrupt at end" and software exceptions.
+    pub events: Arc<EventQueue>,
+    /// Refused messages (connections with `report_traps`) and held faults.
+    pub exceptions: Arc<EventQueue>,
+}
+
+/// The queues of endpoint `id` in a node's table of them (indexed by endpoint).
+#[inline]
+fn queues_of(queues: &[Option<EndpointQueues>], id: EndpointId) -> Option<&EndpointQueues> {
+    queues.get(id.0 as usize).and_then(|q| q.as_ref())
+}
+
+/// A service waiting for connection requests.
+pub struct Listener {
+    pub service: u32,
+    pub endpoint: EndpointId,
+    pub cq: Arc<CqShared>,
+    pub opts: crate::cm::ConnectOptions,
+    /// Connections accepted by the node, waiting for the application's `accept`.
+    pub accepted: Arc<ArrayQueue<Arc<ConnShared>>>,
+}
+
+/// One node's network interface, without its device.
+pub struct Node {
+    pub(crate) cfg: NodeConfig,
+    pub(crate) caps: LinkCaps,
+    pub endpoints: EndpointTable,
+    pub nodes: NodeTable,
+    pub conns: ConnTable,
+    /// The node-wide address-register file.
+    pub regs: RegisterFile,
+    /// The node's instruction memory and global instructions.
+    pub instructions: crate::tables::InstructionMemory,
+    /// The payload table (tokens).
+    pub tokens: crate::tables::PayloadTable,
+    /// Event and exception queues of each endpoint, by endpoint number.
+    pub(crate) event_queues: Vec<Option<EndpointQueues>>,
+    pub(crate) tlb: Tlb,
+    pub(crate) listeners: HashMap<u32, Listener>,
+    /// (peer ip, peer connection) -> our connection, to answer repeated requests.
+    pub(crate) cm_accepted: HashMap<([u8; 4], u32), u32>,
+    /// Connection-management messages waiting for the next `poll_transmit`.
+    pub(crate) cm_out: VecDeque<(NodeAddr, CmMessage)>,
+    pub stats: Stats,
+    /// Connection slots owing an acknowledgement since an earlier turn: sent by this
+    /// turn's acknowledgements unless a data frame carried it first.
+    ack_list: Vec<usize>,
+    /// Connection slots that started owing one this turn. Waiting a turn lets the
+    /// application's reply (a ping-pong write) carry the acknowledgement.
+    ack_new: Vec<usize>,
+    /// Ticks per second of the `now` the driver passes.
+    pub(crate) hz: u64,
+    pub(crate) segment_max: u32,
+    /// Largest payload of one message in a frame of `send::BULK_FRAME_BESIDE_HIGH` bytes.
+    pub(crate) bulk_segment: u32,
+    next_timer: u64,
+    /// Period of the timer checks (half the minimum retransmission timeout, 25..200 us).
+    timer_tick: u64,
+    /// The clock as of the driver's last call (host-side calls use it).
+    pub(crate) now: u64,
+    /// Fault injection on received frames, when configured.
+    faults: Option<Faults>,
+    /// Frames the fault layer holds back (reordered or delayed).
+    held_frames: VecDeque<HeldFrame>,
+    /// Frames the fault layer let through so far (the clock of reordering).
+    passed_frames: u64,
+    /// Diagnostic frames queued by [`Node::send_raw`].
+    raw_tx: Vec<Vec<u8>>,
+    /// Where the low-priority round-robin starts next turn (a connection slot).
+    rr_next: usize,
+    /// Connection slots owing a liveness probe (keepalive).
+    probe_list: Vec<usize>,
+    /// Frames of our receive queue each connection's peer may have unacknowledged
+    /// (advertised in every header; recomputed at the timer tick).
+    pub(crate) credits: u16,
+}
+
+/// Largest payload of one message in a frame of `max_frame` bytes.
+pub fn segment_max_for(max_frame: usize) -> u32 {
+    let cells = wire::max_cells(max_frame);
+    if cells == 0 {
+        return 0;
+    }
+    (wire::BLOCK_LEN + wire::CELL_LEN * (cells - 1)) as u32
+}
+
+impl Node {
+    /// A node on a link with `caps`, whose clock ticks `hz` times a second and reads
+    /// `now`.
+    pub fn new(mut cfg: NodeConfig, caps: LinkCaps, hz: u64, now: u64) -> Node {
+        if cfg.local.mac == [0; 6] {
+            cfg.local.mac = caps.mac;
+        }
+        let segment_max = segment_max_for(caps.max_frame);
+        let bulk_segment = segment_max_for(caps.max_frame.min(send::BULK_FRAME_BESIDE_HIGH));
+        let mut nodes = NodeTable::new();
+        nodes.insert(cfg.local);
+        let regs = RegisterFile::new(cfg.registers);
+        let instructions =
+            crate::tables::InstructionMemory::new(cfg.instructions, cfg.global_instructions);
+        let tokens = crate::tables::PayloadTable::new(cfg.payload_tokens);
+        let timer_tick = (cfg.min_retry_timeout_us / 2).clamp(25, 200) * hz / 1_000_000;
+        Node {
+            cfg,
+            caps,
+            endpoints: EndpointTable::new(),
+            nodes,
+            conns: ConnTable::new(),
+            instructions,
+            tokens,
+            regs,
+            event_queues: Vec::new(),
+            tlb: Tlb::new(),
+            listeners: HashMap::new(),
+            cm_accepted: HashMap::new(),
+            cm_out: VecDeque::new(),
+            stats: Stats::default(),
+            ack_list: Vec::with_capacity(1024),
+            ack_new: Vec::with_capacity(1024),
+            hz,
+            segment_max,
+            bulk_segment,
+            next_timer: now,
+            timer_tick,
+            now,
+            faults: None,
+            held_frames: VecDeque::new(),
+            passed_frames: 0,
+            raw_tx: Vec::new(),
+            rr_next: 0,
+            probe_list: Vec::new(),
+            credits: u16::MAX,
+        }
+    }
+
+    /// This node's address.
+    pub fn local(&self) -> NodeAddr {
+        self.cfg.local
+    }
+    pub fn config(&self) -> &NodeConfig {
+        &self.cfg
+    }
+    /// What the node knows of its link.
+    pub fn link(&self) -> &LinkCaps {
+        &self.caps
+    }
+    /// Ticks per second of the clock the driver passes.
+    pub fn hz(&self) -> u64 {
+        self.hz
+    }
+    /// Largest payload of one message.
+    pub fn segment_max(&self) -> u32 {
+        self.segment_max
+    }
+    /// Counters, with the TLB's.
+    pub fn stats(&self) -> Stats {
+        let mut s = self.stats.clone();
+        s.tlb = self.tlb.stats();
+        s
+    }
+
+    /// Attaches the queues of an endpoint: events (interrupts, software exceptions)
+    /// and exceptions (refused messages of connections that report them, and faults
+    /// that hold a connection for the host).
+    pub fn set_endpoint_queues(
+        &mut self,
+        id: EndpointId,
+        events: Arc<EventQueue>,
+        exceptions: Arc<EventQueue>,
+    ) {
+        let i = id.0 as usize;
+        if self.event_queues.len() <= i {
+            self.event_queues.resize(i + 1, None);
+        }
+        self.event_queues[i] = Some(EndpointQueues { events, exceptions });
+    }
+
+    /// The queues of an endpoint.
+    pub fn endpoint_queues(&self, id: EndpointId) -> Option<&EndpointQueues> {
+        queues_of(&self.event_queues, id)
+    }
+
+    pub(crate) fn us_to_ticks(&self, us: u64) -> u64 {
+        us.saturating_mul(self.hz) / 1_000_000
+    }
+
+    /// Whether high-priority connections exist (their frames take the high queue).
+    #[inline]
+    pub fn has_high_priority(&self) -> bool {
+        !self.conns.high_slots().is_empty()
+    }
+
+    /// A frame received at `now`: through the fault layer when one is configured.
+    #[inline]
+    pub fn handle_frame(&mut self, frame: &[u8], now: u64) {
+        self.now = now;
+        if self.faults.is_none() {
+            self.receive(frame, now);
+            return;
+        }
+        self.inject(frame, now);
+        if !self.held_frames.is_empty() {
+            self.release_held(now);
+        }
+    }
+
+    /// Everything the node has to send now: posted work (high-priority connections
+    /// first), acknowledgements, NAKs, probes, connection management. Returns false
+    /// when the link took no more frames (the rest waits for the next call).
+    pub fn poll_transmit<L: Link>(&mut self, now: u64, link: &mut L) -> bool {
+        let more = self.transmit_data(now, link);
+        self.transmit_control(link);
+        more
+    }
+
+    /// The clock for the host-side calls that follow (`connect`, `close` and `resume`
+    /// start timers from it); the driver's calls set it too.
+    #[inline]
+    pub fn set_now(&mut self, now: u64) {
+        self.now = now;
+    }
+
+    /// When [`Node::handle_timeout`] is next due.
+    #[inline]
+    pub fn next_timeout(&self) -> u64 {
+        self.next_timer
+    }
+
+    /// Runs the timers due at `now`: retransmission, receiver-not-ready back-off,
+    /// keepalive, connection management, credits; and releases frames the fault layer
+    /// held. What they send goes out with the next [`Node::poll_transmit`].
+    pub fn handle_timeout(&mut self, now: u64) {
+        self.now = now;
+        if !self.held_frames.is_empty() {
+            self.release_held(now);
+        }
+        if now < self.next_timer {
+            return;
+        }
+        self.next_timer = now + self.timer_tick;
+        self.run_timers(now);
+    }
+
+    /// Our receive queue shared among the live connections: each peer may have this
+    /// many frames unacknowledged (at least 4).
+    fn credit_grant(&self) -> u16 {
+        let n = self.conns.len().max(1);
+        (usize::from(self.caps.rx_desc) / n).clamp(4, usize::from(u16::MAX)) as u16
+    }
+
+    fn run_timers(&mut self, now: u64) {
+        self.credits = self.credit_grant();
+        let keepalive = self.us_to_ticks(self.cfg.keepalive_us);
+        for slot in 0..self.conns.slots() {
+            let Some(conn) = self.conns.get_mut(slot) else {
+                continue;
+            };
+            if !conn.unreported.is_empty() {
+                send::report_waiting(conn);
+            }
+            if conn.state == ConnState::Normal && conn.inflight.is_empty() {
+                // Idle: probe a silent peer once a period; give up on one that left
+                // `keepalive_count` probes unanswered.
+                let silent = now.saturating_sub(conn.last_rx);
+                if silent > keepalive && now.saturating_sub(conn.last_probe) > keepalive {
+                    if conn.probes_unanswered >= self.cfg.keepalive_count {
+                        self.stats.keepalive_failures += 1;
+                        fail_connection(conn, WcStatus::RetryExceeded);
+                    } else {
+                        conn.probes_unanswered += 1;
+                        conn.last_probe = now;
+                        self.probe_list.push(slot);
+                    }
+                }
+                continue;
+            }
+            if conn.state == ConnState::Normal && now >= conn.rnr_until {
+                match conn.tx.on_timer(now) {
+                    Timeout::GiveUp => fail_connection(conn, WcStatus::RetryExceeded),
+                    Timeout::Retransmit => self.stats.timeouts += 1,
+                    Timeout::Idle => {}
+                }
+            }
+        }
+        self.cm_timers(now);
+    }
+
+    /// Turns fault injection on (or off with `None`) for the frames this node receives.
+    pub fn set_faults(&mut self, cfg: Option<FaultConfig>) {
+        self.faults = cfg.map(Faults::new);
+        if self.faults.is_none() {
+            self.held_frames.clear();
+        }
+    }
+
+    /// What the fault layer injected so far.
+    pub fn fault_stats(&self) -> FaultStats {
+        self.faults.as_ref().map(|f| f.stats).unwrap_or_default()
+    }
+
+    /// Applies the fault layer's verdict to a received frame.
+    fn inject(&mut self, frame: &[u8], now: u64) {
+        let Some(f) = self.faults.as_mut() else {
+            self.receive(frame, now);
+            return;
+        };
+        let Verdict::Pass {
+            dup,
+            corrupt_bit,
+            hold,
+        } = f.verdict(frame.len())
+        else {
+            return; // dropped
+        };
+        if dup {
+            self.passed_frames += 1;
+            self.receive(frame, now);
+        }
+        let mut bytes = frame.to_vec();
+        if let Some(bit) = corrupt_bit {
+            if let Some(b) = bytes.get_mut(bit / 8) {
+                *b ^= 1 << (bit % 8);
+            }
+        }
+        let release = match hold {
+            Hold::None => {
+                self.passed_frames += 1;
+                self.receive(&bytes, now);
+                return;
+            }
+            Hold::Frames(k) => Release::AfterFrames(self.passed_frames + u64::from(k)),
+            Hold::Micros(us) => Release::At(now + self.us_to_ticks(us)),
+        };
+        // A held frame never waits more than a millisecond (reordering needs traffic
+        // behind it; the link may go quiet).
+        let cap = now + self.us_to_ticks(1000);
+        self.held_frames.push_back(HeldFrame {
+            bytes,
+            release,
+            cap,
+        });
+    }
+
+    /// Hands the frames whose hold is over to the node.
+    fn release_held(&mut self, now: u64) {
+        let mut i = 0;
+        while i < self.held_frames.len() {
+            let h = &self.held_frames[i];
+            let due = now >= h.cap
+                || match h.release {
+                    Release::AfterFrames(n) => self.passed_frames >= n,
+                    Release::At(t) => now >= t,
+                };
+            if due {
+                let h = self.held_frames.remove(i).expect("index in range");
+                self.passed_frames += 1;
+                self.receive(&h.bytes, now);
+            } else {
+                i += 1;
+            }
+        }
+    }
+
+    /// Whether the fault layer holds frames back (they are released by
+    /// [`Node::handle_timeout`]).
+    pub fn holds_frames(&self) -> bool {
+        !self.held_frames.is_empty()
+    }
+
+    /// Queues a raw frame for transmission as is (diagnostics and hostile-input tests).
+    pub fn send_raw(&mut self, frame: &[u8]) {
+        self.raw_tx.push(frame.to_vec());
+    }
+
+    /// The UDP source port of a connection (spreads connections over RSS queues).
+    pub(crate) fn src_port_for(number: u32) -> u16 {
+        49152 | (number as u16 & 0x3fff)
+    }
+}
+
+/// Node id of an address, learning it if new.
+pub(crate) fn learn_node(nodes: &mut NodeTable, addr: NodeAddr) -> NodeId {
+    match nodes.find_ip(addr.ip) {
+        Some(id) if nodes.get(id) == Some(&addr) => id,
+        _ => nodes.insert(addr),
+    }
+}
