@@ -24,6 +24,7 @@ pub mod oplogic;
 #[cfg(feature = "dpdk")]
 pub mod port;
 pub mod reliability;
+pub mod sim;
 pub mod tables;
 pub mod tlb;
 pub mod wire;

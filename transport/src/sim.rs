@@ -1,0 +1,406 @@
+//! A simulated network of [`Node`]s: no DPDK, no threads, no clock — deterministic by
+//! seed (quinn-proto's test shape).
+//!
+//! Every host is a node with a [`FrameQueue`] as its link. A frame a node sends is
+//! routed by its destination MAC to another host and delivered after the link's
+//! latency, unless the link loses it; it may also be duplicated, corrupted (one bit
+//! flipped) or held back (reordered). Time is simulated in nanoseconds and jumps from
+//! one event (a delivery, a node's timer) to the next, so a test of a five-second
+//! keepalive runs in milliseconds. A host can be taken down (it neither sends nor
+//! receives: a crashed peer) and a filter can drop chosen frames (a targeted loss).
+//!
+//! ```text
+//! step():  deliver due frames -> node.handle_frame
+//!          due timers         -> node.handle_timeout
+//!          node.poll_transmit -> link faults -> in flight until now + latency (+ jitter)
+//! ```
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::sync::Arc;
+
+use crate::cm::ConnectOptions;
+use crate::connection::{Completion, ConnShared, ConnState, CqShared, WorkRequest, WR_SIGNALED};
+use crate::events::EventQueue;
+use crate::mem::EndpointMemory;
+use crate::node::{FrameQueue, LinkCaps, Node, NodeConfig};
+use crate::tables::{EndpointEntry, EndpointId, NodeAddr, Rights};
+use crate::wire;
+
+/// Ticks per second of the simulated clock (nanoseconds).
+pub const HZ: u64 = 1_000_000_000;
+
+/// What the link does to frames, each decided per frame from the seeded generator.
+#[derive(Debug, Clone, Copy)]
+pub struct LinkConfig {
+    /// One-way latency.
+    pub latency_ns: u64,
+    /// Extra latency, uniform in `0..=jitter_ns` (reorders frames close together).
+    pub jitter_ns: u64,
+    /// Probability a frame is lost.
+    pub loss: f64,
+    /// Probability a frame is delivered twice.
+    pub dup: f64,
+    /// Probability one bit of a frame is flipped.
+    pub corrupt: f64,
+    /// Probability a frame is held back by `reorder_ns` (overtaken by later ones).
+    pub reorder: f64,
+    pub reorder_ns: u64,
+}
+
+impl Default for LinkConfig {
+    /// A clean link: 2 µs, no jitter, no faults.
+    fn default() -> Self {
+        LinkConfig {
+            latency_ns: 2_000,
+            jitter_ns: 0,
+            loss: 0.0,
+            dup: 0.0,
+            corrupt: 0.0,
+            reorder: 0.0,
+            reorder_ns: 20_000,
+        }
+    }
+}
+
+impl LinkConfig {
+    /// Each fault with probability `p`, with jitter: a hostile link.
+    pub fn lossy(p: f64) -> LinkConfig {
+        LinkConfig {
+            jitter_ns: 1_000,
+            loss: p,
+            dup: p,
+            corrupt: p,
+            reorder: p,
+            ..LinkConfig::default()
+        }
+    }
+}
+
+/// What the link did.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct LinkStats {
+    pub sent: u64,
+    pub delivered: u64,
+    pub lost: u64,
+    pub duplicated: u64,
+    pub corrupted: u64,
+    pub reordered: u64,
+    /// Dropped by the test's filter or because a host was down.
+    pub filtered: u64,
+}
+
+/// xorshift64*: small, fast and good enough to decide link faults.
+#[derive(Debug, Clone)]
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1)
+    }
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+    /// Uniform in `0..n` (`n > 0`).
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next_u64() % n
+    }
+    /// True with probability `p`.
+    pub fn chance(&mut self, p: f64) -> bool {
+        p > 0.0 && (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64 <= p
+    }
+}
+
+/// One simulated host: a node, its link queue and its endpoints' memory.
+pub struct Host {
+    pub node: Node,
+    pub out: FrameQueue,
+    /// Down: neither sends nor receives (a crashed or unplugged peer).
+    pub down: bool,
+    pub memory: Vec<Arc<EndpointMemory>>,
+}
+
+impl Host {
+    pub fn addr(&self) -> NodeAddr {
+        self.node.local()
+    }
+
+    /// A new endpoint of `len` bytes (ordinary memory, zeroed) with `rights`, with
+    /// event and exception queues of `events` entries.
+    pub fn endpoint(&mut self, len: usize, rights: Rights, events: usize) -> EndpointId {
+        let mem = Arc::new(EndpointMemory::alloc_ordinary(len).expect("endpoint memory"));
+        let entry = EndpointEntry::new(mem.clone(), 0, len, rights).expect("endpoint");
+        let id = self.node.endpoints.insert(entry);
+        self.node.set_endpoint_queues(
+            id,
+            Arc::new(EventQueue::new(events)),
+            Arc::new(EventQueue::new(events)),
+        );
+        let i = id.0 as usize;
+        if self.memory.len() <= i {
+            self.memory.resize(i + 1, mem.clone());
+        }
+        self.memory[i] = mem;
+        id
+    }
+
+    /// The memory behind endpoint `id`.
+    pub fn mem(&self, id: EndpointId) -> &EndpointMemory {
+        &self.memory[id.0 as usize]
+    }
+}
+
+/// A frame on the wire.
+#[derive(PartialEq, Eq, PartialOrd, Ord)]
+struct InFlight {
+    at: u64,
+    /// Sending order: equal times deliver in the order sent.
+    order: u64,
+    to: usize,
+    bytes: Vec<u8>,
+}
+
+/// Which frames a filter sees: (from host, to host, frame bytes); true drops it.
+pub type Filter = Box<dyn FnMut(usize, usize, &[u8]) -> bool>;
+
+/// Hosts on one simulated segment.
+pub struct Network {
+    pub hosts: Vec<Host>,
+    /// Simulated time, ns.
+    pub now: u64,
+    pub link: LinkConfig,
+    pub stats: LinkStats,
+    rng: Rng,
+    wire: BinaryHeap<Reverse<InFlight>>,
+    order: u64,
+    filter: Option<Filter>,
+}
+
+/// Largest frame of the simulated link (a standard Ethernet frame: writes of a few
+/// kilobytes take several messages).
+pub const MAX_FRAME: usize = 1514;
+
+impl Network {
+    /// `n` hosts 10.0.0.1.. with node configuration `cfg` (its `local` is replaced),
+    /// on a link that behaves as `link`, faults drawn from `seed`.
+    pub fn new(n: usize, cfg: &NodeConfig, link: LinkConfig, seed: u64) -> Network {
+        let hosts = (0..n)
+            .map(|i| {
+                let mac = [2, 0, 0, 0, 0, i as u8 + 1];
+                let caps = LinkCaps {
+                    mac,
+                    max_frame: MAX_FRAME,
+                    queues: 1,
+                    rx_desc: 1024,
+                };
+                let mut c = cfg.clone();
+                c.local = NodeAddr {
+                    mac,
+                    ip: [10, 0, 0, i as u8 + 1],
+                    udp_port: wire::UDP_PORT,
+                };
+                Host {
+                    node: Node::new(c, caps, HZ, 0),
+                    out: FrameQueue::new(MAX_FRAME, 1 << 16),
+                    down: false,
+                    memory: Vec::new(),
+                }
+            })
+            .collect();
+        Network {
+            hosts,
+            now: 0,
+            link,
+            stats: LinkStats::default(),
+            rng: Rng::new(seed),
+            wire: BinaryHeap::new(),
+            order: 0,
+            filter: None,
+        }
+    }
+
+    /// Gives host `h` a receive queue of `n` descriptors (what it shares out as
+    /// credits, from its next timer on).
+    pub fn set_rx_desc(&mut self, h: usize, n: u16) {
+        self.hosts[h].node.caps.rx_desc = n;
+    }
+
+    /// Drops the frames `f` returns true for (until replaced or cleared with `None`).
+    pub fn set_filter(&mut self, f: Option<Filter>) {
+        self.filter = f;
+    }
+
+    /// One round: deliveries due now, timers due now, then every node's transmission.
+    pub fn step(&mut self) {
+        let now = self.now;
+        while self.wire.peek().is_some_and(|f| f.0.at <= now) {
+            let Reverse(f) = self.wire.pop().expect("peeked");
+            let h = &mut self.hosts[f.to];
+            if h.down {
+                self.stats.filtered += 1;
+                continue;
+            }
+            self.stats.delivered += 1;
+            h.node.handle_frame(&f.bytes, now);
+        }
+        for i in 0..self.hosts.len() {
+            let h = &mut self.hosts[i];
+            if h.down {
+                continue;
+            }
+            if now >= h.node.next_timeout() {
+                h.node.handle_timeout(now);
+            }
+            h.node.poll_transmit(now, &mut h.out);
+            while let Some(frame) = self.hosts[i].out.pop() {
+                self.send(i, frame);
+            }
+        }
+    }
+
+    /// Puts a frame from host `from` on the wire, through the link's faults.
+    fn send(&mut self, from: usize, mut frame: Vec<u8>) {
+        self.stats.sent += 1;
+        let Some(to) = self.hosts.iter().position(|h| frame[..6] == h.addr().mac) else {
+            self.stats.filtered += 1;
+            return;
+        };
+        if let Some(f) = self.filter.as_mut() {
+            if f(from, to, &frame) {
+                self.stats.filtered += 1;
+                return;
+            }
+        }
+        let l = self.link;
+        if self.rng.chance(l.loss) {
+            self.stats.lost += 1;
+            return;
+        }
+        if self.rng.chance(l.corrupt) {
+            let bit = self.rng.below(frame.len() as u64 * 8) as usize;
+            frame[bit / 8] ^= 1 << (bit % 8);
+            self.stats.corrupted += 1;
+        }
+        let copies = if self.rng.chance(l.dup) {
+            self.stats.duplicated += 1;
+            2
+        } else {
+            1
+        };
+        for _ in 0..copies {
+            let mut at = self.now + l.latency_ns;
+            if l.jitter_ns > 0 {
+                at += self.rng.below(l.jitter_ns + 1);
+            }
+            if self.rng.chance(l.reorder) {
+                at += l.reorder_ns;
+                self.stats.reordered += 1;
+            }
+            self.order += 1;
+            self.wire.push(Reverse(InFlight {
+                at,
+                order: self.order,
+                to,
+                bytes: frame.clone(),
+            }));
+        }
+    }
+
+    /// When something next happens: a delivery or a node's timer (at least 100 ns on).
+    fn next_event(&self) -> u64 {
+        let wire = self.wire.peek().map_or(u64::MAX, |f| f.0.at);
+        let timers = self
+            .hosts
+            .iter()
+            .filter(|h| !h.down)
+            .map(|h| h.node.next_timeout())
+            .min()
+            .unwrap_or(u64::MAX);
+        wire.min(timers).max(self.now + 100)
+    }
+
+    /// Steps until `done` holds (true) or `limit_ns` of simulated time passed (false).
+    pub fn run_until(&mut self, limit_ns: u64, mut done: impl FnMut(&mut Network) -> bool) -> bool {
+        let end = self.now + limit_ns;
+        loop {
+            self.step();
+            if done(self) {
+                return true;
+            }
+            let next = self.next_event();
+            if next > end {
+                self.now = end;
+                return done(self);
+            }
+            self.now = next;
+        }
+    }
+
+    /// Steps for `ns` of simulated time.
+    pub fn run_for(&mut self, ns: u64) {
+        self.run_until(ns, |_| false);
+    }
+
+    /// Listens on `service` at host `server` (into `endpoint`), connects from host
+    /// `client` (from `client_ep`) and runs until both ends are live. Returns the
+    /// (client, server) connections.
+    #[allow(clippy::too_many_arguments)]
+    pub fn connect(
+        &mut self,
+        client: usize,
+        client_ep: EndpointId,
+        client_cq: &Arc<CqShared>,
+        server: usize,
+        server_ep: EndpointId,
+        server_cq: &Arc<CqShared>,
+        service: u32,
+        opts: &ConnectOptions,
+    ) -> Option<(Arc<ConnShared>, Arc<ConnShared>)> {
+        let accepted = match self.hosts[server].node.listeners.get(&service) {
+            Some(l) => l.accepted.clone(),
+            None => self.hosts[server]
+                .node
+                .listen(service, server_ep, server_cq.clone(), opts, 64)
+                .ok()?,
+        };
+        let peer = self.hosts[server].addr();
+        let now = self.now;
+        let node = &mut self.hosts[client].node;
+        node.set_now(now);
+        let c = node
+            .connect(peer, service, client_ep, client_cq.clone(), opts)
+            .ok()?;
+        let mut s = None;
+        let ok = self.run_until(30 * HZ, |_| {
+            if s.is_none() {
+                s = accepted.pop();
+            }
+            s.is_some() && c.state() != ConnState::Connecting
+        });
+        (ok && c.state() == ConnState::Normal).then(|| (c, s.expect("accepted")))
+    }
+}
+
+/// Posts a work request on a connection (reserving its completion when signaled);
+/// false when the send queue or the completion queue is full.
+pub fn post(conn: &ConnShared, wr: WorkRequest) -> bool {
+    let signaled = wr.flags & WR_SIGNALED != 0;
+    if signaled && !conn.cq.reserve() {
+        return false;
+    }
+    if conn.sq.push(wr).is_err() {
+        if signaled {
+            conn.cq.unreserve();
+        }
+        return false;
+    }
+    true
+}
+
+/// Takes every completion waiting in `cq`.
+pub fn drain(cq: &CqShared) -> Vec<Completion> {
+    std::iter::from_fn(|| cq.pop()).collect()
+}
