@@ -112,7 +112,7 @@ fn one_lost_frame_is_repaired_by_selective_retransmission_not_the_timer() {
         (0..20).map(|i| write(i, &a, i * 1000, 1000, i as u32 * 1000)),
     );
     all_ok(&complete(&mut net, &a, 20, 1));
-    assert_eq!(bytes(&net, &b, 0, 20_000), src);
+    same(&bytes(&net, &b, 0, 20_000), &src, "writes");
     let (st, rx) = (net.hosts[0].node.stats(), net.hosts[1].node.stats());
     assert_eq!(
         st.retransmits, 1,
@@ -161,7 +161,7 @@ fn a_refused_message_is_nakd_and_the_rest_go_on_even_when_naks_are_lost() {
             assert_eq!(c.status, want, "seed {seed}: {c:?}");
             if want == WcStatus::Success {
                 let d = c.wr_id as usize * 4000;
-                assert_eq!(bytes(&net, &b, d, 4000), src);
+                same(&bytes(&net, &b, d, 4000), &src, "write");
             }
         }
         assert!(live(&a) && live(&b));
@@ -236,10 +236,18 @@ fn receiver_not_ready_backs_off_then_resumes_exactly_once() {
         .unwrap();
     net.hosts[1].node.resume(number).unwrap();
     all_ok(&complete(&mut net, &a, 3, 10));
-    assert_eq!(bytes(&net, &b, at as usize, 4096), src[4096..8192]);
+    same(
+        &bytes(&net, &b, at as usize, 4096),
+        &src[4096..8192],
+        "the held write",
+    );
     let word = u64::from_ne_bytes(bytes(&net, &b, at as usize + 4096, 8).try_into().unwrap());
     assert_eq!(word, 5, "the atomic behind the fault ran once");
-    assert_eq!(bytes(&net, &b, at as usize + 8192, 100), src[..100]);
+    same(
+        &bytes(&net, &b, at as usize + 8192, 100),
+        &src[..100],
+        "the write after",
+    );
 }
 
 fn sim_drain_len(e: &End) -> usize {
@@ -374,7 +382,11 @@ fn segments_ahead_of_a_gap_are_placed_relative_to_their_first() {
             )],
         );
         all_ok(&complete(&mut net, &a, 1, 1));
-        assert_eq!(bytes(&net, &b, 40_000, len), src, "lost frame {lost}");
+        same(
+            &bytes(&net, &b, 40_000, len),
+            &src,
+            &format!("lost frame {lost}"),
+        );
         assert_eq!(
             net.hosts[1].node.regs.get(0),
             Some(140_000),

@@ -205,6 +205,19 @@ pub fn bytes(net: &Network, end: &End, off: usize, len: usize) -> Vec<u8> {
     v
 }
 
+/// Asserts `got == want`, naming the first differing byte (not printing megabytes).
+pub fn same(got: &[u8], want: &[u8], what: &str) {
+    assert_eq!(got.len(), want.len(), "{what}: lengths");
+    if let Some(i) = got.iter().zip(want).position(|(a, b)| a != b) {
+        panic!(
+            "{what}: byte {i} is {} not {} ({} bytes differ)",
+            got[i],
+            want[i],
+            got.iter().zip(want).filter(|(a, b)| a != b).count()
+        );
+    }
+}
+
 /// Whether a connection is still live.
 pub fn live(end: &End) -> bool {
     end.conn.state() == ConnState::Normal

@@ -1,0 +1,165 @@
+//! Connection management between nodes over a simulated link (no DPDK): connect and
+//! close under loss and duplication, refusals, timeouts, and three nodes writing into
+//! each other.
+
+mod common;
+
+use common::*;
+use deposit_transport::cm::{ConnectOptions, RejectReason};
+use deposit_transport::connection::{ConnState, CqShared};
+use deposit_transport::node::NodeConfig;
+use deposit_transport::sim::{LinkConfig, Network, HZ};
+use std::sync::atomic::Ordering;
+
+#[test]
+fn connections_come_up_once_under_loss_and_duplication() {
+    let (mut lost, mut duplicated) = (0, 0);
+    for seed in 1..=10 {
+        let (mut net, a, b) = pair(
+            &NodeConfig::default(),
+            LinkConfig::lossy(0.2),
+            seed,
+            &ConnectOptions::default(),
+        );
+        assert_eq!(net.hosts[0].node.conns.len(), 1, "seed {seed}");
+        assert_eq!(
+            net.hosts[1].node.conns.len(),
+            1,
+            "seed {seed}: one connection per request"
+        );
+        assert_eq!(
+            a.conn.peer_conn.load(Ordering::Relaxed),
+            u64::from(b.conn.number)
+        );
+        assert_eq!(
+            b.conn.peer_conn.load(Ordering::Relaxed),
+            u64::from(a.conn.number)
+        );
+        let src = pattern(&net, &a, 0, 3000, seed as u8);
+        post_all(&a, [write(1, &a, 0, 3000, 0)]);
+        all_ok(&complete(&mut net, &a, 1, 30));
+        same(&bytes(&net, &b, 0, 3000), &src, "write");
+        lost += net.stats.lost;
+        duplicated += net.stats.duplicated;
+    }
+    assert!(
+        lost > 10 && duplicated > 10,
+        "{lost} lost, {duplicated} duplicated"
+    );
+}
+
+#[test]
+fn close_under_loss_ends_both_sides_and_flushes_nothing_that_ran() {
+    for seed in 1..=6 {
+        let (mut net, a, b) = pair(
+            &NodeConfig::default(),
+            LinkConfig::lossy(0.05),
+            seed,
+            &ConnectOptions::default(),
+        );
+        post_all(&a, (0..20).map(|i| write(i, &a, 0, 1000, i as u32 * 1000)));
+        all_ok(&complete(&mut net, &a, 20, 30));
+        // The close itself crosses a worse link.
+        net.link = LinkConfig::lossy(0.25);
+        let now = net.now;
+        net.hosts[0].node.set_now(now);
+        net.hosts[0].node.close(a.conn.number).unwrap();
+        assert_eq!(a.conn.state(), ConnState::Closed);
+        assert!(net.run_until(10 * HZ, |n| n.hosts.iter().all(|h| h.node.conns.is_empty())));
+        assert_eq!(b.conn.state(), ConnState::Closed, "seed {seed}");
+        assert!(
+            b.cq.pop().is_none(),
+            "the server posted nothing: nothing to flush"
+        );
+    }
+}
+
+#[test]
+fn a_request_for_a_missing_service_is_refused_and_a_silent_host_times_out() {
+    let cfg = NodeConfig {
+        cm_timeout_us: 2_000_000,
+        ..NodeConfig::default()
+    };
+    let (mut net, eps) = network(3, &cfg, LinkConfig::lossy(0.1), 11);
+    let (ep, cq) = eps[0].clone();
+    let opts = ConnectOptions::default();
+    let to = net.hosts[1].addr();
+    let missing = net.hosts[0]
+        .node
+        .connect(to, 999, ep, cq.clone(), &opts)
+        .unwrap();
+    assert!(net.run_until(5 * HZ, |_| missing.state() == ConnState::Failed));
+    assert_eq!(
+        RejectReason::from_u8(missing.fail_reason.load(Ordering::Relaxed)),
+        RejectReason::NoListener
+    );
+    net.hosts[2].down = true;
+    let to = net.hosts[2].addr();
+    let t0 = net.now;
+    net.hosts[0].node.set_now(t0);
+    let silent = net.hosts[0].node.connect(to, 102, ep, cq, &opts).unwrap();
+    assert!(net.run_until(5 * HZ, |_| silent.state() == ConnState::Failed));
+    let took = (net.now - t0) as f64 / HZ as f64;
+    assert!((1.9..2.5).contains(&took), "the CM timeout: {took:.2} s");
+    assert_eq!(
+        RejectReason::from_u8(silent.fail_reason.load(Ordering::Relaxed)),
+        RejectReason::Timeout
+    );
+    assert!(
+        net.hosts[0].node.conns.is_empty(),
+        "failed attempts leave nothing behind"
+    );
+}
+
+#[test]
+fn three_nodes_write_into_each_other_over_a_lossy_link() {
+    let (mut net, eps) = network(3, &NodeConfig::default(), LinkConfig::lossy(0.02), 12);
+    // Every ordered pair: i writes its pattern into j's endpoint at 64 KiB * i.
+    let mut ends = Vec::new();
+    for i in 0..3 {
+        for j in 0..3 {
+            if i < j {
+                let (x, y) = connect(&mut net, &eps, i, j, &ConnectOptions::default());
+                ends.push(x);
+                ends.push(y);
+            }
+        }
+    }
+    let peer_of = |net: &Network, e: &End| {
+        let addr = net.hosts[e.host]
+            .node
+            .conns
+            .iter()
+            .find(|c| c.number == e.conn.number)
+            .unwrap()
+            .peer;
+        let ip = net.hosts[e.host].node.nodes.get(addr).unwrap().ip;
+        usize::from(ip[3]) - 1
+    };
+    let mut expect = Vec::new();
+    for (k, e) in ends.iter().enumerate() {
+        let to = peer_of(&net, e);
+        let base = (512 << 10) + k * 40_000;
+        let src = pattern(&net, e, base, 40_000, k as u8);
+        let dst = (64 << 10) * e.host as u32;
+        post_all(
+            e,
+            (0..10u64).map(|i| write(i, e, base as u64 + i * 4000, 4000, dst + i as u32 * 4000)),
+        );
+        expect.push((to, dst as usize, src));
+    }
+    // Completions of both connections of a host share its queue.
+    for h in 0..3 {
+        let end = ends.iter().find(|e| e.host == h).unwrap();
+        all_ok(&complete(&mut net, end, 20, 60));
+    }
+    for (to, dst, src) in expect {
+        let e = ends.iter().find(|e| e.host == to).unwrap();
+        same(
+            &bytes(&net, e, dst, src.len()),
+            &src,
+            &format!("into host {to} at {dst}"),
+        );
+    }
+    let _: &CqShared = &eps[0].1;
+}
