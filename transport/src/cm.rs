@@ -355,6 +355,7 @@ impl Node {
             cm_tries: 0,
             service: 0,
             closing: false,
+            timer_armed: u64::MAX,
             owned_regs: matches!(opts.registers, Registers::PerConnection(_)).then_some(window),
         })
     }
@@ -371,6 +372,7 @@ impl Node {
         if let Some(w) = c.owned_regs {
             let _ = self.regs.free(w);
         }
+        self.credits = self.credit_grant();
         Some(c)
     }
 
@@ -397,8 +399,10 @@ impl Node {
         c.cm_request = random_u32();
         c.service = service;
         c.cm_deadline = now + self.us_to_ticks(self.cfg.cm_timeout_us);
-        c.cm_next_retry = now; // sent by the next timer turn
-        self.conns.insert(c);
+        // Sent now and once more soon (a first frame is the likeliest to meet a link
+        // still coming up), then every `cm_retry_us`.
+        c.cm_next_retry = now + self.timer_tick;
+        self.insert_connection(c);
         self.send_connect_req(shared.number);
         Ok(shared)
     }
@@ -460,7 +464,8 @@ impl Node {
         }
         conn.closing = true;
         conn.cm_deadline = deadline;
-        conn.cm_next_retry = now;
+        conn.cm_next_retry = now + self.timer_tick;
+        self.rearm(slot);
         self.send_disconnect_req(number);
         Ok(())
     }
@@ -551,51 +556,42 @@ impl Node {
         }
     }
 
-    /// Retries pending requests and expires those past their deadline.
-    pub(crate) fn cm_timers(&mut self, now: u64) {
+    /// Adds a connection: its timer armed, the credits shared out again.
+    fn insert_connection(&mut self, c: Connection) {
+        let slot = self.conns.insert(c);
+        self.credits = self.credit_grant();
+        self.rearm(slot);
+    }
+
+    /// The connection-management timer of a connection connecting or closing: a
+    /// retry when due, the end when past its deadline. Returns false when the
+    /// connection went.
+    pub(crate) fn cm_timer(&mut self, number: u32, now: u64) -> bool {
         let retry = self.us_to_ticks(self.cfg.cm_retry_us);
-        let mut resend_connect = Vec::new();
-        let mut resend_close = Vec::new();
-        let mut expired = Vec::new();
-        for c in self.conns.iter() {
-            let waiting = c.state == ConnState::Connecting || c.closing;
-            if !waiting {
-                continue;
+        let Some(slot) = self.conns.slot_of(number) else {
+            return false;
+        };
+        let c = self.conns.get_mut(slot).expect("slot");
+        if now >= c.cm_deadline {
+            let c = self.remove_connection(number).expect("present");
+            if !c.closing {
+                c.shared
+                    .fail_reason
+                    .store(RejectReason::Timeout as u8, Ordering::Relaxed);
+                c.shared.set_state(ConnState::Failed);
             }
-            if now >= c.cm_deadline {
-                expired.push(c.number);
-            } else if now >= c.cm_next_retry {
-                if c.closing {
-                    resend_close.push(c.number);
-                } else {
-                    resend_connect.push(c.number);
-                }
-            }
+            return false;
         }
-        for n in expired {
-            if let Some(c) = self.remove_connection(n) {
-                if !c.closing {
-                    c.shared.fail_reason.store(
-                        RejectReason::Timeout as u8,
-                        std::sync::atomic::Ordering::Relaxed,
-                    );
-                    c.shared.set_state(ConnState::Failed);
-                }
+        if now >= c.cm_next_retry {
+            c.cm_next_retry = now + retry;
+            c.cm_tries += 1;
+            if c.closing {
+                self.send_disconnect_req(number);
+            } else {
+                self.send_connect_req(number);
             }
         }
-        for n in resend_connect.iter().chain(resend_close.iter()) {
-            if let Some(slot) = self.conns.slot_of(*n) {
-                let c = self.conns.get_mut(slot).expect("slot");
-                c.cm_next_retry = now + retry;
-                c.cm_tries += 1;
-            }
-        }
-        for n in resend_connect {
-            self.send_connect_req(n);
-        }
-        for n in resend_close {
-            self.send_disconnect_req(n);
-        }
+        true
     }
 
     /// Handles a frame addressed to connection 0.
@@ -686,7 +682,7 @@ impl Node {
                     client_conn: conn,
                 };
                 self.cm_accepted.insert((from.ip, conn), c.number);
-                self.conns.insert(c);
+                self.insert_connection(c);
                 let _ = accepted.push(shared);
                 self.cm_frame(from, &rep);
             }

@@ -549,6 +549,10 @@ pub struct Connection {
     pub cm_tries: u32,
     pub service: u32,
     pub closing: bool,
+
+    /// The earliest time the node's timer queue holds for this connection
+    /// (`u64::MAX`: none).
+    pub timer_armed: u64,
 }
 
 impl Connection {

@@ -225,7 +225,9 @@ impl Network {
     /// Gives host `h` a receive queue of `n` descriptors (what it shares out as
     /// credits, from its next timer on).
     pub fn set_rx_desc(&mut self, h: usize, n: u16) {
-        self.hosts[h].node.caps.rx_desc = n;
+        let node = &mut self.hosts[h].node;
+        node.caps.rx_desc = n;
+        node.credits = node.credit_grant();
     }
 
     /// Drops the frames `f` returns true for (until replaced or cleared with `None`).

@@ -43,17 +43,17 @@ use crossbeam::queue::ArrayQueue;
 mod link;
 mod recv;
 mod send;
+mod timers;
 
 pub use link::{FrameBuf, FrameQueue, Link};
 pub use recv::ResumeError;
 pub(crate) use send::{complete_ready, fail_connection, process_ack};
 
 use crate::cm::CmMessage;
-use crate::connection::{ConnShared, ConnState, ConnTable, CqShared, WcStatus};
+use crate::connection::{ConnShared, ConnTable, CqShared};
 use crate::events::EventQueue;
 use crate::faults::{FaultConfig, FaultStats, Faults, Hold, Verdict};
 use crate::oplogic::DropReason;
-use crate::reliability::Timeout;
 use crate::tables::{EndpointId, EndpointTable, NodeAddr, NodeId, NodeTable, RegisterFile};
 use crate::tlb::{Tlb, TlbStats};
 use crate::wire::{self, WireError};
@@ -71,7 +71,7 @@ pub struct NodeConfig {
     /// give-up budget (`retry_count` back-offs of it).
     pub retry_timeout_us: u64,
     /// Floor of the adaptive retransmission timeout (srtt + 4 rttvar from measured
-    /// round trips); the timers are checked at half this period.
+    /// round trips).
     pub min_retry_timeout_us: u64,
     /// Retransmissions of the same data before the connection goes to error.
     pub retry_count: u32,
@@ -293,9 +293,12 @@ pub struct Node {
     pub(crate) segment_max: u32,
     /// Largest payload of one message in a frame of `send::BULK_FRAME_BESIDE_HIGH` bytes.
     pub(crate) bulk_segment: u32,
-    next_timer: u64,
-    /// Period of the timer checks (half the minimum retransmission timeout, 25..200 us).
-    timer_tick: u64,
+    /// Connection timers, earliest first (see `timers`).
+    timers: timers::TimerQueue,
+    /// Retry period of completions waiting for room in a completion queue, and of
+    /// frames the fault layer holds (half the minimum retransmission timeout,
+    /// 25..200 us).
+    pub(crate) timer_tick: u64,
     /// The clock as of the driver's last call (host-side calls use it).
     pub(crate) now: u64,
     /// Fault injection on received frames, when configured.
@@ -360,7 +363,7 @@ impl Node {
             hz,
             segment_max,
             bulk_segment,
-            next_timer: now,
+            timers: timers::TimerQueue::new(),
             timer_tick,
             now,
             faults: None,
@@ -460,69 +463,49 @@ impl Node {
         self.now = now;
     }
 
-    /// When [`Node::handle_timeout`] is next due.
+    /// When the driver must next call [`Node::handle_timeout`] and
+    /// [`Node::poll_transmit`] (`u64::MAX`: not before a frame arrives or the host
+    /// posts). Acknowledgements and other control frames owed make it now: a driver
+    /// that polls continually (the DPDK worker) need not ask, one that sleeps must.
     #[inline]
     pub fn next_timeout(&self) -> u64 {
-        self.next_timer
+        if self.owes_control() {
+            return self.now;
+        }
+        let t = self.timers.peek().map_or(u64::MAX, |e| e.0 .0);
+        if self.held_frames.is_empty() {
+            t
+        } else {
+            t.min(self.now + self.timer_tick)
+        }
     }
 
-    /// Runs the timers due at `now`: retransmission, receiver-not-ready back-off,
-    /// keepalive, connection management, credits; and releases frames the fault layer
-    /// held. What they send goes out with the next [`Node::poll_transmit`].
+    /// Whether control frames wait for the next transmission.
+    fn owes_control(&self) -> bool {
+        !(self.ack_list.is_empty()
+            && self.ack_new.is_empty()
+            && self.probe_list.is_empty()
+            && self.cm_out.is_empty()
+            && self.raw_tx.is_empty())
+    }
+
+    /// Runs the timers due at `now` — retransmission, receiver-not-ready back-off,
+    /// keepalive, connection management, completions waiting for room — and releases
+    /// frames the fault layer held. What they send goes out with the next
+    /// [`Node::poll_transmit`].
     pub fn handle_timeout(&mut self, now: u64) {
         self.now = now;
         if !self.held_frames.is_empty() {
             self.release_held(now);
         }
-        if now < self.next_timer {
-            return;
-        }
-        self.next_timer = now + self.timer_tick;
         self.run_timers(now);
     }
 
     /// Our receive queue shared among the live connections: each peer may have this
     /// many frames unacknowledged (at least 4).
-    fn credit_grant(&self) -> u16 {
+    pub(crate) fn credit_grant(&self) -> u16 {
         let n = self.conns.len().max(1);
         (usize::from(self.caps.rx_desc) / n).clamp(4, usize::from(u16::MAX)) as u16
-    }
-
-    fn run_timers(&mut self, now: u64) {
-        self.credits = self.credit_grant();
-        let keepalive = self.us_to_ticks(self.cfg.keepalive_us);
-        for slot in 0..self.conns.slots() {
-            let Some(conn) = self.conns.get_mut(slot) else {
-                continue;
-            };
-            if !conn.unreported.is_empty() {
-                send::report_waiting(conn);
-            }
-            if conn.state == ConnState::Normal && conn.inflight.is_empty() {
-                // Idle: probe a silent peer once a period; give up on one that left
-                // `keepalive_count` probes unanswered.
-                let silent = now.saturating_sub(conn.last_rx);
-                if silent > keepalive && now.saturating_sub(conn.last_probe) > keepalive {
-                    if conn.probes_unanswered >= self.cfg.keepalive_count {
-                        self.stats.keepalive_failures += 1;
-                        fail_connection(conn, WcStatus::RetryExceeded);
-                    } else {
-                        conn.probes_unanswered += 1;
-                        conn.last_probe = now;
-                        self.probe_list.push(slot);
-                    }
-                }
-                continue;
-            }
-            if conn.state == ConnState::Normal && now >= conn.rnr_until {
-                match conn.tx.on_timer(now) {
-                    Timeout::GiveUp => fail_connection(conn, WcStatus::RetryExceeded),
-                    Timeout::Retransmit => self.stats.timeouts += 1,
-                    Timeout::Idle => {}
-                }
-            }
-        }
-        self.cm_timers(now);
     }
 
     /// Turns fault injection on (or off with `None`) for the frames this node receives.

@@ -252,6 +252,7 @@ impl Node {
             conn.ack_pending = true;
             self.ack_new.push(slot);
         }
+        self.rearm(slot);
     }
 
     /// Runs the message a fault kept, after the host repaired what it needed (mapped
@@ -312,6 +313,7 @@ impl Node {
             conn.ack_pending = true;
             self.ack_new.push(slot);
         }
+        self.rearm(slot);
         Ok(())
     }
 }

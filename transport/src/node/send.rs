@@ -192,7 +192,9 @@ impl Node {
         let mut slot = start;
         for _ in 0..n {
             if self.has_send_work(slot) {
-                match self.service_conn(link, slot, now, burst, true) {
+                let served = self.service_conn(link, slot, now, burst, true);
+                self.rearm(slot); // what it sent starts the retransmission timer
+                match served {
                     Served::Done => {}
                     Served::Yielded => {
                         // Resume with this connection next turn (after the high ones).
@@ -220,10 +222,12 @@ impl Node {
     pub fn transmit_high<L: Link>(&mut self, now: u64, link: &mut L) -> bool {
         for i in 0..self.conns.high_slots().len() {
             let slot = self.conns.high_slots()[i];
-            if self.has_send_work(slot)
-                && self.service_conn(link, slot, now, u32::MAX, false) == Served::PortFull
-            {
-                return false;
+            if self.has_send_work(slot) {
+                let served = self.service_conn(link, slot, now, u32::MAX, false);
+                self.rearm(slot);
+                if served == Served::PortFull {
+                    return false;
+                }
             }
         }
         if self.caps.queues > 1 {
