@@ -17,10 +17,12 @@ fn repeated_connect_requests_create_one_connection() {
     let scq = server.create_cq(16);
     let l = server.listen(3, &sep, &scq).unwrap();
     let (looked_tx, looked) = std::sync::mpsc::channel::<()>();
+    let (opened_tx, opened) = std::sync::mpsc::channel::<()>();
     let client_thread = std::thread::spawn(move || {
         let client = Device::open(DeviceConfig::new("ring:dup:a", [10, 0, 0, 2])).unwrap();
         let ep = client.alloc_endpoint(4096, Rights::REMOTE_WRITE).unwrap();
         let cq = client.create_cq(16);
+        opened_tx.send(()).unwrap();
         let c = client.connect([10, 0, 0, 1], 3, &ep, &cq).unwrap();
         c.post_write(&WriteRequest::inline(1, b"once", 0).unwrap().signaled())
             .unwrap();
@@ -31,7 +33,10 @@ fn repeated_connect_requests_create_one_connection() {
         let _ = looked.recv_timeout(T);
         n
     });
-    std::thread::sleep(Duration::from_millis(250)); // ~5 retries at 50 ms
+    // From when the client starts connecting (opening a device may take a while on a
+    // loaded machine): ~5 retries at 50 ms.
+    opened.recv_timeout(T).unwrap();
+    std::thread::sleep(Duration::from_millis(250));
     let s = l.accept(T).unwrap();
     assert!(wait_until(&server, T, || s.arrivals() == 1));
     // No second connection from the duplicates.

@@ -334,6 +334,7 @@ impl Node {
             probes_unanswered: 0,
             naks: [(0, RemoteStatus::Ok); MAX_PENDING_NAKS],
             nnaks: 0,
+            refusals: Default::default(),
             tx: Sender::new(
                 isn,
                 self.us_to_ticks(self.cfg.retry_timeout_us),
@@ -549,7 +550,8 @@ impl Node {
             target: c.peer_conn,
             key: c.peer_key,
             sender: c.number,
-            ack: c.rx.expected(),
+            // Never past a refusal the peer may not know of.
+            ack: c.ack_point(),
         };
         if let Some(to) = self.nodes.get(c.peer).copied() {
             self.cm_frame(&to, &msg);

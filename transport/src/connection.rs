@@ -15,6 +15,10 @@ use std::sync::Arc;
 
 use crossbeam::queue::ArrayQueue;
 
+mod refusals;
+
+pub use refusals::{echoed_base, Refusals, MAX_REFUSALS};
+
 use crate::oplogic::RemoteStatus;
 use crate::tables::{EndpointId, NodeId};
 
@@ -469,7 +473,9 @@ impl ReadReplies {
     }
 }
 
-/// Most NAKs remembered between two acknowledgement frames.
+/// Most receiver-not-ready NAKs remembered between two acknowledgement frames (they
+/// need no record: the sender's timer covers their loss; refusals are in
+/// [`Refusals`]).
 pub const MAX_PENDING_NAKS: usize = 32;
 
 /// The worker's entry for one connection.
@@ -523,6 +529,8 @@ pub struct Connection {
     pub probes_unanswered: u32,
     pub naks: [(u32, RemoteStatus); MAX_PENDING_NAKS],
     pub nnaks: usize,
+    /// Messages refused here whose NAK the peer has not confirmed seeing.
+    pub refusals: Refusals,
 
     // Send side.
     /// Sequence state of what we send (selective repeat, retransmission timer).
@@ -575,6 +583,18 @@ impl Connection {
         None
     }
 
+    /// The cumulative acknowledgement a frame that carries no NAK cell may give: up to
+    /// the first refusal the peer may not know of.
+    #[inline]
+    pub fn ack_point(&self) -> u32 {
+        if self.refusals.is_empty() {
+            self.rx.expected()
+        } else {
+            self.refusals.ack_point(self.rx.expected(), 0)
+        }
+    }
+
+    /// Queues a receiver-not-ready NAK for the next acknowledgement frame.
     pub fn push_nak(&mut self, seq: u32, status: RemoteStatus) -> bool {
         if self.nnaks == MAX_PENDING_NAKS {
             return false;

@@ -432,3 +432,101 @@ fn atomics_apply_exactly_once_under_loss_and_duplication() {
         assert!(net.stats.duplicated > 0 && net.stats.lost > 0);
     }
 }
+
+/// Whether a frame carries a NAK cell.
+fn carries_nak(f: &[u8]) -> bool {
+    FrameView::parse(f).is_ok_and(|v| {
+        v.messages()
+            .any(|m| m.is_ok_and(|m| m.control.opcode == deposit_transport::wire::op::NAK))
+    })
+}
+
+/// Drops the first `k` frames host `from` sends that carry a NAK.
+fn drop_first_naks(from: usize, k: usize) -> deposit_transport::sim::Filter {
+    let mut dropped = 0;
+    Box::new(move |src, _to, f| {
+        let drop = src == from && dropped < k && carries_nak(f);
+        dropped += usize::from(drop);
+        drop
+    })
+}
+
+/// Posts `n` writes from `a` where every `bad`-th one leaves the peer's endpoint, runs
+/// them to completion and checks every status and every byte that landed.
+fn refusals_complete_with_errors(
+    net: &mut deposit_transport::sim::Network,
+    a: &End,
+    b: &End,
+    n: u64,
+    bad: u64,
+) {
+    let src = pattern(net, a, 0, 4000, 5);
+    let beyond = (EP_LEN - 100) as u32;
+    let wrs = (0..n).map(|i| {
+        if i % bad == bad - 1 {
+            write(i, a, 0, 1000, beyond)
+        } else {
+            write(i, a, 0, 4000, i as u32 * 4000)
+        }
+    });
+    post_all(a, wrs);
+    let done = complete(net, a, n as usize, 60);
+    for c in &done {
+        let want = if c.wr_id % bad == bad - 1 {
+            WcStatus::RemoteAccessError
+        } else {
+            WcStatus::Success
+        };
+        assert_eq!(c.status, want, "{c:?}");
+        if want == WcStatus::Success {
+            same(&bytes(net, b, c.wr_id as usize * 4000, 4000), &src, "write");
+        }
+    }
+    assert_eq!(bytes(net, b, EP_LEN - 100, 100), vec![0; 100]);
+    assert!(live(a) && live(b));
+}
+
+#[test]
+fn a_lost_nak_never_turns_a_refused_write_into_success() {
+    // The receiver refuses a write and moves on; the frames that carry the NAK are
+    // lost while later writes are acknowledged. Its later acknowledgements must not
+    // pass the refusal until the sender has seen the NAK. With traffic the other way
+    // too, the acknowledgements that ride on data frames must not either.
+    for (seed, both_ways) in [(1, false), (2, true), (3, false), (4, true)] {
+        let (mut net, a, b) = pair(
+            &NodeConfig::default(),
+            LinkConfig::default(),
+            seed,
+            &ConnectOptions::default(),
+        );
+        net.set_filter(Some(drop_first_naks(1, 1 + seed as usize)));
+        if both_ways {
+            post_all(
+                &b,
+                (0..40u64).map(|i| write(100 + i, &b, 0, 2000, 500_000 + i as u32 * 2000)),
+            );
+        }
+        refusals_complete_with_errors(&mut net, &a, &b, 30, 10);
+        if both_ways {
+            all_ok(&complete(&mut net, &b, 40, 10));
+        }
+        let rx = net.hosts[1].node.stats();
+        assert!(rx.naks_tx > 3, "the NAKs were repeated: {rx:?}");
+    }
+}
+
+#[test]
+fn more_refusals_than_the_record_holds_wait_for_room_and_all_complete() {
+    // Every other write is refused: far more refusals than the receiver keeps
+    // unconfirmed (MAX_REFUSALS), with the first NAK frames lost and a lossy link.
+    for (seed, link) in [(5, LinkConfig::default()), (6, LinkConfig::lossy(0.05))] {
+        let (mut net, a, b) = pair(
+            &NodeConfig::default(),
+            link,
+            seed,
+            &ConnectOptions::default(),
+        );
+        net.set_filter(Some(drop_first_naks(1, 4)));
+        refusals_complete_with_errors(&mut net, &a, &b, 120, 2);
+    }
+}

@@ -62,6 +62,11 @@ use crate::wire::{self, WireError};
 /// retransmitted duplicate (acknowledged again); anything else out of order is refused.
 pub const DUPLICATE_WINDOW: u32 = 1 << 20;
 
+/// Most unacknowledged messages a connection may have (its window, plus as many
+/// replies): the acknowledged echo of the transport header carries 16 bits of the send
+/// base, which its receiver rebuilds unambiguously within 2^16 of its receive point.
+pub const MAX_WINDOW: u32 = 1 << 15;
+
 /// Node tunables.
 #[derive(Debug, Clone)]
 pub struct NodeConfig {
@@ -79,7 +84,7 @@ pub struct NodeConfig {
     pub cm_retry_us: u64,
     /// Give up connecting/closing after this long.
     pub cm_timeout_us: u64,
-    /// Most unacknowledged messages per connection.
+    /// Most unacknowledged messages per connection (at most [`MAX_WINDOW`]).
     pub window: u32,
     /// Most unacknowledged bytes of first transmissions per connection (a
     /// bandwidth-delay-product cap: it bounds what one connection queues in the port
@@ -334,6 +339,7 @@ impl Node {
         if cfg.local.mac == [0; 6] {
             cfg.local.mac = caps.mac;
         }
+        cfg.window = cfg.window.clamp(1, MAX_WINDOW);
         let segment_max = segment_max_for(caps.max_frame);
         let bulk_segment = segment_max_for(caps.max_frame.min(send::BULK_FRAME_BESIDE_HIGH));
         let mut nodes = NodeTable::new();

@@ -9,7 +9,7 @@
 //! ready"), other connections go on, and [`Node::resume`] runs the kept message
 //! exactly once after the host's repair.
 
-use crate::connection::{ConnState, Connection, Held, Pending, Stored, WcStatus};
+use crate::connection::{echoed_base, ConnState, Connection, Held, Pending, Stored, WcStatus};
 use crate::events::{Event, EventKind, EventQueue};
 use crate::message;
 use crate::oplogic::{
@@ -21,7 +21,7 @@ use crate::tables::{EndpointTable, RegisterFile, Token, TokenMatch};
 use crate::tlb::Tlb;
 use crate::wire::cell::flags as cflags;
 use crate::wire::compound::COMPOUND_LEN;
-use crate::wire::{hflags, op, ControlRepr, FrameView};
+use crate::wire::{hflags, op, ControlRepr, FrameView, Message, WireError};
 
 use super::{send, wire_drop_reason, Node, Stats, DUPLICATE_WINDOW};
 
@@ -49,6 +49,10 @@ enum Ran {
     ///
     /// [`ReadReplies`]: crate::connection::ReadReplies
     Wait,
+    /// Not run: it would be refused while the record of refusals the peer has not
+    /// confirmed is full ([`crate::connection::Refusals`]). [`deliver`] keeps it as
+    /// for [`Ran::Wait`]; it runs when the peer's echo frees room.
+    Deferred,
 }
 
 /// The pieces of the node a message may touch, borrowed apart from the connection.
@@ -64,44 +68,45 @@ struct Exec<'a> {
     now: u64,
 }
 
+/// What the messages of one frame came to, gathered as they run: the frame's ack
+/// and credit step and the host's notifications act on it afterwards.
+#[derive(Default)]
+struct Intake {
+    /// Sequence number of the frame's next message.
+    seq: u32,
+    /// Requests whose last message ran (the application's arrival count).
+    arrivals: u64,
+    /// Whether the frame asks for an acknowledgement (a data message, a NAK we owe, a
+    /// liveness probe).
+    owe_ack: bool,
+    /// The latest compound descriptor of this frame (for COMPOUND_REPEAT messages).
+    frame_desc: Option<[u8; COMPOUND_LEN]>,
+    /// The selective part of the peer's acknowledgement, when the frame carries one.
+    sack: SeqBits,
+}
+
+/// Whether the frame's messages go on after one of them.
+enum Flow {
+    Next,
+    Stop,
+}
+
 impl Node {
-    /// A received frame (after the fault layer).
+    /// A received frame (after the fault layer), through the pipeline: validate →
+    /// connection and key → each message through reliability and delivery → the
+    /// frame's acknowledgement and credits → what the host is told.
     pub(super) fn receive(&mut self, data: &[u8], now: u64) {
-        let frame = match FrameView::parse(data) {
-            Ok(f) => f,
-            Err(e) => {
-                self.stats.drop_for(wire_drop_reason(&e));
-                return;
-            }
-        };
-        if frame.underlay.dst_ip != self.cfg.local.ip {
-            // Promiscuous ports on a shared segment (a bridge floods unknown MACs) see
-            // frames for other nodes: never act on them.
-            self.stats.drop_for(DropReason::NotOurs);
+        let Some(frame) = self.validate(data) else {
             return;
-        }
-        self.stats.frames_rx += 1;
-        self.stats.cells_rx += frame.header.cells as u64;
-        self.stats.bytes_rx += data.len() as u64;
+        };
         if frame.header.flags & hflags::CM != 0 || frame.header.dst_conn == 0 {
             self.handle_cm(&frame, now);
             return;
         }
-        let Some(slot) = self.conns.slot_of(frame.header.dst_conn) else {
-            self.stats.drop_for(DropReason::UnknownConnection);
+        let Some(slot) = self.lookup(&frame, now) else {
             return;
         };
-        let conn = self.conns.get_mut(slot).expect("slot from map");
-        if frame.header.key != conn.key {
-            self.stats.drop_for(DropReason::WrongKey);
-            return;
-        }
-        if !matches!(conn.state, ConnState::Normal | ConnState::Exceptioned) {
-            self.stats.drop_for(DropReason::UnknownConnection);
-            return;
-        }
-        conn.last_rx = now;
-        conn.probes_unanswered = 0;
+        let conn = self.conns.get_mut(slot).expect("slot from lookup");
         let mut ex = Exec {
             endpoints: &self.endpoints,
             regs: &mut self.regs,
@@ -113,146 +118,74 @@ impl Node {
             segment_max: self.segment_max,
             now,
         };
-
-        let mut seq = frame.header.seq;
-        let mut arrivals = 0u64;
-        // A liveness probe asks for an acknowledgement whatever the frame carries.
-        let mut owe_ack = frame.header.flags & hflags::ACK_REQ != 0;
-        // The latest compound descriptor of this frame (for COMPOUND_REPEAT messages).
-        let mut frame_desc: Option<[u8; COMPOUND_LEN]> = None;
-        // The selective part of the peer's acknowledgement, when the frame carries one.
-        let mut sack = SeqBits::default();
+        let mut intake = Intake {
+            seq: frame.header.seq,
+            // A liveness probe asks for an acknowledgement whatever the frame carries.
+            owe_ack: frame.header.flags & hflags::ACK_REQ != 0,
+            ..Intake::default()
+        };
+        if !conn.refusals.is_empty() {
+            take_echo(conn, &frame, &mut intake, &mut ex);
+        }
         for msg in frame.messages() {
-            let m = match msg {
-                Ok(m) => m,
-                Err(e) => {
-                    // The rest of the frame cannot be decoded; refuse the message at
-                    // this sequence number (once) and stop.
-                    ex.stats.drop_for(wire_drop_reason(&e));
-                    if seq == conn.rx.expected()
-                        && conn.state == ConnState::Normal
-                        && conn.push_nak(seq, RemoteStatus::RemoteOperationError)
-                    {
-                        arrivals += advance(conn, &mut ex);
-                        owe_ack = true;
-                    }
-                    break;
-                }
-            };
-            if m.control.flags & cflags::COMPOUND != 0 {
-                if let Some(d) = m.payload.get(..COMPOUND_LEN) {
-                    frame_desc = d.try_into().ok();
-                }
-            }
-            match m.control.opcode {
-                op::NAK => {
-                    ex.stats.naks_rx += 1;
-                    send::apply_nak(conn, m.control.operand, m.control.index, now, ex.stats);
-                    continue;
-                }
-                op::SACK => {
-                    sack.set_word32(m.control.operand as usize, m.control.index);
-                    continue;
-                }
-                _ => {}
-            }
-            let this = seq;
-            seq = seq.wrapping_add(1);
-            owe_ack = true;
-            match conn.rx.classify(this, DUPLICATE_WINDOW) {
-                Arrival::InOrder => {}
-                Arrival::Duplicate => {
-                    // Already executed or kept (a retransmission): acknowledge again.
-                    ex.stats.duplicates += 1;
-                    continue;
-                }
-                Arrival::OutOfWindow => {
-                    ex.stats.drop_for(DropReason::OutOfSequence);
-                    break;
-                }
-                Arrival::Ahead { offset } => {
-                    if conn.state == ConnState::Normal {
-                        // Ahead of a gap: a segment whose request started at or before
-                        // the gap is placed now; anything else is kept (a copy, the loss
-                        // path) and run when the gap fills. One loss costs one
-                        // retransmission either way.
-                        let stored = if place_ahead(conn, this, &m.control, m.payload, &mut ex) {
-                            Stored {
-                                control: m.control,
-                                payload: Vec::new(),
-                                frame_desc: None,
-                                placed: true,
-                            }
-                        } else {
-                            let len = (m.control.length as usize).min(m.payload.len());
-                            let repeat = m.control.flags & cflags::COMPOUND_REPEAT != 0;
-                            Stored {
-                                control: m.control,
-                                payload: m.payload[..len].to_vec(),
-                                frame_desc: if repeat { frame_desc } else { None },
-                                placed: false,
-                            }
-                        };
-                        conn.reorder.insert(this, stored);
-                        conn.rx.keep_ahead(offset);
-                        ex.stats.reordered += 1;
-                    }
-                    continue;
-                }
-            }
-            if conn.state == ConnState::Exceptioned {
-                // Later messages wait behind the kept one; the sender is told again.
-                if conn.nnaks == 0 {
-                    conn.push_nak(conn.rx.expected(), RemoteStatus::PageFault);
-                }
+            if let Flow::Stop = take_message(conn, msg, &mut intake, &mut ex) {
                 break;
             }
-            match deliver(
-                conn,
-                this,
-                &m.control,
-                m.payload,
-                frame_desc.as_ref(),
-                &mut ex,
-            ) {
-                Ran::Held => break,
-                // Kept; the messages after it are kept ahead of it.
-                Ran::Wait => continue,
-                Ran::Done | Ran::Refused => {}
-            }
-            if !conn.reorder.is_empty() {
-                conn.reorder.remove(&this); // a copy kept when it had to wait
-            }
-            if m.control.flags & cflags::LAST != 0 {
-                arrivals += 1;
-            }
-            arrivals += advance(conn, &mut ex);
         }
         if frame.header.flags & hflags::ACK != 0 {
-            send::process_ack(conn, frame.header.ack, &sack, now);
-            conn.tx
-                .on_credit(u64::from(frame.header.credits) * u64::from(conn.segment_max));
-            if !conn.read_replies.is_empty() {
-                let n = run_waiting(conn, &mut ex);
-                owe_ack |= n.is_some();
-                arrivals += n.unwrap_or(0);
-            }
+            take_ack(conn, &frame, &mut intake, &mut ex);
         }
-        if arrivals > 0 {
-            // The node is the only writer: a plain load and a release store (no
-            // locked instruction) publish the count after the deposits it counts.
-            let a = &conn.shared.arrivals;
-            a.store(
-                a.load(std::sync::atomic::Ordering::Relaxed) + arrivals,
-                std::sync::atomic::Ordering::Release,
-            );
-        }
-        send::complete_ready(conn);
+        let owe_ack = notify_host(conn, &intake);
         if owe_ack && !conn.ack_pending {
             conn.ack_pending = true;
             self.ack_new.push(slot);
         }
         self.rearm(slot);
+    }
+
+    /// Step 1, validate: a frame that parses (lengths, checksums, version) and is
+    /// addressed to this node, counted; anything else is dropped with its reason.
+    #[inline]
+    fn validate<'a>(&mut self, data: &'a [u8]) -> Option<FrameView<'a>> {
+        let frame = match FrameView::parse(data) {
+            Ok(f) => f,
+            Err(e) => {
+                self.stats.drop_for(wire_drop_reason(&e));
+                return None;
+            }
+        };
+        if frame.underlay.dst_ip != self.cfg.local.ip {
+            // Promiscuous ports on a shared segment (a bridge floods unknown MACs) see
+            // frames for other nodes: never act on them.
+            self.stats.drop_for(DropReason::NotOurs);
+            return None;
+        }
+        self.stats.frames_rx += 1;
+        self.stats.cells_rx += frame.header.cells as u64;
+        self.stats.bytes_rx += data.len() as u64;
+        Some(frame)
+    }
+
+    /// Step 2, connection and key: the slot of the live connection the frame names,
+    /// if its key matches; the peer is heard from.
+    #[inline]
+    fn lookup(&mut self, frame: &FrameView<'_>, now: u64) -> Option<usize> {
+        let Some(slot) = self.conns.slot_of(frame.header.dst_conn) else {
+            self.stats.drop_for(DropReason::UnknownConnection);
+            return None;
+        };
+        let conn = self.conns.get_mut(slot).expect("slot from map");
+        if frame.header.key != conn.key {
+            self.stats.drop_for(DropReason::WrongKey);
+            return None;
+        }
+        if !matches!(conn.state, ConnState::Normal | ConnState::Exceptioned) {
+            self.stats.drop_for(DropReason::UnknownConnection);
+            return None;
+        }
+        conn.last_rx = now;
+        conn.probes_unanswered = 0;
+        Some(slot)
     }
 
     /// Runs the message a fault kept, after the host repaired what it needed (mapped
@@ -299,16 +232,12 @@ impl Node {
         }
         conn.shared.set_state(ConnState::Normal);
         let mut arrivals = 0;
-        if !matches!(ran, Ran::Wait) {
+        if !matches!(ran, Ran::Wait | Ran::Deferred) {
             arrivals += u64::from(held.control.flags & cflags::LAST != 0);
             // The messages kept ahead of it run now, in order.
             arrivals += advance(conn, &mut ex);
         }
-        let a = &conn.shared.arrivals;
-        a.store(
-            a.load(std::sync::atomic::Ordering::Relaxed) + arrivals,
-            std::sync::atomic::Ordering::Release,
-        );
+        publish_arrivals(conn, arrivals);
         if !conn.ack_pending {
             conn.ack_pending = true;
             self.ack_new.push(slot);
@@ -316,6 +245,201 @@ impl Node {
         self.rearm(slot);
         Ok(())
     }
+}
+
+/// Step 3, one message of a frame: acknowledgement parts (NAK, SACK) apply to what we
+/// sent; anything else takes a sequence number and goes through reliability
+/// (in order, duplicate, ahead of a gap) to delivery.
+#[inline]
+fn take_message(
+    conn: &mut Connection,
+    msg: Result<Message<'_>, WireError>,
+    intake: &mut Intake,
+    ex: &mut Exec<'_>,
+) -> Flow {
+    let m = match msg {
+        Ok(m) => m,
+        Err(e) => {
+            undecodable(conn, intake, &e, ex);
+            return Flow::Stop;
+        }
+    };
+    if m.control.flags & cflags::COMPOUND != 0 {
+        if let Some(d) = m.payload.get(..COMPOUND_LEN) {
+            intake.frame_desc = d.try_into().ok();
+        }
+    }
+    match m.control.opcode {
+        op::NAK => {
+            ex.stats.naks_rx += 1;
+            send::apply_nak(conn, m.control.operand, m.control.index, ex.now, ex.stats);
+            return Flow::Next;
+        }
+        op::SACK => {
+            intake
+                .sack
+                .set_word32(m.control.operand as usize, m.control.index);
+            return Flow::Next;
+        }
+        _ => {}
+    }
+    let this = intake.seq;
+    intake.seq = this.wrapping_add(1);
+    intake.owe_ack = true;
+    match conn.rx.classify(this, DUPLICATE_WINDOW) {
+        Arrival::InOrder => take_in_order(conn, this, &m.control, m.payload, intake, ex),
+        Arrival::Duplicate => {
+            // Already executed or kept (a retransmission): acknowledge again.
+            ex.stats.duplicates += 1;
+            Flow::Next
+        }
+        Arrival::OutOfWindow => {
+            ex.stats.drop_for(DropReason::OutOfSequence);
+            Flow::Stop
+        }
+        Arrival::Ahead { offset } => {
+            if conn.state == ConnState::Normal {
+                keep_ahead(conn, this, offset, &m.control, m.payload, intake, ex);
+            }
+            Flow::Next
+        }
+    }
+}
+
+/// The rest of a frame cannot be decoded: the message at this sequence number is
+/// refused (once) and the frame ends.
+#[cold]
+fn undecodable(conn: &mut Connection, intake: &mut Intake, e: &WireError, ex: &mut Exec<'_>) {
+    ex.stats.drop_for(wire_drop_reason(e));
+    if intake.seq == conn.rx.expected()
+        && conn.state == ConnState::Normal
+        && conn
+            .refusals
+            .push(intake.seq, RemoteStatus::RemoteOperationError)
+    {
+        intake.arrivals += advance(conn, ex);
+        intake.owe_ack = true;
+    }
+}
+
+/// The message the receiver expects: delivered (unless the connection is exceptioned:
+/// it waits behind the kept one), then the receive state moves on.
+#[inline]
+fn take_in_order(
+    conn: &mut Connection,
+    this: u32,
+    control: &ControlRepr,
+    payload: &[u8],
+    intake: &mut Intake,
+    ex: &mut Exec<'_>,
+) -> Flow {
+    if conn.state == ConnState::Exceptioned {
+        // Later messages wait behind the kept one; the sender is told again.
+        if conn.nnaks == 0 {
+            conn.push_nak(conn.rx.expected(), RemoteStatus::PageFault);
+        }
+        return Flow::Stop;
+    }
+    match deliver(conn, this, control, payload, intake.frame_desc.as_ref(), ex) {
+        Ran::Held => return Flow::Stop,
+        // Kept; the messages after it are kept ahead of it.
+        Ran::Wait | Ran::Deferred => return Flow::Next,
+        Ran::Done | Ran::Refused => {}
+    }
+    if !conn.reorder.is_empty() {
+        conn.reorder.remove(&this); // a copy kept when it had to wait
+    }
+    if control.flags & cflags::LAST != 0 {
+        intake.arrivals += 1;
+    }
+    intake.arrivals += advance(conn, ex);
+    Flow::Next
+}
+
+/// A message ahead of a gap: a segment whose request started at or before the gap is
+/// placed now; anything else is kept (a copy, the loss path) and run when the gap
+/// fills. One loss costs one retransmission either way.
+#[inline(never)]
+fn keep_ahead(
+    conn: &mut Connection,
+    this: u32,
+    offset: u32,
+    control: &ControlRepr,
+    payload: &[u8],
+    intake: &Intake,
+    ex: &mut Exec<'_>,
+) {
+    let stored = if place_ahead(conn, this, control, payload, ex) {
+        Stored {
+            control: *control,
+            payload: Vec::new(),
+            frame_desc: None,
+            placed: true,
+        }
+    } else {
+        let len = (control.length as usize).min(payload.len());
+        let repeat = control.flags & cflags::COMPOUND_REPEAT != 0;
+        Stored {
+            control: *control,
+            payload: payload[..len].to_vec(),
+            frame_desc: if repeat { intake.frame_desc } else { None },
+            placed: false,
+        }
+    };
+    conn.reorder.insert(this, stored);
+    conn.rx.keep_ahead(offset);
+    ex.stats.reordered += 1;
+}
+
+/// Before the messages: the peer's echo of how far it was acknowledged confirms the
+/// refusals it was told of; a message deferred for want of room in that record runs.
+#[cold]
+fn take_echo(conn: &mut Connection, frame: &FrameView<'_>, intake: &mut Intake, ex: &mut Exec<'_>) {
+    let base = echoed_base(conn.rx.expected(), frame.header.acked);
+    if conn.refusals.confirm(base) && !conn.reorder.is_empty() {
+        if let Some(n) = run_waiting(conn, ex) {
+            intake.owe_ack = true;
+            intake.arrivals += n;
+        }
+    }
+}
+
+/// Step 4, the frame's acknowledgement: what we sent is acknowledged (cumulatively and
+/// selectively), the peer's credits apply, and a message kept waiting for a read
+/// reply's acknowledgement may run now.
+#[inline]
+fn take_ack(conn: &mut Connection, frame: &FrameView<'_>, intake: &mut Intake, ex: &mut Exec<'_>) {
+    send::process_ack(conn, frame.header.ack, &intake.sack, ex.now);
+    conn.tx
+        .on_credit(u64::from(frame.header.credits) * u64::from(conn.segment_max));
+    if !conn.read_replies.is_empty() {
+        let n = run_waiting(conn, ex);
+        intake.owe_ack |= n.is_some();
+        intake.arrivals += n.unwrap_or(0);
+    }
+}
+
+/// Step 5, the host: arrivals published, completions of acknowledged requests posted.
+/// Returns whether the frame owes an acknowledgement.
+#[inline]
+fn notify_host(conn: &mut Connection, intake: &Intake) -> bool {
+    if intake.arrivals > 0 {
+        publish_arrivals(conn, intake.arrivals);
+    }
+    send::complete_ready(conn);
+    intake.owe_ack
+}
+
+/// Adds to the connection's arrival count. The node is the only writer: a plain load
+/// and a release store (no locked instruction) publish the count after the deposits
+/// it counts.
+#[inline]
+fn publish_arrivals(conn: &Connection, arrivals: u64) {
+    let a = &conn.shared.arrivals;
+    a.store(
+        a.load(std::sync::atomic::Ordering::Relaxed) + arrivals,
+        std::sync::atomic::Ordering::Release,
+    );
 }
 
 /// Runs the message the receiver expects: a reply to one of our requests, or an
@@ -335,7 +459,13 @@ fn deliver(
         }
         return Ran::Done;
     }
-    run_message(conn, seq, control, payload, frame_desc, ex)
+    match run_message(conn, seq, control, payload, frame_desc, ex) {
+        Ran::Deferred => {
+            ex.stats.msgs_rx -= 1; // not run
+            wait_in_order(conn, seq, control, payload, frame_desc)
+        }
+        ran => ran,
+    }
 }
 
 /// The expected message ran: moves the receive state on, then runs the messages kept
@@ -365,7 +495,7 @@ fn run_kept(conn: &mut Connection, ex: &mut Exec<'_>) -> u64 {
             next_kept = conn.rx.executed();
             continue;
         }
-        if let Ran::Held | Ran::Wait = deliver_kept(conn, seq, &st, ex) {
+        if let Ran::Held | Ran::Wait | Ran::Deferred = deliver_kept(conn, seq, &st, ex) {
             return arrivals;
         }
         if st.control.flags & cflags::LAST != 0 {
@@ -400,7 +530,7 @@ fn run_waiting(conn: &mut Connection, ex: &mut Exec<'_>) -> Option<u64> {
     let st = conn.reorder.remove(&seq)?;
     match deliver_kept(conn, seq, &st, ex) {
         Ran::Held => Some(0),
-        Ran::Wait => None,
+        Ran::Wait | Ran::Deferred => None,
         Ran::Done | Ran::Refused => {
             let last = u64::from(st.control.flags & cflags::LAST != 0);
             Some(last + advance(conn, ex))
@@ -554,7 +684,7 @@ fn run_message(
     let blocked = blocked_by_read_reply(conn, &plan);
     let queue = match admit(ex.queues, conn.endpoint, blocked, plan.interrupt) {
         Admit::Go(q) => q,
-        Admit::Wait => return wait_for_reply_ack(conn, seq, control, payload, frame_desc),
+        Admit::Wait => return wait_in_order(conn, seq, control, payload, frame_desc),
         Admit::Full => {
             let t = Trap::EventQueueFull;
             return hold(conn, seq, control, payload, frame_desc, t, ex);
@@ -595,9 +725,10 @@ fn admit(
     Admit::Go(queue)
 }
 
-/// Keeps the expected message at its sequence number until the read reply it would
-/// overwrite is acknowledged ([`run_waiting`] runs it).
-fn wait_for_reply_ack(
+/// Keeps the expected message at its sequence number until what it waits for comes:
+/// the acknowledgement of a read reply it would overwrite, or room for a refusal
+/// ([`run_waiting`] runs it).
+fn wait_in_order(
     conn: &mut Connection,
     seq: u32,
     control: &ControlRepr,
@@ -645,7 +776,7 @@ fn run_chain(
     let blocked = seqp.steps().iter().any(|p| blocked_by_read_reply(conn, p));
     let queue = match admit(ex.queues, conn.endpoint, blocked, seqp.interrupt) {
         Admit::Go(q) => q,
-        Admit::Wait => return wait_for_reply_ack(conn, seq, control, payload, None),
+        Admit::Wait => return wait_in_order(conn, seq, control, payload, None),
         Admit::Full => return hold(conn, seq, control, payload, None, Trap::EventQueueFull, ex),
     };
     oplogic::commit_sequence(&seqp, ex.regs, &mut mem);
@@ -868,14 +999,17 @@ fn refuse(
     t: Trap,
     ex: &mut Exec<'_>,
 ) -> Ran {
+    if !conn.refusals.push(seq, t.status()) {
+        // The peer has not confirmed the NAKs of earlier refusals: this one waits
+        // (moving on without a NAK the peer is sure to see would let it take a later
+        // acknowledgement for success).
+        ex.stats.drop_for(DropReason::NoBuffer);
+        return Ran::Deferred;
+    }
     ex.stats.drop_for(t.reason());
     conn.shared
         .dropped
         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    if !conn.push_nak(seq, t.status()) {
-        // NAK list full: the frame is cut here and the sender retransmits the rest.
-        ex.stats.drop_for(DropReason::NoBuffer);
-    }
     if conn.report_traps {
         report_exception(conn, control, t.status(), t, ex);
     }

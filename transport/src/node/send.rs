@@ -55,50 +55,19 @@ impl Node {
                 return;
             };
             let max = self.caps.max_frame;
-            let Some(mut w) = ack_frame(
-                &mut mbuf,
-                max,
-                conn,
-                &self.cfg.local,
-                &self.nodes,
-                self.credits,
-                0,
-            ) else {
+            // Every kept refusal's NAK rides in the frame, or the acknowledgement stops
+            // at the first left out.
+            let told = conn.refusals.len().min(wire::max_cells(max));
+            let (local, nodes, credits) = (&self.cfg.local, &self.nodes, self.credits);
+            let Some(mut w) = ack_frame(&mut mbuf, max, conn, local, nodes, credits, 0, told)
+            else {
                 continue;
             };
-            // The selective part: which messages beyond the cumulative point arrived
-            // (one cell per non-empty 32-bit word; at most 8).
-            if conn.rx.has_gap() {
-                for (i, word) in conn.rx.ack().1.words32().enumerate() {
-                    if word != 0 {
-                        let c = ControlRepr {
-                            opcode: op::SACK,
-                            operand: i as u32,
-                            index: word,
-                            ..Default::default()
-                        };
-                        let _ = w.push(&c, &[]);
-                    }
-                }
-            }
-            let mut pushed = 0;
-            for k in 0..conn.nnaks {
-                let (seq, status) = conn.naks[k];
-                let c = ControlRepr {
-                    opcode: op::NAK,
-                    operand: seq,
-                    index: status as u32,
-                    ..Default::default()
-                };
-                if w.push(&c, &[]).is_err() {
-                    break;
-                }
-                pushed += 1;
-            }
+            let pushed = push_ack_cells(conn, &mut w, told);
             conn.naks.copy_within(pushed..conn.nnaks, 0);
             conn.nnaks -= pushed;
-            self.stats.naks_tx += pushed as u64;
-            self.stats.cells_tx += pushed as u64;
+            self.stats.naks_tx += (told + pushed) as u64;
+            self.stats.cells_tx += w.cells() as u64;
             if conn.nnaks == 0 {
                 conn.ack_pending = false;
             } else {
@@ -130,8 +99,8 @@ impl Node {
             };
             let max = self.caps.max_frame;
             let (local, nodes, credits) = (&self.cfg.local, &self.nodes, self.credits);
-            let Some(w) = ack_frame(&mut mbuf, max, conn, local, nodes, credits, hflags::ACK_REQ)
-            else {
+            let extra = hflags::ACK_REQ;
+            let Some(w) = ack_frame(&mut mbuf, max, conn, local, nodes, credits, extra, 0) else {
                 continue;
             };
             let len = w.finish();
@@ -358,8 +327,9 @@ impl Node {
             let len = w.finish();
             self.stats.bytes_tx += len as u64;
             mbuf.set_len(len);
-            if conn.nnaks == 0 && !conn.rx.has_gap() {
-                conn.ack_pending = false; // piggy-backed (a gap needs the selective part)
+            if conn.nnaks == 0 && !conn.rx.has_gap() && conn.refusals.is_empty() {
+                // Piggy-backed (a gap needs the selective part, a refusal its NAK).
+                conn.ack_pending = false;
             }
             if link.push(mbuf, high) {
                 self.stats.frames_tx += 1;
@@ -425,6 +395,9 @@ enum Served {
 
 /// An acknowledgement frame of `conn` started in `mbuf` (up to `max` bytes): its
 /// headers, with `extra` header flags; cells (SACK, NAK) may follow.
+/// Starts an acknowledgement frame of `conn` that will carry NAK cells for its first
+/// `told` kept refusals (its cumulative acknowledgement stops at the first left out).
+#[allow(clippy::too_many_arguments)]
 fn ack_frame<'m, F: FrameBuf>(
     mbuf: &'m mut F,
     max: usize,
@@ -433,11 +406,50 @@ fn ack_frame<'m, F: FrameBuf>(
     nodes: &NodeTable,
     credits: u16,
     extra: u8,
+    told: usize,
 ) -> Option<FrameWriter<'m>> {
     let mut hdr = ack_header(conn, credits);
     hdr.flags |= extra;
+    hdr.ack = conn.refusals.ack_point(conn.rx.expected(), told);
     let underlay = conn_underlay(local, nodes, conn);
     FrameWriter::new(&mut mbuf.room_mut()[..max], &underlay, &hdr).ok()
+}
+
+/// The cells of an acknowledgement frame: NAKs of the first `told` kept refusals, the
+/// receiver-not-ready NAKs that fit, and — when the frame acknowledges everything that
+/// ran — the selective part (which messages beyond it arrived; one cell per non-empty
+/// 32-bit word, at most 8). Returns the receiver-not-ready NAKs it carried.
+fn push_ack_cells(conn: &Connection, w: &mut FrameWriter<'_>, told: usize) -> usize {
+    let nak = |&(seq, status): &(u32, RemoteStatus)| ControlRepr {
+        opcode: op::NAK,
+        operand: seq,
+        index: status as u32,
+        ..Default::default()
+    };
+    for r in &conn.refusals.as_slice()[..told] {
+        let _ = w.push(&nak(r), &[]); // room counted by the caller
+    }
+    let mut pushed = 0;
+    for r in &conn.naks[..conn.nnaks] {
+        if w.push(&nak(r), &[]).is_err() {
+            break;
+        }
+        pushed += 1;
+    }
+    if conn.rx.has_gap() && told == conn.refusals.len() {
+        for (i, word) in conn.rx.ack().1.words32().enumerate() {
+            if word != 0 {
+                let c = ControlRepr {
+                    opcode: op::SACK,
+                    operand: i as u32,
+                    index: word,
+                    ..Default::default()
+                };
+                let _ = w.push(&c, &[]);
+            }
+        }
+    }
+    pushed
 }
 
 pub(super) fn conn_underlay(
@@ -463,8 +475,9 @@ fn ack_header(conn: &Connection, credits: u16) -> TransportRepr {
         dst_conn: conn.peer_conn,
         key: conn.peer_key,
         seq: conn.tx.next_seq(),
-        ack: conn.rx.expected(),
+        ack: conn.ack_point(),
         credits,
+        acked: conn.tx.acked() as u16,
         src_conn: conn.number,
     }
 }

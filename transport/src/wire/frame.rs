@@ -339,6 +339,7 @@ mod tests {
             seq: 1000,
             ack: 77,
             credits: 12,
+            acked: 0x1234,
             src_conn: 5,
         }
     }
@@ -495,10 +496,10 @@ mod tests {
         assert!(buf[74 + 17..74 + 48].iter().all(|&b| b == 0));
         // The 100-byte message (cells 4..7): 16 + 100 = 116 of 144 bytes used.
         assert!(buf[74 + 4 * 48 + 116..74 + 7 * 48].iter().all(|&b| b == 0));
-        // The reserved header field is zero.
+        // The acknowledged echo lands in header bytes 26..28.
         assert_eq!(
-            TransportPacket::new_checked(&buf[42..]).unwrap().reserved(),
-            0
+            TransportPacket::new_checked(&buf[42..]).unwrap().acked(),
+            0x1234
         );
     }
 

@@ -4,9 +4,15 @@
 //! ```text
 //!  0: version | 1: flags | 2..4: cell count
 //!  4..8   destination connection      16..20 sequence number     24..26 credits
-//!  8..16  connection key              20..24 acknowledgement     26..28 reserved
+//!  8..16  connection key              20..24 acknowledgement     26..28 acknowledged (echo)
 //!                                                                28..32 source connection
 //! ```
+//!
+//! The acknowledged echo (version 6) is the low 16 bits of how far the sender of the
+//! frame has been acknowledged (its send base): an "ack of ack" that tells the receiver
+//! of the frame which of its acknowledgements arrived, so that it can stop repeating the
+//! NAKs of messages it refused (a refusal must never be lost behind a later cumulative
+//! acknowledgement).
 
 use super::{
     check_len, get_u16, get_u32, get_u64, set_u16, set_u32, set_u64, WireError, HEADER_LEN, VERSION,
@@ -23,7 +29,7 @@ mod field {
     pub const SEQ: Field = 16..20;
     pub const ACK: Field = 20..24;
     pub const CREDITS: Field = 24..26;
-    pub const RESERVED: Field = 26..28;
+    pub const ACKED: Field = 26..28;
     pub const SRC_CONN: Field = 28..32;
 }
 
@@ -114,10 +120,11 @@ impl<T: AsRef<[u8]>> TransportPacket<T> {
         get_u16(self.buffer.as_ref(), field::CREDITS)
     }
 
-    /// Reserved field (zero on emit, ignored on parse).
+    /// Low 16 bits of the sender's send base: everything it sent before it is
+    /// acknowledged (the "ack of ack").
     #[inline]
-    pub fn reserved(&self) -> u16 {
-        get_u16(self.buffer.as_ref(), field::RESERVED)
+    pub fn acked(&self) -> u16 {
+        get_u16(self.buffer.as_ref(), field::ACKED)
     }
 
     /// Source connection number.
@@ -176,10 +183,10 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> TransportPacket<T> {
         set_u16(self.buffer.as_mut(), field::CREDITS, v);
     }
 
-    /// Sets the reserved field.
+    /// Sets the acknowledged echo.
     #[inline]
-    pub fn set_reserved(&mut self, v: u16) {
-        set_u16(self.buffer.as_mut(), field::RESERVED, v);
+    pub fn set_acked(&mut self, v: u16) {
+        set_u16(self.buffer.as_mut(), field::ACKED, v);
     }
 
     /// Sets the source connection number.
@@ -206,13 +213,15 @@ pub struct TransportRepr {
     pub ack: u32,
     /// Credits granted to the receiver of this frame.
     pub credits: u16,
+    /// Low 16 bits of the sender's send base (see the module doc).
+    pub acked: u16,
     /// Source connection number.
     pub src_conn: u32,
 }
 
 impl TransportRepr {
     /// Decodes a header; fails with [`WireError::BadVersion`] unless the version is
-    /// [`VERSION`]. The reserved field is ignored.
+    /// [`VERSION`].
     #[inline]
     pub fn parse<T: AsRef<[u8]>>(packet: &TransportPacket<T>) -> Result<Self, WireError> {
         check_len(packet.buffer.as_ref(), HEADER_LEN)?;
@@ -227,11 +236,12 @@ impl TransportRepr {
             seq: packet.seq(),
             ack: packet.ack(),
             credits: packet.credits(),
+            acked: packet.acked(),
             src_conn: packet.src_conn(),
         })
     }
 
-    /// Writes the header, with version [`VERSION`] and the reserved field zero. The
+    /// Writes the header, with version [`VERSION`]. The
     /// packet must hold [`HEADER_LEN`] bytes.
     #[inline]
     pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, packet: &mut TransportPacket<T>) {
@@ -243,7 +253,7 @@ impl TransportRepr {
         packet.set_seq(self.seq);
         packet.set_ack(self.ack);
         packet.set_credits(self.credits);
-        packet.set_reserved(0);
+        packet.set_acked(self.acked);
         packet.set_src_conn(self.src_conn);
     }
 
@@ -266,12 +276,12 @@ mod tests {
 
     #[rustfmt::skip]
     const BYTES: [u8; 32] = [
-        0x05, 0x01, 0x00, 0x03,                         // version 5, ACK, 3 cells
+        0x06, 0x01, 0x00, 0x03,                         // version 6, ACK, 3 cells
         0x00, 0x00, 0x01, 0x02,                         // dst conn 258
         0x01, 0x23, 0x45, 0x67, 0x89, 0xab, 0xcd, 0xef, // key
         0x00, 0x00, 0x00, 0x2a,                         // seq 42
         0xff, 0xff, 0xff, 0xfe,                         // ack 0xfffffffe
-        0x00, 0x40, 0x00, 0x00,                         // credits 64, reserved
+        0x00, 0x40, 0xbe, 0xef,                         // credits 64, acked 0xbeef
         0x80, 0x00, 0x00, 0x07,                         // src conn
     ];
 
@@ -284,6 +294,7 @@ mod tests {
             seq: 42,
             ack: 0xffff_fffe,
             credits: 64,
+            acked: 0xbeef,
             src_conn: 0x8000_0007,
         }
     }
@@ -298,13 +309,16 @@ mod tests {
     }
 
     #[test]
-    fn reserved_field_is_ignored_on_parse() {
+    fn acked_echo_is_bytes_26_and_27_big_endian() {
         let mut bytes = BYTES;
         bytes[26] = 0xde;
         bytes[27] = 0xad;
         let packet = TransportPacket::new_unchecked(&bytes[..]);
-        assert_eq!(packet.reserved(), 0xdead);
-        assert_eq!(TransportRepr::parse(&packet), Ok(repr()));
+        assert_eq!(packet.acked(), 0xdead);
+        let r = TransportRepr::parse(&packet).unwrap();
+        assert_eq!(r.acked, 0xdead);
+        assert_eq!(r.ack, 0xffff_fffe, "the neighbours are untouched");
+        assert_eq!(r.credits, 64);
     }
 
     #[test]

@@ -97,7 +97,9 @@
 //! `ACK_REQ` header flag, the cumulative acknowledgement in disconnect requests; 4:
 //! instruction pointers, [`op::INVOKE`], and payload tokens, [`op::TOKEN_WRITE`]; 5:
 //! later segments of a write in any address mode, placed relative to the address its
-//! first segment generated, [`flags::SEGMENT`] with mode indexed).
+//! first segment generated, [`flags::SEGMENT`] with mode indexed; 6: the acknowledged
+//! echo in the transport header, bytes 26..28, which makes NAKs of refused messages
+//! reliable).
 
 use core::ops::Range;
 
@@ -120,7 +122,7 @@ pub use header::{hflags, TransportPacket, TransportRepr};
 pub use underlay::{UnderlayPacket, UnderlayRepr};
 
 /// Transport protocol version carried in byte 0 of the transport header.
-pub const VERSION: u8 = 5;
+pub const VERSION: u8 = 6;
 /// UDP destination port of every deposit frame.
 pub const UDP_PORT: u16 = 18515;
 /// Ethernet II (14) + IPv4 without options (20) + UDP (8).
@@ -331,6 +333,6 @@ mod tests {
         let e = WireError::BadUdpPort(80);
         assert_eq!(e.to_string(), "UDP destination port 80 is not 18515");
         let e = WireError::BadVersion(7);
-        assert_eq!(e.to_string(), "transport version 7 is not 5");
+        assert_eq!(e.to_string(), "transport version 7 is not 6");
     }
 }
