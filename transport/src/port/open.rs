@@ -1,0 +1,249 @@
+//! Bringing a port up: the EAL, an ethdev for the spec, its mempool, its queues, start.
+//!
+//! [`open_port`] reads top to bottom as the steps DPDK needs, in order; each PMD's
+//! gotchas live with the step they bend: the ethdev's creation ([`ring`] for
+//! in-process ring pairs, [`vdev`] for the virtual devices and PCI ports), the frame
+//! size against the device's MTU ([`device_mtu`]), the mbuf size ([`mbuf_data_room`]).
+//! Nothing here runs on the burst path.
+
+mod ring;
+mod vdev;
+
+use std::ffi::CString;
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use dpdk_sys as sys;
+
+pub(super) use ring::release_ring_side;
+
+use super::eal::{eal_init, EalConfig};
+use super::error::{dpdk_err, PortError};
+use super::thread::register_thread;
+use super::{intr_gate, Port, PortConfig, PortSpec, ALLOC_STASH, HIGH_QUEUES};
+
+/// Numbers this process's ports: names of ethdevs, vdevs and pools must be unique,
+/// also when a port is reopened.
+static PORT_SEQ: AtomicU32 = AtomicU32::new(0);
+
+/// A C string of `s` (a NUL inside, which no DPDK name or devarg has, is dropped).
+fn cstring(s: &str) -> CString {
+    CString::new(s.replace('\0', "")).expect("no NUL after replace")
+}
+
+/// An ethdev created for a spec, not yet configured.
+struct Ethdev {
+    id: u16,
+    /// Device name as DPDK knows it.
+    name: String,
+    /// The virtual device to uninit when the port closes (not for ring and PCI ports).
+    vdev: Option<CString>,
+    /// `NAME:SIDE` of a ring port, claimed in the open-rings registry.
+    ring_key: Option<String>,
+}
+
+/// Initialises the EAL (defaults, if not done yet) and brings the port up.
+pub(super) fn open_port(cfg: &PortConfig) -> Result<Port, PortError> {
+    init_eal_for(&cfg.spec)?;
+    let seq = PORT_SEQ.fetch_add(1, Ordering::Relaxed);
+    let queues = queue_pairs(&cfg.spec);
+    let mut max_frame = cfg.max_frame.clamp(128, 9600);
+    let dev = match &cfg.spec {
+        PortSpec::Ring { name, side } => {
+            ring::create_ring_ethdev(&cfg.spec, name, *side, seq, queues)?
+        }
+        spec => {
+            max_frame = vdev::clamp_to_iface_mtu(spec, max_frame);
+            vdev::create_ethdev(spec, seq, max_frame)?
+        }
+    };
+    let mtu = device_mtu(&dev, max_frame)?;
+    if !is_software(&cfg.spec) {
+        max_frame = max_frame.min(mtu as usize + 14);
+    }
+    let pool = create_mempool(cfg, seq, max_frame, &dev.name)?;
+    let rx_desc = configure_ethdev(&dev, cfg, queues, mtu, pool)?;
+    let mac = start_ethdev(&dev)?;
+    Ok(Port {
+        id: dev.id,
+        name: dev.name,
+        pool,
+        max_frame,
+        mac,
+        vdev: dev.vdev,
+        ring: matches!(cfg.spec, PortSpec::Ring { .. }),
+        ring_key: dev.ring_key,
+        stash: [std::ptr::null_mut(); ALLOC_STASH],
+        stash_n: 0,
+        rx_desc,
+        queues,
+        gated: matches!(cfg.spec, PortSpec::Memif { .. }) && intr_gate::install(),
+    })
+}
+
+/// Initialises the EAL with defaults (allow-listing the PCI device a PCI spec names)
+/// unless it already is, and registers the calling thread for mempool caches.
+fn init_eal_for(spec: &PortSpec) -> Result<(), PortError> {
+    let eal_cfg = EalConfig {
+        pci: match spec {
+            PortSpec::Pci { addr } => Some(addr.clone()),
+            _ => None,
+        },
+        ..EalConfig::default()
+    };
+    eal_init(&eal_cfg)?;
+    register_thread();
+    Ok(())
+}
+
+/// Queue pairs for a spec. Ring ports get a second queue pair for high-priority
+/// traffic (a traffic class of its own: the receiver polls it first, so urgent frames
+/// never wait behind bulk ones queued in the port). Other PMDs keep one queue: with
+/// two, DPDK 22.11's memif crashed a ddperf server as its client left (seen 2 runs in
+/// 14).
+fn queue_pairs(spec: &PortSpec) -> u16 {
+    if matches!(spec, PortSpec::Ring { .. }) {
+        HIGH_QUEUES
+    } else {
+        1
+    }
+}
+
+/// Software PMDs, which carry frames larger than the MTU they report.
+fn is_software(spec: &PortSpec) -> bool {
+    matches!(
+        spec,
+        PortSpec::Ring { .. } | PortSpec::Null { .. } | PortSpec::Memif { .. }
+    )
+}
+
+/// The MTU to configure: the one `max_frame` needs, bounded by what the device
+/// reports. Software PMDs (ring, null, memif) carry larger frames than they report —
+/// memif carries whatever fits its buffer size, which `vdev` sets — so for them the
+/// frame size stays; for kernel and hardware ports it follows this MTU.
+fn device_mtu(dev: &Ethdev, max_frame: usize) -> Result<u32, PortError> {
+    let mut info: sys::rte_eth_dev_info = Default::default();
+    // SAFETY: zeroed POD out-parameter, valid port id.
+    let rc = unsafe { sys::rte_eth_dev_info_get(dev.id, &mut info) };
+    if rc < 0 {
+        return Err(dpdk_err("rte_eth_dev_info_get", &dev.name, rc));
+    }
+    let mut mtu = (max_frame - 14) as u32;
+    if info.max_mtu > 0 && (info.max_mtu as u32) < mtu {
+        mtu = info.max_mtu as u32;
+    }
+    if info.max_rx_pktlen > 18 && info.max_rx_pktlen - 18 < mtu {
+        mtu = info.max_rx_pktlen - 18;
+    }
+    Ok(mtu)
+}
+
+/// Bytes of mbuf data room (headroom included) for frames of up to `max_frame`.
+fn mbuf_data_room(spec: &PortSpec, max_frame: usize) -> usize {
+    let headroom = sys::RTE_PKTMBUF_HEADROOM as usize;
+    match spec {
+        // af_packet copies whole ring frames into mbufs.
+        PortSpec::AfPacket { .. } => vdev::af_packet_framesz(max_frame) + headroom,
+        // af_xdp's UMEM chunks are the mbufs: a power of two, at least 2 KiB.
+        PortSpec::AfXdp { .. } => (max_frame + headroom).next_power_of_two().max(2048),
+        _ => (max_frame + headroom).next_multiple_of(64),
+    }
+}
+
+/// The port's own mempool, its mbufs large enough for one whole frame each (frames
+/// are single-segment).
+fn create_mempool(
+    cfg: &PortConfig,
+    seq: u32,
+    max_frame: usize,
+    port_name: &str,
+) -> Result<NonNull<sys::rte_mempool>, PortError> {
+    let pool_name = cstring(&format!("dp_pool{seq}"));
+    let data_room = mbuf_data_room(&cfg.spec, max_frame);
+    // SAFETY: valid name; the pool lives as long as the port.
+    let pool = unsafe {
+        sys::rte_pktmbuf_pool_create(
+            pool_name.as_ptr(),
+            cfg.mbufs,
+            256,
+            0,
+            data_room as u16,
+            sys::SOCKET_ID_ANY,
+        )
+    };
+    NonNull::new(pool).ok_or_else(|| dpdk_err("rte_pktmbuf_pool_create", port_name, -1))
+}
+
+/// Configures `queues` queue pairs and the MTU, with descriptor counts adjusted to the
+/// device's limits. Returns the receive descriptors per queue.
+fn configure_ethdev(
+    dev: &Ethdev,
+    cfg: &PortConfig,
+    queues: u16,
+    mtu: u32,
+    pool: NonNull<sys::rte_mempool>,
+) -> Result<u16, PortError> {
+    let mut conf: sys::rte_eth_conf = Default::default();
+    conf.rxmode.mtu = mtu;
+    // SAFETY: valid port and configuration.
+    let rc = unsafe { sys::rte_eth_dev_configure(dev.id, queues, queues, &conf) };
+    if rc < 0 {
+        return Err(dpdk_err("rte_eth_dev_configure", &dev.name, rc));
+    }
+    let mut rxd = cfg.rx_desc;
+    let mut txd = cfg.tx_desc;
+    // SAFETY: valid port; adjusts descriptor counts to the device limits.
+    unsafe { sys::rte_eth_dev_adjust_nb_rx_tx_desc(dev.id, &mut rxd, &mut txd) };
+    for q in 0..queues {
+        setup_queue_pair(dev, q, rxd, txd, pool)?;
+    }
+    Ok(rxd)
+}
+
+/// Sets up rx and tx queue `q` of a configured port, receiving into `pool`.
+fn setup_queue_pair(
+    dev: &Ethdev,
+    q: u16,
+    rxd: u16,
+    txd: u16,
+    pool: NonNull<sys::rte_mempool>,
+) -> Result<(), PortError> {
+    // SAFETY: valid port, a configured queue, the pool created above.
+    let rc = unsafe {
+        sys::rte_eth_rx_queue_setup(
+            dev.id,
+            q,
+            rxd,
+            sys::SOCKET_ID_ANY as u32,
+            std::ptr::null(),
+            pool.as_ptr(),
+        )
+    };
+    if rc < 0 {
+        return Err(dpdk_err("rte_eth_rx_queue_setup", &dev.name, rc));
+    }
+    // SAFETY: valid port, a configured queue.
+    let rc = unsafe {
+        sys::rte_eth_tx_queue_setup(dev.id, q, txd, sys::SOCKET_ID_ANY as u32, std::ptr::null())
+    };
+    if rc < 0 {
+        return Err(dpdk_err("rte_eth_tx_queue_setup", &dev.name, rc));
+    }
+    Ok(())
+}
+
+/// Starts a configured port in promiscuous mode. Returns its MAC address.
+fn start_ethdev(dev: &Ethdev) -> Result<[u8; 6], PortError> {
+    // SAFETY: configured port.
+    let rc = unsafe { sys::rte_eth_dev_start(dev.id) };
+    if rc < 0 {
+        return Err(dpdk_err("rte_eth_dev_start", &dev.name, rc));
+    }
+    // Not every PMD supports promiscuous mode; the transport filters by UDP port.
+    // SAFETY: started port.
+    unsafe { sys::rte_eth_promiscuous_enable(dev.id) };
+    let mut mac: sys::rte_ether_addr = Default::default();
+    // SAFETY: started port, out parameter.
+    unsafe { sys::rte_eth_macaddr_get(dev.id, &mut mac) };
+    Ok(mac.addr_bytes)
+}

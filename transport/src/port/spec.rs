@@ -1,0 +1,222 @@
+//! Which DPDK port to open: [`PortSpec`], parsed from and printed as the text users
+//! type (`ring:lo:a`, `memif:/run/x.sock:server`, `0000:3b:00.0`, ...).
+
+use std::fmt;
+use std::str::FromStr;
+
+use super::error::PortError;
+
+/// Side of an in-process ring pair.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RingSide {
+    A,
+    B,
+}
+
+/// Role of a memif port.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MemifRole {
+    Server,
+    Client,
+}
+
+/// Which DPDK port to open (DESIGN.md §8).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PortSpec {
+    /// In-process ring port; the two sides of one name are cross-connected.
+    Ring { name: String, side: RingSide },
+    /// `net_null`: tx sink (`rx == false`) or rx source of 64-byte frames.
+    Null { rx: bool },
+    /// `net_memif` over a Unix socket path.
+    Memif { socket: String, role: MemifRole },
+    /// `net_af_packet` on a kernel interface.
+    AfPacket { iface: String },
+    /// `net_af_xdp` on a kernel interface.
+    AfXdp { iface: String },
+    /// A physical port by PCI address.
+    Pci { addr: String },
+}
+
+impl FromStr for PortSpec {
+    type Err = PortError;
+
+    /// Parses `ring[:NAME:a|b]`, `null[:rx]`, `memif:<socket>:<server|client>`,
+    /// `af_packet:<iface>`, `af_xdp:<iface>`, `pci:<addr>` or a bare PCI address.
+    fn from_str(s: &str) -> Result<Self, PortError> {
+        let parts: Vec<&str> = s.split(':').collect();
+        let parsed = match parts[0] {
+            "ring" => parse_ring(&parts),
+            "null" => parse_null(&parts),
+            "memif" => parse_memif(&parts),
+            "af_packet" | "af_xdp" => parse_kernel_iface(&parts),
+            "pci" if parts.len() > 1 => Ok(PortSpec::Pci {
+                addr: parts[1..].join(":"),
+            }),
+            _ if looks_like_pci_addr(s) => Ok(PortSpec::Pci { addr: s.into() }),
+            _ => Err("unknown port kind (ring, null, memif, af_packet, af_xdp, pci)"),
+        };
+        parsed.map_err(|why| PortError::BadSpec {
+            spec: s.to_string(),
+            why,
+        })
+    }
+}
+
+/// `ring` (side a of the pair `lo`, for a loopback in one process) or
+/// `ring:<name>:<a|b>`. The name goes into DPDK ring names (`dp_<name>_ab`), which
+/// are bounded, hence at most 16 characters.
+fn parse_ring(parts: &[&str]) -> Result<PortSpec, &'static str> {
+    match *parts {
+        [_] => Ok(PortSpec::Ring {
+            name: "lo".into(),
+            side: RingSide::A,
+        }),
+        [_, name, side] => {
+            let side = match side {
+                "a" | "A" => RingSide::A,
+                "b" | "B" => RingSide::B,
+                _ => return Err("ring side must be a or b"),
+            };
+            if name.is_empty() || name.len() > 16 {
+                return Err("ring name must be 1..=16 characters");
+            }
+            Ok(PortSpec::Ring {
+                name: name.into(),
+                side,
+            })
+        }
+        _ => Err("expected ring or ring:<name>:<a|b>"),
+    }
+}
+
+/// `null` (a tx sink) or `null:rx` (an rx source).
+fn parse_null(parts: &[&str]) -> Result<PortSpec, &'static str> {
+    match parts.get(1) {
+        None => Ok(PortSpec::Null { rx: false }),
+        Some(&"rx") => Ok(PortSpec::Null { rx: true }),
+        _ => Err("expected null or null:rx"),
+    }
+}
+
+/// `memif:<socket-path>:<server|client>`.
+fn parse_memif(parts: &[&str]) -> Result<PortSpec, &'static str> {
+    if parts.len() != 3 || parts[1].is_empty() {
+        return Err("expected memif:<socket-path>:<server|client>");
+    }
+    let role = match parts[2] {
+        "server" => MemifRole::Server,
+        "client" => MemifRole::Client,
+        _ => return Err("memif role must be server or client"),
+    };
+    Ok(PortSpec::Memif {
+        socket: parts[1].into(),
+        role,
+    })
+}
+
+/// `af_packet:<iface>` or `af_xdp:<iface>`: a PMD on a kernel interface.
+fn parse_kernel_iface(parts: &[&str]) -> Result<PortSpec, &'static str> {
+    if parts.len() != 2 || parts[1].is_empty() {
+        return Err("expected af_packet:<iface> or af_xdp:<iface>");
+    }
+    let iface = parts[1].to_string();
+    Ok(if parts[0] == "af_packet" {
+        PortSpec::AfPacket { iface }
+    } else {
+        PortSpec::AfXdp { iface }
+    })
+}
+
+/// Whether `s` reads as a PCI address (`0000:3b:00.0`), so one can be given bare.
+fn looks_like_pci_addr(s: &str) -> bool {
+    s.chars()
+        .all(|c| c.is_ascii_hexdigit() || c == ':' || c == '.')
+        && s.contains('.')
+}
+
+impl fmt::Display for PortSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PortSpec::Ring { name, side } => {
+                write!(
+                    f,
+                    "ring:{name}:{}",
+                    if *side == RingSide::A { "a" } else { "b" }
+                )
+            }
+            PortSpec::Null { rx } => write!(f, "null{}", if *rx { ":rx" } else { "" }),
+            PortSpec::Memif { socket, role } => write!(
+                f,
+                "memif:{socket}:{}",
+                if *role == MemifRole::Server {
+                    "server"
+                } else {
+                    "client"
+                }
+            ),
+            PortSpec::AfPacket { iface } => write!(f, "af_packet:{iface}"),
+            PortSpec::AfXdp { iface } => write!(f, "af_xdp:{iface}"),
+            PortSpec::Pci { addr } => write!(f, "pci:{addr}"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_port_specs() {
+        assert_eq!(
+            "ring".parse::<PortSpec>().unwrap(),
+            PortSpec::Ring {
+                name: "lo".into(),
+                side: RingSide::A
+            }
+        );
+        assert_eq!(
+            "ring:x:b".parse::<PortSpec>().unwrap(),
+            PortSpec::Ring {
+                name: "x".into(),
+                side: RingSide::B
+            }
+        );
+        assert_eq!(
+            "null".parse::<PortSpec>().unwrap(),
+            PortSpec::Null { rx: false }
+        );
+        assert_eq!(
+            "memif:/tmp/a.sock:server".parse::<PortSpec>().unwrap(),
+            PortSpec::Memif {
+                socket: "/tmp/a.sock".into(),
+                role: MemifRole::Server
+            }
+        );
+        assert_eq!(
+            "af_packet:veth0".parse::<PortSpec>().unwrap(),
+            PortSpec::AfPacket {
+                iface: "veth0".into()
+            }
+        );
+        assert_eq!(
+            "0000:3b:00.0".parse::<PortSpec>().unwrap(),
+            PortSpec::Pci {
+                addr: "0000:3b:00.0".into()
+            }
+        );
+        for bad in [
+            "",
+            "ring:x",
+            "ring:x:c",
+            "memif:/x",
+            "memif:/x:boss",
+            "tap0",
+            "null:tx",
+        ] {
+            assert!(bad.parse::<PortSpec>().is_err(), "{bad:?} accepted");
+        }
+        for s in ["ring:lo:a", "null:rx", "memif:/tmp/s:client", "af_xdp:v1"] {
+            assert_eq!(s.parse::<PortSpec>().unwrap().to_string(), s);
+        }
+    }
+}

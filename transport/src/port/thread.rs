@@ -1,0 +1,46 @@
+//! Where the calling thread stands: an lcore id for DPDK, a CPU for benchmarks.
+
+use dpdk_sys as sys;
+
+thread_local! {
+    static REGISTERED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Gives the calling (non-EAL) thread an lcore id so mempool per-lcore caches work.
+/// Idempotent; failure only costs speed (the mempool then bypasses its cache).
+pub fn register_thread() {
+    REGISTERED.with(|r| {
+        if !r.get() {
+            // SAFETY: rte_lcore_id reads a thread-local; rte_thread_register is safe to
+            // call from any thread after EAL init.
+            unsafe {
+                if sys::shim_lcore_id() == u32::MAX {
+                    let _ = sys::rte_thread_register();
+                }
+            }
+            r.set(true);
+        }
+    });
+}
+
+/// Pins the calling thread to the `n`th CPU of its current affinity set, when it has
+/// more than `n` (benchmarks: two spinning threads must not share a CPU). Returns the
+/// CPU chosen, or `None` when nothing was changed.
+pub fn pin_current_thread_to_nth_cpu(n: usize) -> Option<usize> {
+    // SAFETY: cpu_set_t is plain data (all-zero is the empty set); sched_getaffinity and
+    // sched_setaffinity on pid 0 read/write the calling thread's mask through a valid
+    // pointer of the size given; CPU_ISSET/CPU_SET index within CPU_SETSIZE.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
+            return None;
+        }
+        let cpu = (0..libc::CPU_SETSIZE as usize)
+            .filter(|&c| libc::CPU_ISSET(c, &set))
+            .nth(n)?;
+        let mut one: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut one);
+        (libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &one) == 0)
+            .then_some(cpu)
+    }
+}
