@@ -1,67 +1,39 @@
-//! Connection management over reserved connection 0 (DESIGN.md §7; MINI's kernel
-//! channel, the patent's boot-time connection).
+//! Connection management (DESIGN.md §7; MINI's kernel channel, the patent's boot-time
+//! connection) as its own sans-IO machine: messages and the clock in, messages and
+//! actions out. It knows nothing of the node's tables, queues or worker; the node
+//! creates, establishes, fails and removes connections as the actions say.
 //!
-//! A small request/response protocol, each message one cell in a frame flagged `CM`
-//! with destination connection 0 and key 0:
+//! A small request/response protocol over reserved connection 0 (the messages:
+//! [`crate::wire::cm`]). Requests are retried until answered or until the CM timeout;
+//! the server answers a repeated request with the same reply (it remembers (peer
+//! address, peer connection)), so loss and duplication cannot create two connections.
+//! A disconnect request carries the closing side's cumulative acknowledgement (like
+//! TCP's FIN with its ACK): the peer's requests that ran before the close complete
+//! successfully even when the last acknowledgement frame was lost; only the rest is
+//! flushed. Connection numbers, keys and initial sequence numbers are chosen by the
+//! node (random); the requester's address is learned from the request.
 //!
 //! ```text
-//! CONNECT_REQ     operand = request id, index = service
-//!                 payload: client conn u32 | client key u64 | client ISN u32 | max frame u32
-//! CONNECT_REP     operand = request id
-//!                 payload: server conn u32 | server key u64 | server ISN u32 | max frame u32 | client conn u32
-//! REJECT          operand = request id, index = reason; payload: client conn u32
-//! DISCONNECT_REQ  payload: target conn u32 | target key u64 | sender conn u32 | ack u32
-//! DISCONNECT_REP  payload: sender conn u32
+//! host / node                         Cm                              peer
+//! connect(conn, ..)  ───────────────▶ pending connect ── CONNECT_REQ ─▶ (retried)
+//!                                     ◀─ CONNECT_REP / REJECT ──────────
+//! Action::Established / Failed ◀───── (or the timeout)
+//!                                     ◀─ CONNECT_REQ ───────────────────
+//! Action::Incoming ◀────────────────  (a repeat is answered alone)
+//! accepted(..) / refuse(..) ────────▶ ── CONNECT_REP / REJECT ────────▶
+//! close(conn, ..) ──────────────────▶ pending close ── DISCONNECT_REQ ▶ (retried)
+//! Action::Closed ◀─────────────────── ◀─ DISCONNECT_REP (or the timeout)
+//! Action::PeerClosed ◀─────────────── ◀─ DISCONNECT_REQ (key checked), answered
 //! ```
-//! Requests are retried until answered or until the CM timeout; the server answers a
-//! repeated request with the same reply (it remembers (peer address, peer connection)),
-//! so loss and duplication cannot create two connections. A disconnect request carries
-//! the closing side's cumulative acknowledgement (like TCP's FIN with its ACK): the
-//! peer's requests that ran before the close complete successfully even when the last
-//! acknowledgement frame was lost; only the rest is flushed. Connection numbers, keys and
-//! initial sequence numbers are random. The requesting node's address is learned
-//! from the request frame into the node address table.
 
-use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, VecDeque};
 
-use crossbeam::queue::ArrayQueue;
+use crate::connection::Priority;
+use crate::reliability::SACK_BITS;
+use crate::tables::{EndpointId, NodeAddr, RegWindow};
 
-use crate::connection::{
-    random_u32, random_u64, ConnShared, ConnState, Connection, CqShared, Priority, MAX_PENDING_NAKS,
-};
-use crate::node::{
-    complete_ready, fail_connection, learn_node, process_ack, segment_max_for, FrameBuf, Link,
-    Listener, Node,
-};
-use crate::oplogic::{DropReason, RemoteStatus};
-use crate::reliability::{Receiver, Sender, SACK_BITS};
-use crate::tables::{EndpointId, NodeAddr, NodeId, RegWindow};
-use crate::wire::{
-    self, hflags, op, ControlRepr, FrameView, FrameWriter, TransportRepr, UnderlayRepr,
-};
-
-/// Why a connection request was refused.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-#[repr(u8)]
-pub enum RejectReason {
-    #[error("no answer from the peer before the connection-management timeout")]
-    Timeout = 0,
-    #[error("no listener for that service at the peer")]
-    NoListener = 1,
-    #[error("the peer is out of connection resources")]
-    Resources = 2,
-}
-
-impl RejectReason {
-    pub fn from_u8(v: u8) -> RejectReason {
-        match v {
-            1 => RejectReason::NoListener,
-            2 => RejectReason::Resources,
-            _ => RejectReason::Timeout,
-        }
-    }
-}
+pub use crate::wire::cm::{CmMessage, CmWireError, RejectReason};
 
 /// Errors of the connection-management calls.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -76,160 +48,6 @@ pub enum CmError {
     NoConnection(u32),
     #[error("register window: {0}")]
     Registers(#[from] crate::tables::TableError),
-}
-
-/// Decoded CM message payloads.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CmMessage {
-    ConnectReq {
-        request: u32,
-        service: u32,
-        conn: u32,
-        key: u64,
-        isn: u32,
-        max_frame: u32,
-    },
-    ConnectRep {
-        request: u32,
-        conn: u32,
-        key: u64,
-        isn: u32,
-        max_frame: u32,
-        client_conn: u32,
-    },
-    Reject {
-        request: u32,
-        reason: RejectReason,
-        client_conn: u32,
-    },
-    DisconnectReq {
-        target: u32,
-        key: u64,
-        sender: u32,
-        /// Everything the target sent before this sequence number ran at the sender.
-        ack: u32,
-    },
-    DisconnectRep {
-        sender: u32,
-    },
-}
-
-fn be32(b: &[u8], at: usize) -> Option<u32> {
-    Some(u32::from_be_bytes(b.get(at..at + 4)?.try_into().ok()?))
-}
-fn be64(b: &[u8], at: usize) -> Option<u64> {
-    Some(u64::from_be_bytes(b.get(at..at + 8)?.try_into().ok()?))
-}
-
-impl CmMessage {
-    /// Decodes one CM message; `None` for anything malformed (counted by the caller).
-    pub fn parse(c: &ControlRepr, p: &[u8]) -> Option<CmMessage> {
-        Some(match c.opcode {
-            op::CM_CONNECT_REQ => CmMessage::ConnectReq {
-                request: c.operand,
-                service: c.index,
-                conn: be32(p, 0)?,
-                key: be64(p, 4)?,
-                isn: be32(p, 12)?,
-                max_frame: be32(p, 16)?,
-            },
-            op::CM_CONNECT_REP => CmMessage::ConnectRep {
-                request: c.operand,
-                conn: be32(p, 0)?,
-                key: be64(p, 4)?,
-                isn: be32(p, 12)?,
-                max_frame: be32(p, 16)?,
-                client_conn: be32(p, 20)?,
-            },
-            op::CM_REJECT => CmMessage::Reject {
-                request: c.operand,
-                reason: RejectReason::from_u8(c.index as u8),
-                client_conn: be32(p, 0)?,
-            },
-            op::CM_DISCONNECT_REQ => CmMessage::DisconnectReq {
-                target: be32(p, 0)?,
-                key: be64(p, 4)?,
-                sender: be32(p, 12)?,
-                ack: be32(p, 16)?,
-            },
-            op::CM_DISCONNECT_REP => CmMessage::DisconnectRep {
-                sender: be32(p, 0)?,
-            },
-            _ => return None,
-        })
-    }
-
-    /// Encodes into a control part and a payload buffer; returns the payload length.
-    pub fn emit(&self, p: &mut [u8; 32]) -> (ControlRepr, usize) {
-        let mut c = ControlRepr::default();
-        let len = match *self {
-            CmMessage::ConnectReq {
-                request,
-                service,
-                conn,
-                key,
-                isn,
-                max_frame,
-            } => {
-                c.opcode = op::CM_CONNECT_REQ;
-                c.operand = request;
-                c.index = service;
-                p[0..4].copy_from_slice(&conn.to_be_bytes());
-                p[4..12].copy_from_slice(&key.to_be_bytes());
-                p[12..16].copy_from_slice(&isn.to_be_bytes());
-                p[16..20].copy_from_slice(&max_frame.to_be_bytes());
-                20
-            }
-            CmMessage::ConnectRep {
-                request,
-                conn,
-                key,
-                isn,
-                max_frame,
-                client_conn,
-            } => {
-                c.opcode = op::CM_CONNECT_REP;
-                c.operand = request;
-                p[0..4].copy_from_slice(&conn.to_be_bytes());
-                p[4..12].copy_from_slice(&key.to_be_bytes());
-                p[12..16].copy_from_slice(&isn.to_be_bytes());
-                p[16..20].copy_from_slice(&max_frame.to_be_bytes());
-                p[20..24].copy_from_slice(&client_conn.to_be_bytes());
-                24
-            }
-            CmMessage::Reject {
-                request,
-                reason,
-                client_conn,
-            } => {
-                c.opcode = op::CM_REJECT;
-                c.operand = request;
-                c.index = reason as u32;
-                p[0..4].copy_from_slice(&client_conn.to_be_bytes());
-                4
-            }
-            CmMessage::DisconnectReq {
-                target,
-                key,
-                sender,
-                ack,
-            } => {
-                c.opcode = op::CM_DISCONNECT_REQ;
-                p[0..4].copy_from_slice(&target.to_be_bytes());
-                p[4..12].copy_from_slice(&key.to_be_bytes());
-                p[12..16].copy_from_slice(&sender.to_be_bytes());
-                p[16..20].copy_from_slice(&ack.to_be_bytes());
-                20
-            }
-            CmMessage::DisconnectRep { sender } => {
-                c.opcode = op::CM_DISCONNECT_REP;
-                p[0..4].copy_from_slice(&sender.to_be_bytes());
-                4
-            }
-        };
-        c.length = len as u32;
-        (c, len)
-    }
 }
 
 /// The register window a new connection gives its peer.
@@ -281,342 +99,233 @@ impl Default for ConnectOptions {
     }
 }
 
-impl Node {
-    fn unused_conn_number(&self) -> u32 {
-        loop {
-            let n = random_u32();
-            if !self.conns.contains(n) {
-                return n;
-            }
+/// What the peer told of itself when connecting: its connection, key, initial
+/// sequence number and largest frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PeerParams {
+    pub conn: u32,
+    pub key: u64,
+    pub isn: u32,
+    pub max_frame: u32,
+}
+
+/// What the node must do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    /// A peer asks to connect to `service`: the node creates the connection and calls
+    /// [`Cm::accepted`], or calls [`Cm::refuse`].
+    Incoming {
+        from: NodeAddr,
+        request: u32,
+        service: u32,
+        peer: PeerParams,
+    },
+    /// Our request was accepted: connection `conn` is up.
+    Established { conn: u32, peer: PeerParams },
+    /// Our request was refused, or went unanswered until the timeout.
+    Failed { conn: u32, reason: RejectReason },
+    /// The peer closed `conn`: what ran at the peer (before `ack`) completes, the rest
+    /// is flushed, the entry goes.
+    PeerClosed { conn: u32, ack: u32 },
+    /// Our close of `conn` is over (answered, or the timeout): the entry goes.
+    Closed { conn: u32 },
+}
+
+/// Why a message was ignored (the node counts it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ignored {
+    /// A disconnect request with the wrong key.
+    WrongKey,
+}
+
+/// Timing of requests, in the node's clock ticks.
+#[derive(Debug, Clone, Copy)]
+pub struct CmTiming {
+    /// The first retry (a first frame is the likeliest to meet a link still coming up).
+    pub first_retry: u64,
+    /// Between later retries.
+    pub retry: u64,
+    /// Give up after this long.
+    pub timeout: u64,
+}
+
+/// A request of ours waiting for its answer.
+#[derive(Debug, Clone, Copy)]
+struct Pending {
+    to: NodeAddr,
+    /// What is repeated until answered.
+    msg: CmMessage,
+    next_retry: u64,
+    deadline: u64,
+}
+
+/// What the machine knows of a connection of the node's: its key (a disconnect request
+/// must name it) and, for one it accepted, the request that made it.
+#[derive(Debug, Clone, Copy)]
+struct Known {
+    key: u64,
+    accepted_from: Option<([u8; 4], u32)>,
+}
+
+/// The connection-management machine of one node.
+pub struct Cm {
+    local_mac: [u8; 6],
+    max_frame: u32,
+    timing: CmTiming,
+    known: HashMap<u32, Known>,
+    /// Our requests waiting for answers (connects and closes), by our connection.
+    pending: HashMap<u32, Pending>,
+    /// (peer ip, peer connection) -> our connection and the reply that accepted it.
+    accepted: HashMap<([u8; 4], u32), (u32, CmMessage)>,
+    /// Retry and give-up times, earliest first (stale entries are skipped).
+    timers: BinaryHeap<Reverse<(u64, u32)>>,
+    out: VecDeque<(NodeAddr, CmMessage)>,
+    actions: VecDeque<Action>,
+}
+
+impl Cm {
+    /// The machine of a node whose frames come from `local_mac` and are at most
+    /// `max_frame` bytes.
+    pub fn new(local_mac: [u8; 6], max_frame: u32, timing: CmTiming) -> Cm {
+        Cm {
+            local_mac,
+            max_frame,
+            timing,
+            known: HashMap::new(),
+            pending: HashMap::new(),
+            accepted: HashMap::new(),
+            timers: BinaryHeap::new(),
+            out: VecDeque::new(),
+            actions: VecDeque::new(),
         }
     }
 
-    fn new_connection(
-        &mut self,
-        endpoint: EndpointId,
-        peer: NodeId,
-        shared: Arc<ConnShared>,
-        opts: &ConnectOptions,
-    ) -> Result<Connection, CmError> {
-        let window = match opts.registers {
-            Registers::None => RegWindow::EMPTY,
-            Registers::Window(w) => w,
-            Registers::PerConnection(n) => self.regs.alloc(n)?,
-        };
-        let isn = random_u32();
-        let key = random_u64();
-        shared.key.store(key, std::sync::atomic::Ordering::Relaxed);
-        Ok(Connection {
-            number: shared.number,
-            key,
-            endpoint,
-            peer,
-            peer_conn: 0,
-            peer_key: 0,
-            state: ConnState::Connecting,
-            shared,
-            segment_max: self.segment_max,
-            priority: opts.priority,
-            regs: window,
-            allow_forced_interrupts: opts.allow_forced_interrupts,
-            report_traps: opts.report_traps,
-            instructions: opts.instructions,
-            isolated: opts.isolated,
-            held: None,
-            rx: Receiver::new(0, opts.receive_window),
-            reorder: std::collections::BTreeMap::new(),
-            read_replies: Default::default(),
-            rx_request: None,
-            unreported: std::collections::VecDeque::new(),
-            ack_pending: false,
-            last_rx: self.now,
-            last_probe: 0,
-            probes_unanswered: 0,
-            naks: [(0, RemoteStatus::Ok); MAX_PENDING_NAKS],
-            nnaks: 0,
-            refusals: Default::default(),
-            tx: Sender::new(
-                isn,
-                self.us_to_ticks(self.cfg.retry_timeout_us),
-                self.cfg.retry_count,
-            )
-            .with_max_bytes_in_flight(self.cfg.max_inflight_bytes)
-            .with_min_rto(self.us_to_ticks(self.cfg.min_retry_timeout_us)),
-            isn,
-            tx_sent_high: isn,
-            inflight: std::collections::VecDeque::with_capacity(self.cfg.window as usize),
-            window: self.cfg.window,
-            rnr_until: 0,
-            rnr_retries: 0,
-            rnr_retry_limit: self.cfg.rnr_retry_count,
-            rnr_timeout: self.us_to_ticks(self.cfg.rnr_timeout_us),
-            cm_request: 0,
-            cm_deadline: 0,
-            cm_next_retry: 0,
-            cm_tries: 0,
-            service: 0,
-            closing: false,
-            timer_armed: u64::MAX,
-            owned_regs: matches!(opts.registers, Registers::PerConnection(_)).then_some(window),
-        })
-    }
-
-    /// Removes a connection's entry, releasing a register window made for it.
-    pub(crate) fn remove_connection(&mut self, number: u32) -> Option<Connection> {
-        let c = self.conns.remove(number)?;
-        for wc in &c.unreported {
-            // The last chance for completions still waiting for room.
-            if c.shared.cq.push(*wc).is_err() {
-                c.shared.cq.overflows.fetch_add(1, Ordering::Relaxed);
-            }
-        }
-        if let Some(w) = c.owned_regs {
-            let _ = self.regs.free(w);
-        }
-        self.credits = self.credit_grant();
-        Some(c)
-    }
-
-    /// Starts connecting to `service` at `peer`; the returned shared state turns
-    /// `Normal` when the peer accepts, `Failed` when it refuses or times out.
+    /// Starts connecting our connection `conn` (key, initial sequence number) to
+    /// `service` at `to`.
+    #[allow(clippy::too_many_arguments)]
     pub fn connect(
         &mut self,
-        peer: NodeAddr,
+        conn: u32,
+        key: u64,
+        isn: u32,
+        request: u32,
+        to: NodeAddr,
         service: u32,
-        endpoint: EndpointId,
-        cq: Arc<CqShared>,
-        opts: &ConnectOptions,
-    ) -> Result<Arc<ConnShared>, CmError> {
-        if self.endpoints.get(endpoint).is_none() {
-            return Err(CmError::NoEndpoint(endpoint));
-        }
-        if self.conns.len() >= self.cfg.max_connections {
-            return Err(CmError::TooManyConnections(self.cfg.max_connections));
-        }
-        let peer_id = learn_node(&mut self.nodes, peer);
-        let shared = ConnShared::new(self.unused_conn_number(), opts.sq_depth, cq);
-        let mut c = self.new_connection(endpoint, peer_id, shared.clone(), opts)?;
-        let now = self.now;
-        c.cm_request = random_u32();
-        c.service = service;
-        c.cm_deadline = now + self.us_to_ticks(self.cfg.cm_timeout_us);
-        // Sent now and once more soon (a first frame is the likeliest to meet a link
-        // still coming up), then every `cm_retry_us`.
-        c.cm_next_retry = now + self.timer_tick;
-        self.insert_connection(c);
-        self.send_connect_req(shared.number);
-        Ok(shared)
-    }
-
-    /// Accepts connections to `service` into `endpoint`.
-    pub fn listen(
-        &mut self,
-        service: u32,
-        endpoint: EndpointId,
-        cq: Arc<CqShared>,
-        opts: &ConnectOptions,
-        backlog: usize,
-    ) -> Result<Arc<ArrayQueue<Arc<ConnShared>>>, CmError> {
-        if self.endpoints.get(endpoint).is_none() {
-            return Err(CmError::NoEndpoint(endpoint));
-        }
-        if self.listeners.contains_key(&service) {
-            return Err(CmError::ServiceInUse(service));
-        }
-        let accepted = Arc::new(ArrayQueue::new(backlog.max(1)));
-        self.listeners.insert(
+        now: u64,
+    ) {
+        let msg = CmMessage::ConnectReq {
+            request,
             service,
-            Listener {
-                service,
-                endpoint,
-                cq,
-                opts: opts.clone(),
-                accepted: accepted.clone(),
+            conn,
+            key,
+            isn,
+            max_frame: self.max_frame,
+            mac: self.local_mac,
+        };
+        self.known.insert(
+            conn,
+            Known {
+                key,
+                accepted_from: None,
             },
         );
-        Ok(accepted)
+        self.request(conn, to, msg, now);
     }
 
-    /// Stops accepting on `service`.
-    pub fn unlisten(&mut self, service: u32) {
-        self.listeners.remove(&service);
-    }
-
-    /// Closes a connection: outstanding work is flushed, the peer is told (with
-    /// retries), and the entry goes when the peer answers or the CM timeout passes.
-    pub fn close(&mut self, number: u32) -> Result<(), CmError> {
-        self.ack_now();
-        let slot = self
-            .conns
-            .slot_of(number)
-            .ok_or(CmError::NoConnection(number))?;
-        let now = self.now;
-        let deadline = now + self.us_to_ticks(self.cfg.cm_timeout_us);
-        let conn = self.conns.get_mut(slot).expect("slot");
-        let was_normal = conn.state == ConnState::Normal;
-        if conn.state == ConnState::Normal || conn.state == ConnState::Error {
-            fail_connection(conn, crate::connection::WcStatus::Flushed);
-        }
-        conn.state = ConnState::Closed;
-        conn.shared.set_state(ConnState::Closed);
-        if !was_normal || conn.peer_conn == 0 {
-            self.remove_connection(number);
-            return Ok(());
-        }
-        conn.closing = true;
-        conn.cm_deadline = deadline;
-        conn.cm_next_retry = now + self.timer_tick;
-        self.rearm(slot);
-        self.send_disconnect_req(number);
-        Ok(())
-    }
-
-    /// Queues a message for the next transmission.
-    fn cm_frame(&mut self, to: &NodeAddr, msg: &CmMessage) {
-        self.cm_out.push_back((*to, *msg));
-    }
-
-    /// Sends the queued connection-management messages, one frame each.
-    pub(crate) fn send_cm<L: Link>(&mut self, link: &mut L) {
-        while let Some((to, msg)) = self.cm_out.pop_front() {
-            if link.full(false) {
-                // The rest waits for the next transmission.
-                self.cm_out.push_front((to, msg));
-                return;
-            }
-            self.send_cm_frame(link, &to, &msg);
-        }
-    }
-
-    fn send_cm_frame<L: Link>(&mut self, link: &mut L, to: &NodeAddr, msg: &CmMessage) {
-        let Some(mut m) = link.alloc() else {
-            self.stats.drop_for(DropReason::NoBuffer);
-            return;
-        };
-        let underlay = UnderlayRepr {
-            src_mac: self.cfg.local.mac,
-            dst_mac: to.mac,
-            src_ip: self.cfg.local.ip,
-            dst_ip: to.ip,
-            src_port: wire::UDP_PORT,
-            dst_port: to.udp_port,
-        };
-        let hdr = TransportRepr {
-            flags: hflags::CM,
-            ..Default::default()
-        };
-        let max = self.caps.max_frame;
-        let mut payload = [0u8; 32];
-        let (c, len) = msg.emit(&mut payload);
-        let Ok(mut w) = FrameWriter::new(&mut m.room_mut()[..max], &underlay, &hdr) else {
-            return;
-        };
-        if w.push(&c, &payload[..len]).is_err() {
-            return;
-        }
-        let n = w.finish();
-        m.set_len(n);
-        self.stats.bytes_tx += n as u64;
-        if link.push(m, false) {
-            self.stats.frames_tx += 1;
-        }
-    }
-
-    fn send_connect_req(&mut self, number: u32) {
-        let Some(slot) = self.conns.slot_of(number) else {
-            return;
-        };
-        let c = self.conns.get(slot).expect("slot");
-        let msg = CmMessage::ConnectReq {
-            request: c.cm_request,
-            service: c.service,
-            conn: c.number,
-            key: c.key,
-            isn: c.isn,
-            max_frame: self.caps.max_frame as u32,
-        };
-        let to = self.nodes.get(c.peer).copied();
-        if let Some(to) = to {
-            self.cm_frame(&to, &msg);
-        }
-    }
-
-    fn send_disconnect_req(&mut self, number: u32) {
-        let Some(slot) = self.conns.slot_of(number) else {
-            return;
-        };
-        let c = self.conns.get(slot).expect("slot");
+    /// Starts closing our connection `conn`, known to the peer at `to` as
+    /// `peer_conn`/`peer_key`; `ack` is our cumulative acknowledgement.
+    pub fn close(
+        &mut self,
+        conn: u32,
+        to: NodeAddr,
+        peer_conn: u32,
+        peer_key: u64,
+        ack: u32,
+        now: u64,
+    ) {
         let msg = CmMessage::DisconnectReq {
-            target: c.peer_conn,
-            key: c.peer_key,
-            sender: c.number,
-            // Never past a refusal the peer may not know of.
-            ack: c.ack_point(),
+            target: peer_conn,
+            key: peer_key,
+            sender: conn,
+            ack,
         };
-        if let Some(to) = self.nodes.get(c.peer).copied() {
-            self.cm_frame(&to, &msg);
-        }
+        self.forget_accepted(conn);
+        self.request(conn, to, msg, now);
     }
 
-    /// Adds a connection: its timer armed, the credits shared out again.
-    fn insert_connection(&mut self, c: Connection) {
-        let slot = self.conns.insert(c);
-        self.credits = self.credit_grant();
-        self.rearm(slot);
-    }
-
-    /// The connection-management timer of a connection connecting or closing: a
-    /// retry when due, the end when past its deadline. Returns false when the
-    /// connection went.
-    pub(crate) fn cm_timer(&mut self, number: u32, now: u64) -> bool {
-        let retry = self.us_to_ticks(self.cfg.cm_retry_us);
-        let Some(slot) = self.conns.slot_of(number) else {
-            return false;
+    fn request(&mut self, conn: u32, to: NodeAddr, msg: CmMessage, now: u64) {
+        let p = Pending {
+            to,
+            msg,
+            next_retry: now + self.timing.first_retry,
+            deadline: now + self.timing.timeout,
         };
-        let c = self.conns.get_mut(slot).expect("slot");
-        if now >= c.cm_deadline {
-            let c = self.remove_connection(number).expect("present");
-            if !c.closing {
-                c.shared
-                    .fail_reason
-                    .store(RejectReason::Timeout as u8, Ordering::Relaxed);
-                c.shared.set_state(ConnState::Failed);
-            }
-            return false;
-        }
-        if now >= c.cm_next_retry {
-            c.cm_next_retry = now + retry;
-            c.cm_tries += 1;
-            if c.closing {
-                self.send_disconnect_req(number);
-            } else {
-                self.send_connect_req(number);
-            }
-        }
-        true
+        self.pending.insert(conn, p);
+        self.timers
+            .push(Reverse((p.next_retry.min(p.deadline), conn)));
+        self.out.push_back((to, msg));
     }
 
-    /// Handles a frame addressed to connection 0.
-    pub(crate) fn handle_cm(&mut self, frame: &FrameView<'_>, _now: u64) {
-        let from = NodeAddr {
-            mac: frame.underlay.src_mac,
-            ip: frame.underlay.src_ip,
-            udp_port: wire::UDP_PORT,
+    /// The node accepted the request of [`Action::Incoming`] as our connection `conn`.
+    pub fn accepted(
+        &mut self,
+        from: NodeAddr,
+        request: u32,
+        peer_conn: u32,
+        conn: u32,
+        key: u64,
+        isn: u32,
+    ) {
+        let rep = CmMessage::ConnectRep {
+            request,
+            conn,
+            key,
+            isn,
+            max_frame: self.max_frame,
+            client_conn: peer_conn,
         };
-        for m in frame.messages() {
-            let Ok(m) = m else {
-                self.stats.drop_for(DropReason::BadCheck);
-                return;
-            };
-            let Some(msg) = CmMessage::parse(&m.control, m.payload) else {
-                self.stats.drop_for(DropReason::BadLength);
-                continue;
-            };
-            self.handle_cm_message(&from, msg);
+        let at = (from.ip, peer_conn);
+        self.accepted.insert(at, (conn, rep));
+        self.known.insert(
+            conn,
+            Known {
+                key,
+                accepted_from: Some(at),
+            },
+        );
+        self.out.push_back((from, rep));
+    }
+
+    /// The node refuses the request of [`Action::Incoming`].
+    pub fn refuse(&mut self, from: NodeAddr, request: u32, peer_conn: u32, reason: RejectReason) {
+        let msg = CmMessage::Reject {
+            request,
+            reason,
+            client_conn: peer_conn,
+        };
+        self.out.push_back((from, msg));
+    }
+
+    /// The node removed connection `conn`: nothing more is said of it.
+    pub fn forget(&mut self, conn: u32) {
+        self.forget_accepted(conn);
+        self.known.remove(&conn);
+        self.pending.remove(&conn);
+    }
+
+    fn forget_accepted(&mut self, conn: u32) {
+        if let Some(at) = self
+            .known
+            .get_mut(&conn)
+            .and_then(|k| k.accepted_from.take())
+        {
+            self.accepted.remove(&at);
         }
     }
 
-    fn handle_cm_message(&mut self, from: &NodeAddr, msg: CmMessage) {
+    /// A message from `from` (its MAC as the frame's Ethernet header says; a request
+    /// names its own).
+    pub fn handle(&mut self, from: NodeAddr, msg: CmMessage) -> Result<(), Ignored> {
         match msg {
             CmMessage::ConnectReq {
                 request,
@@ -625,68 +334,25 @@ impl Node {
                 key,
                 isn,
                 max_frame,
+                mac,
             } => {
-                let reject = |reason| CmMessage::Reject {
-                    request,
-                    reason,
-                    client_conn: conn,
-                };
-                if let Some(&ours) = self.cm_accepted.get(&(from.ip, conn)) {
-                    if let Some(slot) = self.conns.slot_of(ours) {
-                        let c = self.conns.get(slot).expect("slot");
-                        let rep = CmMessage::ConnectRep {
-                            request,
-                            conn: c.number,
-                            key: c.key,
-                            isn: c.isn,
-                            max_frame: self.caps.max_frame as u32,
-                            client_conn: conn,
-                        };
-                        self.cm_frame(from, &rep);
-                        return;
-                    }
-                    self.cm_accepted.remove(&(from.ip, conn));
+                let from = NodeAddr { mac, ..from };
+                if let Some(&(_, rep)) = self.accepted.get(&(from.ip, conn)) {
+                    self.out.push_back((from, rep)); // a repeat: the same answer
+                    return Ok(());
                 }
-                let Some(l) = self.listeners.get(&service) else {
-                    self.cm_frame(from, &reject(RejectReason::NoListener));
-                    return;
+                let peer = PeerParams {
+                    conn,
+                    key,
+                    isn,
+                    max_frame,
                 };
-                if self.conns.len() >= self.cfg.max_connections || l.accepted.is_full() {
-                    self.cm_frame(from, &reject(RejectReason::Resources));
-                    return;
-                }
-                let (endpoint, cq, lopts, accepted) =
-                    (l.endpoint, l.cq.clone(), l.opts.clone(), l.accepted.clone());
-                let peer = learn_node(&mut self.nodes, *from);
-                let shared = ConnShared::new(self.unused_conn_number(), lopts.sq_depth, cq);
-                let mut c = match self.new_connection(endpoint, peer, shared.clone(), &lopts) {
-                    Ok(c) => c,
-                    Err(_) => {
-                        self.cm_frame(from, &reject(RejectReason::Resources));
-                        return;
-                    }
-                };
-                c.peer_conn = conn;
-                c.peer_key = key;
-                c.rx = Receiver::new(isn, c.rx.window());
-                c.segment_max = c.segment_max.min(segment_max_for(max_frame as usize));
-                c.state = ConnState::Normal;
-                shared
-                    .peer_conn
-                    .store(conn as u64, std::sync::atomic::Ordering::Relaxed);
-                shared.set_state(ConnState::Normal);
-                let rep = CmMessage::ConnectRep {
+                self.actions.push_back(Action::Incoming {
+                    from,
                     request,
-                    conn: c.number,
-                    key: c.key,
-                    isn: c.isn,
-                    max_frame: self.caps.max_frame as u32,
-                    client_conn: conn,
-                };
-                self.cm_accepted.insert((from.ip, conn), c.number);
-                self.insert_connection(c);
-                let _ = accepted.push(shared);
-                self.cm_frame(from, &rep);
+                    service,
+                    peer,
+                });
             }
             CmMessage::ConnectRep {
                 request,
@@ -696,40 +362,32 @@ impl Node {
                 max_frame,
                 client_conn,
             } => {
-                let Some(slot) = self.conns.slot_of(client_conn) else {
-                    return;
-                };
-                let c = self.conns.get_mut(slot).expect("slot");
-                if c.state != ConnState::Connecting || c.cm_request != request {
-                    return; // a duplicate reply
+                if self.answers(client_conn, request) {
+                    self.pending.remove(&client_conn);
+                    let peer = PeerParams {
+                        conn,
+                        key,
+                        isn,
+                        max_frame,
+                    };
+                    self.actions.push_back(Action::Established {
+                        conn: client_conn,
+                        peer,
+                    });
                 }
-                c.peer_conn = conn;
-                c.peer_key = key;
-                c.rx = Receiver::new(isn, c.rx.window());
-                c.segment_max = c.segment_max.min(segment_max_for(max_frame as usize));
-                c.state = ConnState::Normal;
-                c.shared
-                    .peer_conn
-                    .store(conn as u64, std::sync::atomic::Ordering::Relaxed);
-                c.shared.set_state(ConnState::Normal);
             }
             CmMessage::Reject {
                 request,
                 reason,
                 client_conn,
             } => {
-                let Some(slot) = self.conns.slot_of(client_conn) else {
-                    return;
-                };
-                let c = self.conns.get(slot).expect("slot");
-                if c.state != ConnState::Connecting || c.cm_request != request {
-                    return;
+                if self.answers(client_conn, request) {
+                    self.forget(client_conn);
+                    self.actions.push_back(Action::Failed {
+                        conn: client_conn,
+                        reason,
+                    });
                 }
-                let c = self.remove_connection(client_conn).expect("present");
-                c.shared
-                    .fail_reason
-                    .store(reason as u8, std::sync::atomic::Ordering::Relaxed);
-                c.shared.set_state(ConnState::Failed);
             }
             CmMessage::DisconnectReq {
                 target,
@@ -737,35 +395,100 @@ impl Node {
                 sender,
                 ack,
             } => {
-                if let Some(slot) = self.conns.slot_of(target) {
-                    let c = self.conns.get_mut(slot).expect("slot");
-                    if c.key == key {
-                        // What ran at the peer completes; the rest is flushed.
-                        if matches!(c.state, ConnState::Normal | ConnState::Exceptioned) {
-                            let now = self.now;
-                            process_ack(c, ack, &crate::reliability::SeqBits::default(), now);
-                            complete_ready(c);
-                        }
-                        fail_connection(c, crate::connection::WcStatus::Flushed);
-                        c.state = ConnState::Closed;
-                        c.shared.set_state(ConnState::Closed);
-                        self.cm_accepted.retain(|_, v| *v != target);
-                        self.remove_connection(target);
-                    } else {
-                        self.stats.drop_for(DropReason::WrongKey);
-                        return;
+                if let Some(k) = self.known.get(&target) {
+                    if k.key != key {
+                        return Err(Ignored::WrongKey);
                     }
+                    self.forget(target);
+                    self.actions
+                        .push_back(Action::PeerClosed { conn: target, ack });
                 }
-                self.cm_frame(from, &CmMessage::DisconnectRep { sender });
+                self.out
+                    .push_back((from, CmMessage::DisconnectRep { sender }));
             }
             CmMessage::DisconnectRep { sender } => {
-                if let Some(slot) = self.conns.slot_of(sender) {
-                    if self.conns.get(slot).is_some_and(|c| c.closing) {
-                        self.remove_connection(sender);
-                    }
+                let closing = self
+                    .pending
+                    .get(&sender)
+                    .is_some_and(|p| matches!(p.msg, CmMessage::DisconnectReq { .. }));
+                if closing {
+                    self.forget(sender);
+                    self.actions.push_back(Action::Closed { conn: sender });
                 }
             }
         }
+        Ok(())
+    }
+
+    /// Whether a connect answer for `conn` answers its pending request (not a
+    /// duplicate, not a stale one).
+    fn answers(&self, conn: u32, request: u32) -> bool {
+        self.pending.get(&conn).is_some_and(
+            |p| matches!(p.msg, CmMessage::ConnectReq { request: r, .. } if r == request),
+        )
+    }
+
+    /// When [`Cm::handle_timeout`] is next due (`u64::MAX`: nothing pending).
+    pub fn next_timeout(&self) -> u64 {
+        self.timers.peek().map_or(u64::MAX, |t| t.0 .0)
+    }
+
+    /// Retries the requests due and gives up on those past their deadline.
+    pub fn handle_timeout(&mut self, now: u64) {
+        while let Some(&Reverse((when, conn))) = self.timers.peek() {
+            if when > now {
+                break;
+            }
+            self.timers.pop();
+            let Some(p) = self.pending.get_mut(&conn) else {
+                continue; // answered or forgotten
+            };
+            if when != p.next_retry.min(p.deadline) {
+                continue; // stale
+            }
+            if now >= p.deadline {
+                let closing = matches!(p.msg, CmMessage::DisconnectReq { .. });
+                self.forget(conn);
+                self.actions.push_back(if closing {
+                    Action::Closed { conn }
+                } else {
+                    Action::Failed {
+                        conn,
+                        reason: RejectReason::Timeout,
+                    }
+                });
+                continue;
+            }
+            p.next_retry = now + self.timing.retry;
+            let (to, msg, t) = (p.to, p.msg, p.next_retry.min(p.deadline));
+            self.timers.push(Reverse((t, conn)));
+            self.out.push_back((to, msg));
+        }
+    }
+
+    /// The next action for the node.
+    pub fn poll_action(&mut self) -> Option<Action> {
+        self.actions.pop_front()
+    }
+
+    /// Whether messages wait to be sent.
+    pub fn has_output(&self) -> bool {
+        !self.out.is_empty()
+    }
+
+    /// The next message to send, and where.
+    pub fn poll_transmit(&mut self) -> Option<(NodeAddr, CmMessage)> {
+        self.out.pop_front()
+    }
+
+    /// Puts back a message the link could not take (it goes first next time).
+    pub fn unpoll(&mut self, to: NodeAddr, msg: CmMessage) {
+        self.out.push_front((to, msg));
+    }
+
+    /// Connections with a request under way.
+    pub fn pending(&self) -> usize {
+        self.pending.len()
     }
 }
 
@@ -773,52 +496,144 @@ impl Node {
 mod tests {
     use super::*;
 
+    const T: CmTiming = CmTiming {
+        first_retry: 10,
+        retry: 100,
+        timeout: 1000,
+    };
+
+    fn addr(i: u8) -> NodeAddr {
+        NodeAddr::from_ip([10, 0, 0, i], crate::wire::UDP_PORT)
+    }
+
+    fn sent(cm: &mut Cm) -> Vec<CmMessage> {
+        std::iter::from_fn(|| cm.poll_transmit().map(|(_, m)| m)).collect()
+    }
+
     #[test]
-    fn cm_messages_round_trip() {
-        let msgs = [
-            CmMessage::ConnectReq {
-                request: 7,
-                service: 18515,
-                conn: 0xdead_beef,
-                key: 0x0123_4567_89ab_cdef,
-                isn: 42,
-                max_frame: 9014,
-            },
-            CmMessage::ConnectRep {
-                request: 7,
-                conn: 1,
-                key: 2,
-                isn: 3,
-                max_frame: 1514,
-                client_conn: 4,
-            },
-            CmMessage::Reject {
-                request: 9,
-                reason: RejectReason::NoListener,
-                client_conn: 5,
-            },
-            CmMessage::DisconnectReq {
-                target: 1,
-                key: 2,
-                sender: 3,
-                ack: 4,
-            },
-            CmMessage::DisconnectRep { sender: 3 },
-        ];
-        for m in msgs {
-            let mut p = [0u8; 32];
-            let (c, len) = m.emit(&mut p);
-            assert_eq!(c.length as usize, len);
-            assert_eq!(CmMessage::parse(&c, &p[..len]), Some(m));
-            // Short payloads are refused, not misread.
-            if len > 0 {
-                assert_eq!(CmMessage::parse(&c, &p[..len - 1]), None);
-            }
-        }
-        let c = ControlRepr {
-            opcode: op::WRITE,
-            ..Default::default()
+    fn a_connect_is_retried_then_established_once() {
+        let (mut client, mut server) = (Cm::new([2; 6], 1514, T), Cm::new([3; 6], 9014, T));
+        client.connect(7, 0xaa, 100, 55, addr(1), 18, 0);
+        let req = sent(&mut client);
+        assert_eq!(req.len(), 1);
+        client.handle_timeout(10);
+        client.handle_timeout(110);
+        assert_eq!(
+            sent(&mut client),
+            vec![req[0], req[0]],
+            "first retry soon, then each period"
+        );
+        // Three copies reach the server: one Incoming, three identical replies.
+        server.handle(addr(2), req[0]).unwrap();
+        let Some(Action::Incoming {
+            from,
+            request,
+            peer,
+            ..
+        }) = server.poll_action()
+        else {
+            panic!("no incoming");
         };
-        assert_eq!(CmMessage::parse(&c, &[0; 32]), None);
+        assert_eq!(from.mac, [2; 6], "learned from the request's payload");
+        server.accepted(from, request, peer.conn, 9, 0xbb, 200);
+        server.handle(addr(2), req[0]).unwrap();
+        server.handle(addr(2), req[0]).unwrap();
+        assert_eq!(server.poll_action(), None, "repeats are answered alone");
+        let reps = sent(&mut server);
+        assert_eq!(reps.len(), 3);
+        assert!(reps.iter().all(|r| *r == reps[0]));
+        for r in &reps {
+            client.handle(addr(1), *r).unwrap();
+        }
+        let want = PeerParams {
+            conn: 9,
+            key: 0xbb,
+            isn: 200,
+            max_frame: 9014,
+        };
+        assert_eq!(
+            client.poll_action(),
+            Some(Action::Established {
+                conn: 7,
+                peer: want
+            })
+        );
+        assert_eq!(
+            client.poll_action(),
+            None,
+            "duplicate replies change nothing"
+        );
+        client.handle_timeout(5000);
+        assert_eq!(client.poll_action(), None, "no timeout after the answer");
+        assert_eq!(client.next_timeout(), u64::MAX);
+    }
+
+    #[test]
+    fn an_unanswered_connect_fails_at_its_deadline_and_a_reject_fails_at_once() {
+        let mut c = Cm::new([2; 6], 1514, T);
+        c.connect(1, 1, 1, 1, addr(1), 5, 0);
+        c.connect(2, 2, 2, 2, addr(1), 6, 0);
+        c.handle(
+            addr(1),
+            CmMessage::Reject {
+                request: 2,
+                reason: RejectReason::NoListener,
+                client_conn: 2,
+            },
+        )
+        .unwrap();
+        assert_eq!(
+            c.poll_action(),
+            Some(Action::Failed {
+                conn: 2,
+                reason: RejectReason::NoListener
+            })
+        );
+        let mut t = 0;
+        while c.next_timeout() != u64::MAX {
+            t = c.next_timeout();
+            c.handle_timeout(t);
+        }
+        assert_eq!(t, 1000);
+        assert_eq!(
+            c.poll_action(),
+            Some(Action::Failed {
+                conn: 1,
+                reason: RejectReason::Timeout
+            })
+        );
+        assert_eq!(c.pending(), 0);
+    }
+
+    #[test]
+    fn a_close_checks_the_key_and_is_answered_even_when_unknown() {
+        let (mut a, mut b) = (Cm::new([2; 6], 1514, T), Cm::new([3; 6], 1514, T));
+        // b accepted a's connection 70 as its 80 (key 0x5e).
+        b.accepted(addr(1), 1, 70, 80, 0x5e, 0);
+        sent(&mut b);
+        a.close(70, addr(2), 80, 0x66, 33, 0);
+        let bad = sent(&mut a)[0];
+        assert_eq!(b.handle(addr(1), bad), Err(Ignored::WrongKey));
+        assert_eq!(b.poll_action(), None);
+        assert!(sent(&mut b).is_empty());
+        a.close(70, addr(2), 80, 0x5e, 33, 0);
+        let good = sent(&mut a)[0];
+        b.handle(addr(1), good).unwrap();
+        assert_eq!(
+            b.poll_action(),
+            Some(Action::PeerClosed { conn: 80, ack: 33 })
+        );
+        let rep = sent(&mut b);
+        assert_eq!(rep, vec![CmMessage::DisconnectRep { sender: 70 }]);
+        // A repeat (the answer was lost) is answered again; nothing else happens.
+        b.handle(addr(1), good).unwrap();
+        assert_eq!(b.poll_action(), None);
+        assert_eq!(sent(&mut b), rep);
+        a.handle(addr(2), rep[0]).unwrap();
+        assert_eq!(a.poll_action(), Some(Action::Closed { conn: 70 }));
+        assert_eq!(a.next_timeout(), 10, "a stale timer entry is left");
+        a.handle_timeout(2000);
+        assert_eq!(a.poll_action(), None, "and skipped");
+        assert!(sent(&mut a).is_empty());
     }
 }

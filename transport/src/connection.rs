@@ -549,15 +549,6 @@ pub struct Connection {
     /// First RNR back-off, in TSC ticks.
     pub rnr_timeout: u64,
 
-    // Connection management.
-    /// Connect request id and retry state while Connecting / closing.
-    pub cm_request: u32,
-    pub cm_deadline: u64,
-    pub cm_next_retry: u64,
-    pub cm_tries: u32,
-    pub service: u32,
-    pub closing: bool,
-
     /// The earliest time the node's timer queue holds for this connection
     /// (`u64::MAX`: none).
     pub timer_armed: u64,

@@ -159,7 +159,16 @@ fn run(ops: &[Op], link: LinkConfig, seed: u64) -> Result<(), TestCaseError> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+    // The same 48 cases on every run (CI must not flake on a new random case); set
+    // PROPTEST_RNG_SEED to explore others.
+    #![proptest_config(ProptestConfig {
+        cases: 48,
+        rng_seed: match ProptestConfig::default().rng_seed {
+            proptest::test_runner::RngSeed::Random => proptest::test_runner::RngSeed::Fixed(20_261_124),
+            seed => seed,
+        },
+        ..ProptestConfig::default()
+    })]
 
     #[test]
     fn random_operation_mixes_match_the_model(
@@ -170,4 +179,18 @@ proptest! {
         let link = [LinkConfig::default(), LinkConfig::lossy(0.02), LinkConfig::lossy(0.08)][hostile];
         run(&ops, link, seed)?;
     }
+}
+
+/// A case the property found: the connect request's Ethernet source MAC was
+/// corrupted on the link (the frame CRC does not cover the Ethernet header), the
+/// server learned the wrong MAC and every answer went astray until RetryExceeded. The
+/// requester's MAC now travels in the CRC-covered payload.
+#[test]
+fn a_corrupted_source_mac_on_the_connect_request_is_not_learned() {
+    run(
+        &[Op::Write { dst: 0, len: 1 }],
+        LinkConfig::lossy(0.08),
+        715569,
+    )
+    .unwrap();
 }

@@ -40,6 +40,7 @@ use std::sync::Arc;
 
 use crossbeam::queue::ArrayQueue;
 
+mod connect;
 mod link;
 mod recv;
 mod send;
@@ -49,7 +50,7 @@ pub use link::{FrameBuf, FrameQueue, Link};
 pub use recv::ResumeError;
 pub(crate) use send::{complete_ready, fail_connection, process_ack};
 
-use crate::cm::CmMessage;
+use crate::cm::{Cm, CmTiming};
 use crate::connection::{ConnShared, ConnTable, CqShared};
 use crate::events::EventQueue;
 use crate::faults::{FaultConfig, FaultStats, Faults, Hold, Verdict};
@@ -282,10 +283,8 @@ pub struct Node {
     pub(crate) event_queues: Vec<Option<EndpointQueues>>,
     pub(crate) tlb: Tlb,
     pub(crate) listeners: HashMap<u32, Listener>,
-    /// (peer ip, peer connection) -> our connection, to answer repeated requests.
-    pub(crate) cm_accepted: HashMap<([u8; 4], u32), u32>,
-    /// Connection-management messages waiting for the next `poll_transmit`.
-    pub(crate) cm_out: VecDeque<(NodeAddr, CmMessage)>,
+    /// Connection management: its own machine, driven by the node.
+    pub(crate) cm: Cm,
     pub stats: Stats,
     /// Connection slots owing an acknowledgement since an earlier turn: sent by this
     /// turn's acknowledgements unless a data frame carried it first.
@@ -349,6 +348,13 @@ impl Node {
             crate::tables::InstructionMemory::new(cfg.instructions, cfg.global_instructions);
         let tokens = crate::tables::PayloadTable::new(cfg.payload_tokens);
         let timer_tick = (cfg.min_retry_timeout_us / 2).clamp(25, 200) * hz / 1_000_000;
+        let ticks = |us: u64| us.saturating_mul(hz) / 1_000_000;
+        let timing = CmTiming {
+            first_retry: timer_tick,
+            retry: ticks(cfg.cm_retry_us),
+            timeout: ticks(cfg.cm_timeout_us),
+        };
+        let cm = Cm::new(cfg.local.mac, caps.max_frame as u32, timing);
         Node {
             cfg,
             caps,
@@ -361,8 +367,7 @@ impl Node {
             event_queues: Vec::new(),
             tlb: Tlb::new(),
             listeners: HashMap::new(),
-            cm_accepted: HashMap::new(),
-            cm_out: VecDeque::new(),
+            cm,
             stats: Stats::default(),
             ack_list: Vec::with_capacity(1024),
             ack_new: Vec::with_capacity(1024),
@@ -478,7 +483,11 @@ impl Node {
         if self.owes_control() {
             return self.now;
         }
-        let t = self.timers.peek().map_or(u64::MAX, |e| e.0 .0);
+        let t = self
+            .timers
+            .peek()
+            .map_or(u64::MAX, |e| e.0 .0)
+            .min(self.cm.next_timeout());
         if self.held_frames.is_empty() {
             t
         } else {
@@ -491,7 +500,7 @@ impl Node {
         !(self.ack_list.is_empty()
             && self.ack_new.is_empty()
             && self.probe_list.is_empty()
-            && self.cm_out.is_empty()
+            && !self.cm.has_output()
             && self.raw_tx.is_empty())
     }
 
@@ -505,6 +514,10 @@ impl Node {
             self.release_held(now);
         }
         self.run_timers(now);
+        if self.cm.next_timeout() <= now {
+            self.cm.handle_timeout(now);
+            self.apply_cm_actions();
+        }
     }
 
     /// Our receive queue shared among the live connections: each peer may have this

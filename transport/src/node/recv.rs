@@ -100,7 +100,7 @@ impl Node {
             return;
         };
         if frame.header.flags & hflags::CM != 0 || frame.header.dst_conn == 0 {
-            self.handle_cm(&frame, now);
+            self.handle_cm(&frame);
             return;
         }
         let Some(slot) = self.lookup(&frame, now) else {

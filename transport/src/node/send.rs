@@ -133,7 +133,7 @@ impl Node {
         if !self.probe_list.is_empty() {
             self.send_probes(link);
         }
-        if !self.cm_out.is_empty() {
+        if self.cm.has_output() {
             self.send_cm(link);
         }
     }

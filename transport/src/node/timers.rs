@@ -3,8 +3,8 @@
 //! Each connection arms the node's timer queue (a min-heap of (time, connection)) for
 //! the next moment it needs attention — its retransmission deadline from
 //! [`crate::reliability::Sender::deadline`], the end of a receiver-not-ready back-off,
-//! a keepalive probe when idle, a connection-management retry or give-up, a retry of
-//! completions waiting for room. Arming is lazy: a connection keeps at most one live
+//! a keepalive probe when idle, a retry of completions waiting for room. (Connection
+//! management keeps its own timers: [`crate::cm::Cm::next_timeout`].) Arming is lazy: a connection keeps at most one live
 //! entry (`Connection::timer_armed`, the earliest); later deadlines need no entry until
 //! that one fires, and entries made stale by an earlier one are skipped when they come
 //! up. A firing entry runs the connection's timer, which arms the next deadline.
@@ -38,9 +38,6 @@ pub(crate) fn deadline(conn: &Connection, now: u64, keepalive: u64, tick: u64) -
     } else {
         now + tick
     };
-    if conn.state == ConnState::Connecting || conn.closing {
-        return t.min(conn.cm_next_retry.min(conn.cm_deadline));
-    }
     if conn.state != ConnState::Normal {
         return t;
     }
@@ -98,10 +95,6 @@ impl Node {
         let conn = self.conns.get_mut(slot).expect("slot");
         if !conn.unreported.is_empty() {
             send::report_waiting(conn);
-        }
-        if conn.state == ConnState::Connecting || conn.closing {
-            let number = conn.number;
-            return self.cm_timer(number, now);
         }
         if conn.state != ConnState::Normal {
             return true;

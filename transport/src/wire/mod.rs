@@ -104,6 +104,7 @@
 use core::ops::Range;
 
 pub mod cell;
+pub mod cm;
 pub mod compound;
 mod crc;
 pub mod frame;

@@ -1,0 +1,376 @@
+//! The node's side of connection management: the host's calls (connect, listen,
+//! close), connection entries made and removed, and the [`Cm`] machine's messages and
+//! actions carried out. What the protocol says — retries, repeats, timeouts, keys of
+//! disconnects — is the machine's ([`crate::cm`]); this file only acts on it.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use crossbeam::queue::ArrayQueue;
+
+use crate::cm::{
+    Action, CmError, CmMessage, ConnectOptions, Ignored, PeerParams, Registers, RejectReason,
+};
+use crate::connection::{
+    random_u32, random_u64, ConnShared, ConnState, Connection, CqShared, WcStatus, MAX_PENDING_NAKS,
+};
+use crate::oplogic::{DropReason, RemoteStatus};
+use crate::reliability::{Receiver, Sender, SeqBits};
+use crate::tables::{EndpointId, NodeAddr, NodeId, RegWindow};
+use crate::wire::cm::CM_PAYLOAD_MAX;
+use crate::wire::{self, hflags, FrameView, FrameWriter, TransportRepr, UnderlayRepr};
+
+use super::{
+    complete_ready, fail_connection, learn_node, process_ack, segment_max_for, FrameBuf, Link,
+    Listener, Node,
+};
+
+impl Node {
+    fn unused_conn_number(&self) -> u32 {
+        loop {
+            let n = random_u32();
+            if n != 0 && !self.conns.contains(n) {
+                return n;
+            }
+        }
+    }
+
+    /// A connection entry in state `Connecting`, its register window made when the
+    /// options ask for one of its own.
+    fn new_connection(
+        &mut self,
+        endpoint: EndpointId,
+        peer: NodeId,
+        shared: Arc<ConnShared>,
+        opts: &ConnectOptions,
+    ) -> Result<Connection, CmError> {
+        let window = match opts.registers {
+            Registers::None => RegWindow::EMPTY,
+            Registers::Window(w) => w,
+            Registers::PerConnection(n) => self.regs.alloc(n)?,
+        };
+        let isn = random_u32();
+        let key = random_u64();
+        shared.key.store(key, Ordering::Relaxed);
+        Ok(Connection {
+            number: shared.number,
+            key,
+            endpoint,
+            peer,
+            peer_conn: 0,
+            peer_key: 0,
+            state: ConnState::Connecting,
+            shared,
+            segment_max: self.segment_max,
+            priority: opts.priority,
+            regs: window,
+            allow_forced_interrupts: opts.allow_forced_interrupts,
+            report_traps: opts.report_traps,
+            instructions: opts.instructions,
+            isolated: opts.isolated,
+            held: None,
+            rx: Receiver::new(0, opts.receive_window),
+            reorder: std::collections::BTreeMap::new(),
+            read_replies: Default::default(),
+            rx_request: None,
+            unreported: std::collections::VecDeque::new(),
+            ack_pending: false,
+            last_rx: self.now,
+            last_probe: 0,
+            probes_unanswered: 0,
+            naks: [(0, RemoteStatus::Ok); MAX_PENDING_NAKS],
+            nnaks: 0,
+            refusals: Default::default(),
+            tx: Sender::new(
+                isn,
+                self.us_to_ticks(self.cfg.retry_timeout_us),
+                self.cfg.retry_count,
+            )
+            .with_max_bytes_in_flight(self.cfg.max_inflight_bytes)
+            .with_min_rto(self.us_to_ticks(self.cfg.min_retry_timeout_us)),
+            isn,
+            tx_sent_high: isn,
+            inflight: std::collections::VecDeque::with_capacity(self.cfg.window as usize),
+            window: self.cfg.window,
+            rnr_until: 0,
+            rnr_retries: 0,
+            rnr_retry_limit: self.cfg.rnr_retry_count,
+            rnr_timeout: self.us_to_ticks(self.cfg.rnr_timeout_us),
+            timer_armed: u64::MAX,
+            owned_regs: matches!(opts.registers, Registers::PerConnection(_)).then_some(window),
+        })
+    }
+
+    /// Adds a connection: its timer armed, the credits shared out again.
+    fn insert_connection(&mut self, c: Connection) {
+        let slot = self.conns.insert(c);
+        self.credits = self.credit_grant();
+        self.rearm(slot);
+    }
+
+    /// Removes a connection's entry, releasing a register window made for it.
+    pub(crate) fn remove_connection(&mut self, number: u32) -> Option<Connection> {
+        let c = self.conns.remove(number)?;
+        self.cm.forget(number);
+        for wc in &c.unreported {
+            // The last chance for completions still waiting for room.
+            if c.shared.cq.push(*wc).is_err() {
+                c.shared.cq.overflows.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        if let Some(w) = c.owned_regs {
+            let _ = self.regs.free(w);
+        }
+        self.credits = self.credit_grant();
+        Some(c)
+    }
+
+    /// Starts connecting to `service` at `peer`; the returned shared state turns
+    /// `Normal` when the peer accepts, `Failed` when it refuses or times out.
+    pub fn connect(
+        &mut self,
+        peer: NodeAddr,
+        service: u32,
+        endpoint: EndpointId,
+        cq: Arc<CqShared>,
+        opts: &ConnectOptions,
+    ) -> Result<Arc<ConnShared>, CmError> {
+        if self.endpoints.get(endpoint).is_none() {
+            return Err(CmError::NoEndpoint(endpoint));
+        }
+        if self.conns.len() >= self.cfg.max_connections {
+            return Err(CmError::TooManyConnections(self.cfg.max_connections));
+        }
+        let peer_id = learn_node(&mut self.nodes, peer);
+        let to = self.nodes.get(peer_id).copied().unwrap_or(peer);
+        let shared = ConnShared::new(self.unused_conn_number(), opts.sq_depth, cq);
+        let c = self.new_connection(endpoint, peer_id, shared.clone(), opts)?;
+        let (key, isn) = (c.key, c.isn);
+        self.insert_connection(c);
+        self.cm
+            .connect(shared.number, key, isn, random_u32(), to, service, self.now);
+        Ok(shared)
+    }
+
+    /// Accepts connections to `service` into `endpoint`.
+    pub fn listen(
+        &mut self,
+        service: u32,
+        endpoint: EndpointId,
+        cq: Arc<CqShared>,
+        opts: &ConnectOptions,
+        backlog: usize,
+    ) -> Result<Arc<ArrayQueue<Arc<ConnShared>>>, CmError> {
+        if self.endpoints.get(endpoint).is_none() {
+            return Err(CmError::NoEndpoint(endpoint));
+        }
+        if self.listeners.contains_key(&service) {
+            return Err(CmError::ServiceInUse(service));
+        }
+        let accepted = Arc::new(ArrayQueue::new(backlog.max(1)));
+        self.listeners.insert(
+            service,
+            Listener {
+                service,
+                endpoint,
+                cq,
+                opts: opts.clone(),
+                accepted: accepted.clone(),
+            },
+        );
+        Ok(accepted)
+    }
+
+    /// Stops accepting on `service`.
+    pub fn unlisten(&mut self, service: u32) {
+        self.listeners.remove(&service);
+    }
+
+    /// Closes a connection: outstanding work is flushed, the peer is told (with
+    /// retries), and the entry goes when the peer answers or the CM timeout passes.
+    pub fn close(&mut self, number: u32) -> Result<(), CmError> {
+        self.ack_now();
+        let slot = self
+            .conns
+            .slot_of(number)
+            .ok_or(CmError::NoConnection(number))?;
+        let conn = self.conns.get_mut(slot).expect("slot");
+        let was_normal = conn.state == ConnState::Normal;
+        if conn.state == ConnState::Normal || conn.state == ConnState::Error {
+            fail_connection(conn, WcStatus::Flushed);
+        }
+        conn.state = ConnState::Closed;
+        conn.shared.set_state(ConnState::Closed);
+        if !was_normal || conn.peer_conn == 0 {
+            self.remove_connection(number);
+            return Ok(());
+        }
+        // Never acknowledge past a refusal the peer may not know of.
+        let (peer_conn, peer_key, ack) = (conn.peer_conn, conn.peer_key, conn.ack_point());
+        let Some(to) = self.nodes.get(conn.peer).copied() else {
+            self.remove_connection(number);
+            return Ok(());
+        };
+        self.cm
+            .close(number, to, peer_conn, peer_key, ack, self.now);
+        Ok(())
+    }
+
+    /// A frame addressed to connection 0: each message to the machine, then its
+    /// actions carried out.
+    pub(crate) fn handle_cm(&mut self, frame: &FrameView<'_>) {
+        let from = NodeAddr {
+            mac: frame.underlay.src_mac,
+            ip: frame.underlay.src_ip,
+            udp_port: wire::UDP_PORT,
+        };
+        for m in frame.messages() {
+            let Ok(m) = m else {
+                self.stats.drop_for(DropReason::BadCheck);
+                return;
+            };
+            match CmMessage::parse(&m.control, m.payload) {
+                Ok(msg) => {
+                    if let Err(Ignored::WrongKey) = self.cm.handle(from, msg) {
+                        self.stats.drop_for(DropReason::WrongKey);
+                    }
+                }
+                Err(_) => self.stats.drop_for(DropReason::BadLength),
+            }
+        }
+        self.apply_cm_actions();
+    }
+
+    /// Carries out what the connection-management machine decided.
+    pub(crate) fn apply_cm_actions(&mut self) {
+        while let Some(a) = self.cm.poll_action() {
+            match a {
+                Action::Incoming {
+                    from,
+                    request,
+                    service,
+                    peer,
+                } => self.accept_incoming(from, request, service, peer),
+                Action::Established { conn, peer } => {
+                    if let Some(slot) = self.conns.slot_of(conn) {
+                        establish(self.conns.get_mut(slot).expect("slot"), &peer);
+                        self.rearm(slot); // keepalive from now
+                    }
+                }
+                Action::Failed { conn, reason } => {
+                    if let Some(c) = self.remove_connection(conn) {
+                        c.shared.fail_reason.store(reason as u8, Ordering::Relaxed);
+                        c.shared.set_state(ConnState::Failed);
+                    }
+                }
+                Action::PeerClosed { conn, ack } => self.peer_closed(conn, ack),
+                Action::Closed { conn } => {
+                    self.remove_connection(conn);
+                }
+            }
+        }
+    }
+
+    /// A peer's request for `service`: a connection made for it on the listener's
+    /// endpoint, or a refusal.
+    fn accept_incoming(&mut self, from: NodeAddr, request: u32, service: u32, peer: PeerParams) {
+        let Some(l) = self.listeners.get(&service) else {
+            self.cm
+                .refuse(from, request, peer.conn, RejectReason::NoListener);
+            return;
+        };
+        if self.conns.len() >= self.cfg.max_connections || l.accepted.is_full() {
+            self.cm
+                .refuse(from, request, peer.conn, RejectReason::Resources);
+            return;
+        }
+        let (endpoint, cq, lopts, accepted) =
+            (l.endpoint, l.cq.clone(), l.opts.clone(), l.accepted.clone());
+        let peer_id = learn_node(&mut self.nodes, from);
+        let shared = ConnShared::new(self.unused_conn_number(), lopts.sq_depth, cq);
+        let Ok(mut c) = self.new_connection(endpoint, peer_id, shared.clone(), &lopts) else {
+            self.cm
+                .refuse(from, request, peer.conn, RejectReason::Resources);
+            return;
+        };
+        establish(&mut c, &peer);
+        let (number, key, isn) = (c.number, c.key, c.isn);
+        self.insert_connection(c);
+        let _ = accepted.push(shared);
+        self.cm.accepted(from, request, peer.conn, number, key, isn);
+    }
+
+    /// The peer closed `conn`: what ran there completes, the rest is flushed.
+    fn peer_closed(&mut self, conn: u32, ack: u32) {
+        let Some(slot) = self.conns.slot_of(conn) else {
+            return;
+        };
+        let c = self.conns.get_mut(slot).expect("slot");
+        if matches!(c.state, ConnState::Normal | ConnState::Exceptioned) {
+            process_ack(c, ack, &SeqBits::default(), self.now);
+            complete_ready(c);
+        }
+        fail_connection(c, WcStatus::Flushed);
+        c.state = ConnState::Closed;
+        c.shared.set_state(ConnState::Closed);
+        self.remove_connection(conn);
+    }
+
+    /// Sends the machine's messages, one frame each.
+    pub(crate) fn send_cm<L: Link>(&mut self, link: &mut L) {
+        while let Some((to, msg)) = self.cm.poll_transmit() {
+            if link.full(false) {
+                self.cm.unpoll(to, msg); // the rest waits for the next transmission
+                return;
+            }
+            self.send_cm_frame(link, &to, &msg);
+        }
+    }
+
+    fn send_cm_frame<L: Link>(&mut self, link: &mut L, to: &NodeAddr, msg: &CmMessage) {
+        let Some(mut m) = link.alloc() else {
+            self.stats.drop_for(DropReason::NoBuffer);
+            return;
+        };
+        let underlay = UnderlayRepr {
+            src_mac: self.cfg.local.mac,
+            dst_mac: to.mac,
+            src_ip: self.cfg.local.ip,
+            dst_ip: to.ip,
+            src_port: wire::UDP_PORT,
+            dst_port: to.udp_port,
+        };
+        let hdr = TransportRepr {
+            flags: hflags::CM,
+            ..Default::default()
+        };
+        let mut payload = [0u8; CM_PAYLOAD_MAX];
+        let (c, len) = msg.emit(&mut payload);
+        let max = self.caps.max_frame;
+        let Ok(mut w) = FrameWriter::new(&mut m.room_mut()[..max], &underlay, &hdr) else {
+            return;
+        };
+        if w.push(&c, &payload[..len]).is_err() {
+            return;
+        }
+        let n = w.finish();
+        m.set_len(n);
+        self.stats.bytes_tx += n as u64;
+        if link.push(m, false) {
+            self.stats.frames_tx += 1;
+        }
+    }
+}
+
+/// The peer's parameters into a connection, which is then up.
+fn establish(c: &mut Connection, peer: &PeerParams) {
+    c.peer_conn = peer.conn;
+    c.peer_key = peer.key;
+    c.rx = Receiver::new(peer.isn, c.rx.window());
+    c.segment_max = c.segment_max.min(segment_max_for(peer.max_frame as usize));
+    c.state = ConnState::Normal;
+    c.shared
+        .peer_conn
+        .store(u64::from(peer.conn), Ordering::Relaxed);
+    c.shared.set_state(ConnState::Normal);
+}

@@ -1,0 +1,354 @@
+//! Connection-management messages: one control part and its payload, in a frame
+//! flagged `CM` with destination connection 0 and key 0 (DESIGN.md §7).
+//!
+//! ```text
+//! CONNECT_REQ     operand = request id, index = service
+//!                  0..4 client conn | 4..12 client key | 12..16 client ISN
+//!                 16..20 max frame  | 20..26 client MAC
+//! CONNECT_REP     operand = request id
+//!                  0..4 server conn | 4..12 server key | 12..16 server ISN
+//!                 16..20 max frame  | 20..24 client conn
+//! REJECT          operand = request id, index = reason
+//!                  0..4 client conn
+//! DISCONNECT_REQ   0..4 target conn | 4..12 target key | 12..16 sender conn | 16..20 ack
+//! DISCONNECT_REP   0..4 sender conn
+//! ```
+//! All fields big endian. The payload is covered by the frame's CRC32C, the Ethernet
+//! header is not (a NIC checks and strips its FCS): so the requester's MAC, which the
+//! server learns, travels in the payload (version 6), not only in the Ethernet header.
+
+use super::{check_len, get_u32, get_u64, op, set_u32, set_u64, ControlRepr, WireError};
+
+mod field {
+    use super::super::Field;
+
+    pub mod req {
+        use super::Field;
+        pub const CONN: Field = 0..4;
+        pub const KEY: Field = 4..12;
+        pub const ISN: Field = 12..16;
+        pub const MAX_FRAME: Field = 16..20;
+        pub const MAC: Field = 20..26;
+        pub const LEN: usize = 26;
+    }
+    pub mod rep {
+        use super::Field;
+        pub const CONN: Field = 0..4;
+        pub const KEY: Field = 4..12;
+        pub const ISN: Field = 12..16;
+        pub const MAX_FRAME: Field = 16..20;
+        pub const CLIENT_CONN: Field = 20..24;
+        pub const LEN: usize = 24;
+    }
+    pub mod reject {
+        use super::Field;
+        pub const CLIENT_CONN: Field = 0..4;
+        pub const LEN: usize = 4;
+    }
+    pub mod dreq {
+        use super::Field;
+        pub const TARGET: Field = 0..4;
+        pub const KEY: Field = 4..12;
+        pub const SENDER: Field = 12..16;
+        pub const ACK: Field = 16..20;
+        pub const LEN: usize = 20;
+    }
+    pub mod drep {
+        use super::Field;
+        pub const SENDER: Field = 0..4;
+        pub const LEN: usize = 4;
+    }
+}
+
+/// Largest CM payload.
+pub const CM_PAYLOAD_MAX: usize = field::req::LEN;
+
+/// Why a connection request was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[repr(u8)]
+pub enum RejectReason {
+    #[error("no answer from the peer before the connection-management timeout")]
+    Timeout = 0,
+    #[error("no listener for that service at the peer")]
+    NoListener = 1,
+    #[error("the peer is out of connection resources")]
+    Resources = 2,
+}
+
+impl RejectReason {
+    pub fn from_u8(v: u8) -> RejectReason {
+        match v {
+            1 => RejectReason::NoListener,
+            2 => RejectReason::Resources,
+            _ => RejectReason::Timeout,
+        }
+    }
+}
+
+/// Why a CM message was not understood.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum CmWireError {
+    #[error("opcode {0:#04x} is not a connection-management message")]
+    NotCm(u8),
+    #[error(transparent)]
+    Wire(#[from] WireError),
+}
+
+/// A connection-management message, decoded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CmMessage {
+    ConnectReq {
+        request: u32,
+        service: u32,
+        conn: u32,
+        key: u64,
+        isn: u32,
+        max_frame: u32,
+        /// The requester's MAC address (what the server learns it by).
+        mac: [u8; 6],
+    },
+    ConnectRep {
+        request: u32,
+        conn: u32,
+        key: u64,
+        isn: u32,
+        max_frame: u32,
+        client_conn: u32,
+    },
+    Reject {
+        request: u32,
+        reason: RejectReason,
+        client_conn: u32,
+    },
+    DisconnectReq {
+        target: u32,
+        key: u64,
+        sender: u32,
+        /// Everything the target sent before this sequence number ran at the sender.
+        ack: u32,
+    },
+    DisconnectRep {
+        sender: u32,
+    },
+}
+
+impl CmMessage {
+    /// Decodes one CM message from its control part and payload (exactly
+    /// `control.length` bytes, as the frame parser hands them out).
+    pub fn parse(c: &ControlRepr, p: &[u8]) -> Result<CmMessage, CmWireError> {
+        use field::*;
+        Ok(match c.opcode {
+            op::CM_CONNECT_REQ => {
+                check_len(p, req::LEN)?;
+                CmMessage::ConnectReq {
+                    request: c.operand,
+                    service: c.index,
+                    conn: get_u32(p, req::CONN),
+                    key: get_u64(p, req::KEY),
+                    isn: get_u32(p, req::ISN),
+                    max_frame: get_u32(p, req::MAX_FRAME),
+                    mac: p[req::MAC].try_into().expect("6 bytes"),
+                }
+            }
+            op::CM_CONNECT_REP => {
+                check_len(p, rep::LEN)?;
+                CmMessage::ConnectRep {
+                    request: c.operand,
+                    conn: get_u32(p, rep::CONN),
+                    key: get_u64(p, rep::KEY),
+                    isn: get_u32(p, rep::ISN),
+                    max_frame: get_u32(p, rep::MAX_FRAME),
+                    client_conn: get_u32(p, rep::CLIENT_CONN),
+                }
+            }
+            op::CM_REJECT => {
+                check_len(p, reject::LEN)?;
+                CmMessage::Reject {
+                    request: c.operand,
+                    reason: RejectReason::from_u8(c.index as u8),
+                    client_conn: get_u32(p, reject::CLIENT_CONN),
+                }
+            }
+            op::CM_DISCONNECT_REQ => {
+                check_len(p, dreq::LEN)?;
+                CmMessage::DisconnectReq {
+                    target: get_u32(p, dreq::TARGET),
+                    key: get_u64(p, dreq::KEY),
+                    sender: get_u32(p, dreq::SENDER),
+                    ack: get_u32(p, dreq::ACK),
+                }
+            }
+            op::CM_DISCONNECT_REP => {
+                check_len(p, drep::LEN)?;
+                CmMessage::DisconnectRep {
+                    sender: get_u32(p, drep::SENDER),
+                }
+            }
+            other => return Err(CmWireError::NotCm(other)),
+        })
+    }
+
+    /// Encodes into a control part and a payload buffer; returns the payload length.
+    pub fn emit(&self, p: &mut [u8; CM_PAYLOAD_MAX]) -> (ControlRepr, usize) {
+        use field::*;
+        let mut c = ControlRepr::default();
+        let len = match *self {
+            CmMessage::ConnectReq {
+                request,
+                service,
+                conn,
+                key,
+                isn,
+                max_frame,
+                mac,
+            } => {
+                (c.opcode, c.operand, c.index) = (op::CM_CONNECT_REQ, request, service);
+                set_u32(p, req::CONN, conn);
+                set_u64(p, req::KEY, key);
+                set_u32(p, req::ISN, isn);
+                set_u32(p, req::MAX_FRAME, max_frame);
+                p[req::MAC].copy_from_slice(&mac);
+                req::LEN
+            }
+            CmMessage::ConnectRep {
+                request,
+                conn,
+                key,
+                isn,
+                max_frame,
+                client_conn,
+            } => {
+                (c.opcode, c.operand) = (op::CM_CONNECT_REP, request);
+                set_u32(p, rep::CONN, conn);
+                set_u64(p, rep::KEY, key);
+                set_u32(p, rep::ISN, isn);
+                set_u32(p, rep::MAX_FRAME, max_frame);
+                set_u32(p, rep::CLIENT_CONN, client_conn);
+                rep::LEN
+            }
+            CmMessage::Reject {
+                request,
+                reason,
+                client_conn,
+            } => {
+                (c.opcode, c.operand, c.index) = (op::CM_REJECT, request, reason as u32);
+                set_u32(p, reject::CLIENT_CONN, client_conn);
+                reject::LEN
+            }
+            CmMessage::DisconnectReq {
+                target,
+                key,
+                sender,
+                ack,
+            } => {
+                c.opcode = op::CM_DISCONNECT_REQ;
+                set_u32(p, dreq::TARGET, target);
+                set_u64(p, dreq::KEY, key);
+                set_u32(p, dreq::SENDER, sender);
+                set_u32(p, dreq::ACK, ack);
+                dreq::LEN
+            }
+            CmMessage::DisconnectRep { sender } => {
+                c.opcode = op::CM_DISCONNECT_REP;
+                set_u32(p, drep::SENDER, sender);
+                drep::LEN
+            }
+        };
+        c.length = len as u32;
+        (c, len)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[rustfmt::skip]
+    const REQ: [u8; 26] = [
+        0xde, 0xad, 0xbe, 0xef,                         // client conn
+        0x01, 0x23, 0x45, 0x67, 0x89, 0xab, 0xcd, 0xef, // client key
+        0x00, 0x00, 0x00, 0x2a,                         // ISN 42
+        0x00, 0x00, 0x23, 0x36,                         // max frame 9014
+        0x02, 0x00, 0x0a, 0x00, 0x00, 0x02,             // MAC
+    ];
+
+    fn req() -> CmMessage {
+        CmMessage::ConnectReq {
+            request: 7,
+            service: 18515,
+            conn: 0xdead_beef,
+            key: 0x0123_4567_89ab_cdef,
+            isn: 42,
+            max_frame: 9014,
+            mac: [2, 0, 10, 0, 0, 2],
+        }
+    }
+
+    #[test]
+    fn hand_built_connect_request_parses_and_emits_the_same_bytes() {
+        let c = ControlRepr {
+            opcode: op::CM_CONNECT_REQ,
+            operand: 7,
+            index: 18515,
+            length: 26,
+            ..Default::default()
+        };
+        assert_eq!(CmMessage::parse(&c, &REQ), Ok(req()));
+        let mut p = [0xffu8; CM_PAYLOAD_MAX];
+        let (c2, n) = req().emit(&mut p);
+        assert_eq!((c2, &p[..n]), (c, &REQ[..]));
+    }
+
+    #[test]
+    fn every_message_round_trips_and_a_short_payload_is_truncated() {
+        let msgs = [
+            req(),
+            CmMessage::ConnectRep {
+                request: 7,
+                conn: 1,
+                key: 2,
+                isn: 3,
+                max_frame: 1514,
+                client_conn: 4,
+            },
+            CmMessage::Reject {
+                request: 9,
+                reason: RejectReason::NoListener,
+                client_conn: 5,
+            },
+            CmMessage::DisconnectReq {
+                target: 1,
+                key: 2,
+                sender: 3,
+                ack: 4,
+            },
+            CmMessage::DisconnectRep { sender: 3 },
+        ];
+        for m in msgs {
+            let mut p = [0u8; CM_PAYLOAD_MAX];
+            let (c, len) = m.emit(&mut p);
+            assert_eq!(c.length as usize, len);
+            assert_eq!(CmMessage::parse(&c, &p[..len]), Ok(m));
+            assert_eq!(
+                CmMessage::parse(&c, &p[..len - 1]),
+                Err(CmWireError::Wire(WireError::Truncated {
+                    needed: len,
+                    got: len - 1
+                })),
+                "{m:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_data_opcode_is_not_a_cm_message() {
+        let c = ControlRepr {
+            opcode: op::WRITE,
+            ..Default::default()
+        };
+        assert_eq!(
+            CmMessage::parse(&c, &[0; 32]),
+            Err(CmWireError::NotCm(op::WRITE))
+        );
+    }
+}
