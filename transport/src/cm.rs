@@ -327,33 +327,7 @@ impl Cm {
     /// names its own).
     pub fn handle(&mut self, from: NodeAddr, msg: CmMessage) -> Result<(), Ignored> {
         match msg {
-            CmMessage::ConnectReq {
-                request,
-                service,
-                conn,
-                key,
-                isn,
-                max_frame,
-                mac,
-            } => {
-                let from = NodeAddr { mac, ..from };
-                if let Some(&(_, rep)) = self.accepted.get(&(from.ip, conn)) {
-                    self.out.push_back((from, rep)); // a repeat: the same answer
-                    return Ok(());
-                }
-                let peer = PeerParams {
-                    conn,
-                    key,
-                    isn,
-                    max_frame,
-                };
-                self.actions.push_back(Action::Incoming {
-                    from,
-                    request,
-                    service,
-                    peer,
-                });
-            }
+            CmMessage::ConnectReq { .. } => self.connect_request(from, msg),
             CmMessage::ConnectRep {
                 request,
                 conn,
@@ -362,62 +336,121 @@ impl Cm {
                 max_frame,
                 client_conn,
             } => {
-                if self.answers(client_conn, request) {
-                    self.pending.remove(&client_conn);
-                    let peer = PeerParams {
-                        conn,
-                        key,
-                        isn,
-                        max_frame,
-                    };
-                    self.actions.push_back(Action::Established {
-                        conn: client_conn,
-                        peer,
-                    });
-                }
+                let peer = PeerParams {
+                    conn,
+                    key,
+                    isn,
+                    max_frame,
+                };
+                self.connect_answer(client_conn, request, Ok(peer));
             }
             CmMessage::Reject {
                 request,
                 reason,
                 client_conn,
-            } => {
-                if self.answers(client_conn, request) {
-                    self.forget(client_conn);
-                    self.actions.push_back(Action::Failed {
-                        conn: client_conn,
-                        reason,
-                    });
-                }
-            }
+            } => self.connect_answer(client_conn, request, Err(reason)),
             CmMessage::DisconnectReq {
                 target,
                 key,
                 sender,
                 ack,
-            } => {
-                if let Some(k) = self.known.get(&target) {
-                    if k.key != key {
-                        return Err(Ignored::WrongKey);
-                    }
-                    self.forget(target);
-                    self.actions
-                        .push_back(Action::PeerClosed { conn: target, ack });
-                }
-                self.out
-                    .push_back((from, CmMessage::DisconnectRep { sender }));
-            }
-            CmMessage::DisconnectRep { sender } => {
-                let closing = self
-                    .pending
-                    .get(&sender)
-                    .is_some_and(|p| matches!(p.msg, CmMessage::DisconnectReq { .. }));
-                if closing {
-                    self.forget(sender);
-                    self.actions.push_back(Action::Closed { conn: sender });
-                }
-            }
+            } => return self.disconnect_request(from, target, key, sender, ack),
+            CmMessage::DisconnectRep { sender } => self.disconnect_answer(sender),
         }
         Ok(())
+    }
+
+    /// A peer's connect request: a repeat of one accepted is answered the same way
+    /// (the answer may have been lost); a new one goes to the node.
+    fn connect_request(&mut self, from: NodeAddr, msg: CmMessage) {
+        let CmMessage::ConnectReq {
+            request,
+            service,
+            conn,
+            key,
+            isn,
+            max_frame,
+            mac,
+        } = msg
+        else {
+            return;
+        };
+        // The payload's MAC, which the frame's CRC covers.
+        let from = NodeAddr { mac, ..from };
+        if let Some(&(_, rep)) = self.accepted.get(&(from.ip, conn)) {
+            self.out.push_back((from, rep));
+            return;
+        }
+        let peer = PeerParams {
+            conn,
+            key,
+            isn,
+            max_frame,
+        };
+        self.actions.push_back(Action::Incoming {
+            from,
+            request,
+            service,
+            peer,
+        });
+    }
+
+    /// The answer to our connect request for `conn`: accepted or refused. Duplicate
+    /// and stale answers change nothing.
+    fn connect_answer(
+        &mut self,
+        conn: u32,
+        request: u32,
+        answer: Result<PeerParams, RejectReason>,
+    ) {
+        if !self.answers(conn, request) {
+            return;
+        }
+        match answer {
+            Ok(peer) => {
+                self.pending.remove(&conn);
+                self.actions.push_back(Action::Established { conn, peer });
+            }
+            Err(reason) => {
+                self.forget(conn);
+                self.actions.push_back(Action::Failed { conn, reason });
+            }
+        }
+    }
+
+    /// The peer closes our connection `target`: with the right key it goes; answered
+    /// either way (a repeat finds it gone).
+    fn disconnect_request(
+        &mut self,
+        from: NodeAddr,
+        target: u32,
+        key: u64,
+        sender: u32,
+        ack: u32,
+    ) -> Result<(), Ignored> {
+        if let Some(k) = self.known.get(&target) {
+            if k.key != key {
+                return Err(Ignored::WrongKey);
+            }
+            self.forget(target);
+            self.actions
+                .push_back(Action::PeerClosed { conn: target, ack });
+        }
+        self.out
+            .push_back((from, CmMessage::DisconnectRep { sender }));
+        Ok(())
+    }
+
+    /// The answer to our close of `conn`.
+    fn disconnect_answer(&mut self, conn: u32) {
+        let closing = self
+            .pending
+            .get(&conn)
+            .is_some_and(|p| matches!(p.msg, CmMessage::DisconnectReq { .. }));
+        if closing {
+            self.forget(conn);
+            self.actions.push_back(Action::Closed { conn });
+        }
     }
 
     /// Whether a connect answer for `conn` answers its pending request (not a

@@ -81,13 +81,7 @@ impl Node {
             naks: [(0, RemoteStatus::Ok); MAX_PENDING_NAKS],
             nnaks: 0,
             refusals: Default::default(),
-            tx: Sender::new(
-                isn,
-                self.us_to_ticks(self.cfg.retry_timeout_us),
-                self.cfg.retry_count,
-            )
-            .with_max_bytes_in_flight(self.cfg.max_inflight_bytes)
-            .with_min_rto(self.us_to_ticks(self.cfg.min_retry_timeout_us)),
+            tx: self.sender(isn),
             isn,
             tx_sent_high: isn,
             inflight: std::collections::VecDeque::with_capacity(self.cfg.window as usize),
@@ -99,6 +93,14 @@ impl Node {
             timer_armed: u64::MAX,
             owned_regs: matches!(opts.registers, Registers::PerConnection(_)).then_some(window),
         })
+    }
+
+    /// The send-side reliability state of a new connection, from the node's tunables.
+    fn sender(&self, isn: u32) -> Sender {
+        let rto = self.us_to_ticks(self.cfg.retry_timeout_us);
+        Sender::new(isn, rto, self.cfg.retry_count)
+            .with_max_bytes_in_flight(self.cfg.max_inflight_bytes)
+            .with_min_rto(self.us_to_ticks(self.cfg.min_retry_timeout_us))
     }
 
     /// Adds a connection: its timer armed, the credits shared out again.

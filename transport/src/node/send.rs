@@ -264,75 +264,24 @@ impl Node {
         if link.full(high) {
             return Served::PortFull;
         }
-        let Some(conn) = self.conns.get_mut(slot) else {
-            return Served::Done;
-        };
         if yield_to_high && priority == Priority::High {
             return Served::Done; // served in the first pass
         }
-        match conn.state {
-            ConnState::Normal | ConnState::Exceptioned => {}
-            ConnState::Error | ConnState::Closed => {
-                flush_queue(conn);
-                return Served::Done;
-            }
-            _ => return Served::Done,
+        if !self.admit(slot, now, beside_high) {
+            return Served::Done;
         }
-        if now < conn.rnr_until {
-            return Served::Done; // the peer is not ready: back off
-        }
-        admit_work(
-            conn,
-            &self.endpoints,
-            self.segment_max,
-            beside_high.then_some(self.bulk_segment),
-        );
         let mut frames = 0;
         while frames < budget {
-            let Some(conn) = self.conns.get_mut(slot) else {
-                break;
-            };
-            let Some(first) = conn.tx.next_to_send() else {
+            let Some(first) = self.conns.get_mut(slot).and_then(|c| c.tx.next_to_send()) else {
                 break;
             };
             if link.full(high) {
                 return Served::PortFull;
             }
-            let Some(conn) = self.conns.get_mut(slot) else {
-                break;
-            };
-            let Some(mut mbuf) = link.alloc() else {
-                self.stats.drop_for(DropReason::NoBuffer);
-                return Served::PortFull;
-            };
-            let max = if beside_high && first_message_len(conn, first) <= self.bulk_segment {
-                self.caps.max_frame.min(BULK_FRAME_BESIDE_HIGH)
-            } else {
-                self.caps.max_frame
-            };
-            let underlay = conn_underlay(&self.cfg.local, &self.nodes, conn);
-            let hdr = data_header(conn, first, self.credits);
-            let room = &mut mbuf.room_mut()[..max];
-            let Ok(mut w) = FrameWriter::new(room, &underlay, &hdr) else {
-                break;
-            };
-            let (sent, bytes, resent) = fill_frame(conn, first, &mut w, &self.endpoints, now);
-            if sent == 0 {
-                break;
-            }
-            self.stats.msgs_tx += sent as u64;
-            self.stats.retransmits += resent as u64;
-            self.stats.cells_tx += w.cells() as u64;
-            self.stats.bytes_payload_tx += bytes;
-            let len = w.finish();
-            self.stats.bytes_tx += len as u64;
-            mbuf.set_len(len);
-            if conn.nnaks == 0 && !conn.rx.has_gap() && conn.refusals.is_empty() {
-                // Piggy-backed (a gap needs the selective part, a refusal its NAK).
-                conn.ack_pending = false;
-            }
-            if link.push(mbuf, high) {
-                self.stats.frames_tx += 1;
+            match self.send_data_frame(link, slot, first, high, beside_high, now) {
+                Built::Sent => {}
+                Built::NoBuffer => return Served::PortFull,
+                Built::Nothing => break,
             }
             frames += 1;
             if yield_to_high && (self.high_pending() || link.urgent()) {
@@ -342,6 +291,93 @@ impl Node {
         }
         Served::Done
     }
+
+    /// Whether connection `slot` may send now; if so, its posted work requests are
+    /// admitted into its window. A connection in error has its queue flushed.
+    #[inline]
+    fn admit(&mut self, slot: usize, now: u64, beside_high: bool) -> bool {
+        let Some(conn) = self.conns.get_mut(slot) else {
+            return false;
+        };
+        match conn.state {
+            ConnState::Normal | ConnState::Exceptioned => {}
+            ConnState::Error | ConnState::Closed => {
+                flush_queue(conn);
+                return false;
+            }
+            _ => return false,
+        }
+        if now < conn.rnr_until {
+            return false; // the peer is not ready: back off
+        }
+        admit_work(
+            conn,
+            &self.endpoints,
+            self.segment_max,
+            beside_high.then_some(self.bulk_segment),
+        );
+        true
+    }
+
+    /// Builds one data frame of connection `slot` from message `first` on (as many
+    /// messages as fit) and hands it to the link.
+    #[inline]
+    fn send_data_frame<L: Link>(
+        &mut self,
+        link: &mut L,
+        slot: usize,
+        first: u32,
+        high: bool,
+        beside_high: bool,
+        now: u64,
+    ) -> Built {
+        let Some(conn) = self.conns.get_mut(slot) else {
+            return Built::Nothing;
+        };
+        let Some(mut mbuf) = link.alloc() else {
+            self.stats.drop_for(DropReason::NoBuffer);
+            return Built::NoBuffer;
+        };
+        let max = if beside_high && first_message_len(conn, first) <= self.bulk_segment {
+            self.caps.max_frame.min(BULK_FRAME_BESIDE_HIGH)
+        } else {
+            self.caps.max_frame
+        };
+        let underlay = conn_underlay(&self.cfg.local, &self.nodes, conn);
+        let hdr = data_header(conn, first, self.credits);
+        let room = &mut mbuf.room_mut()[..max];
+        let Ok(mut w) = FrameWriter::new(room, &underlay, &hdr) else {
+            return Built::Nothing;
+        };
+        let (sent, bytes, resent) = fill_frame(conn, first, &mut w, &self.endpoints, now);
+        if sent == 0 {
+            return Built::Nothing;
+        }
+        self.stats.msgs_tx += sent as u64;
+        self.stats.retransmits += resent as u64;
+        self.stats.cells_tx += w.cells() as u64;
+        self.stats.bytes_payload_tx += bytes;
+        let len = w.finish();
+        self.stats.bytes_tx += len as u64;
+        mbuf.set_len(len);
+        if conn.nnaks == 0 && !conn.rx.has_gap() && conn.refusals.is_empty() {
+            // Piggy-backed (a gap needs the selective part, a refusal its NAK).
+            conn.ack_pending = false;
+        }
+        if link.push(mbuf, high) {
+            self.stats.frames_tx += 1;
+        }
+        Built::Sent
+    }
+}
+
+/// What building a data frame came to.
+enum Built {
+    Sent,
+    /// The link had no buffer.
+    NoBuffer,
+    /// Nothing to send after all.
+    Nothing,
 }
 
 impl Node {

@@ -190,19 +190,40 @@ impl CmMessage {
 
     /// Encodes into a control part and a payload buffer; returns the payload length.
     pub fn emit(&self, p: &mut [u8; CM_PAYLOAD_MAX]) -> (ControlRepr, usize) {
-        use field::*;
-        let mut c = ControlRepr::default();
-        let len = match *self {
+        let len = self.emit_payload(p);
+        let (opcode, operand, index) = match *self {
             CmMessage::ConnectReq {
-                request,
-                service,
+                request, service, ..
+            } => (op::CM_CONNECT_REQ, request, service),
+            CmMessage::ConnectRep { request, .. } => (op::CM_CONNECT_REP, request, 0),
+            CmMessage::Reject {
+                request, reason, ..
+            } => (op::CM_REJECT, request, reason as u32),
+            CmMessage::DisconnectReq { .. } => (op::CM_DISCONNECT_REQ, 0, 0),
+            CmMessage::DisconnectRep { .. } => (op::CM_DISCONNECT_REP, 0, 0),
+        };
+        let c = ControlRepr {
+            opcode,
+            operand,
+            index,
+            length: len as u32,
+            ..Default::default()
+        };
+        (c, len)
+    }
+
+    /// Writes the payload; returns its length.
+    fn emit_payload(&self, p: &mut [u8; CM_PAYLOAD_MAX]) -> usize {
+        use field::*;
+        match *self {
+            CmMessage::ConnectReq {
                 conn,
                 key,
                 isn,
                 max_frame,
                 mac,
+                ..
             } => {
-                (c.opcode, c.operand, c.index) = (op::CM_CONNECT_REQ, request, service);
                 set_u32(p, req::CONN, conn);
                 set_u64(p, req::KEY, key);
                 set_u32(p, req::ISN, isn);
@@ -211,14 +232,13 @@ impl CmMessage {
                 req::LEN
             }
             CmMessage::ConnectRep {
-                request,
                 conn,
                 key,
                 isn,
                 max_frame,
                 client_conn,
+                ..
             } => {
-                (c.opcode, c.operand) = (op::CM_CONNECT_REP, request);
                 set_u32(p, rep::CONN, conn);
                 set_u64(p, rep::KEY, key);
                 set_u32(p, rep::ISN, isn);
@@ -226,12 +246,7 @@ impl CmMessage {
                 set_u32(p, rep::CLIENT_CONN, client_conn);
                 rep::LEN
             }
-            CmMessage::Reject {
-                request,
-                reason,
-                client_conn,
-            } => {
-                (c.opcode, c.operand, c.index) = (op::CM_REJECT, request, reason as u32);
+            CmMessage::Reject { client_conn, .. } => {
                 set_u32(p, reject::CLIENT_CONN, client_conn);
                 reject::LEN
             }
@@ -241,7 +256,6 @@ impl CmMessage {
                 sender,
                 ack,
             } => {
-                c.opcode = op::CM_DISCONNECT_REQ;
                 set_u32(p, dreq::TARGET, target);
                 set_u64(p, dreq::KEY, key);
                 set_u32(p, dreq::SENDER, sender);
@@ -249,13 +263,10 @@ impl CmMessage {
                 dreq::LEN
             }
             CmMessage::DisconnectRep { sender } => {
-                c.opcode = op::CM_DISCONNECT_REP;
                 set_u32(p, drep::SENDER, sender);
                 drep::LEN
             }
-        };
-        c.length = len as u32;
-        (c, len)
+        }
     }
 }
 
