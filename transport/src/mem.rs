@@ -9,10 +9,20 @@
 //! The network (a worker core) writes this memory while the application may be reading
 //! it, so this module never forms a `&[u8]` or `&mut [u8]` over the region: every access
 //! is a bounds-checked raw copy, and the polling loads are volatile. This is the only
-//! module, with the TLB-backed store in `oplogic`, that dereferences endpoint pointers.
+//! module that dereferences endpoint memory; everything else goes through its safe
+//! methods, which check every range against the region they borrow.
 //!
-//! What it must never do: hand out a reference into the region, or free a registered
-//! buffer.
+//! Two ways in, one per side of the deposit:
+//! - the application addresses the region by offset ([`EndpointMemory::read`],
+//!   [`EndpointMemory::write`], the volatile loads and stores);
+//! - the network addresses it by [`HostAddr`], the host address that the endpoint page
+//!   maps hold and the worker's TLB caches ([`EndpointMemory::write_at`] and its
+//!   siblings, the per-message fast path of `oplogic`). A `HostAddr` is only a number: it
+//!   grants no access, so it may outlive its region or be sent anywhere; an access
+//!   borrows the region and checks the address lies inside it.
+//!
+//! What it must never do: hand out a reference into the region, dereference an address
+//! it has not checked against a region it borrows, or free a registered buffer.
 
 use std::alloc::Layout;
 use std::fmt;
@@ -101,6 +111,39 @@ unsafe impl Send for EndpointMemory {}
 // SAFETY: see `Send`; every `&self` method accesses the region through raw pointers only,
 // and races on the bytes themselves are the deposit model's, not a Rust aliasing issue.
 unsafe impl Sync for EndpointMemory {}
+
+/// The host address of a byte of endpoint memory, as an endpoint's page map holds it and
+/// the worker's TLB caches it.
+///
+/// Only a number: no method reads or writes through it, and nothing keeps its region
+/// alive, so it may be copied, cached, sent to another thread and outlive the region.
+/// Access goes through the region, borrowed: [`EndpointMemory::write_at`],
+/// [`EndpointMemory::read_at`], [`EndpointMemory::store_u8_at`] and
+/// [`EndpointMemory::store_u64_at`] check that the bytes lie inside that region and then
+/// use the region's own pointer, so a stale or foreign address is refused, never
+/// dereferenced.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct HostAddr(*mut u8);
+
+// SAFETY: a `HostAddr` is an address, never dereferenced as such: every access computes
+// its offset from the region it borrows and goes through that region's pointer after a
+// bounds check. Moving the number to another thread is therefore sound.
+unsafe impl Send for HostAddr {}
+// SAFETY: see `Send`; `&HostAddr` gives nothing but the number.
+unsafe impl Sync for HostAddr {}
+
+impl HostAddr {
+    /// An address in no region: every access through it is refused (a placeholder for
+    /// empty cache slots).
+    pub const NULL: HostAddr = HostAddr(ptr::null_mut());
+
+    /// The address `n` bytes further on (wrapping; still only a number).
+    #[inline]
+    #[must_use]
+    pub fn wrapping_add(self, n: usize) -> HostAddr {
+        HostAddr(self.0.wrapping_add(n))
+    }
+}
 
 /// One warning per process when hugepages are asked for and none are available.
 static HUGEPAGE_WARNING: Once = Once::new();
@@ -233,7 +276,72 @@ impl EndpointMemory {
         Ok(())
     }
 
+    /// The host address of byte `off` of the region. Not checked: an address grants no
+    /// access, and one outside the region is refused when it is used.
+    #[inline]
+    pub fn addr(&self, off: usize) -> HostAddr {
+        HostAddr(self.ptr.as_ptr().wrapping_add(off))
+    }
+
+    /// Copies `src` to host address `at`, after checking `[at, at + src.len())` lies
+    /// inside the region. Nothing is stored when the check fails.
+    #[inline]
+    pub fn write_at(&self, at: HostAddr, src: &[u8]) -> Result<(), MemError> {
+        let dst = self.host_range(at, src.len())?;
+        // SAFETY: `host_range` checked the bytes lie in the region, which is valid while
+        // `self` is borrowed; `src` is a distinct Rust buffer, so they don't overlap.
+        unsafe { copy_bytes(dst, src.as_ptr(), src.len()) };
+        Ok(())
+    }
+
+    /// Copies `dst.len()` bytes at host address `at` into `dst`, after checking
+    /// `[at, at + dst.len())` lies inside the region.
+    #[inline]
+    pub fn read_at(&self, at: HostAddr, dst: &mut [u8]) -> Result<(), MemError> {
+        let src = self.host_range(at, dst.len())?;
+        // SAFETY: as in `write_at`, with the direction reversed.
+        unsafe { copy_bytes(dst.as_mut_ptr(), src, dst.len()) };
+        Ok(())
+    }
+
+    /// Volatile store of the byte `v` at host address `at` (the last byte of a deposit,
+    /// which a host may be spinning on), after checking it lies inside the region.
+    #[inline]
+    pub fn store_u8_at(&self, at: HostAddr, v: u8) -> Result<(), MemError> {
+        let p = self.host_range(at, 1)?;
+        // SAFETY: `p` is in bounds (checked) and a byte needs no alignment.
+        unsafe { ptr::write_volatile(p, v) };
+        Ok(())
+    }
+
+    /// Volatile store of the native-endian 8-byte word `v` at host address `at`: one
+    /// 8-byte store, so a host polling the word never sees it torn. Refused
+    /// ([`MemError::Unaligned`]) unless `at` is 8-byte aligned, and
+    /// ([`MemError::OutOfBounds`]) unless the word lies inside the region.
+    #[inline]
+    pub fn store_u64_at(&self, at: HostAddr, v: u64) -> Result<(), MemError> {
+        let p = self.word(self.offset_of(at))?;
+        // SAFETY: `word` checked bounds and 8-byte alignment (the base is page aligned).
+        unsafe { ptr::write_volatile(p, v) };
+        Ok(())
+    }
+
+    /// Offset of host address `at` from the base (wrapping: an address below the base
+    /// becomes an offset far past any region's end).
+    #[inline]
+    fn offset_of(&self, at: HostAddr) -> usize {
+        (at.0 as usize).wrapping_sub(self.ptr.as_ptr() as usize)
+    }
+
+    /// Pointer to `[at, at + len)`, derived from the region's own pointer, after checking
+    /// the bytes lie inside the region.
+    #[inline]
+    fn host_range(&self, at: HostAddr, len: usize) -> Result<*mut u8, MemError> {
+        self.range(self.offset_of(at), len)
+    }
+
     /// Pointer to `[off, off + len)` after checking it lies inside the region.
+    #[inline]
     fn range(&self, off: usize, len: usize) -> Result<*mut u8, MemError> {
         match off.checked_add(len) {
             Some(end) if end <= self.len => Ok(self.ptr.as_ptr().wrapping_add(off)),
@@ -246,6 +354,7 @@ impl EndpointMemory {
     }
 
     /// Pointer to the aligned 8-byte word at `off`.
+    #[inline]
     fn word(&self, off: usize) -> Result<*mut u64, MemError> {
         if off & 7 != 0 {
             return Err(MemError::Unaligned { off, align: 8 });
@@ -357,7 +466,7 @@ impl HugepageInfo {
 /// # Safety
 /// `src` must be valid for `n` reads, `dst` for `n` writes, and they must not overlap.
 #[inline(always)]
-pub unsafe fn copy_bytes(dst: *mut u8, src: *const u8, n: usize) {
+unsafe fn copy_bytes(dst: *mut u8, src: *const u8, n: usize) {
     // SAFETY (all arms): every access lies in [0, n) of both ranges, which the caller
     // guarantees valid and disjoint; head stores precede tail stores.
     unsafe {
@@ -494,6 +603,41 @@ mod tests {
     }
 
     #[test]
+    fn unchecked_deposit_never_leaves_a_partial_registered_page() {
+        use crate::oplogic::{EndpointAccess, TlbAccess};
+        use crate::tables::{EndpointEntry, EndpointId, Rights};
+        use crate::tlb::Tlb;
+        use std::sync::Arc;
+
+        let layout = Layout::from_size_align(4096, 4096).unwrap();
+        // SAFETY: non-zero size.
+        let buf = unsafe { std::alloc::alloc(layout) };
+        assert!(!buf.is_null());
+        // SAFETY: `buf` is valid for 4096 bytes.
+        unsafe { ptr::write_bytes(buf, 0xee, 4096) };
+        {
+            // Only the first 100 bytes are endpoint memory: its one page is partial.
+            // SAFETY: `buf` is valid for 100 bytes until freed below, after `mem` drops.
+            let mem = Arc::new(unsafe { EndpointMemory::register(buf, 100) }.unwrap());
+            let ep = EndpointEntry::new(mem, 0, 100, Rights::ALL).unwrap();
+            let mut tlb = Tlb::new();
+            let mut a = TlbAccess::new(EndpointId(0), &ep, &mut tlb);
+            // No `check`: the page translates, the bytes past 100 are refused by `mem`.
+            a.store(96, &[1; 10]);
+            a.store_word(96, u64::MAX);
+            let mut back = [0xffu8; 10];
+            a.load(96, &mut back);
+            assert_eq!(back, [0; 10]);
+        }
+        for i in 0..4096 {
+            // SAFETY: `buf` is still allocated (registration did not free it).
+            assert_eq!(unsafe { *buf.add(i) }, 0xee, "byte {i}");
+        }
+        // SAFETY: allocated above with `layout`.
+        unsafe { std::alloc::dealloc(buf, layout) };
+    }
+
+    #[test]
     fn register_refuses_misaligned_null_and_empty() {
         let mut v = vec![0u8; 8192 + 1];
         let p = v.as_mut_ptr();
@@ -526,8 +670,60 @@ mod tests {
     }
 
     #[test]
-    fn memory_is_send_and_sync() {
+    fn memory_and_host_addresses_are_send_and_sync() {
         fn assert_send_sync<T: Send + Sync>() {}
         assert_send_sync::<EndpointMemory>();
+        assert_send_sync::<HostAddr>();
+    }
+
+    #[test]
+    fn host_addressed_accesses_round_trip() {
+        let m = EndpointMemory::alloc_ordinary(8192).unwrap();
+        m.write_at(m.addr(4090), b"crossing").unwrap();
+        let mut b = [0u8; 8];
+        m.read_at(m.addr(4088).wrapping_add(2), &mut b).unwrap();
+        assert_eq!(&b, b"crossing");
+        m.read(4090, &mut b).unwrap();
+        assert_eq!(&b, b"crossing");
+        m.store_u8_at(m.addr(8191), 7).unwrap();
+        assert_eq!(m.load_u8(8191).unwrap(), 7);
+        m.store_u64_at(m.addr(4096), 0x0102_0304_0506_0708).unwrap();
+        assert_eq!(m.load_u64(4096).unwrap(), 0x0102_0304_0506_0708);
+        m.write_at(m.addr(8192), &[]).unwrap();
+    }
+
+    #[test]
+    fn host_addresses_outside_the_region_are_refused() {
+        let m = EndpointMemory::alloc_ordinary(4096).unwrap();
+        let other = EndpointMemory::alloc_ordinary(4096).unwrap();
+        let mut b = [0u8; 8];
+        assert_eq!(
+            m.write_at(m.addr(4090), &b).unwrap_err(),
+            MemError::OutOfBounds {
+                off: 4090,
+                len: 8,
+                size: 4096
+            }
+        );
+        assert!(m.read_at(m.addr(4089), &mut b).is_err());
+        assert!(m.store_u8_at(m.addr(4096), 1).is_err());
+        assert!(m.store_u64_at(m.addr(4096), 1).is_err());
+        assert_eq!(
+            m.store_u64_at(m.addr(12), 1).unwrap_err(),
+            MemError::Unaligned { off: 12, align: 8 }
+        );
+        // Below the base, in no region, and in another region: all refused, none touched.
+        assert!(m
+            .store_u8_at(m.addr(0).wrapping_add(usize::MAX), 1)
+            .is_err());
+        assert!(m.write_at(HostAddr::NULL, &b).is_err());
+        assert!(m.store_u8_at(HostAddr::NULL, 1).is_err());
+        assert!(m.write_at(other.addr(0), &[1]).is_err());
+        assert!(other.write_at(m.addr(0), &[1]).is_err());
+        let mut all = vec![0xffu8; 4096];
+        m.read(0, &mut all).unwrap();
+        assert!(all.iter().all(|&x| x == 0));
+        other.read(0, &mut all).unwrap();
+        assert!(all.iter().all(|&x| x == 0));
     }
 }

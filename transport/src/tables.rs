@@ -2,7 +2,7 @@
 //!
 //! An endpoint is a view — offset, length, rights — of an [`EndpointMemory`], addressed
 //! by network-logical offsets and split into logical pages of [`PAGE_SIZE`] bytes. Each
-//! page has a mapping (host pointer, rights, present bit); the first two are held directly
+//! page has a mapping (host address, rights, present bit); the first two are held directly
 //! in the [`EndpointEntry`] (the seed's hybrid mapping, so small endpoints never use the
 //! TLB), the rest in the entry's page map. Nested and overlapping endpoints are entries
 //! sharing one `Arc<EndpointMemory>`.
@@ -13,7 +13,8 @@
 //!
 //! The address-register file ([`RegisterFile`]) is in the `registers` submodule (an
 //! endpoint entry holds only the window of its global registers); the connection table and instruction
-//! memory live elsewhere. This module never dereferences a host pointer.
+//! memory live elsewhere. This module never dereferences a host address: a [`HostAddr`]
+//! is only a number, and access to the bytes behind it belongs to `mem`.
 
 mod instructions;
 mod registers;
@@ -29,7 +30,7 @@ use std::ops::{BitAnd, BitOr};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use crate::mem::EndpointMemory;
+use crate::mem::{EndpointMemory, HostAddr};
 
 /// Access rights of an endpoint or a page, as remote peers see them.
 #[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
@@ -201,20 +202,14 @@ pub enum TableError {
 /// The mapping of one logical page of an endpoint.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub struct PageEntry {
-    /// Host address of the start of the page.
-    pub host: *mut u8,
+    /// Host address of the start of the page, in the entry's [`EndpointMemory`] (which
+    /// checks it again at every access through it).
+    pub host: HostAddr,
     /// Rights on this page; effective rights are these intersected with the endpoint's.
     pub rights: Rights,
     /// False when the host has revoked or "paged out" the page: access faults.
     pub present: bool,
 }
-
-// SAFETY: a `PageEntry` is plain data; `host` is only ever dereferenced by unsafe code
-// (the TLB-backed store in `oplogic`) that justifies validity on its own, through the
-// `Arc<EndpointMemory>` (itself `Send + Sync`) kept by the owning `EndpointEntry`.
-unsafe impl Send for PageEntry {}
-// SAFETY: see `Send`; `&PageEntry` gives no access to the pointee.
-unsafe impl Sync for PageEntry {}
 
 /// Process-wide source of generations, so no (endpoint id, generation) pair repeats.
 static NEXT_GENERATION: AtomicU64 = AtomicU64::new(1);
@@ -264,7 +259,7 @@ impl EndpointEntry {
                 })
             }
         }
-        let base = mem.as_ptr().wrapping_add(offset);
+        let base = mem.addr(offset);
         let page = |idx: u64| PageEntry {
             // In bounds of the memory for every page of the endpoint (checked above).
             host: base.wrapping_add((idx * PAGE_SIZE) as usize),
@@ -589,7 +584,7 @@ mod tests {
         for i in 0..4 {
             let p = e.page(i).unwrap();
             assert!(p.present);
-            assert_eq!(p.host, mem.as_ptr().wrapping_add(4096 * (i as usize + 1)));
+            assert_eq!(p.host, mem.addr(4096 * (i as usize + 1)));
         }
         assert!(e.page(4).is_none());
         assert_eq!(e.direct(1), e.page(1));
@@ -679,6 +674,14 @@ mod tests {
         assert_eq!(t.get(c).unwrap().len(), 30);
         t.get_mut(b).unwrap().set_page_present(0, false).unwrap();
         assert_eq!(t.len(), 2);
+    }
+
+    #[test]
+    fn endpoint_tables_can_be_shared_with_workers() {
+        fn assert_send_sync<T: Send + Sync>() {}
+        assert_send_sync::<PageEntry>();
+        assert_send_sync::<EndpointEntry>();
+        assert_send_sync::<EndpointTable>();
     }
 
     #[test]

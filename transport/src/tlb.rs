@@ -1,4 +1,4 @@
-//! The per-worker software TLB: (endpoint, logical page) → (host pointer, rights).
+//! The per-worker software TLB: (endpoint, logical page) → (host address, rights).
 //!
 //! A set-associative cache of [`SETS`] sets × [`WAYS`] ways, allocated once when the
 //! worker starts. Pages 0 and 1 of every endpoint are translated from the endpoint entry
@@ -11,8 +11,10 @@
 //! simply stops matching and is replaced in time.
 //!
 //! What it must never do: allocate, lock or make a syscall in [`Tlb::translate`], or
-//! dereference the host pointers it caches.
+//! dereference the host addresses it caches (a [`HostAddr`] is only a number; access goes
+//! through `mem`, which checks it against the endpoint's memory).
 
+use crate::mem::HostAddr;
 use crate::tables::{EndpointEntry, EndpointId, Rights};
 
 /// Number of sets (a power of two).
@@ -55,7 +57,7 @@ struct Slot {
     endpoint: u32,
     page: u64,
     generation: u64,
-    host: *mut u8,
+    host: HostAddr,
     rights: Rights,
 }
 
@@ -65,7 +67,7 @@ impl Slot {
         endpoint: 0,
         page: 0,
         generation: 0,
-        host: std::ptr::null_mut(),
+        host: HostAddr::NULL,
         rights: Rights::NONE,
     };
 }
@@ -82,12 +84,6 @@ pub struct Tlb {
     sets: Box<[Set]>,
     stats: TlbStats,
 }
-
-// SAFETY: the cached host pointers are never dereferenced by the TLB; they are handed out
-// only together with the `&EndpointEntry` whose generation they match, whose
-// `Arc<EndpointMemory>` (`Send + Sync`) keeps them valid. Moving a `Tlb` to the worker
-// thread that owns it is therefore sound.
-unsafe impl Send for Tlb {}
 
 impl Default for Tlb {
     fn default() -> Self {
@@ -118,7 +114,7 @@ impl Tlb {
         id: EndpointId,
         ep: &EndpointEntry,
         page: u64,
-    ) -> Result<(*mut u8, Rights), Fault> {
+    ) -> Result<(HostAddr, Rights), Fault> {
         if let Some(pe) = ep.direct(page) {
             if !pe.present {
                 self.stats.faults += 1;
@@ -309,6 +305,12 @@ mod tests {
             tlb.translate(EndpointId(0), &ep, 3).unwrap().1,
             Rights::REMOTE_READ | Rights::REMOTE_WRITE
         );
+    }
+
+    #[test]
+    fn tlb_can_move_to_its_worker_thread() {
+        fn assert_send<T: Send>() {}
+        assert_send::<Tlb>();
     }
 
     #[test]

@@ -3,10 +3,16 @@
 //! and [`VecAccess`] (a plain buffer for tests and fuzzing).
 //!
 //! `check` has no side effect on memory (it may fill the TLB); `load`, `store` and
-//! `store_word` act only on ranges a `check` covered. The unsafe code here is the
-//! TLB-backed access, which dereferences endpoint host pointers.
+//! `store_word` act only on ranges a `check` covered. [`TlbAccess`] turns endpoint
+//! addresses into host addresses through the TLB and leaves the bytes to `mem`, whose
+//! host-addressed methods check each access against the endpoint's memory.
+//!
+//! What it must never do: touch endpoint memory other than through `mem`. A caller that
+//! skips `check` breaks the endpoint's bounds and rights, never memory safety: `mem`
+//! still confines every access to the endpoint's memory.
 
 use super::Trap;
+use crate::mem::HostAddr;
 use crate::tables::{EndpointEntry, EndpointId, Rights, PAGE_SHIFT, PAGE_SIZE};
 use crate::tlb::{Fault, Tlb};
 
@@ -90,7 +96,7 @@ impl<'a> TlbAccess<'a> {
     }
 
     /// Host address of `ea`, which a successful `check` covered.
-    fn host(&mut self, ea: u64) -> Option<*mut u8> {
+    fn host(&mut self, ea: u64) -> Option<HostAddr> {
         let (base, _) = self
             .tlb
             .translate(self.id, self.ep, ea >> PAGE_SHIFT)
@@ -145,19 +151,18 @@ impl EndpointAccess for TlbAccess<'_> {
             let in_page = (PAGE_SIZE - (at & (PAGE_SIZE - 1))) as usize;
             let n = in_page.min(rest.len());
             let Some(dst) = self.host(at) else { return };
-            // SAFETY: `check` proved `[ea, ea + data.len())` lies inside the endpoint and
-            // is present; the endpoint lies inside its `EndpointMemory` (checked by
-            // `EndpointEntry::new`), which `self.ep` keeps alive through its `Arc` and
-            // whose page map cannot change while we borrow it. `[dst, dst + n)` stays in
-            // one logical page, and `data` is a Rust buffer, never endpoint memory.
-            unsafe { crate::mem::copy_bytes(dst, rest.as_ptr(), n) };
+            // `[dst, dst + n)` stays in one logical page; a refusal is unreachable after
+            // `check`, and then nothing more is stored (least of all the last byte).
+            if self.ep.memory().write_at(dst, &rest[..n]).is_err() {
+                return;
+            }
             at += n as u64;
             rest = &rest[n..];
         }
         let Some(dst) = self.host(at) else { return };
         std::sync::atomic::fence(std::sync::atomic::Ordering::Release);
-        // SAFETY: as above; `at = ea + data.len() - 1` is the last checked byte.
-        unsafe { std::ptr::write_volatile(dst, last) };
+        // `at = ea + data.len() - 1`, the last checked byte; a refusal is unreachable.
+        let _ = self.ep.memory().store_u8_at(dst, last);
     }
 
     fn load(&mut self, ea: u64, buf: &mut [u8]) {
@@ -166,32 +171,30 @@ impl EndpointAccess for TlbAccess<'_> {
         while !rest.is_empty() {
             let in_page = (PAGE_SIZE - (at & (PAGE_SIZE - 1))) as usize;
             let n = in_page.min(rest.len());
-            let Some(src) = self.host(at) else {
-                // Unreachable after `check`; leave a defined value rather than trust it.
+            // `[src, src + n)` stays in one logical page. Both refusals are unreachable
+            // after `check`; leave a defined value rather than trust that.
+            let copied = match self.host(at) {
+                Some(src) => self.ep.memory().read_at(src, &mut rest[..n]).is_ok(),
+                None => false,
+            };
+            if !copied {
                 rest.fill(0);
                 return;
-            };
-            // SAFETY: `check` proved `[ea, ea + buf.len())` lies inside the endpoint and
-            // is present (see `store`); `[src, src + n)` stays in one logical page and
-            // `buf` is a Rust buffer, never endpoint memory.
-            unsafe { crate::mem::copy_bytes(rest.as_mut_ptr(), src, n) };
+            }
             at += n as u64;
             rest = &mut rest[n..];
         }
     }
 
     fn store_word(&mut self, ea: u64, value: u64) {
-        // An 8-aligned endpoint offset is 8-aligned in host memory unless the endpoint
-        // is a registered buffer at an odd address; then fall back to bytes.
-        match self.host(ea) {
-            Some(dst) if dst as usize % 8 == 0 && ea % 8 == 0 => {
-                // SAFETY: `check` covered `[ea, ea + 8)`, which lies in one logical page
-                // (ea is a multiple of 8 and pages are multiples of 8), and `dst` is
-                // 8-aligned.
-                unsafe { std::ptr::write_volatile(dst as *mut u64, value) };
-            }
-            Some(_) => self.store(ea, &value.to_ne_bytes()),
-            None => {}
+        // `check` covered `[ea, ea + 8)`, which lies in one logical page (ea is a
+        // multiple of 8 and pages are multiples of 8), so one 8-byte store does it when
+        // the host address is aligned too (always, as regions are page aligned; but
+        // `mem` refuses an unaligned word rather than trust it, and then bytes do).
+        let Some(dst) = self.host(ea) else { return };
+        let stored = ea % 8 == 0 && self.ep.memory().store_u64_at(dst, value).is_ok();
+        if !stored {
+            self.store(ea, &value.to_ne_bytes());
         }
     }
 }
@@ -265,5 +268,66 @@ impl EndpointAccess for VecAccess {
             Some(src) => buf.copy_from_slice(src),
             None => buf.fill(0),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::mem::EndpointMemory;
+    use std::sync::Arc;
+
+    const PAGE: usize = PAGE_SIZE as usize;
+
+    fn endpoint(pages: usize) -> (Arc<EndpointMemory>, EndpointEntry) {
+        let mem = Arc::new(EndpointMemory::alloc_ordinary(pages * PAGE).unwrap());
+        let ep = EndpointEntry::new(mem.clone(), 0, pages * PAGE, Rights::ALL).unwrap();
+        (mem, ep)
+    }
+
+    #[test]
+    fn tlb_load_reads_back_a_store_across_pages() {
+        let (mem, ep) = endpoint(4);
+        let mut tlb = Tlb::new();
+        let mut a = TlbAccess::new(EndpointId(0), &ep, &mut tlb);
+        let data: Vec<u8> = (0..=255).cycle().take(PAGE + 20).collect();
+        let ea = 2 * PAGE as u64 - 10;
+        a.check(ea, data.len() as u64, Access::Write).unwrap();
+        a.store(ea, &data);
+        let mut back = vec![0; data.len()];
+        a.load(ea, &mut back);
+        assert_eq!(back, data);
+        let mut raw = vec![0; data.len()];
+        mem.read(ea as usize, &mut raw).unwrap();
+        assert_eq!(raw, data);
+    }
+
+    #[test]
+    fn tlb_store_word_writes_the_whole_word_in_place() {
+        let (mem, ep) = endpoint(3);
+        let mut tlb = Tlb::new();
+        let mut a = TlbAccess::new(EndpointId(0), &ep, &mut tlb);
+        let ea = 2 * PAGE as u64 + 64;
+        a.check(ea, 8, Access::Atomic).unwrap();
+        a.store_word(ea, 0x0102_0304_0506_0708);
+        assert_eq!(mem.load_u64(ea as usize).unwrap(), 0x0102_0304_0506_0708);
+        assert_eq!(mem.load_u8(ea as usize - 1).unwrap(), 0);
+        assert_eq!(mem.load_u8(ea as usize + 8).unwrap(), 0);
+    }
+
+    #[test]
+    fn unchecked_access_past_the_end_stops_at_the_endpoint_end() {
+        // Without `check`, a store running off the endpoint stores what lies inside it,
+        // then nothing (least of all the last byte); a load zero-fills the rest.
+        let (mem, ep) = endpoint(1);
+        let mut tlb = Tlb::new();
+        let mut a = TlbAccess::new(EndpointId(0), &ep, &mut tlb);
+        a.store(PAGE as u64 - 6, &[9; 10]);
+        let mut tail = [0u8; 6];
+        mem.read(PAGE - 6, &mut tail).unwrap();
+        assert_eq!(tail, [9; 6]);
+        let mut buf = [0xffu8; 10];
+        a.load(PAGE as u64 - 6, &mut buf);
+        assert_eq!(buf, [9, 9, 9, 9, 9, 9, 0, 0, 0, 0]);
     }
 }
