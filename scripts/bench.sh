@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # Usage: scripts/bench.sh [ROUNDS]
+#        scripts/bench.sh --compare OLD_DDPERF [ROUNDS]
 # The foundation benchmarks with their raw-DPDK baselines from the same run, rounds
 # interleaved (the machine is shared and noisy), medians reported:
 #   * 32 B write message rate (write_bw) vs raw_bw frame rate, ring loopback;
@@ -18,9 +19,21 @@
 #     write_lat and write_bw over ip_bw (goal <= 1.2 each); token_lat (a deposit with a
 #     payload token plus a fresh token coming back, RTT/2). The same comparison in one
 #     process, rounds interleaved more finely, follows from `cargo bench --bench ipmsg`.
+# With --compare, a before/after run instead: the regression set of a change (32 B
+# write_bw, write_bw --compound and its ratio to write_bw, write_lat on ring and memif,
+# read_lat, atomic_lat, and raw_lat as the baseline) from this tree's ddperf and from
+# OLD_DDPERF (a ddperf built from the earlier commit), the two alternating in every
+# round (which goes first alternates too), medians of each and the median of the
+# per-round new/old ratios.
 # Needs a release build (scripts/run.sh or `cargo build --release -p ddperf`).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+old=
+if [[ ${1:-} == --compare ]]; then
+    old=${2:?usage: $0 --compare OLD_DDPERF [ROUNDS]}
+    [[ -x $old ]] || { echo "bench: $old is not an executable" >&2; exit 2; }
+    shift 2
+fi
 rounds=${1:-5}
 dd=target/release/ddperf
 [ -x "$dd" ] || cargo build --release -p ddperf
@@ -29,22 +42,75 @@ trap 'rm -rf "$dir"' EXIT
 
 field() { python3 -c "import json,sys; print(json.loads(sys.stdin.readline())['$1'])"; }
 
-loop() { # test field args...
-    local t=$1 f=$2
+loop() { # test field args...  (the binary: $DD, else this tree's)
+    local t=$1 f=$2 bin=${DD:-$dd}
     shift 2
-    timeout 120 "$dd" "$t" --loopback --json "$@" 2>/dev/null | field "$f"
+    timeout 120 "$bin" "$t" --loopback --json "$@" 2>/dev/null | field "$f"
 }
 
 memif() { # test field args...
-    local t=$1 f=$2 s="$dir/memif.sock"
+    local t=$1 f=$2 s="$dir/memif.sock" bin=${DD:-$dd}
     shift 2
     rm -f "$s"
-    timeout 120 "$dd" "$t" --server --dev "memif:$s:server" "$@" >/dev/null 2>&1 &
+    timeout 120 "$bin" "$t" --server --dev "memif:$s:server" "$@" >/dev/null 2>&1 &
     local pid=$!
     for _ in $(seq 100); do [ -S "$s" ] && break; sleep 0.05; done
-    timeout 120 "$dd" "$t" --dev "memif:$s:client" --json "$@" 10.0.0.1 2>/dev/null | field "$f"
+    timeout 120 "$bin" "$t" --dev "memif:$s:client" --json "$@" 10.0.0.1 2>/dev/null | field "$f"
     wait "$pid" || true
 }
+
+# One round of the regression set with binary $1, appended to the arrays named
+# <prefix>_<measure> (prefix $2).
+regression_round() {
+    local -n bw=$2_bw cbw_=$2_cbw wl_=$2_wl ml_=$2_ml rdl_=$2_rdl atl_=$2_atl rl_=$2_rl
+    DD=$1
+    bw+=("$(loop write_bw msg_rate_mpps -s 32 -n 1000000)")
+    cbw_+=("$(loop write_bw msg_rate_mpps -s 32 -n 1000000 --compound)")
+    wl_+=("$(loop write_lat t_typical_us -s 32 -n 100000)")
+    ml_+=("$(memif write_lat t_typical_us -s 32 -n 50000)")
+    rdl_+=("$(loop read_lat t_typical_us -s 32 -n 100000)")
+    atl_+=("$(loop atomic_lat t_typical_us -n 100000)")
+    rl_+=("$(loop raw_lat t_typical_us -s 32 -n 100000)")
+    unset DD
+}
+
+if [[ -n $old ]]; then
+    declare -a new_bw new_cbw new_wl new_ml new_rdl new_atl new_rl
+    declare -a old_bw old_cbw old_wl old_ml old_rdl old_atl old_rl
+    for i in $(seq "$rounds"); do
+        if ((i % 2)); then
+            regression_round "$dd" new
+            regression_round "$old" old
+        else
+            regression_round "$old" old
+            regression_round "$dd" new
+        fi
+    done
+    med() { python3 -c "import statistics,sys; print(f'{statistics.median(map(float, sys.argv[1:])):.3f}')" "$@"; }
+    rat() { python3 -c "import statistics,sys; a=sys.argv[1].split(); b=sys.argv[2].split(); print(f'{statistics.median(float(x)/float(y) for x,y in zip(a,b)):.3f}')" "$1" "$2"; }
+    printf '%-40s %-9s %-9s %s\n' "before/after (median of $rounds)" old new "new/old (median of rounds)"
+    row() { # label measure better
+        local -n o=old_$2 n=new_$2
+        printf '%-40s %-9s %-9s %s (%s is better)\n' "$1" "$(med "${o[@]}")" "$(med "${n[@]}")" \
+            "$(rat "${n[*]}" "${o[*]}")" "$3"
+    }
+    row "ring: write_bw 32 B [Mpps]" bw higher
+    row "ring: write_bw --compound 32 B [Mpps]" cbw higher
+    cr() { python3 -c "import sys; a=sys.argv[1].split(); b=sys.argv[2].split(); print(' '.join(f'{float(x)/float(y):.4f}' for x,y in zip(a,b)))" "$1" "$2"; }
+    read -ra old_cr <<<"$(cr "${old_cbw[*]}" "${old_bw[*]}")"
+    read -ra new_cr <<<"$(cr "${new_cbw[*]}" "${new_bw[*]}")"
+    row "ring: compound/plain ratio" cr higher
+    row "ring: write_lat 32 B t_typical [us]" wl lower
+    row "memif: write_lat 32 B t_typical [us]" ml lower
+    row "ring: read_lat 32 B RTT [us]" rdl lower
+    row "ring: atomic_lat RTT [us]" atl lower
+    row "ring: raw_lat 32 B (baseline) [us]" rl lower
+    for m in bw cbw wl ml rdl atl rl; do
+        o=old_$m[*] n=new_$m[*]
+        echo "samples $m: old ${!o} | new ${!n}"
+    done
+    exit 0
+fi
 
 median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
 
