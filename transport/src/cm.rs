@@ -249,7 +249,8 @@ impl Cm {
             sender: conn,
             ack,
         };
-        self.forget_accepted(conn);
+        // A repeat of the request that made it is still answered from memory until
+        // the entry goes (a new connection for it would be a ghost).
         self.request(conn, to, msg, now);
     }
 
@@ -636,6 +637,31 @@ mod tests {
             })
         );
         assert_eq!(c.pending(), 0);
+    }
+
+    #[test]
+    fn a_late_repeat_of_an_accepted_request_makes_no_second_connection() {
+        let (mut a, mut b) = (Cm::new([2; 6], 1514, T), Cm::new([3; 6], 1514, T));
+        a.connect(70, 0x5e, 1, 9, addr(2), 4, 0);
+        let req = sent(&mut a)[0];
+        b.handle(addr(1), req).unwrap();
+        let Some(Action::Incoming {
+            from,
+            request,
+            peer,
+            ..
+        }) = b.poll_action()
+        else {
+            panic!("no incoming");
+        };
+        b.accepted(from, request, peer.conn, 80, 0x77, 0);
+        let rep = sent(&mut b);
+        // The server closes at once; the client's request arrives again meanwhile.
+        b.close(80, from, 70, 0x5e, 0, 0);
+        sent(&mut b);
+        b.handle(addr(1), req).unwrap();
+        assert_eq!(b.poll_action(), None, "no second Incoming while closing");
+        assert_eq!(sent(&mut b), rep, "answered from memory");
     }
 
     #[test]
