@@ -11,8 +11,8 @@ use deposit_transport::connection::{Source, WorkRequest, WrOpcode};
 use deposit_transport::mem::EndpointMemory;
 use deposit_transport::message;
 use deposit_transport::oplogic::{
-    commit, commit_sequence, execute, plan, plan_into, plan_invoke, plan_invoke_one, Code, Plan,
-    RegContext, SeqPlan, TlbAccess,
+    commit, commit_sequence, plan, plan_into, plan_invoke, plan_invoke_one, Code, Plan, RegContext,
+    SeqPlan, TlbAccess,
 };
 use deposit_transport::tables::{
     EndpointEntry, EndpointId, EndpointTable, Instruction, InstructionMemory, RegProt, RegWindow,
@@ -126,18 +126,32 @@ fn main() {
     let mut tlb = Tlb::new();
     let f = FrameView::parse(&one).unwrap();
     let m = f.messages().next().unwrap().unwrap();
-    bench("oplogic execute, 32 B write (direct mapping)", N, |i| {
+    // A plain deposit: no registers, the plan's inlined fast path.
+    let mut no_regs = RegisterFile::empty();
+    let empty = RegisterFile::empty();
+    let none = RegContext::none(&empty);
+    bench("plan + commit, plain 32 B write (direct mapping)", N, |i| {
         let ep = table.get(id).unwrap();
         let mut c = m.control;
         c.operand = (i as u32 & 63) * 32;
-        black_box(execute(&c, m.payload, &mut TlbAccess::new(id, ep, &mut tlb)).unwrap());
+        let mut acc = TlbAccess::new(id, ep, &mut tlb);
+        let p = plan(&c, m.payload, &none, &mut acc).unwrap();
+        commit(&p, &mut no_regs, &mut acc);
+        black_box(p.store);
     });
-    bench("oplogic execute, 32 B write (through the TLB)", N, |i| {
-        let ep = table.get(id).unwrap();
-        let mut c = m.control;
-        c.operand = 65536 + (i as u32 & 1023) * 32;
-        black_box(execute(&c, m.payload, &mut TlbAccess::new(id, ep, &mut tlb)).unwrap());
-    });
+    bench(
+        "plan + commit, plain 32 B write (through the TLB)",
+        N,
+        |i| {
+            let ep = table.get(id).unwrap();
+            let mut c = m.control;
+            c.operand = 65536 + (i as u32 & 1023) * 32;
+            let mut acc = TlbAccess::new(id, ep, &mut tlb);
+            let p = plan(&c, m.payload, &none, &mut acc).unwrap();
+            commit(&p, &mut no_regs, &mut acc);
+            black_box(p.store);
+        },
+    );
 
     // A compound operation: indirect post-increment address generation, two register
     // operations and a conditional, against a plain direct write of the same 32 bytes.

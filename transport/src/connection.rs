@@ -424,54 +424,9 @@ pub struct Stored {
     pub placed: bool,
 }
 
-/// The endpoint ranges of read replies this side still owes the peer: a reply's
-/// frames are built from endpoint memory when they are (re)sent, so until the peer has
-/// acknowledged every message of the reply (cumulatively or selectively), no later
-/// message of the connection may store into its range — else the read would return
-/// bytes written after it, against in-order execution (DESIGN.md §5). Such a message
-/// waits (kept, not acknowledged) until those acknowledgements arrive.
-#[derive(Debug, Clone, Default)]
-pub struct ReadReplies {
-    /// `(first sequence number, one past the last, first byte, end)`, oldest first.
-    ranges: VecDeque<(u32, u32, u64, u64)>,
-}
-
-impl ReadReplies {
-    /// A read reply of `len` bytes at `start` on sequence numbers `first..seq_end`.
-    pub fn push(&mut self, first: u32, seq_end: u32, start: u64, len: u32) {
-        if len > 0 {
-            self.ranges
-                .push_back((first, seq_end, start, start + u64::from(len)));
-        }
-    }
-    /// Whether a store of `len` bytes at `start` must wait: it overlaps a reply with a
-    /// message `is_acked` does not confirm yet. Forgets replies acknowledged up to the
-    /// cumulative point `acked` first.
-    pub fn blocks(
-        &mut self,
-        start: u64,
-        len: u32,
-        acked: u32,
-        is_acked: impl Fn(u32) -> bool,
-    ) -> bool {
-        while let Some(&(_, end, ..)) = self.ranges.front() {
-            if seq_lt(acked, end) {
-                break;
-            }
-            self.ranges.pop_front();
-        }
-        let end = start + u64::from(len);
-        len > 0
-            && self.ranges.iter().any(|&(first, last, s, e)| {
-                start < e
-                    && s < end
-                    && (0..last.wrapping_sub(first)).any(|i| !is_acked(first.wrapping_add(i)))
-            })
-    }
-    pub fn is_empty(&self) -> bool {
-        self.ranges.is_empty()
-    }
-}
+// Read replies not yet acknowledged, which later stores must not overtake: the rule is
+// the operation logic's.
+pub use crate::oplogic::ReadReplies;
 
 /// Most receiver-not-ready NAKs remembered between two acknowledgement frames (they
 /// need no record: the sender's timer covers their loss; refusals are in
@@ -732,31 +687,5 @@ mod tests {
         let b = random_u32();
         assert_ne!(a.wrapping_add(1), b);
         assert_ne!(random_u64(), 0);
-    }
-
-    #[test]
-    fn a_store_waits_only_for_overlapping_unacknowledged_read_replies() {
-        let mut r = ReadReplies::default();
-        // Reply A: bytes 100..200 on messages 10..12; reply B: 1000..1008 on 12.
-        r.push(10, 12, 100, 100);
-        r.push(12, 13, 1000, 8);
-        let none = |_: u32| false;
-        assert!(r.blocks(150, 1, 10, none));
-        assert!(r.blocks(0, 101, 10, none), "overlaps the first byte");
-        assert!(!r.blocks(0, 100, 10, none), "ends where the reply starts");
-        assert!(!r.blocks(200, 800, 10, none), "between the replies");
-        assert!(r.blocks(1007, 4, 10, none));
-        assert!(!r.blocks(150, 0, 10, none), "stores nothing");
-        // Selectively acknowledged: only once every message of the reply is.
-        assert!(r.blocks(150, 1, 10, |s| s == 10));
-        assert!(!r.blocks(150, 1, 10, |s| s == 10 || s == 11));
-        // Cumulatively acknowledged replies are forgotten (with sequence wrap).
-        assert!(!r.blocks(150, 1, 12, none));
-        assert!(r.blocks(1000, 8, 12, none));
-        assert!(!r.blocks(1000, 8, 13, none));
-        assert!(r.is_empty());
-        r.push(u32::MAX - 1, 1, 0, 64);
-        assert!(r.blocks(0, 64, u32::MAX, none));
-        assert!(!r.blocks(0, 64, 1, none));
     }
 }

@@ -13,11 +13,10 @@ use crate::connection::{echoed_base, ConnState, Connection, Held, Pending, Store
 use crate::events::{Event, EventKind, EventQueue};
 use crate::message;
 use crate::oplogic::{
-    self, DropReason, EndpointAccess, Plan, RegContext, RemoteStatus, Reply, SeqPlan, TlbAccess,
-    Trap,
+    self, DropReason, Plan, RegContext, RemoteStatus, SeqPlan, TlbAccess, TokenEvent, Trap,
 };
 use crate::reliability::{Arrival, SeqBits};
-use crate::tables::{EndpointTable, RegisterFile, Token, TokenMatch};
+use crate::tables::{EndpointTable, RegisterFile};
 use crate::tlb::Tlb;
 use crate::wire::cell::flags as cflags;
 use crate::wire::compound::COMPOUND_LEN;
@@ -630,17 +629,11 @@ fn note_request(conn: &mut Connection, seq: u32, control: &ControlRepr, plan: &P
     }
 }
 
-/// Whether a planned store overlaps a read reply the peer has not acknowledged yet
-/// (it must wait: the reply's frames are built from memory when sent).
+/// Whether a planned store must wait for a read reply the peer has not acknowledged
+/// yet ([`oplogic::ReadReplies`]).
+#[inline]
 fn blocked_by_read_reply(conn: &mut Connection, plan: &Plan<'_>) -> bool {
-    let Some((start, len)) = plan.store.span() else {
-        return false;
-    };
-    let tx = &conn.tx;
-    !conn.read_replies.is_empty()
-        && conn
-            .read_replies
-            .blocks(start, len, tx.acked(), |s| tx.is_acked(s))
+    conn.read_replies.blocks_store(&plan.store, &conn.tx)
 }
 
 /// Plans, checks and commits one message of `conn`.
@@ -792,10 +785,9 @@ fn run_chain(
     Ran::Done
 }
 
-/// A deposit with a payload token: into the buffer the token names (whatever endpoint
-/// the connection reaches), once; the entry is used up. A wrong key drops the payload
-/// and delivers the control part alone (an event of length 0); the sender is told the
-/// deposit was refused either way.
+/// A deposit with a payload token ([`oplogic::plan_token`]): into the buffer the token
+/// names (whatever endpoint the connection reaches), once. The buffer's owner hears of
+/// it either way (a wrong key: the control part alone), so it needs room for the event.
 #[inline(never)]
 fn run_token(
     conn: &mut Connection,
@@ -804,96 +796,51 @@ fn run_token(
     payload: &[u8],
     ex: &mut Exec<'_>,
 ) -> Ran {
-    let bad_length = Trap::BadLength {
-        opcode: control.opcode,
-        length: control.length,
-    };
-    if control.flags & !cflags::LAST != 0 {
-        let t = Trap::BadFlags {
-            opcode: control.opcode,
-            flags: control.flags,
-        };
-        return refuse(conn, seq, control, t, ex);
-    }
-    let body = match oplogic::announced(control, payload) {
-        Ok(b) => b,
-        Err(t) => return refuse(conn, seq, control, t, ex),
-    };
-    let Some((tok, data)) = body.split_first_chunk::<8>() else {
-        return refuse(conn, seq, control, bad_length, ex);
-    };
-    let token = Token(u64::from_be_bytes(*tok));
-    let entry = match ex.tokens.lookup(token) {
-        TokenMatch::Valid(e) => e,
-        TokenMatch::WrongKey(e) => {
-            // The control part still reaches the buffer's owner, with length 0.
-            if let Some(q) = super::queues_of(ex.queues, e.endpoint) {
-                let ev = token_event(conn, control, token, false, e.offset, 0, ex.now);
-                post_event(&q.events, ev, ex.stats);
+    let (endpoints, tlb) = (ex.endpoints, &mut *ex.tlb);
+    let target = move |id| endpoints.get(id).map(move |ep| TlbAccess::new(id, ep, tlb));
+    let (plan, mut mem) = match oplogic::plan_token(control, payload, ex.tokens, target) {
+        Ok(p) => p,
+        Err(t) => {
+            // A wrong key: the control part still reaches the buffer's owner.
+            if let Some(e) = t.event {
+                if let Some(q) = super::queues_of(ex.queues, e.endpoint) {
+                    post_event(&q.events, token_event(conn, control, &e, ex.now), ex.stats);
+                }
             }
-            return refuse(conn, seq, control, Trap::TokenKey, ex);
+            if t.trap.is_fault() {
+                return hold(conn, seq, control, payload, None, t.trap, ex);
+            }
+            return refuse(conn, seq, control, t.trap, ex);
         }
-        TokenMatch::None => return refuse(conn, seq, control, Trap::BadToken, ex),
     };
-    let Some(ep) = ex.endpoints.get(entry.endpoint) else {
-        return refuse(conn, seq, control, Trap::BadToken, ex);
-    };
-    if data.len() as u64 > entry.len {
-        let t = Trap::OutOfBounds {
-            ea: entry.offset,
-            len: data.len() as u64,
-            bound: entry.offset.saturating_add(entry.len),
-        };
-        return refuse(conn, seq, control, t, ex);
-    }
-    let mut mem = TlbAccess::new(entry.endpoint, ep, ex.tlb);
-    let ea = entry.offset;
-    match mem.check(ea, data.len() as u64, oplogic::Access::Write) {
-        Ok(()) => {}
-        Err(t) if t.is_fault() => return hold(conn, seq, control, payload, None, t, ex),
-        Err(t) => return refuse(conn, seq, control, t, ex),
-    }
-    // The deposit always reports its control part: it needs room for the event.
-    let queue = match admit(ex.queues, entry.endpoint, false, true) {
+    let queue = match admit(ex.queues, plan.endpoint, false, true) {
         Admit::Go(q) => q,
         Admit::Wait | Admit::Full => {
             return hold(conn, seq, control, payload, None, Trap::EventQueueFull, ex)
         }
     };
-    if !data.is_empty() {
-        mem.store(ea, data);
-    }
-    let _ = ex.tokens.cancel(token);
-    ex.stats.bytes_deposited += data.len() as u64;
+    oplogic::commit_token(&plan, ex.tokens, &mut mem);
+    ex.stats.bytes_deposited += plan.data.len() as u64;
     if let Some(q) = queue {
-        let ev = token_event(conn, control, token, true, ea, data.len() as u32, ex.now);
+        let ev = token_event(conn, control, &plan.event(), ex.now);
         post_event(q, ev, ex.stats);
     }
     Ran::Done
 }
 
-/// The event of a deposit with `token` (`key_ok`: whether its key matched), reporting
-/// `len` bytes at `ea`.
-fn token_event(
-    conn: &Connection,
-    control: &ControlRepr,
-    token: Token,
-    key_ok: bool,
-    ea: u64,
-    len: u32,
-    now: u64,
-) -> Event {
+/// The event of a deposit with a payload token, as the host sees it.
+fn token_event(conn: &Connection, control: &ControlRepr, e: &TokenEvent, now: u64) -> Event {
     Event {
         kind: EventKind::Token {
-            index: token.index(),
-            key_ok,
+            index: e.index,
+            key_ok: e.key_ok,
         },
         conn: conn.number,
         opcode: control.opcode,
         operand: control.operand,
         regs: [0; 4],
-        ea,
-        len,
+        ea: e.ea,
+        len: e.len,
         timestamp: now,
     }
 }
@@ -916,31 +863,9 @@ fn after_commit(
     ex: &mut Exec<'_>,
 ) {
     ex.stats.bytes_deposited += plan.bytes_stored();
-    match plan.reply {
-        Reply::None => {}
-        Reply::Read { ea, len, .. } => {
-            let wr = crate::connection::WorkRequest::reply(
-                seq,
-                crate::connection::Source::Endpoint {
-                    id: conn.endpoint,
-                    offset: ea,
-                },
-                len,
-            );
-            let first = push_reply(conn, wr, ex);
-            let end = conn
-                .inflight
-                .back()
-                .map_or(first, |p| first.wrapping_add(p.segments));
-            conn.read_replies.push(first, end, ea, len);
-        }
-        Reply::Value(old) => {
-            let mut b = [0u8; 32];
-            b[..8].copy_from_slice(&old.to_le_bytes());
-            let wr =
-                crate::connection::WorkRequest::reply(seq, crate::connection::Source::Inline(b), 8);
-            push_reply(conn, wr, ex);
-        }
+    if let Some(wr) = oplogic::reply_request(seq, conn.endpoint, &plan.reply) {
+        let (first, end) = push_reply(conn, wr, ex);
+        conn.read_replies.record(&plan.reply, first, end);
     }
     if plan.interrupt {
         if let Some(q) = queue {
@@ -974,8 +899,13 @@ fn event_of(
 }
 
 /// Queues a reply as a message of this connection's send stream (reserved capacity:
-/// replies are not held back by the send window); returns its first sequence number.
-fn push_reply(conn: &mut Connection, wr: crate::connection::WorkRequest, ex: &mut Exec<'_>) -> u32 {
+/// replies are not held back by the send window); returns its sequence numbers, first
+/// and one past the last.
+fn push_reply(
+    conn: &mut Connection,
+    wr: crate::connection::WorkRequest,
+    ex: &mut Exec<'_>,
+) -> (u32, u32) {
     let seg_max = conn.segment_max.min(ex.segment_max);
     let segments = message::segments_for(&wr, seg_max);
     let first_seq = conn.tx.assign(segments);
@@ -988,7 +918,7 @@ fn push_reply(conn: &mut Connection, wr: crate::connection::WorkRequest, ex: &mu
         replied: false,
     });
     ex.stats.replies_tx += 1;
-    first_seq
+    (first_seq, first_seq.wrapping_add(segments))
 }
 
 /// Refuses a message with an error trap: counted, NAKed, optionally reported.
@@ -1085,39 +1015,19 @@ fn hold(
     Ran::Held
 }
 
-/// A reply to one of our reads or atomics: checked against the request, placed in the
-/// request's result range.
+/// A reply to one of our reads or atomics: checked against the request its index names
+/// ([`oplogic::plan_reply`]), placed in the request's result range.
 fn take_reply(
     conn: &mut Connection,
     control: &ControlRepr,
     payload: &[u8],
     endpoints: &EndpointTable,
 ) -> Result<(), DropReason> {
-    let Some((idx, 0)) = conn.locate(control.index) else {
-        return Err(DropReason::BadReply);
-    };
-    let p = &mut conn.inflight[idx];
-    if !p.wr.opcode.wants_reply() || p.first_seq != control.index || p.replied {
-        return Err(DropReason::BadReply);
-    }
-    let Some((id, off)) = p.wr.result else {
-        return Err(DropReason::BadReply);
-    };
-    let len = control.length as u64;
-    let data = payload.get(..len as usize).ok_or(DropReason::Truncated)?;
-    if u64::from(control.operand) + len > u64::from(p.wr.len) {
-        return Err(DropReason::BadReply);
-    }
-    let e = endpoints.get(id).ok_or(DropReason::BadReply)?;
-    let at = off + u64::from(control.operand);
-    if at + len > e.len() {
-        return Err(DropReason::BadReply);
-    }
-    e.memory()
-        .write(e.offset() + at as usize, data)
-        .map_err(|_| DropReason::BadReply)?;
-    if control.flags & cflags::LAST != 0 {
-        p.replied = true;
+    let i = conn.locate(control.index).map(|(i, _)| i);
+    let request = i.and_then(|i| conn.inflight.get(i));
+    let placement = oplogic::plan_reply(control, payload, request, endpoints)?;
+    if let Some(request) = i.and_then(|i| conn.inflight.get_mut(i)) {
+        oplogic::commit_reply(&placement, request);
     }
     Ok(())
 }
