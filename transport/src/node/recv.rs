@@ -801,16 +801,18 @@ fn run_token(
     let (plan, mut mem) = match oplogic::plan_token(control, payload, ex.tokens, target) {
         Ok(p) => p,
         Err(t) => {
-            // A wrong key: the control part still reaches the buffer's owner.
-            if let Some(e) = t.event {
+            if t.trap.is_fault() {
+                return hold(conn, seq, control, payload, None, t.trap, ex);
+            }
+            let ran = refuse(conn, seq, control, t.trap, ex);
+            // A wrong key: the control part still reaches the buffer's owner, once (not
+            // while the refusal waits for room: it runs again then).
+            if let (Ran::Refused, Some(e)) = (&ran, t.event) {
                 if let Some(q) = super::queues_of(ex.queues, e.endpoint) {
                     post_event(&q.events, token_event(conn, control, &e, ex.now), ex.stats);
                 }
             }
-            if t.trap.is_fault() {
-                return hold(conn, seq, control, payload, None, t.trap, ex);
-            }
-            return refuse(conn, seq, control, t.trap, ex);
+            return ran;
         }
     };
     let queue = match admit(ex.queues, plan.endpoint, false, true) {
