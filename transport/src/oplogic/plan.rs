@@ -17,7 +17,10 @@
 //! 3. register operation 1 (destination `rb`) and 2 (destination `rc`), with the
 //!    conditional on `rd` before, between or after them ([`Order`]).
 //!
-//! Each step sees the register values the earlier steps produced.
+//! Each step sees the register values the earlier steps produced. In the code,
+//! `plan_general` runs `decode_message` (opcode, flags, length and descriptor: checked
+//! before any register or memory is looked at), then the `Planner` steps `address`,
+//! `main_operation` and `register_steps`, one function per step above.
 
 use super::alu;
 use super::{Access, EndpointAccess, Trap};
