@@ -90,15 +90,12 @@ pub fn control_for(
     repeat: bool,
 ) -> (ControlRepr, u32) {
     let seg_off = seg.saturating_mul(segment_max);
-    let seg_len = match wr.opcode {
-        WrOpcode::Write | WrOpcode::Reply { .. } => wr.len.saturating_sub(seg_off).min(segment_max),
-        _ => wr.len,
-    };
     let last = seg + 1 == segments;
+    let seg_len = segment_len(wr, seg_off, segment_max);
     let mut c = ControlRepr {
         opcode: 0,
         mask: 0,
-        flags: wr.remote.mode_flags | if last { flags::LAST } else { 0 },
+        flags: wr.remote.mode_flags | last_flag(last),
         operand: wr.remote.operand.wrapping_add(seg_off),
         index: u32::from_be_bytes(wr.remote.regs),
         length: descriptor_len(wr, repeat) + body_len(wr, seg_len),
@@ -110,18 +107,48 @@ pub fn control_for(
             flags::COMPOUND
         };
     } else if seg > 0 && wr.opcode == WrOpcode::Write {
-        // A later segment names no register: its address is the request's. Direct: the
-        // absolute address (placeable on arrival whatever came before). Any other mode:
-        // the offset in the request, placed relative to the address the first segment
-        // generated — once per work request, so a post-increment moves its register once.
-        c.flags |= flags::SEGMENT;
-        c.index = seg;
-        if wr.remote.mode_flags & flags::ADDR_MASK != 0 {
-            c.flags =
-                (c.flags & !flags::ADDR_MASK) | crate::wire::cell::AddrMode::Indexed.to_flags();
-            c.operand = seg_off;
-        }
+        address_later_segment(&mut c, wr, seg, seg_off);
     }
+    set_opcode(&mut c, wr, last, seg_off);
+    (c, seg_off)
+}
+
+/// `LAST` on the last message of a request.
+fn last_flag(last: bool) -> u8 {
+    if last {
+        flags::LAST
+    } else {
+        0
+    }
+}
+
+/// Data bytes of the segment at `seg_off`: a share of a write or reply, else the whole
+/// request.
+fn segment_len(wr: &WorkRequest, seg_off: u32, segment_max: u32) -> u32 {
+    match wr.opcode {
+        WrOpcode::Write | WrOpcode::Reply { .. } => wr.len.saturating_sub(seg_off).min(segment_max),
+        _ => wr.len,
+    }
+}
+
+/// Addresses a later segment `seg` of a write, which names no register: its address is
+/// the request's. Direct: the absolute address (placeable on arrival whatever came
+/// before). Any other mode: the offset in the request, placed relative to the address
+/// the first segment generated — once per work request, so a post-increment moves its
+/// register once.
+fn address_later_segment(c: &mut ControlRepr, wr: &WorkRequest, seg: u32, seg_off: u32) {
+    c.flags |= flags::SEGMENT;
+    c.index = seg;
+    if wr.remote.mode_flags & flags::ADDR_MASK != 0 {
+        c.flags = (c.flags & !flags::ADDR_MASK) | crate::wire::cell::AddrMode::Indexed.to_flags();
+        c.operand = seg_off;
+    }
+}
+
+/// Sets the opcode of `c`, and the fields the opcode decides: the mask of a masked
+/// write, the fields of an invoke, a token write's flags, a reply's flags, offset and
+/// request.
+fn set_opcode(c: &mut ControlRepr, wr: &WorkRequest, last: bool, seg_off: u32) {
     c.opcode = match wr.opcode {
         WrOpcode::Write => op::WRITE,
         WrOpcode::WriteMasked { mask } => {
@@ -134,15 +161,7 @@ pub fn control_for(
         WrOpcode::RegOp => op::REG_OP,
         WrOpcode::Exception => op::EXCEPTION,
         WrOpcode::Invoke { ip, mask, returns } => {
-            c.mask = mask;
-            c.flags = flags::LAST;
-            if returns {
-                c.flags |= flags::INVOKE_RETURNS;
-            }
-            if invoke_names_registers(wr) {
-                c.flags |= flags::INVOKE_REGS;
-            }
-            c.index = ip;
+            set_invoke(c, wr, ip, mask, returns);
             op::INVOKE
         }
         WrOpcode::TokenWrite { .. } => {
@@ -150,13 +169,26 @@ pub fn control_for(
             op::TOKEN_WRITE
         }
         WrOpcode::Reply { request } => {
-            c.flags = flags::REPLY | if last { flags::LAST } else { 0 };
+            c.flags = flags::REPLY | last_flag(last);
             c.operand = seg_off;
             c.index = request;
             op::WRITE
         }
     };
-    (c, seg_off)
+}
+
+/// The fields of an `INVOKE`: the instruction pointer in `index`, the mask, and flags
+/// saying whether the sender waits for a value and names registers.
+fn set_invoke(c: &mut ControlRepr, wr: &WorkRequest, ip: u32, mask: u8, returns: bool) {
+    c.mask = mask;
+    c.flags = flags::LAST;
+    if returns {
+        c.flags |= flags::INVOKE_RETURNS;
+    }
+    if invoke_names_registers(wr) {
+        c.flags |= flags::INVOKE_REGS;
+    }
+    c.index = ip;
 }
 
 /// Copies the request's data (from offset `seg_off` of its source) into `body`.

@@ -438,31 +438,8 @@ impl Sender {
             return out; // acknowledges what was never sent
         }
         if seq_lt(self.acked, ack) {
-            let n = ack.wrapping_sub(self.acked);
-            self.sacked.shift(n);
-            self.queued.shift(n);
-            self.acked = ack;
-            if seq_lt(self.sent_to, ack) {
-                self.sent_to = ack;
-            }
-            self.retries = 0;
-            self.stalled_since = None;
-            self.timer_start = now;
+            self.advance_to(ack, now);
             out.to = ack;
-            if let Some((s, at)) = self.probe {
-                if seq_lt(s, ack) {
-                    self.probe = None;
-                    self.on_rtt(now.saturating_sub(at));
-                }
-            }
-            while let Some(&(end, cum)) = self.frames_out.front() {
-                // (empty unless bulk frames are out: the in-order path skips this)
-                if seq_lt(ack, end) {
-                    break;
-                }
-                self.bytes_acked = cum;
-                self.frames_out.pop_front();
-            }
         } else if ack != self.acked {
             return out; // an old acknowledgement
         }
@@ -471,26 +448,68 @@ impl Sender {
             return out; // in-order delivery: no gap, nothing lost
         }
         self.sacked.union_with(sack);
-        // Loss: a message DUP_THRESHOLD or more before the highest selectively
-        // acknowledged one, sent, not acknowledged, not yet queued.
-        // Positions count from `acked` (0: the cumulative hole itself); selective bit
-        // i is position i + 1.
-        if let Some(high) = self
+        out.lost = self.queue_lost();
+        out
+    }
+    /// The cumulative point moves forward to `ack`: the bitmaps follow it, the timer
+    /// and retries restart, a round-trip probe it covers is sampled and the frames it
+    /// completes leave the unacknowledged bytes.
+    #[inline]
+    fn advance_to(&mut self, ack: u32, now: u64) {
+        let n = ack.wrapping_sub(self.acked);
+        self.sacked.shift(n);
+        self.queued.shift(n);
+        self.acked = ack;
+        if seq_lt(self.sent_to, ack) {
+            self.sent_to = ack;
+        }
+        self.retries = 0;
+        self.stalled_since = None;
+        self.timer_start = now;
+        if let Some((s, at)) = self.probe {
+            if seq_lt(s, ack) {
+                self.probe = None;
+                self.on_rtt(now.saturating_sub(at));
+            }
+        }
+        self.retire_frames(ack);
+    }
+    /// Counts the frames whose messages are all before `ack` as acknowledged bytes.
+    #[inline]
+    fn retire_frames(&mut self, ack: u32) {
+        while let Some(&(end, cum)) = self.frames_out.front() {
+            // (empty unless bulk frames are out: the in-order path skips this)
+            if seq_lt(ack, end) {
+                break;
+            }
+            self.bytes_acked = cum;
+            self.frames_out.pop_front();
+        }
+    }
+    /// Queues the messages the selective bits show lost for resending; returns how many.
+    ///
+    /// Lost: a message [`DUP_THRESHOLD`] or more before the highest selectively
+    /// acknowledged one, sent, not acknowledged, not yet queued. Positions count from
+    /// `acked` (0: the cumulative hole itself); selective bit i is position i + 1.
+    fn queue_lost(&mut self) -> u32 {
+        let Some(high) = self
             .sacked
             .highest()
             .map(|h| h + 1)
             .filter(|h| *h >= DUP_THRESHOLD)
-        {
-            for off in 0..=high - DUP_THRESHOLD {
-                let seq = self.acked.wrapping_add(off);
-                let sacked = off >= 1 && self.sacked.get(off - 1);
-                if !sacked && seq_lt(seq, self.sent_to) && !self.queued_has(off) {
-                    self.queue_resend(off, seq);
-                    out.lost += 1;
-                }
+        else {
+            return 0;
+        };
+        let mut lost = 0;
+        for off in 0..=high - DUP_THRESHOLD {
+            let seq = self.acked.wrapping_add(off);
+            let sacked = off >= 1 && self.sacked.get(off - 1);
+            if !sacked && seq_lt(seq, self.sent_to) && !self.queued_has(off) {
+                self.queue_resend(off, seq);
+                lost += 1;
             }
         }
-        out
+        lost
     }
     fn queued_has(&self, off: u32) -> bool {
         self.queued.get(off)

@@ -96,6 +96,18 @@ impl SeqPlan<'_> {
     pub fn bytes_stored(&self) -> u64 {
         self.steps().iter().map(Plan::bytes_stored).sum()
     }
+
+    /// Empties the chain's summary (reply, interrupt, event, steps planned) for a new
+    /// message. The steps themselves are left: `plan_into` overwrites each step it plans
+    /// and only the first `n` count, so clearing all eight (about 1.5 KB, per message)
+    /// would be wasted.
+    #[inline(always)]
+    fn clear_summary(&mut self) {
+        self.n = 0;
+        self.reply = Reply::None;
+        self.interrupt = false;
+        self.event = SeqPlan::NOTHING.event;
+    }
 }
 
 /// Endpoint access for a later step: loads see the stores planned by earlier steps.
@@ -364,17 +376,8 @@ pub fn plan_invoke<'p>(
     out: &mut SeqPlan<'p>,
 ) -> Result<(), Trap> {
     let inv = Invoke::parse(control, payload)?;
-    // Only the chain's summary is reset: `plan_into` overwrites each step it plans and
-    // only the first `n` count, so clearing all eight steps (about 1.5 KB, per message)
-    // would be wasted.
-    out.n = 0;
-    out.reply = Reply::None;
-    out.interrupt = false;
-    out.event = SeqPlan::NOTHING.event;
-    let mut writes = [(0u32, 0u64); MAX_SEQUENCE * super::MAX_REG_WRITES];
-    let mut n_writes = 0;
-    let mut stores = [Store::None; MAX_SEQUENCE];
-    let mut last_interrupt = None;
+    out.clear_summary();
+    let mut chain = Chain::new();
     for k in 0..=MAX_SEQUENCE {
         let ins = inv.step(code, k as u32)?;
         if k == MAX_SEQUENCE {
@@ -382,40 +385,68 @@ pub fn plan_invoke<'p>(
         }
         let mut overlay = Overlay {
             mem: &mut *mem,
-            stores: &stores[..k],
+            stores: &chain.stores[..k],
         };
         let step = &mut out.steps[k];
-        plan_step(
-            ins,
-            control,
-            &inv,
-            ctx,
-            &writes[..n_writes],
-            &mut overlay,
-            step,
-        )?;
-        for &w in step.reg_writes() {
-            writes[n_writes] = w;
-            n_writes += 1;
+        plan_step(ins, control, &inv, ctx, chain.writes(), &mut overlay, step)?;
+        chain.record(k, out, inv.ip)?;
+        if !ins.more {
+            break;
         }
-        stores[k] = step.store;
+    }
+    out.event = out.steps[chain.last_interrupt.unwrap_or(out.n - 1)].event;
+    inv.check_reply(control, &out.reply)
+}
+
+/// What the steps of a chain planned so far leave the next ones: their register writes
+/// and stores, and which of them was the last to interrupt.
+struct Chain<'p> {
+    writes: [(u32, u64); MAX_SEQUENCE * super::MAX_REG_WRITES],
+    n_writes: usize,
+    stores: [Store<'p>; MAX_SEQUENCE],
+    last_interrupt: Option<usize>,
+}
+
+impl<'p> Chain<'p> {
+    #[inline(always)]
+    fn new() -> Self {
+        Self {
+            writes: [(0, 0); MAX_SEQUENCE * super::MAX_REG_WRITES],
+            n_writes: 0,
+            stores: [Store::None; MAX_SEQUENCE],
+            last_interrupt: None,
+        }
+    }
+
+    /// The register writes of the steps planned so far, in order.
+    #[inline(always)]
+    fn writes(&self) -> &[(u32, u64)] {
+        &self.writes[..self.n_writes]
+    }
+
+    /// Adds planned step `k` of `out` to the chain, and its reply and interrupt to
+    /// `out`'s summary; a second step returning a value is past the sequencer's bounds.
+    #[inline(always)]
+    fn record(&mut self, k: usize, out: &mut SeqPlan<'p>, ip: u32) -> Result<(), Trap> {
+        let step = &out.steps[k];
+        for &w in step.reg_writes() {
+            self.writes[self.n_writes] = w;
+            self.n_writes += 1;
+        }
+        self.stores[k] = step.store;
         if step.reply != Reply::None {
             if out.reply != Reply::None {
-                return Err(Trap::SequenceBounds { ip: inv.ip });
+                return Err(Trap::SequenceBounds { ip });
             }
             out.reply = step.reply;
         }
         if step.interrupt {
             out.interrupt = true;
-            last_interrupt = Some(k);
+            self.last_interrupt = Some(k);
         }
         out.n = k + 1;
-        if !ins.more {
-            break;
-        }
+        Ok(())
     }
-    out.event = out.steps[last_interrupt.unwrap_or(out.n - 1)].event;
-    inv.check_reply(control, &out.reply)
 }
 
 /// Commits every step of a planned chain, in order. Infallible: [`plan_invoke`]
