@@ -5,11 +5,12 @@
 //! [`tables`] (endpoint, connection and node tables), [`tlb`] (the software TLB),
 //! [`oplogic`] (what an operation means; pure), [`node`] (the protocol of one node as a
 //! state machine with no clock and no I/O), [`cm`] (connection management over
-//! connection 0), [`port`] (DPDK: the only code that touches mbufs) and [`worker`]
-//! (the driver: bursts in and out of a port through a node). Applications use the
-//! `deposit` crate, not this one.
+//! connection 0, its own machine: messages and timers in, actions out), [`sim`] (nodes
+//! over a simulated link, for tests), `port` (DPDK: the only code that touches mbufs)
+//! and `worker` (the driver: bursts in and out of a port through a node). Applications
+//! use the `deposit` crate, not this one.
 //!
-//! The default feature `dpdk` brings in the driver: [`port`] and [`worker`]. Without it
+//! The default feature `dpdk` brings in the driver: `port` and `worker`. Without it
 //! (`--no-default-features`) everything else builds and tests on a machine with no DPDK
 //! installed.
 

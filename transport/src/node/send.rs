@@ -42,47 +42,57 @@ impl Node {
                 return;
             }
             i += 1;
-            let Some(conn) = self.conns.get_mut(slot) else {
-                continue;
-            };
-            if !conn.ack_pending {
+            if !self.conns.get(slot).is_some_and(|c| c.ack_pending) {
                 continue;
             }
-            let Some(mut mbuf) = link.alloc() else {
+            let Some(mbuf) = link.alloc() else {
                 self.stats.drop_for(DropReason::NoBuffer);
                 self.ack_list.drain(..i - 1);
                 self.ack_list.append(&mut self.ack_new);
                 return;
             };
-            let max = self.caps.max_frame;
-            // Every kept refusal's NAK rides in the frame, or the acknowledgement stops
-            // at the first left out.
-            let told = conn.refusals.len().min(wire::max_cells(max));
-            let (local, nodes, credits) = (&self.cfg.local, &self.nodes, self.credits);
-            let Some(mut w) = ack_frame(&mut mbuf, max, conn, local, nodes, credits, 0, told)
-            else {
-                continue;
-            };
-            let pushed = push_ack_cells(conn, &mut w, told);
-            conn.naks.copy_within(pushed..conn.nnaks, 0);
-            conn.nnaks -= pushed;
-            self.stats.naks_tx += (told + pushed) as u64;
-            self.stats.cells_tx += w.cells() as u64;
-            if conn.nnaks == 0 {
-                conn.ack_pending = false;
-            } else {
+            if !self.send_ack_frame(link, slot, mbuf, high) {
                 i -= 1; // more NAKs for this connection: another frame
-            }
-            let len = w.finish();
-            mbuf.set_len(len);
-            self.stats.acks_tx += 1;
-            self.stats.bytes_tx += len as u64;
-            if link.push(mbuf, high) {
-                self.stats.frames_tx += 1;
             }
         }
         self.ack_list.clear();
         std::mem::swap(&mut self.ack_list, &mut self.ack_new);
+    }
+
+    /// Builds connection `slot`'s acknowledgement frame in `mbuf` and hands it to the
+    /// link. Returns false when receiver-not-ready NAKs are left for another frame.
+    fn send_ack_frame<L: Link>(
+        &mut self,
+        link: &mut L,
+        slot: usize,
+        mut mbuf: L::Frame,
+        high: bool,
+    ) -> bool {
+        let Some(conn) = self.conns.get_mut(slot) else {
+            return true;
+        };
+        let max = self.caps.max_frame;
+        // Every kept refusal's NAK rides in the frame, or the acknowledgement stops at
+        // the first left out.
+        let told = conn.refusals.len().min(wire::max_cells(max));
+        let (local, nodes, credits) = (&self.cfg.local, &self.nodes, self.credits);
+        let Some(mut w) = ack_frame(&mut mbuf, max, conn, local, nodes, credits, 0, told) else {
+            return true;
+        };
+        let pushed = push_ack_cells(conn, &mut w, told);
+        conn.naks.copy_within(pushed..conn.nnaks, 0);
+        conn.nnaks -= pushed;
+        conn.ack_pending = conn.nnaks != 0;
+        self.stats.naks_tx += (told + pushed) as u64;
+        self.stats.cells_tx += w.cells() as u64;
+        let len = w.finish();
+        mbuf.set_len(len);
+        self.stats.acks_tx += 1;
+        self.stats.bytes_tx += len as u64;
+        if link.push(mbuf, high) {
+            self.stats.frames_tx += 1;
+        }
+        !conn.ack_pending
     }
 
     /// Sends a liveness probe (an acknowledgement frame asking for one back) on every
@@ -140,7 +150,7 @@ impl Node {
 
     /// Turns posted work requests into frames: every high-priority connection first,
     /// as far as its window allows; then the low-priority ones round-robin, at most
-    /// [`LOW_BURST`] frames each per turn, giving way as soon as a high-priority
+    /// `LOW_BURST` frames each per turn, giving way as soon as a high-priority
     /// connection has work (it overtakes at the next frame boundary).
     ///
     /// Returns false when the link took no more frames.
@@ -597,13 +607,11 @@ fn fill_frame(
     let Some((mut idx, mut seg)) = conn.locate(first) else {
         return (0, 0, 0);
     };
-    let mut sent = 0u32;
-    let mut resent = 0u32;
-    let mut bytes = 0u64;
+    let mut run = Run {
+        new_end: first,
+        ..Run::default()
+    };
     let mut seq = first;
-    // Bytes of first transmissions in this frame (the in-flight cap counts them).
-    let mut new_bytes = 0u64;
-    let mut new_end = first;
     // The latest compound descriptor put in this frame: identical ones after it are
     // sent as repeats (the frame is rebuilt the same way on retransmission).
     let mut frame_desc: Option<[u8; 8]> = None;
@@ -624,17 +632,7 @@ fn fill_frame(
         if wr.remote.compound.is_some() {
             frame_desc = wr.remote.compound;
         }
-        sent += 1;
-        bytes += u64::from(control.length);
-        if seq_lt(seq, conn.tx_sent_high) {
-            resent += 1;
-        } else {
-            conn.tx_sent_high = seq.wrapping_add(1);
-        }
-        if conn.tx.on_sent(seq, now) {
-            new_bytes += u64::from(control.length) + wire::CONTROL_LEN as u64;
-            new_end = seq.wrapping_add(1);
-        }
+        run.note(conn, seq, control.length, now);
         seq = seq.wrapping_add(1);
         // The run goes on only while the reliability state wants the next number.
         if conn.tx.next_to_send() != Some(seq) {
@@ -646,8 +644,38 @@ fn fill_frame(
             seg = 0;
         }
     }
-    conn.tx.on_frame_sent(new_end, new_bytes);
-    (sent, bytes, resent)
+    conn.tx.on_frame_sent(run.new_end, run.new_bytes);
+    (run.sent, run.bytes, run.resent)
+}
+
+/// The messages one frame carries, counted as they go in.
+#[derive(Default)]
+struct Run {
+    sent: u32,
+    resent: u32,
+    bytes: u64,
+    /// Bytes of first transmissions (the in-flight cap counts them), and the sequence
+    /// number after the last.
+    new_bytes: u64,
+    new_end: u32,
+}
+
+impl Run {
+    /// Message `seq` of `len` payload bytes went into the frame.
+    #[inline]
+    fn note(&mut self, conn: &mut Connection, seq: u32, len: u32, now: u64) {
+        self.sent += 1;
+        self.bytes += u64::from(len);
+        if seq_lt(seq, conn.tx_sent_high) {
+            self.resent += 1;
+        } else {
+            conn.tx_sent_high = seq.wrapping_add(1);
+        }
+        if conn.tx.on_sent(seq, now) {
+            self.new_bytes += u64::from(len) + wire::CONTROL_LEN as u64;
+            self.new_end = seq.wrapping_add(1);
+        }
+    }
 }
 
 /// A NAK from the peer: an error for the request that message belongs to, or — for
