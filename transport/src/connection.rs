@@ -218,8 +218,10 @@ impl Completion {
 /// ([`Connection::unreported`]).
 pub struct CqShared {
     queue: ArrayQueue<Completion>,
-    /// Slots promised to signaled requests posted and not yet polled.
-    reserved: AtomicUsize,
+    /// Slots promised to signaled requests posted and not yet polled. Written by the
+    /// application's threads only: on a line of its own, so that those writes do not
+    /// take from the worker the line of the queue it pushes into.
+    reserved: crossbeam::utils::CachePadded<AtomicUsize>,
     /// Completions that waited in their connection because the queue was full.
     pub waits: AtomicU64,
     /// Completions lost: their connection was destroyed while they waited for room.
@@ -230,7 +232,7 @@ impl CqShared {
     pub fn new(depth: usize) -> Arc<CqShared> {
         Arc::new(CqShared {
             queue: ArrayQueue::new(depth.max(1)),
-            reserved: AtomicUsize::new(0),
+            reserved: crossbeam::utils::CachePadded::new(AtomicUsize::new(0)),
             waits: AtomicU64::new(0),
             overflows: AtomicU64::new(0),
         })

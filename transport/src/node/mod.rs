@@ -299,6 +299,9 @@ pub struct Node {
     pub(crate) bulk_segment: u32,
     /// Connection timers, earliest first (see `timers`).
     timers: timers::TimerQueue,
+    /// `cfg.keepalive_us` in clock ticks (timers are re-armed per frame: no division
+    /// there).
+    pub(crate) keepalive_ticks: u64,
     /// Retry period of completions waiting for room in a completion queue, and of
     /// frames the fault layer holds (half the minimum retransmission timeout,
     /// 25..200 us).
@@ -355,6 +358,7 @@ impl Node {
             timeout: ticks(cfg.cm_timeout_us),
         };
         let cm = Cm::new(cfg.local.mac, caps.max_frame as u32, timing);
+        let keepalive_ticks = ticks(cfg.keepalive_us);
         Node {
             cfg,
             caps,
@@ -375,6 +379,7 @@ impl Node {
             segment_max,
             bulk_segment,
             timers: timers::TimerQueue::new(),
+            keepalive_ticks,
             timer_tick,
             now,
             faults: None,
@@ -477,12 +482,21 @@ impl Node {
     /// When the driver must next call [`Node::handle_timeout`] and
     /// [`Node::poll_transmit`] (`u64::MAX`: not before a frame arrives or the host
     /// posts). Acknowledgements and other control frames owed make it now: a driver
-    /// that polls continually (the DPDK worker) need not ask, one that sleeps must.
+    /// that sleeps must ask; one that transmits every turn (the DPDK worker) needs only
+    /// [`Node::next_timer`].
     #[inline]
     pub fn next_timeout(&self) -> u64 {
         if self.owes_control() {
             return self.now;
         }
+        self.next_timer()
+    }
+
+    /// When [`Node::handle_timeout`] is next due: the earliest connection or
+    /// connection-management timer, or the next release of frames the fault layer
+    /// holds.
+    #[inline]
+    pub fn next_timer(&self) -> u64 {
         let t = self
             .timers
             .peek()

@@ -25,7 +25,9 @@ impl Node {
     /// Sends one acknowledgement frame (with any NAKs) per connection that needs one.
     fn flush_acks<L: Link>(&mut self, link: &mut L) {
         if self.ack_list.is_empty() {
-            std::mem::swap(&mut self.ack_list, &mut self.ack_new);
+            if !self.ack_new.is_empty() {
+                std::mem::swap(&mut self.ack_list, &mut self.ack_new);
+            }
             return;
         }
         let mut i = 0;

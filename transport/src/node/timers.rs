@@ -31,6 +31,7 @@ pub(crate) fn arm(timers: &mut TimerQueue, conn: &mut Connection, when: u64) {
 
 /// When `conn` next needs its timer, as of `now` (`u64::MAX`: not until something
 /// else happens to it). `keepalive` and `tick` in clock ticks.
+#[inline]
 pub(crate) fn deadline(conn: &Connection, now: u64, keepalive: u64, tick: u64) -> u64 {
     // Completions waiting for room in the completion queue: retried each tick.
     let mut t = if conn.unreported.is_empty() {
@@ -58,8 +59,9 @@ pub(crate) fn deadline(conn: &Connection, now: u64, keepalive: u64, tick: u64) -
 
 impl Node {
     /// Arms connection `slot`'s timer for its next deadline.
+    #[inline]
     pub(crate) fn rearm(&mut self, slot: usize) {
-        let keepalive = self.us_to_ticks(self.cfg.keepalive_us);
+        let keepalive = self.keepalive_ticks;
         let (now, tick) = (self.now, self.timer_tick);
         if let Some(conn) = self.conns.get_mut(slot) {
             let d = deadline(conn, now, keepalive, tick).max(now + 1);
@@ -91,7 +93,7 @@ impl Node {
     /// One connection's timer: completions waiting for room, connection management,
     /// keepalive, retransmission. Returns false when the connection went.
     fn conn_timer(&mut self, slot: usize, now: u64) -> bool {
-        let keepalive = self.us_to_ticks(self.cfg.keepalive_us);
+        let keepalive = self.keepalive_ticks;
         let conn = self.conns.get_mut(slot).expect("slot");
         if !conn.unreported.is_empty() {
             send::report_waiting(conn);
