@@ -108,6 +108,18 @@ impl PortIo {
         any
     }
 
+    /// Receives a bulk burst, unless one cut short for an urgent frame still holds
+    /// frames (it goes on where it stopped); returns the frames to take (1 for the
+    /// rest of a burst: the turn has work).
+    #[inline]
+    fn rx_bulk(&mut self) -> usize {
+        if self.rx.is_drained() {
+            self.port.rx(&mut self.rx)
+        } else {
+            1
+        }
+    }
+
     /// Sends both batches, the high-priority one first; returns the frames sent.
     #[inline]
     fn transmit(&mut self, stats: &mut Stats) -> usize {
@@ -214,12 +226,7 @@ impl Worker {
             io.hi_active |= h > 0;
             n += h;
         }
-        // A bulk burst cut short for an urgent frame goes on where it stopped.
-        n += if io.rx.is_drained() {
-            io.port.rx(&mut io.rx)
-        } else {
-            1
-        };
+        n += io.rx_bulk();
         // Reading the TSC costs as much as an idle turn on a virtual machine: read it when
         // frames arrive (event timestamps, acknowledgement times) and every 64th turn
         // otherwise (timers are micro- to milliseconds).
