@@ -530,3 +530,47 @@ fn more_refusals_than_the_record_holds_wait_for_room_and_all_complete() {
         refusals_complete_with_errors(&mut net, &a, &b, 120, 2);
     }
 }
+
+#[test]
+fn a_connection_gives_back_its_in_flight_memory_when_it_goes_quiet() {
+    let cfg = NodeConfig {
+        keepalive_us: 1_000_000,
+        ..NodeConfig::default()
+    };
+    let (mut net, a, b) = pair(&cfg, LinkConfig::default(), 9, &ConnectOptions::default());
+    let capacity = |net: &deposit_transport::sim::Network, e: &End| {
+        let node = &net.hosts[e.host].node;
+        let slot = node.conns.slot_of(e.conn.number).unwrap();
+        node.conns.get(slot).unwrap().inflight.capacity()
+    };
+    assert_eq!(capacity(&net, &a), 0, "nothing preallocated");
+    post_all(
+        &a,
+        (0..2000u64).map(|i| write(i, &a, 0, 64, (i * 64) as u32)),
+    );
+    post_all(
+        &b,
+        (0..2000u64).map(|i| write(i, &b, 0, 64, (i * 64) as u32)),
+    );
+    all_ok(&complete(&mut net, &a, 2000, 5));
+    all_ok(&complete(&mut net, &b, 2000, 5));
+    assert!(capacity(&net, &a) > 16, "grew with what was outstanding");
+    net.run_for(5 * HZ / 2);
+    assert!(live(&a) && live(&b));
+    assert_eq!(
+        capacity(&net, &a),
+        0,
+        "given back after a quiet keepalive period"
+    );
+    assert_eq!(
+        capacity(&net, &b),
+        0,
+        "at the side that answered the probe too"
+    );
+    // And it grows again when needed.
+    post_all(
+        &a,
+        (0..100u64).map(|i| write(i, &a, 0, 64, (i * 64) as u32)),
+    );
+    all_ok(&complete(&mut net, &a, 100, 5));
+}

