@@ -18,7 +18,9 @@
 #   * instruction-pointer messages vs the direct form, 32 B, ring loopback: ip_lat over
 #     write_lat and write_bw over ip_bw (goal <= 1.2 each); token_lat (a deposit with a
 #     payload token plus a fresh token coming back, RTT/2). The same comparison in one
-#     process, rounds interleaved more finely, follows from `cargo bench --bench ipmsg`.
+#     process, rounds interleaved more finely, follows from `cargo bench --bench ipmsg`;
+#   * an idle device: first-write latency after idle gaps and CPU use at rest
+#     (`cargo bench --bench wake`).
 # With --compare, a before/after run instead: the regression set of a change (32 B
 # write_bw, write_bw --compound and its ratio to write_bw, write_lat on ring and memif,
 # read_lat, atomic_lat, and raw_lat as the baseline) from this tree's ddperf and from
@@ -175,3 +177,5 @@ echo "         ip_lat ${il[*]} | ip_bw ${ib[*]} | token_lat ${tl[*]}"
 echo "         4 KiB MiB/s lossless ${l0[*]} | 0.1 % ${l1[*]} | 1 % ${l10[*]} | p99.9 at 0.1 % ${lp[*]}"
 echo "instruction pointers vs direct writes, one process (cargo bench -p deposit --bench ipmsg):"
 cargo bench -q -p deposit --bench ipmsg -- "$rounds" 2>/dev/null
+echo "idle and waking (cargo bench -p deposit --bench wake):"
+cargo bench -q -p deposit --bench wake 2>/dev/null

@@ -1,5 +1,6 @@
 //! Devices: one DPDK port plus its worker.
 
+use crate::idle::Backoff;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -269,7 +270,7 @@ impl Core {
 
     fn run_dedicated(self: Arc<Self>) {
         port::register_thread();
-        let mut idle_turns = 0u32;
+        let mut backoff = Backoff::new();
         while !self.stop.load(Ordering::Relaxed) {
             if self.control_waiters.load(Ordering::Acquire) > 0 {
                 std::thread::yield_now();
@@ -278,21 +279,20 @@ impl Core {
             let mut work = 0;
             {
                 let mut w = self.worker.lock();
-                for _ in 0..64 {
+                let batch = if backoff.napping() { 1 } else { 64 };
+                for _ in 0..batch {
                     work += w.poll();
                     if self.control_waiters.load(Ordering::Relaxed) > 0 {
                         break;
                     }
                 }
             }
-            // Adaptive polling: after ~1M idle turns, sleep briefly between turns.
+            // Adaptive polling (`idle`): spin through a short quiet, nap through a
+            // long one.
             if work == 0 {
-                idle_turns = idle_turns.saturating_add(1);
-                if idle_turns > 16_384 {
-                    std::thread::sleep(Duration::from_micros(50));
-                }
+                backoff.snooze();
             } else {
-                idle_turns = 0;
+                backoff.reset();
             }
         }
     }
@@ -532,11 +532,14 @@ impl Device {
                 .unwrap_or(NodeAddr::from_ip(peer_ip, wire::UDP_PORT));
             w.connect(peer, service, ep.0.id, cq.shared.clone(), &opts.transport())?
         };
+        let mut backoff = Backoff::new();
         loop {
             match shared.state() {
                 ConnState::Connecting => {
                     if self.progress() == 0 {
-                        std::thread::yield_now();
+                        backoff.snooze();
+                    } else {
+                        backoff.reset();
                     }
                 }
                 ConnState::Normal => {
@@ -743,6 +746,7 @@ impl Listener {
     /// Waits up to `timeout` for the next connection.
     pub fn accept(&self, timeout: Duration) -> Result<Connection, Error> {
         let start = Instant::now();
+        let mut backoff = Backoff::new();
         loop {
             if let Some(s) = self.accepted.pop() {
                 return Ok(Connection::new(
@@ -756,7 +760,9 @@ impl Listener {
                 return Err(Error::Timeout(timeout, "a connection request"));
             }
             if self.dev.progress() == 0 {
-                std::thread::yield_now();
+                backoff.snooze();
+            } else {
+                backoff.reset();
             }
         }
     }

@@ -1,5 +1,6 @@
 //! Event queues: the host's side of "interrupt at end".
 
+use crate::idle::Backoff;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -32,6 +33,7 @@ impl EventQueue {
             return self.q.wait(timeout);
         }
         let start = Instant::now();
+        let mut backoff = Backoff::new();
         loop {
             if let Some(e) = self.poll() {
                 return Some(e);
@@ -39,6 +41,7 @@ impl EventQueue {
             if start.elapsed() > timeout {
                 return None;
             }
+            backoff.snooze();
         }
     }
 

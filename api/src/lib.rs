@@ -28,6 +28,7 @@ mod device;
 mod endpoint;
 mod error;
 mod events;
+mod idle;
 mod multicast;
 mod program;
 mod queue;

@@ -1,5 +1,6 @@
 //! Connections, work requests and completion queues.
 
+use crate::idle::Backoff;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -66,6 +67,7 @@ impl CompletionQueue {
     /// Waits up to `timeout` for one completion.
     pub fn wait_one(&self, timeout: Duration) -> Option<Completion> {
         let start = Instant::now();
+        let mut backoff = Backoff::new();
         loop {
             if let Some(c) = self.poll_one() {
                 return Some(c);
@@ -73,7 +75,7 @@ impl CompletionQueue {
             if start.elapsed() > timeout {
                 return None;
             }
-            std::hint::spin_loop();
+            backoff.snooze();
         }
     }
 

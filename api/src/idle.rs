@@ -1,0 +1,99 @@
+//! Waiting without burning a core: how a thread that polls for something (a
+//! completion, a connection, an event, the dedicated worker's next frame) behaves when
+//! nothing comes.
+//!
+//! It spins at first — the answer to a request is microseconds away, and a sleep
+//! costs more than that to wake from — then naps in short sleeps, and after a long
+//! quiet in longer ones. On this project's 2-core VM a timed wake costs 8-10 us of CPU,
+//! so short naps alone still use a fifth of a core: the long naps are what makes an
+//! idle process cheap, at the price of noticing the first frame after a long quiet up
+//! to [`LONG_NAP`] late. (Waking on the event itself — rx interrupts, doorbells — is
+//! the way past that trade-off: issue 11, item 4.)
+
+use std::time::{Duration, Instant};
+
+/// Idle polls spent spinning before the first nap.
+const SPIN_POLLS: u32 = 1 << 12;
+/// Nap length while the quiet is short.
+pub const SHORT_NAP: Duration = Duration::from_micros(50);
+/// Quiet after which the naps get long.
+pub const LONG_QUIET: Duration = Duration::from_secs(1);
+/// Nap length after a long quiet.
+pub const LONG_NAP: Duration = Duration::from_millis(2);
+
+/// The waiting state of one poll loop.
+#[derive(Debug)]
+pub(crate) struct Backoff {
+    idle_polls: u32,
+    /// When the current quiet started (read once spinning is over).
+    quiet_since: Option<Instant>,
+}
+
+impl Backoff {
+    pub(crate) fn new() -> Backoff {
+        Backoff {
+            idle_polls: 0,
+            quiet_since: None,
+        }
+    }
+
+    /// Something came: the next quiet starts from the spinning phase again.
+    #[inline]
+    pub(crate) fn reset(&mut self) {
+        self.idle_polls = 0;
+        self.quiet_since = None;
+    }
+
+    /// Whether the quiet has lasted past spinning (a poll loop then polls once per
+    /// wake, not a batch: on a virtual machine the first polls after a sleep are slow).
+    #[inline]
+    pub(crate) fn napping(&self) -> bool {
+        self.idle_polls >= SPIN_POLLS
+    }
+
+    /// A poll found nothing: waits a little before the next one, longer the longer
+    /// nothing came.
+    #[inline]
+    pub(crate) fn snooze(&mut self) {
+        if self.idle_polls < SPIN_POLLS {
+            self.idle_polls += 1;
+            std::hint::spin_loop();
+            return;
+        }
+        self.nap();
+    }
+
+    #[cold]
+    fn nap(&mut self) {
+        let since = *self.quiet_since.get_or_insert_with(Instant::now);
+        let nap = if since.elapsed() < LONG_QUIET {
+            SHORT_NAP
+        } else {
+            LONG_NAP
+        };
+        std::thread::sleep(nap);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spins_first_then_naps_and_starts_over_after_a_reset() {
+        let mut b = Backoff::new();
+        let t = Instant::now();
+        for _ in 0..SPIN_POLLS {
+            b.snooze();
+        }
+        assert!(t.elapsed() < SHORT_NAP * 20, "spinning does not sleep");
+        let t = Instant::now();
+        b.snooze();
+        assert!(t.elapsed() >= SHORT_NAP, "then it naps");
+        assert!(b.quiet_since.is_some());
+        b.reset();
+        let t = Instant::now();
+        b.snooze();
+        assert!(t.elapsed() < SHORT_NAP, "a reset spins again");
+    }
+}
