@@ -12,8 +12,11 @@
 
 use std::time::{Duration, Instant};
 
-/// Idle polls spent spinning before the first nap.
-const SPIN_POLLS: u32 = 1 << 12;
+/// How long a quiet is spun through before the first nap: traffic with gaps shorter
+/// than this (a request every few milliseconds) is answered at polling speed. Timed,
+/// not counted: a poll costs from tens of nanoseconds (a dedicated worker's) to about a
+/// microsecond (an inline device's turn).
+pub const SPIN_FOR: Duration = Duration::from_millis(50);
 /// Nap length while the quiet is short.
 pub const SHORT_NAP: Duration = Duration::from_micros(50);
 /// Quiet after which the naps get long.
@@ -25,8 +28,9 @@ pub const LONG_NAP: Duration = Duration::from_millis(2);
 #[derive(Debug)]
 pub(crate) struct Backoff {
     idle_polls: u32,
-    /// When the current quiet started (read once spinning is over).
+    /// When the current quiet started (read at its first idle poll).
     quiet_since: Option<Instant>,
+    napping: bool,
 }
 
 impl Backoff {
@@ -34,6 +38,7 @@ impl Backoff {
         Backoff {
             idle_polls: 0,
             quiet_since: None,
+            napping: false,
         }
     }
 
@@ -42,36 +47,42 @@ impl Backoff {
     pub(crate) fn reset(&mut self) {
         self.idle_polls = 0;
         self.quiet_since = None;
+        self.napping = false;
     }
 
     /// Whether the quiet has lasted past spinning (a poll loop then polls once per
     /// wake, not a batch: on a virtual machine the first polls after a sleep are slow).
     #[inline]
     pub(crate) fn napping(&self) -> bool {
-        self.idle_polls >= SPIN_POLLS
+        self.napping
     }
 
     /// A poll found nothing: waits a little before the next one, longer the longer
     /// nothing came.
     #[inline]
     pub(crate) fn snooze(&mut self) {
-        if self.idle_polls < SPIN_POLLS {
-            self.idle_polls += 1;
+        self.idle_polls = self.idle_polls.wrapping_add(1);
+        // The clock is read on the first idle poll and every 16th after it.
+        if !self.napping && self.idle_polls & 15 != 1 {
             std::hint::spin_loop();
             return;
         }
-        self.nap();
+        self.wait();
     }
 
     #[cold]
-    fn nap(&mut self) {
-        let since = *self.quiet_since.get_or_insert_with(Instant::now);
-        let nap = if since.elapsed() < LONG_QUIET {
+    fn wait(&mut self) {
+        let quiet = self.quiet_since.get_or_insert_with(Instant::now).elapsed();
+        if quiet < SPIN_FOR {
+            std::hint::spin_loop();
+            return;
+        }
+        self.napping = true;
+        std::thread::sleep(if quiet < LONG_QUIET {
             SHORT_NAP
         } else {
             LONG_NAP
-        };
-        std::thread::sleep(nap);
+        });
     }
 }
 
@@ -83,15 +94,16 @@ mod tests {
     fn spins_first_then_naps_and_starts_over_after_a_reset() {
         let mut b = Backoff::new();
         let t = Instant::now();
-        for _ in 0..SPIN_POLLS {
+        while !b.napping() {
             b.snooze();
         }
-        assert!(t.elapsed() < SHORT_NAP * 20, "spinning does not sleep");
+        let spun = t.elapsed();
+        assert!(spun >= SPIN_FOR, "spins for {SPIN_FOR:?} first: {spun:?}");
         let t = Instant::now();
         b.snooze();
         assert!(t.elapsed() >= SHORT_NAP, "then it naps");
-        assert!(b.quiet_since.is_some());
         b.reset();
+        assert!(!b.napping());
         let t = Instant::now();
         b.snooze();
         assert!(t.elapsed() < SHORT_NAP, "a reset spins again");
