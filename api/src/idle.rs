@@ -61,23 +61,34 @@ impl Backoff {
     /// nothing came.
     #[inline]
     pub(crate) fn snooze(&mut self) {
+        if !self.spin() {
+            self.nap();
+        }
+    }
+
+    /// One step of the spinning phase; false once it is over (the caller naps, or
+    /// blocks where something will wake it).
+    #[inline]
+    pub(crate) fn spin(&mut self) -> bool {
+        if self.napping {
+            return false;
+        }
         self.idle_polls = self.idle_polls.wrapping_add(1);
         // The clock is read on the first idle poll and every 16th after it.
-        if !self.napping && self.idle_polls & 15 != 1 {
-            std::hint::spin_loop();
-            return;
+        if self.idle_polls & 15 == 1 {
+            let quiet = self.quiet_since.get_or_insert_with(Instant::now).elapsed();
+            if quiet >= SPIN_FOR {
+                self.napping = true;
+                return false;
+            }
         }
-        self.wait();
+        std::hint::spin_loop();
+        true
     }
 
     #[cold]
-    fn wait(&mut self) {
+    fn nap(&mut self) {
         let quiet = self.quiet_since.get_or_insert_with(Instant::now).elapsed();
-        if quiet < SPIN_FOR {
-            std::hint::spin_loop();
-            return;
-        }
-        self.napping = true;
         std::thread::sleep(if quiet < LONG_QUIET {
             SHORT_NAP
         } else {

@@ -65,6 +65,10 @@ impl CompletionQueue {
     }
 
     /// Waits up to `timeout` for one completion.
+    ///
+    /// It polls (driving progress, inline) while the wait is short, then — with a
+    /// dedicated worker — sleeps until the worker queues a completion, or — inline —
+    /// naps between polls (`idle`).
     pub fn wait_one(&self, timeout: Duration) -> Option<Completion> {
         let start = Instant::now();
         let mut backoff = Backoff::new();
@@ -75,7 +79,12 @@ impl CompletionQueue {
             if start.elapsed() > timeout {
                 return None;
             }
-            backoff.snooze();
+            if !backoff.spin() {
+                if self.dev.is_dedicated() {
+                    return self.shared.wait_pop(start + timeout);
+                }
+                backoff.snooze();
+            }
         }
     }
 

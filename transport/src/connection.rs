@@ -226,6 +226,8 @@ pub struct CqShared {
     pub waits: AtomicU64,
     /// Completions lost: their connection was destroyed while they waited for room.
     pub overflows: AtomicU64,
+    /// Where the application sleeps while the queue is empty ([`CqShared::wait_pop`]).
+    wake: crate::wake::Wake,
 }
 
 impl CqShared {
@@ -235,6 +237,7 @@ impl CqShared {
             reserved: crossbeam::utils::CachePadded::new(AtomicUsize::new(0)),
             waits: AtomicU64::new(0),
             overflows: AtomicU64::new(0),
+            wake: crate::wake::Wake::new(),
         })
     }
 
@@ -264,13 +267,22 @@ impl CqShared {
     /// The worker's side: queues a completion, or hands it back when the queue is full.
     #[inline]
     pub fn push(&self, c: Completion) -> Result<(), Completion> {
-        self.queue.push(c)
+        self.queue.push(c)?;
+        self.wake.notify();
+        Ok(())
     }
 
     /// Whether no completion is queued (two plain loads, no fence).
     #[inline]
     pub fn is_empty(&self) -> bool {
         self.queue.is_empty()
+    }
+
+    /// The application's side: sleeps until a completion comes (the worker wakes it)
+    /// or `deadline` passes. Only with a worker that runs on its own (a dedicated
+    /// thread): nothing else would produce one meanwhile.
+    pub fn wait_pop(&self, deadline: std::time::Instant) -> Option<Completion> {
+        self.wake.wait_until(deadline, || self.pop())
     }
 
     /// The application's side: takes the oldest completion, freeing its slot.

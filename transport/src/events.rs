@@ -12,8 +12,7 @@
 //! message that would interrupt, and treats a full queue as a fault the host repairs
 //! (the connection is exceptioned until the host drains the queue and resumes it).
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Condvar, Mutex};
+use std::sync::atomic::AtomicU64;
 use std::time::{Duration, Instant};
 
 use crossbeam::queue::ArrayQueue;
@@ -56,9 +55,7 @@ pub struct Event {
 /// A bounded event queue shared by the worker (producer) and the host (consumers).
 pub struct EventQueue {
     queue: ArrayQueue<Event>,
-    waiters: AtomicUsize,
-    lock: Mutex<()>,
-    cond: Condvar,
+    wake: crate::wake::Wake,
     /// Events that could not be queued (full): sticky, never reset.
     pub overflows: AtomicU64,
 }
@@ -67,9 +64,7 @@ impl EventQueue {
     pub fn new(depth: usize) -> EventQueue {
         EventQueue {
             queue: ArrayQueue::new(depth.max(1)),
-            waiters: AtomicUsize::new(0),
-            lock: Mutex::new(()),
-            cond: Condvar::new(),
+            wake: crate::wake::Wake::new(),
             overflows: AtomicU64::new(0),
         }
     }
@@ -83,10 +78,7 @@ impl EventQueue {
     /// Queues an event and wakes a blocked waiter; gives it back when full.
     pub fn push(&self, e: Event) -> Result<(), Event> {
         self.queue.push(e)?;
-        if self.waiters.load(Ordering::SeqCst) > 0 {
-            let _g = self.lock.lock().unwrap_or_else(|e| e.into_inner());
-            self.cond.notify_all();
-        }
+        self.wake.notify();
         Ok(())
     }
 
@@ -114,32 +106,8 @@ impl EventQueue {
     /// something produces events meanwhile (a dedicated worker; inline devices poll
     /// instead, see `deposit::EventQueue::wait`).
     pub fn wait(&self, timeout: Duration) -> Option<Event> {
-        let deadline = Instant::now() + timeout;
-        if let Some(e) = self.pop() {
-            return Some(e);
-        }
-        self.waiters.fetch_add(1, Ordering::SeqCst);
-        let mut g = self.lock.lock().unwrap_or_else(|e| e.into_inner());
-        let got = loop {
-            if let Some(e) = self.queue.pop() {
-                break Some(e);
-            }
-            let now = Instant::now();
-            if now >= deadline {
-                break None;
-            }
-            // Bounded sleeps: a push that raced with the registration above is seen
-            // at the next wake-up at the latest.
-            let step = (deadline - now).min(Duration::from_millis(10));
-            g = self
-                .cond
-                .wait_timeout(g, step)
-                .unwrap_or_else(|e| e.into_inner())
-                .0;
-        };
-        drop(g);
-        self.waiters.fetch_sub(1, Ordering::SeqCst);
-        got
+        self.wake
+            .wait_until(Instant::now() + timeout, || self.queue.pop())
     }
 }
 

@@ -28,6 +28,7 @@ pub mod reliability;
 pub mod sim;
 pub mod tables;
 pub mod tlb;
+pub mod wake;
 pub mod wire;
 #[cfg(feature = "dpdk")]
 pub mod worker;

@@ -1,0 +1,121 @@
+//! Blocking on a lock-free queue: a consumer that found it empty sleeps on a condition
+//! variable, and the producer — the worker — signals it only when someone sleeps, so
+//! its fast path stays a lock-free push plus one load of a read-mostly line.
+//!
+//! The order that makes it race-free: the waiter registers (a sequentially consistent
+//! increment), then looks at the queue under the lock, then sleeps (which releases the
+//! lock); the producer pushes (a sequentially consistent exchange in crossbeam's
+//! queues), then reads the count, and signals under the lock. Either the waiter's look
+//! sees the item, or the producer sees the waiter. Sleeps are still bounded (10 ms)
+//! so that a missed signal could only ever cost that.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use crossbeam::utils::CachePadded;
+
+/// Longest single sleep of a waiter.
+const STEP: Duration = Duration::from_millis(10);
+
+/// The sleeping side of a queue.
+#[derive(Debug, Default)]
+pub struct Wake {
+    /// Consumers asleep (or about to be): on a line of its own, which the producer reads
+    /// at every push and the consumers write only when they block.
+    waiters: CachePadded<AtomicUsize>,
+    lock: Mutex<()>,
+    cond: Condvar,
+}
+
+impl Wake {
+    pub fn new() -> Wake {
+        Wake::default()
+    }
+
+    /// The producer, after a push: wakes the consumers asleep, if any.
+    #[inline]
+    pub fn notify(&self) {
+        if self.waiters.load(Ordering::SeqCst) > 0 {
+            self.notify_slow();
+        }
+    }
+
+    #[cold]
+    fn notify_slow(&self) {
+        let _g = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+        self.cond.notify_all();
+    }
+
+    /// The consumer: sleeps until `take` returns something or `deadline` passes.
+    pub fn wait_until<T>(
+        &self,
+        deadline: Instant,
+        mut take: impl FnMut() -> Option<T>,
+    ) -> Option<T> {
+        if let Some(t) = take() {
+            return Some(t);
+        }
+        self.waiters.fetch_add(1, Ordering::SeqCst);
+        let mut g = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+        let got = loop {
+            if let Some(t) = take() {
+                break Some(t);
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                break None;
+            }
+            let step = (deadline - now).min(STEP);
+            g = self
+                .cond
+                .wait_timeout(g, step)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        };
+        drop(g);
+        self.waiters.fetch_sub(1, Ordering::SeqCst);
+        got
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crossbeam::queue::ArrayQueue;
+    use std::sync::Arc;
+
+    #[test]
+    fn a_sleeping_consumer_is_woken_by_the_push_not_the_step() {
+        let q = Arc::new(ArrayQueue::new(4));
+        let w = Arc::new(Wake::new());
+        let (q2, w2) = (q.clone(), w.clone());
+        let t = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(30));
+            let sent = Instant::now();
+            q2.push(7u32).unwrap();
+            w2.notify();
+            sent
+        });
+        let got = w.wait_until(Instant::now() + Duration::from_secs(5), || q.pop());
+        let woke = Instant::now();
+        let sent = t.join().unwrap();
+        assert_eq!(got, Some(7));
+        assert!(
+            woke.duration_since(sent) < Duration::from_millis(5),
+            "woken by the signal"
+        );
+    }
+
+    #[test]
+    fn a_wait_ends_at_its_deadline() {
+        let q: ArrayQueue<u32> = ArrayQueue::new(1);
+        let w = Wake::new();
+        let t = Instant::now();
+        assert_eq!(
+            w.wait_until(t + Duration::from_millis(25), || q.pop()),
+            None
+        );
+        assert!(t.elapsed() >= Duration::from_millis(25));
+    }
+}
