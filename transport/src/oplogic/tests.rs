@@ -5,6 +5,7 @@
 
 use super::*;
 use crate::mem::EndpointMemory;
+use crate::sim::Rng;
 use crate::tables::{EndpointEntry, EndpointId, RegisterFile, Rights, PAGE_SIZE};
 use crate::tlb::Tlb;
 use crate::wire::cell::{flags, op};
@@ -463,58 +464,44 @@ fn tlb_access_sees_page_map_changes() {
     assert_eq!(tlb.stats().faults, 1);
 }
 
-/// xorshift64*, deterministic.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
-
 fn random_control(rng: &mut Rng, bound: u64) -> ControlRepr {
     let opcode = match rng.below(4) {
         0 => op::WRITE,
         1 => op::WRITE_MASKED,
-        _ => rng.next() as u8,
+        _ => rng.next_u64() as u8,
     };
     let operand = match rng.below(4) {
-        0 => rng.next() as u32,
+        0 => rng.next_u64() as u32,
         1 => (bound - rng.below(64).min(bound)) as u32,
         2 => u32::MAX - rng.below(64) as u32,
         _ => rng.below(bound + 64) as u32,
     };
     let length = match rng.below(5) {
         0 => 32,
-        1 => rng.next() as u32,
+        1 => rng.next_u64() as u32,
         2 => u32::MAX - rng.below(4) as u32,
         _ => rng.below(3 * PAGE as u64) as u32,
     };
     ControlRepr {
         opcode,
-        mask: rng.next() as u8,
+        mask: rng.next_u64() as u8,
         // Mostly plain deposits; sometimes any flags (address modes, descriptors,
         // register targets: all refused without registers or a valid descriptor).
         flags: if rng.below(4) == 0 {
-            rng.next() as u8
+            rng.next_u64() as u8
         } else {
-            rng.next() as u8 & flags::LAST
+            rng.next_u64() as u8 & flags::LAST
         },
         operand,
-        index: rng.next() as u32,
+        index: rng.next_u64() as u32,
         length,
     }
 }
 
 #[test]
 fn random_control_parts_never_panic_nor_write_outside_the_endpoint() {
-    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
-    let payload: Vec<u8> = (0..4 * PAGE).map(|_| rng.next() as u8 | 1).collect();
+    let mut rng = Rng::new(0x9e37_79b9_7f4a_7c15);
+    let payload: Vec<u8> = (0..4 * PAGE).map(|_| rng.next_u64() as u8 | 1).collect();
 
     // Real memory: endpoint = [PAGE, PAGE + 3 pages + 100) of 6 pages, canaries around.
     let mem = canary_memory(6);
