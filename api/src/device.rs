@@ -1,6 +1,5 @@
 //! Devices: one DPDK port plus its worker.
 
-use crate::idle::Backoff;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -15,12 +14,12 @@ use deposit_transport::oplogic::DropReason;
 use deposit_transport::port::{self, EalInfo, Port, PortConfig, PortSpec};
 use deposit_transport::tables::{EndpointEntry, NodeAddr, RegProt, RegWindow, Rights};
 use deposit_transport::tlb::TlbStats;
+use deposit_transport::wake::WaitQueue;
 use deposit_transport::wire;
 use deposit_transport::worker::{Worker, WorkerConfig};
 
-use crossbeam::queue::ArrayQueue;
-
 use crate::endpoint::EpInner;
+use crate::idle::Backoff;
 use crate::queue::{CompletionQueue, Connection};
 use crate::{Endpoint, Error, MulticastGroup, RejectReason};
 
@@ -737,34 +736,44 @@ impl ConnOptions {
 pub struct Listener {
     dev: Device,
     service: u32,
-    accepted: Arc<ArrayQueue<Arc<ConnShared>>>,
+    accepted: Arc<WaitQueue<Arc<ConnShared>>>,
     ep: Endpoint,
     cq: CompletionQueue,
 }
 
 impl Listener {
-    /// Waits up to `timeout` for the next connection.
+    /// Waits up to `timeout` for the next connection: polling (driving progress,
+    /// inline) while the wait is short, then — with a dedicated worker — asleep until
+    /// the worker accepts one, or — inline — napping between polls (`idle`).
     pub fn accept(&self, timeout: Duration) -> Result<Connection, Error> {
         let start = Instant::now();
         let mut backoff = Backoff::new();
-        loop {
+        let shared = loop {
             if let Some(s) = self.accepted.pop() {
-                return Ok(Connection::new(
-                    self.dev.inner.clone(),
-                    s,
-                    self.ep.clone(),
-                    self.cq.clone(),
-                ));
+                break s;
             }
             if start.elapsed() > timeout {
                 return Err(Error::Timeout(timeout, "a connection request"));
             }
-            if self.dev.progress() == 0 {
-                backoff.snooze();
-            } else {
+            if self.dev.progress() != 0 {
                 backoff.reset();
+            } else if backoff.spin() {
+                continue;
+            } else if self.dev.inner.is_dedicated() {
+                match self.accepted.wait_pop(start + timeout) {
+                    Some(s) => break s,
+                    None => return Err(Error::Timeout(timeout, "a connection request")),
+                }
+            } else {
+                backoff.snooze();
             }
-        }
+        };
+        Ok(Connection::new(
+            self.dev.inner.clone(),
+            shared,
+            self.ep.clone(),
+            self.cq.clone(),
+        ))
     }
     /// The service number.
     pub fn service(&self) -> u32 {

@@ -1,12 +1,12 @@
 //! Event queues: the host's side of "interrupt at end".
 
-use crate::idle::Backoff;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use deposit_transport::events::{Event, EventQueue as Queue};
 
 use crate::device::DeviceInner;
+use crate::idle::Backoff;
 
 /// An endpoint's event queue: conditional interrupts, software exceptions, and — for
 /// connections that ask — refused messages. Poll it, or block on it.

@@ -1,6 +1,5 @@
 //! Connections, work requests and completion queues.
 
-use crate::idle::Backoff;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -11,6 +10,7 @@ use deposit_transport::connection::{
 use deposit_transport::wire::cell::{flags, AddrMode};
 
 use crate::device::DeviceInner;
+use crate::idle::Backoff;
 use crate::{Endpoint, Error, WorkRequest};
 
 /// A completion queue. Several connections may share one.

@@ -70,3 +70,38 @@ fn a_completion_wait_on_a_dedicated_device_sleeps_until_the_completion_comes() {
         "the waiting thread used {cpu:?} of CPU in {waited:?}"
     );
 }
+
+#[test]
+fn an_accept_on_a_dedicated_device_sleeps_until_a_peer_connects() {
+    let pair = ring_pair_with("waits_accept", |_| {}, |_| {});
+    let sep = pair
+        .server
+        .alloc_endpoint(4096, Rights::REMOTE_WRITE)
+        .unwrap();
+    let scq = pair.server.create_cq(16);
+    let l = pair.server.listen(4, &sep, &scq).unwrap();
+    let client = pair.client.clone();
+    let dialer = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(400));
+        let cep = client.alloc_endpoint(4096, Rights::REMOTE_WRITE).unwrap();
+        let ccq = client.create_cq(16);
+        let c = client.connect([10, 0, 0, 1], 4, &cep, &ccq).unwrap();
+        (c, Instant::now())
+    });
+    let (t0, cpu0) = (Instant::now(), thread_cpu());
+    let s = l.accept(T).expect("accepted");
+    let (woke, cpu) = (Instant::now(), thread_cpu() - cpu0);
+    let (c, connected) = dialer.join().unwrap();
+    assert_eq!(s.remote_number(), c.local_number());
+    let waited = woke - t0;
+    assert!(waited >= Duration::from_millis(350), "waited {waited:?}");
+    assert!(
+        woke.saturating_duration_since(connected) < Duration::from_millis(100),
+        "woken {:?} after the connection was up",
+        woke.saturating_duration_since(connected)
+    );
+    assert!(
+        cpu < waited * 2 / 5,
+        "the accepting thread used {cpu:?} of CPU in {waited:?}"
+    );
+}

@@ -79,6 +79,46 @@ impl Wake {
     }
 }
 
+/// A bounded lock-free queue a consumer can also block on: what the node hands the
+/// application one item at a time (accepted connections).
+#[derive(Debug)]
+pub struct WaitQueue<T> {
+    queue: crossbeam::queue::ArrayQueue<T>,
+    wake: Wake,
+}
+
+impl<T> WaitQueue<T> {
+    pub fn new(capacity: usize) -> WaitQueue<T> {
+        WaitQueue {
+            queue: crossbeam::queue::ArrayQueue::new(capacity.max(1)),
+            wake: Wake::new(),
+        }
+    }
+    /// Queues an item and wakes a blocked consumer; gives it back when full.
+    pub fn push(&self, t: T) -> Result<(), T> {
+        self.queue.push(t)?;
+        self.wake.notify();
+        Ok(())
+    }
+    pub fn pop(&self) -> Option<T> {
+        self.queue.pop()
+    }
+    /// Sleeps until an item comes or `deadline` passes (something else must produce
+    /// meanwhile).
+    pub fn wait_pop(&self, deadline: Instant) -> Option<T> {
+        self.wake.wait_until(deadline, || self.queue.pop())
+    }
+    pub fn is_full(&self) -> bool {
+        self.queue.is_full()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.queue.is_empty()
+    }
+    pub fn len(&self) -> usize {
+        self.queue.len()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -6,8 +6,6 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use crossbeam::queue::ArrayQueue;
-
 use crate::cm::{
     Action, CmError, CmMessage, ConnectOptions, Ignored, PeerParams, Registers, RejectReason,
 };
@@ -17,6 +15,7 @@ use crate::connection::{
 use crate::oplogic::{DropReason, RemoteStatus};
 use crate::reliability::{Receiver, Sender, SeqBits};
 use crate::tables::{EndpointId, NodeAddr, NodeId, RegWindow};
+use crate::wake::WaitQueue;
 use crate::wire::cm::CM_PAYLOAD_MAX;
 use crate::wire::{self, hflags, FrameView, FrameWriter, TransportRepr, UnderlayRepr};
 
@@ -164,14 +163,14 @@ impl Node {
         cq: Arc<CqShared>,
         opts: &ConnectOptions,
         backlog: usize,
-    ) -> Result<Arc<ArrayQueue<Arc<ConnShared>>>, CmError> {
+    ) -> Result<Arc<WaitQueue<Arc<ConnShared>>>, CmError> {
         if self.endpoints.get(endpoint).is_none() {
             return Err(CmError::NoEndpoint(endpoint));
         }
         if self.listeners.contains_key(&service) {
             return Err(CmError::ServiceInUse(service));
         }
-        let accepted = Arc::new(ArrayQueue::new(backlog.max(1)));
+        let accepted = Arc::new(WaitQueue::new(backlog));
         self.listeners.insert(
             service,
             Listener {

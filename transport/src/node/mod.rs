@@ -38,8 +38,6 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
-use crossbeam::queue::ArrayQueue;
-
 mod connect;
 mod link;
 mod recv;
@@ -263,7 +261,7 @@ pub struct Listener {
     pub cq: Arc<CqShared>,
     pub opts: crate::cm::ConnectOptions,
     /// Connections accepted by the node, waiting for the application's `accept`.
-    pub accepted: Arc<ArrayQueue<Arc<ConnShared>>>,
+    pub accepted: Arc<crate::wake::WaitQueue<Arc<ConnShared>>>,
 }
 
 /// One node's network interface, without its device.
