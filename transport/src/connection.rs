@@ -444,8 +444,9 @@ pub use crate::oplogic::ReadReplies;
 
 /// Most receiver-not-ready NAKs remembered between two acknowledgement frames (they
 /// need no record: the sender's timer covers their loss; refusals are in
-/// [`Refusals`]).
-pub const MAX_PENDING_NAKS: usize = 32;
+/// [`Refusals`]). One is queued when a message is held and again when later messages
+/// meet the held connection: a few slots are plenty (each costs every connection 8 B).
+pub const MAX_PENDING_NAKS: usize = 4;
 
 /// The worker's entry for one connection.
 pub struct Connection {
@@ -701,5 +702,15 @@ mod tests {
         let b = random_u32();
         assert_ne!(a.wrapping_add(1), b);
         assert_ne!(random_u64(), 0);
+    }
+
+    #[test]
+    fn an_idle_connection_is_small() {
+        // What every connection costs before it sends anything (issue 11 wants an idle
+        // connection at 1 KiB all told; the send queue's ring is the large part left).
+        let node_side = std::mem::size_of::<Connection>();
+        let shared = std::mem::size_of::<ConnShared>();
+        assert!(node_side <= 880, "Connection is {node_side} B");
+        assert!(shared <= 512, "ConnShared is {shared} B");
     }
 }
