@@ -348,8 +348,8 @@ impl Node {
         let instructions =
             crate::tables::InstructionMemory::new(cfg.instructions, cfg.global_instructions);
         let tokens = crate::tables::PayloadTable::new(cfg.payload_tokens);
-        let timer_tick = (cfg.min_retry_timeout_us / 2).clamp(25, 200) * hz / 1_000_000;
-        let ticks = |us: u64| us.saturating_mul(hz) / 1_000_000;
+        let ticks = |us: u64| us_to_ticks(us, hz);
+        let timer_tick = ticks((cfg.min_retry_timeout_us / 2).clamp(25, 200));
         let timing = CmTiming {
             first_retry: timer_tick,
             retry: ticks(cfg.cm_retry_us),
@@ -438,7 +438,7 @@ impl Node {
     }
 
     pub(crate) fn us_to_ticks(&self, us: u64) -> u64 {
-        us.saturating_mul(self.hz) / 1_000_000
+        us_to_ticks(us, self.hz)
     }
 
     /// Whether high-priority connections exist (their frames take the high queue).
@@ -630,6 +630,11 @@ impl Node {
     pub(crate) fn src_port_for(number: u32) -> u16 {
         49152 | (number as u16 & 0x3fff)
     }
+}
+
+/// `us` microseconds in ticks of a clock of `hz`.
+fn us_to_ticks(us: u64, hz: u64) -> u64 {
+    us.saturating_mul(hz) / 1_000_000
 }
 
 /// Node id of an address, learning it if new.

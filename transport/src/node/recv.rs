@@ -117,13 +117,14 @@ impl Node {
             segment_max: self.segment_max,
             now,
         };
-        if frame.header.flags & hflags::ACK_REQ != 0 && conn.inflight.is_empty() {
-            super::timers::release_idle_memory(conn); // a keepalive probe: both sides idle
+        // A liveness probe asks for an acknowledgement whatever the frame carries.
+        let probe = frame.header.flags & hflags::ACK_REQ != 0;
+        if probe && conn.inflight.is_empty() {
+            super::timers::release_idle_memory(conn); // both sides idle
         }
         let mut intake = Intake {
             seq: frame.header.seq,
-            // A liveness probe asks for an acknowledgement whatever the frame carries.
-            owe_ack: frame.header.flags & hflags::ACK_REQ != 0,
+            owe_ack: probe,
             ..Intake::default()
         };
         if !conn.refusals.is_empty() {
@@ -137,8 +138,8 @@ impl Node {
         if frame.header.flags & hflags::ACK != 0 {
             take_ack(conn, &frame, &mut intake, &mut ex);
         }
-        let owe_ack = notify_host(conn, &intake);
-        if owe_ack && !conn.ack_pending {
+        notify_host(conn, &intake);
+        if intake.owe_ack && !conn.ack_pending {
             conn.ack_pending = true;
             self.ack_new.push(slot);
         }
@@ -422,14 +423,12 @@ fn take_ack(conn: &mut Connection, frame: &FrameView<'_>, intake: &mut Intake, e
 }
 
 /// Step 5, the host: arrivals published, completions of acknowledged requests posted.
-/// Returns whether the frame owes an acknowledgement.
 #[inline]
-fn notify_host(conn: &mut Connection, intake: &Intake) -> bool {
+fn notify_host(conn: &mut Connection, intake: &Intake) {
     if intake.arrivals > 0 {
         publish_arrivals(conn, intake.arrivals);
     }
     send::complete_ready(conn);
-    intake.owe_ack
 }
 
 /// Adds to the connection's arrival count. The node is the only writer: a plain load
@@ -454,19 +453,20 @@ fn deliver(
     frame_desc: Option<&[u8; COMPOUND_LEN]>,
     ex: &mut Exec<'_>,
 ) -> Ran {
-    ex.stats.msgs_rx += 1;
     if control.flags & cflags::REPLY != 0 {
+        ex.stats.msgs_rx += 1;
         if let Err(r) = take_reply(conn, control, payload, ex.endpoints) {
             ex.stats.drop_for(r);
         }
         return Ran::Done;
     }
     match run_message(conn, seq, control, payload, frame_desc, ex) {
-        Ran::Deferred => {
-            ex.stats.msgs_rx -= 1; // not run
-            wait_in_order(conn, seq, control, payload, frame_desc)
+        // Not run: kept, and counted when it runs.
+        Ran::Deferred => wait_in_order(conn, seq, control, payload, frame_desc),
+        ran => {
+            ex.stats.msgs_rx += 1;
+            ran
         }
-        ran => ran,
     }
 }
 
