@@ -15,7 +15,7 @@
 use std::sync::atomic::AtomicU64;
 use std::time::{Duration, Instant};
 
-use crossbeam::queue::ArrayQueue;
+use crate::wake::WaitQueue;
 
 /// What an event reports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -54,8 +54,7 @@ pub struct Event {
 
 /// A bounded event queue shared by the worker (producer) and the host (consumers).
 pub struct EventQueue {
-    queue: ArrayQueue<Event>,
-    wake: crate::wake::Wake,
+    queue: WaitQueue<Event>,
     /// Events that could not be queued (full): sticky, never reset.
     pub overflows: AtomicU64,
 }
@@ -63,8 +62,7 @@ pub struct EventQueue {
 impl EventQueue {
     pub fn new(depth: usize) -> EventQueue {
         EventQueue {
-            queue: ArrayQueue::new(depth.max(1)),
-            wake: crate::wake::Wake::new(),
+            queue: WaitQueue::new(depth),
             overflows: AtomicU64::new(0),
         }
     }
@@ -77,17 +75,12 @@ impl EventQueue {
 
     /// Queues an event and wakes a blocked waiter; gives it back when full.
     pub fn push(&self, e: Event) -> Result<(), Event> {
-        self.queue.push(e)?;
-        self.wake.notify();
-        Ok(())
+        self.queue.push(e)
     }
 
     /// Takes the next event, if any.
     #[inline]
     pub fn pop(&self) -> Option<Event> {
-        if self.queue.is_empty() {
-            return None;
-        }
         self.queue.pop()
     }
 
@@ -106,8 +99,7 @@ impl EventQueue {
     /// something produces events meanwhile (a dedicated worker; inline devices poll
     /// instead, see `deposit::EventQueue::wait`).
     pub fn wait(&self, timeout: Duration) -> Option<Event> {
-        self.wake
-            .wait_until(Instant::now() + timeout, || self.queue.pop())
+        self.queue.wait_pop(Instant::now() + timeout)
     }
 }
 

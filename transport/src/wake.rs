@@ -80,7 +80,7 @@ impl Wake {
 }
 
 /// A bounded lock-free queue a consumer can also block on: what the node hands the
-/// application one item at a time (accepted connections).
+/// application one item at a time (accepted connections, events).
 #[derive(Debug)]
 pub struct WaitQueue<T> {
     queue: crossbeam::queue::ArrayQueue<T>,
@@ -100,7 +100,13 @@ impl<T> WaitQueue<T> {
         self.wake.notify();
         Ok(())
     }
+    /// Takes the oldest item, if any (an empty queue costs two plain loads: `pop`
+    /// on it would also pay a full fence).
+    #[inline]
     pub fn pop(&self) -> Option<T> {
+        if self.queue.is_empty() {
+            return None;
+        }
         self.queue.pop()
     }
     /// Sleeps until an item comes or `deadline` passes (something else must produce
@@ -116,6 +122,9 @@ impl<T> WaitQueue<T> {
     }
     pub fn len(&self) -> usize {
         self.queue.len()
+    }
+    pub fn capacity(&self) -> usize {
+        self.queue.capacity()
     }
 }
 
