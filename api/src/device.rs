@@ -19,7 +19,7 @@ use deposit_transport::wire;
 use deposit_transport::worker::{Worker, WorkerConfig};
 
 use crate::endpoint::EpInner;
-use crate::idle::Backoff;
+use crate::idle::{wait_for, Backoff};
 use crate::queue::{CompletionQueue, Connection};
 use crate::{Endpoint, Error, MulticastGroup, RejectReason};
 
@@ -746,28 +746,10 @@ impl Listener {
     /// inline) while the wait is short, then — with a dedicated worker — asleep until
     /// the worker accepts one, or — inline — napping between polls (`idle`).
     pub fn accept(&self, timeout: Duration) -> Result<Connection, Error> {
-        let start = Instant::now();
-        let mut backoff = Backoff::new();
-        let shared = loop {
-            if let Some(s) = self.accepted.pop() {
-                break s;
-            }
-            if start.elapsed() > timeout {
-                return Err(Error::Timeout(timeout, "a connection request"));
-            }
-            if self.dev.progress() != 0 {
-                backoff.reset();
-            } else if backoff.spin() {
-                continue;
-            } else if self.dev.inner.is_dedicated() {
-                match self.accepted.wait_pop(start + timeout) {
-                    Some(s) => break s,
-                    None => return Err(Error::Timeout(timeout, "a connection request")),
-                }
-            } else {
-                backoff.snooze();
-            }
-        };
+        let deadline = Instant::now() + timeout;
+        let q = &self.accepted;
+        let shared = wait_for(&self.dev.inner, deadline, || q.pop(), |d| q.wait_pop(d))
+            .ok_or(Error::Timeout(timeout, "a connection request"))?;
         Ok(Connection::new(
             self.dev.inner.clone(),
             shared,

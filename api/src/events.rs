@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use deposit_transport::events::{Event, EventQueue as Queue};
 
 use crate::device::DeviceInner;
-use crate::idle::Backoff;
+use crate::idle::wait_for;
 
 /// An endpoint's event queue: conditional interrupts, software exceptions, and — for
 /// connections that ask — refused messages. Poll it, or block on it.
@@ -32,17 +32,14 @@ impl EventQueue {
         if self.dev.is_dedicated() {
             return self.q.wait(timeout);
         }
-        let start = Instant::now();
-        let mut backoff = Backoff::new();
-        loop {
-            if let Some(e) = self.poll() {
-                return Some(e);
-            }
-            if start.elapsed() > timeout {
-                return None;
-            }
-            backoff.snooze();
-        }
+        let deadline = Instant::now() + timeout;
+        let q = &self.q;
+        wait_for(
+            &self.dev,
+            deadline,
+            || q.pop(),
+            |d| q.wait(d.saturating_duration_since(Instant::now())),
+        )
     }
 
     /// Events waiting.

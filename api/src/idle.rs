@@ -14,6 +14,8 @@
 
 use std::time::{Duration, Instant};
 
+use crate::device::DeviceInner;
+
 /// How long a quiet is spun through before the first nap: traffic with gaps shorter
 /// than this (a request every few milliseconds) is answered at polling speed. Timed,
 /// not counted: a poll costs from tens of nanoseconds (a dedicated worker's) to about a
@@ -96,6 +98,35 @@ impl Backoff {
         } else {
             LONG_NAP
         });
+    }
+}
+
+/// Waits until `take` yields something or `deadline` passes, the way every blocking
+/// call of the API does: it polls (driving the device, inline) while the wait is short
+/// — a poll that moved frames starts the quiet over — then, with a dedicated worker,
+/// `block`s until the worker's push wakes it, and inline naps between polls.
+pub(crate) fn wait_for<T>(
+    dev: &DeviceInner,
+    deadline: Instant,
+    mut take: impl FnMut() -> Option<T>,
+    block: impl FnOnce(Instant) -> Option<T>,
+) -> Option<T> {
+    let mut backoff = Backoff::new();
+    loop {
+        if let Some(t) = take() {
+            return Some(t);
+        }
+        if Instant::now() > deadline {
+            return None;
+        }
+        if dev.progress() != 0 {
+            backoff.reset();
+        } else if !backoff.spin() {
+            if dev.is_dedicated() {
+                return block(deadline);
+            }
+            backoff.snooze();
+        }
     }
 }
 

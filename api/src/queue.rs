@@ -10,7 +10,7 @@ use deposit_transport::connection::{
 use deposit_transport::wire::cell::{flags, AddrMode};
 
 use crate::device::DeviceInner;
-use crate::idle::Backoff;
+use crate::idle::wait_for;
 use crate::{Endpoint, Error, WorkRequest};
 
 /// A completion queue. Several connections may share one.
@@ -52,12 +52,17 @@ impl CompletionQueue {
     /// Takes one completion, if any.
     #[inline]
     pub fn poll_one(&self) -> Option<Completion> {
-        if !self.shared.is_empty() {
-            if let Some(c) = self.shared.pop() {
-                return Some(c);
-            }
+        if let Some(c) = self.take() {
+            return Some(c);
         }
         self.dev.progress();
+        self.take()
+    }
+
+    /// The oldest completion queued, without driving the device (an empty queue costs
+    /// two plain loads: `pop` on it would also pay a full fence).
+    #[inline]
+    fn take(&self) -> Option<Completion> {
         if self.shared.is_empty() {
             return None;
         }
@@ -70,22 +75,13 @@ impl CompletionQueue {
     /// dedicated worker — sleeps until the worker queues a completion, or — inline —
     /// naps between polls (`idle`).
     pub fn wait_one(&self, timeout: Duration) -> Option<Completion> {
-        let start = Instant::now();
-        let mut backoff = Backoff::new();
-        loop {
-            if let Some(c) = self.poll_one() {
-                return Some(c);
-            }
-            if start.elapsed() > timeout {
-                return None;
-            }
-            if !backoff.spin() {
-                if self.dev.is_dedicated() {
-                    return self.shared.wait_pop(start + timeout);
-                }
-                backoff.snooze();
-            }
-        }
+        let deadline = Instant::now() + timeout;
+        wait_for(
+            &self.dev,
+            deadline,
+            || self.take(),
+            |d| self.shared.wait_pop(d),
+        )
     }
 
     /// Entries the queue holds: at most this many signaled work requests may be
