@@ -21,13 +21,21 @@ pub enum Error {
     Rejected(RejectReason),
     #[error("timed out after {0:?} waiting for {1}")]
     Timeout(std::time::Duration, &'static str),
-    #[error("send queue full ({depth} work requests outstanding); poll the completion queue")]
+    #[error(
+        "send queue full ({depth} work requests not yet sent); drive progress or poll the \
+         completion queue"
+    )]
     SendQueueFull { depth: usize },
     #[error(
         "completion queue full: its {depth} entries are promised to signaled work requests \
          not yet polled; poll it (or make it deeper)"
     )]
     CompletionQueueFull { depth: usize },
+    #[error(
+        "the device's submission ring is full ({capacity} posts the worker has not taken \
+         yet); drive progress (inline) or post fewer at once"
+    )]
+    SubmitRingFull { capacity: usize },
     #[error("connection is {0:?}; posting is refused")]
     NotConnected(ConnState),
     #[error("invalid argument: {0}")]
@@ -36,4 +44,15 @@ pub enum Error {
     ForeignEndpoint,
     #[error(transparent)]
     Resume(#[from] deposit_transport::node::ResumeError),
+}
+
+impl From<deposit_transport::submit::PostError> for Error {
+    fn from(e: deposit_transport::submit::PostError) -> Error {
+        use deposit_transport::submit::PostError as P;
+        match e {
+            P::QueueFull { depth } => Error::SendQueueFull { depth },
+            P::CompletionQueueFull { depth } => Error::CompletionQueueFull { depth },
+            P::RingFull { capacity } => Error::SubmitRingFull { capacity },
+        }
+    }
 }

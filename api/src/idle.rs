@@ -92,12 +92,17 @@ impl Backoff {
 
     #[cold]
     fn nap(&mut self) {
+        std::thread::sleep(self.nap_length());
+    }
+
+    /// How long the next nap lasts: short while the quiet is short, long after.
+    pub(crate) fn nap_length(&mut self) -> Duration {
         let quiet = self.quiet_since.get_or_insert_with(Instant::now).elapsed();
-        std::thread::sleep(if quiet < LONG_QUIET {
+        if quiet < LONG_QUIET {
             SHORT_NAP
         } else {
             LONG_NAP
-        });
+        }
     }
 }
 

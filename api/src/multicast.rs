@@ -20,8 +20,9 @@ use std::sync::Arc;
 use deposit_transport::connection::ConnShared;
 
 use crate::device::DeviceInner;
-use crate::queue::{check_postable, check_request, reserve_completion};
+use crate::queue::{check_postable, check_request};
 use crate::{Connection, Error, WorkRequest};
+use deposit_transport::connection::WR_SIGNALED;
 
 /// A set of connections of one device that work requests are posted on together.
 pub struct MulticastGroup {
@@ -81,29 +82,30 @@ impl MulticastGroup {
         check_request(req)?;
         for m in &self.members {
             check_postable(m)?;
-            if m.sq.is_full() {
-                return Err(Error::SendQueueFull {
-                    depth: m.sq.capacity(),
-                });
+        }
+        // Every member's place in its send queue and, when signaled, its completion
+        // slot — or none: what was taken is given back on the first refusal.
+        let signaled = req.wr.flags & WR_SIGNALED != 0;
+        for (i, m) in self.members.iter().enumerate() {
+            if let Err(e) = m.reserve(signaled) {
+                for t in &self.members[..i] {
+                    t.unreserve(signaled);
+                }
+                return Err(e.into());
             }
         }
-        // Every member's completion slot, or none (only a signaled request reserves,
-        // so a refusal means every member before it took one).
-        for (i, m) in self.members.iter().enumerate() {
-            if let Err(e) = reserve_completion(m, req) {
-                for taken in &self.members[..i] {
-                    taken.cq.unreserve();
-                }
-                return Err(e);
+        let ring = &self.members[0];
+        if !ring.ring_has_room(self.members.len()) {
+            for t in &self.members {
+                t.unreserve(signaled);
             }
+            return Err(Error::SubmitRingFull {
+                capacity: ring.ring_capacity(),
+            });
         }
         for m in &self.members {
             // Room was checked above and this thread is the only producer.
-            if m.sq.push(req.wr).is_err() {
-                return Err(Error::SendQueueFull {
-                    depth: m.sq.capacity(),
-                });
-            }
+            m.submit(req.wr)?;
         }
         Ok(())
     }

@@ -5,8 +5,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use deposit_transport::connection::{
-    Completion, ConnShared, ConnState, CqShared, Source, WrOpcode, WR_SIGNALED,
+    Completion, ConnShared, ConnState, CqShared, Source, WrOpcode,
 };
+use deposit_transport::submit::PostError;
 use deposit_transport::wire::cell::{flags, AddrMode};
 
 use crate::device::DeviceInner;
@@ -136,15 +137,15 @@ impl Connection {
     pub fn post(&self, req: &WorkRequest) -> Result<(), Error> {
         check_postable(&self.shared)?;
         check_request(req)?;
-        let signaled = reserve_completion(&self.shared, req)?;
-        self.shared.sq.push(req.wr).map_err(|_| {
-            if signaled {
-                self.shared.cq.unreserve();
+        match self.shared.post(req.wr) {
+            Err(PostError::RingFull { .. }) if !self.dev.is_dedicated() => {
+                // Inline: the ring fills when the application posts without driving
+                // progress; one turn takes it in.
+                self.dev.progress();
+                Ok(self.shared.post(req.wr)?)
             }
-            Error::SendQueueFull {
-                depth: self.shared.sq.capacity(),
-            }
-        })
+            r => Ok(r?),
+        }
     }
 
     pub(crate) fn shared(&self) -> &Arc<ConnShared> {
@@ -154,21 +155,6 @@ impl Connection {
     pub(crate) fn device(&self) -> &Arc<DeviceInner> {
         &self.dev
     }
-}
-
-/// Reserves the completion-queue slot of a signaled request; returns whether it took
-/// one.
-#[inline]
-pub(crate) fn reserve_completion(shared: &ConnShared, req: &WorkRequest) -> Result<bool, Error> {
-    if req.wr.flags & WR_SIGNALED == 0 {
-        return Ok(false);
-    }
-    if !shared.cq.reserve() {
-        return Err(Error::CompletionQueueFull {
-            depth: shared.cq.capacity(),
-        });
-    }
-    Ok(true)
 }
 
 /// Whether a connection takes work requests now.

@@ -10,7 +10,7 @@
 //! source, never from counters (ReDMArk).
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use crossbeam::queue::ArrayQueue;
@@ -20,6 +20,7 @@ mod refusals;
 pub use refusals::{echoed_base, Refusals, MAX_REFUSALS};
 
 use crate::oplogic::RemoteStatus;
+use crate::submit::SubmitRing;
 use crate::tables::{EndpointId, NodeId};
 
 /// Status of a completed work request (verbs names where the idea is the same).
@@ -258,6 +259,11 @@ impl CqShared {
         true
     }
 
+    /// Slots promised to signaled requests posted and not yet polled.
+    pub fn reserved(&self) -> usize {
+        self.reserved.load(Ordering::Acquire)
+    }
+
     /// Gives back a slot [`CqShared::reserve`] took for a request that was not posted.
     #[inline]
     pub fn unreserve(&self) {
@@ -343,9 +349,14 @@ impl ConnState {
 pub struct ConnShared {
     /// Local connection number.
     pub number: u32,
-    /// Work requests posted by the application (single producer: the owner of the
-    /// `deposit::Connection`).
-    pub sq: ArrayQueue<WorkRequest>,
+    /// The connection's slot in the node's table (set when it is entered there).
+    pub(crate) slot: AtomicU32,
+    /// Requests ever posted (`submit`; the application's threads write it). At most
+    /// `depth` of them are not yet `taken` (wrapping counters).
+    pub(crate) posted: AtomicU32,
+    pub(crate) depth: u32,
+    /// The node's submission ring, where posts go (`submit`).
+    pub(crate) ring: Arc<SubmitRing>,
     pub cq: Arc<CqShared>,
     /// Messages (work requests) that arrived complete on this connection.
     pub arrivals: AtomicU64,
@@ -358,13 +369,24 @@ pub struct ConnShared {
     pub key: AtomicU64,
     /// Messages from the peer refused here (sticky: never reset).
     pub dropped: AtomicU64,
+    /// Requests the worker took into flight or flushed (the worker alone writes it:
+    /// a store, not a read-modify-write, once per batch it takes).
+    pub(crate) taken: AtomicU32,
 }
 
 impl ConnShared {
-    pub fn new(number: u32, sq_depth: usize, cq: Arc<CqShared>) -> Arc<ConnShared> {
+    pub fn new(
+        number: u32,
+        sq_depth: usize,
+        cq: Arc<CqShared>,
+        ring: Arc<SubmitRing>,
+    ) -> Arc<ConnShared> {
         Arc::new(ConnShared {
             number,
-            sq: ArrayQueue::new(sq_depth.max(1)),
+            slot: AtomicU32::new(u32::MAX),
+            posted: AtomicU32::new(0),
+            depth: sq_depth.clamp(1, u32::MAX as usize / 2) as u32,
+            ring,
             cq,
             arrivals: AtomicU64::new(0),
             state: AtomicU8::new(ConnState::Connecting as u8),
@@ -372,6 +394,7 @@ impl ConnShared {
             peer_conn: AtomicU64::new(0),
             key: AtomicU64::new(0),
             dropped: AtomicU64::new(0),
+            taken: AtomicU32::new(0),
         })
     }
     pub fn state(&self) -> ConnState {
@@ -474,7 +497,7 @@ pub struct Connection {
     /// Isolation mode: every message that is not an instruction pointer is refused.
     pub isolated: bool,
     /// The message a fault keeps (state Exceptioned).
-    pub held: Option<Held>,
+    pub held: Option<Box<Held>>,
     /// A register window allocated for this connection alone (freed with it).
     pub owned_regs: Option<crate::tables::RegWindow>,
 
@@ -509,6 +532,11 @@ pub struct Connection {
     pub isn: u32,
     /// One past the highest sequence number ever sent (below it: retransmissions).
     pub tx_sent_high: u32,
+    /// Posted work requests the worker took off the submission ring and has not yet
+    /// taken into flight (the window was full), oldest first.
+    pub sendq: VecDeque<WorkRequest>,
+    /// On the node's list of connections with something to send (`Node::ready`).
+    pub ready: bool,
     pub inflight: VecDeque<Pending>,
     /// Most messages in flight (unacknowledged).
     pub window: u32,
@@ -625,6 +653,9 @@ impl ConnTable {
             }
         };
         self.by_number.insert(n, slot);
+        if let Some(c) = &self.slots[slot] {
+            c.shared.slot.store(slot as u32, Ordering::Relaxed);
+        }
         if high {
             self.high.push(slot);
         }
@@ -706,11 +737,18 @@ mod tests {
 
     #[test]
     fn an_idle_connection_is_small() {
-        // What every connection costs before it sends anything (issue 11 wants an idle
-        // connection at 1 KiB all told; the send queue's ring is the large part left).
-        let node_side = std::mem::size_of::<Connection>();
-        let shared = std::mem::size_of::<ConnShared>();
-        assert!(node_side <= 880, "Connection is {node_side} B");
-        assert!(shared <= 512, "ConnShared is {shared} B");
+        // What every connection costs before it sends anything, all told (issue 11: at
+        // most 1 KiB): its slot in the node's table, the state it shares with the
+        // application (behind an `Arc`: two counters more), its entry in the number
+        // map and in the timer heap. Queues, in-flight lists, refusal records and held
+        // messages are allocated when used and given back when the connection goes
+        // quiet.
+        let slot = std::mem::size_of::<Option<Connection>>();
+        let shared = std::mem::size_of::<ConnShared>() + 16;
+        let map = std::mem::size_of::<(u32, usize)>() + 1;
+        let timer = std::mem::size_of::<(u64, u32)>();
+        let total = slot + shared + map + timer;
+        assert!(slot <= 720, "Connection is {slot} B");
+        assert!(total <= 840, "an idle connection costs {total} B");
     }
 }

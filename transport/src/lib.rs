@@ -26,6 +26,7 @@ pub mod oplogic;
 pub mod port;
 pub mod reliability;
 pub mod sim;
+pub mod submit;
 pub mod tables;
 pub mod tlb;
 pub mod wake;

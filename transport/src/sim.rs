@@ -20,7 +20,7 @@ use std::collections::BinaryHeap;
 use std::sync::Arc;
 
 use crate::cm::ConnectOptions;
-use crate::connection::{Completion, ConnShared, ConnState, CqShared, WorkRequest, WR_SIGNALED};
+use crate::connection::{Completion, ConnShared, ConnState, CqShared, WorkRequest};
 use crate::events::EventQueue;
 use crate::mem::EndpointMemory;
 use crate::node::{FrameQueue, LinkCaps, Node, NodeConfig};
@@ -387,19 +387,9 @@ impl Network {
 }
 
 /// Posts a work request on a connection (reserving its completion when signaled);
-/// false when the send queue or the completion queue is full.
+/// false when the send queue, the completion queue or the submission ring is full.
 pub fn post(conn: &ConnShared, wr: WorkRequest) -> bool {
-    let signaled = wr.flags & WR_SIGNALED != 0;
-    if signaled && !conn.cq.reserve() {
-        return false;
-    }
-    if conn.sq.push(wr).is_err() {
-        if signaled {
-            conn.cq.unreserve();
-        }
-        return false;
-    }
-    true
+    conn.post(wr).is_ok()
 }
 
 /// Takes every completion waiting in `cq`.

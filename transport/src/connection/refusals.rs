@@ -27,20 +27,13 @@ use crate::reliability::seq_lt;
 /// frame beside its selective part at the smallest frame size).
 pub const MAX_REFUSALS: usize = 16;
 
-/// Refusals not yet confirmed by the peer, in sequence order.
-#[derive(Debug, Clone, Copy)]
+/// Refusals not yet confirmed by the peer, in sequence order. The record is allocated
+/// at the first refusal and given back when the last one is confirmed: a connection
+/// that refuses nothing pays one pointer for it.
+#[derive(Debug, Clone, Default)]
 pub struct Refusals {
-    list: [(u32, RemoteStatus); MAX_REFUSALS],
+    list: Option<Box<[(u32, RemoteStatus); MAX_REFUSALS]>>,
     len: u8,
-}
-
-impl Default for Refusals {
-    fn default() -> Self {
-        Refusals {
-            list: [(0, RemoteStatus::Ok); MAX_REFUSALS],
-            len: 0,
-        }
-    }
 }
 
 impl Refusals {
@@ -63,7 +56,10 @@ impl Refusals {
         if self.is_full() {
             return false;
         }
-        self.list[self.len()] = (seq, status);
+        let list = self
+            .list
+            .get_or_insert_with(|| Box::new([(0, RemoteStatus::Ok); MAX_REFUSALS]));
+        list[usize::from(self.len)] = (seq, status);
         self.len += 1;
         true
     }
@@ -71,7 +67,7 @@ impl Refusals {
     /// The kept refusals, oldest first.
     #[inline]
     pub fn as_slice(&self) -> &[(u32, RemoteStatus)] {
-        &self.list[..self.len()]
+        self.list.as_ref().map_or(&[], |l| &l[..self.len()])
     }
 
     /// The cumulative acknowledgement a frame may carry when it holds NAK cells for the
@@ -93,8 +89,12 @@ impl Refusals {
             return false;
         }
         let len = self.len();
-        self.list.copy_within(gone..len, 0);
         self.len -= gone as u8;
+        if self.len == 0 {
+            self.list = None;
+        } else if let Some(l) = &mut self.list {
+            l.copy_within(gone..len, 0);
+        }
         true
     }
 }

@@ -83,8 +83,10 @@ impl Node {
             tx: self.sender(isn),
             isn,
             tx_sent_high: isn,
-            // Grows with what is outstanding (a window's worth preallocated was about
-            // 576 KiB per connection); given back when the connection goes quiet.
+            // Both grow with what is outstanding (a window's worth preallocated was
+            // about 576 KiB per connection); given back when the connection goes quiet.
+            sendq: std::collections::VecDeque::new(),
+            ready: false,
             inflight: std::collections::VecDeque::new(),
             window: self.cfg.window,
             rnr_until: 0,
@@ -146,7 +148,12 @@ impl Node {
         }
         let peer_id = learn_node(&mut self.nodes, peer);
         let to = self.nodes.get(peer_id).copied().unwrap_or(peer);
-        let shared = ConnShared::new(self.unused_conn_number(), opts.sq_depth, cq);
+        let shared = ConnShared::new(
+            self.unused_conn_number(),
+            opts.sq_depth,
+            cq,
+            self.ring.clone(),
+        );
         let c = self.new_connection(endpoint, peer_id, shared.clone(), opts)?;
         let (key, isn) = (c.key, c.isn);
         self.insert_connection(c);
@@ -290,7 +297,12 @@ impl Node {
         let (endpoint, cq, lopts, accepted) =
             (l.endpoint, l.cq.clone(), l.opts.clone(), l.accepted.clone());
         let peer_id = learn_node(&mut self.nodes, from);
-        let shared = ConnShared::new(self.unused_conn_number(), lopts.sq_depth, cq);
+        let shared = ConnShared::new(
+            self.unused_conn_number(),
+            lopts.sq_depth,
+            cq,
+            self.ring.clone(),
+        );
         let Ok(mut c) = self.new_connection(endpoint, peer_id, shared.clone(), &lopts) else {
             self.cm
                 .refuse(from, request, peer.conn, RejectReason::Resources);

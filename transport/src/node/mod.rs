@@ -53,6 +53,7 @@ use crate::connection::{ConnShared, ConnTable, CqShared};
 use crate::events::EventQueue;
 use crate::faults::{FaultConfig, FaultStats, Faults, Hold, Verdict};
 use crate::oplogic::DropReason;
+use crate::submit::SubmitRing;
 use crate::tables::{EndpointId, EndpointTable, NodeAddr, NodeId, NodeTable, RegisterFile};
 use crate::tlb::{Tlb, TlbStats};
 use crate::wire::{self, WireError};
@@ -110,6 +111,8 @@ pub struct NodeConfig {
     /// the peer crashed or forgot it). Busy connections have the retransmission timer.
     pub keepalive_us: u64,
     pub keepalive_count: u32,
+    /// Entries of the submission ring posts go through (`submit`).
+    pub submit_ring: usize,
 }
 
 impl Default for NodeConfig {
@@ -132,6 +135,7 @@ impl Default for NodeConfig {
             rnr_retry_count: 64,
             keepalive_us: 5_000_000,
             keepalive_count: 5,
+            submit_ring: crate::submit::DEFAULT_RING,
         }
     }
 }
@@ -199,6 +203,9 @@ pub struct Stats {
     pub rnr_rx: u64,
     /// Times the link could not take every frame (back-pressure; the driver's).
     pub tx_stalls: u64,
+    /// Posted work requests whose connection went before the worker took them (their
+    /// completions are lost, as with a destroyed queue pair).
+    pub posts_orphaned: u64,
     pub drops: [u64; DropReason::COUNT],
     pub tlb: TlbStats,
 }
@@ -314,7 +321,13 @@ pub struct Node {
     passed_frames: u64,
     /// Diagnostic frames queued by [`Node::send_raw`].
     raw_tx: Vec<Vec<u8>>,
-    /// Where the low-priority round-robin starts next turn (a connection slot).
+    /// Posted work requests on their way in (`submit`).
+    pub(crate) ring: Arc<SubmitRing>,
+    /// Slots of the connections that may have something to send (posted requests,
+    /// messages the window or a retransmission lets out, a queue to flush): the only
+    /// ones a turn looks at. A connection is listed once (`Connection::ready`).
+    pub(crate) ready: Vec<usize>,
+    /// Where the low-priority round-robin starts next turn (an index into `ready`).
     rr_next: usize,
     /// Connection slots owing a liveness probe (keepalive).
     probe_list: Vec<usize>,
@@ -357,6 +370,7 @@ impl Node {
         };
         let cm = Cm::new(cfg.local.mac, caps.max_frame as u32, timing);
         let keepalive_ticks = ticks(cfg.keepalive_us);
+        let ring = Arc::new(SubmitRing::new(cfg.submit_ring));
         Node {
             cfg,
             caps,
@@ -384,10 +398,23 @@ impl Node {
             held_frames: VecDeque::new(),
             passed_frames: 0,
             raw_tx: Vec::new(),
+            ring,
+            ready: Vec::new(),
             rr_next: 0,
             probe_list: Vec::new(),
             credits: u16::MAX,
         }
+    }
+
+    /// The ring posts reach this node through (a driver sleeps on it when idle).
+    pub fn submit_ring(&self) -> &Arc<SubmitRing> {
+        &self.ring
+    }
+
+    /// Connections on the ready list: those that may have something to send (what a
+    /// turn looks at; idle connections are not on it).
+    pub fn ready_connections(&self) -> usize {
+        self.ready.len()
     }
 
     /// This node's address.

@@ -1006,12 +1006,12 @@ fn hold(
         bytes.extend_from_slice(d);
     }
     bytes.extend_from_slice(&payload[..len]);
-    conn.held = Some(Held {
+    conn.held = Some(Box::new(Held {
         seq,
         control: kept,
         payload: bytes,
         trap: t,
-    });
+    }));
     conn.state = ConnState::Exceptioned;
     conn.push_nak(seq, RemoteStatus::PageFault);
     report_exception(conn, control, RemoteStatus::PageFault, t, ex);

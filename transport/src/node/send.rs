@@ -157,10 +157,11 @@ impl Node {
     ///
     /// Returns false when the link took no more frames.
     pub fn transmit_data<L: Link>(&mut self, now: u64, link: &mut L) -> bool {
+        self.take_submissions();
         if !self.conns.high_slots().is_empty() && !self.transmit_high(now, link) {
             return false;
         }
-        let n = self.conns.slots();
+        let n = self.ready.len();
         if n == 0 {
             return true;
         }
@@ -170,31 +171,85 @@ impl Node {
         } else {
             LOW_BURST_BESIDE_HIGH
         };
-        let mut slot = start;
-        for _ in 0..n {
-            if self.has_send_work(slot) {
-                let served = self.service_conn(link, slot, now, burst, true);
-                self.rearm(slot); // what it sent starts the retransmission timer
-                match served {
-                    Served::Done => {}
-                    Served::Yielded => {
-                        // Resume with this connection next turn (after the high ones).
-                        self.rr_next = slot;
-                        return true;
-                    }
-                    Served::PortFull => {
-                        self.rr_next = slot;
-                        return false;
-                    }
+        let mut more = true;
+        let mut next = start + 1;
+        for i in 0..n {
+            let idx = (start + i) % n;
+            let slot = self.ready[idx];
+            if !self.has_send_work(slot) {
+                continue;
+            }
+            let served = self.service_conn(link, slot, now, burst, true);
+            self.rearm(slot); // what it sent starts the retransmission timer
+            match served {
+                Served::Done => {}
+                // Resume with this connection next turn (after the high ones).
+                Served::Yielded => {
+                    next = idx;
+                    break;
+                }
+                Served::PortFull => {
+                    next = idx;
+                    more = false;
+                    break;
                 }
             }
-            slot += 1;
-            if slot == n {
-                slot = 0;
+        }
+        self.rr_next = next;
+        self.drop_finished();
+        more
+    }
+
+    /// Moves posted work requests from the submission ring to their connections'
+    /// queues, listing those connections as ready.
+    #[inline]
+    pub(crate) fn take_submissions(&mut self) {
+        while let Some(s) = self.ring.pop() {
+            let slot = s.slot as usize;
+            match self.conns.get_mut(slot) {
+                Some(c) if c.number == s.number => {
+                    c.sendq.push_back(s.wr);
+                    if !c.ready {
+                        c.ready = true;
+                        self.ready.push(slot);
+                    }
+                }
+                // The connection went between the post and now (it was usable when
+                // posted): nothing can complete the request.
+                _ => self.stats.posts_orphaned += 1,
             }
         }
-        self.rr_next = start + 1;
-        true
+    }
+
+    /// Lists connection `slot` as ready if it has something to send.
+    #[inline]
+    pub(crate) fn schedule(&mut self, slot: usize) {
+        if self.has_send_work(slot) {
+            let c = self.conns.get_mut(slot).expect("slot with work");
+            if !c.ready {
+                c.ready = true;
+                self.ready.push(slot);
+            }
+        }
+    }
+
+    /// Takes the connections that have nothing left to send off the ready list.
+    fn drop_finished(&mut self) {
+        let mut ready = std::mem::take(&mut self.ready);
+        let before = ready.len();
+        ready.retain(|&slot| {
+            let keep = self.has_send_work(slot);
+            if !keep {
+                if let Some(c) = self.conns.get_mut(slot) {
+                    c.ready = false;
+                }
+            }
+            keep
+        });
+        if ready.len() != before && self.rr_next >= ready.len() {
+            self.rr_next = 0;
+        }
+        self.ready = ready;
     }
 
     /// Sends what every high-priority connection may (its window allows) and, on a port
@@ -222,12 +277,8 @@ impl Node {
     #[inline]
     fn has_send_work(&self, slot: usize) -> bool {
         self.conns.get(slot).is_some_and(|c| match c.state {
-            ConnState::Normal | ConnState::Exceptioned => {
-                c.tx.has_to_send() || !c.shared.sq.is_empty()
-            }
-            ConnState::Error | ConnState::Closed => {
-                !c.inflight.is_empty() || !c.shared.sq.is_empty()
-            }
+            ConnState::Normal | ConnState::Exceptioned => c.tx.has_to_send() || !c.sendq.is_empty(),
+            ConnState::Error | ConnState::Closed => !c.inflight.is_empty() || !c.sendq.is_empty(),
             _ => false,
         })
     }
@@ -248,11 +299,13 @@ impl Node {
 
     /// Whether a high-priority connection has posted or owes messages.
     fn high_pending(&self) -> bool {
-        self.conns.high_slots().iter().any(|&s| {
-            self.conns.get(s).is_some_and(|c| {
-                c.state == ConnState::Normal && (!c.shared.sq.is_empty() || c.tx.has_to_send())
+        // A post still on the ring may be a high-priority one.
+        !self.ring.is_empty()
+            || self.conns.high_slots().iter().any(|&s| {
+                self.conns.get(s).is_some_and(|c| {
+                    c.state == ConnState::Normal && (!c.sendq.is_empty() || c.tx.has_to_send())
+                })
             })
-        })
     }
 
     /// Sends up to `budget` frames of connection `slot` (admitting posted work
@@ -545,15 +598,12 @@ fn admit_work(
     segment_max: u32,
     bulk_segment: Option<u32>,
 ) {
+    let mut taken = 0;
     while conn.tx.in_flight() < conn.window {
-        // `is_empty` is two plain loads; `pop` on an empty queue also pays a full
-        // fence, so never pop to find out that the queue is empty.
-        if conn.shared.sq.is_empty() {
-            break;
-        }
-        let Some(wr) = conn.shared.sq.pop() else {
+        let Some(wr) = conn.sendq.pop_front() else {
             break;
         };
+        taken += 1;
         let inside = |id, offset: u64, len: u32| {
             endpoints.get(id).is_some_and(|e| {
                 offset
@@ -593,6 +643,9 @@ fn admit_work(
             status: WcStatus::Success,
             replied: false,
         });
+    }
+    if taken > 0 {
+        conn.shared.dequeued(taken);
     }
 }
 
@@ -776,8 +829,12 @@ fn flush_queue(conn: &mut Connection) {
     while let Some(p) = conn.inflight.pop_front() {
         complete(conn, &p.wr, WcStatus::Flushed);
     }
-    while let Some(wr) = conn.shared.sq.pop() {
+    let queued = conn.sendq.len() as u32;
+    while let Some(wr) = conn.sendq.pop_front() {
         complete(conn, &wr, WcStatus::Flushed);
+    }
+    if queued > 0 {
+        conn.shared.dequeued(queued);
     }
 }
 

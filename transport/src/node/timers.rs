@@ -58,7 +58,8 @@ pub(crate) fn deadline(conn: &Connection, now: u64, keepalive: u64, tick: u64) -
 }
 
 impl Node {
-    /// Arms connection `slot`'s timer for its next deadline.
+    /// Arms connection `slot`'s timer for its next deadline and lists it as ready
+    /// if it has something to send: called after anything that changed it.
     #[inline]
     pub(crate) fn rearm(&mut self, slot: usize) {
         let keepalive = self.keepalive_ticks;
@@ -66,6 +67,7 @@ impl Node {
         if let Some(conn) = self.conns.get_mut(slot) {
             let d = deadline(conn, now, keepalive, tick).max(now + 1);
             arm(&mut self.timers, conn, d);
+            self.schedule(slot);
         }
     }
 
