@@ -20,7 +20,9 @@
 #     payload token plus a fresh token coming back, RTT/2). The same comparison in one
 #     process, rounds interleaved more finely, follows from `cargo bench --bench ipmsg`;
 #   * an idle device: first-write latency after idle gaps and CPU use at rest
-#     (`cargo bench --bench wake`).
+#     (`cargo bench --bench wake`);
+#   * 100 000 idle connections: resident memory per node and per connection, and a
+#     write's round trip among them (`cargo bench --bench conns`).
 # With --compare, a before/after run instead: the regression set of a change (32 B
 # write_bw, write_bw --compound and its ratio to write_bw, write_lat on ring and memif,
 # read_lat, atomic_lat, and raw_lat as the baseline) from this tree's ddperf and from
@@ -179,3 +181,5 @@ echo "instruction pointers vs direct writes, one process (cargo bench -p deposit
 cargo bench -q -p deposit --bench ipmsg -- "$rounds" 2>/dev/null
 echo "idle and waking (cargo bench -p deposit --bench wake):"
 cargo bench -q -p deposit --bench wake 2>/dev/null
+echo "idle connections (cargo bench -p deposit --bench conns):"
+cargo bench -q -p deposit --bench conns 2>/dev/null

@@ -105,3 +105,62 @@ fn an_accept_on_a_dedicated_device_sleeps_until_a_peer_connects() {
         "the accepting thread used {cpu:?} of CPU in {waited:?}"
     );
 }
+
+#[test]
+fn a_post_wakes_a_sleeping_dedicated_worker_at_once() {
+    // The client's worker is dedicated and idle long enough to sleep in its longest
+    // naps (`idle::LONG_NAP`, 2 ms); the server is inline, driven here, so what is
+    // measured is the client's worker noticing the post. The worker and this thread
+    // (which spins) are on different CPUs, as a deployment pins them.
+    let pair = ring_pair_with(
+        "waits_post",
+        |c| c.progress = Progress::Inline,
+        |c| {
+            c.progress = Progress::Dedicated;
+            c.worker_cpu = Some(1);
+        },
+    );
+    deposit_transport::port::pin_current_thread_to_nth_cpu(0);
+    let sep = pair
+        .server
+        .alloc_endpoint(4096, Rights::REMOTE_WRITE)
+        .unwrap();
+    let scq = pair.server.create_cq(16);
+    let l = pair.server.listen(6, &sep, &scq).unwrap();
+    let client = pair.client.clone();
+    let dialer = std::thread::spawn(move || {
+        let cep = client.alloc_endpoint(4096, Rights::REMOTE_WRITE).unwrap();
+        let ccq = client.create_cq(64);
+        let c = client.connect([10, 0, 0, 1], 6, &cep, &ccq).unwrap();
+        (c, cep, ccq)
+    });
+    let s = l.accept(T).expect("accepted");
+    let (c, cep, ccq) = dialer.join().unwrap();
+    let wr = WorkRequest::write(1, &cep, 0, 32, 0).signaled();
+    let mut delays = Vec::new();
+    for _ in 0..5 {
+        // Past `idle::LONG_QUIET` (1 s) since the last frame: the worker sleeps long.
+        std::thread::sleep(Duration::from_millis(1150));
+        let before = s.arrivals();
+        let t0 = Instant::now();
+        c.post(&wr).unwrap();
+        while s.arrivals() == before {
+            assert!(t0.elapsed() < T, "the write never arrived");
+            pair.server.progress();
+        }
+        delays.push(t0.elapsed());
+        // Acknowledged before the next quiet: no retransmission wakes the worker.
+        while ccq.poll_one().is_none() {
+            assert!(t0.elapsed() < T, "the write never completed");
+            pair.server.progress();
+        }
+    }
+    delays.sort();
+    let median = delays[delays.len() / 2];
+    eprintln!("post to arrival after a long quiet: {delays:?}");
+    // Found at the end of a nap instead, the median would be about 1 ms.
+    assert!(
+        median < Duration::from_micros(400),
+        "post to arrival, median {median:?} (all: {delays:?})"
+    );
+}

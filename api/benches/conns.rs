@@ -1,0 +1,102 @@
+//! What idle connections cost: `cargo bench -p deposit --bench conns [-- N]`.
+//!
+//! Two devices in this process on an in-process ring pair (a server with a dedicated
+//! worker, an inline client) open N connections (default 100 000) between one endpoint
+//! each, then leave them idle. Reported: the process's resident memory
+//! (`VmRSS` of `/proc/self/status`) before and after, per node and per connection, the
+//! time to connect them, and how a 32 B write on the last connection fares among them
+//! (the worker's turn must not grow with idle connections). Issue 11's goal: a node
+//! with 100 000 idle connections under 100 MiB beyond one with none (1 KiB each).
+
+use std::time::{Duration, Instant};
+
+use deposit::{Connection, Device, DeviceConfig, Progress, Rights, WcStatus, WorkRequest};
+
+const T: Duration = Duration::from_secs(10);
+
+fn rss_kib() -> u64 {
+    let s = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status");
+    s.lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .expect("VmRSS")
+}
+
+/// Median time of `n` signaled 32 B writes, one at a time, on `c`.
+fn write_rtt(c: &Connection, wr: &WorkRequest, n: usize) -> f64 {
+    let mut us: Vec<f64> = (0..n)
+        .map(|_| {
+            let t0 = Instant::now();
+            c.post(wr).expect("post");
+            let wc = c.cq().wait_one(T).expect("completion");
+            assert_eq!(wc.status, WcStatus::Success);
+            t0.elapsed().as_secs_f64() * 1e6
+        })
+        .collect();
+    us.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    us[n / 2]
+}
+
+fn main() {
+    let n: usize = std::env::args()
+        .skip(1)
+        .find_map(|a| a.parse().ok())
+        .unwrap_or(100_000);
+    let cfg = |port: &str, ip| {
+        let mut c = DeviceConfig::new(port, ip);
+        c.max_connections = n + 16;
+        c
+    };
+    let server = Device::open(cfg("ring:conns:b", [10, 0, 0, 1]).progress(Progress::Dedicated))
+        .expect("server device");
+    let client = Device::open(cfg("ring:conns:a", [10, 0, 0, 2])).expect("client device");
+    let sep = server.alloc_endpoint(4096, Rights::REMOTE_WRITE).unwrap();
+    let scq = server.create_cq(64);
+    let l = server.listen(5, &sep, &scq).unwrap();
+    let cep = client.alloc_endpoint(4096, Rights::REMOTE_WRITE).unwrap();
+    let cq = client.create_cq(64);
+    let wr = WorkRequest::write(1, &cep, 0, 32, 0).signaled();
+
+    // Warm up both devices (first connection, first frames) before the baseline.
+    let c0 = client.connect([10, 0, 0, 1], 5, &cep, &cq).unwrap();
+    let s0 = l.accept(T).unwrap();
+    let alone = write_rtt(&c0, &wr, 2000);
+    let before = rss_kib();
+    let t0 = Instant::now();
+    let mut conns = Vec::with_capacity(n);
+    for _ in 0..n {
+        let c = client
+            .connect([10, 0, 0, 1], 5, &cep, &cq)
+            .expect("connect");
+        let s = l.accept(T).expect("accept");
+        conns.push((c, s));
+    }
+    let took = t0.elapsed();
+    // Let both sides settle (acknowledgements, timers) before reading memory.
+    for _ in 0..1000 {
+        client.progress();
+    }
+    let after = rss_kib();
+    let among = write_rtt(&conns[n - 1].0, &wr, 2000);
+    let delta = after.saturating_sub(before) * 1024;
+    println!("{n} idle connections between two nodes in one process (ring loopback)");
+    println!(
+        "  connected in {:.2} s ({:.1} us each)",
+        took.as_secs_f64(),
+        took.as_secs_f64() * 1e6 / n as f64
+    );
+    println!(
+        "  resident memory: {} MiB before, {} MiB after: +{:.1} MiB for both nodes",
+        before / 1024,
+        after / 1024,
+        delta as f64 / (1 << 20) as f64
+    );
+    println!(
+        "  per node: +{:.1} MiB for {n} connections = {} B per connection (goal: < 100 MiB per 100 000)",
+        delta as f64 / 2.0 / (1 << 20) as f64,
+        delta / 2 / n as u64
+    );
+    println!("  32 B write round trip, median of 2000: {alone:.2} us with 1 connection, {among:.2} us among {n}");
+    drop(s0);
+}
