@@ -11,6 +11,18 @@ use deposit_transport::node::NodeConfig;
 use deposit_transport::sim::{self, LinkConfig};
 use deposit_transport::submit::PostError;
 
+/// Posts `n` 64 B writes on `a`, which must all be taken, then one more, which must be
+/// refused with `refusal` and take nothing.
+fn fill_until_refused(a: &End, n: u64, refusal: PostError) {
+    for i in 0..n {
+        a.conn
+            .post(write(i, a, 0, 64, 0))
+            .unwrap_or_else(|e| panic!("post {i} of {n}: {e:?}"));
+    }
+    assert_eq!(a.conn.post(write(n, a, 0, 64, 0)), Err(refusal));
+    assert_eq!(a.conn.queued(), n as usize, "the refused post took nothing");
+}
+
 #[test]
 fn a_turn_visits_only_the_connections_that_have_work() {
     let cfg = NodeConfig {
@@ -57,16 +69,7 @@ fn the_send_queue_depth_bounds_each_connection_until_the_worker_takes_requests()
     };
     let (mut net, a, b) = pair(&NodeConfig::default(), LinkConfig::default(), 5, &opts);
     pattern(&net, &a, 0, 64, 1);
-    for i in 0..4 {
-        a.conn
-            .post(write(i, &a, 0, 64, 0))
-            .expect("within the depth");
-    }
-    assert_eq!(
-        a.conn.post(write(4, &a, 0, 64, 0)),
-        Err(PostError::QueueFull { depth: 4 })
-    );
-    assert_eq!(a.conn.queued(), 4, "the refused post took nothing");
+    fill_until_refused(&a, 4, PostError::QueueFull { depth: 4 });
     // Another connection of the same node is not affected by this one's depth.
     assert!(b.conn.post(write(9, &b, 0, 64, 0)).is_ok());
     net.step(); // the worker takes them into flight: their places are free again
@@ -99,16 +102,7 @@ fn a_full_submission_ring_refuses_with_nothing_taken() {
     };
     let (mut net, a, _b) = pair(&cfg, LinkConfig::default(), 11, &ConnectOptions::default());
     pattern(&net, &a, 0, 64, 2);
-    for i in 0..8 {
-        a.conn
-            .post(write(i, &a, 0, 64, 0))
-            .expect("room on the ring");
-    }
-    assert_eq!(
-        a.conn.post(write(8, &a, 0, 64, 0)),
-        Err(PostError::RingFull { capacity: 8 })
-    );
-    assert_eq!(a.conn.queued(), 8);
+    fill_until_refused(&a, 8, PostError::RingFull { capacity: 8 });
     assert_eq!(
         a.cq.reserved(),
         8,
