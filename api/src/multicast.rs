@@ -83,6 +83,12 @@ impl MulticastGroup {
         for m in &self.members {
             check_postable(m)?;
         }
+        let ring = &self.members[0];
+        if !ring.ring_has_room(self.members.len()) {
+            return Err(Error::SubmitRingFull {
+                capacity: ring.ring_capacity(),
+            });
+        }
         // Every member's place in its send queue and, when signaled, its completion
         // slot — or none: what was taken is given back on the first refusal.
         let signaled = req.wr.flags & WR_SIGNALED != 0;
@@ -93,15 +99,6 @@ impl MulticastGroup {
                 }
                 return Err(e.into());
             }
-        }
-        let ring = &self.members[0];
-        if !ring.ring_has_room(self.members.len()) {
-            for t in &self.members {
-                t.unreserve(signaled);
-            }
-            return Err(Error::SubmitRingFull {
-                capacity: ring.ring_capacity(),
-            });
         }
         for m in &self.members {
             // Room was checked above and this thread is the only producer.

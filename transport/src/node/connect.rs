@@ -115,7 +115,12 @@ impl Node {
 
     /// Removes a connection's entry, releasing a register window made for it.
     pub(crate) fn remove_connection(&mut self, number: u32) -> Option<Connection> {
+        let slot = self.conns.slot_of(number)?;
         let c = self.conns.remove(number)?;
+        if c.ready {
+            // Off the ready list now: a connection that takes the slot is listed anew.
+            self.ready.retain(|&s| s != slot);
+        }
         self.cm.forget(number);
         for wc in &c.unreported {
             // The last chance for completions still waiting for room.

@@ -173,14 +173,19 @@ impl Node {
         };
         let mut more = true;
         let mut next = start + 1;
+        let mut finished = false;
         for i in 0..n {
             let idx = (start + i) % n;
             let slot = self.ready[idx];
             if !self.has_send_work(slot) {
+                finished |= self.unlist(slot);
                 continue;
             }
             let served = self.service_conn(link, slot, now, burst, true);
             self.rearm(slot); // what it sent starts the retransmission timer
+            if !self.has_send_work(slot) {
+                finished |= self.unlist(slot);
+            }
             match served {
                 Served::Done => {}
                 // Resume with this connection next turn (after the high ones).
@@ -196,7 +201,9 @@ impl Node {
             }
         }
         self.rr_next = next;
-        self.drop_finished();
+        if finished {
+            self.drop_unlisted();
+        }
         more
     }
 
@@ -209,10 +216,7 @@ impl Node {
             match self.conns.get_mut(slot) {
                 Some(c) if c.number == s.number => {
                     c.sendq.push_back(s.wr);
-                    if !c.ready {
-                        c.ready = true;
-                        self.ready.push(slot);
-                    }
+                    list(&mut self.ready, c, slot);
                 }
                 // The connection went between the post and now (it was usable when
                 // posted): nothing can complete the request.
@@ -224,32 +228,29 @@ impl Node {
     /// Lists connection `slot` as ready if it has something to send.
     #[inline]
     pub(crate) fn schedule(&mut self, slot: usize) {
-        if self.has_send_work(slot) {
+        if self.conns.get(slot).is_some_and(|c| !c.ready) && self.has_send_work(slot) {
             let c = self.conns.get_mut(slot).expect("slot with work");
-            if !c.ready {
-                c.ready = true;
-                self.ready.push(slot);
-            }
+            list(&mut self.ready, c, slot);
         }
     }
 
-    /// Takes the connections that have nothing left to send off the ready list.
-    fn drop_finished(&mut self) {
-        let mut ready = std::mem::take(&mut self.ready);
-        let before = ready.len();
-        ready.retain(|&slot| {
-            let keep = self.has_send_work(slot);
-            if !keep {
-                if let Some(c) = self.conns.get_mut(slot) {
-                    c.ready = false;
-                }
-            }
-            keep
-        });
-        if ready.len() != before && self.rr_next >= ready.len() {
+    /// Marks connection `slot` as off the ready list: it leaves the list at the end
+    /// of the turn (`drop_unlisted`). Returns true (one was marked).
+    fn unlist(&mut self, slot: usize) -> bool {
+        if let Some(c) = self.conns.get_mut(slot) {
+            c.ready = false;
+        }
+        true
+    }
+
+    /// Takes the connections marked off the ready list out of it.
+    fn drop_unlisted(&mut self) {
+        let conns = &self.conns;
+        self.ready
+            .retain(|&slot| conns.get(slot).is_some_and(|c| c.ready));
+        if self.rr_next >= self.ready.len() {
             self.rr_next = 0;
         }
-        self.ready = ready;
     }
 
     /// Sends what every high-priority connection may (its window allows) and, on a port
@@ -299,13 +300,15 @@ impl Node {
 
     /// Whether a high-priority connection has posted or owes messages.
     fn high_pending(&self) -> bool {
+        let high = self.conns.high_slots();
         // A post still on the ring may be a high-priority one.
-        !self.ring.is_empty()
-            || self.conns.high_slots().iter().any(|&s| {
-                self.conns.get(s).is_some_and(|c| {
-                    c.state == ConnState::Normal && (!c.sendq.is_empty() || c.tx.has_to_send())
-                })
-            })
+        !high.is_empty()
+            && (!self.ring.is_empty()
+                || high.iter().any(|&s| {
+                    self.conns.get(s).is_some_and(|c| {
+                        c.state == ConnState::Normal && (!c.sendq.is_empty() || c.tx.has_to_send())
+                    })
+                }))
     }
 
     /// Sends up to `budget` frames of connection `slot` (admitting posted work
@@ -587,6 +590,15 @@ fn data_header(conn: &Connection, first: u32, credits: u16) -> TransportRepr {
     TransportRepr {
         seq: first,
         ..ack_header(conn, credits)
+    }
+}
+
+/// Puts connection `slot` (`conn`) on the ready list unless it is on it.
+#[inline]
+fn list(ready: &mut Vec<usize>, conn: &mut Connection, slot: usize) {
+    if !conn.ready {
+        conn.ready = true;
+        ready.push(slot);
     }
 }
 
