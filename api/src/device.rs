@@ -163,6 +163,9 @@ pub struct DeviceStats {
     pub tx_stalls: u64,
     /// Posted work requests whose connection went before the worker took them.
     pub posts_orphaned: u64,
+    /// Sections sent in a frame after its first: messages or acknowledgements of another
+    /// connection to the same peer sharing the frame.
+    pub sections_tx: u64,
     /// Refusals by reason.
     pub drops: Vec<(DropReason, u64)>,
     pub tlb: TlbStats,
@@ -209,6 +212,7 @@ impl DeviceStats {
             duplicates: s.duplicates,
             tx_stalls: s.tx_stalls,
             posts_orphaned: s.posts_orphaned,
+            sections_tx: s.sections_tx,
             drops: DropReason::ALL
                 .iter()
                 .map(|r| (*r, s.dropped(*r)))

@@ -550,6 +550,10 @@ pub struct Connection {
     /// The earliest time the node's timer queue holds for this connection
     /// (`u64::MAX`: none).
     pub timer_armed: u64,
+    /// A later entry the queue still holds for this connection (the one `timer_armed`
+    /// superseded), adopted instead of arming anew when it comes no later than the
+    /// next deadline (`u64::MAX`: none).
+    pub timer_spare: u64,
 }
 
 impl Connection {

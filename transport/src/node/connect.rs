@@ -94,6 +94,7 @@ impl Node {
             rnr_retry_limit: self.cfg.rnr_retry_count,
             rnr_timeout: self.us_to_ticks(self.cfg.rnr_timeout_us),
             timer_armed: u64::MAX,
+            timer_spare: u64::MAX,
             owned_regs: matches!(opts.registers, Registers::PerConnection(_)).then_some(window),
         })
     }

@@ -206,6 +206,10 @@ pub struct Stats {
     /// Posted work requests whose connection went before the worker took them (their
     /// completions are lost, as with a destroyed queue pair).
     pub posts_orphaned: u64,
+    /// Sections sent in a frame after its first: messages or acknowledgements of another
+    /// connection to the same peer that shared the frame (cell trains across
+    /// connections).
+    pub sections_tx: u64,
     pub drops: [u64; DropReason::COUNT],
     pub tlb: TlbStats,
 }
@@ -327,6 +331,9 @@ pub struct Node {
     /// messages the window or a retransmission lets out, a queue to flush): the only
     /// ones a turn looks at. A connection is listed once (`Connection::ready`).
     pub(crate) ready: Vec<usize>,
+    /// Connections whose sections went into the frame being built after its own
+    /// connection's (`send::bundle`), to re-arm once it is sent.
+    bundled: Vec<usize>,
     /// Where the low-priority round-robin starts next turn (an index into `ready`).
     rr_next: usize,
     /// Connection slots owing a liveness probe (keepalive).
@@ -400,6 +407,7 @@ impl Node {
             raw_tx: Vec::new(),
             ring,
             ready: Vec::new(),
+            bundled: Vec::new(),
             rr_next: 0,
             probe_list: Vec::new(),
             credits: u16::MAX,

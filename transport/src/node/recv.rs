@@ -91,18 +91,30 @@ enum Flow {
 }
 
 impl Node {
-    /// A received frame (after the fault layer), through the pipeline: validate →
-    /// connection and key → each message through reliability and delivery → the
-    /// frame's acknowledgement and credits → what the host is told.
+    /// A received frame (after the fault layer), through the pipeline: validate the
+    /// whole frame, then each of its sections in order ([`Node::receive_section`]).
     pub(super) fn receive(&mut self, data: &[u8], now: u64) {
-        let Some(frame) = self.validate(data) else {
+        let Some(mut frame) = self.validate(data) else {
             return;
         };
+        loop {
+            self.receive_section(&frame, now);
+            match frame.next_section() {
+                Some(next) => frame = next,
+                None => return,
+            }
+        }
+    }
+
+    /// One section of a frame: connection and key → each message through reliability
+    /// and delivery → the section's acknowledgement and credits → what the host is
+    /// told. A section that fails (unknown connection, wrong key) costs only itself.
+    fn receive_section(&mut self, frame: &FrameView<'_>, now: u64) {
         if frame.header.flags & hflags::CM != 0 || frame.header.dst_conn == 0 {
-            self.handle_cm(&frame);
+            self.handle_cm(frame);
             return;
         }
-        let Some(slot) = self.lookup(&frame, now) else {
+        let Some(slot) = self.lookup(frame, now) else {
             return;
         };
         let conn = self.conns.get_mut(slot).expect("slot from lookup");
@@ -128,7 +140,7 @@ impl Node {
             ..Intake::default()
         };
         if !conn.refusals.is_empty() {
-            take_echo(conn, &frame, &mut intake, &mut ex);
+            take_echo(conn, frame, &mut intake, &mut ex);
         }
         for msg in frame.messages() {
             if let Flow::Stop = take_message(conn, msg, &mut intake, &mut ex) {
@@ -136,7 +148,7 @@ impl Node {
             }
         }
         if frame.header.flags & hflags::ACK != 0 {
-            take_ack(conn, &frame, &mut intake, &mut ex);
+            take_ack(conn, frame, &mut intake, &mut ex);
         }
         notify_host(conn, &intake);
         if intake.owe_ack && !conn.ack_pending {
@@ -164,7 +176,7 @@ impl Node {
             return None;
         }
         self.stats.frames_rx += 1;
-        self.stats.cells_rx += frame.header.cells as u64;
+        self.stats.cells_rx += u64::from(frame.frame_cells());
         self.stats.bytes_rx += data.len() as u64;
         Some(frame)
     }

@@ -14,7 +14,7 @@ use crate::connection::{
 use crate::message;
 use crate::oplogic::{DropReason, RemoteStatus};
 use crate::reliability::SeqBits;
-use crate::tables::{EndpointTable, NodeAddr, NodeTable};
+use crate::tables::{EndpointTable, NodeAddr, NodeId, NodeTable};
 use crate::wire::{self, hflags, op, ControlRepr, FrameWriter, TransportRepr, UnderlayRepr};
 
 use std::sync::atomic::Ordering;
@@ -53,7 +53,7 @@ impl Node {
                 self.ack_list.append(&mut self.ack_new);
                 return;
             };
-            if !self.send_ack_frame(link, slot, mbuf, high) {
+            if !self.send_ack_frame(link, slot, mbuf, high, i) {
                 i -= 1; // more NAKs for this connection: another frame
             }
         }
@@ -62,13 +62,16 @@ impl Node {
     }
 
     /// Builds connection `slot`'s acknowledgement frame in `mbuf` and hands it to the
-    /// link. Returns false when receiver-not-ready NAKs are left for another frame.
+    /// link; the acknowledgements owed by the connections to the same peer listed after
+    /// it (from `ack_list[next]` on) fill the frame's room. Returns false when
+    /// receiver-not-ready NAKs are left for another frame.
     fn send_ack_frame<L: Link>(
         &mut self,
         link: &mut L,
         slot: usize,
         mut mbuf: L::Frame,
         high: bool,
+        next: usize,
     ) -> bool {
         let Some(conn) = self.conns.get_mut(slot) else {
             return true;
@@ -85,16 +88,56 @@ impl Node {
         conn.naks.copy_within(pushed..conn.nnaks, 0);
         conn.nnaks -= pushed;
         conn.ack_pending = conn.nnaks != 0;
+        let (done, peer) = (!conn.ack_pending, conn.peer);
         self.stats.naks_tx += (told + pushed) as u64;
-        self.stats.cells_tx += w.cells() as u64;
+        self.stats.acks_tx += 1;
+        if done && !high {
+            self.bundle_acks(&mut w, peer, next);
+        }
+        self.stats.cells_tx += w.frame_cells() as u64;
         let len = w.finish();
         mbuf.set_len(len);
-        self.stats.acks_tx += 1;
         self.stats.bytes_tx += len as u64;
         if link.push(mbuf, high) {
             self.stats.frames_tx += 1;
         }
-        !conn.ack_pending
+        done
+    }
+
+    /// Adds to acknowledgement frame `w` a section for each connection to `peer` that
+    /// owes a plain acknowledgement (no NAK to carry) among the next [`BUNDLE_SCAN`] of
+    /// `ack_list` from `next` on, while they fit: acknowledgements and credits of many
+    /// connections to one peer go in one frame.
+    fn bundle_acks(&mut self, w: &mut FrameWriter<'_>, peer: NodeId, next: usize) {
+        let end = self.ack_list.len().min(next.saturating_add(BUNDLE_SCAN));
+        for j in next..end {
+            let slot = self.ack_list[j];
+            let credits = self.credits;
+            let high_queue = self.caps.queues > 1;
+            let Some(conn) = self.conns.get_mut(slot) else {
+                continue;
+            };
+            if !conn.ack_pending
+                || conn.peer != peer
+                || conn.nnaks != 0
+                || !conn.refusals.is_empty()
+                || (high_queue && conn.priority == Priority::High)
+            {
+                continue;
+            }
+            let sack = if conn.rx.has_gap() {
+                conn.rx.ack().1.words32().filter(|&w| w != 0).count()
+            } else {
+                0
+            };
+            if !w.begin_section(&ack_header(conn, credits), sack) {
+                break;
+            }
+            push_ack_cells(conn, w, 0);
+            conn.ack_pending = false;
+            self.stats.acks_tx += 1;
+            self.stats.sections_tx += 1;
+        }
     }
 
     /// Sends a liveness probe (an acknowledgement frame asking for one back) on every
@@ -181,7 +224,7 @@ impl Node {
                 finished |= self.unlist(slot);
                 continue;
             }
-            let served = self.service_conn(link, slot, now, burst, true);
+            let served = self.service_conn(link, slot, now, burst, Some(idx + 1));
             self.rearm(slot); // what it sent starts the retransmission timer
             if !self.has_send_work(slot) {
                 finished |= self.unlist(slot);
@@ -260,7 +303,7 @@ impl Node {
         for i in 0..self.conns.high_slots().len() {
             let slot = self.conns.high_slots()[i];
             if self.has_send_work(slot) {
-                let served = self.service_conn(link, slot, now, u32::MAX, false);
+                let served = self.service_conn(link, slot, now, u32::MAX, None);
                 self.rearm(slot);
                 if served == Served::PortFull {
                     return false;
@@ -312,15 +355,18 @@ impl Node {
     }
 
     /// Sends up to `budget` frames of connection `slot` (admitting posted work
-    /// requests into its window first).
+    /// requests into its window first). `bundle_from` (the low-priority pass: it
+    /// yields to high-priority work) is where on the ready list other connections to
+    /// the same peer are looked for to fill a frame's room ([`Node::bundle`]).
     fn service_conn<L: Link>(
         &mut self,
         link: &mut L,
         slot: usize,
         now: u64,
         budget: u32,
-        yield_to_high: bool,
+        bundle_from: Option<usize>,
     ) -> Served {
+        let yield_to_high = bundle_from.is_some();
         let Some(priority) = self.conns.get(slot).map(|c| c.priority) else {
             return Served::Done;
         };
@@ -346,7 +392,8 @@ impl Node {
             if link.full(high) {
                 return Served::PortFull;
             }
-            match self.send_data_frame(link, slot, first, high, beside_high, now) {
+            let bundle = bundle_from.filter(|_| !high && !beside_high);
+            match self.send_data_frame(link, slot, first, high, beside_high, bundle, now) {
                 Built::Sent => {}
                 Built::NoBuffer => return Served::PortFull,
                 Built::Nothing => break,
@@ -388,8 +435,11 @@ impl Node {
     }
 
     /// Builds one data frame of connection `slot` from message `first` on (as many
-    /// messages as fit) and hands it to the link.
+    /// messages as fit) and hands it to the link. With `bundle` (a place on the ready
+    /// list), room the connection leaves is filled with sections of other connections
+    /// to the same peer.
     #[inline]
+    #[allow(clippy::too_many_arguments)]
     fn send_data_frame<L: Link>(
         &mut self,
         link: &mut L,
@@ -397,6 +447,7 @@ impl Node {
         first: u32,
         high: bool,
         beside_high: bool,
+        bundle: Option<usize>,
         now: u64,
     ) -> Built {
         let Some(conn) = self.conns.get_mut(slot) else {
@@ -421,21 +472,75 @@ impl Node {
         if sent == 0 {
             return Built::Nothing;
         }
+        took_ack(conn);
+        let (peer, done) = (conn.peer, conn.tx.next_to_send().is_none());
         self.stats.msgs_tx += sent as u64;
         self.stats.retransmits += resent as u64;
-        self.stats.cells_tx += w.cells() as u64;
         self.stats.bytes_payload_tx += bytes;
+        if let Some(from) = bundle.filter(|_| done && w.section_fits(1)) {
+            self.bundle(&mut w, peer, from, now);
+        }
+        self.stats.cells_tx += w.frame_cells() as u64;
         let len = w.finish();
         self.stats.bytes_tx += len as u64;
         mbuf.set_len(len);
-        if conn.nnaks == 0 && !conn.rx.has_gap() && conn.refusals.is_empty() {
-            // Piggy-backed (a gap needs the selective part, a refusal its NAK).
-            conn.ack_pending = false;
-        }
         if link.push(mbuf, high) {
             self.stats.frames_tx += 1;
         }
+        for i in 0..self.bundled.len() {
+            let s = self.bundled[i];
+            self.rearm(s); // what went in the frame starts its retransmission timer
+        }
+        self.bundled.clear();
         Built::Sent
+    }
+
+    /// Fills the room left in frame `w` with sections of other connections to `peer`
+    /// that have messages to send, looking at up to [`BUNDLE_SCAN`] connections of the
+    /// ready list from `from` on (a cell train across connections, DESIGN.md §4): many
+    /// connections with a few small messages each then share frames instead of each
+    /// costing one. The connections taken are left in `self.bundled`.
+    fn bundle(&mut self, w: &mut FrameWriter<'_>, peer: NodeId, from: usize, now: u64) {
+        let n = self.ready.len();
+        for j in 0..n.min(BUNDLE_SCAN) {
+            if !w.section_fits(1) {
+                break;
+            }
+            let slot = self.ready[(from + j) % n];
+            let eligible = self.conns.get(slot).is_some_and(|c| {
+                c.peer == peer && c.ready && c.priority == Priority::Low && now >= c.rnr_until
+            });
+            if !eligible || !self.has_send_work(slot) || !self.admit(slot, now, false) {
+                continue;
+            }
+            let conn = self.conns.get_mut(slot).expect("eligible slot");
+            let Some(first) = conn.tx.next_to_send() else {
+                continue;
+            };
+            let cells = wire::cells_for(first_message_len(conn, first));
+            if !w.begin_section(&data_header(conn, first, self.credits), cells) {
+                continue;
+            }
+            let (sent, bytes, resent) = fill_frame(conn, first, w, &self.endpoints, now);
+            took_ack(conn);
+            self.stats.sections_tx += 1;
+            self.stats.msgs_tx += sent as u64;
+            self.stats.retransmits += resent as u64;
+            self.stats.bytes_payload_tx += bytes;
+            self.bundled.push(slot);
+        }
+    }
+}
+
+/// Ready connections looked at, after a frame's own, for sections to fill its room.
+pub const BUNDLE_SCAN: usize = 128;
+
+/// A data frame of `conn` went out: it carried the acknowledgement owed, unless that
+/// needs cells of its own (a gap's selective part, a NAK).
+#[inline]
+fn took_ack(conn: &mut Connection) {
+    if conn.nnaks == 0 && !conn.rx.has_gap() && conn.refusals.is_empty() {
+        conn.ack_pending = false;
     }
 }
 

@@ -20,12 +20,30 @@ use super::{fail_connection, send, Node};
 /// Pending timers: (when, connection number), earliest first.
 pub(crate) type TimerQueue = BinaryHeap<Reverse<(u64, u32)>>;
 
-/// Arms `conn`'s timer for `when` unless an earlier one is armed.
+/// Arms `conn`'s timer for `when` unless an earlier one is armed. The entry it
+/// supersedes stays queued as the connection's spare.
 #[inline]
 pub(crate) fn arm(timers: &mut TimerQueue, conn: &mut Connection, when: u64) {
     if when < conn.timer_armed {
+        if conn.timer_armed != u64::MAX {
+            conn.timer_spare = conn.timer_armed;
+        }
         conn.timer_armed = when;
         timers.push(Reverse((when, conn.number)));
+    }
+}
+
+/// Arms `conn`'s timer for `when` after its armed entry fired: its spare entry, if it
+/// comes no later, serves instead of a new one. A connection whose deadlines move
+/// between near (retransmission) and far (keepalive) with every message so keeps one
+/// far entry per keepalive period, not one per message.
+#[inline]
+fn rearm_fired(timers: &mut TimerQueue, conn: &mut Connection, when: u64) {
+    if conn.timer_spare <= when {
+        conn.timer_armed = conn.timer_spare;
+        conn.timer_spare = u64::MAX;
+    } else {
+        arm(timers, conn, when);
     }
 }
 
@@ -83,11 +101,18 @@ impl Node {
             };
             let conn = self.conns.get_mut(slot).expect("slot from map");
             if conn.timer_armed != when {
+                if conn.timer_spare == when {
+                    conn.timer_spare = u64::MAX; // superseded: nothing to run
+                }
                 continue; // superseded by an earlier entry, which ran
             }
             conn.timer_armed = u64::MAX;
             if self.conn_timer(slot, now) {
-                self.rearm(slot);
+                let (keepalive, tick) = (self.keepalive_ticks, self.timer_tick);
+                let conn = self.conns.get_mut(slot).expect("slot");
+                let d = deadline(conn, now, keepalive, tick).max(now + 1);
+                rearm_fired(&mut self.timers, conn, d);
+                self.schedule(slot);
             }
         }
     }

@@ -1,19 +1,29 @@
 //! Whole frames: validation of a received frame ([`FrameView`]), iteration over its
-//! messages ([`Messages`]), and building a frame in place ([`FrameWriter`]).
+//! sections and messages ([`Messages`]), and building a frame in place ([`FrameWriter`]).
 //!
 //! ```text
-//! | underlay 42 | transport header 32 | cell 0 | cell 1 | ... | cell N-1 | CRC32C 4 |
-//!                \________________ CRC32C covers _________________________/
+//! | underlay 42 | header 32 | cell 0 | ... | cell N-1 | [header 32 | cells ...]* | CRC32C 4 |
+//!                \_____________________ CRC32C covers ___________________________/
 //! ```
+//!
+//! A frame holds one or more **sections**, each a transport header followed by its own
+//! cells (version 7): a header with [`hflags::MORE`] is followed, after its cells, by
+//! the next section's header. One frame can so carry messages, acknowledgements and
+//! credits of several connections to the same peer (a cell train across connections,
+//! DESIGN.md §4): many small messages on many connections share a frame instead of each
+//! costing one. The whole frame is validated (every section's header and cell count)
+//! before any of it is acted on.
 //!
 //! Both directions are on the per-frame fast path: no allocation, no copies beyond the
 //! payload's own `copy_from_slice`, and the only per-byte work is the (hardware)
 //! CRC32C and the check byte of each control part. Nothing here panics on input from the
 //! wire: a bad frame is a [`WireError`].
+//!
+//! [`hflags::MORE`]: super::hflags::MORE
 
 use super::underlay::{ETH_HEADER_LEN, IP_HEADER_LEN, UDP_HEADER_LEN};
 use super::{
-    cells_for, ControlPacket, ControlRepr, TransportPacket, TransportRepr, UnderlayPacket,
+    cells_for, hflags, ControlPacket, ControlRepr, TransportPacket, TransportRepr, UnderlayPacket,
     UnderlayRepr, WireError, CELL_LEN, CONTROL_LEN, CRC_LEN, FRAME_OVERHEAD, HEADER_LEN, MAX_CELLS,
     UNDERLAY_LEN,
 };
@@ -42,15 +52,21 @@ pub const fn max_cells(frame_size: usize) -> usize {
 /// Smallest IPv4 total length of a deposit frame (no cells).
 const MIN_IP_TOTAL: u16 = (IP_HEADER_LEN + UDP_HEADER_LEN + HEADER_LEN + CRC_LEN) as u16;
 
-/// A received frame that passed every check; its cells are borrowed from the buffer.
+/// One section of a received frame that passed every check (a header and its cells,
+/// borrowed from the buffer); [`FrameView::parse`] gives the first,
+/// [`FrameView::next_section`] the ones after it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FrameView<'a> {
-    /// Addresses of the underlay.
+    /// Addresses of the underlay (the frame's, the same for every section).
     pub underlay: UnderlayRepr,
-    /// The transport header.
+    /// The section's transport header.
     pub header: TransportRepr,
     /// `header.cells` cells, exactly.
     cells: &'a [u8],
+    /// The sections after this one (empty when this is the last).
+    rest: &'a [u8],
+    /// Cells of every section of the frame.
+    frame_cells: u32,
 }
 
 impl<'a> FrameView<'a> {
@@ -82,19 +98,60 @@ impl<'a> FrameView<'a> {
         if expected != got {
             return Err(WireError::BadCrc { expected, got });
         }
-        let header = TransportRepr::parse(&TransportPacket::new_checked(covered)?)?;
-        let cells = covered.get(HEADER_LEN..).unwrap_or(&[]);
-        if cells.len() != header.cells as usize * CELL_LEN {
-            return Err(WireError::BadCellCount {
-                cells: header.cells,
-                bytes: cells.len(),
-            });
+        // Every section's header and cell count before anything acts on the frame.
+        let mut frame_cells = 0u32;
+        let mut at = covered;
+        loop {
+            let (header, cells, rest) = split_section(at)?;
+            frame_cells += u32::from(header.cells);
+            if header.flags & hflags::MORE == 0 {
+                if !rest.is_empty() {
+                    return Err(WireError::BadCellCount {
+                        cells: header.cells,
+                        bytes: cells.len() + rest.len(),
+                    });
+                }
+                break;
+            }
+            if rest.is_empty() {
+                // MORE with nothing after it.
+                return Err(WireError::Truncated {
+                    needed: HEADER_LEN,
+                    got: 0,
+                });
+            }
+            at = rest;
         }
+        let (header, cells, rest) = split_section(covered)?;
         Ok(FrameView {
             underlay,
             header,
             cells,
+            rest,
+            frame_cells,
         })
+    }
+
+    /// The frame's next section, if this one has [`hflags::MORE`] (already validated by
+    /// [`FrameView::parse`]).
+    #[inline]
+    pub fn next_section(&self) -> Option<FrameView<'a>> {
+        if self.rest.is_empty() {
+            return None;
+        }
+        let (header, cells, rest) = split_section(self.rest).ok()?;
+        Some(FrameView {
+            header,
+            cells,
+            rest,
+            ..*self
+        })
+    }
+
+    /// Cells in every section of the frame.
+    #[inline]
+    pub fn frame_cells(&self) -> u32 {
+        self.frame_cells
     }
 
     /// The frame's messages, in order.
@@ -112,6 +169,23 @@ impl<'a> FrameView<'a> {
     pub fn cells(&self) -> &'a [u8] {
         self.cells
     }
+}
+
+/// Splits the section at the start of `buf` (its header, its cells, and the bytes
+/// after them); the header's cell count must fit in `buf`.
+#[inline]
+fn split_section(buf: &[u8]) -> Result<(TransportRepr, &[u8], &[u8]), WireError> {
+    let header = TransportRepr::parse(&TransportPacket::new_checked(buf)?)?;
+    let body = &buf[HEADER_LEN..];
+    let len = header.cells as usize * CELL_LEN;
+    if body.len() < len {
+        return Err(WireError::BadCellCount {
+            cells: header.cells,
+            bytes: body.len(),
+        });
+    }
+    let (cells, rest) = body.split_at(len);
+    Ok((header, cells, rest))
 }
 
 /// One message of a frame: a checked control part and its payload.
@@ -185,13 +259,22 @@ impl<'a> Iterator for Messages<'a> {
 
 impl core::iter::FusedIterator for Messages<'_> {}
 
-/// Builds a frame in place: underlay and header first, then messages, then
-/// [`FrameWriter::finish`] patches the lengths and checksums and appends the CRC32C.
+/// Builds a frame in place: underlay and first header first, then messages (and more
+/// sections, [`FrameWriter::begin_section`]), then [`FrameWriter::finish`] patches the
+/// lengths, cell counts and checksums and appends the CRC32C.
 #[derive(Debug)]
 pub struct FrameWriter<'a> {
     buf: &'a mut [u8],
+    /// Byte offset of the current section's header.
+    section: usize,
+    /// Cells of the current section.
+    section_cells: usize,
+    /// Cells of every section.
     cells: usize,
-    max_cells: usize,
+    /// Byte offset where the next cell goes.
+    pos: usize,
+    /// Byte offset where the CRC32C goes at the latest.
+    end: usize,
 }
 
 impl<'a> FrameWriter<'a> {
@@ -214,31 +297,82 @@ impl<'a> FrameWriter<'a> {
             &mut UnderlayPacket::new_unchecked(&mut buf[..UNDERLAY_LEN]),
             0,
         );
-        let header = TransportRepr {
-            cells: 0,
-            ..*header
-        };
-        header.emit(&mut TransportPacket::new_unchecked(
-            &mut buf[UNDERLAY_LEN..UNDERLAY_LEN + HEADER_LEN],
-        ));
-        let max_cells = max_cells(buf.len());
-        Ok(FrameWriter {
+        let end = buf.len().min(frame_len(MAX_CELLS)) - CRC_LEN;
+        let mut w = FrameWriter {
             buf,
+            section: UNDERLAY_LEN,
+            section_cells: 0,
             cells: 0,
-            max_cells,
-        })
+            pos: UNDERLAY_LEN,
+            end,
+        };
+        w.put_header(header);
+        Ok(w)
     }
 
-    /// Cells written so far.
+    /// Writes `header` (with no cells yet, and no `MORE`) at the write position.
+    #[inline]
+    fn put_header(&mut self, header: &TransportRepr) {
+        let header = TransportRepr {
+            cells: 0,
+            flags: header.flags & !hflags::MORE,
+            ..*header
+        };
+        self.section = self.pos;
+        self.section_cells = 0;
+        header.emit(&mut TransportPacket::new_unchecked(
+            &mut self.buf[self.pos..self.pos + HEADER_LEN],
+        ));
+        self.pos += HEADER_LEN;
+    }
+
+    /// Patches the current section's cell count (and `MORE` when another follows).
+    #[inline]
+    fn close_section(&mut self, more: bool) {
+        let mut h =
+            TransportPacket::new_unchecked(&mut self.buf[self.section..self.section + HEADER_LEN]);
+        h.set_cell_count(self.section_cells as u16);
+        if more {
+            let f = h.flags();
+            h.set_flags(f | hflags::MORE);
+        }
+    }
+
+    /// Whether a new section whose messages need `cells` cells would fit.
+    #[inline]
+    pub fn section_fits(&self, cells: usize) -> bool {
+        self.pos + HEADER_LEN + cells * CELL_LEN <= self.end
+    }
+
+    /// Ends the current section and starts another with `header` (its `cells` is
+    /// ignored, as in [`FrameWriter::new`]); later messages go into it. Returns false,
+    /// changing nothing, when the header and `cells` cells of it do not fit.
+    #[inline]
+    pub fn begin_section(&mut self, header: &TransportRepr, cells: usize) -> bool {
+        if !self.section_fits(cells) {
+            return false;
+        }
+        self.close_section(true);
+        self.put_header(header);
+        true
+    }
+
+    /// Cells written so far in the current section.
     #[inline]
     pub fn cells(&self) -> u16 {
-        self.cells as u16
+        self.section_cells as u16
+    }
+
+    /// Cells written so far in every section.
+    #[inline]
+    pub fn frame_cells(&self) -> usize {
+        self.cells
     }
 
     /// Cells that still fit before the CRC.
     #[inline]
     pub fn room_cells(&self) -> usize {
-        self.max_cells - self.cells
+        (self.end - self.pos) / CELL_LEN
     }
 
     /// Whether a message with `length` payload bytes would fit.
@@ -276,25 +410,26 @@ impl<'a> FrameWriter<'a> {
         if needed > room {
             return Err(WireError::NoRoom { needed, room });
         }
-        let start = UNDERLAY_LEN + HEADER_LEN + self.cells * CELL_LEN;
+        let start = self.pos;
         let span = &mut self.buf[start..start + needed * CELL_LEN];
         let (head, body) = span.split_at_mut(CONTROL_LEN);
         control.emit(&mut ControlPacket::new_unchecked(head));
         let (payload, padding) = body.split_at_mut(control.length as usize);
         fill(payload);
         zero_small(padding);
+        self.pos += needed * CELL_LEN;
+        self.section_cells += needed;
         self.cells += needed;
         Ok(())
     }
 
-    /// Patches cell count, IPv4 total length and checksum and UDP length, appends the
+    /// Patches cell counts, IPv4 total length and checksum and UDP length, appends the
     /// CRC32C; returns the frame length in bytes.
-    pub fn finish(self) -> usize {
-        let len = frame_len(self.cells);
+    pub fn finish(mut self) -> usize {
+        self.close_section(false);
+        let len = self.pos + CRC_LEN;
         let buf = self.buf;
         UnderlayPacket::new_unchecked(&mut buf[..UNDERLAY_LEN]).set_lengths(len - UNDERLAY_LEN);
-        TransportPacket::new_unchecked(&mut buf[UNDERLAY_LEN..UNDERLAY_LEN + HEADER_LEN])
-            .set_cell_count(self.cells as u16);
         let crc = crate::wire::crc32c(&buf[UNDERLAY_LEN..len - CRC_LEN]);
         buf[len - CRC_LEN..len].copy_from_slice(&crc.to_be_bytes());
         len
@@ -316,7 +451,7 @@ fn zero_small(b: &mut [u8]) {
 
 #[cfg(test)]
 mod tests {
-    use super::super::{flags, hflags, op, UDP_PORT};
+    use super::super::{flags, hflags, op, UDP_PORT, VERSION};
     use super::*;
 
     fn underlay() -> UnderlayRepr {
@@ -419,16 +554,46 @@ mod tests {
         frame[len - CRC_LEN..len].copy_from_slice(&crc.to_be_bytes());
     }
 
-    /// Parses and walks every message; must never panic.
+    /// Parses and walks every message of every section; must never panic.
     fn walk(buf: &[u8]) -> Result<usize, WireError> {
-        let view = FrameView::parse(buf)?;
+        let mut view = Some(FrameView::parse(buf)?);
         let mut n = 0;
-        for m in view.messages() {
-            let m = m?;
-            assert_eq!(m.payload.len(), m.control.length as usize);
-            n += 1;
+        while let Some(v) = view {
+            for m in v.messages() {
+                let m = m?;
+                assert_eq!(m.payload.len(), m.control.length as usize);
+                n += 1;
+            }
+            view = v.next_section();
         }
         Ok(n)
+    }
+
+    fn header_of(conn: u32) -> TransportRepr {
+        TransportRepr {
+            dst_conn: conn,
+            seq: conn * 100,
+            ..header()
+        }
+    }
+
+    /// A frame of three sections: connection 17 with the first two messages, 18 with
+    /// none (an acknowledgement), 19 with the other three; 2 + 0 + 6 = 8 cells.
+    fn build_sections() -> (Vec<u8>, usize) {
+        let mut buf = vec![0xa5u8; 1500];
+        let msgs = messages();
+        let mut w = FrameWriter::new(&mut buf, &underlay(), &header_of(17)).unwrap();
+        for (c, p) in &msgs[..2] {
+            w.push(c, p).unwrap();
+        }
+        assert!(w.begin_section(&header_of(18), 0));
+        assert!(w.begin_section(&header_of(19), 6));
+        for (c, p) in &msgs[2..] {
+            w.push(c, p).unwrap();
+        }
+        assert_eq!((w.cells(), w.frame_cells()), (6, 8));
+        let len = w.finish();
+        (buf, len)
     }
 
     #[test]
@@ -781,6 +946,119 @@ mod tests {
             }
             let cut = if i % 8 == 1 { rng.below(len + 1) } else { len };
             if walk(&frame[..cut]).is_ok() {
+                accepted += 1;
+            }
+        }
+        assert!(accepted > 0);
+    }
+
+    #[test]
+    fn sections_parse_back_in_order_with_their_own_headers_and_messages() {
+        let (buf, len) = build_sections();
+        assert_eq!(len, UNDERLAY_LEN + 3 * HEADER_LEN + 8 * CELL_LEN + CRC_LEN);
+        let msgs = messages();
+        let first = FrameView::parse(&buf[..len]).unwrap();
+        assert_eq!(first.frame_cells(), 8);
+        let second = first.next_section().unwrap();
+        let third = second.next_section().unwrap();
+        assert_eq!(third.next_section(), None);
+        let more = |conn, cells| TransportRepr {
+            flags: hflags::ACK | hflags::MORE,
+            cells,
+            ..header_of(conn)
+        };
+        assert_eq!(first.header, more(17, 2));
+        assert_eq!(second.header, more(18, 0));
+        assert_eq!(
+            third.header,
+            TransportRepr {
+                cells: 6,
+                ..header_of(19)
+            }
+        );
+        assert_eq!(third.underlay, first.underlay);
+        let got = |v: FrameView<'_>| -> Vec<(ControlRepr, Vec<u8>)> {
+            v.messages()
+                .map(|m| m.unwrap())
+                .map(|m| (m.control, m.payload.to_vec()))
+                .collect()
+        };
+        assert_eq!(got(first), msgs[..2].to_vec());
+        assert!(got(second).is_empty());
+        assert_eq!(got(third), msgs[2..].to_vec());
+    }
+
+    #[test]
+    fn a_section_that_does_not_fit_is_refused_and_changes_nothing() {
+        // Room for the header, one cell, the CRC and one more 32-byte header only.
+        let size = FRAME_OVERHEAD + CELL_LEN + HEADER_LEN;
+        let mut buf = vec![0u8; size];
+        let mut w = FrameWriter::new(&mut buf, &underlay(), &header_of(17)).unwrap();
+        w.push(&write(1, 0), &[9]).unwrap();
+        assert!(!w.begin_section(&header_of(18), 1));
+        assert!(w.begin_section(&header_of(18), 0));
+        assert_eq!(w.room_cells(), 0);
+        let len = w.finish();
+        assert_eq!(len, size);
+        let v = FrameView::parse(&buf[..len]).unwrap();
+        assert_eq!(v.header.cells, 1);
+        assert_eq!(v.next_section().unwrap().header.dst_conn, 18);
+    }
+
+    #[test]
+    fn a_bad_section_anywhere_rejects_the_whole_frame() {
+        let (good, len) = build_sections();
+        let second = UNDERLAY_LEN + HEADER_LEN + 2 * CELL_LEN;
+        let third = second + HEADER_LEN;
+        // The last section claims another follows.
+        let mut f = good.clone();
+        f[third + 1] |= hflags::MORE;
+        reseal(&mut f, len);
+        assert!(matches!(
+            FrameView::parse(&f[..len]),
+            Err(WireError::Truncated { .. })
+        ));
+        // The first section says it is the last, with more bytes after it.
+        let mut f = good.clone();
+        f[UNDERLAY_LEN + 1] &= !hflags::MORE;
+        reseal(&mut f, len);
+        assert!(matches!(
+            FrameView::parse(&f[..len]),
+            Err(WireError::BadCellCount { .. })
+        ));
+        // A middle section's cell count runs past the frame.
+        let mut f = good.clone();
+        TransportPacket::new_unchecked(&mut f[second..]).set_cell_count(100);
+        reseal(&mut f, len);
+        assert!(matches!(
+            FrameView::parse(&f[..len]),
+            Err(WireError::BadCellCount { cells: 100, .. })
+        ));
+        // A later section of another version.
+        let mut f = good;
+        f[third] = VERSION - 1;
+        reseal(&mut f, len);
+        assert_eq!(
+            FrameView::parse(&f[..len]),
+            Err(WireError::BadVersion(VERSION - 1))
+        );
+    }
+
+    #[test]
+    fn mutations_of_a_frame_of_sections_never_panic() {
+        let (good, len) = build_sections();
+        let mut rng = XorShift(0x9e37_79b9_7f4a_7c15);
+        let mut accepted = 0;
+        for i in 0..50_000 {
+            let mut frame = good[..len].to_vec();
+            for _ in 0..1 + rng.below(4) {
+                let at = UNDERLAY_LEN + rng.below(len - UNDERLAY_LEN);
+                frame[at] = rng.next() as u8;
+            }
+            if i % 2 == 0 {
+                reseal(&mut frame, len);
+            }
+            if walk(&frame).is_ok() {
                 accepted += 1;
             }
         }

@@ -43,6 +43,9 @@ pub mod hflags {
     /// The receiver owes an acknowledgement even if the frame carries no message: a
     /// liveness probe of an idle connection (keepalive).
     pub const ACK_REQ: u8 = 0x04;
+    /// Another section (a transport header and its cells, usually of another
+    /// connection to the same peer) follows this one's cells in the frame (version 7).
+    pub const MORE: u8 = 0x08;
 }
 
 /// A view of a transport header (the buffer may extend past its 32 bytes).
@@ -201,7 +204,7 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> TransportPacket<T> {
 pub struct TransportRepr {
     /// Header flags ([`hflags`]).
     pub flags: u8,
-    /// Number of cells in the frame.
+    /// Number of cells in this section of the frame.
     pub cells: u16,
     /// Destination connection number (0: connection management).
     pub dst_conn: u32,
@@ -276,7 +279,7 @@ mod tests {
 
     #[rustfmt::skip]
     const BYTES: [u8; 32] = [
-        0x06, 0x01, 0x00, 0x03,                         // version 6, ACK, 3 cells
+        0x07, 0x01, 0x00, 0x03,                         // version 7, ACK, 3 cells
         0x00, 0x00, 0x01, 0x02,                         // dst conn 258
         0x01, 0x23, 0x45, 0x67, 0x89, 0xab, 0xcd, 0xef, // key
         0x00, 0x00, 0x00, 0x2a,                         // seq 42

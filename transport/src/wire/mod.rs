@@ -20,6 +20,10 @@
 //!   74+48N    4  CRC32C over transport header + cells, big endian          frame.rs
 //! ```
 //!
+//! A header with the `MORE` flag is followed, after its cells, by another transport
+//! header and its cells (a **section**, usually of another connection to the same
+//! peer), all before the one CRC32C: the layout of [`frame`].
+//!
 //! `FRAME_OVERHEAD` = 42 + 32 + 4 = 78 bytes, so a frame of N cells is `78 + 48*N` bytes
 //! ([`frame_len`]); Ethernet padding after the IPv4 total length is ignored. The UDP
 //! checksum is sent as zero because the CRC32C covers everything above UDP; a received
@@ -48,8 +52,9 @@
 //! +---------------------------------------------------------------+
 //! ```
 //!
-//! Header flags are in [`hflags`]: `ACK` (the acknowledgement field is valid) and `CM`
-//! (connection management, destination connection 0). A frame with no cells and `ACK`
+//! Header flags are in [`hflags`]: `ACK` (the acknowledgement field is valid), `CM`
+//! (connection management, destination connection 0), `ACK_REQ` (a liveness probe) and
+//! `MORE` (another section follows). A frame with no cells and `ACK`
 //! set is an ack-only frame. Each message in a frame takes the next sequence number.
 //!
 //! # Cell (48 bytes) = control part (16) + data block (32)
@@ -99,7 +104,7 @@
 //! later segments of a write in any address mode, placed relative to the address its
 //! first segment generated, [`flags::SEGMENT`] with mode indexed; 6: the acknowledged
 //! echo in the transport header, bytes 26..28, which makes NAKs of refused messages
-//! reliable).
+//! reliable; 7: several sections in one frame, [`hflags::MORE`]).
 
 use core::ops::Range;
 
@@ -123,7 +128,7 @@ pub use header::{hflags, TransportPacket, TransportRepr};
 pub use underlay::{UnderlayPacket, UnderlayRepr};
 
 /// Transport protocol version carried in byte 0 of the transport header.
-pub const VERSION: u8 = 6;
+pub const VERSION: u8 = 7;
 /// UDP destination port of every deposit frame.
 pub const UDP_PORT: u16 = 18515;
 /// Ethernet II (14) + IPv4 without options (20) + UDP (8).
@@ -333,7 +338,7 @@ mod tests {
     fn errors_say_which_value_was_wrong() {
         let e = WireError::BadUdpPort(80);
         assert_eq!(e.to_string(), "UDP destination port 80 is not 18515");
-        let e = WireError::BadVersion(7);
-        assert_eq!(e.to_string(), "transport version 7 is not 6");
+        let e = WireError::BadVersion(6);
+        assert_eq!(e.to_string(), "transport version 6 is not 7");
     }
 }

@@ -1,0 +1,127 @@
+//! Cell trains across connections: small messages and acknowledgements of many
+//! connections to one peer share frames (one section per connection), only
+//! connections to the same peer share a frame, and the sharing survives a hostile
+//! link.
+
+mod common;
+
+use common::*;
+use deposit_transport::cm::ConnectOptions;
+use deposit_transport::node::NodeConfig;
+use deposit_transport::oplogic::DropReason;
+use deposit_transport::sim::LinkConfig;
+
+fn config(conns: usize) -> NodeConfig {
+    NodeConfig {
+        max_connections: conns + 16,
+        ..NodeConfig::default()
+    }
+}
+
+/// `n` connections from host `a` to host `b`.
+fn open(
+    net: &mut deposit_transport::sim::Network,
+    eps: &[(
+        deposit_transport::tables::EndpointId,
+        std::sync::Arc<deposit_transport::connection::CqShared>,
+    )],
+    a: usize,
+    b: usize,
+    n: usize,
+) -> Vec<(End, End)> {
+    (0..n)
+        .map(|_| connect(net, eps, a, b, &ConnectOptions::default()))
+        .collect()
+}
+
+#[test]
+fn small_writes_on_many_connections_share_frames_and_so_do_their_acks() {
+    const N: usize = 200;
+    let (mut net, eps) = network(2, &config(N), LinkConfig::default(), 21);
+    let conns = open(&mut net, &eps, 0, 1, N);
+    net.run_for(1_000_000);
+    let (tx0, rx1) = (net.hosts[0].node.stats(), net.hosts[1].node.stats());
+    let want = pattern(&net, &conns[0].0, 0, 32 * N, 5);
+    for (i, (a, _)) in conns.iter().enumerate() {
+        post_all(a, [write(i as u64, a, 32 * i as u64, 32, 32 * i as u32)]);
+    }
+    all_ok(&complete(&mut net, &conns[0].0, N, 5));
+    same(&bytes(&net, &conns[0].1, 0, 32 * N), &want, "deposits");
+    let (s0, s1) = (net.hosts[0].node.stats(), net.hosts[1].node.stats());
+    let frames = s0.frames_tx - tx0.frames_tx;
+    assert_eq!(s0.msgs_tx - tx0.msgs_tx, N as u64, "no retransmission");
+    assert!(
+        frames * 10 <= N as u64,
+        "{N} messages on {N} connections took {frames} frames"
+    );
+    assert!(s0.sections_tx - tx0.sections_tx >= (N as u64) * 9 / 10);
+    // The receiver acknowledged the {N} connections in a few frames too.
+    let acks = s1.frames_tx - rx1.frames_tx;
+    assert!(
+        acks * 10 <= N as u64,
+        "{N} acknowledgements took {acks} frames"
+    );
+    assert!(s1.acks_tx - rx1.acks_tx >= N as u64);
+    assert_eq!(s1.msgs_rx - rx1.msgs_rx, N as u64);
+    assert_eq!(s1.drops.iter().sum::<u64>(), 0, "{:?}", s1.drops);
+}
+
+#[test]
+fn only_connections_to_the_same_peer_share_a_frame() {
+    const N: usize = 40;
+    let (mut net, eps) = network(3, &config(2 * N), LinkConfig::default(), 23);
+    let to1 = open(&mut net, &eps, 0, 1, N);
+    let to2 = open(&mut net, &eps, 0, 2, N);
+    net.run_for(1_000_000);
+    let want = pattern(&net, &to1[0].0, 0, 32 * N, 9);
+    // Interleaved on the ready list: 1, 2, 1, 2, ...
+    for i in 0..N {
+        for (k, list) in [&to1, &to2].into_iter().enumerate() {
+            let a = &list[i].0;
+            post_all(
+                a,
+                [write(
+                    (k * N + i) as u64,
+                    a,
+                    32 * i as u64,
+                    32,
+                    32 * i as u32,
+                )],
+            );
+        }
+    }
+    all_ok(&complete(&mut net, &to1[0].0, 2 * N, 5));
+    for (h, list) in [(1, &to1), (2, &to2)] {
+        same(&bytes(&net, &list[0].1, 0, 32 * N), &want, "deposits");
+        let s = net.hosts[h].node.stats();
+        assert_eq!(s.msgs_rx, N as u64, "host {h}");
+        assert_eq!(s.dropped(DropReason::UnknownConnection), 0, "host {h}");
+        assert_eq!(s.dropped(DropReason::WrongKey), 0, "host {h}");
+    }
+    assert!(net.hosts[0].node.stats().sections_tx > 0);
+}
+
+#[test]
+fn trains_across_connections_survive_a_hostile_link() {
+    const N: usize = 50;
+    const PER: usize = 20;
+    let (mut net, eps) = network(2, &config(N), LinkConfig::lossy(0.03), 25);
+    let conns = open(&mut net, &eps, 0, 1, N);
+    let want = pattern(&net, &conns[0].0, 0, 32 * N * PER, 3);
+    for j in 0..PER {
+        for (i, (a, _)) in conns.iter().enumerate() {
+            let at = 32 * (i * PER + j);
+            post_all(a, [write(at as u64, a, at as u64, 32, at as u32)]);
+        }
+    }
+    all_ok(&complete(&mut net, &conns[0].0, N * PER, 30));
+    same(
+        &bytes(&net, &conns[0].1, 0, 32 * N * PER),
+        &want,
+        "deposits",
+    );
+    let s0 = net.hosts[0].node.stats();
+    assert!(s0.sections_tx > 0 && s0.retransmits > 0, "{s0:?}");
+    // Each write ran exactly once.
+    assert_eq!(net.hosts[1].node.stats().msgs_rx, (N * PER) as u64);
+}
