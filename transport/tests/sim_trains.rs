@@ -10,6 +10,7 @@ use deposit_transport::cm::ConnectOptions;
 use deposit_transport::node::NodeConfig;
 use deposit_transport::oplogic::DropReason;
 use deposit_transport::sim::LinkConfig;
+use deposit_transport::wire::{crc32c, FrameView, CRC_LEN, UNDERLAY_LEN};
 
 fn config(conns: usize) -> NodeConfig {
     NodeConfig {
@@ -124,4 +125,56 @@ fn trains_across_connections_survive_a_hostile_link() {
     assert!(s0.sections_tx > 0 && s0.retransmits > 0, "{s0:?}");
     // Each write ran exactly once.
     assert_eq!(net.hosts[1].node.stats().msgs_rx, (N * PER) as u64);
+}
+
+#[test]
+fn a_bad_section_costs_only_itself() {
+    use std::cell::RefCell;
+    use std::rc::Rc;
+    const N: usize = 20;
+    let (mut net, eps) = network(2, &config(N), LinkConfig::default(), 27);
+    let conns = open(&mut net, &eps, 0, 1, N);
+    net.run_for(1_000_000);
+    let want = pattern(&net, &conns[0].0, 0, 32 * N, 7);
+    // Keep (and drop) the first frame from 0 to 1 that carries several sections.
+    let kept: Rc<RefCell<Option<Vec<u8>>>> = Rc::default();
+    let k = kept.clone();
+    net.set_filter(Some(Box::new(move |from, _, f| {
+        let bundled = FrameView::parse(f).is_ok_and(|v| v.next_section().is_some());
+        if from == 0 && bundled && k.borrow().is_none() {
+            *k.borrow_mut() = Some(f.to_vec());
+            return true;
+        }
+        false
+    })));
+    for (i, (a, _)) in conns.iter().enumerate() {
+        post_all(a, [write(i as u64, a, 32 * i as u64, 32, 32 * i as u32)]);
+    }
+    net.step();
+    net.set_filter(None);
+    let mut frame = kept.borrow_mut().take().expect("a frame of several sections");
+    let mut sections = 0;
+    let mut v = Some(FrameView::parse(&frame).unwrap());
+    while let Some(s) = v {
+        sections += 1;
+        v = s.next_section();
+    }
+    // The first section's key is wrong; the frame is otherwise sound (CRC resealed).
+    frame[UNDERLAY_LEN + 8] ^= 0x40;
+    let len = frame.len();
+    let crc = crc32c(&frame[UNDERLAY_LEN..len - CRC_LEN]);
+    frame[len - CRC_LEN..].copy_from_slice(&crc.to_be_bytes());
+    let before = net.hosts[1].node.stats();
+    let now = net.now;
+    net.hosts[1].node.handle_frame(&frame, now);
+    let after = net.hosts[1].node.stats();
+    assert_eq!(
+        after.dropped(DropReason::WrongKey) - before.dropped(DropReason::WrongKey),
+        1
+    );
+    assert_eq!(after.msgs_rx - before.msgs_rx, sections - 1, "the other sections ran");
+    // The refused section's connection retransmits; everything lands once.
+    all_ok(&complete(&mut net, &conns[0].0, N, 5));
+    same(&bytes(&net, &conns[0].1, 0, 32 * N), &want, "deposits");
+    assert_eq!(net.hosts[1].node.stats().msgs_rx, N as u64);
 }
