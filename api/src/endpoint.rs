@@ -122,24 +122,28 @@ impl Endpoint {
     /// Sets the rights of logical page `page` (4 KiB) for remote peers; the endpoint's
     /// own rights still apply on top.
     pub fn set_page_rights(&self, page: u64, rights: Rights) -> Result<(), Error> {
-        let mut dev = self.0.dev.lock();
-        let e = dev
-            .endpoints
-            .get_mut(self.0.id)
-            .ok_or_else(|| Error::InvalidArgument("endpoint released".into()))?;
-        Ok(e.set_page_rights(page, rights)?)
+        let id = self.0.id;
+        self.0.dev.call(move |dev| {
+            let e = dev
+                .endpoints
+                .get_mut(id)
+                .ok_or_else(|| Error::InvalidArgument("endpoint released".into()))?;
+            Ok(e.set_page_rights(page, rights)?)
+        })
     }
 
     /// Gives the endpoint global registers: names `global(0..w.len)` of every
     /// connection into it (one queue fed by many senders).
     pub fn set_global_registers(&self, w: RegWindow) -> Result<(), Error> {
-        let mut dev = self.0.dev.lock();
-        let e = dev
-            .endpoints
-            .get_mut(self.0.id)
-            .ok_or_else(|| Error::InvalidArgument("endpoint released".into()))?;
-        e.set_globals(w);
-        Ok(())
+        let id = self.0.id;
+        self.0.dev.call(move |dev| {
+            let e = dev
+                .endpoints
+                .get_mut(id)
+                .ok_or_else(|| Error::InvalidArgument("endpoint released".into()))?;
+            e.set_globals(w);
+            Ok(())
+        })
     }
 
     /// Logical pages of the endpoint's page map (4 KiB each).
@@ -151,12 +155,14 @@ impl Endpoint {
     /// touching a page that is not present exceptions its connection until the page is
     /// back and the connection resumed ([`crate::Connection::resume`]).
     pub fn set_page_present(&self, page: u64, present: bool) -> Result<(), Error> {
-        let mut dev = self.0.dev.lock();
-        let e = dev
-            .endpoints
-            .get_mut(self.0.id)
-            .ok_or_else(|| Error::InvalidArgument("endpoint released".into()))?;
-        Ok(e.set_page_present(page, present)?)
+        let id = self.0.id;
+        self.0.dev.call(move |dev| {
+            let e = dev
+                .endpoints
+                .get_mut(id)
+                .ok_or_else(|| Error::InvalidArgument("endpoint released".into()))?;
+            Ok(e.set_page_present(page, present)?)
+        })
     }
 
     /// Drives progress (inline mode) — convenient inside a polling loop.
@@ -172,8 +178,10 @@ impl Drop for EpInner {
         // to this endpoint are refused from now on.
         // Its payload tokens die with it: a later endpoint under the same number must
         // not receive a deposit meant for this one.
-        let mut w = self.dev.lock();
-        w.endpoints.remove(self.id);
-        w.tokens.cancel_endpoint(self.id);
+        let id = self.id;
+        self.dev.call(move |w| {
+            w.endpoints.remove(id);
+            w.tokens.cancel_endpoint(id);
+        });
     }
 }

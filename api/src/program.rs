@@ -112,12 +112,15 @@ impl Ip {
 impl Device {
     /// Allocates an instruction window of `n` empty slots.
     pub fn alloc_instructions(&self, n: u32) -> Result<InstrWindow, Error> {
-        Ok(InstrWindow(self.inner.lock().instructions.alloc(n)?))
+        Ok(InstrWindow(
+            self.inner.call(move |w| w.instructions.alloc(n))?,
+        ))
     }
 
     /// Frees an instruction window (connections still naming it find it empty).
     pub fn free_instructions(&self, w: InstrWindow) -> Result<(), Error> {
-        Ok(self.inner.lock().instructions.free(w.0)?)
+        let w = w.0;
+        Ok(self.inner.call(move |wk| wk.instructions.free(w))?)
     }
 
     /// Stores `chain` at slot `at` of `w`: the first instruction becomes an entry point,
@@ -125,11 +128,13 @@ impl Device {
     /// [`MAX_SEQUENCE`] instructions.
     pub fn program(&self, w: InstrWindow, at: u32, chain: &[Instruction]) -> Result<Ip, Error> {
         check_chain(chain)?;
-        let mut worker = self.inner.lock();
-        for (i, ins) in chained(chain).enumerate() {
-            worker.instructions.set(w.0, at + i as u32, Some(ins))?;
-        }
-        Ok(Ip(at))
+        let chain: Vec<_> = chained(chain).collect();
+        self.inner.call(move |worker| {
+            for (i, ins) in chain.into_iter().enumerate() {
+                worker.instructions.set(w.0, at + i as u32, Some(ins))?;
+            }
+            Ok(Ip(at))
+        })
     }
 
     /// Stores one instruction at slot `at` of `w` as it is (no entry or chaining
@@ -140,11 +145,10 @@ impl Device {
         at: u32,
         ins: Option<Instruction>,
     ) -> Result<(), Error> {
+        let ins = ins.map(|i| i.0);
         Ok(self
             .inner
-            .lock()
-            .instructions
-            .set(w.0, at, ins.map(|i| i.0))?)
+            .call(move |wk| wk.instructions.set(w.0, at, ins))?)
     }
 
     /// Stores `chain` as global instructions from index `at`: usable from every
@@ -152,11 +156,13 @@ impl Device {
     /// ([`Operands::ALL`]; anything else is refused here).
     pub fn program_global(&self, at: u32, chain: &[Instruction]) -> Result<Ip, Error> {
         check_chain(chain)?;
-        let mut worker = self.inner.lock();
-        for (i, ins) in chained(chain).enumerate() {
-            worker.instructions.set_global(at + i as u32, Some(ins))?;
-        }
-        Ok(Ip(at | GLOBAL_IP))
+        let chain: Vec<_> = chained(chain).collect();
+        self.inner.call(move |worker| {
+            for (i, ins) in chain.into_iter().enumerate() {
+                worker.instructions.set_global(at + i as u32, Some(ins))?;
+            }
+            Ok(Ip(at | GLOBAL_IP))
+        })
     }
 
     /// Registers `len` bytes at `offset` of `ep` in the payload table; any node holding
@@ -172,13 +178,15 @@ impl Device {
             )));
         }
         let key = deposit_transport::connection::random_u32();
-        let mut worker = self.inner.lock();
-        Ok(worker.tokens.insert(ep.0.id, offset, len, key)?)
+        let id = ep.0.id;
+        Ok(self
+            .inner
+            .call(move |worker| worker.tokens.insert(id, offset, len, key))?)
     }
 
     /// Cancels a token: it (and every copy) is refused from now on.
     pub fn cancel_token(&self, token: Token) -> Result<(), Error> {
-        self.inner.lock().tokens.cancel(token)?;
+        self.inner.call(move |w| w.tokens.cancel(token))?;
         Ok(())
     }
 }

@@ -258,12 +258,14 @@ impl Connection {
     /// page present, drained the event queue), runs the kept message — exactly once, in
     /// order — and lets the peer's later messages in again.
     pub fn resume(&self) -> Result<(), Error> {
-        Ok(self.dev.lock().resume(self.shared.number)?)
+        let number = self.shared.number;
+        Ok(self.dev.call(move |w| w.resume(number))?)
     }
 
     /// Closes the connection: outstanding work completes as flushed, the peer is told.
     pub fn close(&self) {
-        let _ = self.dev.lock().close(self.shared.number);
+        let number = self.shared.number;
+        let _ = self.dev.call(move |w| w.close(number));
     }
 }
 

@@ -152,7 +152,10 @@ fn a_bad_section_costs_only_itself() {
     }
     net.step();
     net.set_filter(None);
-    let mut frame = kept.borrow_mut().take().expect("a frame of several sections");
+    let mut frame = kept
+        .borrow_mut()
+        .take()
+        .expect("a frame of several sections");
     let mut sections = 0;
     let mut v = Some(FrameView::parse(&frame).unwrap());
     while let Some(s) = v {
@@ -172,7 +175,11 @@ fn a_bad_section_costs_only_itself() {
         after.dropped(DropReason::WrongKey) - before.dropped(DropReason::WrongKey),
         1
     );
-    assert_eq!(after.msgs_rx - before.msgs_rx, sections - 1, "the other sections ran");
+    assert_eq!(
+        after.msgs_rx - before.msgs_rx,
+        sections - 1,
+        "the other sections ran"
+    );
     // The refused section's connection retransmits; everything lands once.
     all_ok(&complete(&mut net, &conns[0].0, N, 5));
     same(&bytes(&net, &conns[0].1, 0, 32 * N), &want, "deposits");
