@@ -581,3 +581,54 @@ fn main() {
     }
 }
 
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &str) -> Result<Params> {
+        let argv = std::iter::once("ddperf").chain(args.split_whitespace());
+        resolve(Cli::try_parse_from(argv).expect("clap accepts the arguments"))
+    }
+
+    fn usage_error(args: &str) -> String {
+        match parse(args) {
+            Err(PerfError::Usage(why)) => why,
+            other => panic!("`{args}`: expected a usage error, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn q_takes_one_to_65536_connections_on_write_bw_and_append_bw() {
+        for t in ["write_bw", "append_bw"] {
+            for q in [1, 256, 257, 10_000, 65_536] {
+                let p = parse(&format!("{t} --loopback -q {q}")).unwrap();
+                assert_eq!(p.qps, q, "{t} -q {q}");
+            }
+            assert!(usage_error(&format!("{t} --loopback -q 0")).contains("-q 0"));
+            assert!(usage_error(&format!("{t} --loopback -q 65537")).contains("65536"));
+        }
+    }
+
+    #[test]
+    fn q_defaults_per_test() {
+        assert_eq!(parse("write_bw --loopback").unwrap().qps, 1);
+        assert_eq!(parse("append_bw --loopback").unwrap().qps, 16);
+        assert_eq!(parse("write_lat --loopback").unwrap().qps, 1);
+    }
+
+    #[test]
+    fn q_is_refused_by_tests_without_connections_to_spread() {
+        let why = usage_error("write_lat --loopback -q 4");
+        assert!(why.contains("write_bw and append_bw"), "{why}");
+        // Out of range is said first, whatever the test.
+        assert!(usage_error("read_bw --loopback -q 0").contains("between 1 and 65536"));
+    }
+
+    #[test]
+    fn the_window_is_tx_depth_per_connection_capped_at_4096_in_all() {
+        let p = parse("write_bw --loopback -t 128 -q 1").unwrap();
+        assert_eq!(stream::window(&p, 1), 128);
+        assert_eq!(stream::window(&p, 16), 2048);
+        assert_eq!(stream::window(&p, 65_536), stream::MAX_OUTSTANDING);
+    }
+}
