@@ -39,7 +39,8 @@ step() {
 
 # Runs one ddperf test on in-process loopback and checks that every line it prints on
 # stdout is a JSON object with the keys of its kind (stderr passes through); with
-# --verify also `"verify": "ok"`, with --faults the fault counters.
+# --verify also `"verify": "ok"`, with --faults the fault counters, with -q N
+# `"queues": N`.
 smoke() {
     local test=$1 out rc=0
     shift
@@ -53,8 +54,8 @@ smoke() {
 import json, sys
 test = sys.argv[1]
 lat = ["test", "bytes", "iterations", "t_min_us", "t_typical_us", "t_avg_us",
-       "t_p99_us", "t_p999_us", "t_max_us"]
-bw = ["test", "bytes", "iterations", "bw_avg_mib_s", "msg_rate_mpps"]
+       "t_p99_us", "t_p999_us", "t_max_us", "queues"]
+bw = ["test", "bytes", "iterations", "bw_avg_mib_s", "msg_rate_mpps", "queues"]
 need = lat if test.endswith("_lat") else bw
 args = sys.argv[2].split()
 if "--faults" in args:
@@ -78,6 +79,8 @@ for n, line in enumerate(sys.stdin, 1):
         sys.exit(f"ddperf {test}: line {n} lacks {missing}: {line!r}")
     if "--verify" in args and row["verify"] != "ok":
         sys.exit(f"ddperf {test}: line {n} says verify {row['verify']!r}: {line!r}")
+    if "-q" in args and row["queues"] != int(args[args.index("-q") + 1]):
+        sys.exit(f"ddperf {test}: line {n} says queues {row['queues']!r}: {line!r}")
     rows += 1
     fmt = ("  {test} {bytes} B x {iterations}: typical {t_typical_us} us, p99 {t_p99_us} us"
            if test.endswith("_lat") else
@@ -130,6 +133,11 @@ if ((!quick)); then
 fi
 step "smoke write_lat" smoke write_lat -s 32 -n 2000
 step "smoke write_bw" smoke write_bw -s 32 -n 100000
+# -q: writes spread round-robin over many connections (issue 11), checked; and far
+# more connections than writes in flight.
+step "smoke write_bw -q 1000" smoke write_bw -s 32 -n 100000 -q 1000 --verify
+step "smoke write_bw -q 20000" smoke write_bw -s 32 -n 100000 -q 20000
+step "smoke append_bw -q 20000" smoke append_bw -s 32 -n 100000 -q 20000 --verify
 # Instruction-pointer messages and payload tokens.
 step "smoke ip_lat" smoke ip_lat -s 32 -n 2000
 step "smoke ip_bw" smoke ip_bw -s 32 -n 100000

@@ -11,12 +11,14 @@
 //! receiver's interface serialises them.
 //!
 //! The client posts the `-n` messages of a round round-robin over its connections
-//! (message k on connection k mod N), each keeping at most `--tx-depth` outstanding
-//! and signalling every `--cq-mod`th and its last; one completion queue serves them
-//! all. Each message carries a 16-byte record: connection (u32), round + 1 (u32), k
-//! (u64), from a per-connection ring of source slots. The table is write_bw's, for the
-//! aggregate: messages of all connections over the time from the first post to the
-//! last completion.
+//! (message k on connection k mod N) in the loop every streaming test shares
+//! ([`crate::stream`]): each connection keeps at most `--tx-depth` outstanding and
+//! signals every `--cq-mod`th and its last, and all of them together at most 4096
+//! (`-q` goes up to 65536); one completion queue serves them all. Each message carries
+//! a 16-byte record: connection (u32), round + 1 (u32), k (u64), from a ring of
+//! source slots as long as the window of outstanding messages. The table is
+//! write_bw's, for the aggregate: messages of all connections over the time from the
+//! first post to the last completion.
 //!
 //! The queue holds a whole round (`-n` slots; `-D` is refused: the server could not
 //! size it). At the end of each round the server checks every slot once: exactly `n`
@@ -27,16 +29,14 @@
 //! [`crate::exchange`]); the client waits for that credit before every round, so a
 //! round never races the server's check and reset.
 
-use std::time::Instant;
-
 use deposit::{global, ConnOptions, Device, RegProt, RegWindow, WorkRequest};
 
-use crate::error::{PerfError, Result, Wait};
+use crate::error::{PerfError, Result};
 use crate::exchange::{self, Layout, RoundEnd};
 use crate::harness::{self, Side, Spec};
-use crate::lat::check_open;
-use crate::report::{BwStats, PeakRate, Reporter};
-use crate::setup::{self, EMPTY_WC};
+use crate::report::{BwStats, Reporter};
+use crate::setup;
+use crate::stream::{self, Stream};
 use crate::verify;
 use crate::{Params, Span};
 
@@ -44,8 +44,6 @@ use crate::{Params, Span};
 const RECORD: u64 = 16;
 /// Largest size (one message per append).
 const MAX_APPEND: u64 = 16384;
-/// Bits of a work request id holding the per-connection sequence number.
-const SEQ_BITS: u32 = 40;
 
 /// Runs append_bw in this process's role.
 pub fn run(p: &Params) -> Result<()> {
@@ -91,10 +89,11 @@ fn serve(dev: Device, p: &Params, lay: Layout, ready: Box<dyn FnOnce() + Send>) 
 }
 
 fn dial(dev: Device, p: &Params, _lay: Layout, peer: [u8; 4]) -> Result<Side> {
-    // The same control area as the server's; the queue part holds our source slots.
+    // The same control area as the server's; the queue part holds our source slots,
+    // one per message outstanding.
     let lay = Layout::with_queue(
         p.max_size().min(MAX_APPEND),
-        p.qps as usize * p.tx_depth as usize,
+        stream::window(p, p.qps as usize) as usize,
     );
     let (s, more) = setup::dial_with(dev, p, lay, peer, &ConnOptions::default(), p.qps as usize)?;
     Ok(Side {
@@ -170,96 +169,31 @@ fn client(side: &Side, p: &Params, rep: &mut Reporter) -> Result<()> {
     let sizes = sizes(side, p)?;
     let conns: Vec<&deposit::Connection> = side.conns().collect();
     exchange::send_hello(&s.dev, &s.conn, &s.ep, &s.lay, p)?;
-    let Span::Iters(n) = p.span else {
-        unreachable!("refused in run")
-    };
-    let q = conns.len() as u64;
-    let tx_depth = p.tx_depth as u64;
-    let cq_mod = p.cq_mod as u64;
-    let cq = s.conn.cq();
-    let mut wcs = [EMPTY_WC; 64];
-    let mut posted = vec![0u64; conns.len()];
-    let mut retired = vec![0u64; conns.len()];
+    // Message id (1-based) uses source slot (id - 1) mod slots: the stream keeps at
+    // most `slots` outstanding, so a slot is rewritten only once its message completed.
+    let slots = s.lay.slots;
     for &(round, size) in &sizes {
         if p.verify {
             // Every source slot carries the round's body after its record (not timed).
             let b = verify::body(body_seed(round), size as usize);
-            for j in 0..q as usize * tx_depth as usize {
+            for j in 0..slots {
                 s.ep.write(s.lay.slot(j), &b)?;
             }
         }
         exchange::wait_credit(&s.dev, &s.conn, &s.ep, &s.lay, p, round as u64 + 1)?;
-        let target: Vec<u64> = (0..q).map(|c| n / q + u64::from(c < n % q)).collect();
-        posted.fill(0);
-        retired.fill(0);
-        let mut k = 0u64;
-        let mut done = 0u64;
-        let mut idle = Wait::new(p.timeout, "append completions");
-        let t0 = Instant::now();
-        let mut peak = PeakRate::new(t0);
-        let end = loop {
-            while k < n {
-                let c = (k % q) as usize;
-                if posted[c] - retired[c] >= tx_depth {
-                    break;
-                }
-                let j = posted[c] + 1;
-                let at = s
-                    .lay
-                    .slot(c * tx_depth as usize + ((j - 1) % tx_depth) as usize);
-                s.ep.write(at, &record(c as u32, round, k))?;
-                let mut req = WorkRequest::send(
-                    ((c as u64) << SEQ_BITS) | j,
-                    &s.ep,
-                    at as u64,
-                    size as u32,
-                    global(0),
-                );
-                req.set_signaled(j % cq_mod == 0 || j == target[c]);
-                match conns[c].post(&req) {
-                    Ok(()) => {}
-                    Err(deposit::Error::SendQueueFull { .. }) => break,
-                    Err(e) => return Err(e.into()),
-                }
-                posted[c] = j;
-                k += 1;
-            }
-            let got = cq.poll(&mut wcs);
-            if got == 0 {
-                if idle.tick()? {
-                    check_open(&s.conn)?;
-                }
-                continue;
-            }
-            for wc in &wcs[..got] {
-                let c = (wc.wr_id >> SEQ_BITS) as usize;
-                let j = wc.wr_id & ((1 << SEQ_BITS) - 1);
-                if !wc.status.is_ok() {
-                    return Err(PerfError::Failed(format!(
-                        "{size} B: append {j} on connection {c} completed with {:?}",
-                        wc.status
-                    )));
-                }
-                if let Some(r) = retired.get_mut(c) {
-                    done += j - *r;
-                    *r = j;
-                }
-            }
-            let now = Instant::now();
-            peak.record(now, done);
-            idle.progressed();
-            if done == n {
-                break now;
-            }
-        };
-        let mut stats = BwStats {
-            bytes: size,
-            iterations: done,
-            timed: done,
-            elapsed: end.duration_since(t0),
-            peak_rate: 0.0,
-        };
-        stats.peak_rate = peak.peak(stats.rate());
+        let stats = Stream {
+            size,
+            req: WorkRequest::send(0, &s.ep, s.lay.slot(0) as u64, size as u32, global(0)),
+            depth_cap: Some(slots as u64),
+            laps: None,
+            prepare: |id, conn, req: &mut WorkRequest| {
+                let at = s.lay.slot(((id - 1) % slots as u64) as usize);
+                s.ep.write(at, &record(conn as u32, round, id - 1))?;
+                *req = WorkRequest::send(0, &s.ep, at as u64, size as u32, global(0));
+                Ok(())
+            },
+        }
+        .run_on(s, &conns, p)?;
         let rend = RoundEnd::new(stats.iterations, stats.elapsed, stats.peak_rate);
         exchange::send_round_end(&s.dev, &s.conn, &s.ep, &s.lay, p, round, &rend)?;
         exchange::take_verdict(s, p, round, round + 1 == sizes.len(), rep)?;
@@ -313,29 +247,16 @@ fn server(side: &Side, p: &Params, rep: &mut Reporter) -> Result<()> {
     let s = &side.s;
     let sizes = sizes(side, p)?;
     let w = side.regs.expect("the server has the queue registers");
-    let conns: Vec<&deposit::Connection> = side.conns().collect();
-    let q = conns.len() as u64;
-    let arrivals = || conns.iter().map(|c| c.arrivals()).sum::<u64>();
+    let q = side.more.len() as u64 + 1;
+    // O(connections): once per round, not in the wait for the marker.
+    let arrivals = || side.arrivals();
     exchange::wait_hello(&s.dev, &s.ep, &s.lay, p)?;
     let mut base = arrivals();
     let mut bad = 0usize;
     let mut total = 0u64;
     for &(round, size) in &sizes {
         exchange::send_credit(&s.dev, &s.conn, &s.lay, p, round as u64 + 1)?;
-        let (flag_at, flag) = exchange::round_end_flag(&s.lay, round);
-        let mut wait = Wait::new(p.timeout, "the clients' appends or the end-of-round marker");
-        let mut seen = base;
-        while s.ep.load_u8(flag_at)? != flag {
-            s.dev.progress();
-            let a = arrivals();
-            if a != seen {
-                seen = a;
-                wait.progressed();
-            }
-            if wait.tick()? {
-                check_open(&s.conn)?;
-            }
-        }
+        side.await_round_end(p, round, "the clients' appends or the end-of-round marker")?;
         let (end, next) =
             exchange::read_round_end_with(&s.dev, &s.ep, &s.lay, p, round, base, arrivals)?;
         base = next;

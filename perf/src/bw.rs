@@ -6,11 +6,18 @@
 //! `--cq-mod`th signaled). BW average = writes × size / time, MsgRate = writes / time,
 //! BW peak is [`crate::report::PeakRate`]'s (best window of 16 completion polls).
 //!
+//! With `-q N` (default 1) the client opens N connections into the server's one
+//! endpoint (the server accepts N) and posts round-robin over them, with at most
+//! `min(tx_depth × N, 4096)` writes outstanding in all (see [`crate::stream`]). Every
+//! control write (parameter block, markers, verdicts) stays on the first connection.
+//!
 //! The server cannot know the count of a `-D` run, so every round (size) ends with the
 //! client's end-of-round marker (see [`crate::exchange`]), written after its last data
-//! write completed: it carries the client's count, time and peak. The server waits for
-//! it, checks that as many writes arrived (`Connection::arrivals`), and prints the same
-//! table from the client's numbers (perftest's server prints the client's results too).
+//! write completed — on every connection, so the marker means the whole round has
+//! arrived: it carries the client's count, time and peak. The server waits for it,
+//! checks that as many writes arrived (`Connection::arrivals`, summed over the
+//! connections), and prints the same table from the client's numbers (perftest's server
+//! prints the client's results too).
 //!
 //! `--compound` (hidden; scripts/bench.sh uses it) makes every write a compound
 //! operation, to measure what the model's per-message work costs against a plain
@@ -21,12 +28,13 @@
 //! (`r3 > 1`: never true, so no event) with operand 1. At the end the server checks
 //! that both counters equal the number of writes it received and says so on stderr.
 
-use deposit::{Cond, ConnOptions, RegOp, RegProt, RegWindow, Registers, Src, WriteRequest};
+use deposit::{Cond, ConnOptions, RegOp, RegProt, Registers, Src, WriteRequest};
 
-use crate::error::{PerfError, Result, Wait};
+use crate::error::{PerfError, Result};
 use crate::exchange::{self, Layout, RoundEnd};
+use crate::harness::Side;
 use crate::report::{BwStats, Reporter};
-use crate::setup::{self, Session, SocketFile};
+use crate::setup::{self, SocketFile};
 use crate::stream::Stream;
 use crate::verify;
 use crate::{Params, Role};
@@ -45,23 +53,23 @@ pub fn run(p: &Params) -> Result<()> {
             let _socket = SocketFile::for_spec(&p.dev);
             let dev = setup::open_device(p, &p.dev, p.ip)?;
             setup::banner(&p.dev, dev.max_frame());
-            let (s, regs) = serve(dev, p, lay, Box::new(|| {}))?;
-            let mut rep = reporter(p, &s, &p.dev, true);
+            let side = serve(dev, p, lay, Box::new(|| {}))?;
+            let mut rep = reporter(p, &side, &p.dev, true);
             rep.subtitle("server side, client's measurement");
-            let r = server(&s, p, &mut rep, regs);
-            s.close();
+            let r = server(&side, p, &mut rep);
+            side.close();
             r?;
-            verify::conclude(&mut rep, p, &[("server", &s.dev)])
+            verify::conclude(&mut rep, p, &[("server", &side.s.dev)])
         }
         Role::Client { peer } => {
             let dev = setup::open_device(p, &p.dev, p.ip)?;
             setup::banner(&p.dev, dev.max_frame());
-            let s = setup::dial(dev, p, lay, peer)?;
-            let mut rep = reporter(p, &s, &p.dev, true);
-            let r = client(&s, p, &mut rep);
-            s.close();
+            let side = dial(dev, p, lay, peer)?;
+            let mut rep = reporter(p, &side, &p.dev, true);
+            let r = client(&side, p, &mut rep);
+            side.close();
             r?;
-            verify::conclude(&mut rep, p, &[("client", &s.dev)])
+            verify::conclude(&mut rep, p, &[("client", &side.s.dev)])
         }
         Role::Loopback => {
             let sdev = setup::open_device(p, crate::LOOP_SERVER_DEV, crate::SERVER_IP)?;
@@ -74,20 +82,21 @@ pub fn run(p: &Params) -> Result<()> {
             setup::loopback(
                 p,
                 move |ready| {
-                    let (s, regs) = serve(sdev, &ps, lay, ready)?;
-                    let mut rep = reporter(&ps, &s, &sports, false);
-                    server(&s, &ps, &mut rep, regs)?;
-                    s.close();
+                    let side = serve(sdev, &ps, lay, ready)?;
+                    let mut rep = reporter(&ps, &side, &sports, false);
+                    server(&side, &ps, &mut rep)?;
+                    side.close();
                     // Dropped after the client is done (see setup::loopback).
-                    Ok(s)
+                    Ok(side)
                 },
                 || {
-                    let s = setup::dial(cdev, p, lay, crate::SERVER_IP)?;
-                    let mut rep = reporter(p, &s, &ports, true);
-                    let r = client(&s, p, &mut rep);
-                    s.close();
+                    let side = dial(cdev, p, lay, crate::SERVER_IP)?;
+                    let mut rep = reporter(p, &side, &ports, true);
+                    let r = client(&side, p, &mut rep);
+                    side.close();
                     r?;
-                    verify::conclude(&mut rep, p, &[("client", &s.dev), ("server", &sdev2)])
+                    let devs = [("client", &side.s.dev), ("server", &sdev2)];
+                    verify::conclude(&mut rep, p, &devs)
                 },
             )?;
             Ok(())
@@ -108,30 +117,48 @@ fn layout(p: &Params) -> Layout {
 /// Registers of the `--compound` window.
 pub const COMPOUND_REGS: u32 = 5;
 
-/// Server set-up: with `--compound`, the register window the writes use.
+/// Server set-up: accepts the `-q` connections; with `--compound`, the register
+/// window the writes use (one for all the connections).
 fn serve(
     dev: deposit::Device,
     p: &Params,
     lay: Layout,
     ready: Box<dyn FnOnce() + Send>,
-) -> Result<(Session, Option<RegWindow>)> {
-    if !p.compound {
-        return Ok((setup::serve(dev, p, lay, ready)?, None));
+) -> Result<Side> {
+    let mut opts = ConnOptions::default();
+    let mut regs = None;
+    if p.compound {
+        let w = dev.alloc_registers(COMPOUND_REGS)?;
+        dev.set_register_protection(w, 0, RegProt::INDIRECT)?;
+        dev.set_register_protection(w, 2, RegProt::WRITE)?;
+        dev.set_register_protection(w, 4, RegProt::WRITE)?;
+        opts.registers = Registers::Window(w);
+        regs = Some(w);
     }
-    let w = dev.alloc_registers(COMPOUND_REGS)?;
-    dev.set_register_protection(w, 0, RegProt::INDIRECT)?;
-    dev.set_register_protection(w, 2, RegProt::WRITE)?;
-    dev.set_register_protection(w, 4, RegProt::WRITE)?;
-    let opts = ConnOptions {
-        registers: Registers::Window(w),
-        ..Default::default()
-    };
-    let (s, _) = setup::serve_with(dev, p, lay, &opts, |_| Ok(()), ready, 1)?;
-    Ok((s, Some(w)))
+    let conns = p.qps as usize;
+    let (s, more) = setup::serve_with(dev, p, lay, &opts, |_| Ok(()), ready, conns)?;
+    Ok(Side {
+        s,
+        more,
+        regs,
+        ip: None,
+    })
+}
+
+/// Client set-up: the `-q` connections.
+fn dial(dev: deposit::Device, p: &Params, lay: Layout, peer: [u8; 4]) -> Result<Side> {
+    let opts = ConnOptions::default();
+    let (s, more) = setup::dial_with(dev, p, lay, peer, &opts, p.qps as usize)?;
+    Ok(Side {
+        s,
+        more,
+        regs: None,
+        ip: None,
+    })
 }
 
 /// The request of every write of a round.
-fn request(p: &Params, s: &Session, size: u64) -> WriteRequest {
+fn request(p: &Params, s: &setup::Session, size: u64) -> WriteRequest {
     let req = WriteRequest::from_endpoint(0, &s.ep, s.lay.send as u64, size as u32, 0);
     if !p.compound {
         return req;
@@ -143,7 +170,8 @@ fn request(p: &Params, s: &Session, size: u64) -> WriteRequest {
         .cond(Cond::Gt, Src::Operand, 3)
 }
 
-fn reporter(p: &Params, s: &Session, ports: &str, enabled: bool) -> Reporter {
+fn reporter(p: &Params, side: &Side, ports: &str, enabled: bool) -> Reporter {
+    let s = &side.s;
     let mut rep = Reporter::new(p.test, p.json, p.report_gbits, enabled);
     if verify::defers(p) {
         rep.defer_json();
@@ -158,6 +186,7 @@ fn reporter(p: &Params, s: &Session, ports: &str, enabled: bool) -> Reporter {
         ),
     );
     rep.info("Worker", format!("{:?}", p.progress));
+    rep.queues(side.more.len() + 1);
     rep.info("TX depth", p.tx_depth.to_string());
     rep.info("CQ Moderation", p.cq_mod.to_string());
     if p.compound {
@@ -166,19 +195,32 @@ fn reporter(p: &Params, s: &Session, ports: &str, enabled: bool) -> Reporter {
             "indirect r0; r2 += 1; r4 += 1; interrupt if r3 > 1",
         );
     }
-    rep.info(
-        "Connection",
-        format!(
-            "local {} -> remote {}",
-            s.conn.local_number(),
-            s.conn.remote_number()
-        ),
-    );
+    if side.more.is_empty() {
+        rep.info(
+            "Connection",
+            format!(
+                "local {} -> remote {}",
+                s.conn.local_number(),
+                s.conn.remote_number()
+            ),
+        );
+    } else {
+        rep.info(
+            "Outstanding",
+            format!(
+                "at most {} writes over the {} connections (posted round-robin)",
+                crate::stream::window(p, side.more.len() + 1),
+                side.more.len() + 1
+            ),
+        );
+    }
     rep
 }
 
 /// The client: streams each size, reports, ends the round.
-fn client(s: &Session, p: &Params, rep: &mut Reporter) -> Result<()> {
+fn client(side: &Side, p: &Params, rep: &mut Reporter) -> Result<()> {
+    let s = &side.s;
+    let conns: Vec<&deposit::Connection> = side.conns().collect();
     exchange::send_hello(&s.dev, &s.conn, &s.ep, &s.lay, p)?;
     for (round, &size) in p.sizes.iter().enumerate() {
         let slots = p.verify.then(|| verify::slots(size, s.lay.send));
@@ -193,7 +235,7 @@ fn client(s: &Session, p: &Params, rep: &mut Reporter) -> Result<()> {
             req: request(p, s, size),
             depth_cap: slots.map(|k| k as u64),
             laps: None,
-            prepare: |id, req: &mut WriteRequest| {
+            prepare: |id, _conn, req: &mut WriteRequest| {
                 let Some(k) = slots else { return Ok(()) };
                 let off = ((id - 1) % k as u64) as usize * stride;
                 let src = s.lay.send + off;
@@ -202,7 +244,7 @@ fn client(s: &Session, p: &Params, rep: &mut Reporter) -> Result<()> {
                 Ok(())
             },
         }
-        .run(s, p)?;
+        .run_on(s, &conns, p)?;
         let end = RoundEnd::new(stats.iterations, stats.elapsed, stats.peak_rate);
         exchange::send_round_end(&s.dev, &s.conn, &s.ep, &s.lay, p, round, &end)?;
         exchange::take_verdict(s, p, round, round + 1 == p.sizes.len(), rep)?;
@@ -213,26 +255,19 @@ fn client(s: &Session, p: &Params, rep: &mut Reporter) -> Result<()> {
 
 /// The server: lets the writes land, waits for each round's marker, reports the
 /// client's numbers.
-fn server(s: &Session, p: &Params, rep: &mut Reporter, regs: Option<RegWindow>) -> Result<()> {
+fn server(side: &Side, p: &Params, rep: &mut Reporter) -> Result<()> {
+    let s = &side.s;
+    // O(connections): once per round, not in the wait for the marker.
+    let arrivals = || side.arrivals();
     exchange::wait_hello(&s.dev, &s.ep, &s.lay, p)?;
     // Nothing of round 0 can have arrived yet (see lat.rs).
-    let mut base = s.conn.arrivals();
+    let mut base = arrivals();
     let mut total = 0;
     let mut region = Vec::new();
     for (round, &size) in p.sizes.iter().enumerate() {
-        let (flag_at, flag) = exchange::round_end_flag(&s.lay, round);
-        let mut wait = Wait::new(p.timeout, "the client's writes or its end-of-round marker");
-        let mut seen = base;
-        while s.ep.load_u8(flag_at)? != flag {
-            s.dev.progress();
-            let a = s.conn.arrivals();
-            if a != seen {
-                seen = a;
-                wait.progressed();
-            }
-            wait.tick()?;
-        }
-        let (end, next) = exchange::read_round_end(&s.dev, &s.conn, &s.lay, p, round, base)?;
+        side.await_round_end(p, round, "the client's writes or its end-of-round marker")?;
+        let (end, next) =
+            exchange::read_round_end_with(&s.dev, &s.ep, &s.lay, p, round, base, arrivals)?;
         base = next;
         total += end.count;
         if p.verify {
@@ -254,9 +289,12 @@ fn server(s: &Session, p: &Params, rep: &mut Reporter, regs: Option<RegWindow>) 
         });
     }
     if p.role == Role::Server {
-        eprintln!("ddperf: server done: {total} writes received");
+        eprintln!(
+            "ddperf: server done: {total} writes received on {} connection(s)",
+            side.more.len() + 1
+        );
     }
-    if let Some(w) = regs {
+    if let Some(w) = side.regs {
         let (r2, r4) = (s.dev.read_register(w, 2)?, s.dev.read_register(w, 4)?);
         if r2 == total && r4 == total {
             eprintln!("ddperf: compound check: OK (both counters {total})");

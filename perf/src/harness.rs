@@ -6,9 +6,11 @@
 //!
 //! Nothing here runs inside a measured loop.
 
+use std::time::{Duration, Instant};
+
 use deposit::{Connection, Device, Ip, RegWindow};
 
-use crate::error::{PerfError, Result};
+use crate::error::{PerfError, Result, Wait};
 use crate::exchange::{self, Layout, RoundEnd};
 use crate::report::Reporter;
 use crate::setup::{self, Session, SocketFile};
@@ -35,14 +37,75 @@ impl Side {
         std::iter::once(&self.s.conn).chain(self.more.iter())
     }
 
-    /// Closes every connection and gives the worker a few turns to tell the peer.
+    /// Closes every connection, the session's first (the peer's last wait watches
+    /// that one), and drives the worker until it has told the peer: at least 64
+    /// turns, then until 64 turns in a row move no frame (with `-q 20000` one turn
+    /// cannot send every disconnect), for at most a second.
     pub fn close(&self) {
+        if self.more.is_empty() {
+            return self.s.close();
+        }
+        self.s.conn.close();
         for c in self.more.iter() {
             c.close();
         }
-        self.s.close();
+        let t0 = Instant::now();
+        let mut quiet = 0;
+        while quiet < 64 && t0.elapsed() < Duration::from_secs(1) {
+            quiet = if self.s.dev.progress() == 0 {
+                quiet + 1
+            } else {
+                0
+            };
+        }
     }
 }
+
+impl Side {
+    /// Messages that have arrived on all the connections. O(connections): not for a
+    /// spin loop (see [`Side::await_round_end`]).
+    pub fn arrivals(&self) -> u64 {
+        self.conns().map(|c| c.arrivals()).sum()
+    }
+
+    /// Server: drives the device until the client's end-of-round marker of `round`
+    /// shows, failing after `--timeout` without an arrival (`what` says what was
+    /// awaited). An arrival on the first connection counts at once; the sum over all
+    /// of them (65 536 counters with `-q 65536`, too many to read every turn) only
+    /// every [`ARRIVALS_EVERY`] or so.
+    pub fn await_round_end(&self, p: &Params, round: usize, what: &'static str) -> Result<()> {
+        let s = &self.s;
+        let (flag_at, flag) = exchange::round_end_flag(&s.lay, round);
+        let mut wait = Wait::new(p.timeout, what);
+        let mut seen = s.conn.arrivals();
+        let mut seen_all = self.arrivals();
+        let every = ARRIVALS_EVERY.min(p.timeout / 4);
+        let mut summed = Instant::now();
+        while s.ep.load_u8(flag_at)? != flag {
+            s.dev.progress();
+            let a = s.conn.arrivals();
+            if a != seen {
+                seen = a;
+                wait.progressed();
+            }
+            if wait.tick()? {
+                crate::lat::check_open(&s.conn)?;
+                if !self.more.is_empty() && summed.elapsed() >= every {
+                    summed = Instant::now();
+                    let a = self.arrivals();
+                    if a != seen_all {
+                        seen_all = a;
+                        wait.progressed();
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// How often [`Side::await_round_end`] sums the arrivals of every connection.
+pub const ARRIVALS_EVERY: Duration = Duration::from_millis(200);
 
 /// Sets up the server side: given the device, the options, the layout and the
 /// "listening" call of `--loopback`.
@@ -149,6 +212,7 @@ fn reporter(p: &Params, side: &Side, ports: &str, enabled: bool) -> Reporter {
         ),
     );
     rep.info("Worker", format!("{:?}", p.progress));
+    rep.queues(side.more.len() + 1);
     if !p.test.is_lat() {
         rep.info("TX depth", p.tx_depth.to_string());
     }

@@ -291,7 +291,7 @@ fn bw_client(side: &Side, p: &Params, rep: &mut Reporter) -> Result<()> {
             // --verify: a send slot is restamped only once its message completed.
             depth_cap: p.verify.then_some(k as u64),
             laps: None,
-            prepare: |id, req: &mut WorkRequest| {
+            prepare: |id, _conn, req: &mut WorkRequest| {
                 if !p.verify {
                     return Ok(());
                 }

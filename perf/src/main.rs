@@ -237,7 +237,8 @@ struct Cli {
     /// This node's IPv4 address (default 10.0.0.1 for the server, 10.0.0.2 for a client).
     #[arg(long)]
     ip: Option<Ipv4Addr>,
-    /// Most writes outstanding.
+    /// Most writes outstanding per connection (perftest); with -q, at most 4096 over
+    /// all the connections together.
     #[arg(short = 't', long = "tx-depth", default_value_t = 128)]
     tx_depth: u32,
     /// Signal every Nth write.
@@ -258,9 +259,15 @@ struct Cli {
     /// Atomic operation of atomic_lat / atomic_bw.
     #[arg(short = 'A', long = "atomic_type", alias = "atomic-type", value_enum, default_value_t = AtomicOp::FetchAndAdd)]
     atomic: AtomicOp,
-    /// Connections (append_bw: senders sharing the server's queue).
-    #[arg(short = 'q', long = "qp", default_value_t = 16)]
-    qps: u32,
+    /// Connections, 1 to 65536 (write_bw, default 1; append_bw: senders sharing the
+    /// server's queue, default 16). The client opens N connections to the server, which
+    /// accepts N, and posts round-robin over them (request k on connection k mod N).
+    /// Outstanding work: -t per connection as in perftest, but at most 4096 requests
+    /// over all the connections together, so min(t x N, 4096) in flight (with
+    /// N > 4096: at most one per connection, each signaled; memory does not grow
+    /// with N beyond the connections themselves).
+    #[arg(short = 'q', long = "qp")]
+    qps: Option<u32>,
     /// write_bw: post each write as a compound operation (indirect address, two
     /// register operations and a conditional at the receiver).
     #[arg(long, hide = true)]
@@ -329,7 +336,7 @@ pub struct Params {
     pub timeout: Duration,
     /// `-A` of the atomic tests.
     pub atomic: AtomicOp,
-    /// `-q`: connections of append_bw.
+    /// `-q`: connections of write_bw and append_bw (1 for the other tests).
     pub qps: u32,
     /// write_bw `--compound`.
     pub compound: bool,
@@ -361,6 +368,8 @@ pub const LOOP_SERVER_DEV: &str = "ring:ddperf:b";
 pub const LOOP_CLIENT_DEV: &str = "ring:ddperf:a";
 pub const SERVER_IP: [u8; 4] = [10, 0, 0, 1];
 pub const CLIENT_IP: [u8; 4] = [10, 0, 0, 2];
+/// Most connections of `-q`.
+pub const MAX_QPS: u32 = 65536;
 /// Largest size of `-a`: 2^23 bytes.
 const ALL_MAX_LOG2: u32 = 23;
 
@@ -484,12 +493,20 @@ fn resolve(cli: Cli) -> Result<Params> {
                 .unwrap_or(if faulty { 2_000 } else { 20_000 }),
         );
     let retry_count = cli.retry_count.unwrap_or(if faulty { 20 } else { 7 });
-    if cli.qps == 0 || cli.qps > 256 {
-        return Err(PerfError::Usage(format!(
-            "-q {}: between 1 and 256",
-            cli.qps
-        )));
-    }
+    let qps = match (test, cli.qps) {
+        (_, Some(q)) if !(1..=MAX_QPS).contains(&q) => {
+            return Err(PerfError::Usage(format!("-q {q}: between 1 and {MAX_QPS}")))
+        }
+        (Test::WriteBw | Test::AppendBw, Some(q)) => q,
+        (Test::AppendBw, None) => 16,
+        (_, None) => 1,
+        (t, Some(_)) => {
+            return Err(PerfError::Usage(format!(
+                "-q is an option of write_bw and append_bw, not of {}",
+                t.name()
+            )))
+        }
+    };
     if cli.cq_mod == 0 {
         return Err(PerfError::Usage("--cq-mod must be at least 1".into()));
     }
@@ -528,7 +545,7 @@ fn resolve(cli: Cli) -> Result<Params> {
         max_frame: cli.max_frame,
         timeout: Duration::from_secs_f64(cli.timeout),
         atomic: cli.atomic,
-        qps: if test == Test::AppendBw { cli.qps } else { 1 },
+        qps,
         compound: cli.compound,
         warmup: Duration::from_millis(cli.warmup_ms),
         faults: cli.faults,
@@ -561,5 +578,57 @@ fn main() {
     if let Err(e) = result {
         eprintln!("ddperf: error: {e}");
         std::process::exit(e.exit_code());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &str) -> Result<Params> {
+        let argv = std::iter::once("ddperf").chain(args.split_whitespace());
+        resolve(Cli::try_parse_from(argv).expect("clap accepts the arguments"))
+    }
+
+    fn usage_error(args: &str) -> String {
+        match parse(args) {
+            Err(PerfError::Usage(why)) => why,
+            other => panic!("`{args}`: expected a usage error, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn q_takes_one_to_65536_connections_on_write_bw_and_append_bw() {
+        for t in ["write_bw", "append_bw"] {
+            for q in [1, 256, 257, 10_000, 65_536] {
+                let p = parse(&format!("{t} --loopback -q {q}")).unwrap();
+                assert_eq!(p.qps, q, "{t} -q {q}");
+            }
+            assert!(usage_error(&format!("{t} --loopback -q 0")).contains("-q 0"));
+            assert!(usage_error(&format!("{t} --loopback -q 65537")).contains("65536"));
+        }
+    }
+
+    #[test]
+    fn q_defaults_per_test() {
+        assert_eq!(parse("write_bw --loopback").unwrap().qps, 1);
+        assert_eq!(parse("append_bw --loopback").unwrap().qps, 16);
+        assert_eq!(parse("write_lat --loopback").unwrap().qps, 1);
+    }
+
+    #[test]
+    fn q_is_refused_by_tests_without_connections_to_spread() {
+        let why = usage_error("write_lat --loopback -q 4");
+        assert!(why.contains("write_bw and append_bw"), "{why}");
+        // Out of range is said first, whatever the test.
+        assert!(usage_error("read_bw --loopback -q 0").contains("between 1 and 65536"));
+    }
+
+    #[test]
+    fn the_window_is_tx_depth_per_connection_capped_at_4096_in_all() {
+        let p = parse("write_bw --loopback -t 128 -q 1").unwrap();
+        assert_eq!(stream::window(&p, 1), 128);
+        assert_eq!(stream::window(&p, 16), 2048);
+        assert_eq!(stream::window(&p, 65_536), stream::MAX_OUTSTANDING);
     }
 }

@@ -74,7 +74,7 @@ fn client(side: &Side, p: &Params, rep: &mut Reporter) -> Result<()> {
             req: crate::rdlat::request(p, side, size, base, 0, 0),
             depth_cap: None,
             laps: None,
-            prepare: |id, req: &mut WorkRequest| {
+            prepare: |id, _conn, req: &mut WorkRequest| {
                 let off = ((id - 1) % slots as u64) * stride as u64;
                 let remote = if atomic { 0 } else { off as u32 };
                 *req = crate::rdlat::request(p, side, size, base + id - 1, off, remote);

@@ -201,6 +201,9 @@ pub struct Reporter {
     rows: Vec<serde_json::Value>,
     extras: serde_json::Map<String, serde_json::Value>,
     outcome: crate::verify::Outcome,
+    /// Connections the test runs on (`-q`): the title block's "Queues" line and every
+    /// JSON object's `queues`.
+    queues: usize,
 }
 
 impl Reporter {
@@ -233,6 +236,7 @@ impl Reporter {
             rows: Vec::new(),
             extras: serde_json::Map::new(),
             outcome: crate::verify::Outcome::default(),
+            queues: 1,
         }
     }
 
@@ -263,6 +267,13 @@ impl Reporter {
     /// Adds a note to the title (e.g. which side's numbers these are).
     pub fn subtitle(&mut self, s: &str) {
         self.title = format!("{} - {s}", self.title);
+    }
+
+    /// The number of connections (queues) the test runs on, as a line of the title
+    /// block (call it where that line belongs) and `queues` in every JSON object.
+    pub fn queues(&mut self, n: usize) {
+        self.queues = n;
+        self.info("Queues", n.to_string());
     }
 
     /// Adds a line to the title block.
@@ -366,6 +377,7 @@ impl Reporter {
                 "t_p99_us": s.hdr_p99,
                 "t_p999_us": s.hdr_p999,
                 "t_p9999_us": s.hdr_p9999,
+                "queues": self.queues,
             });
             self.emit_json(j);
             return;
@@ -408,6 +420,7 @@ impl Reporter {
                 "bw_avg_mib_s": s.mib_s(avg),
                 "msg_rate_mpps": avg / 1e6,
                 "bw_avg_gbps": s.gbps(avg),
+                "queues": self.queues,
             });
             self.emit_json(j);
             return;

@@ -384,7 +384,7 @@ fn bw_client(side: &Side, p: &Params, rep: &mut Reporter) -> Result<()> {
             req,
             depth_cap: None,
             laps: Some(laps),
-            prepare: |id, req: &mut WorkRequest| {
+            prepare: |id, _conn, req: &mut WorkRequest| {
                 if !p.verify {
                     return Ok(());
                 }

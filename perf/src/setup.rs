@@ -69,6 +69,8 @@ pub fn open_device(p: &Params, spec: &str, ip: [u8; 4]) -> Result<Device> {
         cfg = cfg.max_frame(m);
     }
     cfg.cm_timeout = p.timeout;
+    // -q connections on this device, beyond the default limit when -q is large.
+    cfg.max_connections = cfg.max_connections.max(p.qps as usize + 16);
     cfg.retry_timeout = p.retry_timeout;
     cfg.retry_count = p.retry_count;
     cfg.faults = p.faults.map(|mut f| {
@@ -132,8 +134,11 @@ fn endpoint_and_cq(
     conns: usize,
 ) -> Result<(Endpoint, deposit::CompletionQueue)> {
     let ep = dev.alloc_endpoint(lay.len, rights)?;
-    // Room for every outstanding write to complete with an error (a flush) at once.
-    let cq = dev.create_cq((p.tx_depth as usize + 64).max(256) * conns.max(1));
+    // Room for every outstanding request to complete with an error (a flush) at once:
+    // the stream's window over all the connections, not a depth per connection (which
+    // -q 65536 would make gigabytes).
+    let depth = crate::stream::window(p, conns) as usize + 64;
+    let cq = dev.create_cq(depth.max(256));
     Ok((ep, cq))
 }
 
