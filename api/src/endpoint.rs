@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use deposit_transport::mem::{Backing, EndpointMemory};
-use deposit_transport::tables::{EndpointId, RegWindow, Rights, PAGE_SIZE};
+use deposit_transport::tables::{EndpointEntry, EndpointId, RegWindow, Rights, PAGE_SIZE};
 
 use crate::device::DeviceInner;
 use crate::{Error, EventQueue};
@@ -122,25 +122,13 @@ impl Endpoint {
     /// Sets the rights of logical page `page` (4 KiB) for remote peers; the endpoint's
     /// own rights still apply on top.
     pub fn set_page_rights(&self, page: u64, rights: Rights) -> Result<(), Error> {
-        let id = self.0.id;
-        self.0.dev.call(move |dev| {
-            let e = dev
-                .endpoints
-                .get_mut(id)
-                .ok_or_else(|| Error::InvalidArgument("endpoint released".into()))?;
-            Ok(e.set_page_rights(page, rights)?)
-        })
+        self.with_entry(move |e| Ok(e.set_page_rights(page, rights)?))
     }
 
     /// Gives the endpoint global registers: names `global(0..w.len)` of every
     /// connection into it (one queue fed by many senders).
     pub fn set_global_registers(&self, w: RegWindow) -> Result<(), Error> {
-        let id = self.0.id;
-        self.0.dev.call(move |dev| {
-            let e = dev
-                .endpoints
-                .get_mut(id)
-                .ok_or_else(|| Error::InvalidArgument("endpoint released".into()))?;
+        self.with_entry(move |e| {
             e.set_globals(w);
             Ok(())
         })
@@ -155,13 +143,21 @@ impl Endpoint {
     /// touching a page that is not present exceptions its connection until the page is
     /// back and the connection resumed ([`crate::Connection::resume`]).
     pub fn set_page_present(&self, page: u64, present: bool) -> Result<(), Error> {
+        self.with_entry(move |e| Ok(e.set_page_present(page, present)?))
+    }
+
+    /// Runs `f` on the worker's table entry of this endpoint (a control call).
+    fn with_entry<R: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut EndpointEntry) -> Result<R, Error> + Send + 'static,
+    ) -> Result<R, Error> {
         let id = self.0.id;
         self.0.dev.call(move |dev| {
             let e = dev
                 .endpoints
                 .get_mut(id)
                 .ok_or_else(|| Error::InvalidArgument("endpoint released".into()))?;
-            Ok(e.set_page_present(page, present)?)
+            f(e)
         })
     }
 
