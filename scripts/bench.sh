@@ -6,10 +6,17 @@
 #   * 32 B write message rate (write_bw) vs raw_bw frame rate, ring loopback;
 #   * write_lat vs raw_lat, ring loopback (t_typical, RTT/2);
 #   * write_lat vs raw_lat, two processes over memif;
+#   * 64 KiB write_bw bandwidth vs raw_bw at the largest frame a memif port allows
+#     (--max-frame 9600 on both; raw_bw's default size fills one frame), two processes
+#     over memif; target >= 0.8;
 #   * read_lat and atomic_lat (full RTT, perftest) vs raw_lat's RTT (2 x t_typical),
 #     ring loopback;
 #   * append_bw (many senders, one queue by post-increment on a global register) with
 #     -q 1 and -q 16, 32 B, ring loopback: message rates and their ratio;
+#   * 32 B write_bw message rate on 1 connection vs spread round-robin over 10 000
+#     (-q 1 vs -q 10000; -t 128 per connection, at most 4096 in flight in all: 128
+#     vs 4096 writes in flight, the latter one per connection, each signaled), ring
+#     loopback; target: a drop of at most 10 %;
 #   * compound vs plain write message rate, 32 B, ring loopback: write_bw --compound
 #     (per message: indirect address generation, two register ops, a conditional) over
 #     write_bw; target >= 0.67 (a compound op at most 1.5x the cost of a plain write);
@@ -19,6 +26,9 @@
 #     write_lat and write_bw over ip_bw (goal <= 1.2 each); token_lat (a deposit with a
 #     payload token plus a fresh token coming back, RTT/2). The same comparison in one
 #     process, rounds interleaved more finely, follows from `cargo bench --bench ipmsg`;
+#   * an idle server: `ddperf write_lat --server` on a memif port with no client, with
+#     --worker dedicated and --worker inline: CPU use in % of one core (utime + stime
+#     of /proc/PID/stat) over 5 s after 2 s of start-up; target < 5 % each;
 #   * an idle device: first-write latency after idle gaps and CPU use at rest
 #     (`cargo bench --bench wake`);
 #   * 100 000 idle connections: resident memory per node and per connection, and a
@@ -29,6 +39,8 @@
 # OLD_DDPERF (a ddperf built from the earlier commit), the two alternating in every
 # round (which goes first alternates too), medians of each and the median of the
 # per-round new/old ratios.
+# Ratios of rows marked "of rounds" are the median of the per-round ratios (each
+# round's pair ran back to back); the others are ratios of the medians.
 # Needs a release build (scripts/run.sh or `cargo build --release -p ddperf`).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -61,6 +73,26 @@ memif() { # test field args...
     for _ in $(seq 100); do [ -S "$s" ] && break; sleep 0.05; done
     timeout 120 "$bin" "$t" --dev "memif:$s:client" --json "$@" 10.0.0.1 2>/dev/null | field "$f"
     wait "$pid" || true
+}
+
+# CPU use of an idle `write_lat --server` on a memif port (worker mode $1), in % of one
+# core: utime + stime over 5 s, after 2 s of start-up; the server is killed after.
+idle_cpu() {
+    local mode=$1 s="$dir/idle.sock" bin=${DD:-$dd} pid t0 t1 c0 c1 hz
+    hz=$(getconf CLK_TCK)
+    rm -f "$s"
+    "$bin" write_lat --server --dev "memif:$s:server" --worker "$mode" >/dev/null 2>&1 &
+    pid=$!
+    # Fields 14 and 15 of /proc/PID/stat, counted after the ")" that ends field 2.
+    ticks() { sed 's/.*) //' "/proc/$pid/stat" | awk '{print $12 + $13}'; }
+    sleep 2
+    c0=$(ticks) t0=$(date +%s.%N)
+    sleep 5
+    c1=$(ticks) t1=$(date +%s.%N)
+    kill "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+    rm -f "$s"
+    python3 -c "print(f'{100 * ($c1 - $c0) / $hz / ($t1 - $t0):.2f}')"
 }
 
 # One round of the regression set with binary $1, appended to the arrays named
@@ -118,14 +150,15 @@ fi
 
 median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
 
-declare -a wbw rbw wl rl ml mr rdl atl ap1 ap16 cbw l0 l1 l10 lp il ib tl
+declare -a wbw rbw wl rl ml mr rdl atl ap1 ap16 cbw l0 l1 l10 lp il ib tl mwb mrb wq idd idi
 for i in $(seq "$rounds"); do
     rdl+=("$(loop read_lat t_typical_us -s 32 -n 100000)")
     atl+=("$(loop atomic_lat t_typical_us -n 100000)")
     ap1+=("$(loop append_bw msg_rate_mpps -s 32 -n 1000000 -q 1)")
     ap16+=("$(loop append_bw msg_rate_mpps -s 32 -n 1000000 -q 16)")
     cbw+=("$(loop write_bw msg_rate_mpps -s 32 -n 1000000 --compound)")
-    wbw+=("$(loop write_bw msg_rate_mpps -s 32 -n 1000000)")
+    wbw+=("$(loop write_bw msg_rate_mpps -s 32 -n 1000000 -q 1)")
+    wq+=("$(loop write_bw msg_rate_mpps -s 32 -n 1000000 -q 10000)")
     ib+=("$(loop ip_bw msg_rate_mpps -s 32 -n 1000000)")
     rbw+=("$(loop raw_bw msg_rate_mpps -s 32 -n 1000000)")
     wl+=("$(loop write_lat t_typical_us -s 32 -n 100000)")
@@ -134,6 +167,10 @@ for i in $(seq "$rounds"); do
     rl+=("$(loop raw_lat t_typical_us -s 32 -n 100000)")
     ml+=("$(memif write_lat t_typical_us -s 32 -n 50000)")
     mr+=("$(memif raw_lat t_typical_us -s 32 -n 50000)")
+    mwb+=("$(memif write_bw bw_avg_mib_s -s 65536 -n 20000 --max-frame 9600)")
+    mrb+=("$(memif raw_bw bw_avg_mib_s -n 200000 --max-frame 9600)")
+    idd+=("$(idle_cpu dedicated)")
+    idi+=("$(idle_cpu inline)")
     l0+=("$(loop write_bw bw_avg_mib_s -s 4096 -n 200000)")
     l1+=("$(loop write_bw bw_avg_mib_s -s 4096 -n 200000 --faults loss=0.001,seed=7)")
     l10+=("$(loop write_bw bw_avg_mib_s -s 4096 -n 200000 --faults loss=0.01,seed=7)")
@@ -150,6 +187,8 @@ a=$(median "${wl[@]}"); b=$(median "${rl[@]}")
 printf '%-44s %-10s %-10s %s\n' "ring: 32 B t_typical [us] (write_lat/raw_lat)" "$a" "$b" "$(ratio "$a" "$b")"
 a=$(median "${ml[@]}"); b=$(median "${mr[@]}")
 printf '%-44s %-10s %-10s %s\n' "memif: 32 B t_typical [us] (write/raw_lat)" "$a" "$b" "$(ratio "$a" "$b")"
+printf '%-44s %-10s %-10s %s\n' "memif: BW [MiB/s] (64 KiB write_bw/raw_bw)" "$(median "${mwb[@]}")" \
+    "$(median "${mrb[@]}")" "$(paired "${mwb[*]}" "${mrb[*]}") of rounds (target >= 0.8)"
 rrtt=$(python3 -c "print(2*$(median "${rl[@]}"))")
 a=$(median "${rdl[@]}")
 printf '%-44s %-10s %-10s %s\n' "ring: 32 B RTT [us] (read_lat/raw_lat RTT)" "$a" "$rrtt" "$(ratio "$a" "$rrtt")"
@@ -164,6 +203,12 @@ printf '%-44s %-10s %-10s %s\n' "ring: 4 KiB [MiB/s] (0.1 % loss / lossless)" "$
 a=$(median "${l10[@]}")
 printf '%-44s %-10s %-10s %s\n' "ring: 4 KiB [MiB/s] (1 % loss / lossless)" "$a" "$b" "$(ratio "$a" "$b") (goal >= 0.70)"
 printf '%-44s %-10s\n' "ring: 32 B write_lat p99.9 at 0.1 % loss [us]" "$(median "${lp[@]}")"
+printf '%-44s %-10s %-10s %s\n' "connections (medians; ratio: of rounds)" "-q 10000" "-q 1" ratio
+printf '%-44s %-10s %-10s %s\n' "ring: 32 B write_bw msg rate [Mpps]" "$(median "${wq[@]}")" \
+    "$(median "${wbw[@]}")" "$(paired "${wq[*]}" "${wbw[*]}") (target >= 0.90)"
+printf '%-44s %-10s %-10s %s\n' "idle server, memif (median)" dedicated inline ""
+printf '%-44s %-10s %-10s %s\n' "write_lat --server, no client [% of a core]" "$(median "${idd[@]}")" \
+    "$(median "${idi[@]}")" "(target < 5 each)"
 printf '%-44s %-10s %-10s %s\n' "ip vs direct (medians; ratio: of rounds)" ip direct ratio
 printf '%-44s %-10s %-10s %s\n' "ring: 32 B t_typical [us] (ip_lat/write_lat)" "$(median "${il[@]}")" \
     "$(median "${wl[@]}")" "$(paired "${il[*]}" "${wl[*]}") (goal <= 1.2)"
@@ -173,6 +218,9 @@ printf '%-44s %-10s\n' "ring: 32 B token_lat t_typical [us]" "$(median "${tl[@]}
 echo "samples: write_bw ${wbw[*]} | raw_bw ${rbw[*]}"
 echo "         write_lat ${wl[*]} | raw_lat ${rl[*]}"
 echo "         memif write_lat ${ml[*]} | memif raw_lat ${mr[*]}"
+echo "         memif 64 KiB write_bw MiB/s ${mwb[*]} | memif raw_bw MiB/s ${mrb[*]}"
+echo "         write_bw -q 10000 ${wq[*]}"
+echo "         idle server CPU %: dedicated ${idd[*]} | inline ${idi[*]}"
 echo "         read_lat ${rdl[*]} | atomic_lat ${atl[*]}"
 echo "         append_bw -q 1 ${ap1[*]} | -q 16 ${ap16[*]} | write_bw --compound ${cbw[*]}"
 echo "         ip_lat ${il[*]} | ip_bw ${ib[*]} | token_lat ${tl[*]}"

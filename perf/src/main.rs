@@ -259,13 +259,16 @@ struct Cli {
     /// Atomic operation of atomic_lat / atomic_bw.
     #[arg(short = 'A', long = "atomic_type", alias = "atomic-type", value_enum, default_value_t = AtomicOp::FetchAndAdd)]
     atomic: AtomicOp,
-    /// Connections, 1 to 65536 (write_bw, default 1; append_bw: senders sharing the
-    /// server's queue, default 16). The client opens N connections to the server, which
-    /// accepts N, and posts round-robin over them (request k on connection k mod N).
-    /// Outstanding work: -t per connection as in perftest, but at most 4096 requests
-    /// over all the connections together, so min(t x N, 4096) in flight (with
-    /// N > 4096: at most one per connection, each signaled; memory does not grow
-    /// with N beyond the connections themselves).
+    /// Connections, 1 to 65536 (write_bw: default 1; append_bw: senders sharing the
+    /// server's queue, default 16).
+    ///
+    /// The client opens N connections to the server, which accepts N, and posts
+    /// round-robin over them (request k on connection k mod N). Outstanding requests:
+    /// -t per connection as in perftest, but at most 4096 over all the connections
+    /// together, i.e. min(t x N, 4096) in flight, so that memory does not grow with N
+    /// beyond the connections themselves (at -q 65536: at most one request in flight
+    /// per connection). Each connection signals every min(cq-mod, t, 4096 / N)th of
+    /// its requests (with -t 128, from N = 2049 on: every one) and its last.
     #[arg(short = 'q', long = "qp")]
     qps: Option<u32>,
     /// write_bw: post each write as a compound operation (indirect address, two
