@@ -260,14 +260,7 @@ fn reporter(p: &Params, side: &Side, ports: &str, enabled: bool) -> Reporter {
         _ => {}
     }
     if side.more.is_empty() {
-        rep.info(
-            "Connection",
-            format!(
-                "local {} -> remote {}",
-                s.conn.local_number(),
-                s.conn.remote_number()
-            ),
-        );
+        rep.connection(&s.conn);
     } else {
         rep.info("Connections", (side.more.len() + 1).to_string());
     }

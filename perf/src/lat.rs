@@ -125,14 +125,7 @@ fn reporter(p: &Params, s: &Session, ports: &str) -> Reporter {
     rep.info("Worker", format!("{:?}", p.progress));
     rep.queues(1);
     rep.info("CQ Moderation", p.cq_mod.to_string());
-    rep.info(
-        "Connection",
-        format!(
-            "local {} -> remote {}",
-            s.conn.local_number(),
-            s.conn.remote_number()
-        ),
-    );
+    rep.connection(&s.conn);
     rep
 }
 

@@ -276,6 +276,18 @@ impl Reporter {
         self.info("Queues", n.to_string());
     }
 
+    /// The "Connection" line: local and remote connection numbers.
+    pub fn connection(&mut self, conn: &deposit::Connection) {
+        self.info(
+            "Connection",
+            format!(
+                "local {} -> remote {}",
+                conn.local_number(),
+                conn.remote_number()
+            ),
+        );
+    }
+
     /// Adds a line to the title block.
     pub fn info(&mut self, key: &'static str, value: impl Into<String>) {
         self.info.push((key, value.into()));
