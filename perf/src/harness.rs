@@ -363,23 +363,7 @@ pub fn passive_rounds(
     let s = &side.s;
     let mut total = 0;
     for &(round, size) in sizes {
-        let (flag_at, flag) = exchange::round_end_flag(&s.lay, round);
-        let mut wait = crate::error::Wait::new(
-            p.timeout,
-            "the client's requests or its end-of-round marker",
-        );
-        let mut seen = base;
-        while s.ep.load_u8(flag_at)? != flag {
-            s.dev.progress();
-            let a = s.conn.arrivals();
-            if a != seen {
-                seen = a;
-                wait.progressed();
-            }
-            if wait.tick()? {
-                crate::lat::check_open(&s.conn)?;
-            }
-        }
+        side.await_round_end(p, round, "the client's requests or its end-of-round marker")?;
         let (end, next) = exchange::read_round_end(&s.dev, &s.conn, &s.lay, p, round, base)?;
         base = next;
         total += end.count;
