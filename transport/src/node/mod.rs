@@ -215,6 +215,15 @@ pub struct Stats {
 }
 
 impl Stats {
+    /// A frame section carried `sent` messages (`resent` of them retransmissions) of
+    /// `bytes` payload bytes.
+    #[inline]
+    pub(crate) fn count_sent(&mut self, sent: u32, bytes: u64, resent: u32) {
+        self.msgs_tx += u64::from(sent);
+        self.retransmits += u64::from(resent);
+        self.bytes_payload_tx += bytes;
+    }
+
     #[inline]
     pub fn drop_for(&mut self, r: DropReason) {
         self.drops[r as usize] += 1;

@@ -110,26 +110,21 @@ impl Node {
     /// connections to one peer go in one frame.
     fn bundle_acks(&mut self, w: &mut FrameWriter<'_>, peer: NodeId, next: usize) {
         let end = self.ack_list.len().min(next.saturating_add(BUNDLE_SCAN));
+        let credits = self.credits;
         for j in next..end {
             let slot = self.ack_list[j];
-            let credits = self.credits;
-            let high_queue = self.caps.queues > 1;
-            let Some(conn) = self.conns.get_mut(slot) else {
-                continue;
-            };
-            if !conn.ack_pending
-                || conn.peer != peer
-                || conn.nnaks != 0
-                || !conn.refusals.is_empty()
-                || (high_queue && conn.priority == Priority::High)
-            {
+            let eligible = self.conns.get(slot).is_some_and(|c| {
+                c.ack_pending
+                    && c.peer == peer
+                    && c.nnaks == 0
+                    && c.refusals.is_empty()
+                    && !self.takes_high_queue(c.priority)
+            });
+            if !eligible {
                 continue;
             }
-            let sack = if conn.rx.has_gap() {
-                conn.rx.ack().1.words32().filter(|&w| w != 0).count()
-            } else {
-                0
-            };
+            let conn = self.conns.get_mut(slot).expect("eligible slot");
+            let sack = sack_cells(conn).count();
             if !w.begin_section(&ack_header(conn, credits), sack) {
                 break;
             }
@@ -474,10 +469,8 @@ impl Node {
         }
         took_ack(conn);
         let (peer, done) = (conn.peer, conn.tx.next_to_send().is_none());
-        self.stats.msgs_tx += sent as u64;
-        self.stats.retransmits += resent as u64;
-        self.stats.bytes_payload_tx += bytes;
-        if let Some(from) = bundle.filter(|_| done && w.section_fits(1)) {
+        self.stats.count_sent(sent, bytes, resent);
+        if let Some(from) = bundle.filter(|_| done) {
             self.bundle(&mut w, peer, from, now);
         }
         self.stats.cells_tx += w.frame_cells() as u64;
@@ -507,9 +500,10 @@ impl Node {
                 break;
             }
             let slot = self.ready[(from + j) % n];
-            let eligible = self.conns.get(slot).is_some_and(|c| {
-                c.peer == peer && c.ready && c.priority == Priority::Low && now >= c.rnr_until
-            });
+            let eligible = self
+                .conns
+                .get(slot)
+                .is_some_and(|c| c.peer == peer && c.ready && c.priority == Priority::Low);
             if !eligible || !self.has_send_work(slot) || !self.admit(slot, now, false) {
                 continue;
             }
@@ -524,9 +518,7 @@ impl Node {
             let (sent, bytes, resent) = fill_frame(conn, first, w, &self.endpoints, now);
             took_ack(conn);
             self.stats.sections_tx += 1;
-            self.stats.msgs_tx += sent as u64;
-            self.stats.retransmits += resent as u64;
-            self.stats.bytes_payload_tx += bytes;
+            self.stats.count_sent(sent, bytes, resent);
             self.bundled.push(slot);
         }
     }
@@ -645,20 +637,29 @@ fn push_ack_cells(conn: &Connection, w: &mut FrameWriter<'_>, told: usize) -> us
         }
         pushed += 1;
     }
-    if conn.rx.has_gap() && told == conn.refusals.len() {
-        for (i, word) in conn.rx.ack().1.words32().enumerate() {
-            if word != 0 {
-                let c = ControlRepr {
-                    opcode: op::SACK,
-                    operand: i as u32,
-                    index: word,
-                    ..Default::default()
-                };
-                let _ = w.push(&c, &[]);
-            }
+    if told == conn.refusals.len() {
+        for c in sack_cells(conn) {
+            let _ = w.push(&c, &[]);
         }
     }
     pushed
+}
+
+/// The selective part of `conn`'s acknowledgement: one SACK cell per non-empty 32-bit
+/// word of what arrived beyond the cumulative point (none without a gap).
+fn sack_cells(conn: &Connection) -> impl Iterator<Item = ControlRepr> + '_ {
+    let words = conn.rx.has_gap().then(|| conn.rx.ack().1.words32());
+    words
+        .into_iter()
+        .flatten()
+        .enumerate()
+        .filter(|&(_, word)| word != 0)
+        .map(|(i, word)| ControlRepr {
+            opcode: op::SACK,
+            operand: i as u32,
+            index: word,
+            ..Default::default()
+        })
 }
 
 pub(super) fn conn_underlay(

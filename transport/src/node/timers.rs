@@ -21,29 +21,21 @@ use super::{fail_connection, send, Node};
 pub(crate) type TimerQueue = BinaryHeap<Reverse<(u64, u32)>>;
 
 /// Arms `conn`'s timer for `when` unless an earlier one is armed. The entry it
-/// supersedes stays queued as the connection's spare.
+/// supersedes stays queued as the connection's spare; with none armed (its entry just
+/// fired), the spare, if it comes no later than `when`, serves instead of a new entry.
+/// A connection whose deadlines move between near (retransmission) and far (keepalive)
+/// with every message so keeps one far entry per keepalive period, not one per message.
 #[inline]
 pub(crate) fn arm(timers: &mut TimerQueue, conn: &mut Connection, when: u64) {
-    if when < conn.timer_armed {
+    if conn.timer_armed == u64::MAX && conn.timer_spare <= when {
+        conn.timer_armed = conn.timer_spare;
+        conn.timer_spare = u64::MAX;
+    } else if when < conn.timer_armed {
         if conn.timer_armed != u64::MAX {
             conn.timer_spare = conn.timer_armed;
         }
         conn.timer_armed = when;
         timers.push(Reverse((when, conn.number)));
-    }
-}
-
-/// Arms `conn`'s timer for `when` after its armed entry fired: its spare entry, if it
-/// comes no later, serves instead of a new one. A connection whose deadlines move
-/// between near (retransmission) and far (keepalive) with every message so keeps one
-/// far entry per keepalive period, not one per message.
-#[inline]
-fn rearm_fired(timers: &mut TimerQueue, conn: &mut Connection, when: u64) {
-    if conn.timer_spare <= when {
-        conn.timer_armed = conn.timer_spare;
-        conn.timer_spare = u64::MAX;
-    } else {
-        arm(timers, conn, when);
     }
 }
 
@@ -108,11 +100,7 @@ impl Node {
             }
             conn.timer_armed = u64::MAX;
             if self.conn_timer(slot, now) {
-                let (keepalive, tick) = (self.keepalive_ticks, self.timer_tick);
-                let conn = self.conns.get_mut(slot).expect("slot");
-                let d = deadline(conn, now, keepalive, tick).max(now + 1);
-                rearm_fired(&mut self.timers, conn, d);
-                self.schedule(slot);
+                self.rearm(slot);
             }
         }
     }

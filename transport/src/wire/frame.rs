@@ -99,10 +99,10 @@ impl<'a> FrameView<'a> {
             return Err(WireError::BadCrc { expected, got });
         }
         // Every section's header and cell count before anything acts on the frame.
+        let first = split_section(covered)?;
         let mut frame_cells = 0u32;
-        let mut at = covered;
+        let (mut header, mut cells, mut rest) = first;
         loop {
-            let (header, cells, rest) = split_section(at)?;
             frame_cells += u32::from(header.cells);
             if header.flags & hflags::MORE == 0 {
                 if !rest.is_empty() {
@@ -120,9 +120,9 @@ impl<'a> FrameView<'a> {
                     got: 0,
                 });
             }
-            at = rest;
+            (header, cells, rest) = split_section(rest)?;
         }
-        let (header, cells, rest) = split_section(covered)?;
+        let (header, cells, rest) = first;
         Ok(FrameView {
             underlay,
             header,
