@@ -1,6 +1,6 @@
 //! Devices: one DPDK port plus its worker.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -11,6 +11,7 @@ use deposit_transport::connection::{ConnShared, ConnState, Priority};
 use deposit_transport::events::EventQueue as Queue;
 use deposit_transport::mem::EndpointMemory;
 use deposit_transport::node::Stats;
+use deposit_transport::node::MAX_SHARDS;
 use deposit_transport::oplogic::DropReason;
 use deposit_transport::port::{self, EalInfo, Port, PortConfig, PortSpec};
 use deposit_transport::submit::SubmitRing;
@@ -18,7 +19,7 @@ use deposit_transport::tables::{EndpointEntry, NodeAddr, RegProt, RegWindow, Rig
 use deposit_transport::tlb::TlbStats;
 use deposit_transport::wake::WaitQueue;
 use deposit_transport::wire;
-use deposit_transport::worker::{Worker, WorkerConfig};
+use deposit_transport::worker::{ShardLinks, Worker, WorkerConfig};
 
 use crate::endpoint::EpInner;
 use crate::idle::{wait_for, Backoff};
@@ -45,11 +46,19 @@ pub struct DeviceConfig {
     pub ip: [u8; 4],
     pub mac: Option<[u8; 6]>,
     pub progress: Progress,
+    /// Shards (DESIGN.md §6): workers, each with its own node — endpoints, their
+    /// connections, registers and instruction slots — and its own queue pair where the
+    /// port has one per shard (ring), else sharing queue 0 by software dispatch (memif,
+    /// af_packet, af_xdp, null). Endpoints are spread over them round-robin (or placed:
+    /// [`Device::alloc_endpoint_on`]). Inline progress drives every shard from the
+    /// application's calls. Default 1, at most 64.
+    pub workers: usize,
     /// With a dedicated worker: pin its thread to this CPU of the process's affinity
     /// set (the `n`th one, like a DPDK lcore), so that a post waking it from a sleep
     /// is not queued behind a thread spinning on the CPU it last ran on (measured on
     /// this project's VM: 30-60 us to wake when pinned apart, about 4 ms — a scheduler
-    /// tick — when the waker spins where the worker slept). Default: not pinned.
+    /// tick — when the waker spins where the worker slept). Shard k goes to the
+    /// `n + k`th. Default: not pinned.
     pub worker_cpu: Option<usize>,
     /// Largest frame; default: jumbo (9014) where the port allows.
     pub max_frame: Option<usize>,
@@ -95,6 +104,7 @@ impl DeviceConfig {
             ip,
             mac: None,
             progress: Progress::Inline,
+            workers: 1,
             worker_cpu: None,
             max_frame: None,
             nodes: Vec::new(),
@@ -119,6 +129,10 @@ impl DeviceConfig {
     }
     pub fn max_frame(mut self, bytes: usize) -> Self {
         self.max_frame = Some(bytes);
+        self
+    }
+    pub fn workers(mut self, n: usize) -> Self {
+        self.workers = n;
         self
     }
 }
@@ -254,29 +268,89 @@ struct Core {
 }
 
 pub(crate) struct DeviceInner {
-    core: Arc<Core>,
+    /// One per shard, in shard order.
+    shards: Vec<Arc<Core>>,
     event_queue_depth: usize,
-    thread: Mutex<Option<JoinHandle<()>>>,
+    threads: Mutex<Vec<JoinHandle<()>>>,
     local: NodeAddr,
     max_frame: usize,
     segment_max: u32,
     port_spec: PortSpec,
+    /// Registers and instruction slots per shard: a window's shard is its base over
+    /// these (each shard's file is a range of its own).
+    registers: u32,
+    instructions: u32,
+    /// The shard the next endpoint goes to (round-robin).
+    next_shard: AtomicUsize,
 }
 
 impl DeviceInner {
-    /// Runs control call `f` on the worker and returns its result ([`Core::call`]).
+    /// Runs control call `f` on shard 0's worker and returns its result
+    /// ([`Core::call`]).
     pub(crate) fn call<R: Send + 'static>(
         &self,
         f: impl FnOnce(&mut Worker) -> R + Send + 'static,
     ) -> R {
-        self.core.call(f)
+        self.shards[0].call(f)
     }
+    /// Runs control call `f` on the worker of shard `shard`.
+    pub(crate) fn call_on<R: Send + 'static>(
+        &self,
+        shard: u8,
+        f: impl FnOnce(&mut Worker) -> R + Send + 'static,
+    ) -> R {
+        self.shards[usize::from(shard)].call(f)
+    }
+    /// Runs `f` on every shard's worker, in shard order; the results in that order.
+    pub(crate) fn call_all<R: Send + 'static>(
+        &self,
+        f: impl Fn(&mut Worker) -> R + Send + Sync + 'static,
+    ) -> Vec<R> {
+        let f = Arc::new(f);
+        self.shards
+            .iter()
+            .map(|c| {
+                let f = f.clone();
+                c.call(move |w| f(w))
+            })
+            .collect()
+    }
+    /// Shards of the device.
+    pub(crate) fn shards(&self) -> usize {
+        self.shards.len()
+    }
+    /// The shard whose register file holds window `w` (shard 0 for a window of none).
+    pub(crate) fn register_shard(&self, w: RegWindow) -> u8 {
+        Self::shard_of(w.base, self.registers, self.shards.len())
+    }
+    /// The shard whose instruction memory holds window `w`.
+    pub(crate) fn instruction_shard(&self, w: RegWindow) -> u8 {
+        Self::shard_of(w.base, self.instructions, self.shards.len())
+    }
+    fn shard_of(base: u32, per_shard: u32, shards: usize) -> u8 {
+        (base.checked_div(per_shard).unwrap_or(0) as usize).min(shards - 1) as u8
+    }
+    /// Inline mode: one turn of every shard's worker loop; the frames it moved.
     #[inline]
     pub(crate) fn progress(&self) -> usize {
-        self.core.progress()
+        match self.shards.as_slice() {
+            [one] => one.progress(),
+            all => all.iter().map(|c| c.progress()).sum(),
+        }
     }
     pub(crate) fn is_dedicated(&self) -> bool {
-        self.core.progress == Progress::Dedicated
+        self.shards[0].progress == Progress::Dedicated
+    }
+    /// Stops the worker threads and joins them (they leave their workers behind).
+    fn stop_threads(&self) {
+        for c in &self.shards {
+            c.stop.store(true, Ordering::Relaxed);
+            c.ring.nudge();
+        }
+        let threads = std::mem::take(&mut *self.threads.lock().unwrap_or_else(|e| e.into_inner()));
+        for h in threads {
+            let _ = h.join();
+        }
     }
 }
 
@@ -378,10 +452,23 @@ impl Device {
     /// Opens the port (initialising DPDK's EAL on first use) and starts the worker.
     pub fn open(cfg: DeviceConfig) -> Result<Device, Error> {
         let spec: PortSpec = cfg.port.parse()?;
+        let n = cfg.workers;
+        if n == 0 || n > MAX_SHARDS {
+            return Err(Error::InvalidArgument(format!(
+                "{n} workers (1 to {MAX_SHARDS})"
+            )));
+        }
+        if u64::from(cfg.registers) * n as u64 > u64::from(u32::MAX) {
+            return Err(Error::InvalidArgument(format!(
+                "{} registers per shard over {n} shards exceed the 32-bit index space",
+                cfg.registers
+            )));
+        }
         let mut pcfg = PortConfig::new(spec.clone());
         if let Some(m) = cfg.max_frame {
             pcfg.max_frame = m;
         }
+        pcfg.queues = n as u16;
         let port = Port::open(&pcfg)?;
         let local = NodeAddr {
             mac: cfg
@@ -403,52 +490,94 @@ impl Device {
             max_inflight_bytes: cfg.max_inflight_bytes,
             keepalive_us: cfg.keepalive.as_micros() as u64,
             keepalive_count: cfg.keepalive_count,
+            shards: n as u8,
             ..WorkerConfig::default()
         };
         let max_frame = port.max_frame();
-        let mut worker = Worker::new(port, wcfg);
-        worker.set_faults(cfg.faults);
-        for n in &cfg.nodes {
-            worker.nodes.insert(*n);
+        let instructions = wcfg.instructions;
+        let mut workers: Vec<Worker> = port
+            .split(n)
+            .into_iter()
+            .enumerate()
+            .map(|(k, p)| {
+                let cfg = WorkerConfig {
+                    shard: k as u8,
+                    ..wcfg.clone()
+                };
+                Worker::new(p, cfg)
+            })
+            .collect();
+        if n > 1 {
+            let links = ShardLinks::new(workers.iter().map(|w| w.submit_ring().clone()).collect());
+            for (k, w) in workers.iter_mut().enumerate() {
+                w.join_shards(links.clone(), k);
+            }
         }
-        let segment_max = worker.segment_max();
+        for w in &mut workers {
+            w.set_faults(cfg.faults);
+            for a in &cfg.nodes {
+                w.nodes.insert(*a);
+            }
+        }
+        let segment_max = workers[0].segment_max();
         let dedicated = cfg.progress == Progress::Dedicated;
-        let core = Arc::new(Core {
-            ring: worker.submit_ring().clone(),
-            here: spin::Mutex::new(None),
-            commands: SegQueue::new(),
-            threaded: AtomicBool::new(dedicated),
-            stop: AtomicBool::new(false),
-            progress: cfg.progress,
-        });
+        let shards: Vec<Arc<Core>> = workers
+            .iter()
+            .map(|w| {
+                Arc::new(Core {
+                    ring: w.submit_ring().clone(),
+                    here: spin::Mutex::new(None),
+                    commands: SegQueue::new(),
+                    threaded: AtomicBool::new(dedicated),
+                    stop: AtomicBool::new(false),
+                    progress: cfg.progress,
+                })
+            })
+            .collect();
         let inner = Arc::new(DeviceInner {
-            core: core.clone(),
+            shards: shards.clone(),
             event_queue_depth: cfg.event_queue_depth,
-            thread: Mutex::new(None),
+            threads: Mutex::new(Vec::new()),
             local,
             max_frame,
             segment_max,
             port_spec: spec,
+            registers: cfg.registers,
+            instructions,
+            next_shard: AtomicUsize::new(0),
         });
-        if !dedicated {
-            *core.here.lock() = Some(worker);
-        } else {
-            let me = core;
-            let cpu = cfg.worker_cpu;
-            let h = std::thread::Builder::new()
-                .name("deposit-worker".into())
-                .spawn(move || {
-                    if let Some(n) = cpu {
-                        if port::pin_current_thread_to_nth_cpu(n).is_none() {
-                            eprintln!(
-                                "deposit: cannot pin the worker to CPU #{n}; it runs unpinned"
-                            );
-                        }
+        for (k, (core, worker)) in shards.into_iter().zip(workers).enumerate() {
+            if !dedicated {
+                *core.here.lock() = Some(worker);
+                continue;
+            }
+            let cpu = cfg.worker_cpu.map(|c| c + k);
+            let name = if n == 1 {
+                "deposit-worker".to_string()
+            } else {
+                format!("deposit-worker{k}")
+            };
+            let h = std::thread::Builder::new().name(name).spawn(move || {
+                if let Some(c) = cpu {
+                    if port::pin_current_thread_to_nth_cpu(c).is_none() {
+                        eprintln!("deposit: cannot pin worker {k} to CPU #{c}; it runs unpinned");
                     }
-                    me.run_dedicated(worker)
-                })
-                .map_err(|e| Error::InvalidArgument(format!("cannot spawn worker thread: {e}")))?;
-            *inner.thread.lock().unwrap_or_else(|e| e.into_inner()) = Some(h);
+                }
+                core.run_dedicated(worker)
+            });
+            match h {
+                Ok(h) => inner
+                    .threads
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push(h),
+                Err(e) => {
+                    // The threads started so far stop with the device (dropped here).
+                    return Err(Error::InvalidArgument(format!(
+                        "cannot spawn worker thread: {e}"
+                    )));
+                }
+            }
         }
         Ok(Device { inner })
     }
@@ -485,15 +614,38 @@ impl Device {
         self.inner.call(|w| w.port().link_up())
     }
 
-    /// Adds or updates a node address table entry.
+    /// Adds or updates a node address table entry (every shard's).
     pub fn add_node(&self, addr: NodeAddr) {
-        self.inner.call(move |w| {
+        self.inner.call_all(move |w| {
             w.nodes.insert(addr);
         });
     }
 
+    /// Worker shards of the device ([`DeviceConfig::workers`]).
+    pub fn workers(&self) -> usize {
+        self.inner.shards()
+    }
+
+    /// The shard the next endpoint goes to (round-robin).
+    fn next_shard(&self) -> u8 {
+        let n = self.inner.shards();
+        (self.inner.next_shard.fetch_add(1, Ordering::Relaxed) % n) as u8
+    }
+
+    fn check_shard(&self, shard: usize) -> Result<u8, Error> {
+        if shard < self.inner.shards() {
+            Ok(shard as u8)
+        } else {
+            Err(Error::InvalidArgument(format!(
+                "shard {shard} of a device of {} workers",
+                self.inner.shards()
+            )))
+        }
+    }
+
     fn add_endpoint(
         &self,
+        shard: u8,
         mem: Arc<EndpointMemory>,
         offset: usize,
         len: usize,
@@ -503,13 +655,14 @@ impl Device {
         let events = Arc::new(Queue::new(self.inner.event_queue_depth));
         let exceptions = Arc::new(Queue::new(self.inner.event_queue_depth));
         let (ev, ex) = (events.clone(), exceptions.clone());
-        let id = self.inner.call(move |w| {
+        let id = self.inner.call_on(shard, move |w| {
             let id = w.endpoints.insert(entry);
             w.set_endpoint_queues(id, ev, ex);
             id
         });
         Ok(Endpoint(Arc::new(EpInner {
             dev: self.inner.clone(),
+            shard,
             id,
             mem,
             offset,
@@ -521,13 +674,26 @@ impl Device {
     }
 
     /// Allocates a zeroed endpoint of `len` bytes, from hugepages when reserved
-    /// (ordinary pages otherwise, with a warning).
+    /// (ordinary pages otherwise, with a warning), on the next shard (round-robin).
     pub fn alloc_endpoint(&self, len: usize, rights: Rights) -> Result<Endpoint, Error> {
+        let shard = self.next_shard();
+        self.alloc_endpoint_on(usize::from(shard), len, rights)
+    }
+
+    /// [`Device::alloc_endpoint`] on shard `shard`: its connections, and the register
+    /// and instruction windows they use, are that shard's worker's.
+    pub fn alloc_endpoint_on(
+        &self,
+        shard: usize,
+        len: usize,
+        rights: Rights,
+    ) -> Result<Endpoint, Error> {
+        let shard = self.check_shard(shard)?;
         if len == 0 {
             return Err(Error::InvalidArgument("endpoint length 0".into()));
         }
         let mem = Arc::new(EndpointMemory::alloc(len)?);
-        self.add_endpoint(mem, 0, len, rights)
+        self.add_endpoint(shard, mem, 0, len, rights)
     }
 
     /// Registers an application buffer (4096-aligned) as an endpoint.
@@ -543,11 +709,11 @@ impl Device {
     ) -> Result<Endpoint, Error> {
         // SAFETY: forwarded to the caller's contract.
         let mem = Arc::new(unsafe { EndpointMemory::register(ptr, len)? });
-        self.add_endpoint(mem, 0, len, rights)
+        self.add_endpoint(self.next_shard(), mem, 0, len, rights)
     }
 
     /// A nested endpoint: `len` bytes of `parent` from `offset` (page aligned), with its
-    /// own rights (a peer connected to it sees only that range).
+    /// own rights (a peer connected to it sees only that range), on the parent's shard.
     pub fn sub_endpoint(
         &self,
         parent: &Endpoint,
@@ -555,6 +721,20 @@ impl Device {
         len: usize,
         rights: Rights,
     ) -> Result<Endpoint, Error> {
+        self.sub_endpoint_on(usize::from(parent.0.shard), parent, offset, len, rights)
+    }
+
+    /// [`Device::sub_endpoint`] on shard `shard` (one memory served by several
+    /// shards: each nested endpoint's connections on its own).
+    pub fn sub_endpoint_on(
+        &self,
+        shard: usize,
+        parent: &Endpoint,
+        offset: usize,
+        len: usize,
+        rights: Rights,
+    ) -> Result<Endpoint, Error> {
+        let shard = self.check_shard(shard)?;
         if !Arc::ptr_eq(&parent.0.dev, &self.inner) {
             return Err(Error::ForeignEndpoint);
         }
@@ -564,7 +744,13 @@ impl Device {
                 parent.0.len
             )));
         }
-        self.add_endpoint(parent.0.mem.clone(), parent.0.offset + offset, len, rights)
+        self.add_endpoint(
+            shard,
+            parent.0.mem.clone(),
+            parent.0.offset + offset,
+            len,
+            rights,
+        )
     }
 
     /// A completion queue of `depth` entries.
@@ -611,7 +797,7 @@ impl Device {
     ) -> Result<Connection, Error> {
         self.check_ep(ep)?;
         let (ep_id, cq_shared, topts) = (ep.0.id, cq.shared.clone(), opts.transport());
-        let shared = self.inner.call(move |w| {
+        let shared = self.inner.call_on(ep.0.shard, move |w| {
             let peer = w
                 .nodes
                 .find_ip(peer_ip)
@@ -667,27 +853,41 @@ impl Device {
     ) -> Result<Listener, Error> {
         self.check_ep(ep)?;
         let (ep_id, cq_shared, topts) = (ep.0.id, cq.shared.clone(), opts.transport());
-        let q = self
-            .inner
-            .call(move |w| w.listen(service, ep_id, cq_shared, &topts, 64))?;
+        let shard = ep.0.shard;
+        let q = self.inner.call_on(shard, move |w| {
+            w.listen(service, ep_id, cq_shared, &topts, 64)
+        })?;
+        if self.inner.shards() > 1 {
+            // Every shard learns where requests for the service go.
+            self.inner
+                .call_all(move |w| w.set_route(service, shard, true));
+        }
         Ok(Listener {
             dev: self.clone(),
             service,
+            shard,
             accepted: q,
             ep: ep.clone(),
             cq: cq.clone(),
         })
     }
 
-    /// Allocates `n` address registers from the node-wide file (zeroed, no sender
+    /// Allocates `n` address registers from shard 0's file (zeroed, no sender
     /// rights). Give them to connections ([`ConnOptions::registers`]) or endpoints
-    /// ([`Endpoint::set_global_registers`]); windows may nest or overlap.
+    /// ([`Endpoint::set_global_registers`]) of that shard — with several workers,
+    /// [`Endpoint::alloc_registers`] gives a window of an endpoint's shard; windows may
+    /// nest or overlap.
     pub fn alloc_registers(&self, n: u32) -> Result<RegWindow, Error> {
-        Ok(self.inner.call(move |w| w.regs.alloc(n))?)
+        self.alloc_registers_on(0, n)
+    }
+    /// [`Device::alloc_registers`] from shard `shard`'s file.
+    pub(crate) fn alloc_registers_on(&self, shard: u8, n: u32) -> Result<RegWindow, Error> {
+        Ok(self.inner.call_on(shard, move |w| w.regs.alloc(n))?)
     }
     /// Returns registers to the file.
     pub fn free_registers(&self, w: RegWindow) -> Result<(), Error> {
-        Ok(self.inner.call(move |wk| wk.regs.free(w))?)
+        let shard = self.inner.register_shard(w);
+        Ok(self.inner.call_on(shard, move |wk| wk.regs.free(w))?)
     }
     fn reg_abs(w: RegWindow, i: u32) -> Result<u32, Error> {
         if i < w.len {
@@ -703,50 +903,62 @@ impl Device {
     pub fn read_register(&self, w: RegWindow, i: u32) -> Result<u64, Error> {
         let abs = Self::reg_abs(w, i)?;
         self.inner
-            .call(move |w| w.regs.get(abs))
+            .call_on(self.inner.register_shard(w), move |w| w.regs.get(abs))
             .ok_or_else(|| Error::InvalidArgument(format!("register {abs} not in the file")))
     }
     /// Writes register `i` of window `w`, atomically with respect to message processing.
     pub fn write_register(&self, w: RegWindow, i: u32, v: u64) -> Result<(), Error> {
         let abs = Self::reg_abs(w, i)?;
-        Ok(self.inner.call(move |w| w.regs.set(abs, v))?)
+        let shard = self.inner.register_shard(w);
+        Ok(self.inner.call_on(shard, move |w| w.regs.set(abs, v))?)
     }
     /// Sets what senders may do with register `i` of window `w`.
     pub fn set_register_protection(&self, w: RegWindow, i: u32, p: RegProt) -> Result<(), Error> {
         let abs = Self::reg_abs(w, i)?;
-        Ok(self.inner.call(move |w| w.regs.set_prot(abs, p))?)
+        let shard = self.inner.register_shard(w);
+        Ok(self
+            .inner
+            .call_on(shard, move |w| w.regs.set_prot(abs, p))?)
     }
 
     /// Turns fault injection on received frames on or off at run time.
     pub fn set_faults(&self, cfg: Option<deposit_transport::faults::FaultConfig>) {
-        self.inner.call(move |w| w.set_faults(cfg));
+        self.inner.call_all(move |w| w.set_faults(cfg));
     }
 
     /// What the fault layer injected so far.
     pub fn fault_stats(&self) -> deposit_transport::faults::FaultStats {
-        self.inner.call(|w| w.fault_stats())
+        let mut total = deposit_transport::faults::FaultStats::default();
+        for s in self.inner.call_all(|w| w.fault_stats()) {
+            total += s;
+        }
+        total
     }
 
-    /// Device counters.
+    /// Device counters: every shard's, summed.
     pub fn stats(&self) -> DeviceStats {
-        DeviceStats::from(&self.inner.call(|w| w.stats()))
+        let mut all = self.inner.call_all(|w| w.stats()).into_iter();
+        let mut s = all.next().expect("a device has a shard");
+        for o in all {
+            s.merge(&o);
+        }
+        DeviceStats::from(&s)
+    }
+
+    /// Each shard's counters (per-shard counters are summed by [`Device::stats`]).
+    pub fn shard_stats(&self) -> Vec<DeviceStats> {
+        self.inner
+            .call_all(|w| w.stats())
+            .iter()
+            .map(DeviceStats::from)
+            .collect()
     }
 
     /// Stops the worker without telling any peer, as a crashed node would (tests of
     /// peer failure). The device is unusable afterwards.
     #[doc(hidden)]
     pub fn shutdown_for_test(&self) {
-        self.inner.core.stop.store(true, Ordering::Relaxed);
-        self.inner.core.ring.nudge();
-        let h = self
-            .inner
-            .thread
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take();
-        if let Some(h) = h {
-            let _ = h.join();
-        }
+        self.inner.stop_threads();
     }
 
     /// Transmits a raw frame exactly as given (diagnostics and hostile-input tests).
@@ -758,12 +970,7 @@ impl Device {
 
 impl Drop for DeviceInner {
     fn drop(&mut self) {
-        self.core.stop.store(true, Ordering::Relaxed);
-        self.core.ring.nudge();
-        let h = self.thread.lock().unwrap_or_else(|e| e.into_inner()).take();
-        if let Some(h) = h {
-            let _ = h.join();
-        }
+        self.stop_threads();
     }
 }
 
@@ -825,6 +1032,8 @@ impl ConnOptions {
 pub struct Listener {
     dev: Device,
     service: u32,
+    /// The shard of its endpoint, where its connections are made.
+    shard: u8,
     accepted: Arc<WaitQueue<Arc<ConnShared>>>,
     ep: Endpoint,
     cq: CompletionQueue,
@@ -854,7 +1063,12 @@ impl Listener {
 
 impl Drop for Listener {
     fn drop(&mut self) {
-        let service = self.service;
-        self.dev.inner.call(move |w| w.unlisten(service));
+        let (service, shard) = (self.service, self.shard);
+        self.dev.inner.call_on(shard, move |w| w.unlisten(service));
+        if self.dev.inner.shards() > 1 {
+            self.dev
+                .inner
+                .call_all(move |w| w.set_route(service, shard, false));
+        }
     }
 }

@@ -16,6 +16,8 @@ pub struct Endpoint(pub(crate) Arc<EpInner>);
 
 pub(crate) struct EpInner {
     pub(crate) dev: Arc<DeviceInner>,
+    /// The worker shard that serves it (its connections and their windows).
+    pub(crate) shard: u8,
     pub(crate) id: EndpointId,
     pub(crate) mem: Arc<EndpointMemory>,
     /// Start of this endpoint inside `mem` (nested endpoints share memory).
@@ -53,9 +55,19 @@ impl Endpoint {
     pub fn backing(&self) -> Backing {
         self.0.mem.backing()
     }
-    /// Local endpoint number.
+    /// Local endpoint number (within its shard).
     pub fn id(&self) -> u32 {
         self.0.id.0
+    }
+    /// The worker shard that serves it ([`crate::DeviceConfig::workers`]).
+    pub fn shard(&self) -> usize {
+        usize::from(self.0.shard)
+    }
+
+    /// Allocates `n` address registers from the file of this endpoint's shard (see
+    /// [`crate::Device::alloc_registers`]): a window its connections may use.
+    pub fn alloc_registers(&self, n: u32) -> Result<RegWindow, Error> {
+        Ok(self.0.dev.call_on(self.0.shard, move |w| w.regs.alloc(n))?)
     }
     /// Host address of offset 0 (for applications that manage the memory themselves).
     pub fn as_ptr(&self) -> *mut u8 {
@@ -128,6 +140,13 @@ impl Endpoint {
     /// Gives the endpoint global registers: names `global(0..w.len)` of every
     /// connection into it (one queue fed by many senders).
     pub fn set_global_registers(&self, w: RegWindow) -> Result<(), Error> {
+        if !w.is_empty() && self.0.dev.register_shard(w) != self.0.shard {
+            return Err(Error::InvalidArgument(format!(
+                "register window {w:?} is not of this endpoint's shard ({}): use \
+                 Endpoint::alloc_registers",
+                self.0.shard
+            )));
+        }
         self.with_entry(move |e| {
             e.set_globals(w);
             Ok(())
@@ -152,7 +171,7 @@ impl Endpoint {
         f: impl FnOnce(&mut EndpointEntry) -> Result<R, Error> + Send + 'static,
     ) -> Result<R, Error> {
         let id = self.0.id;
-        self.0.dev.call(move |dev| {
+        self.0.dev.call_on(self.0.shard, move |dev| {
             let e = dev
                 .endpoints
                 .get_mut(id)
@@ -175,7 +194,7 @@ impl Drop for EpInner {
         // Its payload tokens die with it: a later endpoint under the same number must
         // not receive a deposit meant for this one.
         let id = self.id;
-        self.dev.call(move |w| {
+        self.dev.call_on(self.shard, move |w| {
             w.endpoints.remove(id);
             w.tokens.cancel_endpoint(id);
         });

@@ -17,7 +17,7 @@
 
 use std::sync::Arc;
 
-use deposit_transport::connection::ConnShared;
+use deposit_transport::connection::{shard_of_conn, ConnShared};
 
 use crate::device::DeviceInner;
 use crate::queue::{check_postable, check_request};
@@ -83,11 +83,17 @@ impl MulticastGroup {
         for m in &self.members {
             check_postable(m)?;
         }
-        let ring = &self.members[0];
-        if !ring.ring_has_room(self.members.len()) {
-            return Err(Error::SubmitRingFull {
-                capacity: ring.ring_capacity(),
-            });
+        // Each shard's submission ring must take its members' copies.
+        let mut on_ring = [0usize; 256];
+        for m in &self.members {
+            on_ring[usize::from(shard_of_conn(m.number))] += 1;
+        }
+        for m in &self.members {
+            if !m.ring_has_room(on_ring[usize::from(shard_of_conn(m.number))]) {
+                return Err(Error::SubmitRingFull {
+                    capacity: m.ring_capacity(),
+                });
+            }
         }
         // Every member's place in its send queue and, when signaled, its completion
         // slot — or none: what was taken is given back on the first refusal.

@@ -110,17 +110,30 @@ impl Ip {
 }
 
 impl Device {
-    /// Allocates an instruction window of `n` empty slots.
+    /// Allocates an instruction window of `n` empty slots in shard 0's instruction
+    /// memory (for connections of that shard's endpoints; with several workers,
+    /// [`Device::alloc_instructions_for`] gives one of an endpoint's shard).
     pub fn alloc_instructions(&self, n: u32) -> Result<InstrWindow, Error> {
         Ok(InstrWindow(
             self.inner.call(move |w| w.instructions.alloc(n))?,
         ))
     }
 
+    /// [`Device::alloc_instructions`] in the instruction memory of `ep`'s shard.
+    pub fn alloc_instructions_for(&self, ep: &Endpoint, n: u32) -> Result<InstrWindow, Error> {
+        Ok(InstrWindow(
+            self.inner
+                .call_on(ep.0.shard, move |w| w.instructions.alloc(n))?,
+        ))
+    }
+
     /// Frees an instruction window (connections still naming it find it empty).
     pub fn free_instructions(&self, w: InstrWindow) -> Result<(), Error> {
         let w = w.0;
-        Ok(self.inner.call(move |wk| wk.instructions.free(w))?)
+        let shard = self.inner.instruction_shard(w);
+        Ok(self
+            .inner
+            .call_on(shard, move |wk| wk.instructions.free(w))?)
     }
 
     /// Stores `chain` at slot `at` of `w`: the first instruction becomes an entry point,
@@ -129,12 +142,13 @@ impl Device {
     pub fn program(&self, w: InstrWindow, at: u32, chain: &[Instruction]) -> Result<Ip, Error> {
         check_chain(chain)?;
         let chain: Vec<_> = chained(chain).collect();
-        self.inner.call(move |worker| {
-            for (i, ins) in chain.into_iter().enumerate() {
-                worker.instructions.set(w.0, at + i as u32, Some(ins))?;
-            }
-            Ok(Ip(at))
-        })
+        self.inner
+            .call_on(self.inner.instruction_shard(w.0), move |worker| {
+                for (i, ins) in chain.into_iter().enumerate() {
+                    worker.instructions.set(w.0, at + i as u32, Some(ins))?;
+                }
+                Ok(Ip(at))
+            })
     }
 
     /// Stores one instruction at slot `at` of `w` as it is (no entry or chaining
@@ -146,9 +160,10 @@ impl Device {
         ins: Option<Instruction>,
     ) -> Result<(), Error> {
         let ins = ins.map(|i| i.0);
+        let shard = self.inner.instruction_shard(w.0);
         Ok(self
             .inner
-            .call(move |wk| wk.instructions.set(w.0, at, ins))?)
+            .call_on(shard, move |wk| wk.instructions.set(w.0, at, ins))?)
     }
 
     /// Stores `chain` as global instructions from index `at`: usable from every
@@ -157,12 +172,17 @@ impl Device {
     pub fn program_global(&self, at: u32, chain: &[Instruction]) -> Result<Ip, Error> {
         check_chain(chain)?;
         let chain: Vec<_> = chained(chain).collect();
-        self.inner.call(move |worker| {
-            for (i, ins) in chain.into_iter().enumerate() {
-                worker.instructions.set_global(at + i as u32, Some(ins))?;
-            }
-            Ok(Ip(at | GLOBAL_IP))
-        })
+        // Every shard holds the global instructions (they take nothing from it).
+        self.inner
+            .call_all(move |worker| {
+                for (i, ins) in chain.iter().enumerate() {
+                    worker.instructions.set_global(at + i as u32, Some(*ins))?;
+                }
+                Ok(Ip(at | GLOBAL_IP))
+            })
+            .into_iter()
+            .next()
+            .expect("a device has a shard")
     }
 
     /// Registers `len` bytes at `offset` of `ep` in the payload table; any node holding
@@ -179,15 +199,21 @@ impl Device {
         }
         let key = deposit_transport::connection::random_u32();
         let id = ep.0.id;
-        Ok(self
-            .inner
-            .call(move |worker| worker.tokens.insert(id, offset, len, key))?)
+        Ok(self.inner.call_on(ep.0.shard, move |worker| {
+            worker.tokens.insert(id, offset, len, key)
+        })?)
     }
 
     /// Cancels a token: it (and every copy) is refused from now on.
     pub fn cancel_token(&self, token: Token) -> Result<(), Error> {
-        self.inner.call(move |w| w.tokens.cancel(token))?;
-        Ok(())
+        // The token is in its endpoint's shard's table (the others refuse it).
+        let mut r = self
+            .inner
+            .call_all(move |w| w.tokens.cancel(token).map(|_| ()));
+        if r.iter().any(|r| r.is_ok()) {
+            return Ok(());
+        }
+        Ok(r.swap_remove(0)?)
     }
 }
 

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use deposit_transport::connection::{
-    Completion, ConnShared, ConnState, CqShared, Source, WrOpcode,
+    shard_of_conn, Completion, ConnShared, ConnState, CqShared, Source, WrOpcode,
 };
 use deposit_transport::submit::PostError;
 use deposit_transport::wire::cell::{flags, AddrMode};
@@ -259,13 +259,17 @@ impl Connection {
     /// order — and lets the peer's later messages in again.
     pub fn resume(&self) -> Result<(), Error> {
         let number = self.shared.number;
-        Ok(self.dev.call(move |w| w.resume(number))?)
+        Ok(self
+            .dev
+            .call_on(shard_of_conn(number), move |w| w.resume(number))?)
     }
 
     /// Closes the connection: outstanding work completes as flushed, the peer is told.
     pub fn close(&self) {
         let number = self.shared.number;
-        let _ = self.dev.call(move |w| w.close(number));
+        let _ = self
+            .dev
+            .call_on(shard_of_conn(number), move |w| w.close(number));
     }
 }
 

@@ -186,7 +186,7 @@ fn reporter(p: &Params, side: &Side, ports: &str, enabled: bool) -> Reporter {
         ),
     );
     rep.info("Worker", format!("{:?}", p.progress));
-    rep.queues(side.more.len() + 1);
+    rep.queues(p.workers, side.more.len() + 1);
     rep.info("TX depth", p.tx_depth.to_string());
     rep.info("CQ Moderation", p.cq_mod.to_string());
     if p.compound {

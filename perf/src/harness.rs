@@ -212,7 +212,7 @@ fn reporter(p: &Params, side: &Side, ports: &str, enabled: bool) -> Reporter {
         ),
     );
     rep.info("Worker", format!("{:?}", p.progress));
-    rep.queues(side.more.len() + 1);
+    rep.queues(p.workers, side.more.len() + 1);
     if !p.test.is_lat() {
         rep.info("TX depth", p.tx_depth.to_string());
     }

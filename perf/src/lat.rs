@@ -123,7 +123,7 @@ fn reporter(p: &Params, s: &Session, ports: &str) -> Reporter {
         ),
     );
     rep.info("Worker", format!("{:?}", p.progress));
-    rep.queues(1);
+    rep.queues(p.workers, 1);
     rep.info("CQ Moderation", p.cq_mod.to_string());
     rep.connection(&s.conn);
     rep

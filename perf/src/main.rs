@@ -271,6 +271,11 @@ struct Cli {
     /// its requests (with -t 128, from N = 2049 on: every one) and its last.
     #[arg(short = 'q', long = "qp")]
     qps: Option<u32>,
+    /// Worker shards of each device, 1 to 64 (DESIGN.md §6): write_bw spreads its -q
+    /// connections over them on both sides (each shard serves the same memory through
+    /// a nested endpoint of its own); other tests run on shard 0.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
+    workers: u16,
     /// write_bw: post each write as a compound operation (indirect address, two
     /// register operations and a conditional at the receiver).
     #[arg(long, hide = true)]
@@ -341,6 +346,8 @@ pub struct Params {
     pub atomic: AtomicOp,
     /// `-q`: connections of write_bw and append_bw (1 for the other tests).
     pub qps: u32,
+    /// Worker shards of each device (`--workers`).
+    pub workers: usize,
     /// write_bw `--compound`.
     pub compound: bool,
     /// Latency tests: untimed warm-up per size (see [`warmup`]).
@@ -549,6 +556,7 @@ fn resolve(cli: Cli) -> Result<Params> {
         timeout: Duration::from_secs_f64(cli.timeout),
         atomic: cli.atomic,
         qps,
+        workers: usize::from(cli.workers),
         compound: cli.compound,
         warmup: Duration::from_millis(cli.warmup_ms),
         faults: cli.faults,

@@ -202,8 +202,10 @@ pub struct Reporter {
     extras: serde_json::Map<String, serde_json::Value>,
     outcome: crate::verify::Outcome,
     /// Connections the test runs on (`-q`): the title block's "Queues" line and every
-    /// JSON object's `queues`.
+    /// JSON object's `queues`; the worker shards of this side's device (`--workers`):
+    /// its "Workers" line and `workers`.
     queues: usize,
+    workers: usize,
 }
 
 impl Reporter {
@@ -237,6 +239,7 @@ impl Reporter {
             extras: serde_json::Map::new(),
             outcome: crate::verify::Outcome::default(),
             queues: 1,
+            workers: 1,
         }
     }
 
@@ -269,10 +272,13 @@ impl Reporter {
         self.title = format!("{} - {s}", self.title);
     }
 
-    /// The number of connections (queues) the test runs on, as a line of the title
-    /// block (call it where that line belongs) and `queues` in every JSON object.
-    pub fn queues(&mut self, n: usize) {
+    /// The number of worker shards of this side's device and of connections (queues)
+    /// the test runs on, as lines of the title block (call it where they belong) and
+    /// `workers` and `queues` in every JSON object.
+    pub fn queues(&mut self, workers: usize, n: usize) {
+        self.workers = workers;
         self.queues = n;
+        self.info("Workers", workers.to_string());
         self.info("Queues", n.to_string());
     }
 
@@ -390,6 +396,7 @@ impl Reporter {
                 "t_p999_us": s.hdr_p999,
                 "t_p9999_us": s.hdr_p9999,
                 "queues": self.queues,
+                "workers": self.workers,
             });
             self.emit_json(j);
             return;
@@ -433,6 +440,7 @@ impl Reporter {
                 "msg_rate_mpps": avg / 1e6,
                 "bw_avg_gbps": s.gbps(avg),
                 "queues": self.queues,
+                "workers": self.workers,
             });
             self.emit_json(j);
             return;

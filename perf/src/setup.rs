@@ -71,6 +71,7 @@ pub fn open_device(p: &Params, spec: &str, ip: [u8; 4]) -> Result<Device> {
     cfg.cm_timeout = p.timeout;
     // -q connections on this device, beyond the default limit when -q is large.
     cfg.max_connections = cfg.max_connections.max(p.qps as usize + 16);
+    cfg.workers = p.workers;
     cfg.retry_timeout = p.retry_timeout;
     cfg.retry_count = p.retry_count;
     cfg.faults = p.faults.map(|mut f| {
@@ -171,16 +172,41 @@ pub fn serve_with(
     listening: impl FnOnce(),
     conns: usize,
 ) -> Result<(Session, Vec<Connection>)> {
-    let (ep, cq) = endpoint_and_cq(&dev, p, &lay, p.test.server_rights(), conns)?;
+    let rights = p.test.server_rights();
+    let (ep, cq) = endpoint_and_cq(&dev, p, &lay, rights, conns)?;
     prepare(&ep)?;
-    let listener = dev.listen_with(p.service, &ep, &cq, opts)?;
+    // One listener per shard the connections spread over, each on a nested endpoint
+    // of that shard over the same memory: requests are spread among them.
+    let listeners = shard_endpoints(&dev, p, &ep, rights, conns, opts)?
+        .iter()
+        .map(|e| dev.listen_with(p.service, e, &cq, opts))
+        .collect::<std::result::Result<Vec<_>, _>>()?;
     listening();
-    let conn = listener.accept(p.timeout)?;
-    let mut more = Vec::with_capacity(conns.saturating_sub(1));
-    for _ in 1..conns {
-        more.push(listener.accept(p.timeout)?);
+    let mut wait = Wait::new(p.timeout, "the client's connections");
+    let mut accepted = Vec::with_capacity(conns);
+    while accepted.len() < conns {
+        let before = accepted.len();
+        for l in &listeners {
+            let t = if listeners.len() == 1 {
+                p.timeout
+            } else {
+                std::time::Duration::ZERO
+            };
+            if let Ok(c) = l.accept(t) {
+                accepted.push(c);
+            }
+        }
+        if accepted.len() == before {
+            if listeners.len() == 1 {
+                return Err(deposit::Error::Timeout(p.timeout, "a connection request").into());
+            }
+            dev.progress();
+            wait.tick()?;
+        }
     }
-    Ok((Session { dev, ep, conn, lay }, more))
+    let mut all = accepted.into_iter();
+    let conn = all.next().expect("one connection at least");
+    Ok((Session { dev, ep, conn, lay }, all.collect()))
 }
 
 /// Client: waits for the link (memif: the server process) and connects.
@@ -201,8 +227,12 @@ pub fn dial_with(
 ) -> Result<(Session, Vec<Connection>)> {
     wait_link(|| dev.link_up(), p)?;
     let (ep, cq) = endpoint_and_cq(&dev, p, &lay, Rights::REMOTE_WRITE, conns)?;
-    let connect = || {
-        dev.connect_with(peer, p.service, &ep, &cq, opts)
+    let eps = shard_endpoints(&dev, p, &ep, Rights::REMOTE_WRITE, conns, opts)?;
+    let mut next = 0;
+    let mut connect = || {
+        let on = &eps[next % eps.len()];
+        next += 1;
+        dev.connect_with(peer, p.service, on, &cq, opts)
             .map_err(|e| match e {
                 deposit::Error::Rejected(deposit::RejectReason::Timeout) => PerfError::Timeout {
                     what: "the server to accept the connection (is `ddperf <test> --server` running with the same --service?)",
@@ -217,6 +247,34 @@ pub fn dial_with(
         more.push(connect()?);
     }
     Ok((Session { dev, ep, conn, lay }, more))
+}
+
+/// The endpoints connections go through: `ep`, or — with several workers, several
+/// connections and options that name no register or instruction window (those are one
+/// shard's) — a nested endpoint over all of `ep` on each shard, so that the connections
+/// spread over the shards.
+fn shard_endpoints(
+    dev: &Device,
+    p: &Params,
+    ep: &Endpoint,
+    rights: Rights,
+    conns: usize,
+    opts: &ConnOptions,
+) -> Result<Vec<Endpoint>> {
+    let spread = p.workers > 1
+        && conns > 1
+        && opts.registers == deposit::Registers::None
+        && opts.instructions.is_none();
+    if !spread {
+        return Ok(vec![ep.clone()]);
+    }
+    let mut eps = vec![ep.clone()];
+    for k in 0..dev.workers().min(conns) {
+        if k != ep.shard() {
+            eps.push(dev.sub_endpoint_on(k, ep, 0, ep.len(), rights)?);
+        }
+    }
+    Ok(eps)
 }
 
 /// Waits until the port's link is up (memif: the peer process has connected).

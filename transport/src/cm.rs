@@ -48,6 +48,11 @@ pub enum CmError {
     NoConnection(u32),
     #[error("register window: {0}")]
     Registers(#[from] crate::tables::TableError),
+    #[error(
+        "the {0} window belongs to another shard than the endpoint's (shard {1}): allocate \
+         it for the endpoint's shard"
+    )]
+    OtherShard(&'static str, u8),
 }
 
 /// The register window a new connection gives its peer.

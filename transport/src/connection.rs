@@ -556,7 +556,32 @@ pub struct Connection {
     pub timer_spare: u64,
 }
 
+/// Where a connection's frames go: the peer node and the shard there that owns the
+/// peer's connection (the low byte of its number, [`shard_of_conn`]). Sections of one
+/// frame go to one destination.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Dest {
+    pub node: NodeId,
+    pub shard: u8,
+}
+
+/// The shard that owns connection `number` on a node of `shards` shards: its low byte
+/// (numbers are drawn so, [`Connection`] numbers of shard k end in k).
+#[inline]
+pub fn shard_of_conn(number: u32) -> u8 {
+    number as u8
+}
+
 impl Connection {
+    /// The peer node and shard this connection's frames go to.
+    #[inline]
+    pub fn dest(&self) -> Dest {
+        Dest {
+            node: self.peer,
+            shard: shard_of_conn(self.peer_conn),
+        }
+    }
+
     /// Messages needed for a work request of `len` bytes.
     #[inline]
     pub fn segments_for(&self, len: u32) -> u32 {

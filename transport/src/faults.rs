@@ -141,6 +141,16 @@ pub struct FaultStats {
     pub delayed: u64,
 }
 
+impl std::ops::AddAssign for FaultStats {
+    fn add_assign(&mut self, o: FaultStats) {
+        self.dropped += o.dropped;
+        self.duplicated += o.duplicated;
+        self.reordered += o.reordered;
+        self.corrupted += o.corrupted;
+        self.delayed += o.delayed;
+    }
+}
+
 /// The deterministic fault generator.
 #[derive(Debug, Clone)]
 pub struct Faults {

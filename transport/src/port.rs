@@ -78,9 +78,9 @@ pub struct PortStats {
     pub rx_nombuf: u64,
 }
 
-/// One open DPDK port with one or [`HIGH_QUEUES`] rx/tx queue pairs and its own
-/// mempool.
-pub struct Port {
+/// An open DPDK device: what every handle of it ([`Port`]) shares. Closed, and its
+/// mempool freed, when the last handle goes.
+struct PortDev {
     id: u16,
     name: String,
     pool: NonNull<sys::rte_mempool>,
@@ -90,24 +90,44 @@ pub struct Port {
     vdev: Option<CString>,
     /// A ring port: its mempool is kept for the process on drop.
     ring: bool,
-    /// Receive descriptors of the queue (after the device's adjustment).
+    /// Receive descriptors of each queue (after the device's adjustment).
     rx_desc: u16,
-    /// Queue pairs: 1, or 2 where queue [`HIGH_QUEUE`] carries high-priority frames.
+    /// Queue pairs the device was configured with.
     queues: u16,
     /// `NAME:SIDE` of a ring port (released from the open-rings registry of
     /// `open/ring` on drop).
     ring_key: Option<String>,
-    /// Mbufs allocated (and reset) ahead, [`ALLOC_STASH`] at a time: one bulk
-    /// allocation overlaps the cache misses on mbuf headers last written by another
-    /// core (the peer that freed them), where one allocation per frame waits for each.
-    stash: [*mut sys::rte_mbuf; ALLOC_STASH],
-    stash_n: usize,
     /// Bursts go through the interrupt gate ([`intr_gate`]): memif, whose driver
     /// unmaps its rings on the interrupt thread when the peer leaves.
     gated: bool,
 }
 
-// SAFETY: the port's queues are used by one thread at a time (the owner of &mut Port);
+// SAFETY: the device's fields are read-only after opening; the mempool is thread-safe;
+// each queue is used by the one handle that owns it.
+unsafe impl Send for PortDev {}
+unsafe impl Sync for PortDev {}
+
+/// One open DPDK port, or the share of one that a shard owns ([`Port::split`]): the
+/// queue pairs this handle may use and its own allocation stash over the device's
+/// mempool.
+pub struct Port {
+    dev: std::sync::Arc<PortDev>,
+    /// The device queue of this handle's queue 0, and the queue pairs it owns: 1, or
+    /// [`HIGH_QUEUES`] where its queue [`HIGH_QUEUE`] carries high-priority frames; 0
+    /// for a shard that reaches the wire through another (software dispatch).
+    first: u16,
+    queues: u16,
+    /// The receive descriptors this handle's shard may count on: the queue's, or its
+    /// share of queue 0's when shards share it.
+    rx_desc: u16,
+    /// Mbufs allocated (and reset) ahead, [`ALLOC_STASH`] at a time: one bulk
+    /// allocation overlaps the cache misses on mbuf headers last written by another
+    /// core (the peer that freed them), where one allocation per frame waits for each.
+    stash: [*mut sys::rte_mbuf; ALLOC_STASH],
+    stash_n: usize,
+}
+
+// SAFETY: the handle's queues are used by one thread at a time (the owner of &mut Port);
 // the mempool is thread-safe.
 unsafe impl Send for Port {}
 
@@ -117,32 +137,84 @@ impl Port {
         open::open_port(cfg)
     }
 
+    /// A handle of an open device with its first `queues` queue pairs.
+    fn new(dev: PortDev) -> Port {
+        let (queues, rx_desc) = (dev.queues, dev.rx_desc);
+        Port {
+            dev: std::sync::Arc::new(dev),
+            first: 0,
+            queues,
+            rx_desc,
+            stash: [std::ptr::null_mut(); ALLOC_STASH],
+            stash_n: 0,
+        }
+    }
+
+    /// Splits the port among `n` shards: one queue pair each where the device has at
+    /// least `n` (no high-priority queue then), else every queue to the first handle and
+    /// none to the others, which reach the wire through it (software dispatch). One
+    /// handle: the port as it is.
+    pub fn split(self, n: usize) -> Vec<Port> {
+        if n <= 1 {
+            return vec![self];
+        }
+        let direct = usize::from(self.dev.queues) >= n;
+        let mut v = Vec::with_capacity(n);
+        for k in 0..n {
+            let (first, queues) = match (direct, k) {
+                (true, k) => (k as u16, 1),
+                (false, 0) => (0, self.dev.queues),
+                (false, _) => (0, 0),
+            };
+            let rx_desc = if direct {
+                self.dev.rx_desc
+            } else {
+                (usize::from(self.dev.rx_desc) / n) as u16
+            };
+            v.push(Port {
+                dev: self.dev.clone(),
+                first,
+                queues,
+                rx_desc,
+                stash: [std::ptr::null_mut(); ALLOC_STASH],
+                stash_n: 0,
+            });
+        }
+        v
+    }
+
+    /// Queue pairs of the device (all handles together).
+    pub fn device_queues(&self) -> u16 {
+        self.dev.queues
+    }
+
     /// DPDK port id.
     pub fn id(&self) -> u16 {
-        self.id
+        self.dev.id
     }
     /// Device name as DPDK knows it.
     pub fn name(&self) -> &str {
-        &self.name
+        &self.dev.name
     }
     /// Largest frame this port carries (Ethernet header to trailer).
     pub fn max_frame(&self) -> usize {
-        self.max_frame
+        self.dev.max_frame
     }
-    /// Frames the receive queue holds (its descriptors).
+    /// Frames the receive queue holds (its descriptors; a shard's share of them when
+    /// shards share the queue).
     pub fn rx_desc(&self) -> u16 {
         self.rx_desc
     }
     /// The port's MAC address.
     pub fn mac(&self) -> [u8; 6] {
-        self.mac
+        self.dev.mac
     }
 
     /// Mbufs of the port's mempool not free (in rx/tx rings, batches, held frames, or
     /// leaked): a leak check, not a fast-path call.
     pub fn mbufs_in_use(&self) -> usize {
         // SAFETY: the pool lives as long as the port; the count only reads it.
-        let n = unsafe { sys::rte_mempool_in_use_count(self.pool.as_ptr()) as usize };
+        let n = unsafe { sys::rte_mempool_in_use_count(self.dev.pool.as_ptr()) as usize };
         // The allocation stash is the port's own, not in use.
         n.saturating_sub(self.stash_n)
     }
@@ -151,7 +223,7 @@ impl Port {
     pub fn link_up(&self) -> bool {
         let mut link: sys::rte_eth_link = Default::default();
         // SAFETY: valid port, out parameter.
-        let rc = unsafe { sys::rte_eth_link_get_nowait(self.id, &mut link) };
+        let rc = unsafe { sys::rte_eth_link_get_nowait(self.dev.id, &mut link) };
         // link_status is bit 17 of the packed bitfield word after link_speed.
         rc == 0 && link.link_status() != 0
     }
@@ -165,14 +237,14 @@ impl Port {
             // we own, on failure none is written.
             let rc = unsafe {
                 sys::shim_pktmbuf_alloc_bulk(
-                    self.pool.as_ptr(),
+                    self.dev.pool.as_ptr(),
                     self.stash.as_mut_ptr(),
                     ALLOC_STASH as u32,
                 )
             };
             if rc != 0 {
                 // SAFETY: valid pool; returns null when empty.
-                return NonNull::new(unsafe { sys::shim_pktmbuf_alloc(self.pool.as_ptr()) })
+                return NonNull::new(unsafe { sys::shim_pktmbuf_alloc(self.dev.pool.as_ptr()) })
                     .map(Mbuf);
             }
             self.stash_n = ALLOC_STASH;
@@ -201,7 +273,7 @@ impl Port {
             drop(m);
         }
         debug_assert!(q < self.queues);
-        let (id, ptrs) = (self.id, batch.ptrs.as_mut_ptr());
+        let (id, q, ptrs) = (self.dev.id, self.first + q, batch.ptrs.as_mut_ptr());
         // SAFETY: valid port and queue, owned by &mut self; ptrs has room for BURST.
         let n = self.burst(|| unsafe { sys::shim_rx_burst(id, q, ptrs, BURST as u16) });
         batch.n = n as usize;
@@ -218,14 +290,14 @@ impl Port {
     /// while the gate is closed: the burst is retried next turn).
     #[inline]
     fn burst(&self, f: impl FnOnce() -> u16) -> u16 {
-        if !self.gated {
+        if !self.dev.gated {
             return f();
         }
-        if !intr_gate::enter(self.id) {
+        if !intr_gate::enter(self.dev.id) {
             return 0;
         }
         let n = f();
-        intr_gate::leave(self.id);
+        intr_gate::leave(self.dev.id);
         n
     }
 
@@ -250,7 +322,8 @@ impl Port {
             return 0;
         }
         debug_assert!(q < self.queues);
-        let (id, ptrs, n) = (self.id, batch.ptrs.as_mut_ptr(), batch.n as u16);
+        let (id, q) = (self.dev.id, self.first + q);
+        let (ptrs, n) = (batch.ptrs.as_mut_ptr(), batch.n as u16);
         // SAFETY: the first n pointers are owned mbufs; the PMD takes the first `sent`.
         let sent = self.burst(|| unsafe { sys::shim_tx_burst(id, q, ptrs, n) }) as usize;
         if sent < batch.n {
@@ -264,7 +337,7 @@ impl Port {
     pub fn stats(&self) -> PortStats {
         let mut s: sys::rte_eth_stats = Default::default();
         // SAFETY: valid port, out parameter.
-        unsafe { sys::rte_eth_stats_get(self.id, &mut s) };
+        unsafe { sys::rte_eth_stats_get(self.dev.id, &mut s) };
         PortStats {
             ipackets: s.ipackets,
             opackets: s.opackets,
@@ -283,11 +356,16 @@ impl Drop for Port {
         // SAFETY: the stash's first stash_n pointers are mbufs we own.
         unsafe { sys::shim_pktmbuf_free_bulk(self.stash.as_mut_ptr(), self.stash_n as u32) };
         self.stash_n = 0;
+    }
+}
+
+impl Drop for PortDev {
+    fn drop(&mut self) {
         // memif's stop runs its disconnect here: not beside the interrupt thread's.
         let gate =
             self.gated && intr_gate::enter_waiting(self.id, std::time::Duration::from_secs(1));
-        // SAFETY: the port is ours; stop and close release its queues. The mempool is
-        // freed after the port no longer references its mbufs.
+        // SAFETY: the device is ours (no handle is left); stop and close release its
+        // queues. The mempool is freed after the port no longer references its mbufs.
         unsafe {
             sys::rte_eth_dev_stop(self.id);
             sys::rte_eth_dev_close(self.id);

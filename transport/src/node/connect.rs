@@ -25,9 +25,11 @@ use super::{
 };
 
 impl Node {
+    /// A connection number not in use, random but for its low byte: this node's shard
+    /// (`shard`).
     fn unused_conn_number(&self) -> u32 {
         loop {
-            let n = random_u32();
+            let n = (random_u32() & !0xff) | u32::from(self.cfg.shard);
             if n != 0 && !self.conns.contains(n) {
                 return n;
             }
@@ -136,6 +138,28 @@ impl Node {
         Some(c)
     }
 
+    /// Whether connections into `endpoint` with `opts` can be made here: the endpoint
+    /// exists, and the register and instruction windows the options name are this
+    /// shard's.
+    fn check_options(&self, endpoint: EndpointId, opts: &ConnectOptions) -> Result<(), CmError> {
+        if self.endpoints.get(endpoint).is_none() {
+            return Err(CmError::NoEndpoint(endpoint));
+        }
+        if self.cfg.shards <= 1 {
+            return Ok(()); // windows outside the file name nothing (refused per message)
+        }
+        if let Registers::Window(w) = opts.registers {
+            if !w.is_empty() && !self.regs.holds(w) {
+                return Err(CmError::OtherShard("register", self.cfg.shard));
+            }
+        }
+        let w = opts.instructions;
+        if !w.is_empty() && !self.instructions.holds(w) {
+            return Err(CmError::OtherShard("instruction", self.cfg.shard));
+        }
+        Ok(())
+    }
+
     /// Starts connecting to `service` at `peer`; the returned shared state turns
     /// `Normal` when the peer accepts, `Failed` when it refuses or times out.
     pub fn connect(
@@ -146,9 +170,7 @@ impl Node {
         cq: Arc<CqShared>,
         opts: &ConnectOptions,
     ) -> Result<Arc<ConnShared>, CmError> {
-        if self.endpoints.get(endpoint).is_none() {
-            return Err(CmError::NoEndpoint(endpoint));
-        }
+        self.check_options(endpoint, opts)?;
         if self.conns.len() >= self.cfg.max_connections {
             return Err(CmError::TooManyConnections(self.cfg.max_connections));
         }
@@ -177,9 +199,7 @@ impl Node {
         opts: &ConnectOptions,
         backlog: usize,
     ) -> Result<Arc<WaitQueue<Arc<ConnShared>>>, CmError> {
-        if self.endpoints.get(endpoint).is_none() {
-            return Err(CmError::NoEndpoint(endpoint));
-        }
+        self.check_options(endpoint, opts)?;
         if self.listeners.contains_key(&service) {
             return Err(CmError::ServiceInUse(service));
         }

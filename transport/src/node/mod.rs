@@ -42,11 +42,13 @@ mod connect;
 mod link;
 mod recv;
 mod send;
+mod shard;
 mod timers;
 
 pub use link::{FrameBuf, FrameQueue, Link};
 pub use recv::ResumeError;
 pub(crate) use send::{complete_ready, fail_connection, process_ack};
+pub use shard::{ServiceRoutes, MAX_SHARDS};
 
 use crate::cm::{Cm, CmTiming};
 use crate::connection::{ConnShared, ConnTable, CqShared};
@@ -113,6 +115,10 @@ pub struct NodeConfig {
     pub keepalive_count: u32,
     /// Entries of the submission ring posts go through (`submit`).
     pub submit_ring: usize,
+    /// This node's shard of its device, and the device's shards (at most
+    /// [`MAX_SHARDS`]): its connection numbers end in its shard (`shard`).
+    pub shard: u8,
+    pub shards: u8,
 }
 
 impl Default for NodeConfig {
@@ -136,6 +142,8 @@ impl Default for NodeConfig {
             keepalive_us: 5_000_000,
             keepalive_count: 5,
             submit_ring: crate::submit::DEFAULT_RING,
+            shard: 0,
+            shards: 1,
         }
     }
 }
@@ -215,6 +223,56 @@ pub struct Stats {
 }
 
 impl Stats {
+    /// Adds another shard's counters to these (a device's are its shards' summed on
+    /// read; the mbufs in use are the port's, counted once).
+    pub fn merge(&mut self, o: &Stats) {
+        // Destructured: a counter added to `Stats` and not here does not compile.
+        macro_rules! add {
+            ($($f:ident),*) => {
+                let Stats { $($f,)* mbufs_in_use: _, drops: _, tlb: _ } = o;
+                $(self.$f += $f;)*
+            };
+        }
+        add!(
+            frames_rx,
+            frames_rx_high,
+            low_yields,
+            frames_tx,
+            cells_rx,
+            cells_tx,
+            bytes_rx,
+            bytes_tx,
+            bytes_payload_tx,
+            msgs_rx,
+            msgs_tx,
+            bytes_deposited,
+            acks_tx,
+            naks_tx,
+            naks_rx,
+            retransmits,
+            timeouts,
+            keepalive_probes,
+            keepalive_failures,
+            reordered,
+            placed_ahead,
+            duplicates,
+            events,
+            replies_tx,
+            faults,
+            rnr_rx,
+            tx_stalls,
+            posts_orphaned,
+            sections_tx
+        );
+        self.mbufs_in_use = self.mbufs_in_use.max(o.mbufs_in_use);
+        for (d, s) in self.drops.iter_mut().zip(o.drops.iter()) {
+            *d += s;
+        }
+        self.tlb.hits += o.tlb.hits;
+        self.tlb.misses += o.tlb.misses;
+        self.tlb.faults += o.tlb.faults;
+    }
+
     /// A frame section carried `sent` messages (`resent` of them retransmissions) of
     /// `bytes` payload bytes.
     #[inline]
@@ -301,6 +359,8 @@ pub struct Node {
     pub(crate) event_queues: Vec<Option<EndpointQueues>>,
     pub(crate) tlb: Tlb,
     pub(crate) listeners: HashMap<u32, Listener>,
+    /// Which shards of the device listen on which service (`shard`).
+    pub(crate) routes: ServiceRoutes,
     /// Connection management: its own machine, driven by the node.
     pub(crate) cm: Cm,
     pub stats: Stats,
@@ -373,9 +433,15 @@ impl Node {
         let bulk_segment = segment_max_for(caps.max_frame.min(send::BULK_FRAME_BESIDE_HIGH));
         let mut nodes = NodeTable::new();
         nodes.insert(cfg.local);
-        let regs = RegisterFile::new(cfg.registers);
-        let instructions =
-            crate::tables::InstructionMemory::new(cfg.instructions, cfg.global_instructions);
+        // Each shard's registers and instruction slots are a range of their own: a
+        // window names its shard.
+        let shard = u32::from(cfg.shard);
+        let regs = RegisterFile::new_at(shard * cfg.registers, cfg.registers);
+        let instructions = crate::tables::InstructionMemory::new_at(
+            shard * cfg.instructions,
+            cfg.instructions,
+            cfg.global_instructions,
+        );
         let tokens = crate::tables::PayloadTable::new(cfg.payload_tokens);
         let ticks = |us: u64| us_to_ticks(us, hz);
         let timer_tick = ticks((cfg.min_retry_timeout_us / 2).clamp(25, 200));
@@ -399,6 +465,7 @@ impl Node {
             event_queues: Vec::new(),
             tlb: Tlb::new(),
             listeners: HashMap::new(),
+            routes: ServiceRoutes::default(),
             cm,
             stats: Stats::default(),
             ack_list: Vec::with_capacity(1024),

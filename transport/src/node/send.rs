@@ -8,13 +8,13 @@
 //! atomics, its reply has arrived).
 
 use crate::connection::{
-    seq_lt, Completion, ConnState, Connection, Pending, Priority, Source, WcStatus, WorkRequest,
-    WrOpcode, WR_SIGNALED,
+    seq_lt, Completion, ConnState, Connection, Dest, Pending, Priority, Source, WcStatus,
+    WorkRequest, WrOpcode, WR_SIGNALED,
 };
 use crate::message;
 use crate::oplogic::{DropReason, RemoteStatus};
 use crate::reliability::SeqBits;
-use crate::tables::{EndpointTable, NodeAddr, NodeId, NodeTable};
+use crate::tables::{EndpointTable, NodeAddr, NodeTable};
 use crate::wire::{self, hflags, op, ControlRepr, FrameWriter, TransportRepr, UnderlayRepr};
 
 use std::sync::atomic::Ordering;
@@ -88,7 +88,7 @@ impl Node {
         conn.naks.copy_within(pushed..conn.nnaks, 0);
         conn.nnaks -= pushed;
         conn.ack_pending = conn.nnaks != 0;
-        let (done, peer) = (!conn.ack_pending, conn.peer);
+        let (done, peer) = (!conn.ack_pending, conn.dest());
         self.stats.naks_tx += (told + pushed) as u64;
         self.stats.acks_tx += 1;
         if done && !high {
@@ -108,14 +108,14 @@ impl Node {
     /// owes a plain acknowledgement (no NAK to carry) among the next [`BUNDLE_SCAN`] of
     /// `ack_list` from `next` on, while they fit: acknowledgements and credits of many
     /// connections to one peer go in one frame.
-    fn bundle_acks(&mut self, w: &mut FrameWriter<'_>, peer: NodeId, next: usize) {
+    fn bundle_acks(&mut self, w: &mut FrameWriter<'_>, peer: Dest, next: usize) {
         let end = self.ack_list.len().min(next.saturating_add(BUNDLE_SCAN));
         let credits = self.credits;
         for j in next..end {
             let slot = self.ack_list[j];
             let eligible = self.conns.get(slot).is_some_and(|c| {
                 c.ack_pending
-                    && c.peer == peer
+                    && c.dest() == peer
                     && c.nnaks == 0
                     && c.refusals.is_empty()
                     && !self.takes_high_queue(c.priority)
@@ -468,7 +468,7 @@ impl Node {
             return Built::Nothing;
         }
         took_ack(conn);
-        let (peer, done) = (conn.peer, conn.tx.next_to_send().is_none());
+        let (peer, done) = (conn.dest(), conn.tx.next_to_send().is_none());
         self.stats.count_sent(sent, bytes, resent);
         if let Some(from) = bundle.filter(|_| done) {
             self.bundle(&mut w, peer, from, now);
@@ -493,7 +493,7 @@ impl Node {
     /// ready list from `from` on (a cell train across connections, DESIGN.md §4): many
     /// connections with a few small messages each then share frames instead of each
     /// costing one. The connections taken are left in `self.bundled`.
-    fn bundle(&mut self, w: &mut FrameWriter<'_>, peer: NodeId, from: usize, now: u64) {
+    fn bundle(&mut self, w: &mut FrameWriter<'_>, peer: Dest, from: usize, now: u64) {
         let n = self.ready.len();
         for j in 0..n.min(BUNDLE_SCAN) {
             if !w.section_fits(1) {
@@ -503,7 +503,7 @@ impl Node {
             let eligible = self
                 .conns
                 .get(slot)
-                .is_some_and(|c| c.peer == peer && c.ready && c.priority == Priority::Low);
+                .is_some_and(|c| c.dest() == peer && c.ready && c.priority == Priority::Low);
             if !eligible || !self.has_send_work(slot) || !self.admit(slot, now, false) {
                 continue;
             }

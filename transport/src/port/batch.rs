@@ -105,6 +105,24 @@ impl TxBatch {
     pub fn is_full(&self) -> bool {
         self.n == BURST
     }
+
+    /// Hands the frames, in order, to `f` until it gives one back (that one and the
+    /// rest stay queued); returns how many it took.
+    pub fn drain_into(&mut self, mut f: impl FnMut(Mbuf) -> Result<(), Mbuf>) -> usize {
+        let mut i = 0;
+        while i < self.n {
+            // SAFETY: the first n pointers are owned, non-null mbufs.
+            let m = Mbuf(unsafe { NonNull::new_unchecked(self.ptrs[i]) });
+            if let Err(m) = f(m) {
+                self.ptrs[i] = m.into_raw();
+                break;
+            }
+            i += 1;
+        }
+        self.ptrs.copy_within(i..self.n, 0);
+        self.n -= i;
+        i
+    }
 }
 
 impl Drop for TxBatch {

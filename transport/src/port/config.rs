@@ -14,6 +14,9 @@ pub struct PortConfig {
     pub mbufs: u32,
     pub rx_desc: u16,
     pub tx_desc: u16,
+    /// Queue pairs wanted: one per shard ([`Port::split`](super::Port::split)). Ring
+    /// ports get them; other PMDs keep one and shards share it by software dispatch.
+    pub queues: u16,
 }
 
 impl PortConfig {
@@ -30,6 +33,7 @@ impl PortConfig {
             mbufs: 8191,
             rx_desc: 1024,
             tx_desc: 1024,
+            queues: 1,
         }
     }
 }

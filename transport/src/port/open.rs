@@ -20,7 +20,7 @@ pub(super) use ring::release_ring_side;
 use super::eal::{eal_init, EalConfig};
 use super::error::{dpdk_err, PortError};
 use super::thread::register_thread;
-use super::{intr_gate, Port, PortConfig, PortSpec, ALLOC_STASH, HIGH_QUEUES};
+use super::{intr_gate, Port, PortConfig, PortDev, PortSpec, HIGH_QUEUES};
 
 /// Numbers this process's ports: names of ethdevs, vdevs and pools must be unique,
 /// also when a port is reopened.
@@ -40,13 +40,15 @@ struct Ethdev {
     vdev: Option<CString>,
     /// `NAME:SIDE` of a ring port, claimed in the open-rings registry.
     ring_key: Option<String>,
+    /// Queue pairs it has (a ring pair's are set by its first side).
+    queues: u16,
 }
 
 /// Initialises the EAL (defaults, if not done yet) and brings the port up.
 pub(super) fn open_port(cfg: &PortConfig) -> Result<Port, PortError> {
     init_eal_for(&cfg.spec)?;
     let seq = PORT_SEQ.fetch_add(1, Ordering::Relaxed);
-    let queues = queue_pairs(&cfg.spec);
+    let queues = queue_pairs(cfg);
     let mut max_frame = cfg.max_frame.clamp(128, 9600);
     let dev = match &cfg.spec {
         PortSpec::Ring { name, side } => {
@@ -62,9 +64,10 @@ pub(super) fn open_port(cfg: &PortConfig) -> Result<Port, PortError> {
         max_frame = max_frame.min(mtu as usize + 14);
     }
     let pool = create_mempool(cfg, seq, max_frame, &dev.name)?;
+    let queues = dev.queues;
     let rx_desc = configure_ethdev(&dev, cfg, queues, mtu, pool)?;
     let mac = start_ethdev(&dev)?;
-    Ok(Port {
+    Ok(Port::new(PortDev {
         id: dev.id,
         name: dev.name,
         pool,
@@ -73,12 +76,10 @@ pub(super) fn open_port(cfg: &PortConfig) -> Result<Port, PortError> {
         vdev: dev.vdev,
         ring: matches!(cfg.spec, PortSpec::Ring { .. }),
         ring_key: dev.ring_key,
-        stash: [std::ptr::null_mut(); ALLOC_STASH],
-        stash_n: 0,
         rx_desc,
         queues,
         gated: matches!(cfg.spec, PortSpec::Memif { .. }) && intr_gate::install(),
-    })
+    }))
 }
 
 /// Initialises the EAL with defaults (allow-listing the PCI device a PCI spec names)
@@ -96,14 +97,16 @@ fn init_eal_for(spec: &PortSpec) -> Result<(), PortError> {
     Ok(())
 }
 
-/// Queue pairs for a spec. Ring ports get a second queue pair for high-priority
+/// Queue pairs for a port. Ring ports get a second queue pair for high-priority
 /// traffic (a traffic class of its own: the receiver polls it first, so urgent frames
-/// never wait behind bulk ones queued in the port). Other PMDs keep one queue: with
-/// two, DPDK 22.11's memif crashed a ddperf server as its client left (seen 2 runs in
-/// 14).
-fn queue_pairs(spec: &PortSpec) -> u16 {
-    if matches!(spec, PortSpec::Ring { .. }) {
-        HIGH_QUEUES
+/// never wait behind bulk ones queued in the port), or one per shard when more shards
+/// share the port (the side opened second takes the count of the first: see
+/// `open/ring`). Other PMDs keep one queue, its frames dispatched to their shards in
+/// software: with two, DPDK 22.11's memif crashed a ddperf server as its client left
+/// (seen 2 runs in 14).
+fn queue_pairs(cfg: &PortConfig) -> u16 {
+    if matches!(cfg.spec, PortSpec::Ring { .. }) {
+        HIGH_QUEUES.max(cfg.queues)
     } else {
         1
     }

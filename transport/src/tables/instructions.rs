@@ -119,6 +119,9 @@ impl Instruction {
 /// The node's instruction memory and global instructions.
 #[derive(Clone, Debug, Default)]
 pub struct InstructionMemory {
+    /// Absolute index of `slots[0]` (a shard's memory holds its own range, so that a
+    /// window names the shard it belongs to).
+    first: u32,
     slots: Vec<Option<Instruction>>,
     ranges: Ranges,
     global: Vec<Option<Instruction>>,
@@ -128,11 +131,28 @@ impl InstructionMemory {
     /// `capacity` instruction slots for connection windows and `globals` global ones,
     /// all empty.
     pub fn new(capacity: u32, globals: u32) -> Self {
+        Self::new_at(0, capacity, globals)
+    }
+
+    /// [`InstructionMemory::new`] for the window slots from absolute index `first`.
+    pub fn new_at(first: u32, capacity: u32, globals: u32) -> Self {
         Self {
+            first,
             slots: vec![None; capacity as usize],
-            ranges: Ranges::new(capacity),
+            ranges: Ranges::new_at(first, capacity),
             global: vec![None; globals as usize],
         }
+    }
+
+    /// Whether every slot of `w` is in this memory.
+    pub fn holds(&self, w: RegWindow) -> bool {
+        w.base >= self.first && w.end() <= u64::from(self.first) + self.slots.len() as u64
+    }
+
+    /// Index into `slots` of absolute slot `abs` (out of range: past them).
+    #[inline]
+    fn at(&self, abs: u32) -> usize {
+        abs.wrapping_sub(self.first) as usize
     }
 
     /// Instruction slots for windows.
@@ -154,19 +174,21 @@ impl InstructionMemory {
             .ranges
             .alloc(n)
             .map_err(|largest| TableError::InstructionsExhausted { wanted: n, largest })?;
-        self.slots[w.base as usize..w.end() as usize].fill(None);
+        let at = self.at(w.base);
+        self.slots[at..at + w.len as usize].fill(None);
         Ok(w)
     }
 
     /// Frees a window (its instructions are dropped).
     pub fn free(&mut self, w: RegWindow) -> Result<(), TableError> {
-        if w.end() > self.slots.len() as u64 {
+        if !self.holds(w) {
             return Err(TableError::InstructionOutOfRange { index: w.base });
         }
         self.ranges
             .free(w)
             .map_err(|()| TableError::InstructionsNotAllocated { window: w })?;
-        self.slots[w.base as usize..w.end() as usize].fill(None);
+        let at = self.at(w.base);
+        self.slots[at..at + w.len as usize].fill(None);
         Ok(())
     }
 
@@ -183,9 +205,10 @@ impl InstructionMemory {
         let abs = (index < w.len)
             .then(|| w.base.checked_add(index))
             .flatten()
-            .filter(|&a| (a as usize) < self.slots.len())
+            .map(|a| self.at(a))
+            .filter(|&a| a < self.slots.len())
             .ok_or(TableError::InstructionOutOfRange { index })?;
-        self.slots[abs as usize] = ins;
+        self.slots[abs] = ins;
         Ok(())
     }
 
@@ -205,7 +228,7 @@ impl InstructionMemory {
     /// Instruction at absolute slot `abs`.
     #[inline]
     pub fn get(&self, abs: u32) -> Option<&Instruction> {
-        self.slots.get(abs as usize)?.as_ref()
+        self.slots.get(self.at(abs))?.as_ref()
     }
 
     /// Global instruction `index`.

@@ -121,9 +121,12 @@ impl RegWindow {
     }
 }
 
-/// The node-wide register file: values, protections and an allocator of windows.
+/// The node-wide register file: values, protections and an allocator of windows. A
+/// shard's file holds its own range of absolute indices (`first..`), so that a window
+/// names the shard it belongs to.
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
 pub struct RegisterFile {
+    first: u32,
     values: Vec<u64>,
     prots: Vec<RegProt>,
     free: Ranges,
@@ -137,13 +140,13 @@ pub(crate) struct Ranges {
 }
 
 impl Ranges {
-    /// All of `0..capacity` free.
-    pub(crate) fn new(capacity: u32) -> Self {
+    /// All of `first..first + capacity` free.
+    pub(crate) fn new_at(first: u32, capacity: u32) -> Self {
         let free = if capacity == 0 {
             Vec::new()
         } else {
             vec![RegWindow {
-                base: 0,
+                base: first,
                 len: capacity,
             }]
         };
@@ -202,16 +205,23 @@ impl RegisterFile {
     /// A file of `capacity` registers, all zero, destination-only ([`RegProt::NONE`]),
     /// all free.
     pub fn new(capacity: u32) -> Self {
+        Self::new_at(0, capacity)
+    }
+
+    /// A file of the `capacity` registers from absolute index `first` (a shard's).
+    pub fn new_at(first: u32, capacity: u32) -> Self {
         Self {
+            first,
             values: vec![0; capacity as usize],
             prots: vec![RegProt::NONE; capacity as usize],
-            free: Ranges::new(capacity),
+            free: Ranges::new_at(first, capacity),
         }
     }
 
     /// A file of no registers (allocates nothing).
     pub const fn empty() -> Self {
         Self {
+            first: 0,
             values: Vec::new(),
             prots: Vec::new(),
             free: Ranges { free: Vec::new() },
@@ -223,6 +233,17 @@ impl RegisterFile {
         self.values.len() as u32
     }
 
+    /// Whether every register of `w` is in this file.
+    pub fn holds(&self, w: RegWindow) -> bool {
+        w.base >= self.first && w.end() <= u64::from(self.first) + self.values.len() as u64
+    }
+
+    /// Index into the vectors of absolute register `abs` (out of range: past them).
+    #[inline]
+    fn at(&self, abs: u32) -> usize {
+        abs.wrapping_sub(self.first) as usize
+    }
+
     /// Allocates `n` consecutive registers (first fit), zeroed and destination-only.
     pub fn alloc(&mut self, n: u32) -> Result<RegWindow, TableError> {
         if n == 0 {
@@ -232,7 +253,7 @@ impl RegisterFile {
             .free
             .alloc(n)
             .map_err(|largest| TableError::RegistersExhausted { wanted: n, largest })?;
-        let range = window.base as usize..window.end() as usize;
+        let range = self.at(window.base)..self.at(window.base) + window.len as usize;
         self.values[range.clone()].fill(0);
         self.prots[range].fill(RegProt::NONE);
         Ok(window)
@@ -244,7 +265,7 @@ impl RegisterFile {
         if w.is_empty() {
             return Ok(());
         }
-        if w.end() > self.values.len() as u64 {
+        if !self.holds(w) {
             return Err(TableError::RegisterOutOfRange {
                 index: w.base,
                 capacity: self.capacity(),
@@ -259,16 +280,16 @@ impl RegisterFile {
     /// Value of register `abs`.
     #[inline]
     pub fn get(&self, abs: u32) -> Option<u64> {
-        self.values.get(abs as usize).copied()
+        self.values.get(self.at(abs)).copied()
     }
 
     /// Sets register `abs` to `v`.
     #[inline]
     pub fn set(&mut self, abs: u32, v: u64) -> Result<(), TableError> {
-        let capacity = self.capacity();
+        let (capacity, i) = (self.capacity(), self.at(abs));
         let r = self
             .values
-            .get_mut(abs as usize)
+            .get_mut(i)
             .ok_or(TableError::RegisterOutOfRange {
                 index: abs,
                 capacity,
@@ -280,15 +301,15 @@ impl RegisterFile {
     /// Protection of register `abs`.
     #[inline]
     pub fn prot(&self, abs: u32) -> Option<RegProt> {
-        self.prots.get(abs as usize).copied()
+        self.prots.get(self.at(abs)).copied()
     }
 
     /// Sets the protection of register `abs`.
     pub fn set_prot(&mut self, abs: u32, p: RegProt) -> Result<(), TableError> {
-        let capacity = self.capacity();
+        let (capacity, i) = (self.capacity(), self.at(abs));
         let r = self
             .prots
-            .get_mut(abs as usize)
+            .get_mut(i)
             .ok_or(TableError::RegisterOutOfRange {
                 index: abs,
                 capacity,

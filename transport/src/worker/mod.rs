@@ -14,11 +14,15 @@
 use std::ops::{Deref, DerefMut};
 use std::sync::Arc;
 
+mod shards;
+
+pub use shards::{ShardLinks, SHARD_QUEUE};
+
 use crate::cm::{CmError, ConnectOptions};
 use crate::connection::{ConnShared, CqShared};
 use crate::node::{FrameBuf, Link, LinkCaps, Node, NodeConfig, ResumeError, Stats};
 use crate::oplogic::DropReason;
-use crate::port::{rdtsc, tsc_hz, Mbuf, Port, RxBatch, TxBatch, HIGH_QUEUE};
+use crate::port::{rdtsc, tsc_hz, Mbuf, Port, RxBatch, TxBatch, BURST, HIGH_QUEUE};
 use crate::tables::{EndpointId, NodeAddr};
 
 impl FrameBuf for Mbuf {
@@ -42,7 +46,17 @@ struct PortIo {
     /// High-priority frames arrived on the high-priority queue (it is polled every
     /// turn from then on).
     hi_active: bool,
-    /// Last: fields drop in order, and the batches above hold mbufs of its mempool.
+    /// A shard of a device of several: the queues between shards, this shard's
+    /// index, whether its port handle has a queue pair of its own (else its frames
+    /// leave through shard 0's), whether it sends the frames of shards without one,
+    /// and the shards it forwarded frames to this turn (to wake).
+    links: Option<Arc<ShardLinks>>,
+    shard: usize,
+    direct: bool,
+    relay: bool,
+    forwarded: u64,
+    /// Last: fields drop in order, and the batches and queues above hold mbufs of its
+    /// mempool.
     port: Port,
 }
 
@@ -62,21 +76,21 @@ impl Link for PortIo {
 
     #[inline]
     fn full(&mut self, high: bool) -> bool {
-        if high {
+        if high && self.direct {
             self.tx_hi.is_full() && self.port.tx_queue(HIGH_QUEUE, &mut self.tx_hi) == 0
         } else {
-            self.tx.is_full() && self.port.tx(&mut self.tx) == 0
+            self.tx.is_full() && self.tx_bulk() == 0
         }
     }
 
     #[inline]
     fn flush(&mut self, high: bool) {
-        if high {
+        if high && self.direct {
             if !self.tx_hi.is_empty() {
                 self.port.tx_queue(HIGH_QUEUE, &mut self.tx_hi);
             }
         } else if !self.tx.is_empty() {
-            self.port.tx(&mut self.tx);
+            self.tx_bulk();
         }
     }
 
@@ -90,6 +104,73 @@ impl Link for PortIo {
 }
 
 impl PortIo {
+    /// Sends the bulk batch: on the port, or — a shard without a queue pair of its
+    /// own — through shard 0's. Returns the frames it took.
+    #[inline]
+    fn tx_bulk(&mut self) -> usize {
+        match (&self.links, self.direct) {
+            (Some(l), false) => self.tx.drain_into(|m| l.send(self.shard, m)),
+            _ => self.port.tx(&mut self.tx),
+        }
+    }
+
+    /// A received frame to the node, or to the shard that owns it.
+    #[inline]
+    fn deliver(&mut self, node: &mut Node, m: Mbuf, now: u64) {
+        if let Some(l) = &self.links {
+            if let Some(owner) = node.route(m.frame().0) {
+                let owner = usize::from(owner);
+                match l.forward(owner, m) {
+                    Ok(()) => self.forwarded |= 1 << owner,
+                    Err(m) => {
+                        drop(m);
+                        node.stats.drop_for(DropReason::NoBuffer);
+                    }
+                }
+                return;
+            }
+        }
+        take(node, &m, now);
+    }
+
+    /// A sharded device: wakes the shards frames were forwarded to, takes this
+    /// shard's inbox (up to a burst) and, on shard 0 of a port shared by software
+    /// dispatch, queues the other shards' frames for the wire. Returns the frames
+    /// taken.
+    #[inline(never)]
+    fn exchange(&mut self, node: &mut Node, now: u64) -> usize {
+        let Some(l) = self.links.as_deref() else {
+            return 0;
+        };
+        while self.forwarded != 0 {
+            let k = self.forwarded.trailing_zeros() as usize;
+            self.forwarded &= self.forwarded - 1;
+            l.wake(k);
+        }
+        let mut n = 0;
+        while n < BURST {
+            let Some(m) = l.take(self.shard) else {
+                break;
+            };
+            take(node, &m, now);
+            n += 1;
+        }
+        if self.relay {
+            for k in 1..l.shards() {
+                while !self.tx.is_full() {
+                    let Some(m) = l.sent_by(k) else {
+                        break;
+                    };
+                    let _ = self.tx.push(m);
+                }
+                if self.tx.is_full() && self.port.tx(&mut self.tx) == 0 {
+                    break;
+                }
+            }
+        }
+        n
+    }
+
     /// Hands the frames of the high-priority batch to the node; whether there were any.
     /// (Asked every turn: an empty batch costs a load, not a call.)
     #[inline(always)]
@@ -113,6 +194,9 @@ impl PortIo {
     /// rest of a burst: the turn has work).
     #[inline]
     fn rx_bulk(&mut self) -> usize {
+        if !self.direct {
+            return usize::from(self.links.as_ref().is_some_and(|l| l.has_inbox(self.shard)));
+        }
         if self.rx.is_drained() {
             self.port.rx(&mut self.rx)
         } else {
@@ -131,7 +215,7 @@ impl PortIo {
             sent += s;
         }
         let queued = self.tx.len();
-        let s = self.port.tx(&mut self.tx);
+        let s = self.tx_bulk();
         stats.tx_stalls += u64::from(s < queued);
         sent + s
     }
@@ -172,7 +256,8 @@ impl DerefMut for Worker {
 }
 
 impl Worker {
-    /// A worker over an open port.
+    /// A worker over an open port (or a shard's handle of one: see
+    /// [`Worker::join_shards`]).
     pub fn new(port: Port, cfg: WorkerConfig) -> Worker {
         let caps = LinkCaps {
             mac: port.mac(),
@@ -189,11 +274,26 @@ impl Worker {
                 rx_hi: RxBatch::default(),
                 tx_hi: TxBatch::default(),
                 hi_active: false,
+                links: None,
+                shard: 0,
+                direct: true,
+                relay: false,
+                forwarded: 0,
                 port,
             },
             now,
             turn: 0,
         }
+    }
+
+    /// Makes this worker shard `shard` of a device whose shards share `links`
+    /// (`cfg.shard` of its node must say the same).
+    pub fn join_shards(&mut self, links: Arc<ShardLinks>, shard: usize) {
+        let io = &mut self.io;
+        io.direct = io.port.queues() > 0;
+        io.relay = shard == 0 && usize::from(io.port.device_queues()) < links.shards();
+        io.shard = shard;
+        io.links = Some(links);
     }
 
     /// The port.
@@ -240,13 +340,16 @@ impl Worker {
         // Bulk frames wait for the next turn when urgent ones came first: the
         // application sees those at once.
         while let Some(m) = if urgent { None } else { io.rx.next() } {
-            take(node, &m, now);
+            io.deliver(node, m, now);
             if hi && io.port.rx_queue(HIGH_QUEUE, &mut io.rx_hi) > 0 {
                 // An urgent frame came in meanwhile: take it now and end the turn's
                 // receiving here, so that the application sees it at once.
                 urgent = io.take_high(node, now);
                 break;
             }
+        }
+        if io.links.is_some() {
+            n += io.exchange(node, now);
         }
         if urgent {
             // No bulk sending in a turn that took an urgent frame: its answer may be

@@ -16,6 +16,21 @@ use crate::port::{PortSpec, RingSide};
 /// `NAME:SIDE` of every ring side open in this process.
 static OPEN_RINGS: Mutex<Vec<String>> = Mutex::new(Vec::new());
 
+/// Queue pairs of every ring pair made in this process: both sides must have the same
+/// (a frame sent on a queue the other side lacks would go to a ring nobody reads), so
+/// the count of the side opened first holds for the pair.
+static RING_QUEUES: Mutex<Vec<(String, u16)>> = Mutex::new(Vec::new());
+
+/// The queue pairs of ring pair `name`: those it was made with, else `wanted`.
+fn pair_queues(name: &str, wanted: u16) -> u16 {
+    let mut known = RING_QUEUES.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((_, q)) = known.iter().find(|(n, _)| n == name) {
+        return *q;
+    }
+    known.push((name.to_string(), wanted));
+    wanted
+}
+
 /// Creates the ethdev of one side of ring pair `name`, with `queues` queue pairs.
 pub(super) fn create_ring_ethdev(
     spec: &PortSpec,
@@ -25,6 +40,7 @@ pub(super) fn create_ring_ethdev(
     queues: u16,
 ) -> Result<Ethdev, PortError> {
     let key = claim_ring_side(spec, name, side)?;
+    let queues = pair_queues(name, queues);
     let (rx, tx) = ring_queues(name, side, queues)?;
     // The ethdev's own name is this process's port number, not the ring
     // name: unique on every open (a reopened side gets a fresh ethdev) and
@@ -50,6 +66,7 @@ pub(super) fn create_ring_ethdev(
         name: pname,
         vdev: None,
         ring_key: Some(key),
+        queues,
     })
 }
 

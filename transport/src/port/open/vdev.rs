@@ -62,6 +62,7 @@ pub(super) fn create_ethdev(
         name: drv,
         vdev,
         ring_key: None,
+        queues: 1,
     })
 }
 
