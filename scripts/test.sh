@@ -40,7 +40,7 @@ step() {
 # Runs one ddperf test on in-process loopback and checks that every line it prints on
 # stdout is a JSON object with the keys of its kind (stderr passes through); with
 # --verify also `"verify": "ok"`, with --faults the fault counters, with -q N
-# `"queues": N`.
+# `"queues": N`, with --workers N `"workers": N`.
 smoke() {
     local test=$1 out rc=0
     shift
@@ -54,8 +54,8 @@ smoke() {
 import json, sys
 test = sys.argv[1]
 lat = ["test", "bytes", "iterations", "t_min_us", "t_typical_us", "t_avg_us",
-       "t_p99_us", "t_p999_us", "t_max_us", "queues"]
-bw = ["test", "bytes", "iterations", "bw_avg_mib_s", "msg_rate_mpps", "queues"]
+       "t_p99_us", "t_p999_us", "t_max_us", "queues", "workers"]
+bw = ["test", "bytes", "iterations", "bw_avg_mib_s", "msg_rate_mpps", "queues", "workers"]
 need = lat if test.endswith("_lat") else bw
 args = sys.argv[2].split()
 if "--faults" in args:
@@ -81,6 +81,8 @@ for n, line in enumerate(sys.stdin, 1):
         sys.exit(f"ddperf {test}: line {n} says verify {row['verify']!r}: {line!r}")
     if "-q" in args and row["queues"] != int(args[args.index("-q") + 1]):
         sys.exit(f"ddperf {test}: line {n} says queues {row['queues']!r}: {line!r}")
+    if "--workers" in args and row["workers"] != int(args[args.index("--workers") + 1]):
+        sys.exit(f"ddperf {test}: line {n} says workers {row['workers']!r}: {line!r}")
     rows += 1
     fmt = ("  {test} {bytes} B x {iterations}: typical {t_typical_us} us, p99 {t_p99_us} us"
            if test.endswith("_lat") else
@@ -127,6 +129,9 @@ if ((!quick)); then
 fi
 step "build ddperf (release)" cargo build --release -p ddperf
 step "nextest" cargo nextest run --workspace --no-fail-fast
+# The same tests on devices of two worker shards (ring: a queue pair per shard; memif:
+# one shared by software dispatch): endpoints go round-robin over the shards.
+step "nextest, 2 workers" env DEPOSIT_WORKERS=2 cargo nextest run --workspace --no-fail-fast
 step "sans-IO without DPDK" sans_io
 if ((!quick)); then
     step doctests cargo test --doc --workspace
@@ -138,6 +143,8 @@ step "smoke write_bw" smoke write_bw -s 32 -n 100000
 step "smoke write_bw -q 1000" smoke write_bw -s 32 -n 100000 -q 1000 --verify
 step "smoke write_bw -q 20000" smoke write_bw -s 32 -n 100000 -q 20000
 step "smoke append_bw -q 20000" smoke append_bw -s 32 -n 100000 -q 20000 --verify
+step "smoke write_bw --workers 2" smoke write_bw -s 32 -n 100000 -q 64 --workers 2 --verify
+step "smoke write_bw --workers 2 dedicated" smoke write_bw -s 1024 -n 20000 -q 8 --workers 2 --worker dedicated --verify
 # Instruction-pointer messages and payload tokens.
 step "smoke ip_lat" smoke ip_lat -s 32 -n 2000
 step "smoke ip_bw" smoke ip_bw -s 32 -n 100000

@@ -97,6 +97,15 @@ pub struct DeviceConfig {
     pub faults: Option<deposit_transport::faults::FaultConfig>,
 }
 
+/// Workers of a device unless its configuration says: `DEPOSIT_WORKERS` when set to a
+/// number (a run of an unchanged program over several shards), else 1.
+fn default_workers() -> usize {
+    std::env::var("DEPOSIT_WORKERS")
+        .ok()
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(1)
+}
+
 impl DeviceConfig {
     pub fn new(port: &str, ip: [u8; 4]) -> DeviceConfig {
         DeviceConfig {
@@ -104,7 +113,7 @@ impl DeviceConfig {
             ip,
             mac: None,
             progress: Progress::Inline,
-            workers: 1,
+            workers: default_workers(),
             worker_cpu: None,
             max_frame: None,
             nodes: Vec::new(),
