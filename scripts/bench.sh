@@ -26,11 +26,16 @@
 #     write_lat and write_bw over ip_bw (goal <= 1.2 each); token_lat (a deposit with a
 #     payload token plus a fresh token coming back, RTT/2). The same comparison in one
 #     process, rounds interleaved more finely, follows from `cargo bench --bench ipmsg`;
+#   * server shards: 32 B write_bw -q 8 over memif against one inline client, the
+#     server (dedicated) with --workers 2 over --workers 1 (this machine has 2 cores:
+#     scaling past them cannot be shown here);
 #   * an idle server: `ddperf write_lat --server` on a memif port with no client, with
 #     --worker dedicated and --worker inline: CPU use in % of one core (utime + stime
 #     of /proc/PID/stat) over 5 s after 2 s of start-up; target < 5 % each;
 #   * an idle device: first-write latency after idle gaps and CPU use at rest
 #     (`cargo bench --bench wake`);
+#   * the per-message cost of the protocol in one shard's node, sender and receiver,
+#     with no I/O (`cargo bench --bench node`);
 #   * 100 000 idle connections: resident memory per node and per connection, and a
 #     write's round trip among them (`cargo bench --bench conns`).
 # With --compare, a before/after run instead: the regression set of a change (32 B
@@ -69,6 +74,19 @@ memif() { # test field args...
     shift 2
     rm -f "$s"
     timeout 120 "$bin" "$t" --server --dev "memif:$s:server" "$@" >/dev/null 2>&1 &
+    local pid=$!
+    for _ in $(seq 100); do [ -S "$s" ] && break; sleep 0.05; done
+    timeout 120 "$bin" "$t" --dev "memif:$s:client" --json "$@" 10.0.0.1 2>/dev/null | field "$f"
+    wait "$pid" || true
+}
+
+# memif with options for the server only: test field "server options" client options...
+memif_server() {
+    local t=$1 f=$2 so=$3 s="$dir/memif.sock" bin=${DD:-$dd}
+    shift 3
+    rm -f "$s"
+    # shellcheck disable=SC2086 # the server's options are words
+    timeout 120 "$bin" "$t" --server --dev "memif:$s:server" $so "$@" >/dev/null 2>&1 &
     local pid=$!
     for _ in $(seq 100); do [ -S "$s" ] && break; sleep 0.05; done
     timeout 120 "$bin" "$t" --dev "memif:$s:client" --json "$@" 10.0.0.1 2>/dev/null | field "$f"
@@ -150,8 +168,10 @@ fi
 
 median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
 
-declare -a wbw rbw wl rl ml mr rdl atl ap1 ap16 cbw l0 l1 l10 lp il ib tl mwb mrb wq idd idi
+declare -a wbw rbw wl rl ml mr rdl atl ap1 ap16 cbw l0 l1 l10 lp il ib tl mwb mrb wq idd idi sh1 sh2
 for i in $(seq "$rounds"); do
+    sh1+=("$(memif_server write_bw msg_rate_mpps "--worker dedicated --workers 1" -s 32 -n 1000000 -q 8)")
+    sh2+=("$(memif_server write_bw msg_rate_mpps "--worker dedicated --workers 2" -s 32 -n 1000000 -q 8)")
     rdl+=("$(loop read_lat t_typical_us -s 32 -n 100000)")
     atl+=("$(loop atomic_lat t_typical_us -n 100000)")
     ap1+=("$(loop append_bw msg_rate_mpps -s 32 -n 1000000 -q 1)")
@@ -206,6 +226,9 @@ printf '%-44s %-10s\n' "ring: 32 B write_lat p99.9 at 0.1 % loss [us]" "$(median
 printf '%-44s %-10s %-10s %s\n' "connections (medians; ratio: of rounds)" "-q 10000" "-q 1" ratio
 printf '%-44s %-10s %-10s %s\n' "ring: 32 B write_bw msg rate [Mpps]" "$(median "${wq[@]}")" \
     "$(median "${wbw[@]}")" "$(paired "${wq[*]}" "${wbw[*]}") (target >= 0.90)"
+printf '%-44s %-10s %-10s %s\n' "server shards, memif (medians; ratio: of rounds)" "2 shards" "1 shard" ratio
+printf '%-44s %-10s %-10s %s\n' "32 B write_bw -q 8, inline client [Mpps]" "$(median "${sh2[@]}")" \
+    "$(median "${sh1[@]}")" "$(paired "${sh2[*]}" "${sh1[*]}")"
 printf '%-44s %-10s %-10s %s\n' "idle server, memif (median)" dedicated inline ""
 printf '%-44s %-10s %-10s %s\n' "write_lat --server, no client [% of a core]" "$(median "${idd[@]}")" \
     "$(median "${idi[@]}")" "(target < 5 each)"
@@ -220,6 +243,7 @@ echo "         write_lat ${wl[*]} | raw_lat ${rl[*]}"
 echo "         memif write_lat ${ml[*]} | memif raw_lat ${mr[*]}"
 echo "         memif 64 KiB write_bw MiB/s ${mwb[*]} | memif raw_bw MiB/s ${mrb[*]}"
 echo "         write_bw -q 10000 ${wq[*]}"
+echo "         memif write_bw -q 8, server of 1 shard ${sh1[*]} | of 2 shards ${sh2[*]}"
 echo "         idle server CPU %: dedicated ${idd[*]} | inline ${idi[*]}"
 echo "         read_lat ${rdl[*]} | atomic_lat ${atl[*]}"
 echo "         append_bw -q 1 ${ap1[*]} | -q 16 ${ap16[*]} | write_bw --compound ${cbw[*]}"
@@ -229,5 +253,7 @@ echo "instruction pointers vs direct writes, one process (cargo bench -p deposit
 cargo bench -q -p deposit --bench ipmsg -- "$rounds" 2>/dev/null
 echo "idle and waking (cargo bench -p deposit --bench wake):"
 cargo bench -q -p deposit --bench wake 2>/dev/null
+echo "per-message cost of the protocol, no I/O (cargo bench -p deposit-transport --bench node):"
+cargo bench -q -p deposit-transport --bench node 2>/dev/null
 echo "idle connections (cargo bench -p deposit --bench conns):"
 cargo bench -q -p deposit --bench conns 2>/dev/null

@@ -630,8 +630,11 @@ impl Connection {
 pub struct ConnNumberHasher(u64);
 
 impl std::hash::Hasher for ConnNumberHasher {
+    /// The product folded onto itself: its low bits (the map's bucket index) then
+    /// depend on every bit of the number, not only on its low ones — a node's numbers
+    /// all end in its shard's byte.
     fn finish(&self) -> u64 {
-        self.0
+        self.0 ^ (self.0 >> 32)
     }
     fn write(&mut self, bytes: &[u8]) {
         for &b in bytes {
@@ -747,6 +750,18 @@ pub fn random_u64() -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn numbers_of_one_shard_spread_over_the_buckets() {
+        use std::hash::{BuildHasher, BuildHasherDefault};
+        let b = BuildHasherDefault::<ConnNumberHasher>::default();
+        // 4096 numbers of shard 3 (low byte 3) into 4096 buckets (the low 12 bits):
+        // a plain product would use 16 of them.
+        let buckets: std::collections::HashSet<u64> = (0..4096u32)
+            .map(|_| b.hash_one((random_u32() & !0xff) | 3) & 4095)
+            .collect();
+        assert!(buckets.len() > 2000, "{} buckets used", buckets.len());
+    }
 
     #[test]
     fn sequence_comparison_wraps() {

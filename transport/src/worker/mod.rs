@@ -109,7 +109,13 @@ impl PortIo {
     #[inline]
     fn tx_bulk(&mut self) -> usize {
         match (&self.links, self.direct) {
-            (Some(l), false) => self.tx.drain_into(|m| l.send(self.shard, m)),
+            (Some(l), false) => {
+                let n = self.tx.drain_into(|m| l.send(self.shard, m));
+                if n > 0 {
+                    l.wake(0); // shard 0 sends them, even from its sleep
+                }
+                n
+            }
             _ => self.port.tx(&mut self.tx),
         }
     }
