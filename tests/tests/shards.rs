@@ -155,6 +155,43 @@ fn shards_sharing_one_queue_pair_dispatch_in_software() {
         assert!(st.msgs_rx >= 1, "shard {k}: {st:?}");
     }
     drop((cs, ss));
+    // High-priority frames arrive on the pair's second queue, which shard 0 polls as
+    // its high-priority one: they too reach the shard of their connection.
+    let ccq = client.create_cq(64);
+    let cep = client.alloc_endpoint(4096, Rights::NONE).unwrap();
+    cep.fill(0, 4096, 0x7e).unwrap();
+    let high = ConnOptions {
+        priority: Priority::High,
+        ..ConnOptions::default()
+    };
+    let mut on = Vec::new();
+    for i in 0..12u32 {
+        let c = client
+            .connect_with([10, 0, 0, 1], SERVICE, &cep, &ccq, &high)
+            .unwrap();
+        let s = loop {
+            if let Some(s) = ls
+                .iter()
+                .find_map(|l| l.accept(Duration::from_millis(1)).ok())
+            {
+                break s;
+            }
+        };
+        let off = 200 * 1024 + 64 * i as usize;
+        c.post(&WorkRequest::write(9, &cep, 0, 64, off as u32).signaled())
+            .unwrap();
+        let wc = ccq.wait_one(T).expect("completion");
+        assert_eq!(wc.status, WcStatus::Success, "{wc:?}");
+        let at = s.endpoint().shard() * HALF + off;
+        assert_eq!(
+            mem.load_u8(at + 63).unwrap(),
+            0x7e,
+            "high-priority write {i}"
+        );
+        on.push(s.endpoint().shard());
+    }
+    assert!(on.iter().any(|&k| k != 0), "{on:?}");
+    assert!(server.stats().frames_rx_high > 0);
 }
 
 #[test]

@@ -123,20 +123,7 @@ impl PortIo {
     /// A received frame to the node, or to the shard that owns it.
     #[inline]
     fn deliver(&mut self, node: &mut Node, m: Mbuf, now: u64) {
-        if let Some(l) = &self.links {
-            if let Some(owner) = node.route(m.frame().0) {
-                let owner = usize::from(owner);
-                match l.forward(owner, m) {
-                    Ok(()) => self.forwarded |= 1 << owner,
-                    Err(m) => {
-                        drop(m);
-                        node.stats.drop_for(DropReason::NoBuffer);
-                    }
-                }
-                return;
-            }
-        }
-        take(node, &m, now);
+        deliver(self.links.as_deref(), &mut self.forwarded, node, m, now);
     }
 
     /// A sharded device: wakes the shards frames were forwarded to, takes this
@@ -189,7 +176,7 @@ impl PortIo {
         let mut any = false;
         for m in self.rx_hi.by_ref() {
             node.stats.frames_rx_high += 1;
-            take(node, &m, now);
+            deliver(self.links.as_deref(), &mut self.forwarded, node, m, now);
             any = true;
         }
         any
@@ -225,6 +212,26 @@ impl PortIo {
         stats.tx_stalls += u64::from(s < queued);
         sent + s
     }
+}
+
+/// A received frame to the node, or — on a device of several shards — to the shard
+/// that owns it (noted in `forwarded`, to wake it at the end of the turn).
+#[inline]
+fn deliver(links: Option<&ShardLinks>, forwarded: &mut u64, node: &mut Node, m: Mbuf, now: u64) {
+    if let Some(l) = links {
+        if let Some(owner) = node.route(m.frame().0) {
+            let owner = usize::from(owner);
+            match l.forward(owner, m) {
+                Ok(()) => *forwarded |= 1 << owner,
+                Err(m) => {
+                    drop(m);
+                    node.stats.drop_for(DropReason::NoBuffer);
+                }
+            }
+            return;
+        }
+    }
+    take(node, &m, now);
 }
 
 /// A received mbuf into the node (a frame split over segments is refused).
