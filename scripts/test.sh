@@ -168,6 +168,7 @@ for t in write_lat write_bw read_lat read_bw atomic_lat atomic_bw send_lat send_
     esac
     step "verify $t" smoke $t "${size[@]}" -n $n --verify
     step "verify $t faults" smoke $t "${size[@]}" -n $n --faults $faults --verify
+    step "verify $t --workers 2" smoke $t "${size[@]}" -n $n --workers 2 --verify
 done
 step "verify atomic_lat cas" smoke atomic_lat -A CMP_AND_SWAP -n 2000 --faults $faults --verify
 step "verify atomic_bw cas" smoke atomic_bw -A CMP_AND_SWAP -n 20000 --faults $faults --verify

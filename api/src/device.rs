@@ -1081,3 +1081,56 @@ impl Drop for Listener {
         }
     }
 }
+
+/// Tests that bring up the EAL: each runs in its own process under `cargo nextest`.
+#[cfg(test)]
+mod shard_tests {
+    use super::*;
+    use crate::{Rights, WorkRequest};
+    use deposit_transport::connection::WcStatus;
+
+    /// Shards run in parallel: while shard 1's worker is held in a control call (a
+    /// stand-in for a long compound operation or a burst of its own), shard 0's worker
+    /// goes on serving writes into its endpoint.
+    #[test]
+    fn a_busy_shard_does_not_hold_up_another() {
+        let server = Device::open(
+            DeviceConfig::new("ring:par:b", [10, 0, 0, 1])
+                .progress(Progress::Dedicated)
+                .workers(2),
+        )
+        .unwrap();
+        let client = Device::open(DeviceConfig::new("ring:par:a", [10, 0, 0, 2])).unwrap();
+        let sep = server
+            .alloc_endpoint_on(0, 1 << 16, Rights::REMOTE_WRITE)
+            .unwrap();
+        let scq = server.create_cq(64);
+        let l = server.listen(5, &sep, &scq).unwrap();
+        let cep = client.alloc_endpoint(4096, Rights::NONE).unwrap();
+        let ccq = client.create_cq(4096);
+        let c = client.connect([10, 0, 0, 1], 5, &cep, &ccq).unwrap();
+        let _s = l.accept(Duration::from_secs(10)).unwrap();
+        let hold = Duration::from_millis(1500);
+        let inner = server.inner.clone();
+        let held = std::thread::spawn(move || {
+            inner.call_on(1, move |_| std::thread::sleep(hold));
+        });
+        std::thread::sleep(Duration::from_millis(50)); // shard 1 is in the call now
+        let t0 = Instant::now();
+        let mut done = 0;
+        while done < 200 {
+            c.post(&WorkRequest::write(done, &cep, 0, 32, 0).signaled())
+                .unwrap();
+            let wc = ccq.wait_one(Duration::from_secs(10)).expect("completion");
+            assert_eq!(wc.status, WcStatus::Success);
+            done += 1;
+        }
+        let took = t0.elapsed();
+        assert!(
+            !held.is_finished(),
+            "shard 1 was released before shard 0 served 200 round trips ({took:?})"
+        );
+        held.join().unwrap();
+        assert_eq!(server.shard_stats()[0].msgs_rx, 200);
+    }
+}

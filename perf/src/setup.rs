@@ -249,10 +249,10 @@ pub fn dial_with(
     Ok((Session { dev, ep, conn, lay }, more))
 }
 
-/// The endpoints connections go through: `ep`, or — with several workers, several
-/// connections and options that name no register or instruction window (those are one
-/// shard's) — a nested endpoint over all of `ep` on each shard, so that the connections
-/// spread over the shards.
+/// The endpoints connections go through: `ep`, or — write_bw with several workers,
+/// several connections and options that name no register or instruction window (those
+/// are one shard's) — a nested endpoint over all of `ep` on each shard, so that the
+/// connections spread over the shards.
 fn shard_endpoints(
     dev: &Device,
     p: &Params,
@@ -261,8 +261,11 @@ fn shard_endpoints(
     conns: usize,
     opts: &ConnOptions,
 ) -> Result<Vec<Endpoint>> {
+    // append_bw's senders share one queue: a global register of the server's
+    // endpoint, which is one shard's.
     let spread = p.workers > 1
         && conns > 1
+        && p.test == crate::Test::WriteBw
         && opts.registers == deposit::Registers::None
         && opts.instructions.is_none();
     if !spread {
