@@ -36,20 +36,29 @@ fn main() {
         .skip(1)
         .find_map(|a| a.parse().ok())
         .unwrap_or(8);
-    let server =
-        Device::open(DeviceConfig::new("ring:wake:b", [10, 0, 0, 1]).progress(Progress::Dedicated))
-            .expect("server device");
+    // As DPDK applications place lcores: the worker on a CPU of its own, the
+    // application on another (unpinned, a wake lands on the CPU the waker spins on
+    // and waits for a scheduler tick: milliseconds on this project's VM).
+    let mut scfg = DeviceConfig::new("ring:wake:b", [10, 0, 0, 1]).progress(Progress::Dedicated);
+    scfg.worker_cpu = Some(1);
+    let server = Device::open(scfg).expect("server device");
     let client = Device::open(DeviceConfig::new("ring:wake:a", [10, 0, 0, 2])).expect("client");
     let sep = server.alloc_endpoint(4096, Rights::REMOTE_WRITE).unwrap();
     let scq = server.create_cq(16);
     let l = server.listen(5, &sep, &scq).unwrap();
+    if deposit_transport::port::pin_current_thread_to_nth_cpu(0).is_none() {
+        eprintln!("wake: cannot pin the client to CPU #0 (one CPU?): it runs unpinned");
+    }
     let cep = client.alloc_endpoint(4096, Rights::REMOTE_WRITE).unwrap();
     let cq = client.create_cq(16);
     let c = client.connect([10, 0, 0, 1], 5, &cep, &cq).unwrap();
     let _s = l.accept(T).unwrap();
     let wr = WorkRequest::write(1, &cep, 0, 32, 0).signaled();
 
-    println!("first write after an idle gap (server: dedicated worker; client: inline)");
+    println!(
+        "first write after an idle gap (server: dedicated worker on CPU #1, ring doorbell; \
+         client: inline on CPU #0)"
+    );
     println!(
         "{:>10} {:>7} {:>10} {:>10} {:>10}",
         "gap", "trials", "p50 us", "p99 us", "max us"

@@ -436,13 +436,14 @@ impl Core {
                 }
             }
             // Adaptive polling (`idle`): spin through a short quiet, then sleep
-            // until a post (or a control call) wakes it, or for a nap at most: frames
-            // arriving meanwhile wait for the nap's end.
+            // until a post, a control call or — on a ring port — a frame (its doorbell)
+            // wakes it, or for a nap at most: on other ports frames arriving meanwhile
+            // wait for the nap's end (their PMDs here have no rx interrupts).
             if work != 0 {
                 backoff.reset();
             } else if !backoff.spin() {
                 let nap = backoff.nap_length();
-                self.ring.sleep_until(Instant::now() + nap);
+                w.sleep_until(Instant::now() + nap);
             }
         }
         *self.here.lock() = Some(w);

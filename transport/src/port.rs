@@ -30,6 +30,7 @@
 mod batch;
 mod clock;
 mod config;
+mod doorbell;
 mod eal;
 mod error;
 mod intr_gate;
@@ -47,6 +48,7 @@ use dpdk_sys as sys;
 pub use batch::{RxBatch, TxBatch};
 pub use clock::{rdtsc, tsc_hz};
 pub use config::PortConfig;
+pub use doorbell::Doorbell;
 pub use eal::{eal_info, eal_init, huge_free_mb, EalConfig, EalInfo, HugeMode};
 pub use error::PortError;
 pub use mbuf::Mbuf;
@@ -100,6 +102,10 @@ struct PortDev {
     /// Bursts go through the interrupt gate ([`intr_gate`]): memif, whose driver
     /// unmaps its rings on the interrupt thread when the peer leaves.
     gated: bool,
+    /// Ring ports: the doorbells of this side's receive queues (its workers sleep by
+    /// them) and of the peer's (rung after sending on the same queue); empty elsewhere.
+    rx_bells: Vec<std::sync::Arc<Doorbell>>,
+    tx_bells: Vec<std::sync::Arc<Doorbell>>,
 }
 
 // SAFETY: the device's fields are read-only after opening; the mempool is thread-safe;
@@ -186,6 +192,32 @@ impl Port {
     /// Queue pairs of the device (all handles together).
     pub fn device_queues(&self) -> u16 {
         self.dev.queues
+    }
+
+    /// The doorbells of this handle's receive queues (ring ports; none elsewhere): a
+    /// peer in this process rings them after sending, waking the owner from a sleep.
+    fn own_bells(&self) -> &[std::sync::Arc<Doorbell>] {
+        let (a, n) = (usize::from(self.first), usize::from(self.queues));
+        self.dev.rx_bells.get(a..a + n).unwrap_or(&[])
+    }
+
+    /// Whether frames arriving here wake a sleeping owner ([`Doorbell`]).
+    pub fn has_doorbell(&self) -> bool {
+        !self.own_bells().is_empty()
+    }
+
+    /// Makes `ring`'s sleeper the one the doorbells of this handle's queues wake.
+    pub fn register_waker(&self, ring: &std::sync::Arc<crate::submit::SubmitRing>) {
+        for b in self.own_bells() {
+            b.register(ring);
+        }
+    }
+
+    /// The owner of this handle's queues is going to sleep (true) or awake (false).
+    pub fn set_sleeping(&self, sleeping: bool) {
+        for b in self.own_bells() {
+            b.set_sleeping(sleeping);
+        }
     }
 
     /// DPDK port id.
@@ -326,6 +358,11 @@ impl Port {
         let (ptrs, n) = (batch.ptrs.as_mut_ptr(), batch.n as u16);
         // SAFETY: the first n pointers are owned mbufs; the PMD takes the first `sent`.
         let sent = self.burst(|| unsafe { sys::shim_tx_burst(id, q, ptrs, n) }) as usize;
+        if sent > 0 {
+            if let Some(b) = self.dev.tx_bells.get(usize::from(q)) {
+                b.ring();
+            }
+        }
         if sent < batch.n {
             batch.ptrs.copy_within(sent..batch.n, 0);
         }

@@ -42,6 +42,9 @@ struct Ethdev {
     ring_key: Option<String>,
     /// Queue pairs it has (a ring pair's are set by its first side).
     queues: u16,
+    /// A ring side's doorbells: its receive queues', the peer's (`doorbell`).
+    rx_bells: Vec<std::sync::Arc<super::Doorbell>>,
+    tx_bells: Vec<std::sync::Arc<super::Doorbell>>,
 }
 
 /// Initialises the EAL (defaults, if not done yet) and brings the port up.
@@ -79,6 +82,8 @@ pub(super) fn open_port(cfg: &PortConfig) -> Result<Port, PortError> {
         rx_desc,
         queues,
         gated: matches!(cfg.spec, PortSpec::Memif { .. }) && intr_gate::install(),
+        rx_bells: dev.rx_bells,
+        tx_bells: dev.tx_bells,
     }))
 }
 

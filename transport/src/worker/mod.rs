@@ -279,8 +279,10 @@ impl Worker {
             rx_desc: port.rx_desc(),
         };
         let now = rdtsc();
+        let node = Node::new(cfg, caps, tsc_hz(), now);
+        port.register_waker(node.submit_ring());
         Worker {
-            node: Node::new(cfg, caps, tsc_hz(), now),
+            node,
             io: PortIo {
                 rx: RxBatch::default(),
                 tx: TxBatch::default(),
@@ -380,6 +382,20 @@ impl Worker {
         }
         node.transmit_control(io);
         n + io.transmit(&mut node.stats)
+    }
+
+    /// Sleeps until a post, a control call, a frame on a port with doorbells (ring
+    /// ports: `port::Doorbell`), a frame another shard forwarded, or `deadline`: the
+    /// dedicated worker's nap when it has been idle for a while. Returns at once, having
+    /// polled, when work came in as it went to sleep.
+    pub fn sleep_until(&mut self, deadline: std::time::Instant) {
+        self.io.port.set_sleeping(true);
+        // A frame that arrived before the mark was visible would wait for the nap's
+        // end: poll once more after marking.
+        if self.poll() == 0 {
+            self.node.submit_ring().sleep_until(deadline);
+        }
+        self.io.port.set_sleeping(false);
     }
 
     /// Reads the clock into the node before a host-side call that starts timers.

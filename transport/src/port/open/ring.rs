@@ -5,13 +5,13 @@
 //! refuses a second); the rings themselves live for the process, since a reopened side
 //! finds them again.
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use dpdk_sys as sys;
 
 use super::{cstring, Ethdev};
 use crate::port::error::{dpdk_err, PortError};
-use crate::port::{PortSpec, RingSide};
+use crate::port::{Doorbell, PortSpec, RingSide};
 
 /// `NAME:SIDE` of every ring side open in this process.
 static OPEN_RINGS: Mutex<Vec<String>> = Mutex::new(Vec::new());
@@ -20,6 +20,26 @@ static OPEN_RINGS: Mutex<Vec<String>> = Mutex::new(Vec::new());
 /// (a frame sent on a queue the other side lacks would go to a ring nobody reads), so
 /// the count of the side opened first holds for the pair.
 static RING_QUEUES: Mutex<Vec<(String, u16)>> = Mutex::new(Vec::new());
+
+/// Doorbells of every ring side's receive queues (`NAME:SIDE:QUEUE`), kept for the
+/// process like the rings: a side reopened later finds the one its peer rings.
+static BELLS: Mutex<Vec<(String, Arc<Doorbell>)>> = Mutex::new(Vec::new());
+
+/// The doorbells of the `queues` receive queues of side `side` of ring pair `name`.
+fn bells(name: &str, side: RingSide, queues: u16) -> Vec<Arc<Doorbell>> {
+    let mut all = BELLS.lock().unwrap_or_else(|e| e.into_inner());
+    (0..queues)
+        .map(|q| {
+            let key = format!("{name}:{side:?}:{q}");
+            if let Some((_, b)) = all.iter().find(|(k, _)| *k == key) {
+                return b.clone();
+            }
+            let b = Arc::new(Doorbell::default());
+            all.push((key, b.clone()));
+            b
+        })
+        .collect()
+}
 
 /// The queue pairs of ring pair `name`: those it was made with, else `wanted`.
 fn pair_queues(name: &str, wanted: u16) -> u16 {
@@ -67,6 +87,15 @@ pub(super) fn create_ring_ethdev(
         vdev: None,
         ring_key: Some(key),
         queues,
+        rx_bells: bells(name, side, queues),
+        tx_bells: bells(
+            name,
+            match side {
+                RingSide::A => RingSide::B,
+                RingSide::B => RingSide::A,
+            },
+            queues,
+        ),
     })
 }
 

@@ -63,6 +63,8 @@ pub(super) fn create_ethdev(
         vdev,
         ring_key: None,
         queues: 1,
+        rx_bells: Vec::new(),
+        tx_bells: Vec::new(),
     })
 }
 
