@@ -227,7 +227,7 @@ impl DeviceStats {
             naks_rx: s.naks_rx,
             retransmits: s.retransmits,
             timeouts: s.timeouts,
-            mbufs_in_use: s.mbufs_in_use,
+            mbufs_in_use: s.mbufs_used(),
             rnr_rx: s.rnr_rx,
             keepalive_probes: s.keepalive_probes,
             keepalive_failures: s.keepalive_failures,

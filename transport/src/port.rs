@@ -245,10 +245,19 @@ impl Port {
     /// Mbufs of the port's mempool not free (in rx/tx rings, batches, held frames, or
     /// leaked): a leak check, not a fast-path call.
     pub fn mbufs_in_use(&self) -> usize {
-        // SAFETY: the pool lives as long as the port; the count only reads it.
-        let n = unsafe { sys::rte_mempool_in_use_count(self.dev.pool.as_ptr()) as usize };
-        // The allocation stash is the port's own, not in use.
-        n.saturating_sub(self.stash_n)
+        self.pool_in_use().saturating_sub(self.stash_n)
+    }
+
+    /// Mbufs of the device's mempool not free, this handle's allocation stash included
+    /// (other handles' too: subtract [`Port::stashed`] of each).
+    pub fn pool_in_use(&self) -> usize {
+        // SAFETY: the pool lives as long as the device; the count only reads it.
+        unsafe { sys::rte_mempool_in_use_count(self.dev.pool.as_ptr()) as usize }
+    }
+
+    /// Mbufs this handle allocated ahead (its stash: not in use).
+    pub fn stashed(&self) -> usize {
+        self.stash_n
     }
 
     /// Whether the link is up (memif: the peer is connected).

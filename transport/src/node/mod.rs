@@ -190,8 +190,11 @@ pub struct Stats {
     pub retransmits: u64,
     /// Retransmission timer expiries.
     pub timeouts: u64,
-    /// Mbufs of the port's pool in use when the counters were read (the driver's).
+    /// Mbufs of the port's pool in use when the counters were read (the driver's),
+    /// and of those, the ones this shard's port handle allocated ahead (not in use:
+    /// [`Stats::mbufs_used`] subtracts them).
     pub mbufs_in_use: u64,
+    pub mbufs_stashed: u64,
     /// Liveness probes sent to silent idle peers, and connections failed because the
     /// peer stayed silent (half-open).
     pub keepalive_probes: u64,
@@ -229,7 +232,7 @@ impl Stats {
         // Destructured: a counter added to `Stats` and not here does not compile.
         macro_rules! add {
             ($($f:ident),*) => {
-                let Stats { $($f,)* mbufs_in_use: _, drops: _, tlb: _ } = o;
+                let Stats { $($f,)* mbufs_in_use: _, drops: _, tlb: _, mbufs_stashed: _ } = o;
                 $(self.$f += $f;)*
             };
         }
@@ -265,12 +268,18 @@ impl Stats {
             sections_tx
         );
         self.mbufs_in_use = self.mbufs_in_use.max(o.mbufs_in_use);
+        self.mbufs_stashed += o.mbufs_stashed;
         for (d, s) in self.drops.iter_mut().zip(o.drops.iter()) {
             *d += s;
         }
         self.tlb.hits += o.tlb.hits;
         self.tlb.misses += o.tlb.misses;
         self.tlb.faults += o.tlb.faults;
+    }
+
+    /// Mbufs of the port's pool in use: those not free less those allocated ahead.
+    pub fn mbufs_used(&self) -> u64 {
+        self.mbufs_in_use.saturating_sub(self.mbufs_stashed)
     }
 
     /// A frame section carried `sent` messages (`resent` of them retransmissions) of

@@ -319,7 +319,8 @@ impl Worker {
     /// Counters, with the TLB's and the mbufs in use.
     pub fn stats(&self) -> Stats {
         let mut s = self.node.stats();
-        s.mbufs_in_use = self.io.port.mbufs_in_use() as u64;
+        s.mbufs_in_use = self.io.port.pool_in_use() as u64;
+        s.mbufs_stashed = self.io.port.stashed() as u64;
         s
     }
 
