@@ -43,15 +43,8 @@ impl Wake {
 
     #[cold]
     fn notify_slow(&self) {
-        {
-            let _g = self.lock.lock().unwrap_or_else(|e| e.into_inner());
-            self.cond.notify_all();
-        }
-        // The woken thread is often queued on this CPU (the scheduler's wake-affine
-        // choice), where this thread — a spinning poller — would keep it waiting for a
-        // scheduler tick (measured: 4-8 ms on this project's VM, against 30-60 us when
-        // the two are pinned apart). Giving the CPU up once lets it run now.
-        std::thread::yield_now();
+        let _g = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+        self.cond.notify_all();
     }
 
     /// The consumer: sleeps until `take` returns something or `deadline` passes.
