@@ -390,6 +390,13 @@ pub fn send_hello(
     send_hello_offering(dev, conn, ep, lay, p, 0)
 }
 
+/// Work requests of the client that arrive before its first round when nothing
+/// separates them (write_bw, read_bw, atomic_bw): the parameter block, one write. A
+/// server counts the round's arrivals from it, not from a reading of its counters taken
+/// after the block came: with a dedicated worker (or several shards), the round's
+/// first writes may land before that reading.
+pub const HELLO_ARRIVALS: u64 = 1;
+
 /// [`send_hello`] with the client's offer to the server (see the module doc).
 pub fn send_hello_offering(
     dev: &Device,

@@ -175,17 +175,24 @@ pub fn serve_with(
     let rights = p.test.server_rights();
     let (ep, cq) = endpoint_and_cq(&dev, p, &lay, rights, conns)?;
     prepare(&ep)?;
-    // One listener per shard the connections spread over, each on a nested endpoint
-    // of that shard over the same memory: requests are spread among them.
-    let listeners = shard_endpoints(&dev, p, &ep, rights, conns, opts)?
-        .iter()
-        .map(|e| dev.listen_with(p.service, e, &cq, opts))
-        .collect::<std::result::Result<Vec<_>, _>>()?;
+    // The session's connection comes to `--service` alone, so both sides agree which
+    // one it is; the others come to the next service, to one listener per shard they
+    // spread over (each on a nested endpoint of that shard over the same memory).
+    let session = dev.listen_with(p.service, &ep, &cq, opts)?;
+    let listeners = if conns > 1 {
+        shard_endpoints(&dev, p, &ep, rights, conns, opts)?
+            .iter()
+            .map(|e| dev.listen_with(more_service(p), e, &cq, opts))
+            .collect::<std::result::Result<Vec<_>, _>>()?
+    } else {
+        Vec::new()
+    };
     listening();
+    let conn = session.accept(p.timeout)?;
     let mut wait = Wait::new(p.timeout, "the client's connections");
-    let mut accepted = Vec::with_capacity(conns);
-    while accepted.len() < conns {
-        let before = accepted.len();
+    let mut more = Vec::with_capacity(conns - 1);
+    while more.len() < conns - 1 {
+        let before = more.len();
         for l in &listeners {
             let t = if listeners.len() == 1 {
                 p.timeout
@@ -193,10 +200,10 @@ pub fn serve_with(
                 std::time::Duration::ZERO
             };
             if let Ok(c) = l.accept(t) {
-                accepted.push(c);
+                more.push(c);
             }
         }
-        if accepted.len() == before {
+        if more.len() == before {
             if listeners.len() == 1 {
                 return Err(deposit::Error::Timeout(p.timeout, "a connection request").into());
             }
@@ -204,9 +211,12 @@ pub fn serve_with(
             wait.tick()?;
         }
     }
-    let mut all = accepted.into_iter();
-    let conn = all.next().expect("one connection at least");
-    Ok((Session { dev, ep, conn, lay }, all.collect()))
+    Ok((Session { dev, ep, conn, lay }, more))
+}
+
+/// The service the connections after the session's come to.
+fn more_service(p: &Params) -> u32 {
+    p.service.wrapping_add(1)
 }
 
 /// Client: waits for the link (memif: the server process) and connects.
@@ -229,10 +239,15 @@ pub fn dial_with(
     let (ep, cq) = endpoint_and_cq(&dev, p, &lay, Rights::REMOTE_WRITE, conns)?;
     let eps = shard_endpoints(&dev, p, &ep, Rights::REMOTE_WRITE, conns, opts)?;
     let mut next = 0;
+    // The session's connection first, to `--service`; the others to the next service,
+    // from endpoints of every shard in turn (see `serve_with`).
     let mut connect = || {
-        let on = &eps[next % eps.len()];
+        let (on, service) = match next {
+            0 => (&ep, p.service),
+            n => (&eps[n % eps.len()], more_service(p)),
+        };
         next += 1;
-        dev.connect_with(peer, p.service, on, &cq, opts)
+        dev.connect_with(peer, service, on, &cq, opts)
             .map_err(|e| match e {
                 deposit::Error::Rejected(deposit::RejectReason::Timeout) => PerfError::Timeout {
                     what: "the server to accept the connection (is `ddperf <test> --server` running with the same --service?)",
