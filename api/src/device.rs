@@ -272,6 +272,9 @@ struct Core {
     commands: SegQueue<Command>,
     /// Whether a worker thread owns the worker (control calls go to it as commands).
     threaded: AtomicBool,
+    /// The worker thread panicked (a bug): the worker is gone, and control calls
+    /// panic with a message saying so instead of waiting for it forever.
+    failed: AtomicBool,
     stop: AtomicBool,
     progress: Progress,
 }
@@ -381,6 +384,10 @@ impl Core {
             loop {
                 match rx.recv_timeout(Duration::from_millis(5)) {
                     Ok(r) => return r,
+                    Err(_) if self.failed.load(Ordering::Acquire) => panic!(
+                        "deposit: a worker thread of this device panicked; the device can \
+                         no longer serve control calls"
+                    ),
                     // The thread stopped and left the worker here: commands still
                     // queued (this one among them) run here.
                     Err(_) if !self.threaded.load(Ordering::Acquire) => self.run_queued(),
@@ -420,6 +427,16 @@ impl Core {
     /// The dedicated worker thread: owns `w`, runs control calls between turns, and
     /// leaves the worker here when it stops.
     fn run_dedicated(self: Arc<Self>, mut w: Worker) {
+        /// Marks the core failed if the thread unwinds (its worker is lost).
+        struct OnPanic<'a>(&'a Core);
+        impl Drop for OnPanic<'_> {
+            fn drop(&mut self) {
+                if std::thread::panicking() {
+                    self.0.failed.store(true, Ordering::Release);
+                }
+            }
+        }
+        let _guard = OnPanic(&self);
         port::register_thread();
         let mut backoff = Backoff::new();
         while !self.stop.load(Ordering::Relaxed) {
@@ -539,6 +556,7 @@ impl Device {
                     here: spin::Mutex::new(None),
                     commands: SegQueue::new(),
                     threaded: AtomicBool::new(dedicated),
+                    failed: AtomicBool::new(false),
                     stop: AtomicBool::new(false),
                     progress: cfg.progress,
                 })
@@ -1133,5 +1151,36 @@ mod shard_tests {
         );
         held.join().unwrap();
         assert_eq!(server.shard_stats()[0].msgs_rx, 200);
+    }
+
+    /// A worker thread that panics (a bug) does not leave control calls waiting
+    /// forever: they panic, saying why.
+    #[test]
+    fn control_calls_after_a_worker_panic_fail_instead_of_hanging() {
+        let dev = Device::open(
+            DeviceConfig::new("ring:wpanic:a", [10, 0, 0, 1]).progress(Progress::Dedicated),
+        )
+        .unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let d = dev.clone();
+        std::thread::spawn(move || {
+            let first = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                d.inner.call(|_| panic!("a bug in the worker"))
+            }));
+            let later = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| d.stats()));
+            let msg = |e: Box<dyn std::any::Any + Send>| match e.downcast_ref::<&str>() {
+                Some(s) => s.to_string(),
+                None => e.downcast_ref::<String>().cloned().unwrap_or_default(),
+            };
+            let _ = tx.send((first.err().map(msg), later.err().map(msg)));
+        });
+        let (first, later) = rx
+            .recv_timeout(Duration::from_secs(10))
+            .expect("control calls returned");
+        for m in [first, later] {
+            let m = m.expect("the call panicked");
+            assert!(m.contains("worker thread of this device panicked"), "{m}");
+        }
+        drop(dev); // joins the thread that panicked; nothing else is left to stop
     }
 }
