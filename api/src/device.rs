@@ -335,9 +335,26 @@ impl DeviceInner {
     pub(crate) fn register_shard(&self, w: RegWindow) -> u8 {
         Self::shard_of(w.base, self.registers, self.shards.len())
     }
-    /// The shard whose instruction memory holds window `w`.
-    pub(crate) fn instruction_shard(&self, w: RegWindow) -> u8 {
-        Self::shard_of(w.base, self.instructions, self.shards.len())
+    /// Runs control call `f` on the shard whose register file holds window `w`.
+    pub(crate) fn call_for_registers<R: Send + 'static>(
+        &self,
+        w: RegWindow,
+        f: impl FnOnce(&mut Worker) -> R + Send + 'static,
+    ) -> R {
+        self.call_on(self.register_shard(w), f)
+    }
+    /// Runs control call `f` on the shard whose instruction memory holds window `w`.
+    pub(crate) fn call_for_instructions<R: Send + 'static>(
+        &self,
+        w: RegWindow,
+        f: impl FnOnce(&mut Worker) -> R + Send + 'static,
+    ) -> R {
+        let shard = Self::shard_of(w.base, self.instructions, self.shards.len());
+        self.call_on(shard, f)
+    }
+    /// Allocates `n` registers from shard `shard`'s file.
+    pub(crate) fn alloc_registers(&self, shard: u8, n: u32) -> Result<RegWindow, Error> {
+        Ok(self.call_on(shard, move |w| w.regs.alloc(n))?)
     }
     fn shard_of(base: u32, per_shard: u32, shards: usize) -> u8 {
         (base.checked_div(per_shard).unwrap_or(0) as usize).min(shards - 1) as u8
@@ -906,16 +923,13 @@ impl Device {
     /// [`Endpoint::alloc_registers`] gives a window of an endpoint's shard; windows may
     /// nest or overlap.
     pub fn alloc_registers(&self, n: u32) -> Result<RegWindow, Error> {
-        self.alloc_registers_on(0, n)
-    }
-    /// [`Device::alloc_registers`] from shard `shard`'s file.
-    pub(crate) fn alloc_registers_on(&self, shard: u8, n: u32) -> Result<RegWindow, Error> {
-        Ok(self.inner.call_on(shard, move |w| w.regs.alloc(n))?)
+        self.inner.alloc_registers(0, n)
     }
     /// Returns registers to the file.
     pub fn free_registers(&self, w: RegWindow) -> Result<(), Error> {
-        let shard = self.inner.register_shard(w);
-        Ok(self.inner.call_on(shard, move |wk| wk.regs.free(w))?)
+        Ok(self
+            .inner
+            .call_for_registers(w, move |wk| wk.regs.free(w))?)
     }
     fn reg_abs(w: RegWindow, i: u32) -> Result<u32, Error> {
         if i < w.len {
@@ -931,22 +945,22 @@ impl Device {
     pub fn read_register(&self, w: RegWindow, i: u32) -> Result<u64, Error> {
         let abs = Self::reg_abs(w, i)?;
         self.inner
-            .call_on(self.inner.register_shard(w), move |w| w.regs.get(abs))
+            .call_for_registers(w, move |w| w.regs.get(abs))
             .ok_or_else(|| Error::InvalidArgument(format!("register {abs} not in the file")))
     }
     /// Writes register `i` of window `w`, atomically with respect to message processing.
     pub fn write_register(&self, w: RegWindow, i: u32, v: u64) -> Result<(), Error> {
         let abs = Self::reg_abs(w, i)?;
-        let shard = self.inner.register_shard(w);
-        Ok(self.inner.call_on(shard, move |w| w.regs.set(abs, v))?)
+        Ok(self
+            .inner
+            .call_for_registers(w, move |w| w.regs.set(abs, v))?)
     }
     /// Sets what senders may do with register `i` of window `w`.
     pub fn set_register_protection(&self, w: RegWindow, i: u32, p: RegProt) -> Result<(), Error> {
         let abs = Self::reg_abs(w, i)?;
-        let shard = self.inner.register_shard(w);
         Ok(self
             .inner
-            .call_on(shard, move |w| w.regs.set_prot(abs, p))?)
+            .call_for_registers(w, move |w| w.regs.set_prot(abs, p))?)
     }
 
     /// Turns fault injection on received frames on or off at run time.

@@ -67,7 +67,7 @@ impl Endpoint {
     /// Allocates `n` address registers from the file of this endpoint's shard (see
     /// [`crate::Device::alloc_registers`]): a window its connections may use.
     pub fn alloc_registers(&self, n: u32) -> Result<RegWindow, Error> {
-        Ok(self.0.dev.call_on(self.0.shard, move |w| w.regs.alloc(n))?)
+        self.0.dev.alloc_registers(self.0.shard, n)
     }
     /// Host address of offset 0 (for applications that manage the memory themselves).
     pub fn as_ptr(&self) -> *mut u8 {

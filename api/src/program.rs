@@ -114,26 +114,27 @@ impl Device {
     /// memory (for connections of that shard's endpoints; with several workers,
     /// [`Device::alloc_instructions_for`] gives one of an endpoint's shard).
     pub fn alloc_instructions(&self, n: u32) -> Result<InstrWindow, Error> {
-        Ok(InstrWindow(
-            self.inner.call(move |w| w.instructions.alloc(n))?,
-        ))
+        self.alloc_instructions_on(0, n)
     }
 
     /// [`Device::alloc_instructions`] in the instruction memory of `ep`'s shard.
     pub fn alloc_instructions_for(&self, ep: &Endpoint, n: u32) -> Result<InstrWindow, Error> {
+        self.alloc_instructions_on(ep.0.shard, n)
+    }
+
+    fn alloc_instructions_on(&self, shard: u8, n: u32) -> Result<InstrWindow, Error> {
         Ok(InstrWindow(
             self.inner
-                .call_on(ep.0.shard, move |w| w.instructions.alloc(n))?,
+                .call_on(shard, move |w| w.instructions.alloc(n))?,
         ))
     }
 
     /// Frees an instruction window (connections still naming it find it empty).
     pub fn free_instructions(&self, w: InstrWindow) -> Result<(), Error> {
         let w = w.0;
-        let shard = self.inner.instruction_shard(w);
         Ok(self
             .inner
-            .call_on(shard, move |wk| wk.instructions.free(w))?)
+            .call_for_instructions(w, move |wk| wk.instructions.free(w))?)
     }
 
     /// Stores `chain` at slot `at` of `w`: the first instruction becomes an entry point,
@@ -142,13 +143,12 @@ impl Device {
     pub fn program(&self, w: InstrWindow, at: u32, chain: &[Instruction]) -> Result<Ip, Error> {
         check_chain(chain)?;
         let chain: Vec<_> = chained(chain).collect();
-        self.inner
-            .call_on(self.inner.instruction_shard(w.0), move |worker| {
-                for (i, ins) in chain.into_iter().enumerate() {
-                    worker.instructions.set(w.0, at + i as u32, Some(ins))?;
-                }
-                Ok(Ip(at))
-            })
+        self.inner.call_for_instructions(w.0, move |worker| {
+            for (i, ins) in chain.into_iter().enumerate() {
+                worker.instructions.set(w.0, at + i as u32, Some(ins))?;
+            }
+            Ok(Ip(at))
+        })
     }
 
     /// Stores one instruction at slot `at` of `w` as it is (no entry or chaining
@@ -160,10 +160,9 @@ impl Device {
         ins: Option<Instruction>,
     ) -> Result<(), Error> {
         let ins = ins.map(|i| i.0);
-        let shard = self.inner.instruction_shard(w.0);
         Ok(self
             .inner
-            .call_on(shard, move |wk| wk.instructions.set(w.0, at, ins))?)
+            .call_for_instructions(w.0, move |wk| wk.instructions.set(w.0, at, ins))?)
     }
 
     /// Stores `chain` as global instructions from index `at`: usable from every

@@ -189,26 +189,22 @@ pub fn serve_with(
     };
     listening();
     let conn = session.accept(p.timeout)?;
-    let mut wait = Wait::new(p.timeout, "the client's connections");
     let mut more = Vec::with_capacity(conns - 1);
-    while more.len() < conns - 1 {
-        let before = more.len();
-        for l in &listeners {
-            let t = if listeners.len() == 1 {
-                p.timeout
-            } else {
-                std::time::Duration::ZERO
-            };
-            if let Ok(c) = l.accept(t) {
-                more.push(c);
-            }
+    if let [l] = listeners.as_slice() {
+        for _ in 1..conns {
+            more.push(l.accept(p.timeout)?);
         }
-        if more.len() == before {
-            if listeners.len() == 1 {
-                return Err(deposit::Error::Timeout(p.timeout, "a connection request").into());
+    } else {
+        // Several listeners: look at each in turn, driving the device between rounds.
+        let mut wait = Wait::new(p.timeout, "the client's connections");
+        while more.len() < conns - 1 {
+            let before = more.len();
+            let zero = std::time::Duration::ZERO;
+            more.extend(listeners.iter().filter_map(|l| l.accept(zero).ok()));
+            if more.len() == before {
+                dev.progress();
+                wait.tick()?;
             }
-            dev.progress();
-            wait.tick()?;
         }
     }
     Ok((Session { dev, ep, conn, lay }, more))

@@ -143,12 +143,18 @@ impl Port {
         open::open_port(cfg)
     }
 
-    /// A handle of an open device with its first `queues` queue pairs.
+    /// The one handle of a device just opened: all its queue pairs.
     fn new(dev: PortDev) -> Port {
         let (queues, rx_desc) = (dev.queues, dev.rx_desc);
+        Port::handle(std::sync::Arc::new(dev), 0, queues, rx_desc)
+    }
+
+    /// A handle of `dev` owning `queues` queue pairs from `first`, counting on `rx_desc`
+    /// receive descriptors, with an empty stash.
+    fn handle(dev: std::sync::Arc<PortDev>, first: u16, queues: u16, rx_desc: u16) -> Port {
         Port {
-            dev: std::sync::Arc::new(dev),
-            first: 0,
+            dev,
+            first,
             queues,
             rx_desc,
             stash: [std::ptr::null_mut(); ALLOC_STASH],
@@ -177,14 +183,7 @@ impl Port {
             } else {
                 (usize::from(self.dev.rx_desc) / n) as u16
             };
-            v.push(Port {
-                dev: self.dev.clone(),
-                first,
-                queues,
-                rx_desc,
-                stash: [std::ptr::null_mut(); ALLOC_STASH],
-                stash_n: 0,
-            });
+            v.push(Port::handle(self.dev.clone(), first, queues, rx_desc));
         }
         v
     }
@@ -199,11 +198,6 @@ impl Port {
     fn own_bells(&self) -> &[std::sync::Arc<Doorbell>] {
         let (a, n) = (usize::from(self.first), usize::from(self.queues));
         self.dev.rx_bells.get(a..a + n).unwrap_or(&[])
-    }
-
-    /// Whether frames arriving here wake a sleeping owner ([`Doorbell`]).
-    pub fn has_doorbell(&self) -> bool {
-        !self.own_bells().is_empty()
     }
 
     /// Makes `ring`'s sleeper the one the doorbells of this handle's queues wake.
@@ -242,14 +236,9 @@ impl Port {
         self.dev.mac
     }
 
-    /// Mbufs of the port's mempool not free (in rx/tx rings, batches, held frames, or
+    /// Mbufs of the device's mempool not free (in rx/tx rings, batches, held frames,
+    /// every handle's allocation stash — subtract [`Port::stashed`] of each — or
     /// leaked): a leak check, not a fast-path call.
-    pub fn mbufs_in_use(&self) -> usize {
-        self.pool_in_use().saturating_sub(self.stash_n)
-    }
-
-    /// Mbufs of the device's mempool not free, this handle's allocation stash included
-    /// (other handles' too: subtract [`Port::stashed`] of each).
     pub fn pool_in_use(&self) -> usize {
         // SAFETY: the pool lives as long as the device; the count only reads it.
         unsafe { sys::rte_mempool_in_use_count(self.dev.pool.as_ptr()) as usize }

@@ -53,18 +53,6 @@ impl ServiceRoutes {
 }
 
 impl Node {
-    /// This node's shard of its device.
-    #[inline]
-    pub fn shard(&self) -> u8 {
-        self.cfg.shard
-    }
-
-    /// Shards of its device.
-    #[inline]
-    pub fn shards(&self) -> u8 {
-        self.cfg.shards
-    }
-
     /// The other shard that must take `frame`, or `None` when it is this one's (or
     /// nobody's: this shard then refuses and counts it).
     #[inline]

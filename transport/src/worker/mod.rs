@@ -120,12 +120,6 @@ impl PortIo {
         }
     }
 
-    /// A received frame to the node, or to the shard that owns it.
-    #[inline]
-    fn deliver(&mut self, node: &mut Node, m: Mbuf, now: u64) {
-        deliver(self.links.as_deref(), &mut self.forwarded, node, m, now);
-    }
-
     /// A sharded device: wakes the shards frames were forwarded to, takes this
     /// shard's inbox (up to a burst) and, on shard 0 of a port shared by software
     /// dispatch, queues the other shards' frames for the wire. Returns the frames
@@ -356,7 +350,7 @@ impl Worker {
         // Bulk frames wait for the next turn when urgent ones came first: the
         // application sees those at once.
         while let Some(m) = if urgent { None } else { io.rx.next() } {
-            io.deliver(node, m, now);
+            deliver(io.links.as_deref(), &mut io.forwarded, node, m, now);
             if hi && io.port.rx_queue(HIGH_QUEUE, &mut io.rx_hi) > 0 {
                 // An urgent frame came in meanwhile: take it now and end the turn's
                 // receiving here, so that the application sees it at once.

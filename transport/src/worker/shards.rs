@@ -67,12 +67,6 @@ impl ShardLinks {
         self.outbox[from].push(m)
     }
 
-    /// Whether shard `from`'s outbox is full.
-    #[inline]
-    pub fn outbox_full(&self, from: usize) -> bool {
-        self.outbox[from].is_full()
-    }
-
     /// The next frame shard `from` sends through the queue owner.
     #[inline]
     pub fn sent_by(&self, from: usize) -> Option<Mbuf> {
