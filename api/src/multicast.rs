@@ -108,7 +108,7 @@ impl MulticastGroup {
         }
         for m in &self.members {
             // Room was checked above and this thread is the only producer.
-            m.submit(req.wr)?;
+            m.submit(&req.wr)?;
         }
         Ok(())
     }

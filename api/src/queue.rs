@@ -137,12 +137,12 @@ impl Connection {
     pub fn post(&self, req: &WorkRequest) -> Result<(), Error> {
         check_postable(&self.shared)?;
         check_request(req)?;
-        match self.shared.post(req.wr) {
+        match self.shared.post(&req.wr) {
             Err(PostError::RingFull { .. }) if !self.dev.is_dedicated() => {
                 // Inline: the ring fills when the application posts without driving
                 // progress; one turn takes it in.
                 self.dev.progress();
-                Ok(self.shared.post(req.wr)?)
+                Ok(self.shared.post(&req.wr)?)
             }
             r => Ok(r?),
         }

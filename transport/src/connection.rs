@@ -588,17 +588,28 @@ impl Connection {
         len.div_ceil(self.segment_max).max(1)
     }
 
+    /// Whether the connection may send now: it is up and the peer is not backing it
+    /// off (receiver not ready).
+    #[inline]
+    pub fn may_send(&self, now: u64) -> bool {
+        matches!(self.state, ConnState::Normal | ConnState::Exceptioned) && now >= self.rnr_until
+    }
+
+    /// Whether a posted request may go into flight now: the connection may send and
+    /// its window has room.
+    #[inline]
+    pub fn may_admit(&self, now: u64) -> bool {
+        self.may_send(now) && self.tx.in_flight() < self.window
+    }
+
     /// Index in `inflight` and segment within it of sequence number `seq`.
+    ///
+    /// O(1) while every request before it is one message (request `i` then starts at
+    /// the front's number plus `i`), else a binary search: the requests' first numbers
+    /// grow along the deque, and a frame is filled from here on every send, so a scan
+    /// from the front would cost the whole window per frame.
     pub fn locate(&self, seq: u32) -> Option<(usize, u32)> {
-        let front = self.inflight.front()?;
-        let mut off = seq.wrapping_sub(front.first_seq);
-        for (i, p) in self.inflight.iter().enumerate() {
-            if off < p.segments {
-                return Some((i, off));
-            }
-            off -= p.segments;
-        }
-        None
+        locate_in(&self.inflight, seq)
     }
 
     /// The cumulative acknowledgement a frame that carries no NAK cell may give: up to
@@ -747,6 +758,23 @@ pub fn random_u64() -> u64 {
     }
 }
 
+/// [`Connection::locate`] on a deque of requests.
+fn locate_in(inflight: &VecDeque<Pending>, seq: u32) -> Option<(usize, u32)> {
+    let base = inflight.front()?.first_seq;
+    let off = seq.wrapping_sub(base);
+    let len = inflight.len();
+    let guess = (off as usize).min(len - 1);
+    let idx = if inflight[guess].first_seq.wrapping_sub(base) <= off {
+        // Segments are at least one each, so no later request starts at or before it.
+        guess
+    } else {
+        inflight.partition_point(|p| p.first_seq.wrapping_sub(base) <= off) - 1
+    };
+    let p = &inflight[idx];
+    let within = seq.wrapping_sub(p.first_seq);
+    (within < p.segments).then_some((idx, within))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -761,6 +789,60 @@ mod tests {
             .map(|_| b.hash_one((random_u32() & !0xff) | 3) & 4095)
             .collect();
         assert!(buckets.len() > 2000, "{} buckets used", buckets.len());
+    }
+
+    /// `locate_in` against a scan from the front, with one- and many-message requests
+    /// and sequence numbers that wrap.
+    #[test]
+    fn locate_finds_every_message_of_the_window() {
+        for (base, multi_every) in [
+            (0u32, 0usize),
+            (u32::MAX - 40, 0),
+            (100, 7),
+            (u32::MAX - 3, 3),
+        ] {
+            let mut q = VecDeque::new();
+            let mut seq = base;
+            for i in 0..200usize {
+                let segments = if multi_every > 0 && i % multi_every == 1 {
+                    1 + (i % 5) as u32
+                } else {
+                    1
+                };
+                q.push_back(Pending {
+                    wr: WorkRequest::write(i as u64, Source::None, 0, 0),
+                    first_seq: seq,
+                    segments,
+                    seg_max: 1,
+                    status: WcStatus::Success,
+                    replied: false,
+                });
+                seq = seq.wrapping_add(segments);
+            }
+            let scan = |s: u32| {
+                let mut off = s.wrapping_sub(base);
+                for (i, p) in q.iter().enumerate() {
+                    if off < p.segments {
+                        return Some((i, off));
+                    }
+                    off -= p.segments;
+                }
+                None
+            };
+            let end = seq;
+            let mut s = base.wrapping_sub(10);
+            while s != end.wrapping_add(10) {
+                assert_eq!(locate_in(&q, s), scan(s), "base {base} seq {s}");
+                s = s.wrapping_add(1);
+            }
+            for _ in 0..3 {
+                q.pop_front();
+            }
+            let front = q.front().unwrap().first_seq;
+            assert_eq!(locate_in(&q, front), Some((0, 0)));
+            assert_eq!(locate_in(&q, front.wrapping_sub(1)), None);
+        }
+        assert_eq!(locate_in(&VecDeque::new(), 5), None);
     }
 
     #[test]

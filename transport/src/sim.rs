@@ -389,7 +389,7 @@ impl Network {
 /// Posts a work request on a connection (reserving its completion when signaled);
 /// false when the send queue, the completion queue or the submission ring is full.
 pub fn post(conn: &ConnShared, wr: WorkRequest) -> bool {
-    conn.post(wr).is_ok()
+    conn.post(&wr).is_ok()
 }
 
 /// Takes every completion waiting in `cq`.

@@ -22,10 +22,13 @@
 //! it has posted and the worker has not yet taken into its window
 //! (`ConnShared::queued`), and a post past the depth fails with nothing queued.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::cell::UnsafeCell;
+use std::mem::MaybeUninit;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Instant;
 
-use crossbeam::queue::ArrayQueue;
+use crossbeam::utils::CachePadded;
 
 use crate::connection::{ConnShared, WorkRequest, WR_SIGNALED};
 use crate::wake::Wake;
@@ -45,14 +48,56 @@ pub struct Submission {
     pub wr: WorkRequest,
 }
 
-/// The node's submission ring.
-#[derive(Debug)]
+/// The node's submission ring: bounded, many producers (any application thread), one
+/// consumer (the node's worker, through the [`RingConsumer`] only it holds).
+///
+/// Each slot carries a stamp saying whose turn it is (D. Vyukov's bounded queue, as
+/// crossbeam's `ArrayQueue`): a producer claims position `t` by moving the tail when
+/// slot `t` has stamp `t`, writes the submission and stamps it `t + 1`; the consumer
+/// takes position `h` when its slot says `h + 1`, and frees it for the next lap with
+/// `h + capacity`. Unlike `ArrayQueue`, the consumer reads a submission where it lies
+/// (a work request is 128 bytes: `pop` moved it twice), and its position is its own.
 pub struct SubmitRing {
-    ring: ArrayQueue<Submission>,
+    slots: Box<[Slot]>,
+    mask: usize,
+    /// The next position producers claim.
+    tail: CachePadded<AtomicUsize>,
+    /// The next position the consumer takes (written by it alone; read for `len`).
+    head: CachePadded<AtomicUsize>,
     /// Where the dedicated worker sleeps when it has nothing to do.
     wake: Wake,
     /// Something other than a submission needs the worker (`nudge`).
     nudged: AtomicBool,
+}
+
+struct Slot {
+    stamp: AtomicUsize,
+    value: UnsafeCell<MaybeUninit<Submission>>,
+}
+
+// SAFETY: a slot's value is written only by the producer that claimed its position
+// (the tail's compare-exchange gives each position to one producer) before it
+// publishes the stamp with release, and read only by the one consumer after it
+// acquired that stamp and before it frees the slot with release; `Submission` is
+// plain data.
+unsafe impl Sync for SubmitRing {}
+unsafe impl Send for SubmitRing {}
+
+impl std::fmt::Debug for SubmitRing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SubmitRing")
+            .field("capacity", &self.capacity())
+            .field("len", &self.len())
+            .finish()
+    }
+}
+
+/// The consumer's side of a [`SubmitRing`]: one per ring (made with it), held by the
+/// node, so that no two threads ever take from the same ring.
+#[derive(Debug)]
+pub struct RingConsumer {
+    ring: Arc<SubmitRing>,
+    head: usize,
 }
 
 /// Why a post was refused (nothing was queued).
@@ -68,36 +113,26 @@ pub enum PostError {
 }
 
 impl SubmitRing {
-    pub fn new(capacity: usize) -> SubmitRing {
-        SubmitRing {
-            ring: ArrayQueue::new(capacity.max(1)),
-            wake: Wake::new(),
-            nudged: AtomicBool::new(false),
-        }
-    }
-
-    /// The worker's side: the oldest submission (an empty ring costs two plain loads).
-    #[inline]
-    pub fn pop(&self) -> Option<Submission> {
-        if self.ring.is_empty() {
-            return None;
-        }
-        self.ring.pop()
-    }
-
+    /// Whether nothing is queued (a claimed entry being written counts as queued).
+    /// Sequentially consistent, for [`Wake`]'s handshake with a sleeping consumer.
     #[inline]
     pub fn is_empty(&self) -> bool {
-        self.ring.is_empty()
+        self.tail.load(Ordering::SeqCst) == self.head.load(Ordering::Acquire)
+    }
+
+    fn len(&self) -> usize {
+        let head = self.head.load(Ordering::Acquire);
+        self.tail.load(Ordering::Acquire).wrapping_sub(head)
     }
 
     pub fn capacity(&self) -> usize {
-        self.ring.capacity()
+        self.slots.len()
     }
 
     /// Room for `n` more submissions now (exact while this thread is the only
     /// producer: the worker only takes entries out).
     pub fn has_room(&self, n: usize) -> bool {
-        self.ring.capacity() - self.ring.len() >= n
+        self.capacity().saturating_sub(self.len()) >= n
     }
 
     /// The worker's side: sleeps until a submission comes or `deadline` passes (a
@@ -105,7 +140,7 @@ impl SubmitRing {
     /// short where frames can come).
     pub fn sleep_until(&self, deadline: Instant) {
         self.wake.wait_until(deadline, || {
-            (!self.ring.is_empty() || self.nudged.swap(false, Ordering::AcqRel)).then_some(())
+            (!self.is_empty() || self.nudged.swap(false, Ordering::AcqRel)).then_some(())
         });
     }
 
@@ -118,12 +153,103 @@ impl SubmitRing {
 
     /// Queues a submission and wakes a sleeping worker; false when full.
     #[inline]
-    fn push(&self, s: Submission) -> bool {
-        if self.ring.push(s).is_err() {
-            return false;
+    fn push(&self, slot: u32, number: u32, wr: &WorkRequest) -> bool {
+        let mut t = self.tail.load(Ordering::Relaxed);
+        loop {
+            let s = &self.slots[t & self.mask];
+            let stamp = s.stamp.load(Ordering::Acquire);
+            if stamp == t {
+                // Sequentially consistent: see `is_empty`.
+                match self.tail.compare_exchange_weak(
+                    t,
+                    t.wrapping_add(1),
+                    Ordering::SeqCst,
+                    Ordering::Relaxed,
+                ) {
+                    Ok(_) => {
+                        // SAFETY: position `t` is ours alone until the stamp below
+                        // hands it to the consumer (see the `Sync` impl).
+                        unsafe {
+                            (*s.value.get()).write(Submission {
+                                slot,
+                                number,
+                                wr: *wr,
+                            });
+                        }
+                        s.stamp.store(t.wrapping_add(1), Ordering::Release);
+                        self.wake.notify();
+                        return true;
+                    }
+                    Err(now) => t = now,
+                }
+            } else if (stamp.wrapping_sub(t) as isize) < 0 {
+                // The slot still holds the entry of the lap before: full, unless the
+                // consumer freed it meanwhile.
+                let now = self.tail.load(Ordering::Relaxed);
+                if now == t {
+                    return false;
+                }
+                t = now;
+            } else {
+                // Another producer took position `t`.
+                t = self.tail.load(Ordering::Relaxed);
+            }
         }
-        self.wake.notify();
-        true
+    }
+}
+
+impl RingConsumer {
+    /// A ring of at least `capacity` entries (rounded up to a power of two), and its
+    /// consumer.
+    pub fn new(capacity: usize) -> RingConsumer {
+        let cap = capacity.max(1).next_power_of_two();
+        let slots = (0..cap)
+            .map(|i| Slot {
+                stamp: AtomicUsize::new(i),
+                value: UnsafeCell::new(MaybeUninit::uninit()),
+            })
+            .collect();
+        let ring = SubmitRing {
+            slots,
+            mask: cap - 1,
+            tail: CachePadded::new(AtomicUsize::new(0)),
+            head: CachePadded::new(AtomicUsize::new(0)),
+            wake: Wake::new(),
+            nudged: AtomicBool::new(false),
+        };
+        RingConsumer {
+            ring: Arc::new(ring),
+            head: 0,
+        }
+    }
+
+    /// The ring (to hand to producers and wakers).
+    pub fn ring(&self) -> &Arc<SubmitRing> {
+        &self.ring
+    }
+
+    /// Takes the oldest submission, handing it to `f` where it lies; `None` when the
+    /// ring is empty (or its oldest entry is still being written).
+    #[inline]
+    pub fn pop_with<R>(&mut self, f: impl FnOnce(&Submission) -> R) -> Option<R> {
+        let h = self.head;
+        let s = &self.ring.slots[h & self.ring.mask];
+        if s.stamp.load(Ordering::Acquire) != h.wrapping_add(1) {
+            return None;
+        }
+        // SAFETY: the stamp says a producer wrote position `h` and published it; the
+        // slot is not written again before the release below.
+        let r = f(unsafe { (*s.value.get()).assume_init_ref() });
+        s.stamp
+            .store(h.wrapping_add(self.ring.slots.len()), Ordering::Release);
+        self.head = h.wrapping_add(1);
+        self.ring.head.store(self.head, Ordering::Release);
+        Some(r)
+    }
+
+    /// The oldest submission, copied out.
+    pub fn pop(&mut self) -> Option<Submission> {
+        self.pop_with(|s| *s)
     }
 }
 
@@ -132,7 +258,7 @@ impl ConnShared {
     /// when signaled, its completion-queue slot, then hands it to the worker. Fails
     /// with nothing queued.
     #[inline]
-    pub fn post(&self, wr: WorkRequest) -> Result<(), PostError> {
+    pub fn post(&self, wr: &WorkRequest) -> Result<(), PostError> {
         let signaled = wr.flags & WR_SIGNALED != 0;
         self.reserve(signaled)?;
         self.submit(wr).inspect_err(|_| self.unreserve(signaled))
@@ -178,13 +304,11 @@ impl ConnShared {
 
     /// Hands a request whose places are reserved to the worker.
     #[inline]
-    pub fn submit(&self, wr: WorkRequest) -> Result<(), PostError> {
-        let s = Submission {
-            slot: self.slot.load(Ordering::Relaxed),
-            number: self.number,
-            wr,
-        };
-        if self.ring.push(s) {
+    pub fn submit(&self, wr: &WorkRequest) -> Result<(), PostError> {
+        if self
+            .ring
+            .push(self.slot.load(Ordering::Relaxed), self.number, wr)
+        {
             Ok(())
         } else {
             Err(PostError::RingFull {
@@ -212,5 +336,81 @@ impl ConnShared {
     /// The send-queue depth.
     pub fn depth(&self) -> usize {
         self.depth as usize
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::connection::Source;
+
+    fn wr(id: u64) -> WorkRequest {
+        WorkRequest::write(id, Source::None, 0, 0)
+    }
+
+    #[test]
+    fn fifo_until_full_over_many_laps() {
+        let mut rx = RingConsumer::new(6);
+        let ring = rx.ring().clone();
+        assert_eq!(ring.capacity(), 8, "rounded up to a power of two");
+        let mut next = 0u64;
+        let mut expect = 0u64;
+        for _ in 0..50 {
+            // Fill it, check it refuses one more, take some out.
+            while ring.push(1, 2, &wr(next)) {
+                next += 1;
+            }
+            assert!(!ring.has_room(1));
+            assert!(!ring.is_empty());
+            for _ in 0..5 {
+                let s = rx.pop().expect("queued");
+                assert_eq!((s.slot, s.number, s.wr.wr_id), (1, 2, expect));
+                expect += 1;
+            }
+            assert!(ring.has_room(5) && !ring.has_room(6));
+        }
+        while let Some(s) = rx.pop() {
+            assert_eq!(s.wr.wr_id, expect);
+            expect += 1;
+        }
+        assert_eq!(expect, next);
+        assert!(ring.is_empty());
+    }
+
+    /// Four producers and the consumer at once: nothing lost, nothing twice, each
+    /// producer's order kept.
+    #[test]
+    fn producers_race_the_consumer() {
+        const PER: u64 = 200_000;
+        let mut rx = RingConsumer::new(64);
+        let producers: Vec<_> = (0..4u32)
+            .map(|p| {
+                let ring = rx.ring().clone();
+                std::thread::spawn(move || {
+                    for i in 0..PER {
+                        while !ring.push(p, 0, &wr(i)) {
+                            std::hint::spin_loop();
+                        }
+                    }
+                })
+            })
+            .collect();
+        let mut next = [0u64; 4];
+        let mut taken = 0;
+        while taken < 4 * PER {
+            match rx.pop_with(|s| (s.slot as usize, s.wr.wr_id)) {
+                Some((p, id)) => {
+                    assert_eq!(id, next[p], "producer {p}");
+                    next[p] += 1;
+                    taken += 1;
+                }
+                None => std::hint::spin_loop(),
+            }
+        }
+        for t in producers {
+            t.join().unwrap();
+        }
+        assert_eq!(next, [PER; 4]);
+        assert!(rx.pop().is_none() && rx.ring().is_empty());
     }
 }

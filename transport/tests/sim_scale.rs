@@ -16,10 +16,10 @@ use deposit_transport::submit::PostError;
 fn fill_until_refused(a: &End, n: u64, refusal: PostError) {
     for i in 0..n {
         a.conn
-            .post(write(i, a, 0, 64, 0))
+            .post(&write(i, a, 0, 64, 0))
             .unwrap_or_else(|e| panic!("post {i} of {n}: {e:?}"));
     }
-    assert_eq!(a.conn.post(write(n, a, 0, 64, 0)), Err(refusal));
+    assert_eq!(a.conn.post(&write(n, a, 0, 64, 0)), Err(refusal));
     assert_eq!(a.conn.queued(), n as usize, "the refused post took nothing");
 }
 
@@ -71,10 +71,10 @@ fn the_send_queue_depth_bounds_each_connection_until_the_worker_takes_requests()
     pattern(&net, &a, 0, 64, 1);
     fill_until_refused(&a, 4, PostError::QueueFull { depth: 4 });
     // Another connection of the same node is not affected by this one's depth.
-    assert!(b.conn.post(write(9, &b, 0, 64, 0)).is_ok());
+    assert!(b.conn.post(&write(9, &b, 0, 64, 0)).is_ok());
     net.step(); // the worker takes them into flight: their places are free again
     assert_eq!(a.conn.queued(), 0);
-    a.conn.post(write(4, &a, 0, 64, 0)).expect("room again");
+    a.conn.post(&write(4, &a, 0, 64, 0)).expect("room again");
     all_ok(&complete(&mut net, &a, 5, 5));
 }
 

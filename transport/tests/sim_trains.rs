@@ -185,3 +185,69 @@ fn a_bad_section_costs_only_itself() {
     same(&bytes(&net, &conns[0].1, 0, 32 * N), &want, "deposits");
     assert_eq!(net.hosts[1].node.stats().msgs_rx, N as u64);
 }
+
+/// A long burst is acknowledged within the receiver's turn, not at its end: past
+/// `ACK_EVERY_FRAMES` data frames the node says acknowledgements are due, and
+/// `send_acks` puts them out at once; a single frame (a ping-pong) still waits for
+/// the turn's end, where a reply may carry its acknowledgement.
+#[test]
+fn a_long_burst_is_acknowledged_within_the_turn() {
+    use deposit_transport::node::ACK_EVERY_FRAMES;
+    use deposit_transport::wire::hflags;
+    let (mut net, a, _b) = pair(
+        &NodeConfig::default(),
+        LinkConfig::default(),
+        22,
+        &ConnectOptions::default(),
+    );
+    net.run_for(1_000_000);
+    let now = net.now;
+    let n = 2000u64;
+    post_all(
+        &a,
+        (0..n).map(|i| write(i, &a, 32 * (i % 1000), 32, 32 * (i % 1000) as u32)),
+    );
+    // The sender's turn: its data frames.
+    let tx = &mut net.hosts[0];
+    tx.node.poll_transmit(now, &mut tx.out);
+    let frames: Vec<Vec<u8>> = std::iter::from_fn(|| net.hosts[0].out.pop()).collect();
+    assert!(
+        frames.len() > ACK_EVERY_FRAMES as usize + 2,
+        "{} frames",
+        frames.len()
+    );
+    // The receiver's turn, frame by frame.
+    let rx = &mut net.hosts[1];
+    rx.node.handle_frame(&frames[0], now);
+    assert!(
+        !rx.node.acks_due(),
+        "one frame: the acknowledgement may wait"
+    );
+    for (i, f) in frames[1..].iter().enumerate() {
+        rx.node.handle_frame(f, now);
+        let taken = i as u32 + 2;
+        assert_eq!(
+            rx.node.acks_due(),
+            taken >= ACK_EVERY_FRAMES,
+            "after {taken} frames"
+        );
+        if rx.node.acks_due() {
+            break;
+        }
+    }
+    rx.node.send_acks(&mut rx.out);
+    assert!(!rx.node.acks_due());
+    let acks: Vec<Vec<u8>> = std::iter::from_fn(|| net.hosts[1].out.pop()).collect();
+    assert_eq!(acks.len(), 1, "one acknowledgement frame");
+    let view = FrameView::parse(&acks[0]).expect("a valid frame");
+    assert_ne!(view.header.flags & hflags::ACK, 0, "it acknowledges");
+    // The sender takes it: the writes it covers complete.
+    net.hosts[0].node.handle_frame(&acks[0], now);
+    let done = deposit_transport::sim::drain(&a.cq);
+    assert!(
+        done.len() as u32 >= ACK_EVERY_FRAMES * 10,
+        "{} writes completed by the mid-turn acknowledgement",
+        done.len()
+    );
+    all_ok(&done);
+}

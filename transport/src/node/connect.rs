@@ -180,7 +180,7 @@ impl Node {
             self.unused_conn_number(),
             opts.sq_depth,
             cq,
-            self.ring.clone(),
+            self.ring.ring().clone(),
         );
         let c = self.new_connection(endpoint, peer_id, shared.clone(), opts)?;
         let (key, isn) = (c.key, c.isn);
@@ -327,7 +327,7 @@ impl Node {
             self.unused_conn_number(),
             lopts.sq_depth,
             cq,
-            self.ring.clone(),
+            self.ring.ring().clone(),
         );
         let Ok(mut c) = self.new_connection(endpoint, peer_id, shared.clone(), &lopts) else {
             self.cm

@@ -55,7 +55,7 @@ use crate::connection::{ConnShared, ConnTable, CqShared};
 use crate::events::EventQueue;
 use crate::faults::{FaultConfig, FaultStats, Faults, Hold, Verdict};
 use crate::oplogic::DropReason;
-use crate::submit::SubmitRing;
+use crate::submit::{RingConsumer, SubmitRing};
 use crate::tables::{EndpointId, EndpointTable, NodeAddr, NodeId, NodeTable, RegisterFile};
 use crate::tlb::{Tlb, TlbStats};
 use crate::wire::{self, WireError};
@@ -63,6 +63,14 @@ use crate::wire::{self, WireError};
 /// How far behind the expected sequence number a message still counts as a
 /// retransmitted duplicate (acknowledged again); anything else out of order is refused.
 pub const DUPLICATE_WINDOW: u32 = 1 << 20;
+
+/// A receiver acknowledges at least every this many data messages (within a turn,
+/// see [`Node::acks_due`]): an eighth of the default window and of a 32-frame burst
+/// of 32 B writes in jumbo frames.
+pub const ACK_EVERY_MSGS: u64 = 512;
+
+/// ... and at least every this many data frames (bulk writes: a few per frame).
+pub const ACK_EVERY_FRAMES: u32 = 8;
 
 /// Most unacknowledged messages a connection may have (its window, plus as many
 /// replies): the acknowledged echo of the transport header carries 16 bits of the send
@@ -379,6 +387,11 @@ pub struct Node {
     /// Connection slots that started owing one this turn. Waiting a turn lets the
     /// application's reply (a ping-pong write) carry the acknowledgement.
     ack_new: Vec<usize>,
+    /// Data messages and frames received since acknowledgements last went out: past
+    /// [`ACK_EVERY_MSGS`] or [`ACK_EVERY_FRAMES`] they are due within the turn
+    /// ([`Node::acks_due`]).
+    owed_msgs_base: u64,
+    owed_frames: u32,
     /// Ticks per second of the `now` the driver passes.
     pub(crate) hz: u64,
     pub(crate) segment_max: u32,
@@ -404,7 +417,7 @@ pub struct Node {
     /// Diagnostic frames queued by [`Node::send_raw`].
     raw_tx: Vec<Vec<u8>>,
     /// Posted work requests on their way in (`submit`).
-    pub(crate) ring: Arc<SubmitRing>,
+    pub(crate) ring: RingConsumer,
     /// Slots of the connections that may have something to send (posted requests,
     /// messages the window or a retransmission lets out, a queue to flush): the only
     /// ones a turn looks at. A connection is listed once (`Connection::ready`).
@@ -461,7 +474,7 @@ impl Node {
         };
         let cm = Cm::new(cfg.local.mac, caps.max_frame as u32, timing);
         let keepalive_ticks = ticks(cfg.keepalive_us);
-        let ring = Arc::new(SubmitRing::new(cfg.submit_ring));
+        let ring = RingConsumer::new(cfg.submit_ring);
         Node {
             cfg,
             caps,
@@ -479,6 +492,8 @@ impl Node {
             stats: Stats::default(),
             ack_list: Vec::with_capacity(1024),
             ack_new: Vec::with_capacity(1024),
+            owed_msgs_base: 0,
+            owed_frames: 0,
             hz,
             segment_max,
             bulk_segment,
@@ -501,7 +516,7 @@ impl Node {
 
     /// The ring posts reach this node through (a driver sleeps on it when idle).
     pub fn submit_ring(&self) -> &Arc<SubmitRing> {
-        &self.ring
+        self.ring.ring()
     }
 
     /// Connections on the ready list: those that may have something to send (what a
@@ -625,6 +640,27 @@ impl Node {
         } else {
             t.min(self.now + self.timer_tick)
         }
+    }
+
+    /// Whether acknowledgements are due now, before the turn ends: a stream
+    /// received [`ACK_EVERY_MSGS`] messages or [`ACK_EVERY_FRAMES`] frames since they
+    /// last went out. (A burst of full frames takes the receiver a hundred
+    /// microseconds and more; acknowledged only at the turn's end — a turn later,
+    /// for piggybacking — the sender's window stood still meanwhile, and its
+    /// retransmission timer fired without loss.) The driver then calls
+    /// [`Node::send_acks`] and puts the frames on the wire.
+    #[inline]
+    pub fn acks_due(&self) -> bool {
+        (self.owed_frames >= ACK_EVERY_FRAMES
+            || self.stats.msgs_rx.wrapping_sub(self.owed_msgs_base) >= ACK_EVERY_MSGS)
+            && !(self.ack_list.is_empty() && self.ack_new.is_empty())
+    }
+
+    /// Sends every acknowledgement owed now, also those that would wait a turn for
+    /// a reply to carry them.
+    pub fn send_acks<L: Link>(&mut self, link: &mut L) {
+        self.ack_list.append(&mut self.ack_new);
+        self.flush_acks(link);
     }
 
     /// Whether control frames wait for the next transmission.

@@ -151,9 +151,12 @@ impl Node {
             take_ack(conn, frame, &mut intake, &mut ex);
         }
         notify_host(conn, &intake);
-        if intake.owe_ack && !conn.ack_pending {
-            conn.ack_pending = true;
-            self.ack_new.push(slot);
+        if intake.owe_ack {
+            self.owed_frames = self.owed_frames.saturating_add(1);
+            if !conn.ack_pending {
+                conn.ack_pending = true;
+                self.ack_new.push(slot);
+            }
         }
         self.rearm(slot);
     }

@@ -23,7 +23,9 @@ use super::{FrameBuf, Link, Node, Stats};
 
 impl Node {
     /// Sends one acknowledgement frame (with any NAKs) per connection that needs one.
-    fn flush_acks<L: Link>(&mut self, link: &mut L) {
+    pub(super) fn flush_acks<L: Link>(&mut self, link: &mut L) {
+        self.owed_frames = 0;
+        self.owed_msgs_base = self.stats.msgs_rx;
         if self.ack_list.is_empty() {
             if !self.ack_new.is_empty() {
                 std::mem::swap(&mut self.ack_list, &mut self.ack_new);
@@ -195,7 +197,7 @@ impl Node {
     ///
     /// Returns false when the link took no more frames.
     pub fn transmit_data<L: Link>(&mut self, now: u64, link: &mut L) -> bool {
-        self.take_submissions();
+        self.take_submissions(now);
         if !self.conns.high_slots().is_empty() && !self.transmit_high(now, link) {
             return false;
         }
@@ -245,22 +247,35 @@ impl Node {
         more
     }
 
-    /// Moves posted work requests from the submission ring to their connections'
-    /// queues, listing those connections as ready.
+    /// Moves posted work requests from the submission ring to their connections,
+    /// listing those connections as ready. A request goes straight into flight when
+    /// nothing waits before it and the connection may send now (the common case in a
+    /// stream: one move instead of two through the connection's queue); otherwise it
+    /// waits in the connection's queue for `admit`.
     #[inline]
-    pub(crate) fn take_submissions(&mut self) {
-        while let Some(s) = self.ring.pop() {
+    pub(crate) fn take_submissions(&mut self, now: u64) {
+        // Bulk requests beside high-priority connections are segmented at admission
+        // (see `service_conn`): those go through the queue.
+        let direct = self.conns.high_slots().is_empty();
+        let (conns, ready, stats) = (&mut self.conns, &mut self.ready, &mut self.stats);
+        let (endpoints, segment_max) = (&self.endpoints, self.segment_max);
+        while let Some(()) = self.ring.pop_with(|s| {
             let slot = s.slot as usize;
-            match self.conns.get_mut(slot) {
+            match conns.get_mut(slot) {
                 Some(c) if c.number == s.number => {
-                    c.sendq.push_back(s.wr);
-                    list(&mut self.ready, c, slot);
+                    if direct && c.sendq.is_empty() && c.may_admit(now) {
+                        admit_one(c, &s.wr, endpoints, segment_max, None);
+                        c.shared.dequeued(1);
+                    } else {
+                        c.sendq.push_back(s.wr);
+                    }
+                    list(ready, c, slot);
                 }
                 // The connection went between the post and now (it was usable when
                 // posted): nothing can complete the request.
-                _ => self.stats.posts_orphaned += 1,
+                _ => stats.posts_orphaned += 1,
             }
-        }
+        }) {}
     }
 
     /// Lists connection `slot` as ready if it has something to send.
@@ -341,7 +356,7 @@ impl Node {
         let high = self.conns.high_slots();
         // A post still on the ring may be a high-priority one.
         !high.is_empty()
-            && (!self.ring.is_empty()
+            && (!self.ring.ring().is_empty()
                 || high.iter().any(|&s| {
                     self.conns.get(s).is_some_and(|c| {
                         c.state == ConnState::Normal && (!c.sendq.is_empty() || c.tx.has_to_send())
@@ -409,16 +424,12 @@ impl Node {
         let Some(conn) = self.conns.get_mut(slot) else {
             return false;
         };
-        match conn.state {
-            ConnState::Normal | ConnState::Exceptioned => {}
-            ConnState::Error | ConnState::Closed => {
-                flush_queue(conn);
-                return false;
-            }
-            _ => return false,
+        if matches!(conn.state, ConnState::Error | ConnState::Closed) {
+            flush_queue(conn);
+            return false;
         }
-        if now < conn.rnr_until {
-            return false; // the peer is not ready: back off
+        if !conn.may_send(now) {
+            return false; // not up, or the peer is not ready: back off
         }
         admit_work(
             conn,
@@ -722,49 +733,62 @@ fn admit_work(
             break;
         };
         taken += 1;
-        let inside = |id, offset: u64, len: u32| {
-            endpoints.get(id).is_some_and(|e| {
-                offset
-                    .checked_add(u64::from(len))
-                    .is_some_and(|end| end <= e.len())
-            })
-        };
-        let source_ok = match wr.source {
-            Source::Endpoint { id, offset } => inside(id, offset, wr.len),
-            _ => true,
-        };
-        let result_ok = match wr.result {
-            Some((id, offset)) => inside(id, offset, wr.len),
-            None => !wr.opcode.wants_reply(),
-        };
-        if !source_ok || !result_ok {
-            complete(conn, &wr, WcStatus::LocalProtectionError);
-            continue;
-        }
-        let mut seg_max = conn.segment_max.min(segment_max);
-        if segments_placeable(&wr) {
-            if let Some(b) = bulk_segment {
-                seg_max = seg_max.min(b);
-            }
-        }
-        let segments = message::segments_for(&wr, seg_max);
-        if segments == 1 && !message::single_message_fits(&wr, seg_max) {
-            complete(conn, &wr, WcStatus::LocalLengthError);
-            continue;
-        }
-        let first_seq = conn.tx.assign(segments);
-        conn.inflight.push_back(Pending {
-            wr,
-            first_seq,
-            segments,
-            seg_max,
-            status: WcStatus::Success,
-            replied: false,
-        });
+        admit_one(conn, &wr, endpoints, segment_max, bulk_segment);
     }
     if taken > 0 {
         conn.shared.dequeued(taken);
     }
+}
+
+/// Takes one work request into flight (the window has room), or completes it at once
+/// when its local ranges are invalid or it cannot be sent.
+#[inline]
+fn admit_one(
+    conn: &mut Connection,
+    wr: &WorkRequest,
+    endpoints: &EndpointTable,
+    segment_max: u32,
+    bulk_segment: Option<u32>,
+) {
+    let inside = |id, offset: u64, len: u32| {
+        endpoints.get(id).is_some_and(|e| {
+            offset
+                .checked_add(u64::from(len))
+                .is_some_and(|end| end <= e.len())
+        })
+    };
+    let source_ok = match wr.source {
+        Source::Endpoint { id, offset } => inside(id, offset, wr.len),
+        _ => true,
+    };
+    let result_ok = match wr.result {
+        Some((id, offset)) => inside(id, offset, wr.len),
+        None => !wr.opcode.wants_reply(),
+    };
+    if !source_ok || !result_ok {
+        complete(conn, wr, WcStatus::LocalProtectionError);
+        return;
+    }
+    let mut seg_max = conn.segment_max.min(segment_max);
+    if segments_placeable(wr) {
+        if let Some(b) = bulk_segment {
+            seg_max = seg_max.min(b);
+        }
+    }
+    let segments = message::segments_for(wr, seg_max);
+    if segments == 1 && !message::single_message_fits(wr, seg_max) {
+        complete(conn, wr, WcStatus::LocalLengthError);
+        return;
+    }
+    let first_seq = conn.tx.assign(segments);
+    conn.inflight.push_back(Pending {
+        wr: *wr,
+        first_seq,
+        segments,
+        seg_max,
+        status: WcStatus::Success,
+        replied: false,
+    });
 }
 
 /// Puts a run of consecutive messages from `first` on into the frame (retransmissions
@@ -789,15 +813,16 @@ fn fill_frame(
     // sent as repeats (the frame is rebuilt the same way on retransmission).
     let mut frame_desc: Option<[u8; 8]> = None;
     while idx < conn.inflight.len() {
+        // The request is read in place, not copied out (128 bytes a message).
         let p = &conn.inflight[idx];
-        let wr = p.wr;
+        let wr = &p.wr;
         let repeat = wr.remote.compound.is_some() && wr.remote.compound == frame_desc;
-        let (control, seg_off) = message::control_for(&wr, seg, p.segments, p.seg_max, repeat);
+        let (control, seg_off) = message::control_for(wr, seg, p.segments, p.seg_max, repeat);
         if !w.fits(control.length) {
             break;
         }
         let pushed = w.push_with(&control, |dst| {
-            message::fill_payload(&wr, seg_off, dst, endpoints, repeat)
+            message::fill_payload(wr, seg_off, dst, endpoints, repeat)
         });
         if pushed.is_err() {
             break;
@@ -805,6 +830,7 @@ fn fill_frame(
         if wr.remote.compound.is_some() {
             frame_desc = wr.remote.compound;
         }
+        let segments = p.segments;
         run.note(conn, seq, control.length, now);
         seq = seq.wrapping_add(1);
         // The run goes on only while the reliability state wants the next number.
@@ -812,7 +838,7 @@ fn fill_frame(
             break;
         }
         seg += 1;
-        if seg == conn.inflight[idx].segments {
+        if seg == segments {
             idx += 1;
             seg = 0;
         }
@@ -899,8 +925,12 @@ pub(crate) fn complete_ready(conn: &mut Connection) {
         if seq_lt(conn.tx.acked(), end) || !p.ready() {
             break;
         }
-        let p = conn.inflight.pop_front().expect("front exists");
-        complete(conn, &p.wr, p.status);
+        // Read in place: the request itself is not moved out.
+        let wc = completion_for(&p.wr, p.status, conn.number);
+        conn.inflight.pop_front();
+        if let Some(wc) = wc {
+            report(conn, wc);
+        }
     }
 }
 
@@ -908,25 +938,36 @@ pub(crate) fn complete_ready(conn: &mut Connection) {
 /// or failed): onto the completion queue, or — when the queue is full — into the
 /// connection's list of completions waiting for room, behind any already there.
 fn complete(conn: &mut Connection, wr: &WorkRequest, status: WcStatus) {
+    if let Some(wc) = completion_for(wr, status, conn.number) {
+        report(conn, wc);
+    }
+}
+
+/// The completion a request owes the application with this status, if any.
+#[inline]
+fn completion_for(wr: &WorkRequest, status: WcStatus, conn: u32) -> Option<Completion> {
     if matches!(wr.opcode, WrOpcode::Reply { .. }) {
-        return; // ours, not the application's
+        return None; // ours, not the application's
     }
     let signaled = wr.flags & WR_SIGNALED != 0;
-    if status != WcStatus::Success || signaled {
-        let wc = Completion {
-            wr_id: wr.wr_id,
-            status,
-            opcode: wr.opcode,
-            byte_len: wr.len,
-            conn: conn.number,
-            signaled,
-        };
-        if !conn.unreported.is_empty() {
-            conn.unreported.push_back(wc);
-        } else if let Err(wc) = conn.shared.cq.push(wc) {
-            conn.shared.cq.waits.fetch_add(1, Ordering::Relaxed);
-            conn.unreported.push_back(wc);
-        }
+    (status != WcStatus::Success || signaled).then_some(Completion {
+        wr_id: wr.wr_id,
+        status,
+        opcode: wr.opcode,
+        byte_len: wr.len,
+        conn,
+        signaled,
+    })
+}
+
+/// Puts a completion on the connection's queue, or behind those waiting for room.
+#[inline]
+fn report(conn: &mut Connection, wc: Completion) {
+    if !conn.unreported.is_empty() {
+        conn.unreported.push_back(wc);
+    } else if let Err(wc) = conn.shared.cq.push(wc) {
+        conn.shared.cq.waits.fetch_add(1, Ordering::Relaxed);
+        conn.unreported.push_back(wc);
     }
 }
 

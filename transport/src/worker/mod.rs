@@ -136,12 +136,16 @@ impl PortIo {
         }
         let mut n = 0;
         while n < BURST {
-            let Some(m) = l.take(self.shard) else {
+            let Some(m) = self.links.as_deref().and_then(|l| l.take(self.shard)) else {
                 break;
             };
             take(node, &m, now);
+            self.ack_if_due(node);
             n += 1;
         }
+        let Some(l) = self.links.as_deref() else {
+            return n;
+        };
         if self.relay {
             for k in 1..l.shards() {
                 while !self.tx.is_full() {
@@ -156,6 +160,17 @@ impl PortIo {
             }
         }
         n
+    }
+
+    /// Sends the acknowledgements a long burst made due before the turn ends
+    /// ([`Node::acks_due`]), on the wire at once.
+    #[inline]
+    fn ack_if_due(&mut self, node: &mut Node) {
+        if node.acks_due() {
+            node.send_acks(self);
+            self.flush(true);
+            self.flush(false);
+        }
     }
 
     /// Hands the frames of the high-priority batch to the node; whether there were any.
@@ -351,6 +366,7 @@ impl Worker {
         // application sees those at once.
         while let Some(m) = if urgent { None } else { io.rx.next() } {
             deliver(io.links.as_deref(), &mut io.forwarded, node, m, now);
+            io.ack_if_due(node);
             if hi && io.port.rx_queue(HIGH_QUEUE, &mut io.rx_hi) > 0 {
                 // An urgent frame came in meanwhile: take it now and end the turn's
                 // receiving here, so that the application sees it at once.
