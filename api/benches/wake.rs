@@ -86,6 +86,14 @@ fn main() {
             percentile(&mut us, 1.0)
         );
     }
+    // The floor under any of these: the operating system's own wake-up of a thread
+    // asleep on a futex (a condition variable) on CPU #1 by one on CPU #0, after the
+    // same gaps — what any worker that sleeps pays, whatever the transport.
+    let (os50, os99, osmax) = os_wake(trials);
+    println!(
+        "{:>10} {:>7} {:>10.1} {:>10.1} {:>10.1}   <- OS baseline: a condvar wake-up, 1.2 s gaps",
+        "futex", trials, os50, os99, osmax
+    );
     // A quiet first (the worker naps short for `idle::LONG_QUIET`), then 3 s measured.
     std::thread::sleep(Duration::from_secs(2));
     let (t0, c0) = (Instant::now(), cpu_time());
@@ -95,4 +103,50 @@ fn main() {
         "idle, 2 to 5 s after the last frame: {:.1} % of a core",
         used * 100.0
     );
+}
+
+/// The OS baseline: a thread pinned to CPU #1 sleeps on a condition variable; after a
+/// 1.2 s gap this thread (CPU #0) sets the flag and signals, and spins until the sleeper
+/// acknowledges. Returns (p50, p99, max) in microseconds.
+fn os_wake(trials: usize) -> (f64, f64, f64) {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::{Arc, Condvar, Mutex};
+    let shared = Arc::new((Mutex::new(0u64), Condvar::new(), AtomicU64::new(0)));
+    let s2 = shared.clone();
+    let sleeper = std::thread::spawn(move || {
+        let _ = deposit_transport::port::pin_current_thread_to_nth_cpu(1);
+        let (lock, cond, seen) = &*s2;
+        let mut want = 1;
+        loop {
+            let mut g = lock.lock().unwrap();
+            while *g < want {
+                g = cond.wait(g).unwrap();
+            }
+            let v = *g;
+            drop(g);
+            seen.store(v, Ordering::Release);
+            if v == u64::MAX {
+                return;
+            }
+            want = v + 1;
+        }
+    });
+    let (lock, cond, seen) = &*shared;
+    let mut us = Vec::with_capacity(trials);
+    for k in 1..=trials as u64 {
+        std::thread::sleep(Duration::from_millis(1200));
+        let t0 = Instant::now();
+        *lock.lock().unwrap() = k;
+        cond.notify_one();
+        while seen.load(Ordering::Acquire) != k {
+            std::hint::spin_loop();
+        }
+        us.push(t0.elapsed().as_secs_f64() * 1e6);
+    }
+    *lock.lock().unwrap() = u64::MAX;
+    cond.notify_one();
+    sleeper.join().unwrap();
+    let p50 = percentile(&mut us, 0.5);
+    let p99 = percentile(&mut us, 0.99);
+    (p50, p99, percentile(&mut us, 1.0))
 }
