@@ -243,10 +243,6 @@ fn client(side: &Side, p: &Params, rep: &mut Reporter) -> Result<()> {
         exchange::take_verdict(s, p, round, round + 1 == p.sizes.len(), rep)?;
         rep.bw(&stats);
     }
-    if std::env::var_os("DDPERF_DEBUG").is_some() {
-        let st = s.dev.stats();
-        eprintln!("DEBUG client frames_tx {} msgs_tx {} frames_rx {} acks_tx {} retransmits {} tx_stalls {} timeouts {}", st.frames_tx, st.msgs_tx, st.frames_rx, st.acks_tx, st.retransmits, st.tx_stalls, st.timeouts);
-    }
     Ok(())
 }
 
@@ -285,10 +281,6 @@ fn server(side: &Side, p: &Params, rep: &mut Reporter) -> Result<()> {
             elapsed: end.elapsed,
             peak_rate: end.peak_rate,
         });
-    }
-    if std::env::var_os("DDPERF_DEBUG").is_some() {
-        let st = s.dev.stats();
-        eprintln!("DEBUG server frames_tx {} msgs_rx {} frames_rx {} acks_tx {}", st.frames_tx, st.msgs_rx, st.frames_rx, st.acks_tx);
     }
     if p.role == Role::Server {
         eprintln!(

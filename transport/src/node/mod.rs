@@ -399,6 +399,8 @@ pub struct Node {
     pub(crate) bulk_segment: u32,
     /// Connection timers, earliest first (see `timers`).
     timers: timers::TimerQueue,
+    /// The entries `run_timers` took (kept for its next call).
+    timers_due: Vec<(u64, u32)>,
     /// `cfg.keepalive_us` in clock ticks (timers are re-armed per frame: no division
     /// there).
     pub(crate) keepalive_ticks: u64,
@@ -497,7 +499,8 @@ impl Node {
             hz,
             segment_max,
             bulk_segment,
-            timers: timers::TimerQueue::new(),
+            timers: timers::TimerQueue::new(timer_tick),
+            timers_due: Vec::new(),
             keepalive_ticks,
             timer_tick,
             now,
@@ -630,11 +633,7 @@ impl Node {
     /// holds.
     #[inline]
     pub fn next_timer(&self) -> u64 {
-        let t = self
-            .timers
-            .peek()
-            .map_or(u64::MAX, |e| e.0 .0)
-            .min(self.cm.next_timeout());
+        let t = self.timers.next().min(self.cm.next_timeout());
         if self.held_frames.is_empty() {
             t
         } else {

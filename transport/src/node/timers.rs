@@ -1,13 +1,18 @@
 //! Timers from deadlines: no scan of every connection per tick.
 //!
-//! Each connection arms the node's timer queue (a min-heap of (time, connection)) for
-//! the next moment it needs attention — its retransmission deadline from
-//! [`crate::reliability::Sender::deadline`], the end of a receiver-not-ready back-off,
-//! a keepalive probe when idle, a retry of completions waiting for room. (Connection
-//! management keeps its own timers: [`crate::cm::Cm::next_timeout`].) Arming is lazy: a connection keeps at most one live
-//! entry (`Connection::timer_armed`, the earliest); later deadlines need no entry until
-//! that one fires, and entries made stale by an earlier one are skipped when they come
-//! up. A firing entry runs the connection's timer, which arms the next deadline.
+//! Each connection arms the node's timer queue for the next moment it needs attention
+//! — its retransmission deadline from [`crate::reliability::Sender::deadline`], the
+//! end of a receiver-not-ready back-off, a keepalive probe when idle, a retry of
+//! completions waiting for room. (Connection management keeps its own timers:
+//! [`crate::cm::Cm::next_timeout`].) Arming is lazy: a connection keeps at most one
+//! live entry (`Connection::timer_armed`, the earliest); later deadlines need no entry
+//! until that one fires, and entries made stale by an earlier one are skipped when
+//! they come up. A firing entry runs the connection's timer, which arms the next
+//! deadline.
+//!
+//! The queue is a timing wheel ([`TimerQueue`]): with one message outstanding per
+//! connection, every message arms and fires a retransmission timer, and a binary heap
+//! of ten thousand connections' entries made that a third of a sender's time.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -17,8 +22,134 @@ use crate::reliability::Timeout;
 
 use super::{fail_connection, send, Node};
 
-/// Pending timers: (when, connection number), earliest first.
-pub(crate) type TimerQueue = BinaryHeap<Reverse<(u64, u32)>>;
+/// Slots of the wheel: with slots of 2^15-2^17 clock ticks (half the shortest
+/// retransmission timeout, rounded down to a power of two) it spans tens of
+/// milliseconds; later deadlines (keepalives) wait in a heap.
+const SLOTS: usize = 1024;
+
+/// Pending timers, (when, connection number): a hashed timing wheel of [`SLOTS`]
+/// slots of 2^`shift` clock ticks for deadlines within its span, a heap for those
+/// beyond. Arming is O(1); taking the due entries costs a look at each slot the clock
+/// passed (an occupancy bitmap skips empty ones) plus each entry once.
+#[derive(Debug)]
+pub(crate) struct TimerQueue {
+    shift: u32,
+    slots: Vec<Vec<(u64, u32)>>,
+    /// Bit i: slot i holds entries.
+    occupied: [u64; SLOTS / 64],
+    /// The first slot-tick (`when >> shift`) not yet fully taken.
+    cursor: u64,
+    far: BinaryHeap<Reverse<(u64, u32)>>,
+    /// No entry is due before this (a lower bound: [`TimerQueue::next`]).
+    hint: u64,
+}
+
+impl TimerQueue {
+    /// A wheel of slots of about `tick` clock ticks (at most).
+    pub(crate) fn new(tick: u64) -> TimerQueue {
+        TimerQueue {
+            shift: 63 - tick.max(1).leading_zeros(),
+            slots: (0..SLOTS).map(|_| Vec::new()).collect(),
+            occupied: [0; SLOTS / 64],
+            cursor: 0,
+            far: BinaryHeap::new(),
+            hint: u64::MAX,
+        }
+    }
+
+    /// Queues an entry.
+    #[inline]
+    pub(crate) fn push(&mut self, when: u64, conn: u32) {
+        self.hint = self.hint.min(when);
+        let t = (when >> self.shift).max(self.cursor);
+        if t - self.cursor < SLOTS as u64 {
+            let i = t as usize & (SLOTS - 1);
+            self.slots[i].push((when, conn));
+            self.occupied[i / 64] |= 1 << (i % 64);
+        } else {
+            self.far.push(Reverse((when, conn)));
+        }
+    }
+
+    /// No entry is due before this (`u64::MAX`: none queued). Exact for the slot the
+    /// clock is in; the start of its slot for a later entry.
+    #[inline]
+    pub(crate) fn next(&self) -> u64 {
+        self.hint
+    }
+
+    /// Moves the entries due at `now` into `due` (in no particular order).
+    pub(crate) fn take_due(&mut self, now: u64, due: &mut Vec<(u64, u32)>) {
+        while self.far.peek().is_some_and(|e| e.0 .0 <= now) {
+            due.push(self.far.pop().expect("peeked").0);
+        }
+        let end = now >> self.shift;
+        if end >= self.cursor + SLOTS as u64 {
+            // The clock passed the whole span: everything in the wheel is due.
+            for i in 0..SLOTS {
+                due.append(&mut self.slots[i]);
+            }
+            self.occupied = [0; SLOTS / 64];
+            self.cursor = end;
+        } else {
+            while let Some(t) = self.next_occupied(end) {
+                let i = t as usize & (SLOTS - 1);
+                if t < end {
+                    due.append(&mut self.slots[i]);
+                } else {
+                    // The slot the clock is in: only what is due by now.
+                    let slot = &mut self.slots[i];
+                    let mut k = 0;
+                    while k < slot.len() {
+                        if slot[k].0 <= now {
+                            due.push(slot.swap_remove(k));
+                        } else {
+                            k += 1;
+                        }
+                    }
+                }
+                if self.slots[i].is_empty() {
+                    self.occupied[i / 64] &= !(1 << (i % 64));
+                }
+                if t == end {
+                    break;
+                }
+            }
+            self.cursor = self.cursor.max(end);
+        }
+        self.hint = self.earliest();
+    }
+
+    /// The first occupied slot-tick from the cursor up to `end`, if any.
+    fn next_occupied(&self, end: u64) -> Option<u64> {
+        let mut t = self.cursor;
+        while t <= end {
+            let i = t as usize & (SLOTS - 1);
+            let word = self.occupied[i / 64] >> (i % 64);
+            if word != 0 {
+                let t = t + u64::from(word.trailing_zeros());
+                return (t <= end).then_some(t);
+            }
+            t += 64 - (i % 64) as u64;
+        }
+        None
+    }
+
+    /// A lower bound of the earliest entry: exact in the cursor's slot, else the start
+    /// of the first occupied slot; the heap's head.
+    fn earliest(&self) -> u64 {
+        let far = self.far.peek().map_or(u64::MAX, |e| e.0 .0);
+        let wheel = match self.next_occupied(self.cursor + SLOTS as u64 - 1) {
+            None => u64::MAX,
+            Some(t) if t == self.cursor => {
+                let i = t as usize & (SLOTS - 1);
+                self.slots[i].iter().map(|e| e.0).min().unwrap_or(u64::MAX)
+            }
+            Some(t) => t << self.shift,
+        };
+        far.min(wheel)
+    }
+}
 
 /// Arms `conn`'s timer for `when` unless an earlier one is armed. The entry it
 /// supersedes stays queued as the connection's spare; with none armed (its entry just
@@ -35,7 +166,7 @@ pub(crate) fn arm(timers: &mut TimerQueue, conn: &mut Connection, when: u64) {
             conn.timer_spare = conn.timer_armed;
         }
         conn.timer_armed = when;
-        timers.push(Reverse((when, conn.number)));
+        timers.push(when, conn.number);
     }
 }
 
@@ -83,11 +214,12 @@ impl Node {
 
     /// Runs every connection timer due at `now`.
     pub(super) fn run_timers(&mut self, now: u64) {
-        while let Some(&Reverse((when, number))) = self.timers.peek() {
-            if when > now {
-                break;
-            }
-            self.timers.pop();
+        if self.timers.next() > now {
+            return;
+        }
+        let mut due = std::mem::take(&mut self.timers_due);
+        self.timers.take_due(now, &mut due);
+        for (when, number) in due.drain(..) {
             let Some(slot) = self.conns.slot_of(number) else {
                 continue; // the connection went
             };
@@ -103,6 +235,7 @@ impl Node {
                 self.rearm(slot);
             }
         }
+        self.timers_due = due;
     }
 
     /// One connection's timer: completions waiting for room, connection management,
@@ -153,3 +286,56 @@ pub(crate) fn release_idle_memory(conn: &mut Connection) {
 
 /// In-flight entries an idle connection keeps room for.
 const IDLE_INFLIGHT: usize = 0;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sim::Rng;
+
+    /// Against a plain list: every entry is taken exactly once, never before its time
+    /// and at the first call at or after it; `next` never says later than the
+    /// earliest entry. Deadlines near (within the span), far (beyond it) and already
+    /// past, clock steps small and large.
+    #[test]
+    fn the_wheel_takes_every_entry_once_when_due() {
+        let mut rng = Rng::new(11);
+        let tick = 50_000; // slots of 32 768
+        let mut q = TimerQueue::new(tick);
+        let mut pending: Vec<(u64, u32)> = Vec::new();
+        let mut now = 1_000_000u64;
+        let mut due = Vec::new();
+        for round in 0..20_000u32 {
+            for _ in 0..rng.below(4) {
+                let when = match rng.below(10) {
+                    0 => now.saturating_sub(rng.below(100_000)),
+                    1 => now + rng.below(200_000_000),
+                    _ => now + rng.below(2_000_000),
+                };
+                q.push(when, round);
+                pending.push((when, round));
+            }
+            let earliest = pending.iter().map(|e| e.0).min().unwrap_or(u64::MAX);
+            assert!(
+                q.next() <= earliest,
+                "next {} > earliest {earliest}",
+                q.next()
+            );
+            now += match rng.below(50) {
+                0 => rng.below(100_000_000),
+                _ => rng.below(40_000),
+            };
+            due.clear();
+            q.take_due(now, &mut due);
+            let mut want: Vec<(u64, u32)> =
+                pending.iter().copied().filter(|e| e.0 <= now).collect();
+            pending.retain(|e| e.0 > now);
+            want.sort_unstable();
+            due.sort_unstable();
+            assert_eq!(due, want, "round {round} at {now}");
+        }
+        due.clear();
+        q.take_due(u64::MAX, &mut due);
+        assert_eq!(due.len(), pending.len());
+        assert_eq!(q.next(), u64::MAX, "empty");
+    }
+}

@@ -342,6 +342,14 @@ impl Worker {
         let hi = io.port.queues() > 1
             && (io.hi_active || self.turn & 63 == 0 || node.has_high_priority());
         let mut n = 0;
+        if !hi && !node.submit_ring().is_empty() {
+            // Posts first: what the application posted since the last turn leaves
+            // before this turn's receiving (an inline ping-pong posts its answer and
+            // drives the next turn at once).
+            self.now = rdtsc();
+            node.transmit_data(self.now, io);
+            io.flush(false);
+        }
         if hi {
             // High-priority work first: what the application posted since the last
             // turn leaves before any bulk frame is processed, and urgent frames are
