@@ -397,7 +397,7 @@ pub struct Node {
     pub(crate) segment_max: u32,
     /// Largest payload of one message in a frame of `send::BULK_FRAME_BESIDE_HIGH` bytes.
     pub(crate) bulk_segment: u32,
-    /// Connection timers, earliest first (see `timers`).
+    /// Connection timers: a timing wheel (see `timers`).
     timers: timers::TimerQueue,
     /// The entries `run_timers` took (kept for its next call).
     timers_due: Vec<(u64, u32)>,

@@ -92,21 +92,20 @@ impl TimerQueue {
             self.occupied = [0; SLOTS / 64];
             self.cursor = end;
         } else {
-            while let Some(t) = self.next_occupied(end) {
+            let mut from = self.cursor;
+            while let Some(t) = self.next_occupied(from, end) {
                 let i = t as usize & (SLOTS - 1);
                 if t < end {
                     due.append(&mut self.slots[i]);
                 } else {
                     // The slot the clock is in: only what is due by now.
-                    let slot = &mut self.slots[i];
-                    let mut k = 0;
-                    while k < slot.len() {
-                        if slot[k].0 <= now {
-                            due.push(slot.swap_remove(k));
-                        } else {
-                            k += 1;
+                    self.slots[i].retain(|&e| {
+                        let fire = e.0 <= now;
+                        if fire {
+                            due.push(e);
                         }
-                    }
+                        !fire
+                    });
                 }
                 if self.slots[i].is_empty() {
                     self.occupied[i / 64] &= !(1 << (i % 64));
@@ -114,15 +113,16 @@ impl TimerQueue {
                 if t == end {
                     break;
                 }
+                from = t + 1;
             }
             self.cursor = self.cursor.max(end);
         }
         self.hint = self.earliest();
     }
 
-    /// The first occupied slot-tick from the cursor up to `end`, if any.
-    fn next_occupied(&self, end: u64) -> Option<u64> {
-        let mut t = self.cursor;
+    /// The first occupied slot-tick from `from` up to `end`, if any.
+    fn next_occupied(&self, from: u64, end: u64) -> Option<u64> {
+        let mut t = from;
         while t <= end {
             let i = t as usize & (SLOTS - 1);
             let word = self.occupied[i / 64] >> (i % 64);
@@ -139,7 +139,7 @@ impl TimerQueue {
     /// of the first occupied slot; the heap's head.
     fn earliest(&self) -> u64 {
         let far = self.far.peek().map_or(u64::MAX, |e| e.0 .0);
-        let wheel = match self.next_occupied(self.cursor + SLOTS as u64 - 1) {
+        let wheel = match self.next_occupied(self.cursor, self.cursor + SLOTS as u64 - 1) {
             None => u64::MAX,
             Some(t) if t == self.cursor => {
                 let i = t as usize & (SLOTS - 1);
