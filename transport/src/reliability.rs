@@ -272,6 +272,11 @@ pub struct Sender {
     stalled_since: Option<u64>,
     /// When the oldest unacknowledged message was last (re)sent, or the last progress.
     timer_start: u64,
+    /// After a timeout, which resends the oldest message only: (the end of what the
+    /// peer was known to hold with that message — the selectively acknowledged run
+    /// after it —, the end of everything sent before the timeout). The first progress
+    /// after it decides whether the rest goes again (see [`Sender::on_timer`]).
+    recovery: Option<(u32, u32)>,
 }
 
 impl Sender {
@@ -298,6 +303,7 @@ impl Sender {
             max_retries,
             stalled_since: None,
             timer_start: 0,
+            recovery: None,
         }
     }
     /// Lets the retransmission timeout adapt to measured round trips, down to `rto_min`
@@ -460,6 +466,15 @@ impl Sender {
         self.sacked.shift(n);
         self.queued.shift(n);
         self.acked = ack;
+        if let Some((known, point)) = self.recovery.take() {
+            // The first progress since a timeout: if it covers no more than the resent
+            // message and what the peer was known to hold, what followed was lost too
+            // (go back); if more, the originals are arriving and the timeout was
+            // spurious (the selective bits find any hole left).
+            if !seq_lt(known, ack) && seq_lt(ack, point) {
+                self.resend_unacked(point);
+            }
+        }
         if seq_lt(self.sent_to, ack) {
             self.sent_to = ack;
         }
@@ -552,17 +567,30 @@ impl Sender {
         if self.retries > self.max_retries && now.saturating_sub(since) >= self.budget() {
             return Timeout::GiveUp;
         }
+        // The oldest message only, as TCP after a timeout: a late acknowledgement (a
+        // peer or link that paused) costs one message again, not the whole window,
+        // and what follows is resent once the peer shows it lacks it.
         self.resend.clear();
         self.queued = SeqBits::default();
-        let n = self.in_flight_sent();
+        self.queue_resend(0, self.acked);
+        let run = (0..SACK_BITS).take_while(|&i| self.sacked.get(i)).count() as u32;
+        let known = self.acked.wrapping_add(1 + run);
+        self.recovery = Some((known, self.sent_to));
+        self.timer_start = now;
+        Timeout::Retransmit
+    }
+    /// Queues every sent message before `end` that is not acknowledged, cumulatively
+    /// or selectively, for resending.
+    fn resend_unacked(&mut self, end: u32) {
+        self.resend.clear();
+        self.queued = SeqBits::default();
+        let n = end.wrapping_sub(self.acked);
         for off in 0..n {
             let seq = self.acked.wrapping_add(off);
             if off == 0 || !self.sacked.get(off - 1) {
                 self.queue_resend(off, seq);
             }
         }
-        self.timer_start = now;
-        Timeout::Retransmit
     }
     /// Pauses sending until later (receiver not ready): the timer restarts then, and
     /// everything from `seq` on is sent again.
@@ -573,6 +601,7 @@ impl Sender {
         self.sent_to = seq;
         self.resend.clear();
         self.probe = None;
+        self.recovery = None;
         // What is sent again from here counts as new: forget the frames it was in.
         while self
             .frames_out
@@ -663,7 +692,8 @@ mod tests {
     }
 
     #[test]
-    fn a_timeout_resends_everything_unacknowledged_even_beyond_the_selective_span() {
+    fn a_timeout_resends_the_oldest_then_everything_unacknowledged_even_beyond_the_selective_span()
+    {
         let n = SACK_BITS + 100;
         let mut s = Sender::new(0, 10, 5);
         s.assign(n);
@@ -680,13 +710,62 @@ mod tests {
         assert_eq!(s.next_to_send(), Some(0), "lost by the duplicate threshold");
         s.on_sent(0, 3);
         assert_eq!(s.on_timer(100), Timeout::Retransmit);
+        assert_eq!(s.next_to_send(), Some(0), "the oldest first");
+        s.on_sent(0, 100);
+        assert_eq!(s.next_to_send(), None, "and only it until the peer answers");
+        // The peer acknowledges that one and the three it was known to hold, no
+        // more: the rest was lost too.
+        s.on_ack(4, &SeqBits::default(), 110);
         let mut again = Vec::new();
         while let Some(seq) = s.next_to_send() {
             again.push(seq);
-            s.on_sent(seq, 100);
+            s.on_sent(seq, 110);
         }
-        let want: Vec<u32> = std::iter::once(0).chain(4..n).collect();
+        let want: Vec<u32> = (4..n).collect();
         assert_eq!(again, want);
+    }
+
+    #[test]
+    fn a_spurious_timeout_costs_one_message_again() {
+        // 100 messages out; the peer paused and its acknowledgement comes after the
+        // timer fired: it covers more than the message resent, so nothing else goes.
+        let mut s = Sender::new(0, 10, 5);
+        s.assign(100);
+        for seq in 0..100 {
+            assert_eq!(s.next_to_send(), Some(seq));
+            s.on_sent(seq, 1);
+        }
+        assert_eq!(s.on_timer(20), Timeout::Retransmit);
+        assert_eq!(s.next_to_send(), Some(0));
+        s.on_sent(0, 20);
+        s.on_ack(60, &SeqBits::default(), 21);
+        assert_eq!(s.next_to_send(), None, "60..100 are still on their way");
+        s.on_ack(100, &SeqBits::default(), 22);
+        assert_eq!(s.in_flight(), 0);
+        // A second timeout while the first one's resend is unanswered: the go-back
+        // covers everything sent before it, new messages sent meanwhile included.
+        s.assign(10);
+        for seq in 100..105 {
+            s.on_sent(seq, 30);
+        }
+        assert_eq!(s.on_timer(40), Timeout::Retransmit);
+        assert_eq!(s.next_to_send(), Some(100));
+        s.on_sent(100, 40);
+        for seq in 105..110 {
+            assert_eq!(s.next_to_send(), Some(seq), "new messages still go");
+            s.on_sent(seq, 41);
+        }
+        assert_eq!(s.on_timer(60), Timeout::Retransmit, "backed off: 40 + 20");
+        assert_eq!(s.next_to_send(), Some(100));
+        s.on_sent(100, 60);
+        s.on_ack(101, &SeqBits::default(), 61);
+        let again: Vec<u32> = std::iter::from_fn(|| {
+            let seq = s.next_to_send()?;
+            s.on_sent(seq, 61);
+            Some(seq)
+        })
+        .collect();
+        assert_eq!(again, (101..110).collect::<Vec<_>>());
     }
 
     #[test]
@@ -812,8 +891,7 @@ mod tests {
         assert_eq!(s.on_timer(110), Timeout::Retransmit);
         assert_eq!(s.next_to_send(), Some(7));
         s.on_sent(7, 111);
-        assert_eq!(s.next_to_send(), Some(8));
-        s.on_sent(8, 111);
+        assert_eq!(s.next_to_send(), None, "the oldest only");
         assert_eq!(s.deadline(), Some(111 + 200), "backed off");
         assert_eq!(s.on_timer(311), Timeout::Retransmit);
         assert_eq!(s.on_timer(311 + 400), Timeout::GiveUp);
