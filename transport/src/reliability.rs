@@ -666,14 +666,20 @@ mod tests {
         assert!(!r.has_gap());
     }
 
-    #[test]
-    fn selective_acks_queue_only_the_missing_message() {
-        let mut s = Sender::new(0, 1000, 5);
-        s.assign(10);
-        for seq in 0..10 {
+    /// A sender (timeout `rto`, 5 retries) that sent messages 0..n at time 1, in order.
+    fn all_sent(n: u32, rto: u64) -> Sender {
+        let mut s = Sender::new(0, rto, 5);
+        s.assign(n);
+        for seq in 0..n {
             assert_eq!(s.next_to_send(), Some(seq));
             s.on_sent(seq, 1);
         }
+        s
+    }
+
+    #[test]
+    fn selective_acks_queue_only_the_missing_message() {
+        let mut s = all_sent(10, 1000);
         assert_eq!(s.next_to_send(), None);
         // 3 lost; 0..3 acked cumulatively, 4..10 selectively.
         let mut sack = SeqBits::default();
@@ -729,12 +735,7 @@ mod tests {
     fn a_spurious_timeout_costs_one_message_again() {
         // 100 messages out; the peer paused and its acknowledgement comes after the
         // timer fired: it covers more than the message resent, so nothing else goes.
-        let mut s = Sender::new(0, 10, 5);
-        s.assign(100);
-        for seq in 0..100 {
-            assert_eq!(s.next_to_send(), Some(seq));
-            s.on_sent(seq, 1);
-        }
+        let mut s = all_sent(100, 10);
         assert_eq!(s.on_timer(20), Timeout::Retransmit);
         assert_eq!(s.next_to_send(), Some(0));
         s.on_sent(0, 20);
