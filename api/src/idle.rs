@@ -61,6 +61,12 @@ impl Backoff {
         self.napping
     }
 
+    /// Idle polls since the quiet started.
+    #[inline]
+    pub(crate) fn idle_polls(&self) -> u32 {
+        self.idle_polls
+    }
+
     /// A poll found nothing: waits a little before the next one, longer the longer
     /// nothing came.
     #[inline]
