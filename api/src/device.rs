@@ -475,13 +475,9 @@ impl Core {
             // wait for the nap's end (their PMDs here have no rx interrupts).
             if work != 0 {
                 backoff.reset();
-            } else if !backoff.spin() {
+            } else if !backoff.spin_or_yield() {
                 let nap = backoff.nap_length();
                 w.sleep_until(Instant::now() + nap);
-            } else if backoff.idle_polls() > YIELD_AFTER {
-                // Quiet for a while but still spinning: let another runnable thread
-                // have the core meanwhile (none: the call returns at once).
-                std::thread::yield_now();
             }
         }
         *self.here.lock() = Some(w);
@@ -489,13 +485,6 @@ impl Core {
         self.run_queued();
     }
 }
-
-/// Idle batches of 64 polls (about 25-100 us of quiet) after which a dedicated worker
-/// that still spins yields its core between batches. A shard alone on its core loses
-/// a system call per batch; one sharing its core with another busy thread (more
-/// shards and application threads than cores) stops holding it through a whole
-/// scheduler slice while the other has frames waiting.
-const YIELD_AFTER: u32 = 16;
 
 /// An open device: a DPDK port, its worker and its tables.
 #[derive(Clone)]

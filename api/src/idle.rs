@@ -21,6 +21,9 @@ use crate::device::DeviceInner;
 /// not counted: a poll costs from tens of nanoseconds (a dedicated worker's) to about a
 /// microsecond (an inline device's turn).
 pub const SPIN_FOR: Duration = Duration::from_millis(50);
+/// Idle batches of 64 polls (about 25-100 us of quiet) after which a dedicated worker
+/// that still spins yields its core between batches ([`Backoff::spin_or_yield`]).
+pub const YIELD_AFTER: u32 = 16;
 /// Nap length while the quiet is short.
 pub const SHORT_NAP: Duration = Duration::from_micros(50);
 /// Quiet after which the naps get long.
@@ -61,10 +64,18 @@ impl Backoff {
         self.napping
     }
 
-    /// Idle polls since the quiet started.
+    /// [`Backoff::spin`] for a dedicated worker, which calls it once per batch of
+    /// polls: past [`YIELD_AFTER`] idle batches it also yields its core (a shard alone
+    /// on its core loses a system call per batch; one sharing its core with another
+    /// busy thread — more shards and application threads than cores — stops holding
+    /// it through a whole scheduler slice while the other has frames waiting).
     #[inline]
-    pub(crate) fn idle_polls(&self) -> u32 {
-        self.idle_polls
+    pub(crate) fn spin_or_yield(&mut self) -> bool {
+        let spinning = self.spin();
+        if spinning && self.idle_polls > YIELD_AFTER {
+            std::thread::yield_now();
+        }
+        spinning
     }
 
     /// A poll found nothing: waits a little before the next one, longer the longer

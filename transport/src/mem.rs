@@ -498,7 +498,6 @@ unsafe fn copy_bytes(dst: *mut u8, src: *const u8, n: usize) {
                 std::sync::atomic::compiler_fence(std::sync::atomic::Ordering::Release);
                 ptr::write_unaligned(dst.add(n - 32) as *mut [u128; 2], b);
             }
-            65..=COPY_CHUNK => ptr::copy_nonoverlapping(src, dst, n),
             _ => {
                 let mut off = 0;
                 while off < n {

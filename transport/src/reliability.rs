@@ -570,11 +570,8 @@ impl Sender {
         // The oldest message only, as TCP after a timeout: a late acknowledgement (a
         // peer or link that paused) costs one message again, not the whole window,
         // and what follows is resent once the peer shows it lacks it.
-        self.resend.clear();
-        self.queued = SeqBits::default();
-        self.queue_resend(0, self.acked);
-        let run = (0..SACK_BITS).take_while(|&i| self.sacked.get(i)).count() as u32;
-        let known = self.acked.wrapping_add(1 + run);
+        self.resend_unacked(self.acked.wrapping_add(1));
+        let known = self.acked.wrapping_add(1 + self.sacked.leading_ones());
         self.recovery = Some((known, self.sent_to));
         self.timer_start = now;
         Timeout::Retransmit

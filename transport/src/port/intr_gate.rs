@@ -111,15 +111,13 @@ extern "C" fn park(_arg: *mut c_void) {
     // Either way the gate is closed only from here to this callback's next entry.
     // (After CLOSE_TRIES such slips, bursts back to back, it closes and waits.)
     for tries in 1.. {
-        for b in &BUSY {
-            wait_idle(b);
-        }
+        wait_idle();
         CLOSED.store(true, Relaxed);
         if !(HEAVY_FENCE.load(Relaxed) && membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED)) {
             fence(SeqCst);
         }
         if tries >= CLOSE_TRIES {
-            BUSY.iter().for_each(wait_idle);
+            wait_idle();
         }
         if BUSY.iter().all(|b| !b.load(Acquire)) {
             return;
@@ -131,18 +129,20 @@ extern "C" fn park(_arg: *mut c_void) {
 /// Attempts of [`park`] to close the gate between bursts before it closes during one.
 const CLOSE_TRIES: u32 = 64;
 
-/// Waits, the gate open, until a port's burst is over: a short spin (a small burst),
-/// then yielding the core (a large memif burst copies tens of jumbo frames, tens of
+/// Waits until no port's burst is in progress: a short spin (a small burst), then
+/// yielding the core (a large memif burst copies tens of jumbo frames, tens of
 /// microseconds, and on a machine with fewer cores than busy threads the worker inside
 /// it may be preempted).
-fn wait_idle(busy: &AtomicBool) {
+fn wait_idle() {
     let mut spins = 0u32;
-    while busy.load(Acquire) {
-        if spins < SPINS_BEFORE_YIELD {
-            spins += 1;
-            std::hint::spin_loop();
-        } else {
-            std::thread::yield_now();
+    for busy in &BUSY {
+        while busy.load(Acquire) {
+            if spins < SPINS_BEFORE_YIELD {
+                spins += 1;
+                std::hint::spin_loop();
+            } else {
+                std::thread::yield_now();
+            }
         }
     }
 }
