@@ -190,6 +190,9 @@ pub struct DeviceStats {
     /// Sections sent in a frame after its first: messages or acknowledgements of another
     /// connection to the same peer sharing the frame.
     pub sections_tx: u64,
+    /// Frames that carried a payload by reference to endpoint memory instead of a copy
+    /// (ports that copy frames as they send them: memif, af_packet).
+    pub payloads_by_reference: u64,
     /// Refusals by reason.
     pub drops: Vec<(DropReason, u64)>,
     pub tlb: TlbStats,
@@ -237,6 +240,7 @@ impl DeviceStats {
             tx_stalls: s.tx_stalls,
             posts_orphaned: s.posts_orphaned,
             sections_tx: s.sections_tx,
+            payloads_by_reference: s.payloads_by_reference,
             drops: DropReason::ALL
                 .iter()
                 .map(|r| (*r, s.dropped(*r)))

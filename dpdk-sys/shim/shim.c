@@ -48,6 +48,34 @@ uint32_t shim_pktmbuf_copy_out(const struct rte_mbuf *m, uint8_t *dst, uint32_t 
 	}
 	return done;
 }
+int shim_pktmbuf_chain_external(struct rte_mbuf *m, uint16_t len, uint16_t at, uint8_t *ext,
+				uint16_t ext_len, void (*free_cb)(void *, void *), void *opaque)
+{
+	struct rte_mbuf *seg[2];
+	uint16_t tail = len - at - ext_len;
+
+	if (at > len || ext_len > len - at || len > m->data_len + rte_pktmbuf_tailroom(m))
+		return -1;
+	if (rte_pktmbuf_alloc_bulk(m->pool, seg, 2) != 0)
+		return -1;
+	struct rte_mbuf *x = seg[0], *t = seg[1];
+	/* x's own data room is unused while the payload is attached, and still x's when
+	 * the callback runs (as x is freed): its shared info goes there. */
+	struct rte_mbuf_ext_shared_info *sh = rte_pktmbuf_mtod(x, struct rte_mbuf_ext_shared_info *);
+	sh->free_cb = free_cb;
+	sh->fcb_opaque = opaque;
+	rte_mbuf_ext_refcnt_set(sh, 1);
+	rte_pktmbuf_attach_extbuf(x, ext, (rte_iova_t)(uintptr_t)ext, ext_len, sh);
+	x->data_len = ext_len;
+	rte_memcpy(rte_pktmbuf_mtod(t, uint8_t *), rte_pktmbuf_mtod(m, uint8_t *) + at + ext_len, tail);
+	t->data_len = tail;
+	m->data_len = at;
+	m->pkt_len = len;
+	m->next = x;
+	x->next = t;
+	m->nb_segs = 3;
+	return 0;
+}
 uint64_t shim_rdtsc(void) { return rte_rdtsc(); }
 uint64_t shim_get_tsc_hz(void) { return rte_get_tsc_hz(); }
 unsigned shim_lcore_id(void) { return rte_lcore_id(); }

@@ -27,6 +27,15 @@ uint8_t *shim_pktmbuf_data(struct rte_mbuf *m, uint16_t *len, uint8_t *single);
 uint8_t *shim_pktmbuf_room(struct rte_mbuf *m, uint16_t *room);
 /* Copies a possibly multi-segment mbuf's bytes into dst; returns bytes copied. */
 uint32_t shim_pktmbuf_copy_out(const struct rte_mbuf *m, uint8_t *dst, uint32_t cap);
+/* Makes the single-segment frame m — `len` bytes written in its room, except bytes
+ * [at, at + ext_len), which are the `ext_len` bytes at `ext` outside any mempool — a
+ * chain of three: m's first `at` bytes; an mbuf from m's pool attached to `ext`, on
+ * whose release free_cb(ext, opaque) runs; one from m's pool holding the bytes after
+ * the hole, copied from m's room. For PMDs that copy frames on transmit (no IOVA is
+ * set). 0, or -1 with nothing changed (pool empty, or the ranges do not fit m's
+ * room). */
+int shim_pktmbuf_chain_external(struct rte_mbuf *m, uint16_t len, uint16_t at, uint8_t *ext,
+				uint16_t ext_len, void (*free_cb)(void *, void *), void *opaque);
 uint64_t shim_rdtsc(void);
 uint64_t shim_get_tsc_hz(void);
 unsigned shim_lcore_id(void);

@@ -45,6 +45,19 @@ impl Topology {
 
     /// Builds the topology (needs root: CAP_NET_ADMIN).
     pub fn new(nodes: usize) -> Result<Topology, String> {
+        Topology::with_mtu(nodes, 1500)
+    }
+
+    /// [`Topology::or_skip`] with veths of MTU `mtu` (jumbo frames).
+    pub fn or_skip_mtu(nodes: usize, mtu: u32) -> Option<Topology> {
+        Topology::with_mtu(nodes, mtu)
+            .map_err(|e| eprintln!("SKIPPED: cannot build the veth/bridge topology: {e}"))
+            .ok()
+    }
+
+    /// [`Topology::new`] with veths of MTU `mtu`.
+    pub fn with_mtu(nodes: usize, mtu: u32) -> Result<Topology, String> {
+        let mtu = mtu.to_string();
         let pid = std::process::id() % 1_000_000;
         let mut t = Topology {
             bridge: format!("dpbr{pid}"),
@@ -67,7 +80,7 @@ impl Topology {
             t.ports.push(port.clone());
             ip(&["netns", "add", &ns])?;
             ip(&[
-                "link", "add", &host, "mtu", "1500", "type", "veth", "peer", "name", &port,
+                "link", "add", &host, "mtu", &mtu, "type", "veth", "peer", "name", &port,
             ])?;
             ip(&["link", "set", &port, "netns", &ns])?;
             ip(&["link", "set", &host, "master", &t.bridge])?;
@@ -83,7 +96,7 @@ impl Topology {
             ])?;
             ip(&["link", "set", &host, "up"])?;
             ip(&[
-                "netns", "exec", &ns, "ip", "link", "set", &port, "mtu", "1500", "up",
+                "netns", "exec", &ns, "ip", "link", "set", &port, "mtu", &mtu, "up",
             ])?;
             // Less kernel chatter on the segment (not required).
             let _ = Command::new("ip")

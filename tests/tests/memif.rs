@@ -84,6 +84,12 @@ fn writes_from_1_byte_to_1_mib_land_byte_exact_across_processes() {
             panic!("server did not verify: {said:?}");
         }
     }
+    // memif copies each frame as it sends it: the large payloads went by reference.
+    let by_ref = dev.stats().payloads_by_reference;
+    assert!(
+        by_ref >= 100,
+        "{by_ref} frames took their payload by reference"
+    );
     // Neither side polls while the other leaves (see testnode's wait_for_release):
     // close our port first, then let the server go.
     drop((conn, ep, cq, dev));

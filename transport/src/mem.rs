@@ -276,6 +276,34 @@ impl EndpointMemory {
         Ok(())
     }
 
+    /// CRC32C of the `len` bytes at offset `off`, continuing from `init`: the check of
+    /// a frame whose payload a port takes from here by reference
+    /// ([`EndpointMemory::device_range`]).
+    ///
+    /// The one slice this module forms over the region, and only for this call: the
+    /// checksum reads each byte once and nothing else sees the slice. A remote deposit
+    /// into these bytes meanwhile is the same race as one during [`EndpointMemory::read`]
+    /// (the deposit model's, see `Sync`): the sum may then disagree with the bytes the
+    /// port copies a moment later, and the receiver refuses the frame for its CRC, to be
+    /// sent again.
+    pub fn crc32c_append(&self, init: u32, off: usize, len: usize) -> Result<u32, MemError> {
+        let p = self.range(off, len)?;
+        // SAFETY: `range` checked `[off, off + len)` lies in the region, which is valid
+        // while `self` is borrowed; the slice does not outlive this call (see above).
+        let bytes = unsafe { std::slice::from_raw_parts(p, len) };
+        Ok(crate::wire::crc32c_append(init, bytes))
+    }
+
+    /// Pointer to `[off, off + len)` after checking it lies inside the region, for a
+    /// device that reads those bytes itself: a port whose transmit burst copies frames
+    /// (memif, af_packet) takes a payload from here instead of from a copy in its
+    /// buffer. The caller keeps the region alive (an `Arc` of it) until the device is
+    /// done; nothing here reads through the pointer.
+    pub fn device_range(&self, off: usize, len: usize) -> Result<NonNull<u8>, MemError> {
+        let p = self.range(off, len)?;
+        Ok(NonNull::new(p).expect("endpoint memory is never at address 0"))
+    }
+
     /// The host address of byte `off` of the region. Not checked: an address grants no
     /// access, and one outside the region is refused when it is used.
     #[inline]

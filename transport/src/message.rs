@@ -214,6 +214,32 @@ fn fill_data(wr: &WorkRequest, seg_off: u32, body: &mut [u8], endpoints: &Endpoi
     }
 }
 
+/// Where the payload of the segment at `seg_off` of `wr` lies in endpoint memory, when
+/// it is nothing but a copy of it: a write (masked or not) or a read's reply from an
+/// endpoint, with no compound descriptor in front (`repeat` as for [`control_for`]).
+/// A frame can then take it by reference ([`crate::node::External`]) instead of
+/// [`fill_payload`] copying it; the range is checked when that is made.
+pub fn payload_memory<'e>(
+    wr: &WorkRequest,
+    seg_off: u32,
+    endpoints: &'e EndpointTable,
+    repeat: bool,
+) -> Option<(&'e std::sync::Arc<crate::mem::EndpointMemory>, usize)> {
+    let plain = matches!(
+        wr.opcode,
+        WrOpcode::Write | WrOpcode::WriteMasked { .. } | WrOpcode::Reply { .. }
+    );
+    if !plain || (wr.remote.compound.is_some() && !repeat) {
+        return None;
+    }
+    let Source::Endpoint { id, offset } = wr.source else {
+        return None;
+    };
+    let e = endpoints.get(id)?;
+    let off = usize::try_from(offset.checked_add(u64::from(seg_off))?).ok()?;
+    Some((e.memory(), e.offset().checked_add(off)?))
+}
+
 /// The control part a READ request asks the receiver to reply with.
 pub fn read_reply_control(len: u32) -> ControlRepr {
     ControlRepr {

@@ -102,6 +102,8 @@ struct PortDev {
     /// Bursts go through the interrupt gate ([`intr_gate`]): memif, whose driver
     /// unmaps its rings on the interrupt thread when the peer leaves.
     gated: bool,
+    /// Frames may take payloads by reference ([`Port::tx_external`]).
+    tx_external: bool,
     /// Ring ports: the doorbells of this side's receive queues (its workers sleep by
     /// them) and of the peer's (rung after sending on the same queue); empty elsewhere.
     rx_bells: Vec<std::sync::Arc<Doorbell>>,
@@ -247,6 +249,13 @@ impl Port {
     /// Mbufs this handle allocated ahead (its stash: not in use).
     pub fn stashed(&self) -> usize {
         self.stash_n
+    }
+
+    /// Whether frames may carry a payload by reference to endpoint memory
+    /// ([`Mbuf::set_len_external`]): the PMD copies every frame in its transmit burst
+    /// (memif, af_packet) and takes chained mbufs.
+    pub fn tx_external(&self) -> bool {
+        self.dev.tx_external
     }
 
     /// Whether the link is up (memif: the peer is connected).

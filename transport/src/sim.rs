@@ -46,6 +46,10 @@ pub struct LinkConfig {
     /// Probability a frame is held back by `reorder_ns` (overtaken by later ones).
     pub reorder: f64,
     pub reorder_ns: u64,
+    /// Payloads of at least this many bytes go into frames by reference
+    /// ([`LinkCaps::external_min`]; the simulated buffers copy them in when the frame
+    /// is finished, after its CRC was summed in three runs); `usize::MAX`: never.
+    pub external_min: usize,
 }
 
 impl Default for LinkConfig {
@@ -59,6 +63,7 @@ impl Default for LinkConfig {
             corrupt: 0.0,
             reorder: 0.0,
             reorder_ns: 20_000,
+            external_min: usize::MAX,
         }
     }
 }
@@ -195,6 +200,7 @@ impl Network {
                     max_frame: MAX_FRAME,
                     queues: 1,
                     rx_desc: 1024,
+                    external_min: link.external_min,
                 };
                 let mut c = cfg.clone();
                 c.local = NodeAddr {

@@ -53,10 +53,25 @@ fn drop_nth_data_frame(from: usize, k: usize) -> deposit_transport::sim::Filter 
 
 #[test]
 fn writes_land_exactly_once_over_a_hostile_link() {
+    hostile_writes(usize::MAX);
+}
+
+/// The same with payloads of 512 bytes and more taken by reference to endpoint memory
+/// (as on memif and af_packet ports): the frames' CRC is summed in three runs, the
+/// payload's from the memory, and the link's buffers copy the payload in afterwards.
+#[test]
+fn writes_land_exactly_once_over_a_hostile_link_with_payloads_by_reference() {
+    hostile_writes(512);
+}
+
+fn hostile_writes(external_min: usize) {
     for seed in 1..=6 {
         let (mut net, a, b) = pair(
             &NodeConfig::default(),
-            LinkConfig::lossy(0.03),
+            LinkConfig {
+                external_min,
+                ..LinkConfig::lossy(0.03)
+            },
             seed,
             &ConnectOptions::default(),
         );
@@ -94,6 +109,12 @@ fn writes_land_exactly_once_over_a_hostile_link() {
             rx.duplicates > 0 && rx.dropped(DropReason::BadCrc) > 0,
             "seed {seed}: {rx:?}"
         );
+        if external_min == usize::MAX {
+            assert_eq!(st.payloads_by_reference, 0);
+        } else {
+            // Most of the 300 writes (1 to 6000 bytes) have a segment of 512 or more.
+            assert!(st.payloads_by_reference > 200, "seed {seed}: {st:?}");
+        }
     }
 }
 

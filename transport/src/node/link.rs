@@ -6,6 +6,48 @@
 //! wire; the node only asks whether there is room.
 
 use std::collections::VecDeque;
+use std::sync::Arc;
+
+use crate::mem::EndpointMemory;
+
+/// A payload a frame takes from endpoint memory by reference instead of a copy
+/// ([`LinkCaps::external`](super::LinkCaps)): bytes `[at, at + len)` of the frame are
+/// bytes `[off, off + len)` of `mem` (checked to lie inside it when made), left
+/// unwritten in the frame's buffer.
+pub struct External {
+    pub mem: Arc<EndpointMemory>,
+    pub off: usize,
+    pub len: usize,
+    /// Byte offset in the frame.
+    pub at: usize,
+}
+
+impl External {
+    /// The payload `[off, off + len)` of `mem`, at byte `at` of the frame; `None` when
+    /// it does not lie inside `mem`.
+    pub fn new(mem: &Arc<EndpointMemory>, off: usize, len: usize, at: usize) -> Option<Self> {
+        mem.device_range(off, len).ok()?;
+        Some(External {
+            mem: Arc::clone(mem),
+            off,
+            len,
+            at,
+        })
+    }
+
+    /// CRC32C over the payload, continuing from `crc`.
+    pub fn crc32c_append(&self, crc: u32) -> u32 {
+        self.mem
+            .crc32c_append(crc, self.off, self.len)
+            .expect("checked when made")
+    }
+
+    /// Copies the payload into its place in `frame` (the frame's room).
+    pub fn copy_into(&self, frame: &mut [u8]) {
+        let dst = &mut frame[self.at..self.at + self.len];
+        self.mem.read(self.off, dst).expect("checked when made");
+    }
+}
 
 /// A buffer one frame is written into.
 pub trait FrameBuf {
@@ -13,6 +55,13 @@ pub trait FrameBuf {
     fn room_mut(&mut self) -> &mut [u8];
     /// Sets the frame's length once written.
     fn set_len(&mut self, len: usize);
+    /// Sets the frame's length once written, its payload `ext` left unwritten: a
+    /// buffer that can carry bytes by reference takes them so; this default copies
+    /// them in.
+    fn set_len_external(&mut self, len: usize, ext: External) {
+        ext.copy_into(self.room_mut());
+        self.set_len(len);
+    }
 }
 
 /// The transmit side of a driver.

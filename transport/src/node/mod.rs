@@ -45,7 +45,7 @@ mod send;
 mod shard;
 mod timers;
 
-pub use link::{FrameBuf, FrameQueue, Link};
+pub use link::{External, FrameBuf, FrameQueue, Link};
 pub use recv::ResumeError;
 pub(crate) use send::{complete_ready, fail_connection, process_ack};
 pub use shard::{ServiceRoutes, MAX_SHARDS};
@@ -168,7 +168,18 @@ pub struct LinkCaps {
     /// Receive descriptors: the frames the peers may have in flight towards us,
     /// shared out as credits.
     pub rx_desc: u16,
+    /// Payloads of at least this many bytes go into frames by reference to endpoint
+    /// memory ([`External`], [`FrameBuf::set_len_external`]) instead of as a copy;
+    /// `usize::MAX`: never. A port whose transmit burst copies every frame (memif,
+    /// af_packet) then copies such a payload straight from endpoint memory, instead of
+    /// from the node's copy of it in the frame ([`EXTERNAL_MIN`]).
+    pub external_min: usize,
 }
+
+/// The [`LinkCaps::external_min`] of ports that copy frames as they send them: below
+/// it, a copy into the frame costs less than the two extra buffers of a frame in three
+/// pieces (head, payload, tail).
+pub const EXTERNAL_MIN: usize = 2048;
 
 /// Counters of one node (plain integers: only the node writes them).
 #[derive(Debug, Clone, Default)]
@@ -229,6 +240,9 @@ pub struct Stats {
     /// connection to the same peer that shared the frame (cell trains across
     /// connections).
     pub sections_tx: u64,
+    /// Frames that carried a payload by reference to endpoint memory instead of a copy
+    /// ([`LinkCaps::external_min`]).
+    pub payloads_by_reference: u64,
     pub drops: [u64; DropReason::COUNT],
     pub tlb: TlbStats,
 }
@@ -273,7 +287,8 @@ impl Stats {
             rnr_rx,
             tx_stalls,
             posts_orphaned,
-            sections_tx
+            sections_tx,
+            payloads_by_reference
         );
         self.mbufs_in_use = self.mbufs_in_use.max(o.mbufs_in_use);
         self.mbufs_stashed += o.mbufs_stashed;

@@ -19,7 +19,7 @@ use crate::wire::{self, hflags, op, ControlRepr, FrameWriter, TransportRepr, Und
 
 use std::sync::atomic::Ordering;
 
-use super::{FrameBuf, Link, Node, Stats};
+use super::{External, FrameBuf, Link, Node, Stats};
 
 impl Node {
     /// Sends one acknowledgement frame (with any NAKs) per connection that needs one.
@@ -474,7 +474,8 @@ impl Node {
         let Ok(mut w) = FrameWriter::new(room, &underlay, &hdr) else {
             return Built::Nothing;
         };
-        let (sent, bytes, resent) = fill_frame(conn, first, &mut w, &self.endpoints, now);
+        let mut ext = Payloads::new(self.caps.external_min);
+        let (sent, bytes, resent) = fill_frame(conn, first, &mut w, &self.endpoints, now, &mut ext);
         if sent == 0 {
             return Built::Nothing;
         }
@@ -482,12 +483,22 @@ impl Node {
         let (peer, done) = (conn.dest(), conn.tx.next_to_send().is_none());
         self.stats.count_sent(sent, bytes, resent);
         if let Some(from) = bundle.filter(|_| done) {
-            self.bundle(&mut w, peer, from, now);
+            self.bundle(&mut w, peer, from, now, &mut ext);
         }
         self.stats.cells_tx += w.frame_cells() as u64;
-        let len = w.finish();
-        self.stats.bytes_tx += len as u64;
-        mbuf.set_len(len);
+        match ext.taken {
+            None => {
+                let len = w.finish();
+                self.stats.bytes_tx += len as u64;
+                mbuf.set_len(len);
+            }
+            Some(e) => {
+                let len = w.finish_with_hole(|crc| e.crc32c_append(crc));
+                self.stats.bytes_tx += len as u64;
+                self.stats.payloads_by_reference += 1;
+                mbuf.set_len_external(len, e);
+            }
+        }
         if link.push(mbuf, high) {
             self.stats.frames_tx += 1;
         }
@@ -504,7 +515,14 @@ impl Node {
     /// ready list from `from` on (a cell train across connections, DESIGN.md §4): many
     /// connections with a few small messages each then share frames instead of each
     /// costing one. The connections taken are left in `self.bundled`.
-    fn bundle(&mut self, w: &mut FrameWriter<'_>, peer: Dest, from: usize, now: u64) {
+    fn bundle(
+        &mut self,
+        w: &mut FrameWriter<'_>,
+        peer: Dest,
+        from: usize,
+        now: u64,
+        ext: &mut Payloads,
+    ) {
         let n = self.ready.len();
         for j in 0..n.min(BUNDLE_SCAN) {
             if !w.section_fits(1) {
@@ -526,7 +544,7 @@ impl Node {
             if !w.begin_section(&data_header(conn, first, self.credits), cells) {
                 continue;
             }
-            let (sent, bytes, resent) = fill_frame(conn, first, w, &self.endpoints, now);
+            let (sent, bytes, resent) = fill_frame(conn, first, w, &self.endpoints, now, ext);
             took_ack(conn);
             self.stats.sections_tx += 1;
             self.stats.count_sent(sent, bytes, resent);
@@ -800,6 +818,7 @@ fn fill_frame(
     w: &mut FrameWriter<'_>,
     endpoints: &EndpointTable,
     now: u64,
+    ext: &mut Payloads,
 ) -> (u32, u64, u32) {
     let Some((mut idx, mut seg)) = conn.locate(first) else {
         return (0, 0, 0);
@@ -821,11 +840,13 @@ fn fill_frame(
         if !w.fits(control.length) {
             break;
         }
-        let pushed = w.push_with(&control, |dst| {
-            message::fill_payload(wr, seg_off, dst, endpoints, repeat)
-        });
-        if pushed.is_err() {
-            break;
+        if !ext.push(w, &control, wr, seg_off, endpoints, repeat) {
+            let pushed = w.push_with(&control, |dst| {
+                message::fill_payload(wr, seg_off, dst, endpoints, repeat)
+            });
+            if pushed.is_err() {
+                break;
+            }
         }
         if wr.remote.compound.is_some() {
             frame_desc = wr.remote.compound;
@@ -845,6 +866,54 @@ fn fill_frame(
     }
     conn.tx.on_frame_sent(run.new_end, run.new_bytes);
     (run.sent, run.bytes, run.resent)
+}
+
+/// The payload a frame takes by reference to endpoint memory, if any (one per frame:
+/// the first that qualifies), instead of as a copy ([`LinkCaps::external_min`]).
+struct Payloads {
+    /// Payloads of at least this many bytes qualify.
+    min: usize,
+    taken: Option<External>,
+}
+
+impl Payloads {
+    fn new(min: usize) -> Self {
+        Payloads { min, taken: None }
+    }
+
+    /// Puts message `wr`'s payload (`control`, for the segment at `seg_off`) into `w`
+    /// by reference when it qualifies: large enough, the frame's first, and a plain
+    /// copy of endpoint memory ([`message::payload_memory`]). False when it did not
+    /// (the caller copies it).
+    #[inline]
+    fn push(
+        &mut self,
+        w: &mut FrameWriter<'_>,
+        control: &ControlRepr,
+        wr: &WorkRequest,
+        seg_off: u32,
+        endpoints: &EndpointTable,
+        repeat: bool,
+    ) -> bool {
+        let len = control.length as usize;
+        if len < self.min || self.taken.is_some() {
+            return false;
+        }
+        let Some((mem, off)) = message::payload_memory(wr, seg_off, endpoints, repeat) else {
+            return false;
+        };
+        // Checked before the frame changes: a range outside the memory is copied (as
+        // zeros, the way `fill_payload` treats it).
+        let Some(mut e) = External::new(mem, off, len, 0) else {
+            return false;
+        };
+        let Some(at) = w.push_hole(control) else {
+            return false;
+        };
+        e.at = at;
+        self.taken = Some(e);
+        true
+    }
 }
 
 /// The messages one frame carries, counted as they go in.

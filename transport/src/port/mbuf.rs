@@ -1,11 +1,18 @@
-//! [`Mbuf`]: one owned, single-segment DPDK packet buffer, and the bytes of its frame.
+//! [`Mbuf`]: one owned DPDK packet buffer, and the bytes of its frame.
 //!
-//! Frames are always single-segment: a port's mempool data room is sized for its
-//! largest frame. An `Mbuf` goes back to its mempool when dropped.
+//! Frames are written single-segment: a port's mempool data room is sized for its
+//! largest frame. On ports that copy frames as they send them, a finished frame can
+//! become a chain of three whose middle segment is a payload in endpoint memory
+//! ([`Mbuf::set_len_external`]); received frames of more than one segment are refused.
+//! An `Mbuf` goes back to its mempool when dropped.
 
+use std::ffi::c_void;
 use std::ptr::NonNull;
+use std::sync::Arc;
 
 use dpdk_sys as sys;
+
+use crate::mem::EndpointMemory;
 
 /// An owned single-segment mbuf.
 pub struct Mbuf(pub(super) NonNull<sys::rte_mbuf>);
@@ -78,6 +85,51 @@ impl Mbuf {
         }
     }
 
+    /// Sets the frame's length to `len`, its bytes `[at, at + n)` being the `n` bytes
+    /// at offset `off` of `mem` (left unwritten in the room): the frame becomes a chain
+    /// of three mbufs whose middle one is attached to that memory, holding `mem` alive
+    /// until the PMD frees it. Only for ports whose transmit copies the frame
+    /// ([`Port::tx_external`](super::Port::tx_external)). When the range is not
+    /// inside `mem`, the frame does not fit the room, or the pool has no two mbufs to
+    /// spare, `mem` is handed back unused (`Err`) and nothing changed.
+    pub fn set_len_external(
+        &mut self,
+        len: usize,
+        at: usize,
+        mem: Arc<EndpointMemory>,
+        off: usize,
+        n: usize,
+    ) -> Result<(), Arc<EndpointMemory>> {
+        let (Ok(len16), Ok(at16), Ok(n16)) =
+            (u16::try_from(len), u16::try_from(at), u16::try_from(n))
+        else {
+            return Err(mem);
+        };
+        let Ok(ptr) = mem.device_range(off, n) else {
+            return Err(mem);
+        };
+        let opaque = Arc::into_raw(mem) as *mut c_void;
+        // SAFETY: a valid mbuf we own; `ptr` points at `n` bytes of the region `opaque`
+        // keeps alive, which the PMD only reads; the shim checks the ranges against the
+        // room and, on success, hands `opaque` to `release_payload` exactly once.
+        let rc = unsafe {
+            sys::shim_pktmbuf_chain_external(
+                self.0.as_ptr(),
+                len16,
+                at16,
+                ptr.as_ptr(),
+                n16,
+                Some(release_payload),
+                opaque,
+            )
+        };
+        if rc != 0 {
+            // SAFETY: the shim did not take `opaque`: it is still our `Arc`.
+            return Err(unsafe { Arc::from_raw(opaque as *const EndpointMemory) });
+        }
+        Ok(())
+    }
+
     /// Hands the mbuf over as a raw pointer (to a [`TxBatch`](super::TxBatch), then the
     /// PMD), which then owns it.
     #[inline]
@@ -93,4 +145,13 @@ impl Drop for Mbuf {
         // SAFETY: we own the mbuf; it returns to its mempool.
         unsafe { sys::shim_pktmbuf_free(self.0.as_ptr()) }
     }
+}
+
+/// The free callback of a payload attached by [`Mbuf::set_len_external`]: DPDK calls it
+/// once, when the mbuf holding the payload is freed (by the PMD after its copy, or by
+/// whoever drops the frame unsent); it releases the endpoint memory it kept alive.
+unsafe extern "C" fn release_payload(_addr: *mut c_void, opaque: *mut c_void) {
+    // SAFETY: `opaque` is the `Arc` that `set_len_external` turned into a raw pointer
+    // for this one attachment (its shared-info reference count is 1).
+    drop(unsafe { Arc::from_raw(opaque as *const EndpointMemory) });
 }

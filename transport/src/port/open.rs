@@ -63,12 +63,12 @@ pub(super) fn open_port(cfg: &PortConfig) -> Result<Port, PortError> {
         }
     };
     let mtu = device_mtu(&dev, max_frame)?;
-    if !is_software(&cfg.spec) {
+    if !carries_more_than_reported(&cfg.spec) {
         max_frame = max_frame.min(mtu as usize + 14);
     }
     let pool = create_mempool(cfg, seq, max_frame, &dev.name)?;
     let queues = dev.queues;
-    let rx_desc = configure_ethdev(&dev, cfg, queues, mtu, pool)?;
+    let (rx_desc, tx_external) = configure_ethdev(&dev, cfg, queues, mtu, pool)?;
     let mac = start_ethdev(&dev)?;
     Ok(Port::new(PortDev {
         id: dev.id,
@@ -82,6 +82,7 @@ pub(super) fn open_port(cfg: &PortConfig) -> Result<Port, PortError> {
         rx_desc,
         queues,
         gated: matches!(cfg.spec, PortSpec::Memif { .. }) && intr_gate::install(),
+        tx_external,
         rx_bells: dev.rx_bells,
         tx_bells: dev.tx_bells,
     }))
@@ -117,11 +118,17 @@ fn queue_pairs(cfg: &PortConfig) -> u16 {
     }
 }
 
-/// Software PMDs, which carry frames larger than the MTU they report.
-fn is_software(spec: &PortSpec) -> bool {
+/// PMDs that carry frames larger than the MTU they report: the software ones (ring,
+/// null, memif), and af_packet, which reports a constant 1518-byte largest frame but
+/// carries whatever its ring frames hold — sized from the interface's MTU
+/// (`vdev::clamp_to_iface_mtu`), jumbo on a veth of MTU 9000.
+fn carries_more_than_reported(spec: &PortSpec) -> bool {
     matches!(
         spec,
-        PortSpec::Ring { .. } | PortSpec::Null { .. } | PortSpec::Memif { .. }
+        PortSpec::Ring { .. }
+            | PortSpec::Null { .. }
+            | PortSpec::Memif { .. }
+            | PortSpec::AfPacket { .. }
     )
 }
 
@@ -182,17 +189,42 @@ fn create_mempool(
     NonNull::new(pool).ok_or_else(|| dpdk_err("rte_pktmbuf_pool_create", port_name, -1))
 }
 
+/// `RTE_ETH_TX_OFFLOAD_MULTI_SEGS` (a function-like macro bindgen leaves out).
+const TX_OFFLOAD_MULTI_SEGS: u64 = 1 << 15;
+
+/// Whether the PMD copies every frame it is given in its transmit burst and frees the
+/// mbufs there: memif (in the copying mode this crate uses) and af_packet, which copy
+/// each segment of a chain into the shared ring. Frames there can take payloads by
+/// reference from endpoint memory (`Port::tx_external`). Not af_xdp, whose copy takes
+/// the first segment only, nor ring (it hands the mbufs to the peer, who would read
+/// the payload later) or hardware (it reads by DMA, needing IOVAs).
+fn copies_on_tx(spec: &PortSpec) -> bool {
+    matches!(spec, PortSpec::Memif { .. } | PortSpec::AfPacket { .. })
+}
+
 /// Configures `queues` queue pairs and the MTU, with descriptor counts adjusted to the
-/// device's limits. Returns the receive descriptors per queue.
+/// device's limits. Returns the receive descriptors per queue, and whether frames may
+/// take payloads by reference: a PMD that copies on transmit and takes chained mbufs
+/// (multi-segment transmit enabled then).
 fn configure_ethdev(
     dev: &Ethdev,
     cfg: &PortConfig,
     queues: u16,
     mtu: u32,
     pool: NonNull<sys::rte_mempool>,
-) -> Result<u16, PortError> {
+) -> Result<(u16, bool), PortError> {
     let mut conf: sys::rte_eth_conf = Default::default();
     conf.rxmode.mtu = mtu;
+    let mut info: sys::rte_eth_dev_info = Default::default();
+    // SAFETY: zeroed POD out-parameter, valid port id.
+    let rc = unsafe { sys::rte_eth_dev_info_get(dev.id, &mut info) };
+    if rc < 0 {
+        return Err(dpdk_err("rte_eth_dev_info_get", &dev.name, rc));
+    }
+    let external = copies_on_tx(&cfg.spec) && info.tx_offload_capa & TX_OFFLOAD_MULTI_SEGS != 0;
+    if external {
+        conf.txmode.offloads |= TX_OFFLOAD_MULTI_SEGS;
+    }
     // SAFETY: valid port and configuration.
     let rc = unsafe { sys::rte_eth_dev_configure(dev.id, queues, queues, &conf) };
     if rc < 0 {
@@ -205,7 +237,7 @@ fn configure_ethdev(
     for q in 0..queues {
         setup_queue_pair(dev, q, rxd, txd, pool)?;
     }
-    Ok(rxd)
+    Ok((rxd, external))
 }
 
 /// Sets up rx and tx queue `q` of a configured port, receiving into `pool`.

@@ -275,6 +275,8 @@ pub struct FrameWriter<'a> {
     pos: usize,
     /// Byte offset where the CRC32C goes at the latest.
     end: usize,
+    /// Offset and length of the one payload left unwritten ([`FrameWriter::push_hole`]).
+    hole: Option<(usize, usize)>,
 }
 
 impl<'a> FrameWriter<'a> {
@@ -305,6 +307,7 @@ impl<'a> FrameWriter<'a> {
             cells: 0,
             pos: UNDERLAY_LEN,
             end,
+            hole: None,
         };
         w.put_header(header);
         Ok(w)
@@ -423,14 +426,55 @@ impl<'a> FrameWriter<'a> {
         Ok(())
     }
 
+    /// Like [`FrameWriter::push_with`], but the payload is left unwritten: its bytes
+    /// live elsewhere (endpoint memory that a port takes by reference instead of
+    /// copying) and [`FrameWriter::finish_with_hole`] is given their CRC32C. Returns the
+    /// payload's byte offset in the buffer; `None`, changing nothing, when the cells do
+    /// not fit or the frame already has its one hole.
+    #[inline]
+    pub fn push_hole(&mut self, control: &ControlRepr) -> Option<usize> {
+        if self.hole.is_some() {
+            return None;
+        }
+        let at = self.pos + CONTROL_LEN;
+        self.push_with(control, |_| {}).ok()?;
+        self.hole = Some((at, control.length as usize));
+        Some(at)
+    }
+
+    /// The payload left unwritten, as (offset, length), if any.
+    #[inline]
+    pub fn hole(&self) -> Option<(usize, usize)> {
+        self.hole
+    }
+
     /// Patches cell counts, IPv4 total length and checksum and UDP length, appends the
-    /// CRC32C; returns the frame length in bytes.
-    pub fn finish(mut self) -> usize {
+    /// CRC32C; returns the frame length in bytes. A frame with a hole must end with
+    /// [`FrameWriter::finish_with_hole`] (here the hole's bytes, whatever the buffer
+    /// holds there, would be summed).
+    pub fn finish(self) -> usize {
+        debug_assert!(
+            self.hole.is_none(),
+            "a frame with a hole needs its bytes' CRC"
+        );
+        self.finish_with_hole(|crc| crc)
+    }
+
+    /// [`FrameWriter::finish`] for a frame with a hole: `hole_crc` continues a CRC32C
+    /// over the hole's bytes (given the CRC of the frame up to it, it returns the CRC
+    /// up to its end). Without a hole it is not called.
+    pub fn finish_with_hole(mut self, hole_crc: impl FnOnce(u32) -> u32) -> usize {
         self.close_section(false);
         let len = self.pos + CRC_LEN;
         let buf = self.buf;
         UnderlayPacket::new_unchecked(&mut buf[..UNDERLAY_LEN]).set_lengths(len - UNDERLAY_LEN);
-        let crc = crate::wire::crc32c(&buf[UNDERLAY_LEN..len - CRC_LEN]);
+        let crc = match self.hole {
+            None => crate::wire::crc32c(&buf[UNDERLAY_LEN..len - CRC_LEN]),
+            Some((at, n)) => {
+                let head = crate::wire::crc32c(&buf[UNDERLAY_LEN..at]);
+                crate::wire::crc32c_append(hole_crc(head), &buf[at + n..len - CRC_LEN])
+            }
+        };
         buf[len - CRC_LEN..len].copy_from_slice(&crc.to_be_bytes());
         len
     }
@@ -841,6 +885,43 @@ mod tests {
         let m = view.messages().next().unwrap().unwrap();
         assert_eq!(m.payload, &[3; 50]);
         assert!(view.cells()[16 + 50..].iter().all(|&b| b == 0));
+    }
+
+    #[test]
+    fn a_frame_with_a_hole_matches_the_frame_written_whole() {
+        // A small message, then a payload left as a hole (summed from elsewhere), then
+        // another message after it: the bytes put in the hole afterwards make the frame
+        // written in one piece, CRC included.
+        let payload: Vec<u8> = (0..3000u32).map(|i| (i * 13 + 5) as u8).collect();
+        let build = |hole: bool| {
+            let mut buf = vec![0x55u8; 9000];
+            let mut w = FrameWriter::new(&mut buf, &underlay(), &header()).unwrap();
+            w.push(&write(20, 1), &[9; 20]).unwrap();
+            let at = if hole {
+                let at = w.push_hole(&write(3000, 2)).unwrap();
+                assert!(w.push_hole(&write(100, 3)).is_none(), "one hole per frame");
+                assert_eq!(w.hole(), Some((at, 3000)));
+                Some(at)
+            } else {
+                w.push(&write(3000, 2), &payload).unwrap();
+                None
+            };
+            w.push(&write(40, 3), &[4; 40]).unwrap();
+            let len = match at {
+                Some(_) => w.finish_with_hole(|crc| crate::wire::crc32c_append(crc, &payload)),
+                None => w.finish(),
+            };
+            if let Some(at) = at {
+                buf[at..at + 3000].copy_from_slice(&payload);
+            }
+            buf.truncate(len);
+            buf
+        };
+        let (whole, holed) = (build(false), build(true));
+        assert_eq!(whole, holed);
+        let view = FrameView::parse(&holed).unwrap();
+        let lens: Vec<usize> = view.messages().map(|m| m.unwrap().payload.len()).collect();
+        assert_eq!(lens, [20, 3000, 40]);
     }
 
     #[test]

@@ -20,7 +20,9 @@ pub use shards::{ShardLinks, SHARD_QUEUE};
 
 use crate::cm::{CmError, ConnectOptions};
 use crate::connection::{ConnShared, CqShared};
-use crate::node::{FrameBuf, Link, LinkCaps, Node, NodeConfig, ResumeError, Stats};
+use crate::node::{
+    External, FrameBuf, Link, LinkCaps, Node, NodeConfig, ResumeError, Stats, EXTERNAL_MIN,
+};
 use crate::oplogic::DropReason;
 use crate::port::{rdtsc, tsc_hz, Mbuf, Port, RxBatch, TxBatch, BURST, HIGH_QUEUE};
 use crate::tables::{EndpointId, NodeAddr};
@@ -33,6 +35,25 @@ impl FrameBuf for Mbuf {
     #[inline]
     fn set_len(&mut self, len: usize) {
         Mbuf::set_len(self, len)
+    }
+    fn set_len_external(&mut self, len: usize, ext: External) {
+        let External {
+            mem,
+            off,
+            len: n,
+            at,
+        } = ext;
+        if let Err(mem) = Mbuf::set_len_external(self, len, at, mem, off, n) {
+            // No mbufs to spare: the payload is copied in after all.
+            External {
+                mem,
+                off,
+                len: n,
+                at,
+            }
+            .copy_into(self.room_mut());
+            self.set_len(len);
+        }
     }
 }
 
@@ -286,6 +307,11 @@ impl Worker {
             max_frame: port.max_frame(),
             queues: port.queues(),
             rx_desc: port.rx_desc(),
+            external_min: if port.tx_external() {
+                EXTERNAL_MIN
+            } else {
+                usize::MAX
+            },
         };
         let now = rdtsc();
         let node = Node::new(cfg, caps, tsc_hz(), now);

@@ -17,6 +17,14 @@
 //!                                          on `port` (e.g. af_packet:veth; max frame
 //!                                          1514 unless given): reads "go" then runs
 //!                                          `rounds` barrier rounds, exit 0 / 1
+//! testnode sweep-node <port> <server|client> <seed> <max-frame>
+//!                                          node 10.0.0.1 (server) or .2 (client) on
+//!                                          `port` (e.g. af_packet:veth): after "go" the
+//!                                          client writes the size sweep to the server,
+//!                                          says "by-reference N" (frames whose payload
+//!                                          went by reference) and "completed", the server
+//!                                          verifies every byte and says "verified";
+//!                                          both serve until "exit"
 //! testnode sink-server <port>             node 10.0.0.1 on `port` (e.g. af_packet:veth):
 //!                                          accept one connection on service 23 and
 //!                                          serve it until killed (the peer-death test)
@@ -216,6 +224,12 @@ fn main() {
         ),
         Some("ip-receiver") if args.len() == 4 => ip_receiver::ip_receiver(&args[2], &args[3]),
         Some("token-node") if args.len() == 4 => token_relay::token_node(&args[2], &args[3]),
+        Some("sweep-node") if args.len() == 6 => sweep_node(
+            &args[2],
+            &args[3],
+            args[4].parse().unwrap_or_else(|e| fail(e)),
+            args[5].parse().unwrap_or_else(|e| fail(e)),
+        ),
         Some("sink-server") if args.len() == 3 => sink_server(&args[2]),
         Some("churn-server") if args.len() == 3 => churn::churn_server(&args[2]),
         Some("churn-client") if args.len() == 3 => churn::churn_client(&args[2]),
@@ -228,6 +242,7 @@ fn main() {
             "usage: testnode sweep-server <socket> <seed> | inject <socket> <server-ip> \
              | seed-receiver <socket> <stride|priority|atomic|bitvec> \
              | barrier-node <port> <index> <rounds> [max-frame] | sink-server <port> \
+             | sweep-node <port> <server|client> <seed> <max-frame> \
              | stream-client <port> <retry-ms> <retries> \
              | soak-server <socket> <seed> <ops> <faults|none> \
              | ip-receiver <socket> <priority|refusals|tokens> | token-node <port> <a|b|c> \
@@ -652,6 +667,71 @@ fn barrier_node(port: &str, me: usize, rounds: u32, max_frame: usize) {
     }
     drop(inc);
     drop(out);
+}
+
+/// One side of the size sweep between two namespaces (see the usage above).
+fn sweep_node(port: &str, role: &str, seed: u64, max_frame: usize) {
+    let lines = stdin_lines();
+    let server = match role {
+        "server" => true,
+        "client" => false,
+        _ => fail("role must be server or client"),
+    };
+    let dev = netns_device(port, [10, 0, 0, if server { 1 } else { 2 }], max_frame);
+    let (layout, len) = sweep_layout();
+    let ep = dev
+        .alloc_endpoint(len, Rights::REMOTE_WRITE)
+        .unwrap_or_else(|e| fail(e));
+    let cq = dev.create_cq(256);
+    let listener = server.then(|| dev.listen(7, &ep, &cq).unwrap_or_else(|e| fail(e)));
+    await_go(&dev, &lines);
+    let conn = match &listener {
+        Some(l) => {
+            let conn = l.accept(T).unwrap_or_else(|e| fail(e));
+            if !wait_until(&dev, T, || conn.arrivals() >= layout.len() as u64) {
+                fail(format!(
+                    "{} of {} writes arrived",
+                    conn.arrivals(),
+                    layout.len()
+                ));
+            }
+            let mut prev_end = 0;
+            for &(off, size) in &layout {
+                check_zero(&ep, prev_end, off - prev_end).unwrap_or_else(|e| fail(e));
+                check_pattern(&ep, off, size, seed, off as u64).unwrap_or_else(|e| fail(e));
+                prev_end = off + size;
+            }
+            check_zero(&ep, prev_end, len - prev_end).unwrap_or_else(|e| fail(e));
+            println!("verified");
+            conn
+        }
+        None => {
+            let conn = dev
+                .connect([10, 0, 0, 1], 7, &ep, &cq)
+                .unwrap_or_else(|e| fail(e));
+            for (i, &(off, size)) in layout.iter().enumerate() {
+                fill_pattern(&ep, off, size, seed, off as u64);
+                let wr = WorkRequest::write(i as u64, &ep, off as u64, size as u32, off as u32);
+                conn.post(&wr.signaled()).unwrap_or_else(|e| fail(e));
+            }
+            for wc in wait_completions(&cq, layout.len(), T) {
+                if wc.status != WcStatus::Success {
+                    fail(format!("write completed {wc:?}"));
+                }
+            }
+            println!("by-reference {}", dev.stats().payloads_by_reference);
+            println!("completed");
+            conn
+        }
+    };
+    loop {
+        match lines.recv_timeout(T) {
+            Ok(l) if l == "exit" => break,
+            Ok(_) => {}
+            Err(e) => fail(format!("no exit from the parent: {e}")),
+        }
+    }
+    drop(conn);
 }
 
 // ---------------------------------------------------------------------------------
