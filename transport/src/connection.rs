@@ -9,7 +9,7 @@
 //! Connection numbers, keys and initial sequence numbers come from the OS random
 //! source, never from counters (ReDMArk).
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::Arc;
 
@@ -634,36 +634,142 @@ impl Connection {
     }
 }
 
-/// Hasher for connection numbers. They are chosen at random by this node, so a
-/// multiplicative mix is enough to spread them (and a peer cannot add entries, so it
-/// cannot build collisions); SipHash cost a fifth of a frame's lookup budget.
-#[derive(Default, Clone, Copy)]
-pub struct ConnNumberHasher(u64);
+/// The index from connection number to slot: open addressing with linear probing,
+/// the home bucket taken straight from the number's bits above its low byte (the
+/// shard's). Numbers are random, and chosen where their home bucket is free
+/// ([`ConnTable::unused_number`]), so a lookup is almost always one load — one whose
+/// address is known from the number alone, so the receive path can prefetch it for
+/// a frame's later sections (a hash map's two arrays and hidden layout could not be).
+/// A peer cannot add entries, so it cannot build collisions.
+#[derive(Clone)]
+struct ConnIndex {
+    /// (number, slot + 1); slot 0 marks an empty bucket. A power of two long, at most
+    /// half full.
+    buckets: Box<[(u32, u32)]>,
+    len: usize,
+}
 
-impl std::hash::Hasher for ConnNumberHasher {
-    /// The product folded onto itself: its low bits (the map's bucket index) then
-    /// depend on every bit of the number, not only on its low ones — a node's numbers
-    /// all end in its shard's byte.
-    fn finish(&self) -> u64 {
-        self.0 ^ (self.0 >> 32)
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0 ^ b as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        }
-    }
-    fn write_u32(&mut self, v: u32) {
-        self.0 = (v as u64 ^ self.0).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+impl Default for ConnIndex {
+    fn default() -> Self {
+        ConnIndex::with_capacity(0)
     }
 }
 
-type ConnMap = HashMap<u32, usize, std::hash::BuildHasherDefault<ConnNumberHasher>>;
+impl ConnIndex {
+    /// An index for `n` numbers before it grows.
+    fn with_capacity(n: usize) -> Self {
+        let size = (n.max(32) * 2).next_power_of_two();
+        ConnIndex {
+            buckets: vec![(0, 0); size].into_boxed_slice(),
+            len: 0,
+        }
+    }
 
-/// Connection table: slots plus a map from the (random) connection number.
+    #[inline]
+    fn mask(&self) -> usize {
+        self.buckets.len() - 1
+    }
+
+    /// The home bucket of `number`.
+    #[inline]
+    fn home(&self, number: u32) -> usize {
+        (number >> 8) as usize & self.mask()
+    }
+
+    /// The bucket holding `number`, if any.
+    #[inline]
+    fn find(&self, number: u32) -> Option<usize> {
+        let mut i = self.home(number);
+        loop {
+            let (n, s) = self.buckets[i];
+            if s == 0 {
+                return None;
+            }
+            if n == number {
+                return Some(i);
+            }
+            i = (i + 1) & self.mask();
+        }
+    }
+
+    #[inline]
+    fn get(&self, number: u32) -> Option<usize> {
+        self.find(number).map(|i| self.buckets[i].1 as usize - 1)
+    }
+
+    /// Whether `number`'s home bucket is free (a new number should land there).
+    fn home_free(&self, number: u32) -> bool {
+        self.buckets[self.home(number)].1 == 0
+    }
+
+    /// The address of `number`'s home bucket (for a prefetch).
+    #[inline]
+    fn home_addr(&self, number: u32) -> *const u8 {
+        (&self.buckets[self.home(number)] as *const (u32, u32)).cast()
+    }
+
+    /// Adds `number` (not present) at `slot`.
+    fn insert(&mut self, number: u32, slot: usize) {
+        if (self.len + 1) * 2 > self.buckets.len() {
+            let mut bigger = ConnIndex::with_capacity(self.buckets.len());
+            for &(n, s) in self.buckets.iter().filter(|b| b.1 != 0) {
+                bigger.place(n, s);
+            }
+            bigger.len = self.len;
+            *self = bigger;
+        }
+        self.place(number, slot as u32 + 1);
+        self.len += 1;
+    }
+
+    /// Puts (number, stored slot) in the first free bucket from its home.
+    fn place(&mut self, number: u32, stored: u32) {
+        let mut i = self.home(number);
+        while self.buckets[i].1 != 0 {
+            i = (i + 1) & self.mask();
+        }
+        self.buckets[i] = (number, stored);
+    }
+
+    /// Removes `number`, returning its slot; later entries of its probe run move back
+    /// into the gap (no tombstones).
+    fn remove(&mut self, number: u32) -> Option<usize> {
+        let mut gap = self.find(number)?;
+        let slot = self.buckets[gap].1 as usize - 1;
+        self.len -= 1;
+        let mask = self.mask();
+        let mut i = gap;
+        loop {
+            self.buckets[gap] = (0, 0);
+            loop {
+                i = (i + 1) & mask;
+                let (n, s) = self.buckets[i];
+                if s == 0 {
+                    return Some(slot);
+                }
+                // The entry at i may move to the gap unless its home lies cyclically
+                // in (gap, i].
+                let home = self.home(n);
+                let stays = if gap <= i {
+                    gap < home && home <= i
+                } else {
+                    gap < home || home <= i
+                };
+                if !stays {
+                    self.buckets[gap] = (n, s);
+                    gap = i;
+                    break;
+                }
+            }
+        }
+    }
+}
+
+/// Connection table: slots plus an index from the (random) connection number.
 #[derive(Default)]
 pub struct ConnTable {
     slots: Vec<Option<Connection>>,
-    by_number: ConnMap,
+    by_number: ConnIndex,
     free: Vec<usize>,
     /// Slots of high-priority connections (served first, checked between frames).
     high: Vec<usize>,
@@ -673,14 +779,31 @@ impl ConnTable {
     pub fn new() -> Self {
         Self::default()
     }
+    /// A table whose index holds `n` connections before it grows.
+    pub fn with_capacity(n: usize) -> Self {
+        ConnTable {
+            by_number: ConnIndex::with_capacity(n),
+            ..Self::default()
+        }
+    }
     pub fn len(&self) -> usize {
-        self.by_number.len()
+        self.by_number.len
     }
     pub fn is_empty(&self) -> bool {
-        self.by_number.is_empty()
+        self.by_number.len == 0
     }
     pub fn contains(&self, number: u32) -> bool {
-        self.by_number.contains_key(&number)
+        self.by_number.find(number).is_some()
+    }
+    /// A connection number not in use: random (from the OS source) but for its low
+    /// byte, `low` (the shard's), and nonzero, its home bucket in the index free.
+    pub fn unused_number(&self, low: u8) -> u32 {
+        loop {
+            let n = (random_u32() & !0xff) | u32::from(low);
+            if n != 0 && self.by_number.home_free(n) {
+                return n;
+            }
+        }
     }
     pub fn insert(&mut self, c: Connection) -> usize {
         let n = c.number;
@@ -706,7 +829,31 @@ impl ConnTable {
     }
     #[inline]
     pub fn slot_of(&self, number: u32) -> Option<usize> {
-        self.by_number.get(&number).copied()
+        self.by_number.get(number)
+    }
+    /// Starts loading the index bucket where connection `number` is (a hint, as
+    /// [`ConnTable::prefetch`], one step earlier: the bucket's address needs no load).
+    #[inline]
+    pub fn prefetch_index(&self, number: u32) {
+        crate::prefetch::prefetch(self.by_number.home_addr(number));
+    }
+    /// Starts loading the state of connection `number` into the cache, if it is one
+    /// of ours (a hint: the receive path asks for the next section's connection while
+    /// it works on the current one, so that frames of many connections do not miss on
+    /// each in turn).
+    #[inline]
+    pub fn prefetch(&self, number: u32) {
+        if let Some(slot) = self.slot_of(number) {
+            self.prefetch_slot(slot);
+        }
+    }
+    /// [`ConnTable::prefetch`] by slot.
+    #[inline]
+    pub fn prefetch_slot(&self, slot: usize) {
+        if let Some(Some(c)) = self.slots.get(slot) {
+            let lines = std::mem::size_of::<Connection>().div_ceil(64);
+            crate::prefetch::prefetch_lines((c as *const Connection).cast(), lines, true);
+        }
     }
     #[inline]
     pub fn get_mut(&mut self, slot: usize) -> Option<&mut Connection> {
@@ -716,7 +863,7 @@ impl ConnTable {
         self.slots.get(slot).and_then(|s| s.as_ref())
     }
     pub fn remove(&mut self, number: u32) -> Option<Connection> {
-        let slot = self.by_number.remove(&number)?;
+        let slot = self.by_number.remove(number)?;
         self.free.push(slot);
         self.high.retain(|s| *s != slot);
         self.slots[slot].take()
@@ -780,15 +927,42 @@ mod tests {
     use super::*;
 
     #[test]
-    fn numbers_of_one_shard_spread_over_the_buckets() {
-        use std::hash::{BuildHasher, BuildHasherDefault};
-        let b = BuildHasherDefault::<ConnNumberHasher>::default();
-        // 4096 numbers of shard 3 (low byte 3) into 4096 buckets (the low 12 bits):
-        // a plain product would use 16 of them.
-        let buckets: std::collections::HashSet<u64> = (0..4096u32)
-            .map(|_| b.hash_one((random_u32() & !0xff) | 3) & 4095)
-            .collect();
-        assert!(buckets.len() > 2000, "{} buckets used", buckets.len());
+    fn the_index_finds_every_number_through_collisions_removals_and_growth() {
+        // Numbers of one shard (low byte 3) whose home buckets collide in runs, some
+        // removed as they go (backward shift), past several growths; checked against a
+        // map after every step.
+        let mut ix = ConnIndex::with_capacity(4);
+        let mut model = std::collections::HashMap::new();
+        let mut state = 12345u32;
+        let mut next = || {
+            state = state.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+            state
+        };
+        for step in 0..5000usize {
+            let r = next();
+            if r % 3 == 0 && !model.is_empty() {
+                let victim = *model.keys().nth(r as usize % model.len()).unwrap();
+                assert_eq!(ix.remove(victim), model.remove(&victim));
+            } else {
+                // Few distinct home buckets at first: long probe runs that wrap.
+                let n = ((r % 97) << 8 | (next() & 0xff_0000) << 8) | 3;
+                if n != 3 && !model.contains_key(&n) {
+                    ix.insert(n, step);
+                    model.insert(n, step);
+                }
+            }
+            assert_eq!(ix.len, model.len());
+            if step % 97 == 0 {
+                for (&n, &slot) in &model {
+                    assert_eq!(ix.get(n), Some(slot), "step {step}");
+                }
+                assert_eq!(ix.get(0xdead_0003), model.get(&0xdead_0003).copied());
+            }
+        }
+        assert!(ix.buckets.len() >= 2 * ix.len);
+        for (&n, &slot) in &model {
+            assert_eq!(ix.get(n), Some(slot));
+        }
     }
 
     /// `locate_in` against a scan from the front, with one- and many-message requests

@@ -24,6 +24,7 @@ pub mod node;
 pub mod oplogic;
 #[cfg(feature = "dpdk")]
 pub mod port;
+mod prefetch;
 pub mod reliability;
 pub mod sim;
 pub mod submit;

@@ -36,7 +36,6 @@ mod error;
 mod intr_gate;
 mod mbuf;
 mod open;
-mod prefetch;
 mod spec;
 mod thread;
 
@@ -55,7 +54,11 @@ pub use mbuf::Mbuf;
 pub use spec::{MemifRole, PortSpec, RingSide};
 pub use thread::{pin_current_thread_to_nth_cpu, register_thread};
 
-use prefetch::{prefetch, prefetch_lines, PREFETCH_LINES};
+use crate::prefetch::{prefetch, prefetch_lines};
+
+/// Cache lines of a frame's start fetched ahead: the Ethernet/IP/UDP underlay, the
+/// deposit header and the first cell.
+const PREFETCH_LINES: usize = 2;
 
 /// Frames per rx/tx burst.
 pub const BURST: usize = 32;

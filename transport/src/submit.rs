@@ -247,6 +247,21 @@ impl RingConsumer {
         Some(r)
     }
 
+    /// The connection slot of the submission `k` places after the oldest, if it is
+    /// written already (to prefetch that connection's state while earlier ones are
+    /// taken).
+    #[inline]
+    pub fn slot_ahead(&self, k: usize) -> Option<u32> {
+        let p = self.head.wrapping_add(k);
+        let s = &self.ring.slots[p & self.ring.mask];
+        if s.stamp.load(Ordering::Acquire) != p.wrapping_add(1) {
+            return None;
+        }
+        // SAFETY: as in `pop_with`: position `p` is published and, being at or after
+        // the head, not freed until this consumer takes it.
+        Some(unsafe { (*s.value.get()).assume_init_ref() }.slot)
+    }
+
     /// The oldest submission, copied out.
     pub fn pop(&mut self) -> Option<Submission> {
         self.pop_with(|s| *s)

@@ -28,12 +28,7 @@ impl Node {
     /// A connection number not in use, random but for its low byte: this node's shard
     /// (`shard`).
     fn unused_conn_number(&self) -> u32 {
-        loop {
-            let n = (random_u32() & !0xff) | u32::from(self.cfg.shard);
-            if n != 0 && !self.conns.contains(n) {
-                return n;
-            }
-        }
+        self.conns.unused_number(self.cfg.shard)
     }
 
     /// A connection entry in state `Connecting`, its register window made when the

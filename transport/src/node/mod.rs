@@ -492,12 +492,13 @@ impl Node {
         let cm = Cm::new(cfg.local.mac, caps.max_frame as u32, timing);
         let keepalive_ticks = ticks(cfg.keepalive_us);
         let ring = RingConsumer::new(cfg.submit_ring);
+        let conns = ConnTable::with_capacity(cfg.max_connections);
         Node {
             cfg,
             caps,
             endpoints: EndpointTable::new(),
             nodes,
-            conns: ConnTable::new(),
+            conns,
             instructions,
             tokens,
             regs,

@@ -97,10 +97,25 @@ impl Node {
         let Some(mut frame) = self.validate(data) else {
             return;
         };
+        // A frame of many connections' sections (a cell train) would miss on each
+        // connection's state in turn: the index bucket of the section after next and
+        // the state of the next one are fetched while this one is worked on.
+        let mut next = frame.next_section();
+        let mut after = next.as_ref().and_then(FrameView::next_section);
         loop {
+            if let Some(a) = &after {
+                self.conns.prefetch_index(a.header.dst_conn);
+            }
+            if let Some(n) = &next {
+                self.conns.prefetch(n.header.dst_conn);
+            }
             self.receive_section(&frame, now);
-            match frame.next_section() {
-                Some(next) => frame = next,
+            match next {
+                Some(n) => {
+                    frame = n;
+                    next = after;
+                    after = next.as_ref().and_then(FrameView::next_section);
+                }
                 None => return,
             }
         }

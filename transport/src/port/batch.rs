@@ -7,8 +7,9 @@ use std::ptr::NonNull;
 use dpdk_sys as sys;
 
 use super::mbuf::Mbuf;
-use super::prefetch::{prefetch_lines, PREFETCH_LINES};
 use super::BURST;
+use super::PREFETCH_LINES;
+use crate::prefetch::prefetch_lines;
 
 /// A received burst; iterating hands out owned mbufs, dropping frees the rest.
 pub struct RxBatch {
