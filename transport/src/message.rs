@@ -82,6 +82,7 @@ fn invoke_names_registers(wr: &WorkRequest) -> bool {
 /// its data within the request. `repeat`: the frame already carries this request's
 /// compound descriptor in an earlier message, so this one refers to it
 /// (`COMPOUND_REPEAT`) instead of carrying it.
+#[inline(always)]
 pub fn control_for(
     wr: &WorkRequest,
     seg: u32,
