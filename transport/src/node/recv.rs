@@ -13,7 +13,8 @@ use crate::connection::{echoed_base, ConnState, Connection, Held, Pending, Store
 use crate::events::{Event, EventKind, EventQueue};
 use crate::message;
 use crate::oplogic::{
-    self, DropReason, Plan, RegContext, RemoteStatus, SeqPlan, TlbAccess, TokenEvent, Trap,
+    self, Access, DropReason, EndpointAccess, Plan, RegContext, RemoteStatus, SeqPlan, TlbAccess,
+    TokenEvent, Trap,
 };
 use crate::reliability::{Arrival, SeqBits};
 use crate::tables::{EndpointTable, RegisterFile};
@@ -687,6 +688,12 @@ fn run_message(
     let Some(ep) = ex.endpoints.get(conn.endpoint) else {
         return refuse(conn, seq, control, Trap::NoEndpoint, ex);
     };
+    if control.opcode == op::WRITE
+        && control.flags & !(cflags::LAST | cflags::SEGMENT) == 0
+        && conn.read_replies.is_empty()
+    {
+        return run_deposit(conn, seq, control, payload, frame_desc, ep, ex);
+    }
     let ctx = reg_context(conn, ex.regs, ep, segment_base(conn, seq, control));
     let mut mem = TlbAccess::new(conn.endpoint, ep, ex.tlb);
     let mut plan = Plan::NOTHING;
@@ -719,6 +726,47 @@ fn run_message(
     oplogic::commit(&plan, ex.regs, &mut mem);
     note_request(conn, seq, control, &plan);
     after_commit(conn, seq, control, &plan, queue, ex);
+    Ran::Done
+}
+
+/// A plain deposit — a direct `WRITE` with no flag but `LAST` or `SEGMENT`, no read
+/// reply of ours outstanding that it could overwrite — run as [`run_message`] would
+/// (the same checks, refusals and faults, in the same order: `oplogic::plan`'s fast
+/// path, then commit) without building a plan, checking admission or looking for an
+/// event queue: none of it applies. Most small messages are these.
+#[inline]
+fn run_deposit(
+    conn: &mut Connection,
+    seq: u32,
+    control: &ControlRepr,
+    payload: &[u8],
+    frame_desc: Option<&[u8; COMPOUND_LEN]>,
+    ep: &crate::tables::EndpointEntry,
+    ex: &mut Exec<'_>,
+) -> Ran {
+    let data = match oplogic::announced(control, payload) {
+        Ok(d) => d,
+        Err(t) => return refuse(conn, seq, control, t, ex),
+    };
+    let ea = u64::from(control.operand);
+    let mut mem = TlbAccess::new(conn.endpoint, ep, ex.tlb);
+    if let Err(t) = mem.check(ea, data.len() as u64, Access::Write) {
+        return if t.is_fault() {
+            hold(conn, seq, control, payload, frame_desc, t, ex)
+        } else {
+            refuse(conn, seq, control, t, ex)
+        };
+    }
+    if !data.is_empty() {
+        mem.store(ea, data);
+    }
+    // As `note_request`: a first segment records where its request lands.
+    if control.flags & cflags::LAST != 0 {
+        conn.rx_request = None;
+    } else if control.flags & cflags::SEGMENT == 0 {
+        conn.rx_request = Some(crate::connection::RequestBase { first_seq: seq, ea });
+    }
+    ex.stats.bytes_deposited += data.len() as u64;
     Ran::Done
 }
 

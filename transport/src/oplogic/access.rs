@@ -145,6 +145,20 @@ impl EndpointAccess for TlbAccess<'_> {
         let Some((&last, body)) = data.split_last() else {
             return;
         };
+        if ea >> PAGE_SHIFT == (ea + body.len() as u64) >> PAGE_SHIFT {
+            // All in one logical page (a small write's case): one translation for the
+            // body and the last byte.
+            let Some(dst) = self.host(ea) else { return };
+            if self.ep.memory().write_at(dst, body).is_err() {
+                return;
+            }
+            std::sync::atomic::fence(std::sync::atomic::Ordering::Release);
+            let _ = self
+                .ep
+                .memory()
+                .store_u8_at(dst.wrapping_add(body.len()), last);
+            return;
+        }
         let mut at = ea;
         let mut rest = body;
         while !rest.is_empty() {
