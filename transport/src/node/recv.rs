@@ -792,8 +792,11 @@ fn admit(
     if blocked {
         return Admit::Wait;
     }
+    if !interrupt {
+        return Admit::Go(None); // no event: the queue is not needed
+    }
     let queue = super::queues_of(queues, endpoint).map(|q| &q.events);
-    if interrupt && !queue.is_some_and(|q| q.has_room()) {
+    if !queue.is_some_and(|q| q.has_room()) {
         return Admit::Full;
     }
     Admit::Go(queue)

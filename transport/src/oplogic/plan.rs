@@ -356,6 +356,7 @@ impl<'p> Planner<'_, '_, 'p> {
     }
 
     /// `<dest> ← op(<dest>, src)`; returns the destination's absolute index.
+    #[inline(always)]
     fn reg_op(&mut self, r: RegOpRepr, dest: u8, slot: usize) -> Result<Option<u32>, Trap> {
         if r.op == RegOp::None {
             return Ok(None);
@@ -377,6 +378,9 @@ impl<'p> Planner<'_, '_, 'p> {
     }
 
     /// Evaluates the conditional; returns the absolute index of `rd` when it was tested.
+    /// Inlined, as [`Planner::reg_op`]: called out of line, each returned its result
+    /// through memory, read back wider than written (a forwarding stall a message).
+    #[inline(always)]
     fn cond(&mut self, c: CondRepr, rd: u8) -> Result<Option<u32>, Trap> {
         if !c.cond.compares() {
             if c.cond == Cond::Always {
