@@ -665,9 +665,9 @@ fn note_request(conn: &mut Connection, seq: u32, control: &ControlRepr, plan: &P
 
 /// Whether a planned store must wait for a read reply the peer has not acknowledged
 /// yet ([`oplogic::ReadReplies`]).
-#[inline]
+#[inline(always)]
 fn blocked_by_read_reply(conn: &mut Connection, plan: &Plan<'_>) -> bool {
-    conn.read_replies.blocks_store(&plan.store, &conn.tx)
+    !conn.read_replies.is_empty() && conn.read_replies.blocks_store(&plan.store, &conn.tx)
 }
 
 /// Plans, checks and commits one message of `conn`.
@@ -939,7 +939,9 @@ fn post_event(q: &EventQueue, e: Event, stats: &mut Stats) {
     }
 }
 
-/// What a committed message owes: its reply, its event, its counters.
+/// What a committed message owes: its reply, its event, its counters. Inline for the
+/// usual message, which owes neither a reply nor an event.
+#[inline(always)]
 fn after_commit(
     conn: &mut Connection,
     seq: u32,
@@ -949,6 +951,22 @@ fn after_commit(
     ex: &mut Exec<'_>,
 ) {
     ex.stats.bytes_deposited += plan.bytes_stored();
+    if matches!(plan.reply, oplogic::Reply::None) && !plan.interrupt {
+        return;
+    }
+    owed_after_commit(conn, seq, control, plan, queue, ex);
+}
+
+/// [`after_commit`]'s reply and event.
+#[inline(never)]
+fn owed_after_commit(
+    conn: &mut Connection,
+    seq: u32,
+    control: &ControlRepr,
+    plan: &Plan<'_>,
+    queue: Option<&std::sync::Arc<EventQueue>>,
+    ex: &mut Exec<'_>,
+) {
     if let Some(wr) = oplogic::reply_request(seq, conn.endpoint, &plan.reply) {
         let (first, end) = push_reply(conn, wr, ex);
         conn.read_replies.record(&plan.reply, first, end);
