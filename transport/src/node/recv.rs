@@ -939,9 +939,9 @@ fn post_event(q: &EventQueue, e: Event, stats: &mut Stats) {
     }
 }
 
-/// What a committed message owes: its reply, its event, its counters. Inline for the
-/// usual message, which owes neither a reply nor an event.
-#[inline(always)]
+/// What a committed message owes: its reply, its event, its counters (the usual
+/// message owes neither a reply nor an event: it leaves at once).
+#[inline]
 fn after_commit(
     conn: &mut Connection,
     seq: u32,
@@ -954,19 +954,6 @@ fn after_commit(
     if matches!(plan.reply, oplogic::Reply::None) && !plan.interrupt {
         return;
     }
-    owed_after_commit(conn, seq, control, plan, queue, ex);
-}
-
-/// [`after_commit`]'s reply and event.
-#[inline(never)]
-fn owed_after_commit(
-    conn: &mut Connection,
-    seq: u32,
-    control: &ControlRepr,
-    plan: &Plan<'_>,
-    queue: Option<&std::sync::Arc<EventQueue>>,
-    ex: &mut Exec<'_>,
-) {
     if let Some(wr) = oplogic::reply_request(seq, conn.endpoint, &plan.reply) {
         let (first, end) = push_reply(conn, wr, ex);
         conn.read_replies.record(&plan.reply, first, end);

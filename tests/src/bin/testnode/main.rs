@@ -90,7 +90,21 @@ fn sweep_server(sock: &str, seed: u64) {
     let l = dev.listen(7, &ep, &cq).unwrap_or_else(|e| fail(e));
     println!("ready");
     let conn = l.accept(T).unwrap_or_else(|e| fail(e));
-    if !wait_until(&dev, T, || conn.arrivals() >= layout.len() as u64) {
+    await_sweep(&dev, &conn, &ep, seed);
+    // Keep serving a moment so the client's last acknowledgements get out.
+    let end = std::time::Instant::now() + Duration::from_millis(300);
+    while std::time::Instant::now() < end {
+        dev.progress();
+    }
+    println!("verified {} writes", layout.len());
+    wait_for_release();
+}
+
+/// Waits (bounded) until every write of the size sweep arrived on `conn`, then checks
+/// each against its pattern and the bytes between them for zeros; fails otherwise.
+fn await_sweep(dev: &Device, conn: &Connection, ep: &Endpoint, seed: u64) {
+    let (layout, len) = sweep_layout();
+    if !wait_until(dev, T, || conn.arrivals() >= layout.len() as u64) {
         fail(format!(
             "only {} of {} writes arrived",
             conn.arrivals(),
@@ -99,18 +113,11 @@ fn sweep_server(sock: &str, seed: u64) {
     }
     let mut prev_end = 0;
     for &(off, size) in &layout {
-        check_zero(&ep, prev_end, off - prev_end).unwrap_or_else(|e| fail(e));
-        check_pattern(&ep, off, size, seed, off as u64).unwrap_or_else(|e| fail(e));
+        check_zero(ep, prev_end, off - prev_end).unwrap_or_else(|e| fail(e));
+        check_pattern(ep, off, size, seed, off as u64).unwrap_or_else(|e| fail(e));
         prev_end = off + size;
     }
-    check_zero(&ep, prev_end, len - prev_end).unwrap_or_else(|e| fail(e));
-    // Keep serving a moment so the client's last acknowledgements get out.
-    let end = std::time::Instant::now() + Duration::from_millis(300);
-    while std::time::Instant::now() < end {
-        dev.progress();
-    }
-    println!("verified {} writes", layout.len());
-    wait_for_release();
+    check_zero(ep, prev_end, len - prev_end).unwrap_or_else(|e| fail(e));
 }
 
 /// Stops using the port and waits (bounded) until the parent test closes our stdin,
@@ -544,6 +551,18 @@ fn netns_device(port: &str, ip: [u8; 4], max_frame: usize) -> Device {
     Device::open(cfg).unwrap_or_else(|e| fail(e))
 }
 
+/// Waits (bounded) for the parent's "exit" (the device is served meanwhile by its
+/// dedicated worker).
+fn await_exit(lines: &std::sync::mpsc::Receiver<String>) {
+    loop {
+        match lines.recv_timeout(T) {
+            Ok(l) if l == "exit" => return,
+            Ok(_) => {}
+            Err(e) => fail(format!("no exit from the parent: {e}")),
+        }
+    }
+}
+
 /// Announces the node's MAC to the bridge, says "ready" and waits for the parent's
 /// "go" (announcing again on any other line).
 fn await_go(dev: &Device, lines: &std::sync::mpsc::Receiver<String>) {
@@ -658,13 +677,7 @@ fn barrier_node(port: &str, me: usize, rounds: u32, max_frame: usize) {
     }
     println!("done");
     // Stay up (serving acknowledgements) until every node is done.
-    loop {
-        match lines.recv_timeout(T) {
-            Ok(l) if l == "exit" => break,
-            Ok(_) => {}
-            Err(e) => fail(format!("no exit from the parent: {e}")),
-        }
-    }
+    await_exit(&lines);
     drop(inc);
     drop(out);
 }
@@ -688,20 +701,7 @@ fn sweep_node(port: &str, role: &str, seed: u64, max_frame: usize) {
     let conn = match &listener {
         Some(l) => {
             let conn = l.accept(T).unwrap_or_else(|e| fail(e));
-            if !wait_until(&dev, T, || conn.arrivals() >= layout.len() as u64) {
-                fail(format!(
-                    "{} of {} writes arrived",
-                    conn.arrivals(),
-                    layout.len()
-                ));
-            }
-            let mut prev_end = 0;
-            for &(off, size) in &layout {
-                check_zero(&ep, prev_end, off - prev_end).unwrap_or_else(|e| fail(e));
-                check_pattern(&ep, off, size, seed, off as u64).unwrap_or_else(|e| fail(e));
-                prev_end = off + size;
-            }
-            check_zero(&ep, prev_end, len - prev_end).unwrap_or_else(|e| fail(e));
+            await_sweep(&dev, &conn, &ep, seed);
             println!("verified");
             conn
         }
@@ -724,13 +724,7 @@ fn sweep_node(port: &str, role: &str, seed: u64, max_frame: usize) {
             conn
         }
     };
-    loop {
-        match lines.recv_timeout(T) {
-            Ok(l) if l == "exit" => break,
-            Ok(_) => {}
-            Err(e) => fail(format!("no exit from the parent: {e}")),
-        }
-    }
+    await_exit(&lines);
     drop(conn);
 }
 
