@@ -260,10 +260,16 @@ impl Node {
         let (conns, ready, stats) = (&mut self.conns, &mut self.ready, &mut self.stats);
         let (endpoints, segment_max) = (&self.endpoints, self.segment_max);
         // Posts spread over many connections would miss on each one's state: that of
-        // the post two places on is fetched ahead (once per run of one connection's).
+        // the post two places on is fetched ahead (once per run of one connection's;
+        // not at all with few connections, whose state stays in cache).
+        let ahead = conns.len() > PREFETCH_FROM_CONNS;
         let mut fetched = u32::MAX;
         loop {
-            if let Some(slot) = self.ring.slot_ahead(2).filter(|&s| s != fetched) {
+            if let Some(slot) = ahead
+                .then(|| self.ring.slot_ahead(2))
+                .flatten()
+                .filter(|&s| s != fetched)
+            {
                 conns.prefetch_slot(slot as usize);
                 fetched = slot;
             }
@@ -541,7 +547,9 @@ impl Node {
                 break;
             }
             let slot = self.ready[(from + j) % n];
-            self.conns.prefetch_slot(self.ready[(from + j + 2) % n]);
+            if n > PREFETCH_FROM_CONNS {
+                self.conns.prefetch_slot(self.ready[(from + j + 2) % n]);
+            }
             let eligible = self
                 .conns
                 .get(slot)
@@ -565,6 +573,10 @@ impl Node {
         }
     }
 }
+
+/// Connections from which the worker prefetches the state of the connections it is
+/// about to serve (fewer stay in cache).
+const PREFETCH_FROM_CONNS: usize = 64;
 
 /// Ready connections looked at, after a frame's own, for sections to fill its room.
 pub const BUNDLE_SCAN: usize = 128;
