@@ -176,6 +176,7 @@ pub struct EventInfo {
     /// 32 for a masked write, 0 without a memory operation).
     pub len: u32,
     /// Values of `ra`, `rb`, `rc`, `rd` after the operation; 0 for those it did not use.
+    /// Read only when the plan interrupts (all 0 otherwise): nothing else reports them.
     pub regs: [u64; 4],
 }
 
@@ -313,15 +314,17 @@ impl<'p> Planner<'_, '_, 'p> {
     /// Current value of register `abs` (resolved): the last planned write, else the file.
     #[inline]
     fn value(&self, abs: u32) -> u64 {
-        self.plan
-            .reg_writes()
-            .iter()
-            .rev()
-            .chain(self.ctx.prior.iter().rev())
-            .find(|w| w.0 == abs)
-            .map(|w| w.1)
-            .or_else(|| self.ctx.regs.get(abs))
-            .unwrap_or(0)
+        for w in self.plan.reg_writes().iter().rev() {
+            if w.0 == abs {
+                return w.1;
+            }
+        }
+        for w in self.ctx.prior.iter().rev() {
+            if w.0 == abs {
+                return w.1;
+            }
+        }
+        self.ctx.regs.get(abs).unwrap_or(0)
     }
 
     #[inline]
@@ -560,7 +563,10 @@ fn plan_general<'p>(
     if let Some(desc) = &msg.desc {
         p.register_steps(desc, rb, rc, rd)?;
     }
-    p.report_registers();
+    // The register values are the event's: read only when there will be one.
+    if p.plan.interrupt {
+        p.report_registers();
+    }
     Ok(())
 }
 
