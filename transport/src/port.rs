@@ -11,8 +11,12 @@
 //! * Ring ports have two queue pairs: queue 0 for everything, queue [`HIGH_QUEUE`]
 //!   for high-priority connections (a traffic class of its own, which the worker polls
 //!   first); other PMDs have one.
-//! * [`RxBatch`] / [`TxBatch`] carry bursts of owned [`Mbuf`]s. Frames are always
-//!   single-segment: the mempool's data room is sized for the largest frame.
+//! * [`RxBatch`] / [`TxBatch`] carry bursts of owned [`Mbuf`]s. Frames are written
+//!   single-segment (the mempool's data room is sized for the largest frame), and
+//!   received ones must be. On memif and af_packet, whose transmit burst copies every
+//!   frame, a frame can leave as a chain of three whose middle segment is a payload in
+//!   endpoint memory ([`Port::tx_external`], [`Mbuf::set_len_external`]): the PMD's
+//!   copy is then the payload's only one.
 //!
 //! * memif bursts pass the interrupt gate (`intr_gate`): DPDK 22.11's memif unmaps its
 //!   rings on the interrupt thread when the peer leaves, so bursts and the interrupt
@@ -24,8 +28,8 @@
 //! `eal` (EAL arguments and initialisation), `thread` (lcore registration, CPU
 //! pinning), `clock` (the TSC), `spec` (parsing and printing [`PortSpec`]), `config`
 //! ([`PortConfig`]), `open` (bringing a port up, with each PMD's gotchas, in `open/ring`
-//! and `open/vdev`), `mbuf`, `batch` (rx/tx bursts), `prefetch`, `intr_gate` and
-//! `error`.
+//! and `open/vdev`), `mbuf`, `batch` (rx/tx bursts), `intr_gate` and `error`
+//! (`crate::prefetch` holds the cache hints it shares with the node).
 
 mod batch;
 mod clock;
