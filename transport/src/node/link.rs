@@ -24,8 +24,14 @@ pub struct External {
 
 impl External {
     /// The payload `[off, off + len)` of `mem`, at byte `at` of the frame; `None` when
-    /// it does not lie inside `mem`.
+    /// it does not lie inside `mem`, or when `mem` is a registered application buffer:
+    /// the frame's `Arc` keeps our own allocations alive until the port is done with
+    /// them, but not a buffer the application may free once its endpoint and
+    /// connections are gone (while a frame still waits in a full transmit queue).
     pub fn new(mem: &Arc<EndpointMemory>, off: usize, len: usize, at: usize) -> Option<Self> {
+        if mem.backing() == crate::mem::Backing::Registered {
+            return None;
+        }
         mem.device_range(off, len).ok()?;
         Some(External {
             mem: Arc::clone(mem),
@@ -155,4 +161,41 @@ impl Link for FrameQueue {
     }
 
     fn flush(&mut self, _high: bool) {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_payload_goes_by_reference_from_our_memory_only_and_copies_in_place() {
+        let own = Arc::new(EndpointMemory::alloc_ordinary(8192).unwrap());
+        own.write(100, &[7; 3000]).unwrap();
+        let e = External::new(&own, 100, 3000, 60).expect("our own allocation");
+        assert!(
+            External::new(&own, 8000, 3000, 60).is_none(),
+            "past the region"
+        );
+        // What a link without references does with it: the bytes land at `at`.
+        let mut frame = vec![0u8; 4000];
+        e.copy_into(&mut frame);
+        assert!(frame[60..3060].iter().all(|&b| b == 7));
+        assert!(frame[..60].iter().chain(&frame[3060..]).all(|&b| b == 0));
+        assert_eq!(
+            e.crc32c_append(0),
+            crate::wire::crc32c(&frame[60..3060]),
+            "the payload's CRC is read from the memory"
+        );
+        // A registered application buffer: no reference outlives the application's
+        // hold on it, so its payloads are copied.
+        let layout = std::alloc::Layout::from_size_align(8192, 4096).unwrap();
+        // SAFETY: a fresh allocation of the layout, freed below after its last use.
+        let buf = unsafe { std::alloc::alloc_zeroed(layout) };
+        // SAFETY: `buf` is valid for 8192 bytes until it is freed below, after `reg`.
+        let reg = Arc::new(unsafe { EndpointMemory::register(buf, 8192) }.unwrap());
+        assert!(External::new(&reg, 0, 4096, 60).is_none());
+        drop(reg);
+        // SAFETY: allocated above with this layout; the region over it is dropped.
+        unsafe { std::alloc::dealloc(buf, layout) };
+    }
 }

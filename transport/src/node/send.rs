@@ -504,15 +504,14 @@ impl Node {
             self.bundle(&mut w, peer, from, now, &mut ext);
         }
         self.stats.cells_tx += w.frame_cells() as u64;
+        let len = match &ext.taken {
+            None => w.finish(),
+            Some(e) => w.finish_with_hole(|crc| e.crc32c_append(crc)),
+        };
+        self.stats.bytes_tx += len as u64;
         match ext.taken {
-            None => {
-                let len = w.finish();
-                self.stats.bytes_tx += len as u64;
-                mbuf.set_len(len);
-            }
+            None => mbuf.set_len(len),
             Some(e) => {
-                let len = w.finish_with_hole(|crc| e.crc32c_append(crc));
-                self.stats.bytes_tx += len as u64;
                 self.stats.payloads_by_reference += 1;
                 mbuf.set_len_external(len, e);
             }
