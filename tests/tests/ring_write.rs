@@ -248,3 +248,42 @@ fn the_longest_ring_name_works_and_a_longer_one_is_a_typed_error() {
         other => panic!("17-character ring name: {:?}", other.err()),
     }
 }
+
+/// Inline progress: posting alone puts the first requests of a long burst on the wire
+/// once `INLINE_DOORBELL` of them wait (the peer works on them while the rest are
+/// posted); fewer wait for the application's next poll.
+#[test]
+fn an_inline_burst_leaves_at_the_doorbell_without_a_poll() {
+    let pair = RingPair::new("doorbell");
+    let c = pair.connect(4096, 3);
+    let write = |i: usize| WriteRequest::inline(i as u64, &[i as u8; 8], 8 * i as u32).unwrap();
+    let sent = || pair.client.stats().msgs_tx;
+    let before = sent();
+    for i in 0..INLINE_DOORBELL - 1 {
+        c.client.post_write(&write(i)).unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(20));
+    assert_eq!(sent(), before, "below the doorbell, posts wait for a poll");
+    assert_eq!(pair.server.stats().msgs_rx, 0);
+    c.client.post_write(&write(INLINE_DOORBELL - 1)).unwrap();
+    assert_eq!(
+        sent(),
+        before + INLINE_DOORBELL as u64,
+        "the doorbell's turn sent them"
+    );
+    // The server (a dedicated worker) takes them with the client never polled.
+    let deadline = std::time::Instant::now() + T;
+    while pair.server.stats().msgs_rx < INLINE_DOORBELL as u64 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{:?}",
+            pair.server.stats()
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    for i in 0..INLINE_DOORBELL {
+        let mut b = [0u8; 8];
+        c.sep.read(8 * i, &mut b).unwrap();
+        assert_eq!(b, [i as u8; 8], "write {i}");
+    }
+}

@@ -271,21 +271,25 @@ impl RingConsumer {
 impl ConnShared {
     /// Posts a work request: reserves its place in the connection's send queue and,
     /// when signaled, its completion-queue slot, then hands it to the worker. Fails
-    /// with nothing queued.
+    /// with nothing queued. Returns the connection's requests now waiting for the
+    /// worker, this one included (as [`ConnShared::reserve`]).
     #[inline]
-    pub fn post(&self, wr: &WorkRequest) -> Result<(), PostError> {
+    pub fn post(&self, wr: &WorkRequest) -> Result<usize, PostError> {
         let signaled = wr.flags & WR_SIGNALED != 0;
-        self.reserve(signaled)?;
-        self.submit(wr).inspect_err(|_| self.unreserve(signaled))
+        let waiting = self.reserve(signaled)?;
+        self.submit(wr).inspect_err(|_| self.unreserve(signaled))?;
+        Ok(waiting)
     }
 
     /// Takes a place in the send queue and, for a signaled request, a completion-queue
-    /// slot — both or neither.
+    /// slot — both or neither. Returns the requests of the connection waiting for the
+    /// worker with this one (at least that many: a concurrent post may add to them).
     #[inline]
-    pub fn reserve(&self, signaled: bool) -> Result<(), PostError> {
+    pub fn reserve(&self, signaled: bool) -> Result<usize, PostError> {
         let before = self.posted.fetch_add(1, Ordering::AcqRel);
         // `taken` is read after the increment: a stale value only undercounts room.
-        if before.wrapping_sub(self.taken.load(Ordering::Acquire)) >= self.depth {
+        let waiting = before.wrapping_sub(self.taken.load(Ordering::Acquire));
+        if waiting >= self.depth {
             self.posted.fetch_sub(1, Ordering::AcqRel);
             return Err(PostError::QueueFull {
                 depth: self.depth as usize,
@@ -297,7 +301,7 @@ impl ConnShared {
                 depth: self.cq.capacity(),
             });
         }
-        Ok(())
+        Ok(waiting as usize + 1)
     }
 
     /// Gives back what [`ConnShared::reserve`] took (a post that failed later).
