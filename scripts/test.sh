@@ -143,6 +143,9 @@ step "smoke write_bw" smoke write_bw -s 32 -n 100000
 step "smoke write_bw -q 1000" smoke write_bw -s 32 -n 100000 -q 1000 --verify
 step "smoke write_bw -q 20000" smoke write_bw -s 32 -n 100000 -q 20000
 step "smoke append_bw -q 20000" smoke append_bw -s 32 -n 100000 -q 20000 --verify
+step "smoke write_bw --post-list" smoke write_bw -s 32 -n 100003 -q 5 -l 8 --verify
+step "smoke write_bw --post-list 64" smoke write_bw -s 32 -n 100000 -l 64 --verify
+step "smoke append_bw --post-list" smoke append_bw -s 32 -n 10001 -q 3 -l 7 --verify
 step "smoke write_bw --workers 2" smoke write_bw -s 32 -n 100000 -q 64 --workers 2 --verify
 step "smoke write_bw --workers 2 dedicated" smoke write_bw -s 1024 -n 20000 -q 8 --workers 2 --worker dedicated --verify
 # Instruction-pointer messages and payload tokens.

@@ -11,9 +11,9 @@
 //! earlier and later posts.
 //!
 //! A post is all or nothing: the request is checked once, every member must be
-//! connected and have room, then it is queued on all of them. Like posting on a
-//! connection, posting on a group is single-producer: post on a group and on its
-//! members from one thread.
+//! connected and have room, then it is queued on all of them: the copies take
+//! consecutive places on their shards' submission rings, claimed before any is written,
+//! so other threads posting on the same shards meanwhile cannot split a group post.
 
 use std::sync::Arc;
 
@@ -76,39 +76,63 @@ impl MulticastGroup {
     }
 
     /// Posts `req` on every member, or on none: fails at once, with nothing queued,
-    /// when the request is invalid, a member is not connected or a member's send
-    /// queue is full.
+    /// when the request is invalid, a member is not connected, a member's send queue
+    /// or completion queue is full, or a shard's submission ring lacks room for its
+    /// members' copies.
     pub fn post(&self, req: &WorkRequest) -> Result<(), Error> {
         check_request(req)?;
         for m in &self.members {
             check_postable(m)?;
         }
-        // Each shard's submission ring must take its members' copies.
-        let mut on_ring = [0usize; 256];
-        for m in &self.members {
-            on_ring[usize::from(shard_of_conn(m.number))] += 1;
-        }
-        for m in &self.members {
-            if !m.ring_has_room(on_ring[usize::from(shard_of_conn(m.number))]) {
-                return Err(Error::SubmitRingFull {
-                    capacity: m.ring_capacity(),
-                });
-            }
-        }
         // Every member's place in its send queue and, when signaled, its completion
         // slot — or none: what was taken is given back on the first refusal.
-        let signaled = req.wr.flags & WR_SIGNALED != 0;
+        let signaled = usize::from(req.wr.flags & WR_SIGNALED != 0);
         for (i, m) in self.members.iter().enumerate() {
-            if let Err(e) = m.reserve(signaled) {
+            if let Err(e) = m.reserve_n(1, signaled) {
                 for t in &self.members[..i] {
-                    t.unreserve(signaled);
+                    t.unreserve_n(1, signaled);
                 }
                 return Err(e.into());
             }
         }
+        // Consecutive places on each shard's ring for its members' copies, all claimed
+        // before any is filled (other threads may post on the same rings meanwhile): a
+        // claim dropped unfilled becomes entries the worker skips.
+        let mut on_ring = [0usize; 256];
         for m in &self.members {
-            // Room was checked above and this thread is the only producer.
-            m.submit(&req.wr)?;
+            on_ring[usize::from(shard_of_conn(m.number))] += 1;
+        }
+        let mut claims = Vec::new();
+        for m in &self.members {
+            let shard = shard_of_conn(m.number);
+            let n = std::mem::take(&mut on_ring[usize::from(shard)]);
+            if n == 0 {
+                continue; // claimed with an earlier member of its shard
+            }
+            match m.ring().claim(n) {
+                Some(c) => claims.push((shard, c)),
+                None => {
+                    drop(claims);
+                    for t in &self.members {
+                        t.unreserve_n(1, signaled);
+                    }
+                    return Err(Error::SubmitRingFull {
+                        capacity: m.ring().capacity(),
+                    });
+                }
+            }
+        }
+        for (shard, claim) in claims {
+            let mut of_shard = self
+                .members
+                .iter()
+                .filter(|m| shard_of_conn(m.number) == shard);
+            claim.fill(|_| {
+                of_shard
+                    .next()
+                    .expect("a place for each member of the shard")
+                    .submission(&req.wr)
+            });
         }
         Ok(())
     }

@@ -11,11 +11,13 @@
 //! receiver's interface serialises them.
 //!
 //! The client posts the `-n` messages of a round round-robin over its connections
-//! (message k on connection k mod N) in the loop every streaming test shares
+//! (message k on connection k mod N; with `--post-list L`, lists of L: message k on
+//! connection (k / L) mod N) in the loop every streaming test shares
 //! ([`crate::stream`]): each connection keeps at most `--tx-depth` outstanding and
 //! signals every `--cq-mod`th and its last, and all of them together at most 4096
 //! (`-q` goes up to 65536); one completion queue serves them all. Each message carries
-//! a 16-byte record: connection (u32), round + 1 (u32), k (u64), from a ring of
+//! a 16-byte record: connection (u32), round + 1 (u16), the list length L (u16), k
+//! (u64), from a ring of
 //! source slots as long as the window of outstanding messages. The table is
 //! write_bw's, for the aggregate: messages of all connections over the time from the
 //! first post to the last completion.
@@ -156,10 +158,11 @@ fn check_bodies(
     Ok(())
 }
 
-fn record(conn: u32, round: usize, k: u64) -> [u8; RECORD as usize] {
+fn record(conn: u32, round: usize, list: u32, k: u64) -> [u8; RECORD as usize] {
     let mut b = [0u8; RECORD as usize];
     b[0..4].copy_from_slice(&conn.to_le_bytes());
-    b[4..8].copy_from_slice(&(round as u32 + 1).to_le_bytes());
+    b[4..6].copy_from_slice(&(round as u16 + 1).to_le_bytes());
+    b[6..8].copy_from_slice(&(list as u16).to_le_bytes());
     b[8..16].copy_from_slice(&k.to_le_bytes());
     b
 }
@@ -188,7 +191,7 @@ fn client(side: &Side, p: &Params, rep: &mut Reporter) -> Result<()> {
             laps: None,
             prepare: |id, conn, req: &mut WorkRequest| {
                 let at = s.lay.slot(((id - 1) % slots as u64) as usize);
-                s.ep.write(at, &record(conn as u32, round, id - 1))?;
+                s.ep.write(at, &record(conn as u32, round, p.post_list, id - 1))?;
                 *req = WorkRequest::send(0, &s.ep, at as u64, size as u32, global(0));
                 Ok(())
             },
@@ -218,16 +221,17 @@ fn check_queue(
     for i in 0..count as usize {
         s.ep.read(s.lay.slot(i), &mut b)?;
         let conn = u32::from_le_bytes(b[0..4].try_into().expect("4 bytes")) as u64;
-        let tag = u32::from_le_bytes(b[4..8].try_into().expect("4 bytes"));
+        let tag = u16::from_le_bytes(b[4..6].try_into().expect("2 bytes"));
+        let list = u64::from(u16::from_le_bytes(b[6..8].try_into().expect("2 bytes")));
         let k = u64::from_le_bytes(b[8..16].try_into().expect("8 bytes"));
-        if tag != round as u32 + 1 || k >= count {
+        if tag != round as u16 + 1 || k >= count || list == 0 {
             foreign += 1;
             continue;
         }
         if std::mem::replace(&mut seen[k as usize], true) {
             dup += 1;
         }
-        if conn != k % q {
+        if conn != (k / list) % q {
             wrong_conn += 1;
         }
     }

@@ -221,6 +221,9 @@ fn reporter(p: &Params, side: &Side, ports: &str, enabled: bool) -> Reporter {
     rep.queues(p.workers, side.more.len() + 1);
     if !p.test.is_lat() {
         rep.info("TX depth", p.tx_depth.to_string());
+        if p.post_list > 1 {
+            rep.info("Post list", p.post_list.to_string());
+        }
     }
     rep.info("CQ Moderation", p.cq_mod.to_string());
     if matches!(p.test, Test::AtomicLat | Test::AtomicBw) {

@@ -244,6 +244,12 @@ struct Cli {
     /// Signal every Nth write.
     #[arg(long = "cq-mod", default_value_t = 100)]
     cq_mod: u32,
+    /// Post work requests in lists of N (perftest's --post_list): one call, and one
+    /// reservation of send-queue, completion and ring places, for N requests; the last
+    /// of each list is signaled (--cq-mod becomes N). The streaming tests other than
+    /// send_bw.
+    #[arg(short = 'l', long = "post-list", default_value_t = 1)]
+    post_list: u32,
     /// Who drives the device.
     #[arg(long, value_enum, default_value_t = WorkerMode::Inline)]
     worker: WorkerMode,
@@ -338,6 +344,8 @@ pub struct Params {
     pub ip: [u8; 4],
     pub tx_depth: u32,
     pub cq_mod: u32,
+    /// Requests per post call in the streaming tests (1: `post`; more: `post_list`).
+    pub post_list: u32,
     pub progress: Progress,
     pub service: u32,
     pub max_frame: Option<usize>,
@@ -520,8 +528,25 @@ fn resolve(cli: Cli) -> Result<Params> {
     if cli.cq_mod == 0 {
         return Err(PerfError::Usage("--cq-mod must be at least 1".into()));
     }
-    // perftest's rule: a completion must come back before the send queue is full.
-    let cq_mod = cli.cq_mod.min(cli.tx_depth);
+    if cli.post_list == 0 || cli.post_list > cli.tx_depth {
+        return Err(PerfError::Usage(format!(
+            "--post-list must be 1 to --tx-depth ({}), not {}",
+            cli.tx_depth, cli.post_list
+        )));
+    }
+    if cli.post_list > 1 && (test.is_lat() || matches!(test, Test::SendBw)) {
+        return Err(PerfError::Usage(format!(
+            "--post-list is an option of the streaming tests other than send_bw, not of {}",
+            test.name()
+        )));
+    }
+    // perftest's rules: a completion must come back before the send queue is full,
+    // and a list's last request is signaled (the window frees a list at a time).
+    let cq_mod = if cli.post_list > 1 {
+        cli.post_list
+    } else {
+        cli.cq_mod.min(cli.tx_depth)
+    };
     let server_side = !matches!(role, Role::Client { .. });
     let (dev, ip) = match role {
         Role::Loopback => (LOOP_SERVER_DEV.to_string(), SERVER_IP),
@@ -547,6 +572,7 @@ fn resolve(cli: Cli) -> Result<Params> {
         ip,
         tx_depth: cli.tx_depth,
         cq_mod,
+        post_list: cli.post_list,
         progress: match cli.worker {
             WorkerMode::Inline => Progress::Inline,
             WorkerMode::Dedicated => Progress::Dedicated,

@@ -108,6 +108,14 @@ impl<F: FnMut(u64, usize, &mut WorkRequest) -> Result<()>> Stream<'_, F> {
             .map(|l| (l.slots.max(1), l.before))
             .unwrap_or((u64::MAX, 0));
         let mut laps_waited = lap_before / lap_n;
+        // Requests posted per call (`--post-list`; lists and receive-queue laps do not
+        // mix: send_bw posts one at a time).
+        let list = if laps.is_some() {
+            1
+        } else {
+            u64::from(p.post_list.max(1)).min(window)
+        };
+        let mut batch: Vec<WorkRequest> = Vec::with_capacity(list as usize);
         let cq = s.conn.cq();
         let mut wcs = [EMPTY_WC; 64];
         // Per connection: the sequence number of its last completed request.
@@ -117,12 +125,9 @@ impl<F: FnMut(u64, usize, &mut WorkRequest) -> Result<()>> Stream<'_, F> {
         let mut posted = 0u64;
         let mut retired = 0u64;
         let mut completed = 0u64;
-        // Where the next request goes, and where the oldest outstanding one went:
-        // (connection, its sequence number), advanced without a division.
-        let (mut next_c, mut next_j) = (0usize, 1u64);
-        let (mut old_c, mut old_j) = (0usize, 1u64);
-        // Requests with an id above this are their connection's last.
-        let mut last_lap = target.saturating_sub(q);
+        // Where the next request goes, and where the oldest outstanding one went.
+        let mut next = Pos::FIRST;
+        let mut old = Pos::FIRST;
         let mut target = target;
         let mut final_posted = false;
         let mut idle = Wait::new(p.timeout, "completions");
@@ -130,7 +135,13 @@ impl<F: FnMut(u64, usize, &mut WorkRequest) -> Result<()>> Stream<'_, F> {
         let deadline = run_for.map(|d| t0 + d);
         let mut peak = PeakRate::new(t0);
         let end = loop {
-            while !final_posted && posted - retired < window {
+            while !final_posted {
+                // A whole list fits in the window, or none is posted (the last one may
+                // be shorter: the target's rest).
+                let n = list.min(target - posted);
+                if posted + n - retired > window {
+                    break;
+                }
                 if let Some(l) = &laps {
                     let g = lap_before + posted;
                     if g > 0 && g % lap_n == 0 && laps_waited < g / lap_n {
@@ -141,24 +152,38 @@ impl<F: FnMut(u64, usize, &mut WorkRequest) -> Result<()>> Stream<'_, F> {
                         laps_waited = g / lap_n;
                     }
                 }
-                let id = posted + 1;
-                prepare(id, next_c, &mut req)?;
-                req.set_wr_id(((next_c as u64) << SEQ_BITS) | next_j);
-                // The lap test only with laps: a 64-bit division per request is not free.
-                let lap_end = laps.is_some() && (lap_before + id) % lap_n == 0;
-                req.set_signaled(id > last_lap || next_j % cq_mod == 0 || lap_end);
-                match conns[next_c].post(&req) {
+                let at = next;
+                let mut pos = next;
+                batch.clear();
+                for k in 0..n {
+                    let id = posted + 1 + k;
+                    prepare(id, pos.c, &mut req)?;
+                    req.set_wr_id(((pos.c as u64) << SEQ_BITS) | pos.j);
+                    // The lap test only with laps: a 64-bit division per request is not
+                    // free.
+                    let lap_end = laps.is_some() && (lap_before + id) % lap_n == 0;
+                    // Its connection's last request: the next one on it is past the
+                    // target.
+                    let last = id + pos.gap_to_next_on_conn(q, list) > target;
+                    req.set_signaled(last || pos.j % cq_mod == 0 || lap_end);
+                    if list > 1 {
+                        batch.push(req);
+                    }
+                    pos.advance(q, list);
+                }
+                let r = if list > 1 {
+                    conns[at.c].post_list(&batch)
+                } else {
+                    conns[at.c].post(&req)
+                };
+                match r {
                     Ok(()) => {}
                     Err(deposit::Error::SendQueueFull { .. }) => break,
                     Err(e) => return Err(e.into()),
                 }
-                posted = id;
-                final_posted = id == target;
-                next_c += 1;
-                if next_c == conns.len() {
-                    next_c = 0;
-                    next_j += 1;
-                }
+                posted += n;
+                next = pos;
+                final_posted = posted == target;
             }
             let n = cq.poll(&mut wcs);
             if n == 0 {
@@ -186,13 +211,9 @@ impl<F: FnMut(u64, usize, &mut WorkRequest) -> Result<()>> Stream<'_, F> {
             if q == 1 {
                 retired = done_on[0];
             } else {
-                while retired < posted && done_on[old_c] >= old_j {
+                while retired < posted && done_on[old.c] >= old.j {
                     retired += 1;
-                    old_c += 1;
-                    if old_c == conns.len() {
-                        old_c = 0;
-                        old_j += 1;
-                    }
+                    old.advance(q, list);
                 }
             }
             let now = Instant::now();
@@ -204,12 +225,12 @@ impl<F: FnMut(u64, usize, &mut WorkRequest) -> Result<()>> Stream<'_, F> {
             if !final_posted && target == u64::MAX && deadline.is_some_and(|d| now >= d) {
                 // -D is over: one more lap, so that every connection's last request is
                 // signaled (none needed when every request is).
+                // (Lists are whole here: the target was unbounded.)
                 target = if cq_mod == 1 && posted > 0 {
                     posted
                 } else {
-                    posted + q
+                    posted + q * list
                 };
-                last_lap = target.saturating_sub(q);
                 final_posted = posted == target;
                 if final_posted && retired == posted {
                     break now;
@@ -232,5 +253,79 @@ impl<F: FnMut(u64, usize, &mut WorkRequest) -> Result<()>> Stream<'_, F> {
         };
         stats.peak_rate = peak.peak(stats.rate());
         Ok(stats)
+    }
+}
+
+/// Where a request goes: connection `c` (an index), its sequence number `j` there, its
+/// place `k` in its list. Requests go in lists of `list` to one connection, the lists
+/// round-robin over the `q` connections (one request per list: plain round-robin).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Pos {
+    c: usize,
+    j: u64,
+    k: u64,
+}
+
+impl Pos {
+    const FIRST: Pos = Pos { c: 0, j: 1, k: 0 };
+
+    /// The next request's place.
+    #[inline]
+    fn advance(&mut self, q: u64, list: u64) {
+        self.j += 1;
+        self.k += 1;
+        if self.k == list {
+            self.k = 0;
+            self.c += 1;
+            if self.c as u64 == q {
+                self.c = 0;
+            } else {
+                self.j -= list; // the next connection's list has the same numbers
+            }
+        }
+    }
+
+    /// How many requests on from this one the next on the same connection is.
+    #[inline]
+    fn gap_to_next_on_conn(&self, q: u64, list: u64) -> u64 {
+        if self.k + 1 < list {
+            1
+        } else {
+            (q - 1) * list + 1
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The place of the `i`th request (from 0), counted out: lists of `list` to one
+    /// connection, round-robin over `q`.
+    fn place(i: u64, q: u64, list: u64) -> Pos {
+        let (u, k) = (i / list, i % list);
+        Pos {
+            c: (u % q) as usize,
+            j: (u / q) * list + k + 1,
+            k,
+        }
+    }
+
+    #[test]
+    fn requests_go_in_lists_round_robin_and_know_their_connections_next() {
+        for (q, list) in [(1, 1), (3, 1), (1, 8), (4, 3), (5, 8)] {
+            let mut pos = Pos::FIRST;
+            for i in 0..500 {
+                assert_eq!(pos, place(i, q, list), "q {q} list {list} request {i}");
+                let d = pos.gap_to_next_on_conn(q, list);
+                let nxt = place(i + d, q, list);
+                assert_eq!(
+                    (nxt.c, nxt.j),
+                    (pos.c, pos.j + 1),
+                    "q {q} list {list} request {i}"
+                );
+                pos.advance(q, list);
+            }
+        }
     }
 }

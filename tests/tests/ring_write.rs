@@ -287,3 +287,82 @@ fn an_inline_burst_leaves_at_the_doorbell_without_a_poll() {
         assert_eq!(b, [i as u8; 8], "write {i}");
     }
 }
+
+/// A list of work requests is posted in order, all or none: a list longer than the
+/// send queue, one with a bad request, or one whose signaled requests find too few
+/// completion slots queues nothing; a list that fits lands in order, its signaled
+/// requests completing.
+#[test]
+fn a_list_of_requests_is_posted_in_order_all_or_none() {
+    const DEPTH: usize = 16;
+    let pair = RingPair::new("postlist");
+    let sep = pair
+        .server
+        .alloc_endpoint(4096, Rights::REMOTE_WRITE)
+        .unwrap();
+    let scq = pair.server.create_cq(64);
+    let listener = pair.server.listen(9, &sep, &scq).unwrap();
+    let cep = pair
+        .client
+        .alloc_endpoint(4096, Rights::REMOTE_WRITE)
+        .unwrap();
+    let ccq = pair.client.create_cq(4);
+    let opts = ConnOptions {
+        sq_depth: DEPTH,
+        ..ConnOptions::default()
+    };
+    let conn = pair
+        .client
+        .connect_with([10, 0, 0, 1], 9, &cep, &ccq, &opts)
+        .unwrap();
+    let _server = listener.accept(T).unwrap();
+    // Write i puts [i; 8] at 8 * i.
+    let write = |i: usize| WriteRequest::inline(i as u64, &[i as u8 + 1; 8], 8 * i as u32).unwrap();
+    let arrived = || pair.server.stats().msgs_rx;
+
+    let too_long: Vec<_> = (0..DEPTH + 1).map(write).collect();
+    match conn.post_list(&too_long) {
+        Err(Error::SendQueueFull { depth: DEPTH }) => {}
+        other => panic!("expected SendQueueFull, got {other:?}"),
+    }
+    let mut bad: Vec<_> = (0..4).map(write).collect();
+    bad.push(WriteRequest::write(99, &cep, u64::MAX - 2, 8, 0)); // local range overflows
+    assert!(
+        conn.post_list(&bad).is_err(),
+        "a bad request refuses the list"
+    );
+    // Five signaled requests, four completion slots.
+    let signaled: Vec<_> = (0..5).map(|i| write(i).signaled()).collect();
+    match conn.post_list(&signaled) {
+        Err(Error::CompletionQueueFull { depth: 4 }) => {}
+        other => panic!("expected CompletionQueueFull, got {other:?}"),
+    }
+    conn.post_list(&[]).unwrap();
+    std::thread::sleep(Duration::from_millis(20));
+    assert!(
+        !wait_until(&pair.client, Duration::from_millis(50), || arrived() > 0),
+        "a refused list queued nothing"
+    );
+
+    // A whole send queue's worth in one list, every fourth signaled: in order, all there.
+    let list: Vec<_> = (0..DEPTH)
+        .map(|i| {
+            if i % 4 == 3 {
+                write(i).signaled()
+            } else {
+                write(i)
+            }
+        })
+        .collect();
+    conn.post_list(&list).unwrap();
+    let wcs = wait_completions(&ccq, 4, T);
+    let ids: Vec<u64> = wcs.iter().map(|c| c.wr_id).collect();
+    assert_eq!(ids, [3, 7, 11, 15]);
+    assert!(wcs.iter().all(|c| c.status == WcStatus::Success));
+    assert!(wait_until(&pair.client, T, || arrived() == DEPTH as u64));
+    for i in 0..DEPTH {
+        let mut b = [0u8; 8];
+        sep.read(8 * i, &mut b).unwrap();
+        assert_eq!(b, [i as u8 + 1; 8], "write {i}");
+    }
+}

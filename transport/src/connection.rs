@@ -251,9 +251,15 @@ impl CqShared {
     /// is promised already (the application must poll first).
     #[inline]
     pub fn reserve(&self) -> bool {
-        let before = self.reserved.fetch_add(1, Ordering::AcqRel);
-        if before >= self.queue.capacity() {
-            self.reserved.fetch_sub(1, Ordering::AcqRel);
+        self.reserve_n(1)
+    }
+
+    /// Reserves `n` completion slots, all or none.
+    #[inline]
+    pub fn reserve_n(&self, n: usize) -> bool {
+        let before = self.reserved.fetch_add(n, Ordering::AcqRel);
+        if before + n > self.queue.capacity() {
+            self.reserved.fetch_sub(n, Ordering::AcqRel);
             return false;
         }
         true
@@ -267,7 +273,13 @@ impl CqShared {
     /// Gives back a slot [`CqShared::reserve`] took for a request that was not posted.
     #[inline]
     pub fn unreserve(&self) {
-        self.reserved.fetch_sub(1, Ordering::AcqRel);
+        self.unreserve_n(1);
+    }
+
+    /// Gives back `n` slots [`CqShared::reserve_n`] took.
+    #[inline]
+    pub fn unreserve_n(&self, n: usize) {
+        self.reserved.fetch_sub(n, Ordering::AcqRel);
     }
 
     /// The worker's side: queues a completion, or hands it back when the queue is full.

@@ -152,49 +152,119 @@ impl SubmitRing {
     }
 
     /// Queues a submission and wakes a sleeping worker; false when full.
-    #[inline]
+    #[cfg(test)]
     fn push(&self, slot: u32, number: u32, wr: &WorkRequest) -> bool {
+        match self.claim(1) {
+            Some(c) => {
+                c.fill(|_| Submission {
+                    slot,
+                    number,
+                    wr: *wr,
+                });
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Claims `n` consecutive positions (`n` at least 1), all or none: `None` when the
+    /// ring lacks room for all of them now. The consumer stops at the first position
+    /// of a claim until the claim is filled (or dropped, which fills it with entries
+    /// the worker skips), so a claim is filled at once.
+    #[inline]
+    pub fn claim(&self, n: usize) -> Option<Claim<'_>> {
+        if n == 0 || n > self.slots.len() {
+            return None;
+        }
         let mut t = self.tail.load(Ordering::Relaxed);
         loop {
-            let s = &self.slots[t & self.mask];
-            let stamp = s.stamp.load(Ordering::Acquire);
-            if stamp == t {
+            // The consumer frees positions in order: when the claim's last slot is
+            // free for this lap, so are the ones before it.
+            let last = t.wrapping_add(n - 1);
+            let stamp = self.slots[last & self.mask].stamp.load(Ordering::Acquire);
+            if stamp == last {
                 // Sequentially consistent: see `is_empty`.
                 match self.tail.compare_exchange_weak(
                     t,
-                    t.wrapping_add(1),
+                    t.wrapping_add(n),
                     Ordering::SeqCst,
                     Ordering::Relaxed,
                 ) {
                     Ok(_) => {
-                        // SAFETY: position `t` is ours alone until the stamp below
-                        // hands it to the consumer (see the `Sync` impl).
-                        unsafe {
-                            (*s.value.get()).write(Submission {
-                                slot,
-                                number,
-                                wr: *wr,
-                            });
-                        }
-                        s.stamp.store(t.wrapping_add(1), Ordering::Release);
-                        self.wake.notify();
-                        return true;
+                        return Some(Claim {
+                            ring: self,
+                            first: t,
+                            n,
+                        })
                     }
                     Err(now) => t = now,
                 }
-            } else if (stamp.wrapping_sub(t) as isize) < 0 {
-                // The slot still holds the entry of the lap before: full, unless the
-                // consumer freed it meanwhile.
+            } else if (stamp.wrapping_sub(last) as isize) < 0 {
+                // That slot still holds the entry of the lap before: no room, unless
+                // the consumer freed it meanwhile.
                 let now = self.tail.load(Ordering::Relaxed);
                 if now == t {
-                    return false;
+                    return None;
                 }
                 t = now;
             } else {
-                // Another producer took position `t`.
+                // Another producer took those positions.
                 t = self.tail.load(Ordering::Relaxed);
             }
         }
+    }
+}
+
+/// Positions of a [`SubmitRing`] claimed by one producer ([`SubmitRing::claim`]),
+/// to be filled at once.
+pub struct Claim<'a> {
+    ring: &'a SubmitRing,
+    first: usize,
+    n: usize,
+}
+
+/// The connection slot of a filler entry: the worker skips it (a claim dropped
+/// unfilled, e.g. a multicast post that found another ring full).
+pub const NO_SLOT: u32 = u32::MAX;
+
+impl Claim<'_> {
+    /// Positions claimed.
+    pub fn len(&self) -> usize {
+        self.n
+    }
+
+    /// Never empty (a claim is of at least one position).
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+
+    /// Writes the `i`th claimed position with `entry(i)`, for every `i` in order, and
+    /// wakes a sleeping worker.
+    #[inline]
+    pub fn fill(self, mut entry: impl FnMut(usize) -> Submission) {
+        let (ring, first, n) = (self.ring, self.first, self.n);
+        std::mem::forget(self);
+        for i in 0..n {
+            let t = first.wrapping_add(i);
+            let s = &ring.slots[t & ring.mask];
+            // SAFETY: position `t` is this claim's alone until the stamp below hands
+            // it to the consumer (see the `Sync` impl).
+            unsafe { (*s.value.get()).write(entry(i)) };
+            s.stamp.store(t.wrapping_add(1), Ordering::Release);
+        }
+        ring.wake.notify();
+    }
+}
+
+impl Drop for Claim<'_> {
+    /// An unfilled claim is filled with entries the worker skips ([`NO_SLOT`]).
+    fn drop(&mut self) {
+        let (ring, first, n) = (self.ring, self.first, self.n);
+        Claim { ring, first, n }.fill(|_| Submission {
+            slot: NO_SLOT,
+            number: 0,
+            wr: crate::connection::WorkRequest::write(0, crate::connection::Source::None, 0, 0),
+        });
     }
 }
 
@@ -275,9 +345,37 @@ impl ConnShared {
     /// worker, this one included (as [`ConnShared::reserve`]).
     #[inline]
     pub fn post(&self, wr: &WorkRequest) -> Result<usize, PostError> {
-        let signaled = wr.flags & WR_SIGNALED != 0;
-        let waiting = self.reserve(signaled)?;
-        self.submit(wr).inspect_err(|_| self.unreserve(signaled))?;
+        self.post_list(std::slice::from_ref(wr).iter())
+    }
+
+    /// Posts `wrs` in order, all or none (a verbs list of work requests): one
+    /// reservation of their places, of the completion slots of the signaled ones, and
+    /// of consecutive places on the node's ring. Returns the connection's requests now
+    /// waiting for the worker, these included.
+    #[inline]
+    pub fn post_list<'w, I>(&self, wrs: I) -> Result<usize, PostError>
+    where
+        I: ExactSizeIterator<Item = &'w WorkRequest> + Clone,
+    {
+        let n = wrs.len();
+        if n == 0 {
+            return Ok(self.queued());
+        }
+        let signaled = wrs.clone().filter(|w| w.flags & WR_SIGNALED != 0).count();
+        let waiting = self.reserve_n(n, signaled)?;
+        let Some(claim) = self.ring.claim(n) else {
+            self.unreserve_n(n, signaled);
+            return Err(PostError::RingFull {
+                capacity: self.ring.capacity(),
+            });
+        };
+        let (slot, number) = (self.slot.load(Ordering::Relaxed), self.number);
+        let mut wrs = wrs;
+        claim.fill(|_| Submission {
+            slot,
+            number,
+            wr: *wrs.next().expect("as many requests as places"),
+        });
         Ok(waiting)
     }
 
@@ -286,30 +384,44 @@ impl ConnShared {
     /// worker with this one (at least that many: a concurrent post may add to them).
     #[inline]
     pub fn reserve(&self, signaled: bool) -> Result<usize, PostError> {
-        let before = self.posted.fetch_add(1, Ordering::AcqRel);
+        self.reserve_n(1, usize::from(signaled))
+    }
+
+    /// [`ConnShared::reserve`] for `n` requests (at least 1), `signaled` of them
+    /// signaled: all places or none.
+    #[inline]
+    pub fn reserve_n(&self, n: usize, signaled: usize) -> Result<usize, PostError> {
+        let n32 = n as u32;
+        let before = self.posted.fetch_add(n32, Ordering::AcqRel);
         // `taken` is read after the increment: a stale value only undercounts room.
         let waiting = before.wrapping_sub(self.taken.load(Ordering::Acquire));
-        if waiting >= self.depth {
-            self.posted.fetch_sub(1, Ordering::AcqRel);
+        if n == 0 || n > self.depth as usize || waiting > self.depth - n32 {
+            self.posted.fetch_sub(n32, Ordering::AcqRel);
             return Err(PostError::QueueFull {
                 depth: self.depth as usize,
             });
         }
-        if signaled && !self.cq.reserve() {
-            self.posted.fetch_sub(1, Ordering::AcqRel);
+        if signaled > 0 && !self.cq.reserve_n(signaled) {
+            self.posted.fetch_sub(n32, Ordering::AcqRel);
             return Err(PostError::CompletionQueueFull {
                 depth: self.cq.capacity(),
             });
         }
-        Ok(waiting as usize + 1)
+        Ok((waiting + n32) as usize)
     }
 
     /// Gives back what [`ConnShared::reserve`] took (a post that failed later).
     #[inline]
     pub fn unreserve(&self, signaled: bool) {
-        self.posted.fetch_sub(1, Ordering::AcqRel);
-        if signaled {
-            self.cq.unreserve();
+        self.unreserve_n(1, usize::from(signaled));
+    }
+
+    /// Gives back what [`ConnShared::reserve_n`] took.
+    #[inline]
+    pub fn unreserve_n(&self, n: usize, signaled: usize) {
+        self.posted.fetch_sub(n as u32, Ordering::AcqRel);
+        if signaled > 0 {
+            self.cq.unreserve_n(signaled);
         }
     }
 
@@ -321,25 +433,20 @@ impl ConnShared {
         self.taken.store(t.wrapping_add(n), Ordering::Release);
     }
 
-    /// Hands a request whose places are reserved to the worker.
-    #[inline]
-    pub fn submit(&self, wr: &WorkRequest) -> Result<(), PostError> {
-        if self
-            .ring
-            .push(self.slot.load(Ordering::Relaxed), self.number, wr)
-        {
-            Ok(())
-        } else {
-            Err(PostError::RingFull {
-                capacity: self.ring.capacity(),
-            })
-        }
+    /// The node's submission ring (to claim places on it for several connections at
+    /// once: [`ConnShared::submission`]).
+    pub fn ring(&self) -> &SubmitRing {
+        &self.ring
     }
 
-    /// Room on the node's submission ring for `n` more posts (see
-    /// [`SubmitRing::has_room`]).
-    pub fn ring_has_room(&self, n: usize) -> bool {
-        self.ring.has_room(n)
+    /// `wr` as this connection's entry of the ring (for a [`Claim`]).
+    #[inline]
+    pub fn submission(&self, wr: &WorkRequest) -> Submission {
+        Submission {
+            slot: self.slot.load(Ordering::Relaxed),
+            number: self.number,
+            wr: *wr,
+        }
     }
 
     pub fn ring_capacity(&self) -> usize {
@@ -431,5 +538,94 @@ mod tests {
         }
         assert_eq!(next, [PER; 4]);
         assert!(rx.pop().is_none() && rx.ring().is_empty());
+    }
+
+    fn sub(slot: u32, id: u64) -> Submission {
+        Submission {
+            slot,
+            number: 0,
+            wr: wr(id),
+        }
+    }
+
+    #[test]
+    fn a_claim_is_all_or_none_and_a_dropped_one_is_skipped_filler() {
+        let mut rx = RingConsumer::new(8);
+        let ring = rx.ring().clone();
+        assert!(ring.claim(0).is_none() && ring.claim(9).is_none());
+        ring.claim(5).unwrap().fill(|i| sub(1, i as u64));
+        assert!(ring.claim(4).is_none(), "3 places left");
+        assert_eq!(ring.len(), 5, "a refused claim takes nothing");
+        // Claimed but not yet filled: the consumer stops there.
+        let c = ring.claim(3).unwrap();
+        assert_eq!(c.len(), 3);
+        for i in 0..5 {
+            assert_eq!(rx.pop().map(|s| s.wr.wr_id), Some(i));
+        }
+        assert!(rx.pop().is_none(), "the claim is not filled yet");
+        drop(c);
+        for _ in 0..3 {
+            assert_eq!(rx.pop().map(|s| s.slot), Some(NO_SLOT));
+        }
+        assert!(rx.pop().is_none() && ring.is_empty());
+        // Wrapping around the ring: a claim spans the end of the slots.
+        ring.claim(6).unwrap().fill(|i| sub(2, 10 + i as u64));
+        let ids: Vec<u64> = std::iter::from_fn(|| rx.pop())
+            .map(|s| s.wr.wr_id)
+            .collect();
+        assert_eq!(ids, (10..16).collect::<Vec<_>>());
+    }
+
+    /// Producers posting lists of up to 7 while the consumer takes: every list comes
+    /// out whole and in its producer's order, never interleaved with another's.
+    #[test]
+    fn lists_from_racing_producers_stay_contiguous() {
+        const LISTS: u64 = 40_000;
+        let mut rx = RingConsumer::new(32);
+        let producers: Vec<_> = (0..3u32)
+            .map(|p| {
+                let ring = rx.ring().clone();
+                std::thread::spawn(move || {
+                    let mut id = 0u64;
+                    for l in 0..LISTS {
+                        let n = 1 + (l % 7) as usize;
+                        let claim = loop {
+                            match ring.claim(n) {
+                                Some(c) => break c,
+                                None => std::hint::spin_loop(),
+                            }
+                        };
+                        // wr_id: the producer's running count; number: place in the list.
+                        claim.fill(|i| Submission {
+                            slot: p,
+                            number: i as u32,
+                            wr: wr(id + i as u64),
+                        });
+                        id += n as u64;
+                    }
+                    id
+                })
+            })
+            .collect();
+        let total: u64 = (0..LISTS).map(|l| 1 + l % 7).sum::<u64>() * 3;
+        let mut next = [0u64; 3];
+        let mut taken = 0;
+        let mut current: Option<(usize, u32)> = None; // producer and place of the last
+        while taken < total {
+            let Some(s) = rx.pop() else {
+                std::hint::spin_loop();
+                continue;
+            };
+            let p = s.slot as usize;
+            assert_eq!(s.wr.wr_id, next[p], "producer {p}");
+            if s.number > 0 {
+                assert_eq!(current, Some((p, s.number - 1)), "a list split");
+            }
+            current = Some((p, s.number));
+            next[p] += 1;
+            taken += 1;
+        }
+        let sent: Vec<u64> = producers.into_iter().map(|t| t.join().unwrap()).collect();
+        assert_eq!(next.to_vec(), sent);
     }
 }

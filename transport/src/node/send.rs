@@ -285,6 +285,8 @@ impl Node {
                         }
                         list(ready, c, slot);
                     }
+                    // Filler of a claim dropped unfilled.
+                    _ if s.slot == crate::submit::NO_SLOT => {}
                     // The connection went between the post and now (it was usable when
                     // posted): nothing can complete the request.
                     _ => stats.posts_orphaned += 1,
