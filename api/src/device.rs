@@ -185,8 +185,12 @@ pub struct DeviceStats {
     pub placed_ahead: u64,
     pub duplicates: u64,
     pub tx_stalls: u64,
-    /// Posted work requests whose connection went before the worker took them.
+    /// Posted work requests whose connection went before the worker took them (a post
+    /// that raced the close): each completed `Flushed`.
     pub posts_orphaned: u64,
+    /// Naps of dedicated workers that a post, a control call or an arriving frame
+    /// ended early (they sleep when idle; see `DeviceConfig::progress`).
+    pub worker_woken: u64,
     /// Sections sent in a frame after its first: messages or acknowledgements of another
     /// connection to the same peer sharing the frame.
     pub sections_tx: u64,
@@ -239,6 +243,7 @@ impl DeviceStats {
             duplicates: s.duplicates,
             tx_stalls: s.tx_stalls,
             posts_orphaned: s.posts_orphaned,
+            worker_woken: s.worker_woken,
             sections_tx: s.sections_tx,
             payloads_by_reference: s.payloads_by_reference,
             drops: DropReason::ALL
@@ -989,6 +994,13 @@ impl Device {
             s.merge(&o);
         }
         DeviceStats::from(&s)
+    }
+
+    /// Naps of the dedicated workers that a post, a control call or an arriving frame
+    /// ended early ([`DeviceStats::worker_woken`]), read without a control call: unlike
+    /// [`Device::stats`], reading it does not wake a sleeping worker.
+    pub fn worker_woken(&self) -> u64 {
+        self.inner.shards.iter().map(|c| c.ring.woken()).sum()
     }
 
     /// Each shard's counters (per-shard counters are summed by [`Device::stats`]).

@@ -138,7 +138,10 @@ fn a_post_wakes_a_sleeping_dedicated_worker_at_once() {
     let (c, cep, ccq) = dialer.join().unwrap();
     let wr = WorkRequest::write(1, &cep, 0, 32, 0).signaled();
     let mut delays = Vec::new();
+    let mut woken_by_post = 0;
     for _ in 0..5 {
+        // Read without a control call, which would wake the worker itself.
+        let naps_woken = pair.client.worker_woken();
         // Past `idle::LONG_QUIET` (1 s) since the last frame: the worker sleeps long.
         std::thread::sleep(Duration::from_millis(1150));
         let before = s.arrivals();
@@ -149,6 +152,11 @@ fn a_post_wakes_a_sleeping_dedicated_worker_at_once() {
             pair.server.progress();
         }
         delays.push(t0.elapsed());
+        // Nothing else could end a nap meanwhile: the server only answers the write, and
+        // the worker spins for a while after it.
+        if pair.client.worker_woken() > naps_woken {
+            woken_by_post += 1;
+        }
         // Acknowledged before the next quiet: no retransmission wakes the worker.
         while ccq.poll_one().is_none() {
             assert!(t0.elapsed() < T, "the write never completed");
@@ -156,11 +164,15 @@ fn a_post_wakes_a_sleeping_dedicated_worker_at_once() {
         }
     }
     delays.sort();
-    let median = delays[delays.len() / 2];
-    eprintln!("post to arrival after a long quiet: {delays:?}");
-    // Found at the end of a nap instead, the median would be about 1 ms.
+    eprintln!(
+        "post to arrival after a long quiet: {delays:?}, {woken_by_post} naps ended by the post"
+    );
+    // The post ends the nap (a post landing in the microseconds between two naps is
+    // found without one). How soon the woken thread runs is the VM's: ~150 us here
+    // alone, 0.5-1.4 ms beside other busy processes; found at the end of a nap instead,
+    // the median would be about 1 ms, so the time is printed, not asserted.
     assert!(
-        median < Duration::from_micros(400),
-        "post to arrival, median {median:?} (all: {delays:?})"
+        woken_by_post >= 4,
+        "{woken_by_post} of 5 naps ended by the post (post to arrival: {delays:?})"
     );
 }

@@ -144,6 +144,12 @@ impl SubmitRing {
         });
     }
 
+    /// Sleeps in [`SubmitRing::sleep_until`] that a post, a nudge or a frame doorbell
+    /// ended before their deadline.
+    pub fn woken(&self) -> u64 {
+        self.wake.woken()
+    }
+
     /// Wakes a worker asleep in [`SubmitRing::sleep_until`] (anything the worker must
     /// notice that is not a submission: a control call, a stop).
     pub fn nudge(&self) {

@@ -9,7 +9,7 @@
 //! sees the item, or the producer sees the waiter. Sleeps are still bounded (10 ms)
 //! so that a missed signal could only ever cost that.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -24,6 +24,8 @@ pub struct Wake {
     /// Consumers asleep (or about to be): on a line of its own, which the producer reads
     /// at every push and the consumers write only when they block.
     waiters: CachePadded<AtomicUsize>,
+    /// Waits that a notification ended (not their deadline or step).
+    woken: AtomicU64,
     lock: Mutex<()>,
     cond: Condvar,
 }
@@ -31,6 +33,12 @@ pub struct Wake {
 impl Wake {
     pub fn new() -> Wake {
         Wake::default()
+    }
+
+    /// Waits a notification ended so far (a wait may also end by a spurious wake-up,
+    /// rarely).
+    pub fn woken(&self) -> u64 {
+        self.woken.load(Ordering::Relaxed)
     }
 
     /// The producer, after a push: wakes the consumers asleep, if any.
@@ -67,11 +75,14 @@ impl Wake {
                 break None;
             }
             let step = (deadline - now).min(STEP);
-            g = self
+            let (g2, timeout) = self
                 .cond
                 .wait_timeout(g, step)
-                .unwrap_or_else(|e| e.into_inner())
-                .0;
+                .unwrap_or_else(|e| e.into_inner());
+            g = g2;
+            if !timeout.timed_out() {
+                self.woken.fetch_add(1, Ordering::Relaxed);
+            }
         };
         drop(g);
         self.waiters.fetch_sub(1, Ordering::SeqCst);

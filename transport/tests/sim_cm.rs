@@ -6,7 +6,7 @@ mod common;
 
 use common::*;
 use deposit_transport::cm::{ConnectOptions, RejectReason};
-use deposit_transport::connection::{ConnState, CqShared};
+use deposit_transport::connection::{ConnState, CqShared, WcStatus};
 use deposit_transport::node::NodeConfig;
 use deposit_transport::sim::{LinkConfig, Network, HZ};
 use std::sync::atomic::Ordering;
@@ -162,4 +162,49 @@ fn three_nodes_write_into_each_other_over_a_lossy_link() {
         );
     }
     let _: &CqShared = &eps[0].1;
+}
+
+/// A post that passed its state check just before the close reaches the submission ring
+/// after the connection is gone: it completes `Flushed` (into the completion slot it
+/// reserved, which polling gives back) instead of vanishing with its slot; once
+/// the application lets go of the connection, the node forgets it.
+#[test]
+fn a_post_racing_the_close_completes_flushed_and_gives_back_its_slot() {
+    let (mut net, a, _b) = pair(
+        &NodeConfig::default(),
+        LinkConfig::default(),
+        3,
+        &ConnectOptions::default(),
+    );
+    let now = net.now;
+    net.hosts[0].node.set_now(now);
+    net.hosts[0].node.close(a.conn.number).unwrap();
+    assert!(net.run_until(HZ, |n| n.hosts.iter().all(|h| h.node.conns.is_empty())));
+    // What `Connection::post` does after its state check: straight onto the ring.
+    assert_eq!(a.cq.reserved(), 0);
+    a.conn
+        .post(&write(7, &a, 0, 8, 0))
+        .expect("the ring takes it");
+    let mut unsignaled = write(8, &a, 0, 8, 0);
+    unsignaled.flags = 0;
+    a.conn.post(&unsignaled).expect("the ring takes it");
+    assert_eq!(a.cq.reserved(), 1, "the signaled one reserved its slot");
+    net.run_for(HZ / 100);
+    let got: Vec<_> = std::iter::from_fn(|| a.cq.pop())
+        .map(|c| (c.wr_id, c.status))
+        .collect();
+    assert_eq!(
+        got,
+        [(7, WcStatus::Flushed), (8, WcStatus::Flushed)],
+        "both complete, flushed"
+    );
+    assert_eq!(a.cq.reserved(), 0, "polled: the slot is back");
+    assert_eq!(a.conn.queued(), 0, "their send-queue places are back");
+    assert_eq!(net.hosts[0].node.stats().posts_orphaned, 2);
+    // The node keeps the departed connection while the application holds it.
+    assert_eq!(net.hosts[0].node.departed_connections(), 1);
+    let End { conn, .. } = a;
+    drop(conn);
+    net.run_for(HZ / 100);
+    assert_eq!(net.hosts[0].node.departed_connections(), 0);
 }

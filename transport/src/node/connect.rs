@@ -130,6 +130,9 @@ impl Node {
             let _ = self.regs.free(w);
         }
         self.credits = self.credit_grant();
+        if Arc::strong_count(&c.shared) > 1 {
+            self.departed.push(c.shared.clone());
+        }
         Some(c)
     }
 

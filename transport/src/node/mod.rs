@@ -214,6 +214,9 @@ pub struct Stats {
     /// [`Stats::mbufs_used`] subtracts them).
     pub mbufs_in_use: u64,
     pub mbufs_stashed: u64,
+    /// Naps of the dedicated worker that a post, a control call or a frame doorbell
+    /// ended before their deadline (the driver's).
+    pub worker_woken: u64,
     /// Liveness probes sent to silent idle peers, and connections failed because the
     /// peer stayed silent (half-open).
     pub keepalive_probes: u64,
@@ -233,8 +236,9 @@ pub struct Stats {
     pub rnr_rx: u64,
     /// Times the link could not take every frame (back-pressure; the driver's).
     pub tx_stalls: u64,
-    /// Posted work requests whose connection went before the worker took them (their
-    /// completions are lost, as with a destroyed queue pair).
+    /// Posted work requests whose connection went before the worker took them (a post
+    /// that raced the close): each completes `Flushed` on the connection's completion
+    /// queue while the application still holds the connection.
     pub posts_orphaned: u64,
     /// Sections sent in a frame after its first: messages or acknowledgements of another
     /// connection to the same peer that shared the frame (cell trains across
@@ -288,7 +292,8 @@ impl Stats {
             tx_stalls,
             posts_orphaned,
             sections_tx,
-            payloads_by_reference
+            payloads_by_reference,
+            worker_woken
         );
         self.mbufs_in_use = self.mbufs_in_use.max(o.mbufs_in_use);
         self.mbufs_stashed += o.mbufs_stashed;
@@ -446,6 +451,11 @@ pub struct Node {
     rr_next: usize,
     /// Connection slots owing a liveness probe (keepalive).
     probe_list: Vec<usize>,
+    /// Connections removed while the application may still hold them: a post that
+    /// passed its state check before the close reaches the ring after the removal, and
+    /// is flushed through its connection's completion queue (see `take_submissions`).
+    /// An entry goes once nothing but this list holds the connection.
+    pub(crate) departed: Vec<Arc<crate::connection::ConnShared>>,
     /// Frames of our receive queue each connection's peer may have unacknowledged
     /// (advertised in every header; recomputed at the timer tick).
     pub(crate) credits: u16,
@@ -529,6 +539,7 @@ impl Node {
             bundled: Vec::new(),
             rr_next: 0,
             probe_list: Vec::new(),
+            departed: Vec::new(),
             credits: u16::MAX,
         }
     }
@@ -542,6 +553,12 @@ impl Node {
     /// turn looks at; idle connections are not on it).
     pub fn ready_connections(&self) -> usize {
         self.ready.len()
+    }
+
+    /// Connections removed while the application still held them (kept to flush posts
+    /// that raced their close; see `departed`).
+    pub fn departed_connections(&self) -> usize {
+        self.departed.len()
     }
 
     /// This node's address.

@@ -264,6 +264,15 @@ impl Node {
         // not at all with few connections, whose state stays in cache).
         let ahead = conns.len() > PREFETCH_FROM_CONNS;
         let mut fetched = u32::MAX;
+        // Departed connections nothing else holds any more, seen before the ring is
+        // drained: a post made through one happened before that, so it is taken below,
+        // and the entry may go after.
+        let unheld = if self.departed.is_empty() {
+            0
+        } else {
+            unheld_departed(&self.departed)
+        };
+        let departed = &self.departed;
         loop {
             if let Some(slot) = ahead
                 .then(|| self.ring.slot_ahead(2))
@@ -288,11 +297,23 @@ impl Node {
                     // Filler of a claim dropped unfilled.
                     _ if s.slot == crate::submit::NO_SLOT => {}
                     // The connection went between the post and now (it was usable when
-                    // posted): nothing can complete the request.
-                    _ => stats.posts_orphaned += 1,
+                    // posted): the request is flushed.
+                    _ => {
+                        stats.posts_orphaned += 1;
+                        if let Some(d) = departed.iter().find(|d| d.number == s.number) {
+                            flush_orphan(d, &s.wr);
+                        }
+                    }
                 }
             });
             if took.is_none() {
+                if unheld != 0 {
+                    let mut i = 0;
+                    self.departed.retain(|_| {
+                        i += 1;
+                        i > 64 || unheld & (1 << (i - 1)) == 0
+                    });
+                }
                 return;
             }
         }
@@ -1025,6 +1046,37 @@ pub(crate) fn complete_ready(conn: &mut Connection) {
         conn.inflight.pop_front();
         if let Some(wc) = wc {
             report(conn, wc);
+        }
+    }
+}
+
+/// Which of the first 64 departed connections nothing but the node holds (bit i:
+/// `departed[i]`), read before the ring is drained.
+#[cold]
+fn unheld_departed(departed: &[std::sync::Arc<crate::connection::ConnShared>]) -> u64 {
+    let mut unheld = 0u64;
+    for (i, d) in departed.iter().take(64).enumerate() {
+        if std::sync::Arc::strong_count(d) == 1 {
+            unheld |= 1 << i;
+        }
+    }
+    // Pairs with the release of the application's last reference: its posts are on
+    // the ring for the drain that follows.
+    std::sync::atomic::fence(Ordering::Acquire);
+    unheld
+}
+
+/// A request posted on a connection that was removed before the worker took it: its
+/// place in the send queue is given back and it completes `Flushed` on the
+/// connection's completion queue (a signaled one into the slot it reserved; an
+/// unsignaled one, which reserved none, if there is room, else counted as an
+/// overflow), as a request queued at the close would have.
+#[cold]
+fn flush_orphan(conn: &crate::connection::ConnShared, wr: &WorkRequest) {
+    conn.dequeued(1);
+    if let Some(wc) = completion_for(wr, WcStatus::Flushed, conn.number) {
+        if conn.cq.push(wc).is_err() {
+            conn.cq.overflows.fetch_add(1, Ordering::Relaxed);
         }
     }
 }

@@ -356,6 +356,7 @@ impl Worker {
         let mut s = self.node.stats();
         s.mbufs_in_use = self.io.port.pool_in_use() as u64;
         s.mbufs_stashed = self.io.port.stashed() as u64;
+        s.worker_woken = self.node.submit_ring().woken();
         s
     }
 
