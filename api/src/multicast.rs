@@ -27,8 +27,8 @@ use deposit_transport::connection::WR_SIGNALED;
 /// A set of connections of one device that work requests are posted on together.
 pub struct MulticastGroup {
     members: Vec<Arc<ConnShared>>,
-    // Keeps the device (and so the members' worker) alive.
-    _dev: Arc<DeviceInner>,
+    // Keeps the device (and so the members' worker) alive; drives inline progress.
+    dev: Arc<DeviceInner>,
 }
 
 impl MulticastGroup {
@@ -56,7 +56,7 @@ impl MulticastGroup {
         }
         Ok(MulticastGroup {
             members,
-            _dev: dev.clone(),
+            dev: dev.clone(),
         })
     }
 
@@ -79,7 +79,28 @@ impl MulticastGroup {
     /// when the request is invalid, a member is not connected, a member's send queue
     /// or completion queue is full, or a shard's submission ring lacks room for its
     /// members' copies.
+    ///
+    /// Inline progress, as [`Connection::post`]: a full submission ring is drained by
+    /// a turn and the post tried once more, and a post that brings a member's requests
+    /// waiting for the worker to a multiple of [`crate::INLINE_DOORBELL`] drives a turn.
     pub fn post(&self, req: &WorkRequest) -> Result<(), Error> {
+        match self.try_post(req) {
+            Ok(doorbell) => {
+                if doorbell && !self.dev.is_dedicated() {
+                    self.dev.progress();
+                }
+                Ok(())
+            }
+            Err(Error::SubmitRingFull { .. }) if !self.dev.is_dedicated() => {
+                self.dev.progress();
+                self.try_post(req).map(|_| ())
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// One attempt of [`MulticastGroup::post`]; whether a member reached the doorbell.
+    fn try_post(&self, req: &WorkRequest) -> Result<bool, Error> {
         check_request(req)?;
         for m in &self.members {
             check_postable(m)?;
@@ -87,12 +108,16 @@ impl MulticastGroup {
         // Every member's place in its send queue and, when signaled, its completion
         // slot — or none: what was taken is given back on the first refusal.
         let signaled = usize::from(req.wr.flags & WR_SIGNALED != 0);
+        let mut doorbell = false;
         for (i, m) in self.members.iter().enumerate() {
-            if let Err(e) = m.reserve_n(1, signaled) {
-                for t in &self.members[..i] {
-                    t.unreserve_n(1, signaled);
+            match m.reserve_n(1, signaled) {
+                Ok(waiting) => doorbell |= waiting % crate::INLINE_DOORBELL == 0,
+                Err(e) => {
+                    for t in &self.members[..i] {
+                        t.unreserve_n(1, signaled);
+                    }
+                    return Err(e.into());
                 }
-                return Err(e.into());
             }
         }
         // Consecutive places on each shard's ring for its members' copies, all claimed
@@ -134,6 +159,6 @@ impl MulticastGroup {
                     .submission(&req.wr)
             });
         }
-        Ok(())
+        Ok(doorbell)
     }
 }

@@ -181,3 +181,38 @@ fn groups_refuse_duplicates_foreign_and_empty_member_lists() {
     // A server-side connection belongs to the other device.
     assert!(g.pair.server.multicast_group(&[&g.clients[0]]).is_err());
 }
+
+/// Inline progress: group posts ring the doorbell as posts on one connection do — the
+/// 64th waiting request of a member drives a turn, which puts every member's copies on
+/// the wire with the client never polled.
+#[test]
+fn group_posts_ring_the_inline_doorbell() {
+    let g = group("mcast_bell", 4096);
+    let members: Vec<&Connection> = g.clients.iter().collect();
+    let mc = g.pair.client.multicast_group(&members).unwrap();
+    let sent = || g.pair.client.stats().msgs_tx;
+    let before = sent();
+    let w = |i: usize| WriteRequest::write_inline(i as u64, &[i as u8; 8], 8 * i as u32).unwrap();
+    for i in 0..INLINE_DOORBELL - 1 {
+        mc.post(&w(i)).unwrap();
+    }
+    assert_eq!(sent(), before, "below the doorbell, posts wait for a poll");
+    mc.post(&w(INLINE_DOORBELL - 1)).unwrap();
+    assert_eq!(sent(), before + (M * INLINE_DOORBELL) as u64);
+    let deadline = std::time::Instant::now() + T;
+    while g.pair.server.stats().msgs_rx < (M * INLINE_DOORBELL) as u64 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{:?}",
+            g.pair.server.stats()
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    for ep in &g.server_eps {
+        for i in 0..INLINE_DOORBELL {
+            let mut b = [0u8; 8];
+            ep.read(8 * i, &mut b).unwrap();
+            assert_eq!(b, [i as u8; 8], "write {i}");
+        }
+    }
+}
