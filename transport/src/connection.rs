@@ -213,7 +213,7 @@ impl Completion {
 /// A completion queue shared between the worker (producer) and the application.
 ///
 /// No completion is ever dropped for lack of room: a signaled request reserves its slot
-/// when it is posted ([`CqShared::reserve`]; posting fails with a clear error when the
+/// when it is posted ([`CqShared::reserve_n`]; posting fails with a clear error when the
 /// queue has no room left), and the completions of failed unsignaled requests, which
 /// reserve nothing, wait in their connection until the application polls
 /// ([`Connection::unreported`]).
@@ -247,14 +247,8 @@ impl CqShared {
         self.queue.capacity()
     }
 
-    /// Reserves the slot of one signaled request's completion; `false` when every slot
-    /// is promised already (the application must poll first).
-    #[inline]
-    pub fn reserve(&self) -> bool {
-        self.reserve_n(1)
-    }
-
-    /// Reserves `n` completion slots, all or none.
+    /// Reserves the completion slots of `n` signaled requests, all or none; `false`
+    /// when too few are left unpromised (the application must poll first).
     #[inline]
     pub fn reserve_n(&self, n: usize) -> bool {
         let before = self.reserved.fetch_add(n, Ordering::AcqRel);
@@ -270,13 +264,7 @@ impl CqShared {
         self.reserved.load(Ordering::Acquire)
     }
 
-    /// Gives back a slot [`CqShared::reserve`] took for a request that was not posted.
-    #[inline]
-    pub fn unreserve(&self) {
-        self.unreserve_n(1);
-    }
-
-    /// Gives back `n` slots [`CqShared::reserve_n`] took.
+    /// Gives back `n` slots [`CqShared::reserve_n`] took for requests not posted.
     #[inline]
     pub fn unreserve_n(&self, n: usize) {
         self.reserved.fetch_sub(n, Ordering::AcqRel);

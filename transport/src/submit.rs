@@ -129,12 +129,6 @@ impl SubmitRing {
         self.slots.len()
     }
 
-    /// Room for `n` more submissions now (exact while this thread is the only
-    /// producer: the worker only takes entries out).
-    pub fn has_room(&self, n: usize) -> bool {
-        self.capacity().saturating_sub(self.len()) >= n
-    }
-
     /// The worker's side: sleeps until a submission comes or `deadline` passes (a
     /// frame arriving meanwhile is noticed at the deadline: the caller keeps naps
     /// short where frames can come).
@@ -348,7 +342,7 @@ impl ConnShared {
     /// Posts a work request: reserves its place in the connection's send queue and,
     /// when signaled, its completion-queue slot, then hands it to the worker. Fails
     /// with nothing queued. Returns the connection's requests now waiting for the
-    /// worker, this one included (as [`ConnShared::reserve`]).
+    /// worker, this one included (as [`ConnShared::reserve_n`]).
     #[inline]
     pub fn post(&self, wr: &WorkRequest) -> Result<usize, PostError> {
         self.post_list(std::slice::from_ref(wr).iter())
@@ -375,26 +369,15 @@ impl ConnShared {
                 capacity: self.ring.capacity(),
             });
         };
-        let (slot, number) = (self.slot.load(Ordering::Relaxed), self.number);
         let mut wrs = wrs;
-        claim.fill(|_| Submission {
-            slot,
-            number,
-            wr: *wrs.next().expect("as many requests as places"),
-        });
+        claim.fill(|_| self.submission(wrs.next().expect("as many requests as places")));
         Ok(waiting)
     }
 
-    /// Takes a place in the send queue and, for a signaled request, a completion-queue
-    /// slot — both or neither. Returns the requests of the connection waiting for the
-    /// worker with this one (at least that many: a concurrent post may add to them).
-    #[inline]
-    pub fn reserve(&self, signaled: bool) -> Result<usize, PostError> {
-        self.reserve_n(1, usize::from(signaled))
-    }
-
-    /// [`ConnShared::reserve`] for `n` requests (at least 1), `signaled` of them
-    /// signaled: all places or none.
+    /// Takes places in the send queue for `n` requests (at least 1) and completion-queue
+    /// slots for the `signaled` of them — all or none. Returns the requests of the
+    /// connection waiting for the worker with these (at least that many: a concurrent
+    /// post may add to them).
     #[inline]
     pub fn reserve_n(&self, n: usize, signaled: usize) -> Result<usize, PostError> {
         let n32 = n as u32;
@@ -416,13 +399,7 @@ impl ConnShared {
         Ok((waiting + n32) as usize)
     }
 
-    /// Gives back what [`ConnShared::reserve`] took (a post that failed later).
-    #[inline]
-    pub fn unreserve(&self, signaled: bool) {
-        self.unreserve_n(1, usize::from(signaled));
-    }
-
-    /// Gives back what [`ConnShared::reserve_n`] took.
+    /// Gives back what [`ConnShared::reserve_n`] took (a post that failed later).
     #[inline]
     pub fn unreserve_n(&self, n: usize, signaled: usize) {
         self.posted.fetch_sub(n as u32, Ordering::AcqRel);
@@ -453,10 +430,6 @@ impl ConnShared {
             number: self.number,
             wr: *wr,
         }
-    }
-
-    pub fn ring_capacity(&self) -> usize {
-        self.ring.capacity()
     }
 
     /// Requests posted and not yet taken into flight by the worker.
@@ -492,14 +465,14 @@ mod tests {
             while ring.push(1, 2, &wr(next)) {
                 next += 1;
             }
-            assert!(!ring.has_room(1));
+            assert_eq!(ring.len(), ring.capacity(), "full");
             assert!(!ring.is_empty());
             for _ in 0..5 {
                 let s = rx.pop().expect("queued");
                 assert_eq!((s.slot, s.number, s.wr.wr_id), (1, 2, expect));
                 expect += 1;
             }
-            assert!(ring.has_room(5) && !ring.has_room(6));
+            assert_eq!(ring.capacity() - ring.len(), 5, "room for 5 and no more");
         }
         while let Some(s) = rx.pop() {
             assert_eq!(s.wr.wr_id, expect);
