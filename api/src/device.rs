@@ -379,6 +379,36 @@ impl DeviceInner {
     pub(crate) fn is_dedicated(&self) -> bool {
         self.shards[0].progress == Progress::Dedicated
     }
+    /// Inline progress around a post (on a connection, a list, a multicast group):
+    /// `attempt` queues the requests and says whether they brought a connection's
+    /// waiting requests to [`crate::INLINE_DOORBELL`] (a turn is taken, as a doorbell
+    /// starts a NIC); a full submission ring is drained by a turn and the post tried
+    /// once more. A dedicated worker needs neither.
+    #[inline]
+    pub(crate) fn post_with(&self, attempt: impl Fn() -> Result<bool, Error>) -> Result<(), Error> {
+        match attempt() {
+            Ok(true) => {
+                self.doorbell();
+                Ok(())
+            }
+            Ok(false) => Ok(()),
+            Err(Error::SubmitRingFull { .. }) if !self.is_dedicated() => {
+                // The ring fills when the application posts without driving progress;
+                // one turn takes it in.
+                self.progress();
+                attempt().map(|_| ())
+            }
+            Err(e) => Err(e),
+        }
+    }
+    /// A post reached the doorbell: an inline device takes a turn.
+    #[cold]
+    #[inline(never)]
+    fn doorbell(&self) {
+        if !self.is_dedicated() {
+            self.progress();
+        }
+    }
     /// Stops the worker threads and joins them (they leave their workers behind).
     fn stop_threads(&self) {
         for c in &self.shards {

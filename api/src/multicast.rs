@@ -84,19 +84,7 @@ impl MulticastGroup {
     /// a turn and the post tried once more, and a post that brings a member's requests
     /// waiting for the worker to a multiple of [`crate::INLINE_DOORBELL`] drives a turn.
     pub fn post(&self, req: &WorkRequest) -> Result<(), Error> {
-        match self.try_post(req) {
-            Ok(doorbell) => {
-                if doorbell && !self.dev.is_dedicated() {
-                    self.dev.progress();
-                }
-                Ok(())
-            }
-            Err(Error::SubmitRingFull { .. }) if !self.dev.is_dedicated() => {
-                self.dev.progress();
-                self.try_post(req).map(|_| ())
-            }
-            Err(e) => Err(e),
-        }
+        self.dev.post_with(|| self.try_post(req))
     }
 
     /// One attempt of [`MulticastGroup::post`]; whether a member reached the doorbell.

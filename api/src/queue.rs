@@ -7,7 +7,6 @@ use std::time::{Duration, Instant};
 use deposit_transport::connection::{
     shard_of_conn, Completion, ConnShared, ConnState, CqShared, Source, WrOpcode,
 };
-use deposit_transport::submit::PostError;
 use deposit_transport::wire::cell::{flags, AddrMode};
 
 use crate::device::DeviceInner;
@@ -146,24 +145,7 @@ impl Connection {
     /// application posts the rest.
     #[inline]
     pub fn post(&self, req: &WorkRequest) -> Result<(), Error> {
-        check_postable(&self.shared)?;
-        check_request(req)?;
-        match self.shared.post(&req.wr) {
-            Ok(waiting) => {
-                if waiting % INLINE_DOORBELL == 0 {
-                    self.doorbell();
-                }
-                Ok(())
-            }
-            Err(PostError::RingFull { .. }) if !self.dev.is_dedicated() => {
-                // Inline: the ring fills when the application posts without driving
-                // progress; one turn takes it in.
-                self.dev.progress();
-                self.shared.post(&req.wr)?;
-                Ok(())
-            }
-            Err(e) => Err(e.into()),
-        }
+        self.post_list(std::slice::from_ref(req))
     }
 
     /// Posts `reqs` in order, all or none, like a verbs list of work requests: each is
@@ -176,35 +158,17 @@ impl Connection {
     ///
     /// Inline progress: a list that brings the requests waiting for the worker to or
     /// past a multiple of [`INLINE_DOORBELL`] drives a turn, as `post` does.
+    #[inline]
     pub fn post_list(&self, reqs: &[WorkRequest]) -> Result<(), Error> {
         check_postable(&self.shared)?;
         for r in reqs {
             check_request(r)?;
         }
         let n = reqs.len();
-        match self.shared.post_list(reqs.iter().map(|r| &r.wr)) {
-            Ok(waiting) => {
-                if n > 0 && (waiting - n) / INLINE_DOORBELL != waiting / INLINE_DOORBELL {
-                    self.doorbell();
-                }
-                Ok(())
-            }
-            Err(PostError::RingFull { .. }) if !self.dev.is_dedicated() => {
-                self.dev.progress();
-                self.shared.post_list(reqs.iter().map(|r| &r.wr))?;
-                Ok(())
-            }
-            Err(e) => Err(e.into()),
-        }
-    }
-
-    /// A burst reached the doorbell: an inline device takes a turn.
-    #[cold]
-    #[inline(never)]
-    fn doorbell(&self) {
-        if !self.dev.is_dedicated() {
-            self.dev.progress();
-        }
+        self.dev.post_with(|| {
+            let waiting = self.shared.post_list(reqs.iter().map(|r| &r.wr))?;
+            Ok(n > 0 && (waiting - n) / INLINE_DOORBELL != waiting / INLINE_DOORBELL)
+        })
     }
 
     pub(crate) fn shared(&self) -> &Arc<ConnShared> {
