@@ -225,7 +225,8 @@ pub struct CqShared {
     reserved: crossbeam::utils::CachePadded<AtomicUsize>,
     /// Completions that waited in their connection because the queue was full.
     pub waits: AtomicU64,
-    /// Completions lost: their connection was destroyed while they waited for room.
+    /// Completions lost: their connection was destroyed while they waited for room, or
+    /// a post raced its close and found the queue full.
     pub overflows: AtomicU64,
     /// Where the application sleeps while the queue is empty ([`CqShared::wait_pop`]).
     wake: crate::wake::Wake,
@@ -276,6 +277,14 @@ impl CqShared {
         self.queue.push(c)?;
         self.wake.notify();
         Ok(())
+    }
+
+    /// The last chance of a completion whose connection is gone (it cannot wait there
+    /// for room): queued, or counted in [`CqShared::overflows`] when the queue is full.
+    pub fn push_or_lose(&self, c: Completion) {
+        if self.push(c).is_err() {
+            self.overflows.fetch_add(1, Ordering::Relaxed);
+        }
     }
 
     /// Whether no completion is queued (two plain loads, no fence).

@@ -121,10 +121,7 @@ impl Node {
         }
         self.cm.forget(number);
         for wc in &c.unreported {
-            // The last chance for completions still waiting for room.
-            if c.shared.cq.push(*wc).is_err() {
-                c.shared.cq.overflows.fetch_add(1, Ordering::Relaxed);
-            }
+            c.shared.cq.push_or_lose(*wc);
         }
         if let Some(w) = c.owned_regs {
             let _ = self.regs.free(w);

@@ -1075,9 +1075,7 @@ fn unheld_departed(departed: &[std::sync::Arc<crate::connection::ConnShared>]) -
 fn flush_orphan(conn: &crate::connection::ConnShared, wr: &WorkRequest) {
     conn.dequeued(1);
     if let Some(wc) = completion_for(wr, WcStatus::Flushed, conn.number) {
-        if conn.cq.push(wc).is_err() {
-            conn.cq.overflows.fetch_add(1, Ordering::Relaxed);
-        }
+        conn.cq.push_or_lose(wc);
     }
 }
 
