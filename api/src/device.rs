@@ -29,7 +29,15 @@ use crate::{Endpoint, Error, MulticastGroup, RejectReason};
 /// Who drives the worker loop.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Progress {
-    /// The application's calls drive it (single-core machines, deterministic tests).
+    /// The application's calls drive it (single-core machines, deterministic tests):
+    /// the device moves only while a thread is in one of its calls — posting,
+    /// [`CompletionQueue::poll`], [`Device::progress`] or a blocking call. A blocking
+    /// call ([`Device::connect`], [`Listener::accept`], [`CompletionQueue::wait_one`],
+    /// [`crate::EventQueue::wait`]) whose own device has nothing to do also drives the
+    /// process's other inline devices that no thread is in, so two nodes in one
+    /// process can be driven from one thread. A loop of non-blocking polls drives its
+    /// own device only: a peer in the same process then needs its own polling (or
+    /// [`Progress::Dedicated`]).
     #[default]
     Inline,
     /// A thread of its own polls the port; it backs off to short sleeps when idle
@@ -376,6 +384,20 @@ impl DeviceInner {
             all => all.iter().map(|c| c.progress()).sum(),
         }
     }
+    /// [`DeviceInner::progress`] for a thread blocked in a call (connect, accept,
+    /// a completion or event wait): when this device's turn moved nothing, the other
+    /// inline devices of the process take a turn too, so that a program driving both
+    /// ends of a connection from one thread — the two-node first program — does not
+    /// wait forever for a peer nobody drives. A device another thread is in is passed
+    /// over (its turn is a `try_lock`); busy-poll loops (`poll`, `progress`) drive
+    /// their own device only.
+    pub(crate) fn progress_waiting(&self) -> usize {
+        let own = self.progress();
+        if own != 0 || self.is_dedicated() || INLINE_DEVICES.count.load(Ordering::Relaxed) < 2 {
+            return own;
+        }
+        INLINE_DEVICES.serve_others(self)
+    }
     pub(crate) fn is_dedicated(&self) -> bool {
         self.shards[0].progress == Progress::Dedicated
     }
@@ -630,6 +652,9 @@ impl Device {
             instructions,
             next_shard: AtomicUsize::new(0),
         });
+        if !dedicated {
+            INLINE_DEVICES.add(&inner);
+        }
         for (k, (core, worker)) in shards.into_iter().zip(workers).enumerate() {
             if !dedicated {
                 *core.here.lock() = Some(worker);
@@ -893,7 +918,7 @@ impl Device {
         loop {
             match shared.state() {
                 ConnState::Connecting => {
-                    if self.progress() == 0 {
+                    if self.inner.progress_waiting() == 0 {
                         backoff.snooze();
                     } else {
                         backoff.reset();
@@ -1058,7 +1083,47 @@ impl Device {
 
 impl Drop for DeviceInner {
     fn drop(&mut self) {
+        if !self.is_dedicated() {
+            INLINE_DEVICES.count.fetch_sub(1, Ordering::Relaxed);
+        }
         self.stop_threads();
+    }
+}
+
+/// The inline devices of this process, which blocking calls on one of them drive
+/// when it has nothing to do ([`DeviceInner::progress_waiting`]).
+struct InlineDevices {
+    list: Mutex<Vec<std::sync::Weak<DeviceInner>>>,
+    /// Inline devices open (the list may still hold dropped ones until pruned).
+    count: AtomicUsize,
+}
+
+static INLINE_DEVICES: InlineDevices = InlineDevices {
+    list: Mutex::new(Vec::new()),
+    count: AtomicUsize::new(0),
+};
+
+impl InlineDevices {
+    fn add(&self, d: &Arc<DeviceInner>) {
+        let mut l = self.list.lock().unwrap_or_else(|e| e.into_inner());
+        l.retain(|w| w.strong_count() > 0);
+        l.push(Arc::downgrade(d));
+        self.count.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// One turn of every inline device but `me` that no other thread is in; the
+    /// frames moved. Skipped when another waiting thread is already at it.
+    fn serve_others(&self, me: &DeviceInner) -> usize {
+        let Ok(l) = self.list.try_lock() else {
+            return 0;
+        };
+        let others: Vec<Arc<DeviceInner>> = l
+            .iter()
+            .filter_map(std::sync::Weak::upgrade)
+            .filter(|d| !std::ptr::eq(Arc::as_ptr(d), me))
+            .collect();
+        drop(l);
+        others.iter().map(|d| d.progress()).sum()
     }
 }
 
@@ -1131,6 +1196,18 @@ impl Listener {
     /// Waits up to `timeout` for the next connection: polling (driving progress,
     /// inline) while the wait is short, then — with a dedicated worker — asleep until
     /// the worker accepts one, or — inline — napping between polls (`idle`).
+    ///
+    /// The connection is live (the peer may already be writing) and stays so while
+    /// the returned [`Connection`] is kept: dropping it closes the connection, so
+    /// `let _ = listener.accept(t)?` closes what it accepted. Keep it:
+    ///
+    /// ```no_run
+    /// # fn f(listener: &deposit::Listener) -> Result<(), deposit::Error> {
+    /// let conn = listener.accept(std::time::Duration::from_secs(5))?;
+    /// // ... the peer writes into the listener's endpoint while `conn` lives ...
+    /// # drop(conn); Ok(()) }
+    /// ```
+    #[must_use = "dropping the accepted Connection closes it at once (the peer sees it closed)"]
     pub fn accept(&self, timeout: Duration) -> Result<Connection, Error> {
         let deadline = Instant::now() + timeout;
         let q = &self.accepted;

@@ -141,7 +141,7 @@ pub(crate) fn wait_for<T>(
         if Instant::now() > deadline {
             return None;
         }
-        if dev.progress() != 0 {
+        if dev.progress_waiting() != 0 {
             backoff.reset();
         } else if !backoff.spin() {
             if dev.is_dedicated() {

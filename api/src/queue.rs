@@ -105,6 +105,22 @@ impl CompletionQueue {
 }
 
 /// A connection: authorises traffic between a local and a remote endpoint.
+///
+/// It lives as long as this handle: dropping it closes the connection (a disconnect
+/// request to the peer, whose later posts complete with an error and whose event
+/// queue sees [`crate::ConnState::Closed`]). So `let _ = listener.accept(t)?;`
+/// accepts a connection and closes it at once; keep it (`let conn = ...`) for as long
+/// as the peer should reach the endpoint. A call whose connection is thrown away
+/// unnamed is a warning:
+///
+/// ```compile_fail
+/// #![deny(unused_must_use)]
+/// fn serve(listener: &deposit::Listener) -> Result<(), deposit::Error> {
+///     listener.accept(std::time::Duration::from_secs(5))?; // accepted, then closed
+///     Ok(())
+/// }
+/// ```
+#[must_use = "dropping a Connection closes it (the peer sees it closed); keep it while it is used"]
 pub struct Connection {
     dev: Arc<DeviceInner>,
     shared: Arc<ConnShared>,

@@ -9,10 +9,12 @@ const T: Duration = Duration::from_secs(10);
 
 #[test]
 fn repeated_connect_requests_create_one_connection() {
-    // The server is not polled for a while, so the client's request is retried
-    // several times and every copy reaches the server: it must answer them all with
-    // the same connection.
+    // Every frame reaches the server 250 ms late, so the client's request is retried
+    // several times (every 50 ms) and every copy reaches the server: it must answer
+    // them all with the same connection. (A delay, not a server nobody polls: the
+    // client's blocking calls drive the process's other inline devices.)
     let server = Device::open(DeviceConfig::new("ring:dup:b", [10, 0, 0, 1])).unwrap();
+    server.set_faults(Some("delay=1,delay_us=250000,seed=1".parse().unwrap()));
     let sep = server.alloc_endpoint(4096, Rights::REMOTE_WRITE).unwrap();
     let scq = server.create_cq(16);
     let l = server.listen(3, &sep, &scq).unwrap();
@@ -33,10 +35,7 @@ fn repeated_connect_requests_create_one_connection() {
         let _ = looked.recv_timeout(T);
         n
     });
-    // From when the client starts connecting (opening a device may take a while on a
-    // loaded machine): ~5 retries at 50 ms.
     opened.recv_timeout(T).unwrap();
-    std::thread::sleep(Duration::from_millis(250));
     let s = l.accept(T).unwrap();
     assert!(wait_until(&server, T, || s.arrivals() == 1));
     // No second connection from the duplicates.
@@ -461,4 +460,115 @@ fn connect_accept_and_teardown_survive_loss_and_duplication() {
         );
     }
     assert!(pair.client.fault_stats().dropped > 0 && pair.server.fault_stats().duplicated > 0);
+}
+
+/// The first program a new user writes: two nodes in one process, both with the
+/// default (inline) progress, driven from one thread. Connecting, accepting and waiting
+/// for a completion each drive the process's other inline device while their own has
+/// nothing to do, so nobody has to know that the peer needs polling (before, `connect`
+/// failed after the 5 s connection-management timeout).
+#[test]
+fn two_inline_nodes_in_one_thread_connect_and_write_without_extra_polling() {
+    let a = Device::open(DeviceConfig::new("ring:first:a", [10, 0, 0, 1])).unwrap();
+    let b = Device::open(DeviceConfig::new("ring:first:b", [10, 0, 0, 2])).unwrap();
+    let (aep, bep) = (
+        a.alloc_endpoint(4096, Rights::REMOTE_WRITE).unwrap(),
+        b.alloc_endpoint(4096, Rights::REMOTE_WRITE).unwrap(),
+    );
+    let (acq, bcq) = (a.create_cq(16), b.create_cq(16));
+    let listener = a.listen(1, &aep, &acq).unwrap();
+    let t = std::time::Instant::now();
+    let conn = b.connect([10, 0, 0, 1], 1, &bep, &bcq).unwrap();
+    let _accepted = listener.accept(T).unwrap();
+    bep.write(0, b"hello, deposit").unwrap();
+    conn.post(&WorkRequest::write(7, &bep, 0, 14, 0).signaled())
+        .unwrap();
+    let wc = bcq.wait_one(T).expect("the write completes");
+    assert_eq!((wc.wr_id, wc.status), (7, WcStatus::Success));
+    let mut got = [0u8; 14];
+    aep.read(0, &mut got).unwrap();
+    assert_eq!(&got, b"hello, deposit");
+    assert!(
+        t.elapsed() < Duration::from_secs(2),
+        "no connection-management timeout on the way: {:?}",
+        t.elapsed()
+    );
+}
+
+/// `let _ = listener.accept(..)` drops the accepted connection, which closes it: the
+/// peer learns it (its connection leaves `Normal`) and a post on it is refused or
+/// completes in error — what a new user saw without knowing why. The documented way
+/// (keeping the connection) is the first half.
+#[test]
+fn an_accepted_connection_lives_while_kept_and_dropping_it_closes_it_for_the_peer() {
+    let a = Device::open(DeviceConfig::new("ring:keep:a", [10, 0, 0, 1])).unwrap();
+    let b = Device::open(DeviceConfig::new("ring:keep:b", [10, 0, 0, 2])).unwrap();
+    let (aep, bep) = (
+        a.alloc_endpoint(4096, Rights::REMOTE_WRITE).unwrap(),
+        b.alloc_endpoint(4096, Rights::REMOTE_WRITE).unwrap(),
+    );
+    let (acq, bcq) = (a.create_cq(16), b.create_cq(16));
+    let listener = a.listen(1, &aep, &acq).unwrap();
+    let conn = b.connect([10, 0, 0, 1], 1, &bep, &bcq).unwrap();
+    let kept = listener.accept(T).unwrap();
+    conn.post(&WorkRequest::write(1, &bep, 0, 8, 0).signaled())
+        .unwrap();
+    assert_eq!(bcq.wait_one(T).unwrap().status, WcStatus::Success);
+    drop(kept);
+    let t = std::time::Instant::now();
+    while conn.state() == ConnState::Normal && t.elapsed() < T {
+        a.progress();
+        b.progress();
+    }
+    assert_ne!(
+        conn.state(),
+        ConnState::Normal,
+        "the peer learns of the close"
+    );
+    match conn.post(&WorkRequest::write(2, &bep, 0, 8, 0).signaled()) {
+        Err(Error::NotConnected(_)) => {}
+        Ok(()) => assert_ne!(bcq.wait_one(T).unwrap().status, WcStatus::Success),
+        Err(e) => panic!("unexpected refusal {e}"),
+    }
+}
+
+/// A listener whose accept queue is full leaves further requests unanswered (counted
+/// as `BacklogFull`) instead of refusing them: the clients retry, and every one of
+/// them connects once the application accepts (a refusal for resources was final, so
+/// a client connecting faster than its server accepted failed).
+#[test]
+fn requests_beyond_a_full_accept_queue_wait_and_connect_once_accepted() {
+    const N: usize = 80; // beyond the accept queue's 64
+    let server = Device::open(DeviceConfig::new("ring:backlog:b", [10, 0, 0, 1])).unwrap();
+    let sep = server.alloc_endpoint(4096, Rights::REMOTE_WRITE).unwrap();
+    let scq = server.create_cq(16);
+    let l = server.listen(4, &sep, &scq).unwrap();
+    let (done_tx, done) = std::sync::mpsc::channel::<()>();
+    let client = std::thread::spawn(move || {
+        let c = Device::open(DeviceConfig::new("ring:backlog:a", [10, 0, 0, 2])).unwrap();
+        let ep = c.alloc_endpoint(4096, Rights::REMOTE_WRITE).unwrap();
+        let cq = c.create_cq(16);
+        let conns: Vec<Connection> = (0..N)
+            .map(|i| {
+                c.connect([10, 0, 0, 1], 4, &ep, &cq)
+                    .unwrap_or_else(|e| panic!("connection {i}: {e}"))
+            })
+            .collect();
+        let _ = done.recv_timeout(T);
+        conns.len()
+    });
+    // The client fills the queue (its connects drive this device meanwhile).
+    let t = std::time::Instant::now();
+    while server.stats().dropped(DropReason::BacklogFull) == 0 && t.elapsed() < T {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert!(server.stats().dropped(DropReason::BacklogFull) > 0);
+    let accepted: Vec<Connection> = (0..N).map(|_| l.accept(T).unwrap()).collect();
+    done_tx.send(()).unwrap();
+    assert_eq!(client.join().unwrap(), N);
+    assert_eq!(accepted.len(), N);
+    assert!(matches!(
+        l.accept(Duration::from_millis(50)),
+        Err(Error::Timeout(..))
+    ));
 }

@@ -310,7 +310,13 @@ impl Node {
                 .refuse(from, request, peer.conn, RejectReason::NoListener);
             return;
         };
-        if self.conns.len() >= self.cfg.max_connections || l.accepted.is_full() {
+        if l.accepted.is_full() {
+            // Transient: the application has not accepted the earlier ones yet. No
+            // answer, so the requester retries (a refusal would be final).
+            self.stats.drop_for(DropReason::BacklogFull);
+            return;
+        }
+        if self.conns.len() >= self.cfg.max_connections {
             self.cm
                 .refuse(from, request, peer.conn, RejectReason::Resources);
             return;

@@ -263,7 +263,7 @@ impl RemoteStatus {
 
 /// Reasons a cell or frame is refused, for per-reason counters (also used by the
 /// worker for frame-level drops). Use `reason as usize` to index a `[u64; COUNT]`.
-#[repr(usize)]
+#[repr(u8)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum DropReason {
     /// Frame CRC32C mismatch.
@@ -328,11 +328,14 @@ pub enum DropReason {
     TokenKey,
     /// A later segment of a work request whose first segment did not run.
     OrphanSegment,
+    /// A connection request left unanswered: the listener's accept queue is full (the
+    /// requester retries, as a TCP client does when its SYN meets a full backlog).
+    BacklogFull,
 }
 
 impl DropReason {
     /// Number of reasons.
-    pub const COUNT: usize = 31;
+    pub const COUNT: usize = 32;
 
     /// Every reason, in counter-index order.
     pub const ALL: [DropReason; DropReason::COUNT] = [
@@ -367,7 +370,63 @@ impl DropReason {
         DropReason::BadToken,
         DropReason::TokenKey,
         DropReason::OrphanSegment,
+        DropReason::BacklogFull,
     ];
+
+    /// The reason of counter index (and wire code) `code`; `None` past the last.
+    pub fn from_u8(code: u8) -> Option<DropReason> {
+        DropReason::ALL.get(usize::from(code)).copied()
+    }
+
+    /// What the reason means, in words (its [`std::fmt::Display`]).
+    pub fn describe(self) -> &'static str {
+        match self {
+            DropReason::BadCrc => "frame CRC32C mismatch",
+            DropReason::BadCheck => "control-part check byte mismatch",
+            DropReason::Truncated => "frame or cell shorter than its headers say",
+            DropReason::NotOurs => "not addressed to this node / not our protocol",
+            DropReason::BadVersion => "unsupported transport version",
+            DropReason::UnknownConnection => "no such connection",
+            DropReason::WrongKey => "connection key mismatch",
+            DropReason::OutOfSequence => "sequence number outside the receive window",
+            DropReason::UnknownOpcode => "unknown opcode",
+            DropReason::OutOfBounds => "outside the endpoint",
+            DropReason::AccessDenied => "endpoint or page rights refuse the access",
+            DropReason::PageNotPresent => "page not present",
+            DropReason::BadLength => "length not valid for the opcode",
+            DropReason::NoBuffer => "no receive buffer (mbuf) available",
+            DropReason::BadRegister => "register name outside the window or the global registers",
+            DropReason::RegisterProtection => "register protection refuses the use",
+            DropReason::Misaligned => "misaligned atomic",
+            DropReason::ForcedInterruptRefused => "sender-forced interrupt refused",
+            DropReason::BadCompound => "bad compound descriptor",
+            DropReason::BadFlags => "control flags not valid for the opcode",
+            DropReason::EventQueueFull => {
+                "a message held because the endpoint's event queue was full (fault)"
+            }
+            DropReason::BadReply => "a reply that matches no outstanding read or atomic of ours",
+            DropReason::Isolated => {
+                "a non-instruction-pointer message on a connection in isolation mode"
+            }
+            DropReason::InstructionWindow => {
+                "an instruction pointer outside the instruction window or global table"
+            }
+            DropReason::NotEntryPoint => {
+                "an instruction pointer to an instruction that is not an entry point"
+            }
+            DropReason::InstructionNotLoaded => "an instruction slot not loaded (fault)",
+            DropReason::SequenceBounds => "an instruction chain beyond the sequencer's bounds",
+            DropReason::GlobalOperands => "a global instruction using a receiver-supplied operand",
+            DropReason::BadToken => "a payload token that is not outstanding",
+            DropReason::TokenKey => "a payload token with a wrong key (payload dropped)",
+            DropReason::OrphanSegment => {
+                "a later segment of a work request whose first segment did not run"
+            }
+            DropReason::BacklogFull => {
+                "a connection request left unanswered: the listener's accept queue is full"
+            }
+        }
+    }
 
     /// Counter name (snake case), for stats output.
     pub fn name(self) -> &'static str {
@@ -403,7 +462,15 @@ impl DropReason {
             DropReason::BadToken => "bad_token",
             DropReason::TokenKey => "token_key",
             DropReason::OrphanSegment => "orphan_segment",
+            DropReason::BacklogFull => "backlog_full",
         }
+    }
+}
+
+impl std::fmt::Display for DropReason {
+    /// `register_protection (register protection refuses the use)`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} ({})", self.name(), self.describe())
     }
 }
 

@@ -67,7 +67,11 @@ pub const CM_PAYLOAD_MAX: usize = field::req::LEN;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[repr(u8)]
 pub enum RejectReason {
-    #[error("no answer from the peer before the connection-management timeout")]
+    #[error(
+        "no answer from the peer before the connection-management timeout (is the peer up, \
+         listening, and its device driven? A device with Progress::Inline moves only while \
+         a thread calls into it: poll it, or open it with Progress::Dedicated)"
+    )]
     Timeout = 0,
     #[error("no listener for that service at the peer")]
     NoListener = 1,
