@@ -51,7 +51,7 @@ pub use deposit_transport::tables::{RegProt, RegWindow};
 pub use deposit_transport::cm::RejectReason;
 pub use deposit_transport::connection::{Completion, ConnState, Priority, WcStatus, WrOpcode};
 pub use deposit_transport::mem::Backing;
-pub use deposit_transport::oplogic::DropReason;
+pub use deposit_transport::oplogic::{DropReason, RemoteStatus};
 pub use deposit_transport::port::PortSpec;
 pub use deposit_transport::tables::{NodeAddr, Rights};
 pub use deposit_transport::wire::UDP_PORT;

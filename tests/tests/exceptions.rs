@@ -162,8 +162,8 @@ fn a_missing_page_blocks_only_its_connection_and_the_kept_write_lands_once_in_or
     assert_eq!(
         ev.kind,
         EventKind::Trap {
-            status: 4,
-            reason: DropReason::PageNotPresent as u8
+            status: RemoteStatus::PageFault,
+            reason: DropReason::PageNotPresent
         },
         "{ev:?}"
     );
@@ -250,8 +250,8 @@ fn a_full_event_queue_holds_the_connection_until_the_host_drains_it() {
     assert_eq!(
         ev.kind,
         EventKind::Trap {
-            status: 4,
-            reason: DropReason::EventQueueFull as u8
+            status: RemoteStatus::PageFault,
+            reason: DropReason::EventQueueFull
         }
     );
     assert_eq!(ev.conn, s.local_number());

@@ -308,8 +308,8 @@ fn an_unloaded_instruction_is_a_fault_the_host_repairs_then_it_runs_once() {
     assert_eq!(
         ev.kind,
         EventKind::Trap {
-            status: 4,
-            reason: DropReason::InstructionNotLoaded as u8
+            status: RemoteStatus::PageFault,
+            reason: DropReason::InstructionNotLoaded
         }
     );
     assert_eq!(f.reg(0), 0, "nothing ran");

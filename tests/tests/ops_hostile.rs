@@ -78,6 +78,9 @@ impl Fixture {
             .wait_one(T)
             .unwrap_or_else(|| panic!("{what}: no completion"));
         assert_eq!(wc.status, status, "{what}: {wc:?}");
+        // The sender learns why, typed and printable (verbs gives a vendor code).
+        assert_eq!(wc.remote_reason, Some(reason), "{what}: {wc:?}");
+        assert!(reason.to_string().starts_with(reason.name()));
         let st = srv.stats();
         assert_eq!(
             st.dropped(reason) - st0.dropped(reason),
@@ -445,8 +448,8 @@ fn sender_forced_interrupts_are_refused_where_the_receiver_forbids_them() {
         assert_eq!(
             r.kind,
             EventKind::Trap {
-                status: 1,
-                reason: forced as u8
+                status: RemoteStatus::RemoteAccessError,
+                reason: forced
             }
         );
         assert_eq!(r.conn, f.c.server.local_number());

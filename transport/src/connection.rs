@@ -19,7 +19,7 @@ mod refusals;
 
 pub use refusals::{echoed_base, Refusals, MAX_REFUSALS};
 
-use crate::oplogic::RemoteStatus;
+use crate::oplogic::{DropReason, Nak, RemoteStatus};
 use crate::submit::SubmitRing;
 use crate::tables::{EndpointId, NodeId};
 
@@ -196,6 +196,10 @@ pub struct Completion {
     /// Whether the request asked for its completion (an unsignaled one completes only
     /// when it fails).
     pub signaled: bool,
+    /// Why the peer refused the request, when it did and said so (with a status
+    /// `Remote*`): the receiver's own refusal reason — `RegisterProtection`, `Isolated`,
+    /// `OutOfBounds`... — as its counters record it (verbs' `vendor_err`, typed).
+    pub remote_reason: Option<DropReason>,
 }
 
 impl Completion {
@@ -207,6 +211,7 @@ impl Completion {
         byte_len: 0,
         conn: 0,
         signaled: false,
+        remote_reason: None,
     };
 }
 
@@ -426,6 +431,8 @@ pub struct Pending {
     pub seg_max: u32,
     /// First error a NAK reported for one of its messages.
     pub status: WcStatus,
+    /// Why the peer refused it, when its NAK said ([`Completion::remote_reason`]).
+    pub reason: Option<DropReason>,
     /// Reads and atomics: the last reply message arrived.
     pub replied: bool,
 }
@@ -529,7 +536,7 @@ pub struct Connection {
     pub last_probe: u64,
     /// Probes sent since the peer was last heard.
     pub probes_unanswered: u32,
-    pub naks: [(u32, RemoteStatus); MAX_PENDING_NAKS],
+    pub naks: [(u32, Nak); MAX_PENDING_NAKS],
     pub nnaks: usize,
     /// Messages refused here whose NAK the peer has not confirmed seeing.
     pub refusals: Refusals,
@@ -633,11 +640,11 @@ impl Connection {
     }
 
     /// Queues a receiver-not-ready NAK for the next acknowledgement frame.
-    pub fn push_nak(&mut self, seq: u32, status: RemoteStatus) -> bool {
+    pub fn push_nak(&mut self, seq: u32, nak: Nak) -> bool {
         if self.nnaks == MAX_PENDING_NAKS {
             return false;
         }
-        self.naks[self.nnaks] = (seq, status);
+        self.naks[self.nnaks] = (seq, nak);
         self.nnaks += 1;
         true
     }
@@ -998,6 +1005,7 @@ mod tests {
                     segments,
                     seg_max: 1,
                     status: WcStatus::Success,
+                    reason: None,
                     replied: false,
                 });
                 seq = seq.wrapping_add(segments);

@@ -15,6 +15,7 @@
 use std::sync::atomic::AtomicU64;
 use std::time::{Duration, Instant};
 
+use crate::oplogic::{DropReason, RemoteStatus};
 use crate::wake::WaitQueue;
 
 /// What an event reports.
@@ -25,8 +26,11 @@ pub enum EventKind {
     /// A software exception message (always an event).
     Exception,
     /// A refused message, reported on the endpoint (connections that ask for it): the
-    /// remote status code it was refused with.
-    Trap { status: u8, reason: u8 },
+    /// status its sender's completion gets and why it was refused.
+    Trap {
+        status: RemoteStatus,
+        reason: DropReason,
+    },
     /// A deposit with payload token `index` (the entry is used up): `ea` and `len` say
     /// where and how much. With `key_ok` false the key was wrong: the payload was
     /// dropped (`len` 0), the entry stays; only the control part is delivered.

@@ -49,7 +49,7 @@ pub use sequence::{
     MAX_SEQUENCE,
 };
 pub use token::{commit_token, plan_token, TokenEvent, TokenPlan, TokenTrap, TOKEN_LEN};
-pub use trap::{DropReason, RemoteStatus, Trap};
+pub use trap::{DropReason, Nak, RemoteStatus, Trap};
 
 #[cfg(test)]
 mod tests;

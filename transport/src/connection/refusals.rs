@@ -20,7 +20,7 @@
 //! yet (it waits, as for a read reply's acknowledgement, until the peer's echo frees
 //! room).
 
-use crate::oplogic::RemoteStatus;
+use crate::oplogic::{Nak, RemoteStatus};
 use crate::reliability::seq_lt;
 
 /// Most refusals a connection keeps unconfirmed (they all fit one acknowledgement
@@ -32,7 +32,7 @@ pub const MAX_REFUSALS: usize = 16;
 /// that refuses nothing pays one pointer for it.
 #[derive(Debug, Clone, Default)]
 pub struct Refusals {
-    list: Option<Box<[(u32, RemoteStatus); MAX_REFUSALS]>>,
+    list: Option<Box<[(u32, Nak); MAX_REFUSALS]>>,
     len: u8,
 }
 
@@ -52,21 +52,21 @@ impl Refusals {
 
     /// Records the refusal of message `seq` (refusals come in sequence order); false
     /// when full.
-    pub fn push(&mut self, seq: u32, status: RemoteStatus) -> bool {
+    pub fn push(&mut self, seq: u32, nak: Nak) -> bool {
         if self.is_full() {
             return false;
         }
         let list = self
             .list
-            .get_or_insert_with(|| Box::new([(0, RemoteStatus::Ok); MAX_REFUSALS]));
-        list[usize::from(self.len)] = (seq, status);
+            .get_or_insert_with(|| Box::new([(0, RemoteStatus::Ok.into()); MAX_REFUSALS]));
+        list[usize::from(self.len)] = (seq, nak);
         self.len += 1;
         true
     }
 
     /// The kept refusals, oldest first.
     #[inline]
-    pub fn as_slice(&self) -> &[(u32, RemoteStatus)] {
+    pub fn as_slice(&self) -> &[(u32, Nak)] {
         self.list.as_ref().map_or(&[], |l| &l[..self.len()])
     }
 
@@ -110,6 +110,7 @@ pub fn echoed_base(expected: u32, low: u16) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::oplogic::DropReason;
 
     #[test]
     fn the_echo_rebuilds_a_base_at_or_behind_the_receive_point() {
@@ -129,14 +130,15 @@ mod tests {
     fn refusals_go_when_the_base_passes_them_and_cap_the_ack_until_then() {
         let mut r = Refusals::default();
         assert_eq!(r.ack_point(100, 0), 100);
-        assert!(r.push(10, RemoteStatus::RemoteAccessError));
-        assert!(r.push(12, RemoteStatus::RemoteInvalidRequest));
+        let bad = Nak::new(RemoteStatus::RemoteInvalidRequest, DropReason::BadLength);
+        assert!(r.push(10, RemoteStatus::RemoteAccessError.into()));
+        assert!(r.push(12, bad));
         assert_eq!(r.ack_point(100, 0), 10, "nothing told: up to the first");
         assert_eq!(r.ack_point(100, 1), 12);
         assert_eq!(r.ack_point(100, 2), 100, "all told");
         assert!(!r.confirm(10), "a base at 10 has not passed 10");
         assert!(r.confirm(11));
-        assert_eq!(r.as_slice(), &[(12, RemoteStatus::RemoteInvalidRequest)]);
+        assert_eq!(r.as_slice(), &[(12, bad)]);
         assert!(r.confirm(u32::MAX.wrapping_add(200)) || r.is_empty());
         assert!(r.is_empty());
     }
@@ -146,10 +148,16 @@ mod tests {
         let mut r = Refusals::default();
         let start = u32::MAX - 5;
         for i in 0..MAX_REFUSALS as u32 {
-            assert!(r.push(start.wrapping_add(i), RemoteStatus::RemoteAccessError));
+            assert!(r.push(
+                start.wrapping_add(i),
+                RemoteStatus::RemoteAccessError.into()
+            ));
         }
         assert!(r.is_full());
-        assert!(!r.push(start.wrapping_add(100), RemoteStatus::RemoteAccessError));
+        assert!(!r.push(
+            start.wrapping_add(100),
+            RemoteStatus::RemoteAccessError.into()
+        ));
         assert!(r.confirm(start.wrapping_add(8)), "across the wrap");
         assert_eq!(r.len(), MAX_REFUSALS - 8);
         assert_eq!(r.as_slice()[0].0, start.wrapping_add(8));

@@ -74,7 +74,7 @@ impl Node {
             last_rx: self.now,
             last_probe: 0,
             probes_unanswered: 0,
-            naks: [(0, RemoteStatus::Ok); MAX_PENDING_NAKS],
+            naks: [(0, RemoteStatus::Ok.into()); MAX_PENDING_NAKS],
             nnaks: 0,
             refusals: Default::default(),
             tx: self.sender(isn),

@@ -13,8 +13,8 @@ use crate::connection::{echoed_base, ConnState, Connection, Held, Pending, Store
 use crate::events::{Event, EventKind, EventQueue};
 use crate::message;
 use crate::oplogic::{
-    self, Access, DropReason, EndpointAccess, Plan, RegContext, RemoteStatus, SeqPlan, TlbAccess,
-    TokenEvent, Trap,
+    self, Access, DropReason, EndpointAccess, Nak, Plan, RegContext, RemoteStatus, SeqPlan,
+    TlbAccess, TokenEvent, Trap,
 };
 use crate::reliability::{Arrival, SeqBits};
 use crate::tables::{EndpointTable, RegisterFile};
@@ -344,12 +344,14 @@ fn take_message(
 /// refused (once) and the frame ends.
 #[cold]
 fn undecodable(conn: &mut Connection, intake: &mut Intake, e: &WireError, ex: &mut Exec<'_>) {
-    ex.stats.drop_for(wire_drop_reason(e));
+    let reason = wire_drop_reason(e);
+    ex.stats.drop_for(reason);
     if intake.seq == conn.rx.expected()
         && conn.state == ConnState::Normal
-        && conn
-            .refusals
-            .push(intake.seq, RemoteStatus::RemoteOperationError)
+        && conn.refusals.push(
+            intake.seq,
+            Nak::new(RemoteStatus::RemoteOperationError, reason),
+        )
     {
         intake.arrivals += advance(conn, ex);
         intake.owe_ack = true;
@@ -370,7 +372,12 @@ fn take_in_order(
     if conn.state == ConnState::Exceptioned {
         // Later messages wait behind the kept one; the sender is told again.
         if conn.nnaks == 0 {
-            conn.push_nak(conn.rx.expected(), RemoteStatus::PageFault);
+            let reason = conn.held.as_ref().map(|h| h.trap.reason());
+            let nak = Nak {
+                status: RemoteStatus::PageFault,
+                reason,
+            };
+            conn.push_nak(conn.rx.expected(), nak);
         }
         return Flow::Stop;
     }
@@ -1006,6 +1013,7 @@ fn push_reply(
         segments,
         seg_max,
         status: WcStatus::Success,
+        reason: None,
         replied: false,
     });
     ex.stats.replies_tx += 1;
@@ -1020,7 +1028,7 @@ fn refuse(
     t: Trap,
     ex: &mut Exec<'_>,
 ) -> Ran {
-    if !conn.refusals.push(seq, t.status()) {
+    if !conn.refusals.push(seq, t.nak()) {
         // The peer has not confirmed the NAKs of earlier refusals: this one waits
         // (moving on without a NAK the peer is sure to see would let it take a later
         // acknowledgement for success).
@@ -1051,8 +1059,8 @@ fn report_exception(
     };
     let e = Event {
         kind: EventKind::Trap {
-            status: status as u8,
-            reason: t.reason() as u8,
+            status,
+            reason: t.reason(),
         },
         conn: conn.number,
         opcode: control.opcode,
@@ -1099,7 +1107,7 @@ fn hold(
         trap: t,
     }));
     conn.state = ConnState::Exceptioned;
-    conn.push_nak(seq, RemoteStatus::PageFault);
+    conn.push_nak(seq, Nak::new(RemoteStatus::PageFault, t.reason()));
     report_exception(conn, control, RemoteStatus::PageFault, t, ex);
     // Published after the report: a host that sees the state finds the report queued.
     conn.shared.set_state(ConnState::Exceptioned);

@@ -12,7 +12,7 @@ use crate::connection::{
     WorkRequest, WrOpcode, WR_SIGNALED,
 };
 use crate::message;
-use crate::oplogic::{DropReason, RemoteStatus};
+use crate::oplogic::{DropReason, Nak, RemoteStatus};
 use crate::reliability::SeqBits;
 use crate::tables::{EndpointTable, NodeAddr, NodeTable};
 use crate::wire::{self, hflags, op, ControlRepr, FrameWriter, TransportRepr, UnderlayRepr};
@@ -697,10 +697,10 @@ fn ack_frame<'m, F: FrameBuf>(
 /// ran — the selective part (which messages beyond it arrived; one cell per non-empty
 /// 32-bit word, at most 8). Returns the receiver-not-ready NAKs it carried.
 fn push_ack_cells(conn: &Connection, w: &mut FrameWriter<'_>, told: usize) -> usize {
-    let nak = |&(seq, status): &(u32, RemoteStatus)| ControlRepr {
+    let nak = |&(seq, nak): &(u32, Nak)| ControlRepr {
         opcode: op::NAK,
         operand: seq,
-        index: status as u32,
+        index: nak.code(),
         ..Default::default()
     };
     for r in &conn.refusals.as_slice()[..told] {
@@ -852,6 +852,7 @@ fn admit_one(
         segments,
         seg_max,
         status: WcStatus::Success,
+        reason: None,
         replied: false,
     });
 }
@@ -997,7 +998,7 @@ impl Run {
 /// "receiver not ready" (the peer's host must repair a fault) — a pause and a rewind
 /// of the transmit cursor, bounded by the RNR retry limit.
 pub(super) fn apply_nak(conn: &mut Connection, seq: u32, code: u32, now: u64, stats: &mut Stats) {
-    let status = RemoteStatus::from_u8(code as u8).unwrap_or(RemoteStatus::RemoteInvalidRequest);
+    let Nak { status, reason } = Nak::from_code(code);
     if status == RemoteStatus::PageFault {
         stats.rnr_rx += 1;
         if seq_lt(seq, conn.tx.acked()) || !seq_lt(seq, conn.tx.next_seq()) {
@@ -1017,6 +1018,7 @@ pub(super) fn apply_nak(conn: &mut Connection, seq: u32, code: u32, now: u64, st
         let p = &mut conn.inflight[idx];
         if p.status == WcStatus::Success {
             p.status = WcStatus::from_remote(status);
+            p.reason = reason;
         }
     }
 }
@@ -1042,7 +1044,10 @@ pub(crate) fn complete_ready(conn: &mut Connection) {
             break;
         }
         // Read in place: the request itself is not moved out.
-        let wc = completion_for(&p.wr, p.status, conn.number);
+        let wc = completion_for(&p.wr, p.status, conn.number).map(|wc| Completion {
+            remote_reason: p.reason,
+            ..wc
+        });
         conn.inflight.pop_front();
         if let Some(wc) = wc {
             report(conn, wc);
@@ -1102,6 +1107,7 @@ fn completion_for(wr: &WorkRequest, status: WcStatus, conn: u32) -> Option<Compl
         byte_len: wr.len,
         conn,
         signaled,
+        remote_reason: None,
     })
 }
 

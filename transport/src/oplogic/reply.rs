@@ -330,6 +330,7 @@ mod tests {
             segments: 1,
             seg_max: 1024,
             status: WcStatus::Success,
+            reason: None,
             replied: false,
         }
     }

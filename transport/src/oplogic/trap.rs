@@ -261,6 +261,60 @@ impl RemoteStatus {
     }
 }
 
+/// What a NAK cell tells the sender: the status its message was refused with and,
+/// where the receiver knows it, why (the receiver's [`DropReason`], so that the
+/// sender's completion can say `RegisterProtection` where verbs gives a vendor code).
+/// On the wire: the cell's index field, status in its low byte, reason in the next
+/// ([`Nak::NO_REASON`] when there is none).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Nak {
+    pub status: RemoteStatus,
+    pub reason: Option<DropReason>,
+}
+
+impl Nak {
+    /// The reason byte of a NAK that gives none.
+    pub const NO_REASON: u8 = 0xff;
+
+    pub fn new(status: RemoteStatus, reason: DropReason) -> Nak {
+        Nak {
+            status,
+            reason: Some(reason),
+        }
+    }
+
+    /// The NAK cell's index field.
+    pub fn code(self) -> u32 {
+        u32::from(self.status as u8)
+            | u32::from(self.reason.map_or(Nak::NO_REASON, |r| r as u8)) << 8
+    }
+
+    /// A NAK cell's index field decoded (an unknown status reads as
+    /// `RemoteInvalidRequest`, an unknown reason as none).
+    pub fn from_code(code: u32) -> Nak {
+        Nak {
+            status: RemoteStatus::from_u8(code as u8).unwrap_or(RemoteStatus::RemoteInvalidRequest),
+            reason: DropReason::from_u8((code >> 8) as u8),
+        }
+    }
+}
+
+impl From<RemoteStatus> for Nak {
+    fn from(status: RemoteStatus) -> Nak {
+        Nak {
+            status,
+            reason: None,
+        }
+    }
+}
+
+impl Trap {
+    /// The NAK that refuses a message with this trap.
+    pub fn nak(&self) -> Nak {
+        Nak::new(self.status(), self.reason())
+    }
+}
+
 /// Reasons a cell or frame is refused, for per-reason counters (also used by the
 /// worker for frame-level drops). Use `reason as usize` to index a `[u64; COUNT]`.
 #[repr(u8)]
@@ -479,6 +533,25 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_nak_code_carries_status_and_reason_and_unknown_bytes_decode_safely() {
+        for r in DropReason::ALL {
+            let n = Nak::new(RemoteStatus::RemoteAccessError, r);
+            assert_eq!(Nak::from_code(n.code()), n);
+            assert_eq!(DropReason::from_u8(r as u8), Some(r));
+        }
+        let none = Nak::from(RemoteStatus::PageFault);
+        assert_eq!(Nak::from_code(none.code()), none);
+        // A code from a newer peer: status and reason this version does not know.
+        let odd = Nak::from_code(0x00ee_c8fe);
+        assert_eq!(odd.status, RemoteStatus::RemoteInvalidRequest);
+        assert_eq!(odd.reason, None);
+        assert_eq!(
+            DropReason::RegisterProtection.to_string(),
+            "register_protection (register protection refuses the use)"
+        );
+    }
+
+    #[test]
     fn traps_map_to_statuses_and_reasons() {
         use RemoteStatus as S;
         let cases = [
@@ -584,6 +657,7 @@ mod tests {
         assert_eq!(DropReason::NoBuffer as usize, 13);
         assert_eq!(DropReason::BadFlags as usize, 19);
         assert_eq!(DropReason::TokenKey as usize, 29);
-        assert_eq!(DropReason::OrphanSegment as usize, DropReason::COUNT - 1);
+        assert_eq!(DropReason::OrphanSegment as usize, 30);
+        assert_eq!(DropReason::BacklogFull as usize, DropReason::COUNT - 1);
     }
 }

@@ -104,7 +104,8 @@
 //! later segments of a write in any address mode, placed relative to the address its
 //! first segment generated, [`flags::SEGMENT`] with mode indexed; 6: the acknowledged
 //! echo in the transport header, bytes 26..28, which makes NAKs of refused messages
-//! reliable; 7: several sections in one frame, [`hflags::MORE`]).
+//! reliable; 7: several sections in one frame, [`hflags::MORE`]; 8: a NAK's index
+//! carries the receiver's refusal reason in its second byte, `crate::oplogic::Nak`).
 
 use core::ops::Range;
 
@@ -128,7 +129,7 @@ pub use header::{hflags, TransportPacket, TransportRepr};
 pub use underlay::{UnderlayPacket, UnderlayRepr};
 
 /// Transport protocol version carried in byte 0 of the transport header.
-pub const VERSION: u8 = 7;
+pub const VERSION: u8 = 8;
 /// UDP destination port of every deposit frame.
 pub const UDP_PORT: u16 = 18515;
 /// Ethernet II (14) + IPv4 without options (20) + UDP (8).
@@ -339,6 +340,6 @@ mod tests {
         let e = WireError::BadUdpPort(80);
         assert_eq!(e.to_string(), "UDP destination port 80 is not 18515");
         let e = WireError::BadVersion(6);
-        assert_eq!(e.to_string(), "transport version 6 is not 7");
+        assert_eq!(e.to_string(), "transport version 6 is not 8");
     }
 }
