@@ -48,13 +48,13 @@ pub enum Progress {
 /// Options of [`Device::open`].
 #[derive(Debug, Clone)]
 pub struct DeviceConfig {
-    /// Port spec (DESIGN.md §8): `ring`, `ring:NAME:a|b`, `null`, `memif:PATH:server|client`, ...
+    /// Port spec (docs/design.md §8): `ring`, `ring:NAME:a|b`, `null`, `memif:PATH:server|client`, ...
     pub port: String,
     /// This node's IPv4 address (its MAC is derived from it unless `mac` is given).
     pub ip: [u8; 4],
     pub mac: Option<[u8; 6]>,
     pub progress: Progress,
-    /// Shards (DESIGN.md §6): workers, each with its own node — endpoints, their
+    /// Shards (docs/design.md §6): workers, each with its own node — endpoints, their
     /// connections, registers and instruction slots — and its own queue pair where the
     /// port has one per shard (ring), else sharing queue 0 by software dispatch (memif,
     /// af_packet, af_xdp, null). Endpoints are spread over them round-robin (or placed:

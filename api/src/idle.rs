@@ -8,7 +8,8 @@
 //! so short naps alone still use a fifth of a core: the long naps are what makes an
 //! idle process cheap, at the price of noticing the first frame after a long quiet up
 //! to [`LONG_NAP`] late. (Waking on the event itself — rx interrupts, doorbells — is
-//! the way past that trade-off: issue 11, item 4.) An application thread that waits on
+//! the way past that trade-off: the submission ring's doorbell and, on ring ports, the
+//! frame doorbell wake a sleeping worker at once.) An application thread that waits on
 //! a device with a dedicated worker does not nap once spinning is over: it blocks on
 //! the queue and the worker's push wakes it (`deposit_transport::wake`).
 

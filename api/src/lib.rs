@@ -4,19 +4,37 @@
 //! completion queue, completion status — and the seed's where it is new — endpoint,
 //! connection, event, address register.
 //!
-//! ```no_run
-//! use deposit::{Device, DeviceConfig, Rights, WriteRequest};
+//! Two nodes in one process (the two sides of an in-process ring port), one writing
+//! into the other's endpoint — the whole program:
+//!
+//! ```
+//! use std::time::Duration;
+//! use deposit::{Device, DeviceConfig, Rights, WcStatus, WorkRequest};
 //! # fn main() -> Result<(), deposit::Error> {
-//! let dev = Device::open(DeviceConfig::new("memif:/tmp/dp.sock:client", [10, 0, 0, 2]))?;
-//! let ep = dev.alloc_endpoint(1 << 20, Rights::REMOTE_WRITE)?;
-//! let cq = dev.create_cq(4096);
-//! let conn = dev.connect([10, 0, 0, 1], 1, &ep, &cq)?;
-//! ep.write(0, b"hello")?;
-//! conn.post_write(&WriteRequest::from_endpoint(7, &ep, 0, 5, 0).signaled())?;
-//! let wc = cq.wait_one(std::time::Duration::from_secs(1)).expect("completion");
-//! assert!(wc.status.is_ok());
+//! let server = Device::open(DeviceConfig::new("ring:hello:a", [10, 0, 0, 1]))?;
+//! let client = Device::open(DeviceConfig::new("ring:hello:b", [10, 0, 0, 2]))?;
+//! // The server's endpoint takes remote writes; the listener accepts on service 1.
+//! let sep = server.alloc_endpoint(4096, Rights::REMOTE_WRITE)?;
+//! let scq = server.create_cq(16);
+//! let listener = server.listen(1, &sep, &scq)?;
+//! // The client writes from its own endpoint (its local memory region).
+//! let cep = client.alloc_endpoint(4096, Rights::REMOTE_WRITE)?;
+//! let ccq = client.create_cq(16);
+//! let conn = client.connect([10, 0, 0, 1], 1, &cep, &ccq)?;
+//! let _accepted = listener.accept(Duration::from_secs(5))?; // keep it: dropping closes
+//! cep.write(0, b"hello")?;
+//! conn.post(&WorkRequest::write(7, &cep, 0, 5, 0).signaled())?;
+//! let wc = ccq.wait_one(Duration::from_secs(5)).expect("a completion");
+//! assert_eq!((wc.wr_id, wc.status), (7, WcStatus::Success));
+//! let mut got = [0u8; 5];
+//! sep.read(0, &mut got)?;
+//! assert_eq!(&got, b"hello");
 //! # Ok(()) }
 //! ```
+//!
+//! Between processes or hosts only the port spec changes: `memif:/tmp/dp.sock:server`
+//! and `memif:/tmp/dp.sock:client` for two processes on one machine, `af_packet:IFACE`
+//! or `af_xdp:IFACE` on a kernel interface, a PCI address on a NIC (docs/design.md §8).
 //!
 //! Progress: a device runs its worker either on a dedicated thread
 //! ([`Progress::Dedicated`]) or inline ([`Progress::Inline`]), driven by the

@@ -1,4 +1,4 @@
-//! Virtual multicast (MINI; DESIGN.md §3 "Send side"): one work request posted on M
+//! Virtual multicast (MINI; docs/design.md §3 "Send side"): one work request posted on M
 //! connections of a device.
 //!
 //! The data is not copied: a request's source is a range of a local endpoint (or its

@@ -1,4 +1,4 @@
-//! Instruction memory and payload tokens, the application's side (DESIGN.md §3,
+//! Instruction memory and payload tokens, the application's side (docs/design.md §3,
 //! "Instruction-pointer messages" and "Payload tokens").
 //!
 //! An [`Instruction`] is built from a [`WorkRequest`] template — the same builder that

@@ -1,5 +1,5 @@
 //! `append_bw`: many senders appending to ONE receiver queue by post-increment — a
-//! test only this model has (DESIGN.md §9).
+//! test only this model has (docs/design.md §9).
 //!
 //! The client opens `-q N` connections (default 16) to the server; the server gives
 //! its endpoint two **global registers** (`Endpoint::set_global_registers`): the

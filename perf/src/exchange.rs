@@ -1,5 +1,5 @@
 //! What the two sides of a write test tell each other, through endpoint memory only
-//! (DESIGN.md §7: no side channel): the endpoint layout, the client's parameter block,
+//! (docs/design.md §7: no side channel): the endpoint layout, the client's parameter block,
 //! and one end-of-round marker per size.
 //!
 //! ```text
@@ -45,7 +45,7 @@
 //! the peer's control area): same bytes, same places.
 //!
 //! Both rely on the transport's promise that a deposit stores its last byte last
-//! (DESIGN.md §11): once the last byte is seen, the whole block is there. Markers and
+//! (docs/design.md §11): once the last byte is seen, the whole block is there. Markers and
 //! data travel on one in-order connection, so a marker also means "everything of the
 //! round has arrived"; the server checks that against [`deposit::Connection::arrivals`].
 //!

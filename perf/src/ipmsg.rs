@@ -1,4 +1,4 @@
-//! `ip_lat` / `ip_bw`: instruction-pointer messages (DESIGN.md §3, "Instruction-pointer
+//! `ip_lat` / `ip_bw`: instruction-pointer messages (docs/design.md §3, "Instruction-pointer
 //! messages") on isolated connections.
 //!
 //! Each side gives its peer an instruction window, a register window and isolation:

@@ -4,7 +4,7 @@
 //! hands them to the test modules ([`lat`], [`bw`], [`raw`], [`rdlat`] and [`rdbw`] for
 //! reads and atomics, [`send`] for verbs SEND, [`append`] for the shared queue, [`ipmsg`]
 //! for instruction-pointer messages, [`token`] for payload tokens). Habits kept from perftest
-//! (DESIGN.md §11): the server runs `ddperf <test> --server [opts]`, the client
+//! (docs/design.md §11): the server runs `ddperf <test> --server [opts]`, the client
 //! `ddperf <test> [opts] <server-ip>` with the same options; `--loopback` runs both
 //! sides in one process on two cross-connected ring ports with no setup at all.
 //!
@@ -277,7 +277,7 @@ struct Cli {
     /// its requests (with -t 128, from N = 2049 on: every one) and its last.
     #[arg(short = 'q', long = "qp")]
     qps: Option<u32>,
-    /// Worker shards of each device, 1 to 64 (DESIGN.md §6): write_bw spreads its -q
+    /// Worker shards of each device, 1 to 64 (docs/design.md §6): write_bw spreads its -q
     /// connections over them on both sides (each shard serves the same memory through
     /// a nested endpoint of its own); other tests run on shard 0.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]

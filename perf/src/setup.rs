@@ -3,7 +3,7 @@
 //!
 //! The server listens (`Device::listen` / `Listener::accept`), the client connects
 //! (`Device::connect`): the tool's two sides meet through the transport's connection
-//! management with no side channel (DESIGN.md §7). With `--loopback` both devices live
+//! management with no side channel (docs/design.md §7). With `--loopback` both devices live
 //! in this process on `ring:ddperf:b` (server, 10.0.0.1) and `ring:ddperf:a` (client,
 //! 10.0.0.2), and the server side runs on a spawned thread.
 //!

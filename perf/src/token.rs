@@ -1,4 +1,4 @@
-//! `token_lat`: a ping-pong of payload-token deposits (DESIGN.md §3, "Payload tokens").
+//! `token_lat`: a ping-pong of payload-token deposits (docs/design.md §3, "Payload tokens").
 //!
 //! One iteration: the client deposits `size` bytes (counter in the last byte, as
 //! write_lat's ping) with the server's latest token (`WorkRequest::write_with_token`);

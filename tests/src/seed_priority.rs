@@ -1,4 +1,4 @@
-//! The seed's priority-queueing example (DESIGN.md §1; conditional interrupts, §3
+//! The seed's priority-queueing example (docs/design.md §1; conditional interrupts, §3
 //! "Interrupts, events and polling"): the jobs every priority-queue test sends — as
 //! compound writes naming the receiver's registers (`tests/seed_examples*.rs`) or
 //! through instruction pointers on isolated connections (`tests/instructions*.rs`), in one process or

@@ -1,4 +1,4 @@
-//! Faults the host repairs (DESIGN.md §3, Exceptions): a page not present or a full
+//! Faults the host repairs (docs/design.md §3, Exceptions): a page not present or a full
 //! event queue exceptions only the connection whose message hit it; the message is
 //! kept, later ones wait, the sender is throttled, other connections into the same
 //! endpoint go on; after the repair and a resume the kept message commits exactly

@@ -1,4 +1,4 @@
-//! Hostile and malformed operations from a connected peer (DESIGN.md §3 Exceptions,
+//! Hostile and malformed operations from a connected peer (docs/design.md §3 Exceptions,
 //! §10): each is refused, counted by its reason, reported to the sender's work
 //! request, and writes nothing — neither memory nor registers.
 

@@ -1,4 +1,4 @@
-//! Send priorities (MINI, DESIGN.md §3 "Send side") and admission fairness on a real
+//! Send priorities (MINI, docs/design.md §3 "Send side") and admission fairness on a real
 //! ring pair: a small high-priority write overtakes a bulk low-priority transfer at
 //! the next frame boundary, and two bulk connections share the worker instead of one
 //! starving the other.

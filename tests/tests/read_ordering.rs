@@ -1,6 +1,6 @@
 //! A read returns what the receiver held when it ran, even when a later message of the
 //! same connection writes over the range before the reply has gone out (or while it is
-//! still being retransmitted) — in-order execution (DESIGN.md §5). Found by the soak.
+//! still being retransmitted) — in-order execution (docs/design.md §5). Found by the soak.
 
 use std::time::Duration;
 

@@ -1,4 +1,4 @@
-//! Shards (issue 11, item 1; DESIGN.md §6): a device of several workers, each with its
+//! Shards (issue 11, item 1; docs/design.md §6): a device of several workers, each with its
 //! own node, serving the endpoints assigned to it. Frames reach the owning shard by its
 //! own queue pair (ring ports get one per shard) or by software dispatch through shard
 //! 0 (a port with fewer queues than shards); control calls go to the owning shard.

@@ -1,4 +1,4 @@
-//! A payload token is a value any node may carry (DESIGN.md §3, "Payload tokens"):
+//! A payload token is a value any node may carry (docs/design.md §3, "Payload tokens"):
 //! three `testnode token-node` processes, each in its own network namespace on an
 //! af_packet port (the topology of `tests/barrier.rs`). Node a registers a buffer and
 //! writes the token into node b's memory with an ordinary write; b forwards it to node

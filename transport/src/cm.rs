@@ -1,4 +1,4 @@
-//! Connection management (DESIGN.md §7; MINI's kernel channel, the patent's boot-time
+//! Connection management (docs/design.md §7; MINI's kernel channel, the patent's boot-time
 //! connection) as its own sans-IO machine: messages and the clock in, messages and
 //! actions out. It knows nothing of the node's tables, queues or worker; the node
 //! creates, establishes, fails and removes connections as the actions say.

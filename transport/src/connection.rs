@@ -1,6 +1,6 @@
 //! The connection table and what a connection shares with the application.
 //!
-//! A connection entry holds what DESIGN.md §3 lists: the endpoint incoming operations
+//! A connection entry holds what docs/design.md §3 lists: the endpoint incoming operations
 //! act on, the state, the peer's node, connection number and key, and the
 //! send/receive sequence state. The application side sees only [`ConnShared`]: the
 //! send queue it posts work requests into (single producer, lock free), the arrival
@@ -331,7 +331,7 @@ pub enum Priority {
     High,
 }
 
-/// Connection states (DESIGN.md §3).
+/// Connection states (docs/design.md §3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
 pub enum ConnState {

@@ -1,4 +1,4 @@
-//! Event queues: how the network interface interrupts the host (DESIGN.md §3,
+//! Event queues: how the network interface interrupts the host (docs/design.md §3,
 //! "Interrupts, events and polling").
 //!
 //! Each endpoint has one. The worker pushes an [`Event`] when a message's conditional

@@ -1,6 +1,6 @@
 //! `deposit-transport`: the hybrid-deposit network interface in software.
 //!
-//! The layers (see `DESIGN.md` §2) are kept apart so each can be read and tested alone:
+//! The layers (see `docs/design.md` §2) are kept apart so each can be read and tested alone:
 //! [`wire`] (frame and cell formats, no state), [`mem`] (endpoint memory),
 //! [`tables`] (endpoint, connection and node tables), [`tlb`] (the software TLB),
 //! [`oplogic`] (what an operation means; pure), [`node`] (the protocol of one node as a

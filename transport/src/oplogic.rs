@@ -1,13 +1,13 @@
 //! Operation logic: the one place that knows what an operation means.
 //!
-//! A message runs one *compound operation* (DESIGN.md §3, Operations; seed Figure 2):
+//! A message runs one *compound operation* (docs/design.md §3, Operations; seed Figure 2):
 //! address generation, a main operation, up to two register operations and one
 //! conditional. [`plan`] decodes it through a table indexed by opcode (the seed's
 //! table-driven receive controller, Fig. 10) and computes everything it would change —
 //! register writes, the bytes to store, the reply, whether to interrupt and what the
 //! event says — with no side effect; [`commit`] applies a [`Plan`] and cannot fail. So a
 //! message that traps ([`Trap`]: an error, or a fault the host repairs) has changed
-//! neither memory nor registers (DESIGN.md §3, Exceptions).
+//! neither memory nor registers (docs/design.md §3, Exceptions).
 //!
 //! Everything here is pure: no I/O, no clock, no lock, no allocation (but for the ring
 //! of [`ReadReplies`], which grows to the most read answers owed at once), and it never

@@ -1,4 +1,4 @@
-//! Per-connection reliability as a sans-IO state machine (DESIGN.md §5; quinn-proto's
+//! Per-connection reliability as a sans-IO state machine (docs/design.md §5; quinn-proto's
 //! shape): sequence numbers and the clock go in, decisions come out — which message to
 //! (re)transmit next, what to acknowledge, when the next timer is due. No sockets, no
 //! mbufs, no clock of its own; the worker is the driver, and the tests below drive two

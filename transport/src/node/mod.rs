@@ -1,4 +1,4 @@
-//! The protocol of one node as a state machine: no clock, no I/O (DESIGN.md §2, §6).
+//! The protocol of one node as a state machine: no clock, no I/O (docs/design.md §2, §6).
 //!
 //! A [`Node`] is the "network interface" of the hybrid-deposit model with the device
 //! taken out: its tables (endpoints, registers, instructions, tokens, nodes,

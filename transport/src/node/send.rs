@@ -552,7 +552,7 @@ impl Node {
 
     /// Fills the room left in frame `w` with sections of other connections to `peer`
     /// that have messages to send, looking at up to [`BUNDLE_SCAN`] connections of the
-    /// ready list from `from` on (a cell train across connections, DESIGN.md §4): many
+    /// ready list from `from` on (a cell train across connections, docs/design.md §4): many
     /// connections with a few small messages each then share frames instead of each
     /// costing one. The connections taken are left in `self.bundled`.
     fn bundle(

@@ -1,4 +1,4 @@
-//! Shards (DESIGN.md §6): a device's nodes, one per worker, each owning the endpoints
+//! Shards (docs/design.md §6): a device's nodes, one per worker, each owning the endpoints
 //! assigned to it and their connections. A frame belongs to the shard of the connection
 //! it names — the low byte of every connection number is its shard
 //! ([`shard_of_conn`]) — and a connection request to a shard listening on its service

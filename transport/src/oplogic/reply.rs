@@ -1,4 +1,4 @@
-//! Read and atomic replies, from both sides (DESIGN.md §3, Operations; §5, ordering).
+//! Read and atomic replies, from both sides (docs/design.md §3, Operations; §5, ordering).
 //!
 //! As the *responder*: a committed read or atomic answers its requester
 //! ([`reply_request`]: the work request that carries the answer), and the endpoint
@@ -52,7 +52,7 @@ pub fn reply_request(seq: u32, endpoint: EndpointId, reply: &Reply) -> Option<Wo
 /// frames are built from endpoint memory when they are (re)sent, so until the peer has
 /// acknowledged every message of the reply (cumulatively or selectively), no later
 /// message of the connection may store into its range — else the read would return
-/// bytes written after it, against in-order execution (DESIGN.md §5). Such a message
+/// bytes written after it, against in-order execution (docs/design.md §5). Such a message
 /// waits (kept, not acknowledged) until those acknowledgements arrive.
 #[derive(Debug, Clone, Default)]
 pub struct ReadReplies {

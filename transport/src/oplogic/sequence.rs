@@ -1,4 +1,4 @@
-//! Instruction-pointer messages and the sequencer (DESIGN.md §3, "Instruction-pointer
+//! Instruction-pointer messages and the sequencer (docs/design.md §3, "Instruction-pointer
 //! messages"; seed patent Fig. 13).
 //!
 //! An `INVOKE` message carries, instead of an operation, an instruction pointer into the

@@ -1,4 +1,4 @@
-//! Payload-token deposits (DESIGN.md §3, "Payload tokens"; the payload table is
+//! Payload-token deposits (docs/design.md §3, "Payload tokens"; the payload table is
 //! [`PayloadTable`]).
 //!
 //! A `TOKEN_WRITE` message carries the 8-byte token (big endian) of a buffer the

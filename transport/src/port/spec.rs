@@ -20,7 +20,7 @@ pub enum MemifRole {
     Client,
 }
 
-/// Which DPDK port to open (DESIGN.md §8).
+/// Which DPDK port to open (docs/design.md §8).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PortSpec {
     /// In-process ring port; the two sides of one name are cross-connected.

@@ -1,4 +1,4 @@
-//! Instruction memory (DESIGN.md §3, "Instruction-pointer messages"; seed patent
+//! Instruction memory (docs/design.md §3, "Instruction-pointer messages"; seed patent
 //! Fig. 13).
 //!
 //! A node-wide array of [`Instruction`]s. A connection sees a window of it (base,

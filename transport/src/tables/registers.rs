@@ -1,4 +1,4 @@
-//! The address-register file (DESIGN.md §3, "Address registers").
+//! The address-register file (docs/design.md §3, "Address registers").
 //!
 //! One node-wide file of 64-bit registers, each with protection bits for senders
 //! ([`RegProt`]). Connections see a [`RegWindow`] of it; endpoints expose a window of

@@ -1,4 +1,4 @@
-//! The payload table (DESIGN.md §3, "Payload tokens"; Trapeze's incoming payload
+//! The payload table (docs/design.md §3, "Payload tokens"; Trapeze's incoming payload
 //! table, seed 004).
 //!
 //! The receiver registers a buffer (an endpoint range) and gets a [`Token`]: the entry's

@@ -1,5 +1,5 @@
 //! Connection-management messages: one control part and its payload, in a frame
-//! flagged `CM` with destination connection 0 and key 0 (DESIGN.md §7).
+//! flagged `CM` with destination connection 0 and key 0 (docs/design.md §7).
 //!
 //! ```text
 //! CONNECT_REQ     operand = request id, index = service

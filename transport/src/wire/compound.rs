@@ -1,5 +1,5 @@
 //! The compound descriptor: the register operations and the conditional a message runs
-//! with its main operation (DESIGN.md §3, Operations; seed Figure 2).
+//! with its main operation (docs/design.md §3, Operations; seed Figure 2).
 //!
 //! When the control part's `COMPOUND` flag is set, the payload starts with these 8 bytes
 //! and the operation's own payload follows them.

@@ -10,7 +10,7 @@
 //! cells (version 7): a header with [`hflags::MORE`] is followed, after its cells, by
 //! the next section's header. One frame can so carry messages, acknowledgements and
 //! credits of several connections to the same peer (a cell train across connections,
-//! DESIGN.md §4): many small messages on many connections share a frame instead of each
+//! docs/design.md §4): many small messages on many connections share a frame instead of each
 //! costing one. The whole frame is validated (every section's header and cell count)
 //! before any of it is acted on.
 //!

@@ -1,4 +1,4 @@
-//! Frame and cell formats (DESIGN.md §4): typed views over byte buffers with
+//! Frame and cell formats (docs/design.md §4): typed views over byte buffers with
 //! `parse`/`emit`, and the checksums that guard them.
 //!
 //! This module holds no state, never allocates, and never panics on input from the wire:

@@ -1,4 +1,4 @@
-//! What the shards of one device share (DESIGN.md §6): frames one shard received for
+//! What the shards of one device share (docs/design.md §6): frames one shard received for
 //! another, and — where shards share one queue pair — frames for the wire that a shard
 //! without a queue of its own hands to the one that has it.
 //!
