@@ -93,6 +93,38 @@ if rows == 0:
 ' "$test" "$*"
 }
 
+# DPDK's own start-up and exit messages ("EAL: No free ... hugepages", a memif driver's
+# "Failed to register mp action callback", "EAL: Error: Invalid memory" at exit) looked
+# like failures to a new user: quiet by default, shown with -v. Both sides of a memif
+# pair (two processes) and a ring loopback.
+quiet_dpdk() {
+    local d s err
+    d=$(mktemp -d /tmp/deposit-quiet.XXXXXX)
+    s="$d/memif.sock"
+    timeout 60 target/release/ddperf write_lat --server --dev "memif:$s:server" -n 2000 \
+        >/dev/null 2>"$d/server" &
+    local pid=$!
+    for _ in $(seq 100); do [[ -S $s ]] && break; sleep 0.05; done
+    timeout 60 target/release/ddperf write_lat --dev "memif:$s:client" -n 2000 10.0.0.1 \
+        >/dev/null 2>"$d/client" || { cat "$d/client"; rm -rf "$d"; return 1; }
+    wait "$pid" || { cat "$d/server"; rm -rf "$d"; return 1; }
+    timeout 60 target/release/ddperf raw_lat --loopback -n 1000 >/dev/null 2>"$d/loop" || return 1
+    timeout 60 target/release/ddperf raw_lat --loopback -n 1000 -v >/dev/null 2>"$d/verbose" || return 1
+    err=0
+    for f in server client loop; do
+        if grep -E '^(EAL|MEMIF|rte_|PMD|ETHDEV)|Error' "$d/$f"; then
+            echo "test: DPDK printed on stderr ($f side, above)" >&2
+            err=1
+        fi
+    done
+    if ! grep -q '^EAL:' "$d/verbose"; then
+        echo "test: ddperf -v shows no DPDK log" >&2
+        err=1
+    fi
+    rm -rf "$d"
+    return "$err"
+}
+
 # The sans-IO layers of deposit-transport build and test with no DPDK at all (issue
 # 10): pkg-config is pointed nowhere, dpdk-sys is not in the dependency tree, and the
 # test binaries link no rte_ symbol and no librte library.
@@ -136,6 +168,7 @@ step "sans-IO without DPDK" sans_io
 if ((!quick)); then
     step doctests cargo test --doc --workspace
 fi
+step "DPDK quiet by default" quiet_dpdk
 step "smoke write_lat" smoke write_lat -s 32 -n 2000
 step "smoke write_bw" smoke write_bw -s 32 -n 100000
 # -q: writes spread round-robin over many connections (issue 11), checked; and far

@@ -302,6 +302,10 @@ struct Cli {
     /// with --faults).
     #[arg(long = "retry-count", value_name = "N")]
     retry_count: Option<u32>,
+    /// Show DPDK's own log on stderr (start-up and driver messages, quiet by default;
+    /// the same as DEPOSIT_EAL_ARGS=--log-level=*:info).
+    #[arg(short = 'v', long)]
+    verbose: bool,
 }
 
 fn parse_faults(s: &str) -> std::result::Result<FaultConfig, String> {
@@ -611,6 +615,12 @@ fn run(p: Params) -> Result<()> {
 
 fn main() {
     let cli = Cli::parse();
+    if cli.verbose {
+        // Before any thread or DPDK call: the EAL reads it when the first port opens,
+        // after its own quiet default, so this level wins.
+        let extra = std::env::var("DEPOSIT_EAL_ARGS").unwrap_or_default();
+        std::env::set_var("DEPOSIT_EAL_ARGS", format!("--log-level=*:info {extra}"));
+    }
     let result = resolve(cli).and_then(run);
     if let Err(e) = result {
         eprintln!("ddperf: error: {e}");

@@ -112,7 +112,12 @@ fn eal_init_once(cfg: &EalConfig) -> Result<EalInfo, String> {
     })
 }
 
-/// The program name, one lcore free to run anywhere, and quiet logging.
+/// The program name, one lcore free to run anywhere, and quiet logging: DPDK's own
+/// messages (free hugepage sizes it looked for, a driver's optional callbacks, its
+/// clean-up at exit) read as failures to a user and say nothing our errors do not —
+/// every failure reaches the caller as a typed error with DPDK's error text. Only
+/// critical ones show; `DEPOSIT_EAL_ARGS=--log-level=*:info` (later, so it wins) or
+/// `ddperf -v` shows the rest.
 fn cpu_args() -> Vec<String> {
     let ncpu = std::thread::available_parallelism()
         .map(|n| n.get())
@@ -124,7 +129,7 @@ fn cpu_args() -> Vec<String> {
         "--lcores".into(),
         format!("0@(0-{})", ncpu.saturating_sub(1)),
         "--no-telemetry".into(),
-        "--log-level=*:warning".into(),
+        "--log-level=*:critical".into(),
     ]
 }
 
