@@ -1019,7 +1019,8 @@ impl Device {
             .inner
             .call_for_registers(w, move |w| w.regs.set(abs, v))?)
     }
-    /// Sets what senders may do with register `i` of window `w`.
+    /// Sets what senders may do with register `i` of window `w` (which use needs
+    /// which bit, and an example: [`crate::protection`]).
     pub fn set_register_protection(&self, w: RegWindow, i: u32, p: RegProt) -> Result<(), Error> {
         let abs = Self::reg_abs(w, i)?;
         Ok(self
@@ -1130,7 +1131,8 @@ impl InlineDevices {
 /// What the peer of a connection may do here (the receiving side's settings).
 #[derive(Debug, Clone)]
 pub struct ConnOptions {
-    /// The register window the peer's messages name.
+    /// The register window the peer's messages name (what they may do with each
+    /// register: [`crate::protection`]).
     pub registers: Registers,
     /// Whether the peer may force interrupts (conditional ALWAYS, software exceptions).
     pub allow_forced_interrupts: bool,

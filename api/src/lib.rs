@@ -49,6 +49,7 @@ mod events;
 mod idle;
 mod multicast;
 mod program;
+pub mod protection;
 mod queue;
 mod wr;
 

@@ -32,7 +32,11 @@ use std::sync::Arc;
 
 use crate::mem::{EndpointMemory, HostAddr};
 
-/// Access rights of an endpoint or a page, as remote peers see them.
+/// Access rights of an endpoint or a page, as remote peers see them: a write (any
+/// form, token deposits too) needs `REMOTE_WRITE` on the bytes it stores, a read
+/// `REMOTE_READ` on the bytes it reads, a memory atomic `REMOTE_ATOMIC`. The endpoint's
+/// rights and the page's intersect. Where a read's or atomic's reply lands (the
+/// requester's own memory) no right is needed (`deposit::protection`).
 #[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
 pub struct Rights(u8);
 

@@ -17,6 +17,14 @@ use std::ops::{BitAnd, BitOr};
 use super::TableError;
 
 /// What a sender may do with a register (the destination itself may do anything).
+///
+/// A message's use of a register needs: as its address (`ra`: indirect, indexed,
+/// post-increment) `INDIRECT`, its stride (`ra + 1`) nothing; as a register
+/// operation's destination `WRITE`, as its source `READ`; as a register atomic's target
+/// `READ | WRITE`; as a conditional's operand nothing. Names an instruction carries
+/// itself (instruction-pointer messages) need nothing; names it takes from the message
+/// are checked the same way. The API crate's `deposit::protection` page has the whole
+/// table and the seed's priority queue set up with it.
 #[derive(Clone, Copy, PartialEq, Eq, Debug, Default, Hash)]
 pub struct RegProt(u8);
 
