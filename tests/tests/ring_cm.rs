@@ -462,6 +462,36 @@ fn connect_accept_and_teardown_survive_loss_and_duplication() {
     assert!(pair.client.fault_stats().dropped > 0 && pair.server.fault_stats().duplicated > 0);
 }
 
+/// Two default (inline) devices in one process, `a` listening on service 1 with the
+/// default connection options, each with a 4 KiB endpoint and a completion queue.
+struct InlinePair {
+    a: Device,
+    b: Device,
+    aep: Endpoint,
+    bep: Endpoint,
+    bcq: CompletionQueue,
+    listener: Listener,
+}
+
+impl InlinePair {
+    fn new(name: &str) -> InlinePair {
+        let a = Device::open(DeviceConfig::new(&format!("ring:{name}:a"), [10, 0, 0, 1])).unwrap();
+        let b = Device::open(DeviceConfig::new(&format!("ring:{name}:b"), [10, 0, 0, 2])).unwrap();
+        let aep = a.alloc_endpoint(4096, Rights::REMOTE_WRITE).unwrap();
+        let bep = b.alloc_endpoint(4096, Rights::REMOTE_WRITE).unwrap();
+        let listener = a.listen(1, &aep, &a.create_cq(16)).unwrap();
+        let bcq = b.create_cq(16);
+        InlinePair {
+            a,
+            b,
+            aep,
+            bep,
+            bcq,
+            listener,
+        }
+    }
+}
+
 /// The first program a new user writes: two nodes in one process, both with the
 /// default (inline) progress, driven from one thread. Connecting, accepting and waiting
 /// for a completion each drive the process's other inline device while their own has
@@ -469,14 +499,14 @@ fn connect_accept_and_teardown_survive_loss_and_duplication() {
 /// failed after the 5 s connection-management timeout).
 #[test]
 fn two_inline_nodes_in_one_thread_connect_and_write_without_extra_polling() {
-    let a = Device::open(DeviceConfig::new("ring:first:a", [10, 0, 0, 1])).unwrap();
-    let b = Device::open(DeviceConfig::new("ring:first:b", [10, 0, 0, 2])).unwrap();
-    let (aep, bep) = (
-        a.alloc_endpoint(4096, Rights::REMOTE_WRITE).unwrap(),
-        b.alloc_endpoint(4096, Rights::REMOTE_WRITE).unwrap(),
-    );
-    let (acq, bcq) = (a.create_cq(16), b.create_cq(16));
-    let listener = a.listen(1, &aep, &acq).unwrap();
+    let InlinePair {
+        aep,
+        bep,
+        bcq,
+        listener,
+        b,
+        ..
+    } = InlinePair::new("first");
     let t = std::time::Instant::now();
     let conn = b.connect([10, 0, 0, 1], 1, &bep, &bcq).unwrap();
     let _accepted = listener.accept(T).unwrap();
@@ -501,14 +531,14 @@ fn two_inline_nodes_in_one_thread_connect_and_write_without_extra_polling() {
 /// (keeping the connection) is the first half.
 #[test]
 fn an_accepted_connection_lives_while_kept_and_dropping_it_closes_it_for_the_peer() {
-    let a = Device::open(DeviceConfig::new("ring:keep:a", [10, 0, 0, 1])).unwrap();
-    let b = Device::open(DeviceConfig::new("ring:keep:b", [10, 0, 0, 2])).unwrap();
-    let (aep, bep) = (
-        a.alloc_endpoint(4096, Rights::REMOTE_WRITE).unwrap(),
-        b.alloc_endpoint(4096, Rights::REMOTE_WRITE).unwrap(),
-    );
-    let (acq, bcq) = (a.create_cq(16), b.create_cq(16));
-    let listener = a.listen(1, &aep, &acq).unwrap();
+    let InlinePair {
+        a,
+        b,
+        bep,
+        bcq,
+        listener,
+        ..
+    } = InlinePair::new("keep");
     let conn = b.connect([10, 0, 0, 1], 1, &bep, &bcq).unwrap();
     let kept = listener.accept(T).unwrap();
     conn.post(&WorkRequest::write(1, &bep, 0, 8, 0).signaled())
