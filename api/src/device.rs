@@ -1070,12 +1070,15 @@ impl Device {
 
     /// Stops the worker without telling any peer, as a crashed node would (tests of
     /// peer failure). The device is unusable afterwards.
+    #[cfg(feature = "test-hooks")]
     #[doc(hidden)]
     pub fn shutdown_for_test(&self) {
         self.inner.stop_threads();
     }
 
-    /// Transmits a raw frame exactly as given (diagnostics and hostile-input tests).
+    /// Transmits a raw frame exactly as given (hostile-input tests).
+    #[cfg(feature = "test-hooks")]
+    #[doc(hidden)]
     pub fn send_raw_frame(&self, frame: &[u8]) {
         let frame = frame.to_vec();
         self.inner.call(move |w| w.send_raw(&frame));

@@ -60,7 +60,7 @@ pub use events::EventQueue;
 pub use multicast::MulticastGroup;
 pub use program::{InstrWindow, Instruction, Ip, Operands, Token, MAX_SEQUENCE};
 pub use queue::{CompletionQueue, Connection, INLINE_DOORBELL};
-pub use wr::{global, Cond, Order, RegOp, Src, WorkRequest, WriteRequest};
+pub use wr::{global, Cond, Order, RegOp, Src, WorkRequest};
 
 pub use deposit_transport::cm::Registers;
 pub use deposit_transport::events::{Event, EventKind};

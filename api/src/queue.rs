@@ -245,12 +245,6 @@ pub(crate) fn check_request(req: &WorkRequest) -> Result<(), Error> {
 }
 
 impl Connection {
-    /// Same as [`Connection::post`] (the first release's name).
-    #[inline]
-    pub fn post_write(&self, req: &WorkRequest) -> Result<(), Error> {
-        self.post(req)
-    }
-
     /// Messages (work requests) that have arrived complete on this connection — the
     /// receiver polls this instead of taking an event.
     #[inline]

@@ -58,9 +58,6 @@ pub struct WorkRequest {
     compound: Option<CompoundRepr>,
 }
 
-/// The name the first release used for writes; every operation is a [`WorkRequest`].
-pub type WriteRequest = WorkRequest;
-
 fn endpoint_source(ep: &Endpoint, offset: u64) -> Source {
     Source::Endpoint {
         id: ep.0.id,
@@ -97,17 +94,6 @@ impl WorkRequest {
         .operand(remote_offset)
     }
 
-    /// Same as [`WorkRequest::write`] (the first release's name).
-    pub fn from_endpoint(
-        wr_id: u64,
-        local: &Endpoint,
-        local_offset: u64,
-        len: u32,
-        remote_offset: u32,
-    ) -> Self {
-        WorkRequest::write(wr_id, local, local_offset, len, remote_offset)
-    }
-
     /// Write up to 32 bytes carried in the request itself.
     pub fn write_inline(wr_id: u64, data: &[u8], remote_offset: u32) -> Result<Self, Error> {
         if data.len() > 32 {
@@ -125,11 +111,6 @@ impl WorkRequest {
             Source::Inline(block),
         )
         .operand(remote_offset))
-    }
-
-    /// Same as [`WorkRequest::write_inline`] (the first release's name).
-    pub fn inline(wr_id: u64, data: &[u8], remote_offset: u32) -> Result<Self, Error> {
-        WorkRequest::write_inline(wr_id, data, remote_offset)
     }
 
     /// Write words of one 32-byte block under an 8-bit mask: word i (4 bytes at

@@ -28,7 +28,7 @@
 //! (`r3 > 1`: never true, so no event) with operand 1. At the end the server checks
 //! that both counters equal the number of writes it received and says so on stderr.
 
-use deposit::{Cond, ConnOptions, RegOp, RegProt, Registers, Src, WriteRequest};
+use deposit::{Cond, ConnOptions, RegOp, RegProt, Registers, Src, WorkRequest};
 
 use crate::error::{PerfError, Result};
 use crate::exchange::{self, Layout, RoundEnd};
@@ -158,8 +158,8 @@ fn dial(dev: deposit::Device, p: &Params, lay: Layout, peer: [u8; 4]) -> Result<
 }
 
 /// The request of every write of a round.
-fn request(p: &Params, s: &setup::Session, size: u64) -> WriteRequest {
-    let req = WriteRequest::from_endpoint(0, &s.ep, s.lay.send as u64, size as u32, 0);
+fn request(p: &Params, s: &setup::Session, size: u64) -> WorkRequest {
+    let req = WorkRequest::write(0, &s.ep, s.lay.send as u64, size as u32, 0);
     if !p.compound {
         return req;
     }
@@ -228,12 +228,12 @@ fn client(side: &Side, p: &Params, rep: &mut Reporter) -> Result<()> {
             req: request(p, s, size),
             depth_cap: slots.map(|k| k as u64),
             laps: None,
-            prepare: |id, _conn, req: &mut WriteRequest| {
+            prepare: |id, _conn, req: &mut WorkRequest| {
                 let Some(k) = slots else { return Ok(()) };
                 let off = ((id - 1) % k as u64) as usize * stride;
                 let src = s.lay.send + off;
                 verify::put_stamp(&s.ep, src, size as usize, &verify::stamp(round, id))?;
-                *req = WriteRequest::from_endpoint(id, &s.ep, src as u64, size as u32, off as u32);
+                *req = WorkRequest::write(id, &s.ep, src as u64, size as u32, off as u32);
                 Ok(())
             },
         }

@@ -88,14 +88,18 @@ fn bad_frames_are_dropped_and_counted_by_reason() {
     }
     // Offsets past the endpoint from the real client: refused remotely and reported.
     c.client
-        .post_write(&WriteRequest::inline(1, b"past", 4094).unwrap().signaled())
+        .post(
+            &WorkRequest::write_inline(1, b"past", 4094)
+                .unwrap()
+                .signaled(),
+        )
         .unwrap();
     assert_eq!(
         c.ccq.wait_one(T).unwrap().status,
         WcStatus::RemoteAccessError
     );
     c.client
-        .post_write(&WriteRequest::from_endpoint(2, &c.cep, 0, 4096, 1).signaled())
+        .post(&WorkRequest::write(2, &c.cep, 0, 4096, 1).signaled())
         .unwrap();
     assert_eq!(
         c.ccq.wait_one(T).unwrap().status,
@@ -105,8 +109,8 @@ fn bad_frames_are_dropped_and_counted_by_reason() {
     // Nothing was written by any of it, and the connection still works.
     check_zero(&c.sep, 0, 4096).unwrap();
     c.client
-        .post_write(
-            &WriteRequest::inline(3, b"still fine", 100)
+        .post(
+            &WorkRequest::write_inline(3, b"still fine", 100)
                 .unwrap()
                 .signaled(),
         )

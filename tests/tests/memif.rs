@@ -54,9 +54,8 @@ fn writes_from_1_byte_to_1_mib_land_byte_exact_across_processes() {
     let conn = dev.connect([10, 0, 0, 1], 7, &ep, &cq).unwrap();
     for (i, &(off, size)) in layout.iter().enumerate() {
         fill_pattern(&ep, off, size, seed, off as u64);
-        conn.post_write(
-            &WriteRequest::from_endpoint(i as u64, &ep, off as u64, size as u32, off as u32)
-                .signaled(),
+        conn.post(
+            &WorkRequest::write(i as u64, &ep, off as u64, size as u32, off as u32).signaled(),
         )
         .unwrap();
     }

@@ -72,7 +72,7 @@ fn one_post_writes_the_same_data_to_every_member_with_a_completion_each() {
     mc.post(&WorkRequest::write(7, &g.cep, 0, 200 * 1024, 1024).signaled())
         .unwrap();
     mc.post(
-        &WriteRequest::write_inline(8, b"multicast", 0)
+        &WorkRequest::write_inline(8, b"multicast", 0)
             .unwrap()
             .signaled(),
     )
@@ -107,7 +107,7 @@ fn a_group_post_keeps_each_members_order_with_its_own_posts() {
     let mc = g.pair.client.multicast_group(&members).unwrap();
     // Member 0: A (direct), B (group), C (direct), all to the same word; the last one
     // posted wins on member 0, B on the others.
-    let word = |id: u64, v: &[u8]| WriteRequest::write_inline(id, v, 64).unwrap().signaled();
+    let word = |id: u64, v: &[u8]| WorkRequest::write_inline(id, v, 64).unwrap().signaled();
     g.clients[0].post(&word(1, b"AAAAAAAA")).unwrap();
     mc.post(&word(2, b"BBBBBBBB")).unwrap();
     g.clients[0].post(&word(3, b"CCCCCCCC")).unwrap();
@@ -144,7 +144,7 @@ fn a_group_post_is_all_or_nothing() {
     let members: Vec<&Connection> = g.clients.iter().collect();
     let mc = g.pair.client.multicast_group(&members).unwrap();
     // Fill member 2's send queue without letting the worker run.
-    let w = |id| WriteRequest::write_inline(id, b"x", 0).unwrap().signaled();
+    let w = |id| WorkRequest::write_inline(id, b"x", 0).unwrap().signaled();
     g.clients[2].post(&w(100)).unwrap();
     g.clients[2].post(&w(101)).unwrap();
     assert!(matches!(
@@ -192,7 +192,7 @@ fn group_posts_ring_the_inline_doorbell() {
     let mc = g.pair.client.multicast_group(&members).unwrap();
     let sent = || g.pair.client.stats().msgs_tx;
     let before = sent();
-    let w = |i: usize| WriteRequest::write_inline(i as u64, &[i as u8; 8], 8 * i as u32).unwrap();
+    let w = |i: usize| WorkRequest::write_inline(i as u64, &[i as u8; 8], 8 * i as u32).unwrap();
     for i in 0..INLINE_DOORBELL - 1 {
         mc.post(&w(i)).unwrap();
     }

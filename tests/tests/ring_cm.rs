@@ -26,7 +26,7 @@ fn repeated_connect_requests_create_one_connection() {
         let cq = client.create_cq(16);
         opened_tx.send(()).unwrap();
         let c = client.connect([10, 0, 0, 1], 3, &ep, &cq).unwrap();
-        c.post_write(&WriteRequest::inline(1, b"once", 0).unwrap().signaled())
+        c.post(&WorkRequest::write_inline(1, b"once", 0).unwrap().signaled())
             .unwrap();
         let wc = cq.wait_one(T).expect("completion");
         assert_eq!(wc.status, WcStatus::Success);
@@ -75,7 +75,7 @@ fn registered_application_buffer_receives_writes() {
         let c = pair.client.connect([10, 0, 0, 1], 4, &cep, &ccq).unwrap();
         let s = l.accept(T).unwrap();
         fill_pattern(&cep, 0, 8192, 3, 0);
-        c.post_write(&WriteRequest::from_endpoint(1, &cep, 0, 8192, 0).signaled())
+        c.post(&WorkRequest::write(1, &cep, 0, 8192, 0).signaled())
             .unwrap();
         assert_eq!(ccq.wait_one(T).unwrap().status, WcStatus::Success);
         assert!(wait_until(&pair.client, T, || s.arrivals() == 1));
@@ -119,8 +119,8 @@ fn many_connections_into_one_node() {
     for round in 0..64u32 {
         for (i, (c, _)) in conns.iter().enumerate() {
             let off = (i as u32 * 64 + round) * 16;
-            c.post_write(
-                &WriteRequest::inline(off as u64, &off.to_le_bytes(), off)
+            c.post(
+                &WorkRequest::write_inline(off as u64, &off.to_le_bytes(), off)
                     .unwrap()
                     .signaled(),
             )
@@ -162,7 +162,7 @@ fn a_vanished_peer_ends_in_retry_exceeded_and_flushed_requests() {
     server.shutdown_for_test();
     let start = std::time::Instant::now();
     for i in 0..10 {
-        c.post_write(&WriteRequest::inline(i, b"lost", 0).unwrap())
+        c.post(&WorkRequest::write_inline(i, b"lost", 0).unwrap())
             .unwrap();
     }
     let wcs = wait_completions(&ccq, 10, T);
@@ -179,7 +179,7 @@ fn a_vanished_peer_ends_in_retry_exceeded_and_flushed_requests() {
     );
     assert_eq!(c.state(), ConnState::Error);
     assert!(matches!(
-        c.post_write(&WriteRequest::inline(99, b"x", 0).unwrap()),
+        c.post(&WorkRequest::write_inline(99, b"x", 0).unwrap()),
         Err(Error::NotConnected(ConnState::Error))
     ));
     assert!(client.stats().retransmits >= 3);
@@ -206,7 +206,7 @@ fn a_restarted_peer_is_a_new_peer_not_the_old_one() {
     let l = first.listen(5, &sep, &scq).unwrap();
     let old = client.connect([10, 0, 0, 1], 5, &cep, &ccq).unwrap();
     let s = l.accept(T).unwrap();
-    old.post_write(&WriteRequest::inline(1, b"old", 0).unwrap().signaled())
+    old.post(&WorkRequest::write_inline(1, b"old", 0).unwrap().signaled())
         .unwrap();
     assert!(ccq.wait_one(T).unwrap().status.is_ok());
     // Crash: the worker stops first, so nothing it would still send (a disconnect
@@ -222,8 +222,12 @@ fn a_restarted_peer_is_a_new_peer_not_the_old_one() {
     let scq2 = second.create_cq(16);
     let l2 = second.listen(5, &sep2, &scq2).unwrap();
     // The old connection's frames reach the new incarnation and are refused there.
-    old.post_write(&WriteRequest::inline(2, b"stale", 0).unwrap().signaled())
-        .unwrap();
+    old.post(
+        &WorkRequest::write_inline(2, b"stale", 0)
+            .unwrap()
+            .signaled(),
+    )
+    .unwrap();
     let wc = wait_completions(&ccq, 1, T);
     assert_eq!(wc[0].status, WcStatus::RetryExceeded, "{wc:?}");
     assert_eq!(old.state(), ConnState::Error);
@@ -241,7 +245,7 @@ fn a_restarted_peer_is_a_new_peer_not_the_old_one() {
     // A new connection to the new incarnation works.
     let new = client.connect([10, 0, 0, 1], 5, &cep, &ccq).unwrap();
     let s2 = l2.accept(T).unwrap();
-    new.post_write(&WriteRequest::inline(3, b"new", 0).unwrap().signaled())
+    new.post(&WorkRequest::write_inline(3, b"new", 0).unwrap().signaled())
         .unwrap();
     assert!(ccq.wait_one(T).unwrap().status.is_ok());
     assert!(wait_until(&second, T, || s2.arrivals() == 1));
@@ -314,7 +318,11 @@ fn an_idle_connection_to_a_live_peer_stays_up_on_answered_probes() {
     assert_eq!(cs.keepalive_failures + ss.keepalive_failures, 0);
     // And it still works.
     c.client
-        .post(&WriteRequest::inline(1, b"alive", 0).unwrap().signaled())
+        .post(
+            &WorkRequest::write_inline(1, b"alive", 0)
+                .unwrap()
+                .signaled(),
+        )
         .unwrap();
     assert!(c.ccq.wait_one(T).unwrap().status.is_ok());
 }
@@ -339,7 +347,8 @@ fn a_half_open_idle_connection_times_out_when_the_peer_is_gone() {
         "the count of unanswered probes, then error"
     );
     assert!(matches!(
-        c.client.post(&WriteRequest::inline(2, b"x", 0).unwrap()),
+        c.client
+            .post(&WorkRequest::write_inline(2, b"x", 0).unwrap()),
         Err(Error::NotConnected(ConnState::Error))
     ));
 }
@@ -383,7 +392,7 @@ fn resource_limits_are_refused_with_a_clear_error_not_a_crash() {
     // Nothing broke: the first two connections still work.
     for (i, c) in [&a, &b].into_iter().enumerate() {
         c.post(
-            &WriteRequest::inline(i as u64, b"ok", 8 * i as u32)
+            &WorkRequest::write_inline(i as u64, b"ok", 8 * i as u32)
                 .unwrap()
                 .signaled(),
         )
@@ -431,7 +440,7 @@ fn connect_accept_and_teardown_survive_loss_and_duplication() {
         let c = pair.client.connect([10, 0, 0, 1], 12, &cep, &ccq).unwrap();
         let s = l.accept(T).unwrap();
         c.post(
-            &WriteRequest::inline(u64::from(i), &[i as u8 + 1; 8], 8 * i)
+            &WorkRequest::write_inline(u64::from(i), &[i as u8 + 1; 8], 8 * i)
                 .unwrap()
                 .signaled(),
         )

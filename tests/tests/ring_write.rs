@@ -37,7 +37,11 @@ fn inline_and_masked_writes() {
     let pair = RingPair::new("mask");
     let c = pair.connect(4096, 1);
     c.client
-        .post_write(&WriteRequest::inline(1, b"inline!", 8).unwrap().signaled())
+        .post(
+            &WorkRequest::write_inline(1, b"inline!", 8)
+                .unwrap()
+                .signaled(),
+        )
         .unwrap();
     let mut block = [0u8; 32];
     for (i, b) in block.iter_mut().enumerate() {
@@ -45,7 +49,7 @@ fn inline_and_masked_writes() {
     }
     // Words 0, 2 and 7 only.
     c.client
-        .post_write(&WriteRequest::masked(2, block, 0b1000_0101, 64).signaled())
+        .post(&WorkRequest::masked(2, block, 0b1000_0101, 64).signaled())
         .unwrap();
     for wc in wait_completions(&c.ccq, 2, T) {
         assert_eq!(wc.status, WcStatus::Success);
@@ -64,7 +68,7 @@ fn inline_and_masked_writes() {
         };
         assert_eq!(&got[w * 4..w * 4 + 4], want, "word {w}");
     }
-    assert!(WriteRequest::inline(3, &[0; 33], 0).is_err());
+    assert!(WorkRequest::write_inline(3, &[0; 33], 0).is_err());
 }
 
 #[test]
@@ -73,15 +77,19 @@ fn unsignaled_writes_complete_silently_but_errors_always_complete() {
     let c = pair.connect(4096, 1);
     for i in 0..100 {
         c.client
-            .post_write(&WriteRequest::inline(i, &[i as u8; 4], (i * 4) as u32).unwrap())
+            .post(&WorkRequest::write_inline(i, &[i as u8; 4], (i * 4) as u32).unwrap())
             .unwrap();
     }
     // Past the end of the 4096-byte remote endpoint: refused remotely, always reported.
     c.client
-        .post_write(&WriteRequest::inline(1000, &[1; 8], 4092).unwrap())
+        .post(&WorkRequest::write_inline(1000, &[1; 8], 4092).unwrap())
         .unwrap();
     c.client
-        .post_write(&WriteRequest::inline(1001, &[2; 1], 0).unwrap().signaled())
+        .post(
+            &WorkRequest::write_inline(1001, &[2; 1], 0)
+                .unwrap()
+                .signaled(),
+        )
         .unwrap();
     let wcs = wait_completions(&c.ccq, 2, T);
     assert_eq!(
@@ -128,7 +136,7 @@ fn connection_setup_through_connection_0() {
     let l2 = pair.server.listen(43, &sep2, &scq2).unwrap();
     let c2 = pair.client.connect([10, 0, 0, 1], 43, &ep, &cq).unwrap();
     let s2 = l2.accept(T).unwrap();
-    c2.post_write(&WriteRequest::inline(5, b"two", 0).unwrap().signaled())
+    c2.post(&WorkRequest::write_inline(5, b"two", 0).unwrap().signaled())
         .unwrap();
     assert_eq!(cq.wait_one(T).unwrap().status, WcStatus::Success);
     assert!(wait_until(&pair.client, T, || s2.arrivals() == 1));
@@ -136,13 +144,13 @@ fn connection_setup_through_connection_0() {
     // Teardown: the peer sees the connection closed, posting fails clearly.
     c2.close();
     assert!(wait_until(&pair.client, T, || s2.state() == ConnState::Closed));
-    match c2.post_write(&WriteRequest::inline(6, b"x", 0).unwrap()) {
+    match c2.post(&WorkRequest::write_inline(6, b"x", 0).unwrap()) {
         Err(Error::NotConnected(ConnState::Closed)) => {}
         other => panic!("post after close: {other:?}"),
     }
     // The first connection is unaffected.
     c.client
-        .post_write(&WriteRequest::inline(7, b"one", 0).unwrap().signaled())
+        .post(&WorkRequest::write_inline(7, b"one", 0).unwrap().signaled())
         .unwrap();
     assert_eq!(c.ccq.wait_one(T).unwrap().status, WcStatus::Success);
 }
@@ -167,12 +175,16 @@ fn nested_endpoint_limits_what_a_peer_sees() {
     let ccq = pair.client.create_cq(16);
     let c = pair.client.connect([10, 0, 0, 1], 9, &cep, &ccq).unwrap();
     let _s = l.accept(T).unwrap();
-    c.post_write(&WriteRequest::inline(1, b"inside", 0).unwrap().signaled())
-        .unwrap();
+    c.post(
+        &WorkRequest::write_inline(1, b"inside", 0)
+            .unwrap()
+            .signaled(),
+    )
+    .unwrap();
     assert_eq!(ccq.wait_one(T).unwrap().status, WcStatus::Success);
     // Offset 4096 of the inner endpoint would be 12288 of the outer one: refused.
-    c.post_write(
-        &WriteRequest::inline(2, b"outside", 4096)
+    c.post(
+        &WorkRequest::write_inline(2, b"outside", 4096)
             .unwrap()
             .signaled(),
     )
@@ -192,7 +204,7 @@ fn nested_endpoint_limits_what_a_peer_sees() {
     let l2 = pair.server.listen(10, &ro, &scq).unwrap();
     let c2 = pair.client.connect([10, 0, 0, 1], 10, &cep, &ccq).unwrap();
     let _s2 = l2.accept(T).unwrap();
-    c2.post_write(&WriteRequest::inline(3, b"nope", 0).unwrap().signaled())
+    c2.post(&WorkRequest::write_inline(3, b"nope", 0).unwrap().signaled())
         .unwrap();
     assert_eq!(ccq.wait_one(T).unwrap().status, WcStatus::RemoteAccessError);
     check_zero(&ro, 0, 4096).unwrap();
@@ -205,7 +217,7 @@ fn posting_refuses_bad_arguments_locally() {
     let c = pair.connect(4096, 1);
     // Local source past the local endpoint: completes with a local protection error.
     c.client
-        .post_write(&WriteRequest::from_endpoint(1, &c.cep, 4000, 200, 0).signaled())
+        .post(&WorkRequest::write(1, &c.cep, 4000, 200, 0).signaled())
         .unwrap();
     assert_eq!(
         c.ccq.wait_one(T).unwrap().status,
@@ -213,13 +225,8 @@ fn posting_refuses_bad_arguments_locally() {
     );
     // Remote range past the 32-bit offset space: refused at post.
     assert!(matches!(
-        c.client.post_write(&WriteRequest::from_endpoint(
-            2,
-            &c.cep,
-            0,
-            100,
-            u32::MAX - 10
-        )),
+        c.client
+            .post(&WorkRequest::write(2, &c.cep, 0, 100, u32::MAX - 10)),
         Err(Error::InvalidArgument(_))
     ));
     check_zero(&c.sep, 0, 4096).unwrap();
@@ -256,16 +263,17 @@ fn the_longest_ring_name_works_and_a_longer_one_is_a_typed_error() {
 fn an_inline_burst_leaves_at_the_doorbell_without_a_poll() {
     let pair = RingPair::new("doorbell");
     let c = pair.connect(4096, 3);
-    let write = |i: usize| WriteRequest::inline(i as u64, &[i as u8; 8], 8 * i as u32).unwrap();
+    let write =
+        |i: usize| WorkRequest::write_inline(i as u64, &[i as u8; 8], 8 * i as u32).unwrap();
     let sent = || pair.client.stats().msgs_tx;
     let before = sent();
     for i in 0..INLINE_DOORBELL - 1 {
-        c.client.post_write(&write(i)).unwrap();
+        c.client.post(&write(i)).unwrap();
     }
     std::thread::sleep(Duration::from_millis(20));
     assert_eq!(sent(), before, "below the doorbell, posts wait for a poll");
     assert_eq!(pair.server.stats().msgs_rx, 0);
-    c.client.post_write(&write(INLINE_DOORBELL - 1)).unwrap();
+    c.client.post(&write(INLINE_DOORBELL - 1)).unwrap();
     assert_eq!(
         sent(),
         before + INLINE_DOORBELL as u64,
@@ -317,7 +325,8 @@ fn a_list_of_requests_is_posted_in_order_all_or_none() {
         .unwrap();
     let _server = listener.accept(T).unwrap();
     // Write i puts [i; 8] at 8 * i.
-    let write = |i: usize| WriteRequest::inline(i as u64, &[i as u8 + 1; 8], 8 * i as u32).unwrap();
+    let write =
+        |i: usize| WorkRequest::write_inline(i as u64, &[i as u8 + 1; 8], 8 * i as u32).unwrap();
     let arrived = || pair.server.stats().msgs_rx;
 
     let too_long: Vec<_> = (0..DEPTH + 1).map(write).collect();
@@ -326,7 +335,7 @@ fn a_list_of_requests_is_posted_in_order_all_or_none() {
         other => panic!("expected SendQueueFull, got {other:?}"),
     }
     let mut bad: Vec<_> = (0..4).map(write).collect();
-    bad.push(WriteRequest::write(99, &cep, u64::MAX - 2, 8, 0)); // local range overflows
+    bad.push(WorkRequest::write(99, &cep, u64::MAX - 2, 8, 0)); // local range overflows
     assert!(
         conn.post_list(&bad).is_err(),
         "a bad request refuses the list"

@@ -176,13 +176,13 @@ fn inject(sock: &str, server: [u8; 4]) {
         // Legitimate: a write inside the endpoint and one past its end.
         let off = 64 * (round % 32);
         let data = [round as u8 | 0x80; 16];
-        conn.post_write(
-            &WriteRequest::inline(round as u64, &data, off)
+        conn.post(
+            &WorkRequest::write_inline(round as u64, &data, off)
                 .unwrap()
                 .signaled(),
         )
         .unwrap_or_else(|e| fail(e));
-        conn.post_write(&WriteRequest::inline(1000 + round as u64, &data, 4090).unwrap())
+        conn.post(&WorkRequest::write_inline(1000 + round as u64, &data, 4090).unwrap())
             .unwrap_or_else(|e| fail(e));
         for _ in 0..2 {
             let wc = cq
