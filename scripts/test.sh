@@ -105,12 +105,18 @@ quiet_dpdk() {
         >/dev/null 2>"$d/server" &
     local pid=$!
     for _ in $(seq 100); do [[ -S $s ]] && break; sleep 0.05; done
-    timeout 60 target/release/ddperf write_lat --dev "memif:$s:client" -n 2000 10.0.0.1 \
-        >/dev/null 2>"$d/client" || { cat "$d/client"; rm -rf "$d"; return 1; }
-    wait "$pid" || { cat "$d/server"; rm -rf "$d"; return 1; }
-    timeout 60 target/release/ddperf raw_lat --loopback -n 1000 >/dev/null 2>"$d/loop" || return 1
-    timeout 60 target/release/ddperf raw_lat --loopback -n 1000 -v >/dev/null 2>"$d/verbose" || return 1
     err=0
+    timeout 60 target/release/ddperf write_lat --dev "memif:$s:client" -n 2000 10.0.0.1 \
+        >/dev/null 2>"$d/client" || err=1
+    wait "$pid" || err=1
+    timeout 60 target/release/ddperf raw_lat --loopback -n 1000 >/dev/null 2>"$d/loop" || err=1
+    timeout 60 target/release/ddperf raw_lat --loopback -n 1000 -v >/dev/null 2>"$d/verbose" ||
+        err=1
+    if ((err)); then
+        for f in server client loop verbose; do [[ -f $d/$f ]] && cat "$d/$f" >&2; done
+        rm -rf "$d"
+        return 1
+    fi
     for f in server client loop; do
         if grep -E '^(EAL|MEMIF|rte_|PMD|ETHDEV)|Error' "$d/$f"; then
             echo "test: DPDK printed on stderr ($f side, above)" >&2

@@ -1116,18 +1116,18 @@ impl InlineDevices {
     }
 
     /// One turn of every inline device but `me` that no other thread is in; the
-    /// frames moved. Skipped when another waiting thread is already at it.
+    /// frames moved. Skipped when another waiting thread is already at it. The turns
+    /// run under the list's lock (no copy of the list per idle poll): only opening an
+    /// inline device waits for it, and a device dropped here touches only `count`.
     fn serve_others(&self, me: &DeviceInner) -> usize {
         let Ok(l) = self.list.try_lock() else {
             return 0;
         };
-        let others: Vec<Arc<DeviceInner>> = l
-            .iter()
+        l.iter()
             .filter_map(std::sync::Weak::upgrade)
             .filter(|d| !std::ptr::eq(Arc::as_ptr(d), me))
-            .collect();
-        drop(l);
-        others.iter().map(|d| d.progress()).sum()
+            .map(|d| d.progress())
+            .sum()
     }
 }
 

@@ -372,11 +372,10 @@ fn take_in_order(
     if conn.state == ConnState::Exceptioned {
         // Later messages wait behind the kept one; the sender is told again.
         if conn.nnaks == 0 {
-            let reason = conn.held.as_ref().map(|h| h.trap.reason());
-            let nak = Nak {
-                status: RemoteStatus::PageFault,
-                reason,
-            };
+            let nak = conn
+                .held
+                .as_ref()
+                .map_or(RemoteStatus::PageFault.into(), |h| h.trap.nak());
             conn.push_nak(conn.rx.expected(), nak);
         }
         return Flow::Stop;
@@ -1107,7 +1106,7 @@ fn hold(
         trap: t,
     }));
     conn.state = ConnState::Exceptioned;
-    conn.push_nak(seq, Nak::new(RemoteStatus::PageFault, t.reason()));
+    conn.push_nak(seq, t.nak()); // a fault's status: PageFault
     report_exception(conn, control, RemoteStatus::PageFault, t, ex);
     // Published after the report: a host that sees the state finds the report queued.
     conn.shared.set_state(ConnState::Exceptioned);
