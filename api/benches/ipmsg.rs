@@ -26,8 +26,8 @@ use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 use deposit::{
-    Completion, ConnOptions, Connection, Device, DeviceConfig, Endpoint, Instruction, Ip, Rights,
-    WorkRequest,
+    Completion, ConnOptions, Connection, Device, DeviceConfig, Endpoint, InstrPtr, Instruction,
+    Rights, WorkRequest,
 };
 
 const T: Duration = Duration::from_secs(60);
@@ -50,12 +50,12 @@ const IP_PING: u8 = 0x80;
 
 /// A WRITE of the message's data at `offset`, every operand the instruction's.
 fn write_at(offset: u32) -> Instruction {
-    Instruction::new(&WorkRequest::write_inline(0, &[], offset).unwrap()).unwrap()
+    Instruction::write(offset)
 }
 
 /// Programs the entry points `offsets` (one WRITE each) in a fresh window and returns
 /// the isolated connection options that give it to the peer, and the pointers.
-fn program(dev: &Device, offsets: &[u32]) -> (ConnOptions, Vec<Ip>) {
+fn program(dev: &Device, offsets: &[u32]) -> (ConnOptions, Vec<InstrPtr>) {
     let code = dev.alloc_instructions(offsets.len() as u32).unwrap();
     let ips = offsets
         .iter()
@@ -78,7 +78,11 @@ fn drain(cq: &deposit::CompletionQueue) {
 }
 
 /// The server: lets the streams land; answers every ping on the connection it came by.
-fn server(stop: Arc<AtomicBool>, ready: mpsc::Sender<(Ip, Ip)>, client_ip: mpsc::Receiver<Ip>) {
+fn server(
+    stop: Arc<AtomicBool>,
+    ready: mpsc::Sender<(InstrPtr, InstrPtr)>,
+    client_ip: mpsc::Receiver<InstrPtr>,
+) {
     let dev = Device::open(DeviceConfig::new("ring:ipbench:b", [10, 0, 0, 1])).unwrap();
     // After the EAL is up: its initialisation sets the calling thread's affinity.
     let _ = deposit_transport::port::pin_current_thread_to_nth_cpu(1);

@@ -58,7 +58,7 @@ pub use endpoint::Endpoint;
 pub use error::Error;
 pub use events::EventQueue;
 pub use multicast::MulticastGroup;
-pub use program::{InstrWindow, Instruction, Ip, Operands, Token, MAX_SEQUENCE};
+pub use program::{InstrPtr, InstrWindow, Instruction, Operands, Token, MAX_SEQUENCE};
 pub use queue::{CompletionQueue, Connection, INLINE_DOORBELL};
 pub use wr::{global, Cond, Order, RegOp, Src, WorkRequest};
 

@@ -1,84 +1,131 @@
 //! Instruction memory and payload tokens, the application's side (docs/design.md §3,
 //! "Instruction-pointer messages" and "Payload tokens").
 //!
-//! An [`Instruction`] is built from a [`WorkRequest`] template — the same builder that
-//! names the operation, address mode, registers, register operations and conditional
-//! of a direct message — plus which operands the message supplies
+//! An [`Instruction`] is built like a [`WorkRequest`] — an operation, then the same
+//! builder methods for the address mode, registers, register operations and
+//! conditional of a direct message — plus which operands the message supplies
 //! ([`Instruction::from_message`]), whether a sender may name it
 //! ([`Instruction::entry`]) and whether the sequencer goes on with the next one
 //! ([`Instruction::then`]). [`Device::program`] stores a chain in a connection's
 //! instruction window ([`Device::alloc_instructions`], given to
 //! [`ConnOptions::instructions`](crate::ConnOptions)) and returns the entry point's
-//! [`Ip`], an opaque value to hand to senders, who post [`WorkRequest::invoke`].
+//! [`InstrPtr`], an opaque value to hand to senders, who post [`WorkRequest::invoke`].
 //!
 //! Tokens: [`Device::create_token`] registers a buffer and returns a [`Token`] (a `u64`
 //! any node may carry); [`WorkRequest::write_with_token`] deposits into it once.
 
-use deposit_transport::connection::WrOpcode;
+use deposit_transport::connection::{Remote, WrOpcode};
 use deposit_transport::tables::{Instruction as Ins, RegWindow, GLOBAL_IP};
+use deposit_transport::wire::cell::{flags, op, AddrMode};
+use deposit_transport::wire::compound::{CompoundRepr, CondRepr, RegOpRepr};
 
 pub use deposit_transport::oplogic::MAX_SEQUENCE;
 pub use deposit_transport::tables::{Operands, Token};
 
-use crate::{Device, Endpoint, Error, WorkRequest};
+use crate::wr::addressing_builder;
+use crate::{Cond, Device, Endpoint, Error, Order, RegOp, Src, WorkRequest};
 
-/// One instruction: an operation template and its operand sources.
+/// One instruction of instruction memory: an operation, its address mode, register
+/// operations and conditional — the builder methods a [`WorkRequest`] has — and which
+/// operands the message supplies ([`Instruction::from_message`]).
+///
+/// ```
+/// use deposit::{Instruction, Operands, RegOp, Src};
+/// // Deposit the message's data at the queue pointer in register 0 (its stride in
+/// // register 1) and count the deposit in register 2.
+/// let ins = Instruction::write(0)
+///     .post_increment(0)
+///     .op1(RegOp::Add, 2, Src::Operand)
+///     .from_message(Operands::OPERAND);
+/// # let _ = ins;
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Instruction(pub(crate) Ins);
+pub struct Instruction {
+    /// Opcode, mask, operand sources and chaining; the addressing fields are `remote`'s.
+    ins: Ins,
+    remote: Remote,
+    compound: Option<CompoundRepr>,
+}
 
 impl Instruction {
-    /// The instruction `template` describes (opcode, word mask, address mode, operand,
-    /// register names, register operations and conditional; its data, length and local
-    /// ranges are ignored: the message brings the data). Every operand comes from the
-    /// instruction until [`Instruction::from_message`] says otherwise; not an entry
-    /// point until [`Instruction::entry`].
-    pub fn new(template: &WorkRequest) -> Result<Self, Error> {
-        let wr = &template.wr;
-        let (opcode, mask) = match wr.opcode {
-            WrOpcode::Write => (deposit_transport::wire::cell::op::WRITE, 0),
-            WrOpcode::WriteMasked { mask } => {
-                (deposit_transport::wire::cell::op::WRITE_MASKED, mask)
-            }
-            WrOpcode::FetchAdd { .. } => (deposit_transport::wire::cell::op::FETCH_ADD, 0),
-            WrOpcode::CmpSwap { .. } => (deposit_transport::wire::cell::op::CMP_SWAP, 0),
-            WrOpcode::RegOp => (deposit_transport::wire::cell::op::REG_OP, 0),
-            WrOpcode::Exception => (deposit_transport::wire::cell::op::EXCEPTION, 0),
-            other => {
-                return Err(Error::InvalidArgument(format!(
-                    "{other:?} cannot be an instruction"
-                )))
-            }
-        };
-        let ins = Ins {
-            opcode,
-            mask,
-            flags: wr.remote.mode_flags,
-            operand: wr.remote.operand,
-            regs: wr.remote.regs,
-            compound: wr.remote.compound,
-            ..Ins::default()
-        };
-        ins.validate(false)?;
-        Ok(Instruction(ins))
+    fn op(opcode: u8, mask: u8, operand: u32) -> Self {
+        Instruction {
+            ins: Ins {
+                opcode,
+                mask,
+                ..Ins::default()
+            },
+            remote: Remote {
+                operand,
+                ..Remote::default()
+            },
+            compound: None,
+        }
     }
 
-    /// Takes `operands` from the message instead of the instruction.
+    /// Write the message's data at `remote_offset` (the operand, in direct mode).
+    pub fn write(remote_offset: u32) -> Self {
+        Instruction::op(op::WRITE, 0, remote_offset)
+    }
+    /// Write words of the message's 32-byte block under `mask` (word i when bit i is
+    /// set) at `remote_offset`.
+    pub fn masked(mask: u8, remote_offset: u32) -> Self {
+        Instruction::op(op::WRITE_MASKED, mask, remote_offset)
+    }
+    /// Fetch-and-add on the 8-byte word at `remote_offset`, adding the value the
+    /// message carries ([`WorkRequest::invoke_atomic`]) and returning the old one.
+    pub fn fetch_add(remote_offset: u32) -> Self {
+        Instruction::op(op::FETCH_ADD, 0, remote_offset)
+    }
+    /// Compare-and-swap on the 8-byte word at `remote_offset`, with the compare and swap
+    /// values the message carries, returning the old value.
+    pub fn cmp_swap(remote_offset: u32) -> Self {
+        Instruction::op(op::CMP_SWAP, 0, remote_offset)
+    }
+    /// Register operations and/or a conditional only, no memory access.
+    pub fn reg_op() -> Self {
+        Instruction::op(op::REG_OP, 0, 0)
+    }
+    /// A software exception with `operand`: always an event at the receiver.
+    pub fn exception(operand: u32) -> Self {
+        Instruction::op(op::EXCEPTION, 0, operand)
+    }
+
+    addressing_builder!();
+
+    fn addressing(&mut self) -> (&mut Remote, &mut Option<CompoundRepr>) {
+        (&mut self.remote, &mut self.compound)
+    }
+
+    /// Takes `operands` from the message instead of the instruction (every operand
+    /// comes from the instruction until this says otherwise).
     pub fn from_message(mut self, operands: Operands) -> Self {
-        self.0.from_message = operands;
+        self.ins.from_message = operands;
         self
     }
 
-    /// Marks it an entry point: senders may name it.
+    /// Marks it an entry point: senders may name it (the first of a chain is one).
     pub fn entry(mut self) -> Self {
-        self.0.entry = true;
+        self.ins.entry = true;
         self
     }
 
     /// The sequencer goes on with the next instruction (set by [`Device::program`] on
     /// every instruction of a chain but the last).
     pub fn then(mut self) -> Self {
-        self.0.more = true;
+        self.ins.more = true;
         self
+    }
+
+    /// The instruction as instruction memory holds it.
+    fn stored(&self) -> Ins {
+        Ins {
+            flags: self.remote.mode_flags,
+            operand: self.remote.operand,
+            regs: self.remote.regs,
+            compound: self.remote.compound,
+            ..self.ins
+        }
     }
 }
 
@@ -100,9 +147,9 @@ impl InstrWindow {
 
 /// An instruction pointer: the value a sender puts in [`WorkRequest::invoke`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct Ip(pub u32);
+pub struct InstrPtr(pub u32);
 
-impl Ip {
+impl InstrPtr {
     /// Whether it names a global instruction.
     pub fn is_global(self) -> bool {
         self.0 & GLOBAL_IP != 0
@@ -140,14 +187,19 @@ impl Device {
     /// Stores `chain` at slot `at` of `w`: the first instruction becomes an entry point,
     /// each but the last continues with the next. Returns the entry point. At most
     /// [`MAX_SEQUENCE`] instructions.
-    pub fn program(&self, w: InstrWindow, at: u32, chain: &[Instruction]) -> Result<Ip, Error> {
+    pub fn program(
+        &self,
+        w: InstrWindow,
+        at: u32,
+        chain: &[Instruction],
+    ) -> Result<InstrPtr, Error> {
         check_chain(chain)?;
         let chain: Vec<_> = chained(chain).collect();
         self.inner.call_for_instructions(w.0, move |worker| {
             for (i, ins) in chain.into_iter().enumerate() {
                 worker.instructions.set(w.0, at + i as u32, Some(ins))?;
             }
-            Ok(Ip(at))
+            Ok(InstrPtr(at))
         })
     }
 
@@ -159,7 +211,7 @@ impl Device {
         at: u32,
         ins: Option<Instruction>,
     ) -> Result<(), Error> {
-        let ins = ins.map(|i| i.0);
+        let ins = ins.map(|i| i.stored());
         Ok(self
             .inner
             .call_for_instructions(w.0, move |wk| wk.instructions.set(w.0, at, ins))?)
@@ -168,7 +220,7 @@ impl Device {
     /// Stores `chain` as global instructions from index `at`: usable from every
     /// connection, and they must take every operand from the message
     /// ([`Operands::ALL`]; anything else is refused here).
-    pub fn program_global(&self, at: u32, chain: &[Instruction]) -> Result<Ip, Error> {
+    pub fn program_global(&self, at: u32, chain: &[Instruction]) -> Result<InstrPtr, Error> {
         check_chain(chain)?;
         let chain: Vec<_> = chained(chain).collect();
         // Every shard holds the global instructions (they take nothing from it).
@@ -177,7 +229,7 @@ impl Device {
                 for (i, ins) in chain.iter().enumerate() {
                     worker.instructions.set_global(at + i as u32, Some(*ins))?;
                 }
-                Ok(Ip(at | GLOBAL_IP))
+                Ok(InstrPtr(at | GLOBAL_IP))
             })
             .into_iter()
             .next()
@@ -231,9 +283,9 @@ fn check_chain(chain: &[Instruction]) -> Result<(), Error> {
 fn chained(chain: &[Instruction]) -> impl Iterator<Item = Ins> + '_ {
     let last = chain.len() - 1;
     chain.iter().enumerate().map(move |(i, ins)| Ins {
-        entry: ins.0.entry || i == 0,
+        entry: ins.ins.entry || i == 0,
         more: i < last,
-        ..ins.0
+        ..ins.stored()
     })
 }
 
@@ -242,13 +294,13 @@ impl WorkRequest {
     /// inline `data` (at most 32 bytes); register names and mask set with the usual
     /// builder methods are the message's register operands, which the instruction
     /// takes only where it says so.
-    pub fn invoke(wr_id: u64, ip: Ip, operand: u32, data: &[u8]) -> Result<Self, Error> {
+    pub fn invoke(wr_id: u64, ip: InstrPtr, operand: u32, data: &[u8]) -> Result<Self, Error> {
         Ok(WorkRequest::write_inline(wr_id, data, operand)?.into_invoke(ip, false))
     }
 
     /// This write (its data and operand) as an invoke of `ip`; `returns`: the sender
     /// waits for a value.
-    fn into_invoke(mut self, ip: Ip, returns: bool) -> Self {
+    fn into_invoke(mut self, ip: InstrPtr, returns: bool) -> Self {
         self.wr.opcode = WrOpcode::Invoke {
             ip: ip.0,
             mask: 0,
@@ -265,7 +317,7 @@ impl WorkRequest {
     /// [`WorkRequest::invoke`].
     pub fn invoke_atomic(
         wr_id: u64,
-        ip: Ip,
+        ip: InstrPtr,
         operand: u32,
         values: &[u64],
         result: &Endpoint,
@@ -292,7 +344,7 @@ impl WorkRequest {
     /// registers with [`WorkRequest::registers`]).
     pub fn invoke_from(
         wr_id: u64,
-        ip: Ip,
+        ip: InstrPtr,
         operand: u32,
         local: &Endpoint,
         local_offset: u64,
@@ -313,13 +365,6 @@ impl WorkRequest {
         let mut w = WorkRequest::write(wr_id, local, local_offset, len, 0);
         w.wr.opcode = WrOpcode::TokenWrite { token: token.0 };
         w
-    }
-
-    /// The message's register names `ra`, `rb`, `rc`, `rd` (operands an instruction
-    /// may take from the message).
-    pub fn registers(mut self, names: [u8; 4]) -> Self {
-        self.wr.remote.regs = names;
-        self
     }
 
     /// [`WorkRequest::write_with_token`] with inline data (at most 32 bytes).

@@ -43,13 +43,104 @@ pub enum Src {
 }
 
 impl Src {
-    fn wire(self) -> OpSource {
+    pub(crate) fn wire(self) -> OpSource {
         match self {
             Src::Operand => OpSource::Operand,
             Src::Reg(n) => OpSource::Reg(n),
         }
     }
 }
+
+/// The builder methods a work request and an [`Instruction`](crate::Instruction)
+/// share — address mode, operand, register names, register operations, conditional —
+/// over the type's `addressing()`: its wire-form remote part and compound descriptor.
+macro_rules! addressing_builder {
+    () => {
+        fn mode(mut self, mode: AddrMode, ra: u8) -> Self {
+            let (r, _) = self.addressing();
+            r.mode_flags = (r.mode_flags & !flags::ADDR_MASK) | mode.to_flags();
+            r.regs[0] = ra;
+            self
+        }
+
+        /// Indirect addressing: the effective address is the value of register `ra`.
+        pub fn indirect(self, ra: u8) -> Self {
+            self.mode(AddrMode::Indirect, ra)
+        }
+        /// Indexed addressing: register `ra` plus the operand.
+        pub fn indexed(self, ra: u8, offset: u32) -> Self {
+            self.mode(AddrMode::Indexed, ra).operand(offset)
+        }
+        /// Indirect with post-increment: `ea = <ra>; ra += <ra+1>`. In every address
+        /// mode the address is generated once per work request, however many messages
+        /// it takes (the register moves by the stride once, not by the length).
+        pub fn post_increment(self, ra: u8) -> Self {
+            self.mode(AddrMode::PostIncrement, ra)
+        }
+        /// Atomics only: act on register `ra` instead of endpoint memory.
+        pub fn on_register(self, ra: u8) -> Self {
+            let mut s = self.mode(AddrMode::Direct, ra);
+            s.addressing().0.mode_flags |= flags::REG_TARGET;
+            s
+        }
+        /// The operand (the remote offset in direct mode).
+        pub fn operand(mut self, v: u32) -> Self {
+            self.addressing().0.operand = v;
+            self
+        }
+        /// The register names `ra`, `rb`, `rc`, `rd` as they are (the address mode and
+        /// register operations set the ones they use; an instruction may take them
+        /// from the message instead).
+        pub fn registers(mut self, names: [u8; 4]) -> Self {
+            self.addressing().0.regs = names;
+            self
+        }
+
+        fn compound_op(mut self, reg: usize, name: u8, f: impl FnOnce(&mut CompoundRepr)) -> Self {
+            let (r, c) = self.addressing();
+            let c = c.get_or_insert(CompoundRepr::NONE);
+            f(c);
+            if reg < 4 {
+                r.regs[reg] = name;
+            }
+            r.compound = Some(c.to_bytes());
+            self
+        }
+        /// Register operation 1: `dst ← dst op src` (or `dst ← op(src)` for
+        /// SET/NOT/NEG).
+        pub fn op1(self, op: RegOp, dst: u8, src: Src) -> Self {
+            self.compound_op(1, dst, |c| {
+                c.op1 = RegOpRepr {
+                    op,
+                    src: src.wire(),
+                }
+            })
+        }
+        /// Register operation 2 (destination `rc`).
+        pub fn op2(self, op: RegOp, dst: u8, src: Src) -> Self {
+            self.compound_op(2, dst, |c| {
+                c.op2 = RegOpRepr {
+                    op,
+                    src: src.wire(),
+                }
+            })
+        }
+        /// The conditional: interrupt the receiver at the end if `<reg> cond rhs`.
+        pub fn cond(self, cond: Cond, rhs: Src, reg: u8) -> Self {
+            self.compound_op(3, reg, |c| {
+                c.cond = CondRepr {
+                    cond,
+                    rhs: rhs.wire(),
+                }
+            })
+        }
+        /// When the conditional is evaluated relative to the register operations.
+        pub fn order(self, order: Order) -> Self {
+            self.compound_op(4, 0, |c| c.order = order)
+        }
+    };
+}
+pub(crate) use addressing_builder;
 
 /// A work request, ready to post with [`crate::Connection::post`].
 #[derive(Debug, Clone, Copy)]
@@ -198,79 +289,10 @@ impl WorkRequest {
         Ok(WorkRequest::write_inline(wr_id, data, 0)?.post_increment(queue))
     }
 
-    fn mode(mut self, mode: AddrMode, ra: u8) -> Self {
-        self.wr.remote.mode_flags =
-            (self.wr.remote.mode_flags & !flags::ADDR_MASK) | mode.to_flags();
-        self.wr.remote.regs[0] = ra;
-        self
-    }
+    addressing_builder!();
 
-    /// Indirect addressing: the effective address is the value of register `ra`.
-    pub fn indirect(self, ra: u8) -> Self {
-        self.mode(AddrMode::Indirect, ra)
-    }
-    /// Indexed addressing: register `ra` plus the operand.
-    pub fn indexed(self, ra: u8, offset: u32) -> Self {
-        self.mode(AddrMode::Indexed, ra).operand(offset)
-    }
-    /// Indirect with post-increment: `ea = <ra>; ra += <ra+1>`. In every address mode
-    /// the address is generated once per work request, however many messages it takes
-    /// (the register moves by the stride once, not by the length).
-    pub fn post_increment(self, ra: u8) -> Self {
-        self.mode(AddrMode::PostIncrement, ra)
-    }
-    /// Atomics only: act on register `ra` instead of endpoint memory.
-    pub fn on_register(mut self, ra: u8) -> Self {
-        self = self.mode(AddrMode::Direct, ra);
-        self.wr.remote.mode_flags |= flags::REG_TARGET;
-        self
-    }
-    /// The message operand (the remote offset in direct mode).
-    pub fn operand(mut self, v: u32) -> Self {
-        self.wr.remote.operand = v;
-        self
-    }
-
-    fn compound_mut(&mut self) -> &mut CompoundRepr {
-        self.compound.get_or_insert(CompoundRepr::NONE)
-    }
-
-    fn sync(mut self) -> Self {
-        self.wr.remote.compound = self.compound.map(|c| c.to_bytes());
-        self
-    }
-
-    /// Register operation 1: `dst ← dst op src` (or `dst ← op(src)` for SET/NOT/NEG).
-    pub fn op1(mut self, op: RegOp, dst: u8, src: Src) -> Self {
-        self.wr.remote.regs[1] = dst;
-        self.compound_mut().op1 = RegOpRepr {
-            op,
-            src: src.wire(),
-        };
-        self.sync()
-    }
-    /// Register operation 2 (destination `rc`).
-    pub fn op2(mut self, op: RegOp, dst: u8, src: Src) -> Self {
-        self.wr.remote.regs[2] = dst;
-        self.compound_mut().op2 = RegOpRepr {
-            op,
-            src: src.wire(),
-        };
-        self.sync()
-    }
-    /// The conditional: interrupt the receiver at the end if `<reg> cond rhs`.
-    pub fn cond(mut self, cond: Cond, rhs: Src, reg: u8) -> Self {
-        self.wr.remote.regs[3] = reg;
-        self.compound_mut().cond = CondRepr {
-            cond,
-            rhs: rhs.wire(),
-        };
-        self.sync()
-    }
-    /// When the conditional is evaluated relative to the register operations.
-    pub fn order(mut self, order: Order) -> Self {
-        self.compound_mut().order = order;
-        self.sync()
+    fn addressing(&mut self) -> (&mut Remote, &mut Option<CompoundRepr>) {
+        (&mut self.wr.remote, &mut self.compound)
     }
 
     /// Ask for a completion on success too (errors always complete).
@@ -293,9 +315,5 @@ impl WorkRequest {
     /// Changes the operand (the remote offset in direct mode).
     pub fn set_remote_offset(&mut self, off: u32) {
         self.wr.remote.operand = off;
-    }
-    /// The wire-level remote part (for diagnostics).
-    pub fn remote(&self) -> Remote {
-        self.wr.remote
     }
 }

@@ -8,7 +8,7 @@
 
 use std::time::{Duration, Instant};
 
-use deposit::{Connection, Device, Ip, RegWindow};
+use deposit::{Connection, Device, InstrPtr, RegWindow};
 
 use crate::error::{PerfError, Result, Wait};
 use crate::exchange::{self, Layout, RoundEnd};
@@ -28,7 +28,7 @@ pub struct Side {
     pub s: Session,
     pub more: Vec<Connection>,
     pub regs: Option<RegWindow>,
-    pub ip: Option<Ip>,
+    pub ip: Option<InstrPtr>,
 }
 
 impl Side {

@@ -48,7 +48,8 @@
 //! round used ([`verify::check_ring`]) and sends the client a verdict.
 
 use deposit::{
-    ConnOptions, Device, Instruction, Ip, Operands, RegOp, RegWindow, Registers, Src, WorkRequest,
+    ConnOptions, Device, InstrPtr, Instruction, Operands, RegOp, RegWindow, Registers, Src,
+    WorkRequest,
 };
 
 use crate::error::{PerfError, Result};
@@ -62,7 +63,7 @@ use crate::verify::{self, Ring};
 use crate::{Params, Test};
 
 /// The control instruction's pointer, on every side (see the module doc).
-pub const CONTROL_IP: Ip = Ip(CONTROL_SLOT);
+pub const CONTROL_IP: InstrPtr = InstrPtr(CONTROL_SLOT);
 const CONTROL_SLOT: u32 = 0;
 /// Where the message instruction sits (its pointer is handed over, not assumed).
 const MESSAGE_SLOT: u32 = 1;
@@ -126,14 +127,14 @@ fn ring_for(max: u64) -> Ring {
 }
 
 /// The value that hands `ip` to the peer.
-fn offer(ip: Ip) -> u64 {
+fn offer(ip: InstrPtr) -> u64 {
     IP_OFFER | u64::from(ip.0)
 }
 
 /// The instruction pointer the peer handed over in `offer`.
-fn offered_ip(offer: u64, who: &str) -> Result<Ip> {
+fn offered_ip(offer: u64, who: &str) -> Result<InstrPtr> {
     match offer.checked_sub(IP_OFFER).map(u32::try_from) {
-        Some(Ok(ip)) => Ok(Ip(ip)),
+        Some(Ok(ip)) => Ok(InstrPtr(ip)),
         _ => Err(PerfError::Failed(format!(
             "the {who} offered {offer:#x}, not an instruction pointer (does it run the same ddperf test?)"
         ))),
@@ -159,22 +160,24 @@ fn sizes(side: &Side, p: &Params) -> Result<Vec<(usize, u64)>> {
 /// The message instruction of ip_lat (and ip_bw): a WRITE at offset 0, every operand
 /// its own.
 fn write_at_zero() -> Result<Instruction> {
-    Ok(Instruction::new(&WorkRequest::write_inline(0, &[], 0)?)?)
+    Ok(Instruction::write(0))
 }
 
 /// The message instruction of ip_bw's server under `--verify`: a WRITE at the ring
 /// pointer, which it post-increments and wraps (see the module doc).
 fn write_at_ring() -> Result<Instruction> {
-    let t = WorkRequest::write_inline(0, &[], 0)?
-        .post_increment(RING_PTR)
-        .op1(RegOp::And, RING_PTR, Src::Reg(RING_MASK));
-    Ok(Instruction::new(&t)?)
+    Ok(Instruction::write(0).post_increment(RING_PTR).op1(
+        RegOp::And,
+        RING_PTR,
+        Src::Reg(RING_MASK),
+    ))
 }
 
 /// The control instruction: a WRITE at r0 plus the message's operand.
 fn control() -> Result<Instruction> {
-    let t = WorkRequest::write_inline(0, &[], 0)?.indexed(CTRL_BASE, 0);
-    Ok(Instruction::new(&t)?.from_message(Operands::OPERAND))
+    Ok(Instruction::write(0)
+        .indexed(CTRL_BASE, 0)
+        .from_message(Operands::OPERAND))
 }
 
 /// Sets up what this side gives its peer: registers, instructions, isolation. Returns
@@ -185,7 +188,7 @@ fn program(
     p: &Params,
     lay: &Layout,
     server: bool,
-) -> Result<(ConnOptions, RegWindow, Option<Ip>)> {
+) -> Result<(ConnOptions, RegWindow, Option<InstrPtr>)> {
     let regs = dev.alloc_registers(REGISTERS)?;
     dev.write_register(regs, u32::from(CTRL_BASE), lay.ctrl as u64)?;
     let code = dev.alloc_instructions(2)?;
@@ -370,7 +373,7 @@ mod tests {
 
     #[test]
     fn an_offer_round_trips_and_nothing_else_passes_for_one() {
-        for ip in [Ip(0), Ip(1), Ip(u32::MAX)] {
+        for ip in [InstrPtr(0), InstrPtr(1), InstrPtr(u32::MAX)] {
             assert_eq!(offered_ip(offer(ip), "peer").unwrap(), ip);
         }
         // No offer, a token-sized value, a pointer without the mark.

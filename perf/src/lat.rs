@@ -27,7 +27,7 @@
 
 use std::time::Instant;
 
-use deposit::{Completion, ConnState, Connection, Ip, Token, WorkRequest};
+use deposit::{Completion, ConnState, Connection, InstrPtr, Token, WorkRequest};
 
 use crate::error::{PerfError, Result, Wait};
 use crate::exchange::{self, Layout, RoundEnd};
@@ -175,7 +175,7 @@ pub enum Path {
     /// write_lat: RDMA writes at offset 0 of the peer's endpoint.
     Write,
     /// ip_lat: invokes of the peer's entry point (its instruction writes at offset 0).
-    Invoke(Ip),
+    Invoke(InstrPtr),
     /// token_lat: the client deposits with this token (the server's latest); the
     /// server takes the deposit's event and answers with a fresh token (see
     /// [`crate::token`]).

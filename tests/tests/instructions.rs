@@ -120,17 +120,17 @@ fn entry_points_window_bounds_and_sequencer_bounds_are_enforced() {
     let before = f.mem();
     // Not an entry point.
     f.run(
-        &[WorkRequest::invoke(2, Ip(4), 1, &[]).unwrap()],
+        &[WorkRequest::invoke(2, InstrPtr(4), 1, &[]).unwrap()],
         WcStatus::RemoteAccessError,
     );
     assert_eq!(f.drops(DropReason::NotEntryPoint), 1);
     // Outside the window of 16.
     f.run(
-        &[WorkRequest::invoke(3, Ip(16), 1, &[]).unwrap()],
+        &[WorkRequest::invoke(3, InstrPtr(16), 1, &[]).unwrap()],
         WcStatus::RemoteAccessError,
     );
     f.run(
-        &[WorkRequest::invoke(4, Ip(u32::MAX >> 1), 1, &[]).unwrap()],
+        &[WorkRequest::invoke(4, InstrPtr(u32::MAX >> 1), 1, &[]).unwrap()],
         WcStatus::RemoteAccessError,
     );
     assert_eq!(f.drops(DropReason::InstructionWindow), 2);
@@ -146,13 +146,13 @@ fn entry_points_window_bounds_and_sequencer_bounds_are_enforced() {
     let long = bump.entry().then();
     f.pair.server.program_slot(f.code, 6, Some(long)).unwrap();
     f.run(
-        &[WorkRequest::invoke(5, Ip(6), 1, &[]).unwrap()],
+        &[WorkRequest::invoke(5, InstrPtr(6), 1, &[]).unwrap()],
         WcStatus::RemoteOperationError,
     );
     assert_eq!(f.drops(DropReason::SequenceBounds), 1);
     f.pair.server.program_slot(f.code, 12, Some(long)).unwrap();
     f.run(
-        &[WorkRequest::invoke(6, Ip(12), 1, &[]).unwrap()],
+        &[WorkRequest::invoke(6, InstrPtr(12), 1, &[]).unwrap()],
         WcStatus::RemoteAccessError,
     );
     assert_eq!(f.drops(DropReason::InstructionWindow), 3);
@@ -166,8 +166,7 @@ fn a_chain_is_atomic_a_trap_in_a_later_step_undoes_nothing_visible() {
     let f = fixture("ip_atomic", 8, false);
     f.set(0, 100, RegProt::NONE); // a pointer
     f.set(1, 0, RegProt::NONE); // a counter
-    let write =
-        Instruction::new(&WorkRequest::write_inline(0, &[], 0).unwrap().indirect(0)).unwrap();
+    let write = Instruction::write(0).indirect(0);
     let count = add_operand(1);
     let ip = f.pair.server.program(f.code, 0, &[write, count]).unwrap();
     f.run(
@@ -178,7 +177,7 @@ fn a_chain_is_atomic_a_trap_in_a_later_step_undoes_nothing_visible() {
     assert_eq!(f.reg(1), 3);
     // The second step now fails (its register leaves the window): the first step's
     // write must not appear either.
-    let bad = Instruction::new(&WorkRequest::reg_op(0).op1(RegOp::Add, 100, Src::Operand)).unwrap();
+    let bad = Instruction::reg_op().op1(RegOp::Add, 100, Src::Operand);
     f.pair.server.program_slot(f.code, 1, Some(bad)).unwrap();
     f.run(
         &[WorkRequest::invoke(2, ip, 3, b"WORLD").unwrap()],
@@ -192,7 +191,7 @@ fn a_chain_is_atomic_a_trap_in_a_later_step_undoes_nothing_visible() {
 fn global_instructions_take_only_sender_operands() {
     let f = fixture("ip_global", 4, false);
     f.set(1, 7, RegProt::READ | RegProt::WRITE);
-    let add = Instruction::new(&WorkRequest::reg_op(0).op1(RegOp::Add, 0, Src::Operand)).unwrap();
+    let add = Instruction::reg_op().op1(RegOp::Add, 0, Src::Operand);
     // Refused locally: a global instruction naming its own register.
     assert!(f.pair.server.program_global(0, &[add]).is_err());
     let ip = f
@@ -297,7 +296,11 @@ fn an_unloaded_instruction_is_a_fault_the_host_repairs_then_it_runs_once() {
     let loaded = f.pair.server.program(f.code, 0, &[bump]).unwrap();
     // Slot 2 is empty: the first message faults, the second waits behind it.
     f.c.client
-        .post(&WorkRequest::invoke(1, Ip(2), 10, &[]).unwrap().signaled())
+        .post(
+            &WorkRequest::invoke(1, InstrPtr(2), 10, &[])
+                .unwrap()
+                .signaled(),
+        )
         .unwrap();
     f.c.client
         .post(&WorkRequest::invoke(2, loaded, 1, &[]).unwrap().signaled())
@@ -355,7 +358,7 @@ fn a_released_endpoints_tokens_die_with_it() {
 fn an_atomic_through_an_instruction_pointer_returns_its_old_value() {
     // An isolated counter: the instruction names the word, the sender only the add.
     let f = fixture("ip_fadd", 1, true);
-    let add = Instruction::new(&WorkRequest::fetch_add(0, &f.c.cep, 0, 256, 0)).unwrap();
+    let add = Instruction::fetch_add(256);
     let ip = f.pair.server.program(f.code, 0, &[add]).unwrap();
     let write = f.pair.server.program(f.code, 1, &[write_at(512)]).unwrap();
     let old = |at: usize| {
@@ -391,5 +394,5 @@ fn an_atomic_through_an_instruction_pointer_returns_its_old_value() {
 
 /// A WRITE of the message data at `ea`.
 fn write_at(ea: u32) -> Instruction {
-    Instruction::new(&WorkRequest::write_inline(0, &[], ea).unwrap()).unwrap()
+    Instruction::write(ea)
 }

@@ -21,15 +21,15 @@ fn verify(mut p: MemifPeer, case: &str) {
     p.finish(&format!("verified {case}"));
 }
 
-fn ip(p: &MemifPeer, name: &str) -> Ip {
-    Ip(p.announced(name).parse().expect("an instruction pointer"))
+fn ip(p: &MemifPeer, name: &str) -> InstrPtr {
+    InstrPtr(p.announced(name).parse().expect("an instruction pointer"))
 }
 
 fn token(p: &MemifPeer, name: &str) -> Token {
     Token(p.announced(name).parse().expect("a token"))
 }
 
-fn invoke(id: u64, ip: Ip, operand: u32, data: &[u8]) -> WorkRequest {
+fn invoke(id: u64, ip: InstrPtr, operand: u32, data: &[u8]) -> WorkRequest {
     WorkRequest::invoke(id, ip, operand, data).expect("inline data")
 }
 
@@ -68,8 +68,8 @@ fn non_entry_out_of_window_and_overlong_instruction_pointers_are_refused_across_
     // Just past the window, and far past it.
     p.run(
         &[
-            invoke(3, Ip(window), 1, b"past"),
-            invoke(4, Ip(u32::MAX >> 1), 1, b"far"),
+            invoke(3, InstrPtr(window), 1, b"past"),
+            invoke(4, InstrPtr(u32::MAX >> 1), 1, b"far"),
         ],
         WcStatus::RemoteAccessError,
     );

@@ -302,7 +302,7 @@ impl Node {
         );
     }
 
-    fn program(&self, at: u32, chain: &[Instruction]) -> Ip {
+    fn program(&self, at: u32, chain: &[Instruction]) -> InstrPtr {
         self.dev
             .program(self.code, at, chain)
             .unwrap_or_else(|e| fail(e))
