@@ -53,10 +53,14 @@ fn main() {
     let mut ccfg = DeviceConfig::new("ring:excbench:a", [10, 0, 0, 2]);
     ccfg.rnr_retry_count = 100_000; // B waits for the host as long as this runs
     let client = Device::open(ccfg).expect("client device");
-    let sep = server.alloc_endpoint(LEN, Rights::REMOTE_WRITE).unwrap();
+    let sep = server
+        .alloc_endpoint(LEN as u64, Rights::REMOTE_WRITE)
+        .unwrap();
     let scq = server.create_cq(64);
     let l = server.listen(9, &sep, &scq).unwrap();
-    let cep = client.alloc_endpoint(LEN, Rights::REMOTE_WRITE).unwrap();
+    let cep = client
+        .alloc_endpoint(LEN as u64, Rights::REMOTE_WRITE)
+        .unwrap();
     let acq = client.create_cq(1 << 12);
     let bcq = client.create_cq(64);
     let a = client.connect([10, 0, 0, 1], 9, &cep, &acq).unwrap();
@@ -114,7 +118,7 @@ fn main() {
         assert_eq!(got, want, "B's writes completed in order");
         for k in 0..5usize {
             let mut v = [0u8; 32];
-            sep.read(PAGE * 4096 + 64 * k, &mut v).unwrap();
+            sep.read((PAGE * 4096 + 64 * k) as u64, &mut v).unwrap();
             assert!(v.iter().all(|&x| x == (round * 10) as u8 + k as u8 + 1));
         }
     }

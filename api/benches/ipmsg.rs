@@ -86,7 +86,9 @@ fn server(
     let dev = Device::open(DeviceConfig::new("ring:ipbench:b", [10, 0, 0, 1])).unwrap();
     // After the EAL is up: its initialisation sets the calling thread's affinity.
     let _ = deposit_transport::port::pin_current_thread_to_nth_cpu(1);
-    let ep = dev.alloc_endpoint(REGION, Rights::REMOTE_WRITE).unwrap();
+    let ep = dev
+        .alloc_endpoint(REGION as u64, Rights::REMOTE_WRITE)
+        .unwrap();
     let cq = dev.create_cq(1 << 12);
     let (opts, ips) = program(&dev, &[0, PING_AT]);
     let ld = dev.listen(SERVICE_DIRECT, &ep, &cq).unwrap();
@@ -100,12 +102,12 @@ fn server(
     let mut pongs = 0u64;
     while !stop.load(Ordering::Relaxed) {
         dev.progress();
-        let b = ep.load_u8(last).unwrap();
+        let b = ep.load_u8(last as u64).unwrap();
         if b == seen {
             continue;
         }
         seen = b;
-        ep.write(SRC as usize + SIZE as usize - 1, &[b]).unwrap();
+        ep.write(SRC + u64::from(SIZE) - 1, &[b]).unwrap();
         pongs += 1;
         let (conn, wr) = if b & IP_PING != 0 {
             let wr = WorkRequest::invoke_from(pongs, pong_ip, 0, &ep, SRC, SIZE);
@@ -166,13 +168,13 @@ fn pings(dev: &Device, ep: &Endpoint, path: &Path<'_>, counter: &mut u8) -> f64 
     for i in 0..PINGS as u64 {
         *counter = (*counter % 127) + 1;
         let b = *counter | path.mark;
-        ep.write(SRC as usize + SIZE as usize - 1, &[b]).unwrap();
+        ep.write(SRC + u64::from(SIZE) - 1, &[b]).unwrap();
         req.set_wr_id(i);
         req.set_signaled(i % 256 == 255);
         let t0 = Instant::now();
         path.conn.post(&req).unwrap();
         // The pong is checked after every worker turn, as ddperf's loops do.
-        while ep.load_u8(last).unwrap() != b {
+        while ep.load_u8(last as u64).unwrap() != b {
             dev.progress();
             assert!(t0.elapsed() < T, "no pong");
         }
@@ -214,7 +216,9 @@ fn main() {
     let (bw_ip, ping_ip) = ready_rx.recv_timeout(T).unwrap();
     let _ = deposit_transport::port::pin_current_thread_to_nth_cpu(0);
     let dev = Device::open(DeviceConfig::new("ring:ipbench:a", [10, 0, 0, 2])).unwrap();
-    let ep = dev.alloc_endpoint(REGION, Rights::REMOTE_WRITE).unwrap();
+    let ep = dev
+        .alloc_endpoint(REGION as u64, Rights::REMOTE_WRITE)
+        .unwrap();
     let (dcq, icq) = (dev.create_cq(1 << 12), dev.create_cq(1 << 12));
     let (opts, ips) = program(&dev, &[PONG_AT]);
     let direct = dev

@@ -33,12 +33,16 @@ fn setup(m: usize) -> Setup {
     .expect("server device");
     let client = Device::open(DeviceConfig::new(&format!("ring:{name}:a"), [10, 0, 0, 2]))
         .expect("client device");
-    let cep = client.alloc_endpoint(LEN, Rights::REMOTE_WRITE).unwrap();
+    let cep = client
+        .alloc_endpoint(LEN as u64, Rights::REMOTE_WRITE)
+        .unwrap();
     let cq = client.create_cq(1 << 16);
     let mut conns = Vec::new();
     let mut held = Vec::new();
     for i in 0..m {
-        let sep = server.alloc_endpoint(LEN, Rights::REMOTE_WRITE).unwrap();
+        let sep = server
+            .alloc_endpoint(LEN as u64, Rights::REMOTE_WRITE)
+            .unwrap();
         let scq = server.create_cq(16);
         let l = server.listen(100 + i as u32, &sep, &scq).unwrap();
         conns.push(

@@ -21,10 +21,10 @@ use std::time::{Duration, Instant};
 use deposit::{ConnOptions, Device, DeviceConfig, Priority, Rights, WorkRequest};
 
 const T: Duration = Duration::from_secs(60);
-const PING: usize = 32;
+const PING: u64 = 32;
 const BULK_WR: u32 = 64 << 10;
 const BULK_DEPTH: u64 = 16;
-const BULK_REGION: usize = 64 << 20;
+const BULK_REGION: u64 = 64 << 20;
 const IDLE_PINGS: usize = 20_000;
 /// Idle/loaded rounds the measurement alternates.
 const ROUNDS: u64 = 4;
@@ -134,7 +134,7 @@ fn main() {
             }
             if let Some(limit) = load {
                 while *bulk_posted < limit && *bulk_posted - *bulk_done < BULK_DEPTH {
-                    let off = (*bulk_posted * u64::from(BULK_WR)) % BULK_REGION as u64;
+                    let off = (*bulk_posted * u64::from(BULK_WR)) % BULK_REGION;
                     let w =
                         WorkRequest::write(*bulk_posted, &bep, off, BULK_WR, off as u32).signaled();
                     bulk.post(&w).unwrap();

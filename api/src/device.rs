@@ -784,7 +784,7 @@ impl Device {
 
     /// Allocates a zeroed endpoint of `len` bytes, from hugepages when reserved
     /// (ordinary pages otherwise, with a warning), on the next shard (round-robin).
-    pub fn alloc_endpoint(&self, len: usize, rights: Rights) -> Result<Endpoint, Error> {
+    pub fn alloc_endpoint(&self, len: u64, rights: Rights) -> Result<Endpoint, Error> {
         let shard = self.next_shard();
         self.alloc_endpoint_on(usize::from(shard), len, rights)
     }
@@ -794,13 +794,15 @@ impl Device {
     pub fn alloc_endpoint_on(
         &self,
         shard: usize,
-        len: usize,
+        len: u64,
         rights: Rights,
     ) -> Result<Endpoint, Error> {
         let shard = self.check_shard(shard)?;
         if len == 0 {
             return Err(Error::InvalidArgument("endpoint length 0".into()));
         }
+        let len = usize::try_from(len)
+            .map_err(|_| Error::InvalidArgument(format!("endpoint length {len}")))?;
         let mem = Arc::new(EndpointMemory::alloc(len)?);
         self.add_endpoint(shard, mem, 0, len, rights)
     }
@@ -826,8 +828,8 @@ impl Device {
     pub fn sub_endpoint(
         &self,
         parent: &Endpoint,
-        offset: usize,
-        len: usize,
+        offset: u64,
+        len: u64,
         rights: Rights,
     ) -> Result<Endpoint, Error> {
         self.sub_endpoint_on(usize::from(parent.0.shard), parent, offset, len, rights)
@@ -839,25 +841,25 @@ impl Device {
         &self,
         shard: usize,
         parent: &Endpoint,
-        offset: usize,
-        len: usize,
+        offset: u64,
+        len: u64,
         rights: Rights,
     ) -> Result<Endpoint, Error> {
         let shard = self.check_shard(shard)?;
         if !Arc::ptr_eq(&parent.0.dev, &self.inner) {
             return Err(Error::ForeignEndpoint);
         }
-        if offset.checked_add(len).is_none_or(|e| e > parent.0.len) {
+        if offset.checked_add(len).is_none_or(|e| e > parent.len()) {
             return Err(Error::InvalidArgument(format!(
                 "sub-range {offset}+{len} outside parent of {} bytes",
-                parent.0.len
+                parent.len()
             )));
         }
         self.add_endpoint(
             shard,
             parent.0.mem.clone(),
-            parent.0.offset + offset,
-            len,
+            parent.0.offset + offset as usize,
+            len as usize,
             rights,
         )
     }

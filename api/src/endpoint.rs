@@ -41,9 +41,10 @@ impl std::fmt::Debug for Endpoint {
 
 impl Endpoint {
     /// Length in bytes.
-    pub fn len(&self) -> usize {
-        self.0.len
+    pub fn len(&self) -> u64 {
+        self.0.len as u64
     }
+    /// Whether it has no byte (never, for an endpoint the device made).
     pub fn is_empty(&self) -> bool {
         self.0.len == 0
     }
@@ -75,9 +76,10 @@ impl Endpoint {
         self.0.mem.as_ptr().wrapping_add(self.0.offset)
     }
 
-    fn check(&self, off: usize, len: usize) -> Result<usize, Error> {
-        match off.checked_add(len) {
-            Some(end) if end <= self.0.len => Ok(self.0.offset + off),
+    /// The memory index of `len` bytes at `off`, when they are inside the endpoint.
+    fn check(&self, off: u64, len: usize) -> Result<usize, Error> {
+        match off.checked_add(len as u64) {
+            Some(end) if end <= self.0.len as u64 => Ok(self.0.offset + off as usize),
             _ => Err(Error::InvalidArgument(format!(
                 "range {off}+{len} outside endpoint of {} bytes",
                 self.0.len
@@ -86,29 +88,30 @@ impl Endpoint {
     }
 
     /// Copies bytes out of the endpoint.
-    pub fn read(&self, off: usize, dst: &mut [u8]) -> Result<(), Error> {
+    pub fn read(&self, off: u64, dst: &mut [u8]) -> Result<(), Error> {
         let at = self.check(off, dst.len())?;
         Ok(self.0.mem.read(at, dst)?)
     }
     /// Copies bytes into the endpoint.
-    pub fn write(&self, off: usize, src: &[u8]) -> Result<(), Error> {
+    pub fn write(&self, off: u64, src: &[u8]) -> Result<(), Error> {
         let at = self.check(off, src.len())?;
         Ok(self.0.mem.write(at, src)?)
     }
     /// Fills a range with one byte.
-    pub fn fill(&self, off: usize, len: usize, byte: u8) -> Result<(), Error> {
+    pub fn fill(&self, off: u64, len: u64, byte: u8) -> Result<(), Error> {
+        let len = usize::try_from(len).unwrap_or(usize::MAX);
         let at = self.check(off, len)?;
         Ok(self.0.mem.fill(at, len, byte)?)
     }
     /// Volatile load of one byte (poll for the last byte of a deposit, as
     /// ib_write_lat does: deposits store their last byte last).
     #[inline]
-    pub fn load_u8(&self, off: usize) -> Result<u8, Error> {
+    pub fn load_u8(&self, off: u64) -> Result<u8, Error> {
         let at = self.check(off, 1)?;
         Ok(self.0.mem.load_u8(at)?)
     }
     /// Volatile load of a native-endian u64.
-    pub fn load_u64(&self, off: usize) -> Result<u64, Error> {
+    pub fn load_u64(&self, off: u64) -> Result<u64, Error> {
         let at = self.check(off, 8)?;
         Ok(self.0.mem.load_u64(at)?)
     }

@@ -36,6 +36,15 @@
 //! and `memif:/tmp/dp.sock:client` for two processes on one machine, `af_packet:IFACE`
 //! or `af_xdp:IFACE` on a kernel interface, a PCI address on a NIC (docs/design.md §8).
 //!
+//! Numbers: offsets and sizes inside an endpoint are `u64` everywhere
+//! ([`Endpoint::read`], [`Device::alloc_endpoint`], a work request's local offset,
+//! [`Device::create_token`]); a work request's length is a `u32`, as verbs' `length`.
+//! The remote offset of a direct-mode request is its 32-bit operand, so direct
+//! addressing reaches the first 4 GiB of an endpoint and the register modes
+//! ([`WorkRequest::indexed`], [`WorkRequest::indirect`]) reach the rest through 64-bit
+//! address registers. A host buffer given to [`Device::register_endpoint`] is a
+//! pointer and a `usize`, as `ibv_reg_mr` takes one.
+//!
 //! Progress: a device runs its worker either on a dedicated thread
 //! ([`Progress::Dedicated`]) or inline ([`Progress::Inline`]), driven by the
 //! application's calls to [`Device::progress`], [`CompletionQueue::poll`] and the

@@ -239,10 +239,7 @@ impl Device {
     /// Registers `len` bytes at `offset` of `ep` in the payload table; any node holding
     /// the token may deposit there once (the endpoint must permit remote writes).
     pub fn create_token(&self, ep: &Endpoint, offset: u64, len: u64) -> Result<Token, Error> {
-        if offset
-            .checked_add(len)
-            .is_none_or(|end| end > ep.len() as u64)
-        {
+        if offset.checked_add(len).is_none_or(|end| end > ep.len()) {
             return Err(Error::InvalidArgument(format!(
                 "token range {offset}+{len} outside endpoint of {} bytes",
                 ep.len()

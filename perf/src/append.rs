@@ -146,7 +146,7 @@ fn check_bodies(
     let want = verify::body(body_seed(round), size as usize);
     let mut got = vec![0u8; size as usize];
     for i in 0..count as usize {
-        s.ep.read(s.lay.slot(i), &mut got)?;
+        s.ep.read(s.lay.slot(i) as u64, &mut got)?;
         let bad = verify::count_diff(&got[RECORD as usize..], &want[RECORD as usize..]);
         if bad > 0 {
             out.note(format!(
@@ -180,7 +180,7 @@ fn client(side: &Side, p: &Params, rep: &mut Reporter) -> Result<()> {
             // Every source slot carries the round's body after its record (not timed).
             let b = verify::body(body_seed(round), size as usize);
             for j in 0..slots {
-                s.ep.write(s.lay.slot(j), &b)?;
+                s.ep.write(s.lay.slot(j) as u64, &b)?;
             }
         }
         exchange::wait_credit(&s.dev, &s.conn, &s.ep, &s.lay, p, round as u64 + 1)?;
@@ -191,7 +191,7 @@ fn client(side: &Side, p: &Params, rep: &mut Reporter) -> Result<()> {
             laps: None,
             prepare: |id, conn, req: &mut WorkRequest| {
                 let at = s.lay.slot(((id - 1) % slots as u64) as usize);
-                s.ep.write(at, &record(conn as u32, round, p.post_list, id - 1))?;
+                s.ep.write(at as u64, &record(conn as u32, round, p.post_list, id - 1))?;
                 *req = WorkRequest::send(0, &s.ep, at as u64, size as u32, global(0));
                 Ok(())
             },
@@ -219,7 +219,7 @@ fn check_queue(
     let (mut foreign, mut dup, mut wrong_conn) = (0u64, 0u64, 0u64);
     let mut b = [0u8; RECORD as usize];
     for i in 0..count as usize {
-        s.ep.read(s.lay.slot(i), &mut b)?;
+        s.ep.read(s.lay.slot(i) as u64, &mut b)?;
         let conn = u32::from_le_bytes(b[0..4].try_into().expect("4 bytes")) as u64;
         let tag = u16::from_le_bytes(b[4..6].try_into().expect("2 bytes"));
         let list = u64::from(u16::from_le_bytes(b[6..8].try_into().expect("2 bytes")));

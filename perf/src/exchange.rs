@@ -406,7 +406,7 @@ pub fn send_hello_offering(
     p: &Params,
     offer: u64,
 ) -> Result<()> {
-    ep.write(lay.ctrl, &Hello::of(p).emit(offer))?;
+    ep.write(lay.ctrl as u64, &Hello::of(p).emit(offer))?;
     let c = Control {
         wr_id: HELLO_WR,
         at: lay.ctrl,
@@ -429,12 +429,12 @@ pub fn wait_hello(dev: &Device, ep: &Endpoint, lay: &Layout, p: &Params) -> Resu
         p.timeout,
         "the client's parameter block (do both sides run the same test with the same -s/-a?)",
     );
-    while ep.load_u8(lay.ctrl + HELLO_LEN - 1)? != READY {
+    while ep.load_u8((lay.ctrl + HELLO_LEN - 1) as u64)? != READY {
         dev.progress();
         wait.tick()?;
     }
     let mut b = [0u8; HELLO_LEN];
-    ep.read(lay.ctrl, &mut b)?;
+    ep.read(lay.ctrl as u64, &mut b)?;
     let theirs = Hello::parse(&b)?;
     let ours = Hello::of(p);
     if theirs != ours {
@@ -484,14 +484,14 @@ pub fn wait_answer(
 ) -> Result<u64> {
     let at = lay.credit + ANSWER_AT;
     let mut wait = Wait::new(p.timeout, "the server's answer to the parameter block");
-    while ep.load_u8(at + ANSWER_LEN - 1)? != READY {
+    while ep.load_u8((at + ANSWER_LEN - 1) as u64)? != READY {
         dev.progress();
         if wait.tick()? {
             crate::lat::check_open(conn)?;
         }
     }
     let mut b = [0u8; 8];
-    ep.read(at, &mut b)?;
+    ep.read(at as u64, &mut b)?;
     Ok(u64::from_le_bytes(b))
 }
 
@@ -517,7 +517,7 @@ pub fn send_round_end(
         b[30] = 1;
     }
     b[MARKER_LEN - 1] = round as u8 + 1;
-    ep.write(at, &b)?;
+    ep.write(at as u64, &b)?;
     let c = Control {
         wr_id: MARKER_WR,
         at,
@@ -561,7 +561,7 @@ pub fn read_round_end_with(
     arrivals: impl Fn() -> u64,
 ) -> Result<(RoundEnd, u64)> {
     let mut b = [0u8; MARKER_LEN];
-    ep.read(lay.marker(round), &mut b)?;
+    ep.read(lay.marker(round) as u64, &mut b)?;
     let u64_at = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().expect("8 bytes"));
     let end = RoundEnd {
         count: u64_at(0),
@@ -622,7 +622,7 @@ pub fn wait_credit(
     value: u64,
 ) -> Result<()> {
     let mut wait = Wait::new(p.timeout, "the server's credit (its queue to be recycled)");
-    while ep.load_u64(lay.credit)? < value {
+    while ep.load_u64(lay.credit as u64)? < value {
         dev.progress();
         if wait.tick()? {
             crate::lat::check_open(conn)?;
@@ -694,14 +694,14 @@ pub fn wait_verdict(
 ) -> Result<crate::verify::Verdict> {
     let at = lay.credit + VERDICT_AT;
     let mut wait = Wait::new(p.timeout, "the server's verify verdict on the round");
-    while ep.load_u8(at + VERDICT_LEN - 1)? != round as u8 + 1 {
+    while ep.load_u8((at + VERDICT_LEN - 1) as u64)? != round as u8 + 1 {
         dev.progress();
         if wait.tick()? {
             crate::lat::check_open(conn)?;
         }
     }
     let mut b = [0u8; VERDICT_LEN];
-    ep.read(at, &mut b)?;
+    ep.read(at as u64, &mut b)?;
     if last {
         let t0 = std::time::Instant::now();
         while conn.state() == deposit::ConnState::Normal && t0.elapsed() < p.timeout {

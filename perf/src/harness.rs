@@ -84,7 +84,7 @@ impl Side {
         // A passive side with a dedicated worker has nothing to drive: it naps between
         // looks at the flag instead of taking a core from the workers.
         let nap = (p.progress == deposit::Progress::Dedicated).then(|| Duration::from_micros(200));
-        while s.ep.load_u8(flag_at)? != flag {
+        while s.ep.load_u8(flag_at as u64)? != flag {
             s.dev.progress();
             if let Some(d) = nap {
                 std::thread::sleep(d);

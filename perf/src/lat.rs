@@ -274,14 +274,14 @@ pub fn ping(
             if p.verify {
                 verify::put_stamp(&s.ep, s.lay.send, size as usize, &verify::stamp(round, seq))?;
             }
-            s.ep.write(s.lay.send + last, &[counter])?;
+            s.ep.write((s.lay.send + last) as u64, &[counter])?;
             let signaled = seq % cq_mod == 0;
             req.set_signaled(signaled);
             req.set_wr_id(seq);
             let t0 = Instant::now();
             s.conn.post(&req)?;
             let mut wait = Wait::since(t0, p.timeout, path.reply());
-            while s.ep.load_u8(flag)? != counter {
+            while s.ep.load_u8(flag as u64)? != counter {
                 s.dev.progress();
                 if wait.tick()? {
                     check_open(&s.conn)?;
@@ -368,12 +368,12 @@ pub fn answer(
                         }
                         None => false,
                     },
-                    _ => s.ep.load_u8(last)? == next,
+                    _ => s.ep.load_u8(last as u64)? == next,
                 };
                 if arrived {
                     break true;
                 }
-                if s.ep.load_u8(flag_at)? == flag {
+                if s.ep.load_u8(flag_at as u64)? == flag {
                     break false;
                 }
                 s.dev.progress();
@@ -400,7 +400,7 @@ pub fn answer(
                 path = Path::Token(t);
                 req = token::reply(t, counter)?;
             } else {
-                s.ep.write(s.lay.send + last, &[counter])?;
+                s.ep.write((s.lay.send + last) as u64, &[counter])?;
             }
             let signaled = (pongs + 1) % cq_mod == 0;
             req.set_signaled(signaled);

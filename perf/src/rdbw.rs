@@ -147,5 +147,5 @@ pub fn read_counter(side: &Side, p: &Params) -> Result<u64> {
         }
         wait.tick()?;
     }
-    Ok(s.ep.load_u64(AT as usize)?)
+    Ok(s.ep.load_u64(AT)?)
 }

@@ -235,7 +235,7 @@ fn lat_client(side: &Side, p: &Params, rep: &mut Reporter) -> Result<()> {
             if p.verify {
                 // Not timed; the server's next reply comes after our next send.
                 stamp_image(&mut want, round, seq);
-                s.ep.read(landed, &mut got)?;
+                s.ep.read(landed as u64, &mut got)?;
                 let what = || format!("{size} B: reply {seq}");
                 verify::check_message(&got, &want, what, rep.outcome());
             }
@@ -288,7 +288,7 @@ fn lat_server(side: &Side, p: &Params, rep: &mut Reporter) -> Result<()> {
         }
         let mut check = |landed: usize, seq: u64, checked: &mut verify::Outcome| -> Result<()> {
             stamp_image(&mut want, round, seq);
-            s.ep.read(landed, &mut got)?;
+            s.ep.read(landed as u64, &mut got)?;
             let what = || format!("{size} B: send {seq}");
             verify::check_message(&got, &want, what, checked);
             Ok(())
@@ -299,7 +299,7 @@ fn lat_server(side: &Side, p: &Params, rep: &mut Reporter) -> Result<()> {
         loop {
             // The counter first, the flag second (see the module doc).
             let a = s.conn.arrivals();
-            if s.ep.load_u8(flag_at)? == flag {
+            if s.ep.load_u8(flag_at as u64)? == flag {
                 break;
             }
             if a == seen {
@@ -424,7 +424,7 @@ fn bw_server(side: &Side, p: &Params, rep: &mut Reporter) -> Result<()> {
         loop {
             // The counter first, the flag second (see the module doc).
             let a = s.conn.arrivals();
-            if s.ep.load_u8(flag_at)? == flag {
+            if s.ep.load_u8(flag_at as u64)? == flag {
                 break;
             }
             if a != seen {
@@ -499,7 +499,7 @@ fn check_lap(
             &st,
             size as usize,
         );
-        s.ep.read(s.lay.slot(j as usize), &mut got)?;
+        s.ep.read(s.lay.slot(j as usize) as u64, &mut got)?;
         let what = || format!("{size} B: send {} in slot {j}", g + 1);
         verify::check_message(&got, &want, what, out);
     }

@@ -134,7 +134,7 @@ fn endpoint_and_cq(
     rights: Rights,
     conns: usize,
 ) -> Result<(Endpoint, deposit::CompletionQueue)> {
-    let ep = dev.alloc_endpoint(lay.len, rights)?;
+    let ep = dev.alloc_endpoint(lay.len as u64, rights)?;
     // Room for every outstanding request to complete with an error (a flush) at once:
     // the stream's window over all the connections, not a depth per connection (which
     // -q 65536 would make gigabytes).

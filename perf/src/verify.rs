@@ -162,7 +162,7 @@ pub fn message(seed: u64, st: &[u8; STAMP], len: usize) -> Vec<u8> {
 
 /// Writes the body of `seed` (`len` bytes) into `ep` at `off`.
 pub fn fill(ep: &Endpoint, off: usize, len: usize, seed: u64) -> Result<()> {
-    ep.write(off, &body(seed, len))?;
+    ep.write(off as u64, &body(seed, len))?;
     Ok(())
 }
 
@@ -187,7 +187,7 @@ pub fn ping_pong_bodies(
 /// Writes the stamp over the first bytes of a `len`-byte message at `off`.
 #[inline]
 pub fn put_stamp(ep: &Endpoint, off: usize, len: usize, st: &[u8; STAMP]) -> Result<()> {
-    ep.write(off, &st[..len.min(STAMP)])?;
+    ep.write(off as u64, &st[..len.min(STAMP)])?;
     Ok(())
 }
 
@@ -410,7 +410,7 @@ pub fn check_word(got: u64, want: u64, what: &str, out: &mut Outcome) {
 /// Reads `len` bytes of `ep` at `off` into `buf` (resized).
 pub fn read_region(ep: &Endpoint, off: usize, len: usize, buf: &mut Vec<u8>) -> Result<()> {
     buf.resize(len, 0);
-    ep.read(off, buf)?;
+    ep.read(off as u64, buf)?;
     Ok(())
 }
 

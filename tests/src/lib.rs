@@ -36,7 +36,7 @@ pub fn fill_pattern(ep: &Endpoint, off: usize, len: usize, seed: u64, pat_off: u
     let buf: Vec<u8> = (0..len as u64)
         .map(|i| pattern(seed, pat_off + i))
         .collect();
-    ep.write(off, &buf).unwrap();
+    ep.write(off as u64, &buf).unwrap();
 }
 
 /// Checks `len` bytes of `ep` at `off` hold the pattern; returns the first mismatch.
@@ -48,7 +48,7 @@ pub fn check_pattern(
     pat_off: u64,
 ) -> Result<(), String> {
     let mut buf = vec![0u8; len];
-    ep.read(off, &mut buf).unwrap();
+    ep.read(off as u64, &mut buf).unwrap();
     for (i, b) in buf.iter().enumerate() {
         let want = pattern(seed, pat_off + i as u64);
         if *b != want {
@@ -64,7 +64,7 @@ pub fn check_pattern(
 /// Checks a range is all zero (nothing written there).
 pub fn check_zero(ep: &Endpoint, off: usize, len: usize) -> Result<(), String> {
     let mut buf = vec![0u8; len];
-    ep.read(off, &mut buf).unwrap();
+    ep.read(off as u64, &mut buf).unwrap();
     match buf.iter().position(|b| *b != 0) {
         None => Ok(()),
         Some(i) => Err(format!(
@@ -148,12 +148,12 @@ impl RingPair {
         rights: Rights,
         opts: &ConnOptions,
     ) -> (Conns, CompletionQueue) {
-        let sep = self.server.alloc_endpoint(len, rights).unwrap();
+        let sep = self.server.alloc_endpoint(len as u64, rights).unwrap();
         let scq = self.server.create_cq(4096);
         let listener = self.server.listen_with(service, &sep, &scq, opts).unwrap();
         let cep = self
             .client
-            .alloc_endpoint(len, Rights::REMOTE_WRITE)
+            .alloc_endpoint(len as u64, Rights::REMOTE_WRITE)
             .unwrap();
         let ccq = self.client.create_cq(4096);
         let client = self

@@ -73,7 +73,7 @@ impl MemifPeer {
         ))
         .expect("sender device");
         let ep = dev
-            .alloc_endpoint(SENDER_LEN, Rights::REMOTE_WRITE)
+            .alloc_endpoint(SENDER_LEN as u64, Rights::REMOTE_WRITE)
             .expect("sender endpoint");
         let cq = dev.create_cq(256);
         let conn = dev

@@ -330,8 +330,8 @@ pub struct Receiver {
 /// Sets up the receiver on `dev`: the endpoint (all rights), register 0 the queue
 /// pointer (indirect only) and register 1 its stride, a listener on [`SERVICE`].
 pub fn receiver(dev: &Device) -> Result<Receiver, Error> {
-    let ep = dev.alloc_endpoint(SERVER_LEN, Rights::ALL)?;
-    ep.fill(0, SERVER_LEN, 0)?;
+    let ep = dev.alloc_endpoint(SERVER_LEN as u64, Rights::ALL)?;
+    ep.fill(0, SERVER_LEN as u64, 0)?;
     let regs = dev.alloc_registers(2)?;
     dev.write_register(regs, 0, QUEUE_BASE)?;
     dev.set_register_protection(regs, 0, RegProt::INDIRECT)?;
@@ -369,7 +369,7 @@ pub fn verify_round(dev: &Device, rx: &Receiver, pool: &[u8], round: &Round) -> 
             Op::Write { src, dst, len } => {
                 buf.resize(len as usize, 0);
                 rx.ep
-                    .read(dst as usize, &mut buf)
+                    .read(dst as u64, &mut buf)
                     .map_err(|e| ctx(e.to_string()))?;
                 let want = &pool[src as usize..(src + len) as usize];
                 if buf != want {
@@ -384,9 +384,7 @@ pub fn verify_round(dev: &Device, rx: &Receiver, pool: &[u8], round: &Round) -> 
                 let at = QUEUE_BASE + appends * QUEUE_STRIDE;
                 appends += 1;
                 buf.resize(len as usize, 0);
-                rx.ep
-                    .read(at as usize, &mut buf)
-                    .map_err(|e| ctx(e.to_string()))?;
+                rx.ep.read(at, &mut buf).map_err(|e| ctx(e.to_string()))?;
                 let want = &pool[src as usize..(src + len) as usize];
                 if buf != want {
                     let i = first_difference(&buf, want);
@@ -413,7 +411,7 @@ pub fn verify_round(dev: &Device, rx: &Receiver, pool: &[u8], round: &Round) -> 
     }
     let fa = rx
         .ep
-        .load_u64(FA_WORD as usize)
+        .load_u64(FA_WORD as u64)
         .map_err(|e| ctx(e.to_string()))?;
     if fa != round.fa_after {
         return Err(ctx(format!(
@@ -423,7 +421,7 @@ pub fn verify_round(dev: &Device, rx: &Receiver, pool: &[u8], round: &Round) -> 
     }
     let cas = rx
         .ep
-        .load_u64(CAS_WORD as usize)
+        .load_u64(CAS_WORD as u64)
         .map_err(|e| ctx(e.to_string()))?;
     if cas != round.cas_after {
         return Err(ctx(format!(
@@ -432,7 +430,7 @@ pub fn verify_round(dev: &Device, rx: &Receiver, pool: &[u8], round: &Round) -> 
         )));
     }
     rx.ep
-        .fill(QUEUE_BASE as usize, QUEUE_LEN, 0)
+        .fill(QUEUE_BASE, QUEUE_LEN as u64, 0)
         .map_err(|e| ctx(e.to_string()))?;
     dev.write_register(rx.regs, 0, QUEUE_BASE)
         .map_err(|e| ctx(e.to_string()))?;
@@ -499,7 +497,7 @@ pub struct Report {
 
 /// The endpoint the sender needs (its pool written in).
 pub fn sender_endpoint(dev: &Device, pool: &[u8]) -> Result<Endpoint, Error> {
-    let cep = dev.alloc_endpoint(CLIENT_LEN, Rights::REMOTE_WRITE)?;
+    let cep = dev.alloc_endpoint(CLIENT_LEN as u64, Rights::REMOTE_WRITE)?;
     cep.write(0, pool)?;
     Ok(cep)
 }
@@ -531,7 +529,7 @@ impl Sender<'_> {
             done.clear();
             // Result slots hold a value no atomic of the run returns until one lands.
             self.cep
-                .fill(RESULT_BASE, 8 * ROUND_OPS, 0xA5)
+                .fill(RESULT_BASE as u64, 8 * ROUND_OPS as u64, 0xA5)
                 .map_err(|e| ctx(e.to_string()))?;
             let in_round = round.first_id..round.first_id + round.ops.len() as u64;
             let take = |wc: deposit::Completion, done: &mut HashSet<u64>| -> Result<(), String> {
@@ -559,7 +557,7 @@ impl Sender<'_> {
                         // Poison the landing range, so a read that never lands shows.
                         let poison: Vec<u8> = want.iter().map(|b| !b).collect();
                         self.cep
-                            .write(land as usize, &poison)
+                            .write(land as u64, &poison)
                             .map_err(|e| ctx(e.to_string()))?;
                         expected_reads.push((land, want));
                         report.reads += 1;
@@ -612,7 +610,7 @@ impl Sender<'_> {
             for (land, want) in &expected_reads {
                 buf.resize(want.len(), 0);
                 self.cep
-                    .read(*land as usize, &mut buf)
+                    .read(*land as u64, &mut buf)
                     .map_err(|e| ctx(e.to_string()))?;
                 if &buf != want {
                     let i = first_difference(&buf, want);
@@ -634,7 +632,7 @@ impl Sender<'_> {
                 };
                 let got = self
                     .cep
-                    .load_u64(result as usize)
+                    .load_u64(result as u64)
                     .map_err(|e| ctx(e.to_string()))?;
                 if got != old {
                     return Err(ctx(format!(

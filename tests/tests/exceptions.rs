@@ -37,7 +37,7 @@ fn connections(
     Vec<(Connection, Connection)>,
     Listener,
 ) {
-    let sep = pair.server.alloc_endpoint(LEN, rights).unwrap();
+    let sep = pair.server.alloc_endpoint(LEN as u64, rights).unwrap();
     let scq = pair.server.create_cq(64);
     let opts = ConnOptions {
         registers: Registers::Window(regs),
@@ -46,7 +46,7 @@ fn connections(
     let l = pair.server.listen_with(21, &sep, &scq, &opts).unwrap();
     let cep = pair
         .client
-        .alloc_endpoint(LEN, Rights::REMOTE_WRITE)
+        .alloc_endpoint(LEN as u64, Rights::REMOTE_WRITE)
         .unwrap();
     let ccq = pair.client.create_cq(1024);
     let mut v = Vec::new();
@@ -139,7 +139,7 @@ fn a_missing_page_blocks_only_its_connection_and_the_kept_write_lands_once_in_or
             3 * 4096 + 64 * i
         };
         let mut b = [0u8; 16];
-        sep.read(off as usize, &mut b).unwrap();
+        sep.read(off, &mut b).unwrap();
         assert_eq!(b, [i as u8 + 1; 16], "connection 2's write {i}");
     }
     // Connection 1 is still held: nothing of it is visible, not even its registers.

@@ -77,9 +77,7 @@ fn fetch_and_add_runs_exactly_once_under_loss() {
         "every add applied exactly once"
     );
     // Every old value 0..n came back exactly once.
-    let mut olds: Vec<u64> = (0..n)
-        .map(|i| cep.load_u64(8 * i as usize).unwrap())
-        .collect();
+    let mut olds: Vec<u64> = (0..n).map(|i| cep.load_u64(8 * i).unwrap()).collect();
     olds.sort_unstable();
     assert_eq!(olds, (0..n).collect::<Vec<_>>());
 }

@@ -49,7 +49,9 @@ fn writes_from_1_byte_to_1_mib_land_byte_exact_across_processes() {
     ))
     .unwrap();
     let (layout, len) = sweep_layout();
-    let ep = dev.alloc_endpoint(len, Rights::REMOTE_WRITE).unwrap();
+    let ep = dev
+        .alloc_endpoint(len as u64, Rights::REMOTE_WRITE)
+        .unwrap();
     let cq = dev.create_cq(256);
     let conn = dev.connect([10, 0, 0, 1], 7, &ep, &cq).unwrap();
     for (i, &(off, size)) in layout.iter().enumerate() {

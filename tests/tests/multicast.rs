@@ -25,14 +25,14 @@ fn group(name: &str, sq_depth: usize) -> Group {
     let pair = RingPair::new(name);
     let cep = pair
         .client
-        .alloc_endpoint(LEN, Rights::REMOTE_WRITE)
+        .alloc_endpoint(LEN as u64, Rights::REMOTE_WRITE)
         .unwrap();
     let ccq = pair.client.create_cq(4096);
     let (mut clients, mut servers, mut eps, mut ls) = (vec![], vec![], vec![], vec![]);
     for i in 0..M {
         let sep = pair
             .server
-            .alloc_endpoint(LEN, Rights::REMOTE_WRITE)
+            .alloc_endpoint(LEN as u64, Rights::REMOTE_WRITE)
             .unwrap();
         let scq = pair.server.create_cq(16);
         let service = 40 + i as u32;
@@ -211,7 +211,7 @@ fn group_posts_ring_the_inline_doorbell() {
     for ep in &g.server_eps {
         for i in 0..INLINE_DOORBELL {
             let mut b = [0u8; 8];
-            ep.read(8 * i, &mut b).unwrap();
+            ep.read((8 * i) as u64, &mut b).unwrap();
             assert_eq!(b, [i as u8; 8], "write {i}");
         }
     }

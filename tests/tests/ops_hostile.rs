@@ -28,12 +28,12 @@ fn fixture(name: &str, rights: Rights, opts: ConnOptions) -> Fixture {
         registers: Registers::Window(regs),
         ..opts
     };
-    let sep = pair.server.alloc_endpoint(LEN, rights).unwrap();
+    let sep = pair.server.alloc_endpoint(LEN as u64, rights).unwrap();
     let scq = pair.server.create_cq(64);
     let listener = pair.server.listen_with(31, &sep, &scq, &opts).unwrap();
     let cep = pair
         .client
-        .alloc_endpoint(LEN, Rights::REMOTE_WRITE)
+        .alloc_endpoint(LEN as u64, Rights::REMOTE_WRITE)
         .unwrap();
     let ccq = pair.client.create_cq(1024);
     let client = pair.client.connect([10, 0, 0, 1], 31, &cep, &ccq).unwrap();
@@ -304,7 +304,7 @@ fn addresses_past_the_endpoint_and_denied_rights_are_refused() {
         .unwrap();
     assert_eq!(f.c.ccq.wait_one(T).unwrap().status, WcStatus::Success);
     let mut b = [0u8; 16];
-    f.c.sep.read(LEN - 16, &mut b).unwrap();
+    f.c.sep.read((LEN - 16) as u64, &mut b).unwrap();
     assert_eq!(b, [0xAB; 16]);
     assert_eq!(
         f.pair.server.read_register(f.regs, 0).unwrap(),

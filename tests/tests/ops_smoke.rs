@@ -80,7 +80,7 @@ fn send_is_a_write_at_the_receivers_queue_pointer() {
     assert_eq!(c.ccq.wait_one(T).unwrap().status, WcStatus::Success);
     for i in 0..10u8 {
         let mut b = [0u8; 16];
-        c.sep.read(1024 + 64 * i as usize, &mut b).unwrap();
+        c.sep.read(1024 + 64 * i as u64, &mut b).unwrap();
         assert_eq!(b, [i + 1; 16]);
     }
     assert_eq!(pair.server.read_register(regs, 0).unwrap(), 1024 + 640);

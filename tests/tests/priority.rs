@@ -31,13 +31,13 @@ fn setup(name: &str, priorities: &[Priority]) -> Setup {
     let len = BULK_WRS * MIB + 4096;
     let sep = pair
         .server
-        .alloc_endpoint(len, Rights::REMOTE_WRITE)
+        .alloc_endpoint(len as u64, Rights::REMOTE_WRITE)
         .unwrap();
     let scq = pair.server.create_cq(64);
     let listener = pair.server.listen(SERVICE, &sep, &scq).unwrap();
     let cep = pair
         .client
-        .alloc_endpoint(len, Rights::REMOTE_WRITE)
+        .alloc_endpoint(len as u64, Rights::REMOTE_WRITE)
         .unwrap();
     fill_pattern(&cep, 0, len, 7, 0);
     let ccq = pair.client.create_cq(4096);

@@ -457,7 +457,7 @@ fn connect_accept_and_teardown_survive_loss_and_duplication() {
     ));
     for i in 0..8usize {
         let mut got = [0u8; 8];
-        sep.read(8 * i, &mut got).unwrap();
+        sep.read((8 * i) as u64, &mut got).unwrap();
         assert_eq!(got, [i as u8 + 1; 8]);
     }
     for (c, s) in &conns {

@@ -291,7 +291,7 @@ fn an_inline_burst_leaves_at_the_doorbell_without_a_poll() {
     }
     for i in 0..INLINE_DOORBELL {
         let mut b = [0u8; 8];
-        c.sep.read(8 * i, &mut b).unwrap();
+        c.sep.read((8 * i) as u64, &mut b).unwrap();
         assert_eq!(b, [i as u8; 8], "write {i}");
     }
 }
@@ -371,7 +371,7 @@ fn a_list_of_requests_is_posted_in_order_all_or_none() {
     assert!(wait_until(&pair.client, T, || arrived() == DEPTH as u64));
     for i in 0..DEPTH {
         let mut b = [0u8; 8];
-        sep.read(8 * i, &mut b).unwrap();
+        sep.read((8 * i) as u64, &mut b).unwrap();
         assert_eq!(b, [i as u8 + 1; 8], "write {i}");
     }
 }

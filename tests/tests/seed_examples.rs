@@ -275,7 +275,7 @@ fn fetch_and_increment_and_compare_and_swap_on_memory_and_registers() {
         .collect();
     f.run(&reqs, WcStatus::Success);
     for i in 0..5u64 {
-        assert_eq!(f.c.cep.load_u64(8 * i as usize).unwrap(), 100 + i);
+        assert_eq!(f.c.cep.load_u64(8 * i).unwrap(), 100 + i);
     }
     assert_eq!(f.c.sep.load_u64(512).unwrap(), 105);
 
@@ -285,7 +285,7 @@ fn fetch_and_increment_and_compare_and_swap_on_memory_and_registers() {
         .collect();
     f.run(&reqs, WcStatus::Success);
     for i in 0..3u64 {
-        assert_eq!(f.c.cep.load_u64(64 + 8 * i as usize).unwrap(), 7 + i);
+        assert_eq!(f.c.cep.load_u64(64 + 8 * i).unwrap(), 7 + i);
     }
     assert_eq!(f.reg(0), 10);
 
@@ -468,7 +468,7 @@ fn sixteen_connections_append_to_one_queue_through_a_global_register() {
     let pair = RingPair::new("seed_append");
     let sep = pair
         .server
-        .alloc_endpoint(LEN, Rights::REMOTE_WRITE)
+        .alloc_endpoint(LEN as u64, Rights::REMOTE_WRITE)
         .unwrap();
     let globals = pair.server.alloc_registers(2).unwrap();
     pair.server.write_register(globals, 0, BASE).unwrap();
@@ -522,7 +522,8 @@ fn sixteen_connections_append_to_one_queue_through_a_global_register() {
     let mut next = [0usize; CONNS];
     for slot in 0..CONNS * PER {
         let mut r = [0u8; REC];
-        sep.read(BASE as usize + slot * REC, &mut r).unwrap();
+        sep.read((BASE as usize + slot * REC) as u64, &mut r)
+            .unwrap();
         let c = u32::from_le_bytes(r[..4].try_into().unwrap()) as usize;
         let k = u32::from_le_bytes(r[4..8].try_into().unwrap()) as usize;
         assert!(c < CONNS && k < PER, "slot {slot}: garbage record {r:?}");

@@ -84,7 +84,7 @@ fn atomics_across_processes() {
         ],
         WcStatus::RemoteAccessError,
     );
-    let got = |off: usize| ep.load_u64(off).unwrap();
+    let got = |off: usize| ep.load_u64(off as u64).unwrap();
     assert_eq!(
         (0..5).map(|i| got(8 * i)).collect::<Vec<_>>(),
         [100, 101, 102, 103, 104]

@@ -41,12 +41,18 @@ fn serve_on_every_shard(
 ) -> (Endpoint, Vec<Endpoint>, Vec<Listener>) {
     let n = dev.workers();
     let mem = dev
-        .alloc_endpoint_on(0, HALF * n, Rights::REMOTE_WRITE)
+        .alloc_endpoint_on(0, (HALF * n) as u64, Rights::REMOTE_WRITE)
         .unwrap();
     let eps: Vec<Endpoint> = (0..n)
         .map(|k| {
-            dev.sub_endpoint_on(k, &mem, k * HALF, HALF, Rights::REMOTE_WRITE)
-                .unwrap()
+            dev.sub_endpoint_on(
+                k,
+                &mem,
+                (k * HALF) as u64,
+                HALF as u64,
+                Rights::REMOTE_WRITE,
+            )
+            .unwrap()
         })
         .collect();
     let ls = eps
@@ -101,7 +107,7 @@ fn write_through_each(
         // The server side of connection i is on the shard its endpoint is.
         let at = s.endpoint().shard() * HALF + off;
         let mut got = vec![0u8; 4096];
-        mem.read(at, &mut got).unwrap();
+        mem.read(at as u64, &mut got).unwrap();
         assert!(got.iter().all(|&b| b == 0x40 + i as u8), "connection {i}");
     }
     let _ = server;
@@ -184,7 +190,7 @@ fn shards_sharing_one_queue_pair_dispatch_in_software() {
         assert_eq!(wc.status, WcStatus::Success, "{wc:?}");
         let at = s.endpoint().shard() * HALF + off;
         assert_eq!(
-            mem.load_u8(at + 63).unwrap(),
+            mem.load_u8((at + 63) as u64).unwrap(),
             0x7e,
             "high-priority write {i}"
         );

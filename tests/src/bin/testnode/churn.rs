@@ -28,7 +28,7 @@ pub fn churn_server(sock: &str) {
     cfg.retry_timeout = Duration::from_millis(10);
     let dev = Device::open(cfg).unwrap_or_else(|e| fail(e));
     let ep = dev
-        .alloc_endpoint(LEN, Rights::REMOTE_WRITE)
+        .alloc_endpoint(LEN as u64, Rights::REMOTE_WRITE)
         .unwrap_or_else(|e| fail(e));
     let cq = dev.create_cq(4096);
     let l = dev.listen(SERVICE, &ep, &cq).unwrap_or_else(|e| fail(e));
@@ -96,7 +96,7 @@ pub fn churn_client(sock: &str) {
     ))
     .unwrap_or_else(|e| fail(e));
     let ep = dev
-        .alloc_endpoint(LEN, Rights::REMOTE_WRITE)
+        .alloc_endpoint(LEN as u64, Rights::REMOTE_WRITE)
         .unwrap_or_else(|e| fail(e));
     let cq = dev.create_cq(64);
     let conn = dev

@@ -49,7 +49,7 @@ pub fn ip_receiver(sock: &str, case: &str) {
     let lines = stdin_lines();
     let dev = memif_receiver(sock);
     let ep = dev
-        .alloc_endpoint(LEN, Rights::REMOTE_WRITE)
+        .alloc_endpoint(LEN as u64, Rights::REMOTE_WRITE)
         .unwrap_or_else(|e| fail(e));
     let regs = dev.alloc_registers(REGISTERS).unwrap_or_else(|e| fail(e));
     let code = dev.alloc_instructions(WINDOW).unwrap_or_else(|e| fail(e));

@@ -84,7 +84,7 @@ fn sweep_server(sock: &str, seed: u64) {
     .unwrap_or_else(|e| fail(e));
     let (layout, len) = sweep_layout();
     let ep = dev
-        .alloc_endpoint(len, Rights::REMOTE_WRITE)
+        .alloc_endpoint(len as u64, Rights::REMOTE_WRITE)
         .unwrap_or_else(|e| fail(e));
     let cq = dev.create_cq(64);
     let l = dev.listen(7, &ep, &cq).unwrap_or_else(|e| fail(e));
@@ -313,7 +313,7 @@ fn seed_receiver(sock: &str, example: &str) {
         SEED_LEN
     };
     let ep = dev
-        .alloc_endpoint(len, Rights::ALL)
+        .alloc_endpoint(len as u64, Rights::ALL)
         .unwrap_or_else(|e| fail(e));
     let w = dev.alloc_registers(16).unwrap_or_else(|e| fail(e));
     let set = |i: u32, v: u64, p: RegProt| {
@@ -693,7 +693,7 @@ fn sweep_node(port: &str, role: &str, seed: u64, max_frame: usize) {
     let dev = netns_device(port, [10, 0, 0, if server { 1 } else { 2 }], max_frame);
     let (layout, len) = sweep_layout();
     let ep = dev
-        .alloc_endpoint(len, Rights::REMOTE_WRITE)
+        .alloc_endpoint(len as u64, Rights::REMOTE_WRITE)
         .unwrap_or_else(|e| fail(e));
     let cq = dev.create_cq(256);
     let listener = server.then(|| dev.listen(7, &ep, &cq).unwrap_or_else(|e| fail(e)));
@@ -752,7 +752,7 @@ fn sink_server(port: &str) {
     cfg.max_frame = Some(1514);
     let dev = Device::open(cfg).unwrap_or_else(|e| fail(e));
     let ep = dev
-        .alloc_endpoint(SINK_LEN, Rights::REMOTE_WRITE)
+        .alloc_endpoint(SINK_LEN as u64, Rights::REMOTE_WRITE)
         .unwrap_or_else(|e| fail(e));
     let cq = dev.create_cq(64);
     let l = dev
@@ -776,7 +776,7 @@ fn stream_client(port: &str, retry_ms: u64, retries: u32) {
     cfg.retry_count = retries;
     let dev = Device::open(cfg).unwrap_or_else(|e| fail(e));
     let ep = dev
-        .alloc_endpoint(SINK_LEN, Rights::REMOTE_WRITE)
+        .alloc_endpoint(SINK_LEN as u64, Rights::REMOTE_WRITE)
         .unwrap_or_else(|e| fail(e));
     fill_pattern(&ep, 0, SINK_LEN, 5, 0);
     let cq = dev.create_cq(1024);

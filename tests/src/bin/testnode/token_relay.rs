@@ -29,7 +29,7 @@ pub fn token_node(port: &str, role: &str) {
     let lines = stdin_lines();
     let dev = netns_device(port, barrier_ip(me), 1514);
     let ep = dev
-        .alloc_endpoint(LEN, Rights::REMOTE_WRITE)
+        .alloc_endpoint(LEN as u64, Rights::REMOTE_WRITE)
         .unwrap_or_else(|e| fail(e));
     let cq = dev.create_cq(64);
     let l = dev.listen(SERVICE, &ep, &cq).unwrap_or_else(|e| fail(e));
@@ -99,7 +99,7 @@ impl Node {
         }
         let v = self
             .ep
-            .load_u64(VALUE_OFF as usize)
+            .load_u64(VALUE_OFF as u64)
             .unwrap_or_else(|e| fail(e));
         let token = Token(u64::from_le_bytes(v.to_ne_bytes()));
         println!("received {:#x}", token.0);
