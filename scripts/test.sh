@@ -165,6 +165,30 @@ if ((!quick)); then
     step fmt cargo fmt --all -- --check
     step clippy cargo clippy --workspace --all-targets -- -D warnings
 fi
+# The API documentation builds without a warning (a broken link is one), links nowhere
+# into the transport crate's (every type of the API is deposit's own: its own or
+# re-exported at its root), and every file of the repository it names exists.
+api_docs() {
+    RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --workspace || return 1
+    # Rendered again now that the transport's pages exist, so that a link into them shows.
+    touch api/src/lib.rs
+    RUSTDOCFLAGS="-D warnings" cargo doc --no-deps -p deposit || return 1
+    local bad f
+    bad=$(grep -rhoE 'href="[^"]*deposit_transport/[^"]*"' target/doc/deposit | grep -v '/src/' | sort -u || true)
+    if [[ -n $bad ]]; then
+        echo "test: deposit's documentation links into deposit_transport:" >&2
+        echo "$bad" >&2
+        return 1
+    fi
+    for f in $(grep -rhoE '(docs|scripts|examples)/[A-Za-z0-9_./-]+\.(md|sh|rs)' --include=*.rs api transport perf tests README.md | sort -u); do
+        [[ -e $f ]] || { echo "test: the documentation names $f, which does not exist" >&2; return 1; }
+    done
+    if grep -rnE 'DESIGN\.md|\.\./shared' --include=*.rs --include=*.md api transport perf tests docs README.md; then
+        echo "test: the documentation names files outside the repository (above)" >&2
+        return 1
+    fi
+}
+
 step "build ddperf (release)" cargo build --release -p ddperf
 step "nextest" cargo nextest run --workspace --no-fail-fast
 # The same tests on devices of two worker shards (ring: a queue pair per shard; memif:
@@ -173,6 +197,7 @@ step "nextest, 2 workers" env DEPOSIT_WORKERS=2 cargo nextest run --workspace --
 step "sans-IO without DPDK" sans_io
 if ((!quick)); then
     step doctests cargo test --doc --workspace
+    step "API documentation" api_docs
 fi
 step "DPDK quiet by default" quiet_dpdk
 step "smoke write_lat" smoke write_lat -s 32 -n 2000

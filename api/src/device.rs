@@ -8,15 +8,12 @@ use std::time::{Duration, Instant};
 use crossbeam::queue::SegQueue;
 use deposit_transport::cm::{ConnectOptions, Registers};
 use deposit_transport::connection::{ConnShared, ConnState, Priority};
-use deposit_transport::events::EventQueue as Queue;
+use deposit_transport::events::EventRing as Queue;
 use deposit_transport::mem::EndpointMemory;
-use deposit_transport::node::Stats;
 use deposit_transport::node::MAX_SHARDS;
-use deposit_transport::oplogic::DropReason;
 use deposit_transport::port::{self, EalInfo, Port, PortConfig, PortSpec};
 use deposit_transport::submit::SubmitRing;
 use deposit_transport::tables::{EndpointEntry, NodeAddr, RegProt, RegWindow, Rights};
-use deposit_transport::tlb::TlbStats;
 use deposit_transport::wake::WaitQueue;
 use deposit_transport::wire;
 use deposit_transport::worker::{ShardLinks, Worker, WorkerConfig};
@@ -24,7 +21,7 @@ use deposit_transport::worker::{ShardLinks, Worker, WorkerConfig};
 use crate::endpoint::EpInner;
 use crate::idle::{wait_for, Backoff};
 use crate::queue::{CompletionQueue, Connection};
-use crate::{Endpoint, Error, MulticastGroup, RejectReason};
+use crate::{DeviceStats, Endpoint, Error, MulticastGroup, RejectReason};
 
 /// Who drives the worker loop.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -151,115 +148,6 @@ impl DeviceConfig {
     pub fn workers(mut self, n: usize) -> Self {
         self.workers = n;
         self
-    }
-}
-
-/// Device counters.
-#[derive(Debug, Clone, Default)]
-pub struct DeviceStats {
-    pub frames_rx: u64,
-    /// Of those, frames from the port's high-priority queue.
-    pub frames_rx_high: u64,
-    /// Low-priority sending cut short for high-priority work (posted or arrived).
-    pub low_yields: u64,
-    pub frames_tx: u64,
-    pub cells_rx: u64,
-    pub cells_tx: u64,
-    /// Frame bytes received / sent.
-    pub bytes_rx: u64,
-    pub bytes_tx: u64,
-    /// Payload bytes of messages sent.
-    pub bytes_payload_tx: u64,
-    pub msgs_rx: u64,
-    pub msgs_tx: u64,
-    pub bytes_deposited: u64,
-    pub acks_tx: u64,
-    pub naks_tx: u64,
-    pub naks_rx: u64,
-    pub retransmits: u64,
-    /// Retransmission timer expiries.
-    pub timeouts: u64,
-    /// Mbufs of the port's pool in use (rings, batches, held frames): a leak check.
-    pub mbufs_in_use: u64,
-    /// Receiver-not-ready NAKs received (a peer's exceptioned connection throttling us).
-    pub rnr_rx: u64,
-    /// Liveness probes sent to silent idle peers; connections failed because the peer
-    /// stayed silent (half-open).
-    pub keepalive_probes: u64,
-    pub keepalive_failures: u64,
-    /// Messages kept because they arrived ahead of a gap.
-    pub reordered: u64,
-    /// Of those, segments of large writes placed on arrival (no copy kept).
-    pub placed_ahead: u64,
-    pub duplicates: u64,
-    pub tx_stalls: u64,
-    /// Posted work requests whose connection went before the worker took them (a post
-    /// that raced the close): each completed `Flushed`.
-    pub posts_orphaned: u64,
-    /// Naps of dedicated workers that a post, a control call or an arriving frame
-    /// ended early (they sleep when idle; see `DeviceConfig::progress`).
-    pub worker_woken: u64,
-    /// Sections sent in a frame after its first: messages or acknowledgements of another
-    /// connection to the same peer sharing the frame.
-    pub sections_tx: u64,
-    /// Frames that carried a payload by reference to endpoint memory instead of a copy
-    /// (ports that copy frames as they send them: memif, af_packet).
-    pub payloads_by_reference: u64,
-    /// Refusals by reason.
-    pub drops: Vec<(DropReason, u64)>,
-    pub tlb: TlbStats,
-}
-
-impl DeviceStats {
-    /// Refusals of one reason.
-    pub fn dropped(&self, r: DropReason) -> u64 {
-        self.drops
-            .iter()
-            .find(|(d, _)| *d == r)
-            .map(|d| d.1)
-            .unwrap_or(0)
-    }
-    /// All refusals.
-    pub fn dropped_total(&self) -> u64 {
-        self.drops.iter().map(|d| d.1).sum()
-    }
-    fn from(s: &Stats) -> DeviceStats {
-        DeviceStats {
-            frames_rx: s.frames_rx,
-            frames_rx_high: s.frames_rx_high,
-            low_yields: s.low_yields,
-            frames_tx: s.frames_tx,
-            cells_rx: s.cells_rx,
-            cells_tx: s.cells_tx,
-            bytes_rx: s.bytes_rx,
-            bytes_tx: s.bytes_tx,
-            bytes_payload_tx: s.bytes_payload_tx,
-            msgs_rx: s.msgs_rx,
-            msgs_tx: s.msgs_tx,
-            bytes_deposited: s.bytes_deposited,
-            acks_tx: s.acks_tx,
-            naks_tx: s.naks_tx,
-            naks_rx: s.naks_rx,
-            retransmits: s.retransmits,
-            timeouts: s.timeouts,
-            mbufs_in_use: s.mbufs_used(),
-            rnr_rx: s.rnr_rx,
-            keepalive_probes: s.keepalive_probes,
-            keepalive_failures: s.keepalive_failures,
-            reordered: s.reordered,
-            placed_ahead: s.placed_ahead,
-            duplicates: s.duplicates,
-            tx_stalls: s.tx_stalls,
-            posts_orphaned: s.posts_orphaned,
-            worker_woken: s.worker_woken,
-            sections_tx: s.sections_tx,
-            payloads_by_reference: s.payloads_by_reference,
-            drops: DropReason::ALL
-                .iter()
-                .map(|r| (*r, s.dropped(*r)))
-                .collect(),
-            tlb: s.tlb,
-        }
     }
 }
 
@@ -1051,7 +939,7 @@ impl Device {
         for o in all {
             s.merge(&o);
         }
-        DeviceStats::from(&s)
+        s
     }
 
     /// Naps of the dedicated workers that a post, a control call or an arriving frame
@@ -1063,11 +951,7 @@ impl Device {
 
     /// Each shard's counters (per-shard counters are summed by [`Device::stats`]).
     pub fn shard_stats(&self) -> Vec<DeviceStats> {
-        self.inner
-            .call_all(|w| w.stats())
-            .iter()
-            .map(DeviceStats::from)
-            .collect()
+        self.inner.call_all(|w| w.stats())
     }
 
     /// Stops the worker without telling any peer, as a crashed node would (tests of

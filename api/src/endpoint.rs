@@ -24,8 +24,8 @@ pub(crate) struct EpInner {
     pub(crate) offset: usize,
     pub(crate) len: usize,
     pub(crate) rights: Rights,
-    pub(crate) events: Arc<deposit_transport::events::EventQueue>,
-    pub(crate) exceptions: Arc<deposit_transport::events::EventQueue>,
+    pub(crate) events: Arc<deposit_transport::events::EventRing>,
+    pub(crate) exceptions: Arc<deposit_transport::events::EventRing>,
 }
 
 impl std::fmt::Debug for Endpoint {

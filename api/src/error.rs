@@ -46,8 +46,9 @@ pub enum Error {
     Resume(#[from] deposit_transport::node::ResumeError),
 }
 
-impl From<deposit_transport::submit::PostError> for Error {
-    fn from(e: deposit_transport::submit::PostError) -> Error {
+impl Error {
+    /// The error of a refused post (the submission path's own, not public).
+    pub(crate) fn from_post(e: deposit_transport::submit::PostError) -> Error {
         use deposit_transport::submit::PostError as P;
         match e {
             P::QueueFull { depth } => Error::SendQueueFull { depth },

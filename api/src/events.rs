@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use deposit_transport::events::{Event, EventQueue as Queue};
+use deposit_transport::events::{Event, EventRing as Queue};
 
 use crate::device::DeviceInner;
 use crate::idle::wait_for;

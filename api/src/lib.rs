@@ -62,7 +62,7 @@ pub mod protection;
 mod queue;
 mod wr;
 
-pub use device::{ConnOptions, Device, DeviceConfig, DeviceStats, Listener, Progress};
+pub use device::{ConnOptions, Device, DeviceConfig, Listener, Progress};
 pub use endpoint::Endpoint;
 pub use error::Error;
 pub use events::EventQueue;
@@ -71,15 +71,23 @@ pub use program::{InstrPtr, InstrWindow, Instruction, Operands, Token, MAX_SEQUE
 pub use queue::{CompletionQueue, Connection, INLINE_DOORBELL};
 pub use wr::{global, Cond, Order, RegOp, Src, WorkRequest};
 
-pub use deposit_transport::cm::Registers;
+// The value types of the API that the worker and the wire share, re-exported as the
+// crate's own: users never name `deposit_transport` (scripts/test.sh checks that the
+// documentation links nowhere into it).
+pub use deposit_transport::cm::{CmError, Registers};
 pub use deposit_transport::events::{Event, EventKind};
-pub use deposit_transport::faults::{FaultConfig, FaultStats};
-pub use deposit_transport::tables::{RegProt, RegWindow};
+pub use deposit_transport::faults::{FaultConfig, FaultSpecError, FaultStats};
+pub use deposit_transport::mem::MemError;
+pub use deposit_transport::node::ResumeError;
+/// Device counters ([`Device::stats`]): one definition, the worker's own.
+pub use deposit_transport::node::Stats as DeviceStats;
+pub use deposit_transport::tables::{RegProt, RegWindow, TableError};
 
 pub use deposit_transport::cm::RejectReason;
 pub use deposit_transport::connection::{Completion, ConnState, Priority, WcStatus, WrOpcode};
 pub use deposit_transport::mem::Backing;
 pub use deposit_transport::oplogic::{DropReason, RemoteStatus};
-pub use deposit_transport::port::PortSpec;
+pub use deposit_transport::port::{tsc_hz, EalInfo, MemifRole, PortError, PortSpec, RingSide};
 pub use deposit_transport::tables::{NodeAddr, Rights};
+pub use deposit_transport::tlb::TlbStats;
 pub use deposit_transport::wire::UDP_PORT;

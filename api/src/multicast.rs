@@ -104,7 +104,7 @@ impl MulticastGroup {
                     for t in &self.members[..i] {
                         t.unreserve_n(1, signaled);
                     }
-                    return Err(e.into());
+                    return Err(Error::from_post(e));
                 }
             }
         }

@@ -15,7 +15,7 @@
 //! any node may carry); [`WorkRequest::write_with_token`] deposits into it once.
 
 use deposit_transport::connection::{Remote, WrOpcode};
-use deposit_transport::tables::{Instruction as Ins, RegWindow, GLOBAL_IP};
+use deposit_transport::tables::{RegWindow, StoredInstruction as Ins, GLOBAL_IP};
 use deposit_transport::wire::cell::{flags, op, AddrMode};
 use deposit_transport::wire::compound::{CompoundRepr, CondRepr, RegOpRepr};
 

@@ -182,7 +182,10 @@ impl Connection {
         }
         let n = reqs.len();
         self.dev.post_with(|| {
-            let waiting = self.shared.post_list(reqs.iter().map(|r| &r.wr))?;
+            let waiting = self
+                .shared
+                .post_list(reqs.iter().map(|r| &r.wr))
+                .map_err(Error::from_post)?;
             Ok(n > 0 && (waiting - n) / INLINE_DOORBELL != waiting / INLINE_DOORBELL)
         })
     }

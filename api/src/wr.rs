@@ -20,7 +20,7 @@
 //! Register names: `0..=127` are the connection's register window at the receiver,
 //! [`global`]`(n)` the target endpoint's global register `n`.
 
-use deposit_transport::connection::{Remote, Source, WorkRequest as Wr, WrOpcode, WR_SIGNALED};
+use deposit_transport::connection::{Remote, Source, Wqe as Wr, WrOpcode, WR_SIGNALED};
 use deposit_transport::wire::cell::{flags, AddrMode};
 use deposit_transport::wire::compound::{CompoundRepr, CondRepr, OpSource, RegOpRepr};
 

@@ -313,7 +313,8 @@ fn wait_control(
                 return Err(PerfError::Failed(format!(
                     "control write {} failed with {:?} (do both sides run the same test with the same -s/-a?); \
                      device: {} retransmits, {} timeouts, {} NAKs in, drops {:?}",
-                    wc.wr_id, wc.status, st.retransmits, st.timeouts, st.naks_rx, st.drops
+                    wc.wr_id, wc.status, st.retransmits, st.timeouts, st.naks_rx,
+                    st.drops().collect::<Vec<_>>()
                 )));
             }
             if wc.wr_id == wr_id {

@@ -233,8 +233,7 @@ fn a_restarted_peer_is_a_new_peer_not_the_old_one() {
     assert_eq!(old.state(), ConnState::Error);
     let refused: u64 = second
         .stats()
-        .drops
-        .iter()
+        .drops()
         .filter(|(r, _)| matches!(r, DropReason::UnknownConnection | DropReason::WrongKey))
         .map(|(_, n)| n)
         .sum();

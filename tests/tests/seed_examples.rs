@@ -143,6 +143,8 @@ fn priority_queueing_interrupts_only_above_the_receivers_level() {
 
     let ev = f.events();
     assert_eq!(ev.len(), INTERRUPTS.len(), "{ev:?}");
+    // The device counts them too (its counters are the worker's, every one of them).
+    assert_eq!(f.pair.server.stats().events, INTERRUPTS.len() as u64);
     let conn = f.c.server.local_number();
     for (e, (prio, ea, regs)) in ev.iter().zip(INTERRUPTS) {
         assert_eq!(e.kind, EventKind::Interrupt);
@@ -316,6 +318,8 @@ fn fetch_and_increment_and_compare_and_swap_on_memory_and_registers() {
     put(&mut img, 520, &9u64.to_ne_bytes());
     assert!(f.mem() == img);
     assert!(f.events().is_empty());
+    // Every atomic answered with its old value: 5 + 3 + 6 replies.
+    assert_eq!(f.pair.server.stats().replies_tx, 14);
 }
 
 // ---------------------------------------------------------------------------------

@@ -7,7 +7,7 @@ use std::hint::black_box;
 use std::sync::Arc;
 use std::time::Instant;
 
-use deposit_transport::connection::{Source, WorkRequest, WrOpcode};
+use deposit_transport::connection::{Source, Wqe, WrOpcode};
 use deposit_transport::mem::EndpointMemory;
 use deposit_transport::message;
 use deposit_transport::oplogic::{
@@ -15,8 +15,8 @@ use deposit_transport::oplogic::{
     SeqPlan, TlbAccess,
 };
 use deposit_transport::tables::{
-    EndpointEntry, EndpointId, EndpointTable, Instruction, InstructionMemory, RegProt, RegWindow,
-    RegisterFile, Rights,
+    EndpointEntry, EndpointId, EndpointTable, InstructionMemory, RegProt, RegWindow, RegisterFile,
+    Rights, StoredInstruction,
 };
 use deposit_transport::tlb::Tlb;
 use deposit_transport::wire::cell::{flags, index_of, AddrMode};
@@ -223,11 +223,11 @@ fn main() {
     // it post-increments and wraps (`r4 &= r6`), ip_bw's.
     let mut code = InstructionMemory::new(16, 0);
     let cw = code.alloc(2).unwrap();
-    let fixed = Instruction {
+    let fixed = StoredInstruction {
         opcode: op::WRITE,
         operand: 64,
         entry: true,
-        ..Instruction::default()
+        ..StoredInstruction::default()
     };
     let wrap = CompoundRepr {
         op1: RegOpRepr {
@@ -236,13 +236,13 @@ fn main() {
         },
         ..CompoundRepr::NONE
     };
-    let ring = Instruction {
+    let ring = StoredInstruction {
         opcode: op::WRITE,
         flags: AddrMode::PostIncrement.to_flags(),
         regs: [4, 4, 0, 0],
         compound: Some(wrap.to_bytes()),
         entry: true,
-        ..Instruction::default()
+        ..StoredInstruction::default()
     };
     code.set(cw, 0, Some(fixed)).unwrap();
     code.set(cw, 1, Some(ring)).unwrap();
@@ -301,8 +301,8 @@ fn main() {
 
     // The sender's part of a message: its control part and payload from the request
     // (what fill_frame does per message), a 32 B write and a 32 B invoke.
-    let write_wr = WorkRequest::write(1, Source::Endpoint { id, offset: 0 }, 32, 64);
-    let invoke_wr = WorkRequest {
+    let write_wr = Wqe::write(1, Source::Endpoint { id, offset: 0 }, 32, 64);
+    let invoke_wr = Wqe {
         opcode: WrOpcode::Invoke {
             ip: 1,
             mask: 0,

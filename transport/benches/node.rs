@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use deposit_transport::cm::ConnectOptions;
-use deposit_transport::connection::{CqShared, Source, WorkRequest, WR_SIGNALED};
+use deposit_transport::connection::{CqShared, Source, Wqe, WR_SIGNALED};
 use deposit_transport::node::{Node, NodeConfig};
 use deposit_transport::sim::{self, LinkConfig, Network};
 use deposit_transport::tables::Rights;
@@ -90,8 +90,7 @@ fn run(messages: u64, window: u64, signal_every: u64, ns: f64) -> (f64, f64, f64
         let (mut posted, mut done) = (0u64, 0u64);
         while done < messages {
             while posted < messages && posted - done < window {
-                let mut wr =
-                    WorkRequest::write(posted, Source::Endpoint { id: cep, offset: 0 }, 32, 0);
+                let mut wr = Wqe::write(posted, Source::Endpoint { id: cep, offset: 0 }, 32, 0);
                 if posted % signal_every == signal_every - 1 || posted + 1 == messages {
                     wr.flags |= WR_SIGNALED;
                 }

@@ -31,7 +31,7 @@ use std::collections::{BinaryHeap, HashMap, VecDeque};
 
 use crate::connection::Priority;
 use crate::reliability::SACK_BITS;
-use crate::tables::{EndpointId, NodeAddr, RegWindow};
+use crate::tables::{NodeAddr, RegWindow};
 
 pub use crate::wire::cm::{CmMessage, CmWireError, RejectReason};
 
@@ -40,8 +40,9 @@ pub use crate::wire::cm::{CmMessage, CmWireError, RejectReason};
 pub enum CmError {
     #[error("service {0} already has a listener")]
     ServiceInUse(u32),
-    #[error("endpoint {0:?} does not exist")]
-    NoEndpoint(EndpointId),
+    /// The endpoint, by its number.
+    #[error("endpoint {0} does not exist")]
+    NoEndpoint(u32),
     #[error("connection limit reached ({0})")]
     TooManyConnections(usize),
     #[error("connection {0} does not exist")]

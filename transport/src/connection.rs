@@ -146,7 +146,7 @@ pub struct Remote {
 
 /// A work request: the seed's send registers, posted by the "go".
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct WorkRequest {
+pub struct Wqe {
     pub wr_id: u64,
     pub opcode: WrOpcode,
     pub flags: u8,
@@ -158,18 +158,18 @@ pub struct WorkRequest {
     pub result: Option<(EndpointId, u64)>,
 }
 
-impl WorkRequest {
+impl Wqe {
     /// The reply to the peer's request `request`: `len` bytes from `source`.
-    pub fn reply(request: u32, source: Source, len: u32) -> WorkRequest {
-        WorkRequest {
+    pub fn reply(request: u32, source: Source, len: u32) -> Wqe {
+        Wqe {
             opcode: WrOpcode::Reply { request },
-            ..WorkRequest::write(0, source, len, 0)
+            ..Wqe::write(0, source, len, 0)
         }
     }
 
     /// A direct write of `len` bytes from `source` at remote offset `remote_offset`.
-    pub fn write(wr_id: u64, source: Source, len: u32, remote_offset: u32) -> WorkRequest {
-        WorkRequest {
+    pub fn write(wr_id: u64, source: Source, len: u32, remote_offset: u32) -> Wqe {
+        Wqe {
             wr_id,
             opcode: WrOpcode::Write,
             flags: 0,
@@ -221,7 +221,7 @@ impl Completion {
 /// when it is posted ([`CqShared::reserve_n`]; posting fails with a clear error when the
 /// queue has no room left), and the completions of failed unsignaled requests, which
 /// reserve nothing, wait in their connection until the application polls
-/// ([`Connection::unreported`]).
+/// ([`ConnContext::unreported`]).
 pub struct CqShared {
     queue: ArrayQueue<Completion>,
     /// Slots promised to signaled requests posted and not yet polled. Written by the
@@ -423,7 +423,7 @@ impl ConnShared {
 /// `first_seq .. first_seq + segments`.
 #[derive(Debug, Clone, Copy)]
 pub struct Pending {
-    pub wr: WorkRequest,
+    pub wr: Wqe,
     pub first_seq: u32,
     pub segments: u32,
     /// Payload bytes per segment (fixed at admission: smaller for bulk writes while
@@ -488,7 +488,7 @@ pub use crate::oplogic::ReadReplies;
 pub const MAX_PENDING_NAKS: usize = 4;
 
 /// The worker's entry for one connection.
-pub struct Connection {
+pub struct ConnContext {
     pub number: u32,
     pub key: u64,
     /// Endpoint that incoming operations act on.
@@ -550,7 +550,7 @@ pub struct Connection {
     pub tx_sent_high: u32,
     /// Posted work requests the worker took off the submission ring and has not yet
     /// taken into flight (the window was full), oldest first.
-    pub sendq: VecDeque<WorkRequest>,
+    pub sendq: VecDeque<Wqe>,
     /// On the node's list of connections with something to send (`Node::ready`).
     pub ready: bool,
     pub inflight: VecDeque<Pending>,
@@ -582,13 +582,13 @@ pub struct Dest {
 }
 
 /// The shard that owns connection `number` on a node of `shards` shards: its low byte
-/// (numbers are drawn so, [`Connection`] numbers of shard k end in k).
+/// (numbers are drawn so, [`ConnContext`] numbers of shard k end in k).
 #[inline]
 pub fn shard_of_conn(number: u32) -> u8 {
     number as u8
 }
 
-impl Connection {
+impl ConnContext {
     /// The peer node and shard this connection's frames go to.
     #[inline]
     pub fn dest(&self) -> Dest {
@@ -784,7 +784,7 @@ impl ConnIndex {
 /// Connection table: slots plus an index from the (random) connection number.
 #[derive(Default)]
 pub struct ConnTable {
-    slots: Vec<Option<Connection>>,
+    slots: Vec<Option<ConnContext>>,
     by_number: ConnIndex,
     free: Vec<usize>,
     /// Slots of high-priority connections (served first, checked between frames).
@@ -821,7 +821,7 @@ impl ConnTable {
             }
         }
     }
-    pub fn insert(&mut self, c: Connection) -> usize {
+    pub fn insert(&mut self, c: ConnContext) -> usize {
         let n = c.number;
         let high = c.priority == Priority::High;
         let slot = match self.free.pop() {
@@ -867,18 +867,18 @@ impl ConnTable {
     #[inline]
     pub fn prefetch_slot(&self, slot: usize) {
         if let Some(Some(c)) = self.slots.get(slot) {
-            let lines = std::mem::size_of::<Connection>().div_ceil(64);
-            crate::prefetch::prefetch_lines((c as *const Connection).cast(), lines, true);
+            let lines = std::mem::size_of::<ConnContext>().div_ceil(64);
+            crate::prefetch::prefetch_lines((c as *const ConnContext).cast(), lines, true);
         }
     }
     #[inline]
-    pub fn get_mut(&mut self, slot: usize) -> Option<&mut Connection> {
+    pub fn get_mut(&mut self, slot: usize) -> Option<&mut ConnContext> {
         self.slots.get_mut(slot).and_then(|s| s.as_mut())
     }
-    pub fn get(&self, slot: usize) -> Option<&Connection> {
+    pub fn get(&self, slot: usize) -> Option<&ConnContext> {
         self.slots.get(slot).and_then(|s| s.as_ref())
     }
-    pub fn remove(&mut self, number: u32) -> Option<Connection> {
+    pub fn remove(&mut self, number: u32) -> Option<ConnContext> {
         let slot = self.by_number.remove(number)?;
         self.free.push(slot);
         self.high.retain(|s| *s != slot);
@@ -892,7 +892,7 @@ impl ConnTable {
     pub fn slots(&self) -> usize {
         self.slots.len()
     }
-    pub fn iter(&self) -> impl Iterator<Item = &Connection> {
+    pub fn iter(&self) -> impl Iterator<Item = &ConnContext> {
         self.slots.iter().flatten()
     }
 }
@@ -921,7 +921,7 @@ pub fn random_u64() -> u64 {
     }
 }
 
-/// [`Connection::locate`] on a deque of requests.
+/// [`ConnContext::locate`] on a deque of requests.
 fn locate_in(inflight: &VecDeque<Pending>, seq: u32) -> Option<(usize, u32)> {
     let base = inflight.front()?.first_seq;
     let off = seq.wrapping_sub(base);
@@ -1000,7 +1000,7 @@ mod tests {
                     1
                 };
                 q.push_back(Pending {
-                    wr: WorkRequest::write(i as u64, Source::None, 0, 0),
+                    wr: Wqe::write(i as u64, Source::None, 0, 0),
                     first_seq: seq,
                     segments,
                     seg_max: 1,
@@ -1060,7 +1060,7 @@ mod tests {
         // map and in the timer heap. Queues, in-flight lists, refusal records and held
         // messages are allocated when used and given back when the connection goes
         // quiet.
-        let slot = std::mem::size_of::<Option<Connection>>();
+        let slot = std::mem::size_of::<Option<ConnContext>>();
         let shared = std::mem::size_of::<ConnShared>() + 16;
         let map = std::mem::size_of::<(u32, usize)>() + 1;
         let timer = std::mem::size_of::<(u64, u32)>();

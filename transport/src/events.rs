@@ -4,7 +4,7 @@
 //! Each endpoint has one. The worker pushes an [`Event`] when a message's conditional
 //! fires ("interrupt at end"), for a software exception, and — when the connection asks
 //! for it — for a refused message (its trap, on the same queue, kind [`EventKind::Trap`]).
-//! The application polls ([`EventQueue::pop`]) or blocks ([`EventQueue::wait`]) and is
+//! The application polls ([`EventRing::pop`]) or blocks ([`EventRing::wait`]) and is
 //! woken, not spinning: the worker signals a condition variable only when a waiter has
 //! registered, so the fast path stays a lock-free push.
 //!
@@ -52,20 +52,20 @@ pub struct Event {
     pub ea: u64,
     /// Bytes the memory operation touched.
     pub len: u32,
-    /// Arrival time, in TSC ticks (`deposit_transport::port::tsc_hz` per second).
+    /// Arrival time, in TSC ticks (`tsc_hz()` per second).
     pub timestamp: u64,
 }
 
 /// A bounded event queue shared by the worker (producer) and the host (consumers).
-pub struct EventQueue {
+pub struct EventRing {
     queue: WaitQueue<Event>,
     /// Events that could not be queued (full): sticky, never reset.
     pub overflows: AtomicU64,
 }
 
-impl EventQueue {
-    pub fn new(depth: usize) -> EventQueue {
-        EventQueue {
+impl EventRing {
+    pub fn new(depth: usize) -> EventRing {
+        EventRing {
             queue: WaitQueue::new(depth),
             overflows: AtomicU64::new(0),
         }
@@ -127,7 +127,7 @@ mod tests {
 
     #[test]
     fn full_queue_gives_the_event_back() {
-        let q = EventQueue::new(2);
+        let q = EventRing::new(2);
         assert!(q.push(ev(1)).is_ok());
         assert!(q.push(ev(2)).is_ok());
         assert!(!q.has_room());
@@ -137,7 +137,7 @@ mod tests {
 
     #[test]
     fn a_blocked_waiter_is_woken_by_a_push() {
-        let q = Arc::new(EventQueue::new(4));
+        let q = Arc::new(EventRing::new(4));
         let q2 = q.clone();
         let t = std::thread::spawn(move || q2.wait(Duration::from_secs(5)));
         std::thread::sleep(Duration::from_millis(50));

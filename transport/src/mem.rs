@@ -41,7 +41,8 @@ pub enum Backing {
     HugePages,
     /// Ordinary 4 KiB pages from the global allocator (the fallback).
     OrdinaryPages,
-    /// An application buffer registered with [`EndpointMemory::register`]; never freed here.
+    /// An application buffer the application registered
+    /// (`deposit::Device::register_endpoint`); never freed here.
     Registered,
 }
 

@@ -24,7 +24,7 @@
 //! (atomics), with the REPLY flag, `index` = the request's sequence number and
 //! `operand` = the byte offset of this segment within the result.
 
-use crate::connection::{Source, WorkRequest, WrOpcode};
+use crate::connection::{Source, Wqe, WrOpcode};
 use crate::tables::EndpointTable;
 use crate::wire::cell::{flags, op};
 use crate::wire::{self, ControlPacket, ControlRepr};
@@ -33,7 +33,7 @@ use crate::wire::{self, ControlPacket, ControlRepr};
 pub const COMPOUND_LEN: u32 = 8;
 
 /// Messages a work request of `wr` takes with messages of at most `segment_max` bytes.
-pub fn segments_for(wr: &WorkRequest, segment_max: u32) -> u32 {
+pub fn segments_for(wr: &Wqe, segment_max: u32) -> u32 {
     match wr.opcode {
         // One message without a division (tens of cycles), the small requests' case.
         WrOpcode::Write | WrOpcode::Reply { .. } if wr.remote.compound.is_none() => {
@@ -48,11 +48,11 @@ pub fn segments_for(wr: &WorkRequest, segment_max: u32) -> u32 {
 }
 
 /// Largest payload a request may have when it must fit one message.
-pub fn single_message_fits(wr: &WorkRequest, segment_max: u32) -> bool {
+pub fn single_message_fits(wr: &Wqe, segment_max: u32) -> bool {
     body_len(wr, wr.len) + descriptor_len(wr, false) <= segment_max
 }
 
-fn descriptor_len(wr: &WorkRequest, repeat: bool) -> u32 {
+fn descriptor_len(wr: &Wqe, repeat: bool) -> u32 {
     if wr.remote.compound.is_some() && !repeat {
         COMPOUND_LEN
     } else {
@@ -60,7 +60,7 @@ fn descriptor_len(wr: &WorkRequest, repeat: bool) -> u32 {
     }
 }
 
-fn body_len(wr: &WorkRequest, seg_len: u32) -> u32 {
+fn body_len(wr: &Wqe, seg_len: u32) -> u32 {
     match wr.opcode {
         WrOpcode::Write | WrOpcode::Reply { .. } => seg_len,
         WrOpcode::WriteMasked { .. } => wire::BLOCK_LEN as u32,
@@ -79,7 +79,7 @@ fn body_len(wr: &WorkRequest, seg_len: u32) -> u32 {
 const PREFIX_LEN: u32 = 8;
 
 /// Whether an invoke request supplies register names (sent ahead of its data).
-fn invoke_names_registers(wr: &WorkRequest) -> bool {
+fn invoke_names_registers(wr: &Wqe) -> bool {
     wr.remote.regs != [0; 4]
 }
 
@@ -89,7 +89,7 @@ fn invoke_names_registers(wr: &WorkRequest) -> bool {
 /// (`COMPOUND_REPEAT`) instead of carrying it.
 #[inline(always)]
 pub fn control_for(
-    wr: &WorkRequest,
+    wr: &Wqe,
     seg: u32,
     segments: u32,
     segment_max: u32,
@@ -130,7 +130,7 @@ fn last_flag(last: bool) -> u8 {
 
 /// Data bytes of the segment at `seg_off`: a share of a write or reply, else the whole
 /// request.
-fn segment_len(wr: &WorkRequest, seg_off: u32, segment_max: u32) -> u32 {
+fn segment_len(wr: &Wqe, seg_off: u32, segment_max: u32) -> u32 {
     match wr.opcode {
         WrOpcode::Write | WrOpcode::Reply { .. } => wr.len.saturating_sub(seg_off).min(segment_max),
         _ => wr.len,
@@ -142,7 +142,7 @@ fn segment_len(wr: &WorkRequest, seg_off: u32, segment_max: u32) -> u32 {
 /// before). Any other mode: the offset in the request, placed relative to the address
 /// the first segment generated — once per work request, so a post-increment moves its
 /// register once.
-fn address_later_segment(c: &mut ControlRepr, wr: &WorkRequest, seg: u32, seg_off: u32) {
+fn address_later_segment(c: &mut ControlRepr, wr: &Wqe, seg: u32, seg_off: u32) {
     c.flags |= flags::SEGMENT;
     c.index = seg;
     if wr.remote.mode_flags & flags::ADDR_MASK != 0 {
@@ -154,7 +154,7 @@ fn address_later_segment(c: &mut ControlRepr, wr: &WorkRequest, seg: u32, seg_of
 /// Sets the opcode of `c`, and the fields the opcode decides: the mask of a masked
 /// write, the fields of an invoke, a token write's flags, a reply's flags, offset and
 /// request.
-fn set_opcode(c: &mut ControlRepr, wr: &WorkRequest, last: bool, seg_off: u32) {
+fn set_opcode(c: &mut ControlRepr, wr: &Wqe, last: bool, seg_off: u32) {
     c.opcode = match wr.opcode {
         WrOpcode::Write => op::WRITE,
         WrOpcode::WriteMasked { mask } => {
@@ -185,7 +185,7 @@ fn set_opcode(c: &mut ControlRepr, wr: &WorkRequest, last: bool, seg_off: u32) {
 
 /// The fields of an `INVOKE`: the instruction pointer in `index`, the mask, and flags
 /// saying whether the sender waits for a value and names registers.
-fn set_invoke(c: &mut ControlRepr, wr: &WorkRequest, ip: u32, mask: u8, returns: bool) {
+fn set_invoke(c: &mut ControlRepr, wr: &Wqe, ip: u32, mask: u8, returns: bool) {
     c.mask = mask;
     c.flags = flags::LAST;
     if returns {
@@ -199,7 +199,7 @@ fn set_invoke(c: &mut ControlRepr, wr: &WorkRequest, ip: u32, mask: u8, returns:
 
 /// Copies the request's data (from offset `seg_off` of its source) into `body`.
 #[inline]
-fn fill_data(wr: &WorkRequest, seg_off: u32, body: &mut [u8], endpoints: &EndpointTable) {
+fn fill_data(wr: &Wqe, seg_off: u32, body: &mut [u8], endpoints: &EndpointTable) {
     match wr.source {
         Source::Inline(data) => {
             let n = body.len().min(32);
@@ -226,7 +226,7 @@ fn fill_data(wr: &WorkRequest, seg_off: u32, body: &mut [u8], endpoints: &Endpoi
 /// A frame can then take it by reference ([`crate::node::External`]) instead of
 /// [`fill_payload`] copying it; the range is checked when that is made.
 pub fn payload_memory<'e>(
-    wr: &WorkRequest,
+    wr: &Wqe,
     seg_off: u32,
     endpoints: &'e EndpointTable,
     repeat: bool,
@@ -259,7 +259,7 @@ pub fn read_reply_control(len: u32) -> ControlRepr {
 /// Fills the payload of a message (exactly `dst.len()` bytes, the control's length;
 /// `repeat` as for [`control_for`]).
 pub fn fill_payload(
-    wr: &WorkRequest,
+    wr: &Wqe,
     seg_off: u32,
     dst: &mut [u8],
     endpoints: &EndpointTable,
@@ -304,8 +304,8 @@ mod tests {
     use super::*;
     use crate::connection::Remote;
 
-    fn wr(opcode: WrOpcode, len: u32) -> WorkRequest {
-        WorkRequest {
+    fn wr(opcode: WrOpcode, len: u32) -> Wqe {
+        Wqe {
             wr_id: 1,
             opcode,
             flags: 0,

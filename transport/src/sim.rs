@@ -20,8 +20,8 @@ use std::collections::BinaryHeap;
 use std::sync::Arc;
 
 use crate::cm::ConnectOptions;
-use crate::connection::{Completion, ConnShared, ConnState, CqShared, WorkRequest};
-use crate::events::EventQueue;
+use crate::connection::{Completion, ConnShared, ConnState, CqShared, Wqe};
+use crate::events::EventRing;
 use crate::mem::EndpointMemory;
 use crate::node::{FrameQueue, LinkCaps, Node, NodeConfig};
 use crate::tables::{EndpointEntry, EndpointId, NodeAddr, Rights};
@@ -141,8 +141,8 @@ impl Host {
         let id = self.node.endpoints.insert(entry);
         self.node.set_endpoint_queues(
             id,
-            Arc::new(EventQueue::new(events)),
-            Arc::new(EventQueue::new(events)),
+            Arc::new(EventRing::new(events)),
+            Arc::new(EventRing::new(events)),
         );
         let i = id.0 as usize;
         if self.memory.len() <= i {
@@ -394,7 +394,7 @@ impl Network {
 
 /// Posts a work request on a connection (reserving its completion when signaled);
 /// false when the send queue, the completion queue or the submission ring is full.
-pub fn post(conn: &ConnShared, wr: WorkRequest) -> bool {
+pub fn post(conn: &ConnShared, wr: Wqe) -> bool {
     conn.post(&wr).is_ok()
 }
 

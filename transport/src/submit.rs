@@ -3,7 +3,7 @@
 //!
 //! A post puts `(connection slot, work request)` on the node's ring — a bounded
 //! multi-producer queue, so any application thread may post — and the worker moves
-//! each entry into its connection's own queue (`Connection::sendq`, worker-owned, a
+//! each entry into its connection's own queue (`ConnContext::sendq`, worker-owned, a
 //! deque that grows with what is actually waiting and is given back when the
 //! connection goes quiet). That gives three things a per-connection ring of `sq_depth`
 //! preallocated entries did not:
@@ -30,7 +30,7 @@ use std::time::Instant;
 
 use crossbeam::utils::CachePadded;
 
-use crate::connection::{ConnShared, WorkRequest, WR_SIGNALED};
+use crate::connection::{ConnShared, Wqe, WR_SIGNALED};
 use crate::wake::Wake;
 
 /// Entries of a node's submission ring unless configured: about one turn's worth of
@@ -45,7 +45,7 @@ pub struct Submission {
     /// later connection is told apart by the number).
     pub slot: u32,
     pub number: u32,
-    pub wr: WorkRequest,
+    pub wr: Wqe,
 }
 
 /// The node's submission ring: bounded, many producers (any application thread), one
@@ -153,7 +153,7 @@ impl SubmitRing {
 
     /// Queues a submission and wakes a sleeping worker; false when full.
     #[cfg(test)]
-    fn push(&self, slot: u32, number: u32, wr: &WorkRequest) -> bool {
+    fn push(&self, slot: u32, number: u32, wr: &Wqe) -> bool {
         match self.claim(1) {
             Some(c) => {
                 c.fill(|_| Submission {
@@ -263,7 +263,7 @@ impl Drop for Claim<'_> {
         Claim { ring, first, n }.fill(|_| Submission {
             slot: NO_SLOT,
             number: 0,
-            wr: crate::connection::WorkRequest::write(0, crate::connection::Source::None, 0, 0),
+            wr: crate::connection::Wqe::write(0, crate::connection::Source::None, 0, 0),
         });
     }
 }
@@ -344,7 +344,7 @@ impl ConnShared {
     /// with nothing queued. Returns the connection's requests now waiting for the
     /// worker, this one included (as [`ConnShared::reserve_n`]).
     #[inline]
-    pub fn post(&self, wr: &WorkRequest) -> Result<usize, PostError> {
+    pub fn post(&self, wr: &Wqe) -> Result<usize, PostError> {
         self.post_list(std::slice::from_ref(wr).iter())
     }
 
@@ -355,7 +355,7 @@ impl ConnShared {
     #[inline]
     pub fn post_list<'w, I>(&self, wrs: I) -> Result<usize, PostError>
     where
-        I: ExactSizeIterator<Item = &'w WorkRequest> + Clone,
+        I: ExactSizeIterator<Item = &'w Wqe> + Clone,
     {
         let n = wrs.len();
         if n == 0 {
@@ -424,7 +424,7 @@ impl ConnShared {
 
     /// `wr` as this connection's entry of the ring (for a [`Claim`]).
     #[inline]
-    pub fn submission(&self, wr: &WorkRequest) -> Submission {
+    pub fn submission(&self, wr: &Wqe) -> Submission {
         Submission {
             slot: self.slot.load(Ordering::Relaxed),
             number: self.number,
@@ -449,8 +449,8 @@ mod tests {
     use super::*;
     use crate::connection::Source;
 
-    fn wr(id: u64) -> WorkRequest {
-        WorkRequest::write(id, Source::None, 0, 0)
+    fn wr(id: u64) -> Wqe {
+        Wqe::write(id, Source::None, 0, 0)
     }
 
     #[test]

@@ -20,7 +20,7 @@ mod instructions;
 mod registers;
 mod tokens;
 
-pub use instructions::{Instruction, InstructionMemory, Operands, GLOBAL_IP, REG_OPERANDS};
+pub use instructions::{InstructionMemory, Operands, StoredInstruction, GLOBAL_IP, REG_OPERANDS};
 pub use registers::{RegProt, RegWindow, RegisterFile};
 pub use tokens::{PayloadTable, Token, TokenEntry, TokenMatch};
 

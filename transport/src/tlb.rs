@@ -40,7 +40,7 @@ pub enum Fault {
     },
 }
 
-/// Counters of a [`Tlb`].
+/// Counters of the worker's translation cache (endpoint page to host address).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct TlbStats {
     /// Translations served from the cache or from an entry's direct mappings.

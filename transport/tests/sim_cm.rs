@@ -180,7 +180,7 @@ fn a_post_racing_the_close_completes_flushed_and_gives_back_its_slot() {
     net.hosts[0].node.set_now(now);
     net.hosts[0].node.close(a.conn.number).unwrap();
     assert!(net.run_until(HZ, |n| n.hosts.iter().all(|h| h.node.conns.is_empty())));
-    // What `Connection::post` does after its state check: straight onto the ring.
+    // What `ConnContext::post` does after its state check: straight onto the ring.
     assert_eq!(a.cq.reserved(), 0);
     a.conn
         .post(&write(7, &a, 0, 8, 0))

@@ -10,7 +10,8 @@ use crate::cm::{
     Action, CmError, CmMessage, ConnectOptions, Ignored, PeerParams, Registers, RejectReason,
 };
 use crate::connection::{
-    random_u32, random_u64, ConnShared, ConnState, Connection, CqShared, WcStatus, MAX_PENDING_NAKS,
+    random_u32, random_u64, ConnContext, ConnShared, ConnState, CqShared, WcStatus,
+    MAX_PENDING_NAKS,
 };
 use crate::oplogic::{DropReason, RemoteStatus};
 use crate::reliability::{Receiver, Sender, SeqBits};
@@ -21,7 +22,7 @@ use crate::wire::{self, hflags, FrameView, FrameWriter, TransportRepr, UnderlayR
 
 use super::{
     complete_ready, fail_connection, learn_node, process_ack, segment_max_for, FrameBuf, Link,
-    Listener, Node,
+    ListenEntry, Node,
 };
 
 impl Node {
@@ -39,7 +40,7 @@ impl Node {
         peer: NodeId,
         shared: Arc<ConnShared>,
         opts: &ConnectOptions,
-    ) -> Result<Connection, CmError> {
+    ) -> Result<ConnContext, CmError> {
         let window = match opts.registers {
             Registers::None => RegWindow::EMPTY,
             Registers::Window(w) => w,
@@ -48,7 +49,7 @@ impl Node {
         let isn = random_u32();
         let key = random_u64();
         shared.key.store(key, Ordering::Relaxed);
-        Ok(Connection {
+        Ok(ConnContext {
             number: shared.number,
             key,
             endpoint,
@@ -105,14 +106,14 @@ impl Node {
     }
 
     /// Adds a connection: its timer armed, the credits shared out again.
-    fn insert_connection(&mut self, c: Connection) {
+    fn insert_connection(&mut self, c: ConnContext) {
         let slot = self.conns.insert(c);
         self.credits = self.credit_grant();
         self.rearm(slot);
     }
 
     /// Removes a connection's entry, releasing a register window made for it.
-    pub(crate) fn remove_connection(&mut self, number: u32) -> Option<Connection> {
+    pub(crate) fn remove_connection(&mut self, number: u32) -> Option<ConnContext> {
         let slot = self.conns.slot_of(number)?;
         let c = self.conns.remove(number)?;
         if c.ready {
@@ -138,7 +139,7 @@ impl Node {
     /// shard's.
     fn check_options(&self, endpoint: EndpointId, opts: &ConnectOptions) -> Result<(), CmError> {
         if self.endpoints.get(endpoint).is_none() {
-            return Err(CmError::NoEndpoint(endpoint));
+            return Err(CmError::NoEndpoint(endpoint.0));
         }
         if self.cfg.shards <= 1 {
             return Ok(()); // windows outside the file name nothing (refused per message)
@@ -201,7 +202,7 @@ impl Node {
         let accepted = Arc::new(WaitQueue::new(backlog));
         self.listeners.insert(
             service,
-            Listener {
+            ListenEntry {
                 service,
                 endpoint,
                 cq,
@@ -405,7 +406,7 @@ impl Node {
 }
 
 /// The peer's parameters into a connection, which is then up.
-fn establish(c: &mut Connection, peer: &PeerParams) {
+fn establish(c: &mut ConnContext, peer: &PeerParams) {
     c.peer_conn = peer.conn;
     c.peer_key = peer.key;
     c.rx = Receiver::new(peer.isn, c.rx.window());

@@ -43,21 +43,23 @@ mod link;
 mod recv;
 mod send;
 mod shard;
+mod stats;
 mod timers;
 
 pub use link::{External, FrameBuf, FrameQueue, Link};
 pub use recv::ResumeError;
 pub(crate) use send::{complete_ready, fail_connection, process_ack};
 pub use shard::{ServiceRoutes, MAX_SHARDS};
+pub use stats::Stats;
 
 use crate::cm::{Cm, CmTiming};
 use crate::connection::{ConnShared, ConnTable, CqShared};
-use crate::events::EventQueue;
+use crate::events::EventRing;
 use crate::faults::{FaultConfig, FaultStats, Faults, Hold, Verdict};
 use crate::oplogic::DropReason;
 use crate::submit::{RingConsumer, SubmitRing};
 use crate::tables::{EndpointId, EndpointTable, NodeAddr, NodeId, NodeTable, RegisterFile};
-use crate::tlb::{Tlb, TlbStats};
+use crate::tlb::Tlb;
 use crate::wire::{self, WireError};
 
 /// How far behind the expected sequence number a message still counts as a
@@ -181,154 +183,6 @@ pub struct LinkCaps {
 /// pieces (head, payload, tail).
 pub const EXTERNAL_MIN: usize = 2048;
 
-/// Counters of one node (plain integers: only the node writes them).
-#[derive(Debug, Clone, Default)]
-pub struct Stats {
-    pub frames_rx: u64,
-    /// Of those, frames taken from the high-priority queue.
-    pub frames_rx_high: u64,
-    /// Low-priority sending cut short for high-priority work (posted or arrived).
-    pub low_yields: u64,
-    pub frames_tx: u64,
-    pub cells_rx: u64,
-    pub cells_tx: u64,
-    /// Frame bytes received / sent (Ethernet header to CRC trailer).
-    pub bytes_rx: u64,
-    pub bytes_tx: u64,
-    /// Payload bytes of the messages sent (first transmissions and retransmissions).
-    pub bytes_payload_tx: u64,
-    /// Messages executed (deposited) here.
-    pub msgs_rx: u64,
-    /// Messages sent (first transmissions and retransmissions).
-    pub msgs_tx: u64,
-    /// Payload bytes deposited into local endpoints.
-    pub bytes_deposited: u64,
-    pub acks_tx: u64,
-    pub naks_tx: u64,
-    pub naks_rx: u64,
-    pub retransmits: u64,
-    /// Retransmission timer expiries.
-    pub timeouts: u64,
-    /// Mbufs of the port's pool in use when the counters were read (the driver's),
-    /// and of those, the ones this shard's port handle allocated ahead (not in use:
-    /// [`Stats::mbufs_used`] subtracts them).
-    pub mbufs_in_use: u64,
-    pub mbufs_stashed: u64,
-    /// Naps of the dedicated worker that a post, a control call or a frame doorbell
-    /// ended before their deadline (the driver's).
-    pub worker_woken: u64,
-    /// Liveness probes sent to silent idle peers, and connections failed because the
-    /// peer stayed silent (half-open).
-    pub keepalive_probes: u64,
-    pub keepalive_failures: u64,
-    /// Messages kept because they arrived ahead of a gap.
-    pub reordered: u64,
-    /// Of those, segments placed on arrival (no copy kept).
-    pub placed_ahead: u64,
-    pub duplicates: u64,
-    /// Events posted to endpoint event queues.
-    pub events: u64,
-    /// Replies (read data, atomic old values) sent.
-    pub replies_tx: u64,
-    /// Messages held for the host to repair (page not present, event queue full).
-    pub faults: u64,
-    /// Receiver-not-ready NAKs received (the peer was exceptioned).
-    pub rnr_rx: u64,
-    /// Times the link could not take every frame (back-pressure; the driver's).
-    pub tx_stalls: u64,
-    /// Posted work requests whose connection went before the worker took them (a post
-    /// that raced the close): each completes `Flushed` on the connection's completion
-    /// queue while the application still holds the connection.
-    pub posts_orphaned: u64,
-    /// Sections sent in a frame after its first: messages or acknowledgements of another
-    /// connection to the same peer that shared the frame (cell trains across
-    /// connections).
-    pub sections_tx: u64,
-    /// Frames that carried a payload by reference to endpoint memory instead of a copy
-    /// ([`LinkCaps::external_min`]).
-    pub payloads_by_reference: u64,
-    pub drops: [u64; DropReason::COUNT],
-    pub tlb: TlbStats,
-}
-
-impl Stats {
-    /// Adds another shard's counters to these (a device's are its shards' summed on
-    /// read; the mbufs in use are the port's, counted once).
-    pub fn merge(&mut self, o: &Stats) {
-        // Destructured: a counter added to `Stats` and not here does not compile.
-        macro_rules! add {
-            ($($f:ident),*) => {
-                let Stats { $($f,)* mbufs_in_use: _, drops: _, tlb: _, mbufs_stashed: _ } = o;
-                $(self.$f += $f;)*
-            };
-        }
-        add!(
-            frames_rx,
-            frames_rx_high,
-            low_yields,
-            frames_tx,
-            cells_rx,
-            cells_tx,
-            bytes_rx,
-            bytes_tx,
-            bytes_payload_tx,
-            msgs_rx,
-            msgs_tx,
-            bytes_deposited,
-            acks_tx,
-            naks_tx,
-            naks_rx,
-            retransmits,
-            timeouts,
-            keepalive_probes,
-            keepalive_failures,
-            reordered,
-            placed_ahead,
-            duplicates,
-            events,
-            replies_tx,
-            faults,
-            rnr_rx,
-            tx_stalls,
-            posts_orphaned,
-            sections_tx,
-            payloads_by_reference,
-            worker_woken
-        );
-        self.mbufs_in_use = self.mbufs_in_use.max(o.mbufs_in_use);
-        self.mbufs_stashed += o.mbufs_stashed;
-        for (d, s) in self.drops.iter_mut().zip(o.drops.iter()) {
-            *d += s;
-        }
-        self.tlb.hits += o.tlb.hits;
-        self.tlb.misses += o.tlb.misses;
-        self.tlb.faults += o.tlb.faults;
-    }
-
-    /// Mbufs of the port's pool in use: those not free less those allocated ahead.
-    pub fn mbufs_used(&self) -> u64 {
-        self.mbufs_in_use.saturating_sub(self.mbufs_stashed)
-    }
-
-    /// A frame section carried `sent` messages (`resent` of them retransmissions) of
-    /// `bytes` payload bytes.
-    #[inline]
-    pub(crate) fn count_sent(&mut self, sent: u32, bytes: u64, resent: u32) {
-        self.msgs_tx += u64::from(sent);
-        self.retransmits += u64::from(resent);
-        self.bytes_payload_tx += bytes;
-    }
-
-    #[inline]
-    pub fn drop_for(&mut self, r: DropReason) {
-        self.drops[r as usize] += 1;
-    }
-    /// Drop count of one reason.
-    pub fn dropped(&self, r: DropReason) -> u64 {
-        self.drops[r as usize]
-    }
-}
-
 /// The drop reason for a frame that failed validation.
 pub fn wire_drop_reason(e: &WireError) -> DropReason {
     match e {
@@ -358,9 +212,9 @@ struct HeldFrame {
 #[derive(Clone)]
 pub struct EndpointQueues {
     /// "Interrupt at end" and software exceptions.
-    pub events: Arc<EventQueue>,
+    pub events: Arc<EventRing>,
     /// Refused messages (connections with `report_traps`) and held faults.
-    pub exceptions: Arc<EventQueue>,
+    pub exceptions: Arc<EventRing>,
 }
 
 /// The queues of endpoint `id` in a node's table of them (indexed by endpoint).
@@ -370,7 +224,7 @@ fn queues_of(queues: &[Option<EndpointQueues>], id: EndpointId) -> Option<&Endpo
 }
 
 /// A service waiting for connection requests.
-pub struct Listener {
+pub struct ListenEntry {
     pub service: u32,
     pub endpoint: EndpointId,
     pub cq: Arc<CqShared>,
@@ -395,7 +249,7 @@ pub struct Node {
     /// Event and exception queues of each endpoint, by endpoint number.
     pub(crate) event_queues: Vec<Option<EndpointQueues>>,
     pub(crate) tlb: Tlb,
-    pub(crate) listeners: HashMap<u32, Listener>,
+    pub(crate) listeners: HashMap<u32, ListenEntry>,
     /// Which shards of the device listen on which service (`shard`).
     pub(crate) routes: ServiceRoutes,
     /// Connection management: its own machine, driven by the node.
@@ -442,7 +296,7 @@ pub struct Node {
     pub(crate) ring: RingConsumer,
     /// Slots of the connections that may have something to send (posted requests,
     /// messages the window or a retransmission lets out, a queue to flush): the only
-    /// ones a turn looks at. A connection is listed once (`Connection::ready`).
+    /// ones a turn looks at. A connection is listed once (`ConnContext::ready`).
     pub(crate) ready: Vec<usize>,
     /// Connections whose sections went into the frame being built after its own
     /// connection's (`send::bundle`), to re-arm once it is sent.
@@ -593,8 +447,8 @@ impl Node {
     pub fn set_endpoint_queues(
         &mut self,
         id: EndpointId,
-        events: Arc<EventQueue>,
-        exceptions: Arc<EventQueue>,
+        events: Arc<EventRing>,
+        exceptions: Arc<EventRing>,
     ) {
         let i = id.0 as usize;
         if self.event_queues.len() <= i {

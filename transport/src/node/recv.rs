@@ -9,8 +9,8 @@
 //! ready"), other connections go on, and [`Node::resume`] runs the kept message
 //! exactly once after the host's repair.
 
-use crate::connection::{echoed_base, ConnState, Connection, Held, Pending, Stored, WcStatus};
-use crate::events::{Event, EventKind, EventQueue};
+use crate::connection::{echoed_base, ConnContext, ConnState, Held, Pending, Stored, WcStatus};
+use crate::events::{Event, EventKind, EventRing};
 use crate::message;
 use crate::oplogic::{
     self, Access, DropReason, EndpointAccess, Nak, Plan, RegContext, RemoteStatus, SeqPlan,
@@ -32,8 +32,10 @@ pub enum ResumeError {
     NoConnection(u32),
     #[error("connection {0} is not exceptioned")]
     NotExceptioned(u32),
+    /// Why, as the receiver's counters record it (`PageNotPresent`,
+    /// `InstructionNotLoaded`, ...).
     #[error("the kept message still faults: {0}")]
-    StillFaulting(Trap),
+    StillFaulting(DropReason),
 }
 
 /// What running one message came to.
@@ -262,7 +264,7 @@ impl Node {
         );
         if let Ran::Held = ran {
             let trap = conn.held.as_ref().map(|h| h.trap).unwrap_or(held.trap);
-            return Err(ResumeError::StillFaulting(trap));
+            return Err(ResumeError::StillFaulting(trap.reason()));
         }
         conn.shared.set_state(ConnState::Normal);
         let mut arrivals = 0;
@@ -286,7 +288,7 @@ impl Node {
 /// (in order, duplicate, ahead of a gap) to delivery.
 #[inline]
 fn take_message(
-    conn: &mut Connection,
+    conn: &mut ConnContext,
     msg: Result<Message<'_>, WireError>,
     intake: &mut Intake,
     ex: &mut Exec<'_>,
@@ -343,7 +345,7 @@ fn take_message(
 /// The rest of a frame cannot be decoded: the message at this sequence number is
 /// refused (once) and the frame ends.
 #[cold]
-fn undecodable(conn: &mut Connection, intake: &mut Intake, e: &WireError, ex: &mut Exec<'_>) {
+fn undecodable(conn: &mut ConnContext, intake: &mut Intake, e: &WireError, ex: &mut Exec<'_>) {
     let reason = wire_drop_reason(e);
     ex.stats.drop_for(reason);
     if intake.seq == conn.rx.expected()
@@ -362,7 +364,7 @@ fn undecodable(conn: &mut Connection, intake: &mut Intake, e: &WireError, ex: &m
 /// it waits behind the kept one), then the receive state moves on.
 #[inline]
 fn take_in_order(
-    conn: &mut Connection,
+    conn: &mut ConnContext,
     this: u32,
     control: &ControlRepr,
     payload: &[u8],
@@ -401,7 +403,7 @@ fn take_in_order(
 /// fills. One loss costs one retransmission either way.
 #[inline(never)]
 fn keep_ahead(
-    conn: &mut Connection,
+    conn: &mut ConnContext,
     this: u32,
     offset: u32,
     control: &ControlRepr,
@@ -434,7 +436,12 @@ fn keep_ahead(
 /// Before the messages: the peer's echo of how far it was acknowledged confirms the
 /// refusals it was told of; a message deferred for want of room in that record runs.
 #[cold]
-fn take_echo(conn: &mut Connection, frame: &FrameView<'_>, intake: &mut Intake, ex: &mut Exec<'_>) {
+fn take_echo(
+    conn: &mut ConnContext,
+    frame: &FrameView<'_>,
+    intake: &mut Intake,
+    ex: &mut Exec<'_>,
+) {
     let base = echoed_base(conn.rx.expected(), frame.header.acked);
     if conn.refusals.confirm(base) && !conn.reorder.is_empty() {
         if let Some(n) = run_waiting(conn, ex) {
@@ -448,7 +455,7 @@ fn take_echo(conn: &mut Connection, frame: &FrameView<'_>, intake: &mut Intake, 
 /// selectively), the peer's credits apply, and a message kept waiting for a read
 /// reply's acknowledgement may run now.
 #[inline]
-fn take_ack(conn: &mut Connection, frame: &FrameView<'_>, intake: &mut Intake, ex: &mut Exec<'_>) {
+fn take_ack(conn: &mut ConnContext, frame: &FrameView<'_>, intake: &mut Intake, ex: &mut Exec<'_>) {
     send::process_ack(conn, frame.header.ack, &intake.sack, ex.now);
     conn.tx
         .on_credit(u64::from(frame.header.credits) * u64::from(conn.segment_max));
@@ -461,7 +468,7 @@ fn take_ack(conn: &mut Connection, frame: &FrameView<'_>, intake: &mut Intake, e
 
 /// Step 5, the host: arrivals published, completions of acknowledged requests posted.
 #[inline]
-fn notify_host(conn: &mut Connection, intake: &Intake) {
+fn notify_host(conn: &mut ConnContext, intake: &Intake) {
     if intake.arrivals > 0 {
         publish_arrivals(conn, intake.arrivals);
     }
@@ -472,7 +479,7 @@ fn notify_host(conn: &mut Connection, intake: &Intake) {
 /// and a release store (no locked instruction) publish the count after the deposits
 /// it counts.
 #[inline]
-fn publish_arrivals(conn: &Connection, arrivals: u64) {
+fn publish_arrivals(conn: &ConnContext, arrivals: u64) {
     let a = &conn.shared.arrivals;
     a.store(
         a.load(std::sync::atomic::Ordering::Relaxed) + arrivals,
@@ -483,7 +490,7 @@ fn publish_arrivals(conn: &Connection, arrivals: u64) {
 /// Runs the message the receiver expects: a reply to one of our requests, or an
 /// operation.
 fn deliver(
-    conn: &mut Connection,
+    conn: &mut ConnContext,
     seq: u32,
     control: &ControlRepr,
     payload: &[u8],
@@ -510,7 +517,7 @@ fn deliver(
 /// The expected message ran: moves the receive state on, then runs the messages kept
 /// ahead of the gap that directly follow, in order. Returns the arrivals among them.
 #[inline]
-fn advance(conn: &mut Connection, ex: &mut Exec<'_>) -> u64 {
+fn advance(conn: &mut ConnContext, ex: &mut Exec<'_>) -> u64 {
     if conn.rx.executed() {
         run_kept(conn, ex)
     } else {
@@ -521,7 +528,7 @@ fn advance(conn: &mut Connection, ex: &mut Exec<'_>) -> u64 {
 /// The messages kept ahead of a gap that now directly follow the executed ones, run in
 /// order (the loss path, out of line). Returns the arrivals among them.
 #[inline(never)]
-fn run_kept(conn: &mut Connection, ex: &mut Exec<'_>) -> u64 {
+fn run_kept(conn: &mut ConnContext, ex: &mut Exec<'_>) -> u64 {
     let mut arrivals = 0;
     let mut next_kept = true;
     while next_kept {
@@ -547,7 +554,7 @@ fn run_kept(conn: &mut Connection, ex: &mut Exec<'_>) -> u64 {
 
 /// Runs message `seq` that was kept (ahead of a gap, or waiting for a read reply's
 /// acknowledgement).
-fn deliver_kept(conn: &mut Connection, seq: u32, st: &Stored, ex: &mut Exec<'_>) -> Ran {
+fn deliver_kept(conn: &mut ConnContext, seq: u32, st: &Stored, ex: &mut Exec<'_>) -> Ran {
     deliver(
         conn,
         seq,
@@ -561,7 +568,7 @@ fn deliver_kept(conn: &mut Connection, seq: u32, st: &Stored, ex: &mut Exec<'_>)
 /// After an acknowledgement: runs the expected message if it was kept waiting for a
 /// read reply to be acknowledged and no longer has to, then those kept after it.
 /// Returns the arrivals, or `None` when nothing ran.
-fn run_waiting(conn: &mut Connection, ex: &mut Exec<'_>) -> Option<u64> {
+fn run_waiting(conn: &mut ConnContext, ex: &mut Exec<'_>) -> Option<u64> {
     if conn.state != ConnState::Normal {
         return None;
     }
@@ -585,7 +592,7 @@ fn run_waiting(conn: &mut Connection, ex: &mut Exec<'_>) -> Option<u64> {
 /// was placed; anything else (a trap, a fault, an overlap with a read reply still owed)
 /// waits for its turn in order, where it is handled as usual.
 fn place_ahead(
-    conn: &mut Connection,
+    conn: &mut ConnContext,
     seq: u32,
     control: &ControlRepr,
     payload: &[u8],
@@ -622,7 +629,7 @@ fn place_ahead(
 
 /// The register view of a message of `conn` into endpoint `ep`.
 fn reg_context<'a>(
-    conn: &Connection,
+    conn: &ConnContext,
     regs: &'a RegisterFile,
     ep: &'a crate::tables::EndpointEntry,
     segment_base: Option<u64>,
@@ -642,7 +649,7 @@ fn reg_context<'a>(
 /// segment (`SEGMENT`, `index` = its number) of the request whose first segment ran here
 /// last.
 #[inline]
-fn segment_base(conn: &Connection, seq: u32, control: &ControlRepr) -> Option<u64> {
+fn segment_base(conn: &ConnContext, seq: u32, control: &ControlRepr) -> Option<u64> {
     if control.flags & cflags::SEGMENT == 0 {
         return None;
     }
@@ -656,7 +663,7 @@ fn segment_base(conn: &Connection, seq: u32, control: &ControlRepr) -> Option<u6
 /// records where its request landed (its later segments are placed relative to it); the
 /// last one ends the request.
 #[inline]
-fn note_request(conn: &mut Connection, seq: u32, control: &ControlRepr, plan: &Plan<'_>) {
+fn note_request(conn: &mut ConnContext, seq: u32, control: &ControlRepr, plan: &Plan<'_>) {
     if control.opcode != op::WRITE {
         return;
     }
@@ -672,13 +679,13 @@ fn note_request(conn: &mut Connection, seq: u32, control: &ControlRepr, plan: &P
 /// Whether a planned store must wait for a read reply the peer has not acknowledged
 /// yet ([`oplogic::ReadReplies`]).
 #[inline(always)]
-fn blocked_by_read_reply(conn: &mut Connection, plan: &Plan<'_>) -> bool {
+fn blocked_by_read_reply(conn: &mut ConnContext, plan: &Plan<'_>) -> bool {
     !conn.read_replies.is_empty() && conn.read_replies.blocks_store(&plan.store, &conn.tx)
 }
 
 /// Plans, checks and commits one message of `conn`.
 fn run_message(
-    conn: &mut Connection,
+    conn: &mut ConnContext,
     seq: u32,
     control: &ControlRepr,
     payload: &[u8],
@@ -742,7 +749,7 @@ fn run_message(
 /// event queue: none of it applies. Most small messages are these.
 #[inline]
 fn run_deposit(
-    conn: &mut Connection,
+    conn: &mut ConnContext,
     seq: u32,
     control: &ControlRepr,
     payload: &[u8],
@@ -779,7 +786,7 @@ fn run_deposit(
 /// Whether a planned message may commit now.
 enum Admit<'q> {
     /// Yes; its endpoint's event queue, if it has one.
-    Go(Option<&'q std::sync::Arc<EventQueue>>),
+    Go(Option<&'q std::sync::Arc<EventRing>>),
     /// It stores into a read reply's range not yet acknowledged: it waits.
     Wait,
     /// It interrupts and the event queue is full: a fault.
@@ -812,7 +819,7 @@ fn admit(
 /// the acknowledgement of a read reply it would overwrite, or room for a refusal
 /// ([`run_waiting`] runs it).
 fn wait_in_order(
-    conn: &mut Connection,
+    conn: &mut ConnContext,
     seq: u32,
     control: &ControlRepr,
     payload: &[u8],
@@ -835,7 +842,7 @@ fn wait_in_order(
 /// its plan of eight steps would otherwise sit in every message's stack frame).
 #[inline(never)]
 fn run_chain(
-    conn: &mut Connection,
+    conn: &mut ConnContext,
     seq: u32,
     control: &ControlRepr,
     payload: &[u8],
@@ -880,7 +887,7 @@ fn run_chain(
 /// it either way (a wrong key: the control part alone), so it needs room for the event.
 #[inline(never)]
 fn run_token(
-    conn: &mut Connection,
+    conn: &mut ConnContext,
     seq: u32,
     control: &ControlRepr,
     payload: &[u8],
@@ -921,7 +928,7 @@ fn run_token(
 }
 
 /// The event of a deposit with a payload token, as the host sees it.
-fn token_event(conn: &Connection, control: &ControlRepr, e: &TokenEvent, now: u64) -> Event {
+fn token_event(conn: &ConnContext, control: &ControlRepr, e: &TokenEvent, now: u64) -> Event {
     Event {
         kind: EventKind::Token {
             index: e.index,
@@ -939,7 +946,7 @@ fn token_event(conn: &Connection, control: &ControlRepr, e: &TokenEvent, now: u6
 
 /// Posts an event, counting it (a full queue drops it: room was checked before the
 /// message committed).
-fn post_event(q: &EventQueue, e: Event, stats: &mut Stats) {
+fn post_event(q: &EventRing, e: Event, stats: &mut Stats) {
     if q.push(e).is_ok() {
         stats.events += 1;
     }
@@ -949,11 +956,11 @@ fn post_event(q: &EventQueue, e: Event, stats: &mut Stats) {
 /// message owes neither a reply nor an event: it leaves at once).
 #[inline]
 fn after_commit(
-    conn: &mut Connection,
+    conn: &mut ConnContext,
     seq: u32,
     control: &ControlRepr,
     plan: &Plan<'_>,
-    queue: Option<&std::sync::Arc<EventQueue>>,
+    queue: Option<&std::sync::Arc<EventRing>>,
     ex: &mut Exec<'_>,
 ) {
     ex.stats.bytes_deposited += plan.bytes_stored();
@@ -977,7 +984,7 @@ fn after_commit(
 }
 
 fn event_of(
-    conn: &Connection,
+    conn: &ConnContext,
     control: &ControlRepr,
     plan: &Plan<'_>,
     kind: EventKind,
@@ -998,11 +1005,7 @@ fn event_of(
 /// Queues a reply as a message of this connection's send stream (reserved capacity:
 /// replies are not held back by the send window); returns its sequence numbers, first
 /// and one past the last.
-fn push_reply(
-    conn: &mut Connection,
-    wr: crate::connection::WorkRequest,
-    ex: &mut Exec<'_>,
-) -> (u32, u32) {
+fn push_reply(conn: &mut ConnContext, wr: crate::connection::Wqe, ex: &mut Exec<'_>) -> (u32, u32) {
     let seg_max = conn.segment_max.min(ex.segment_max);
     let segments = message::segments_for(&wr, seg_max);
     let first_seq = conn.tx.assign(segments);
@@ -1021,7 +1024,7 @@ fn push_reply(
 
 /// Refuses a message with an error trap: counted, NAKed, optionally reported.
 fn refuse(
-    conn: &mut Connection,
+    conn: &mut ConnContext,
     seq: u32,
     control: &ControlRepr,
     t: Trap,
@@ -1047,7 +1050,7 @@ fn refuse(
 /// Puts a refused or held message on the endpoint's exception queue (a full queue only
 /// moves its overflow counter: the sender has its own report).
 fn report_exception(
-    conn: &Connection,
+    conn: &ConnContext,
     control: &ControlRepr,
     status: RemoteStatus,
     t: Trap,
@@ -1078,7 +1081,7 @@ fn report_exception(
 /// Keeps a message for the host: the connection is exceptioned, the sender told
 /// "receiver not ready".
 fn hold(
-    conn: &mut Connection,
+    conn: &mut ConnContext,
     seq: u32,
     control: &ControlRepr,
     payload: &[u8],
@@ -1116,7 +1119,7 @@ fn hold(
 /// A reply to one of our reads or atomics: checked against the request its index names
 /// ([`oplogic::plan_reply`]), placed in the request's result range.
 fn take_reply(
-    conn: &mut Connection,
+    conn: &mut ConnContext,
     control: &ControlRepr,
     payload: &[u8],
     endpoints: &EndpointTable,

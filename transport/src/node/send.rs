@@ -8,8 +8,8 @@
 //! atomics, its reply has arrived).
 
 use crate::connection::{
-    seq_lt, Completion, ConnState, Connection, Dest, Pending, Priority, Source, WcStatus,
-    WorkRequest, WrOpcode, WR_SIGNALED,
+    seq_lt, Completion, ConnContext, ConnState, Dest, Pending, Priority, Source, WcStatus, Wqe,
+    WrOpcode, WR_SIGNALED,
 };
 use crate::message;
 use crate::oplogic::{DropReason, Nak, RemoteStatus};
@@ -606,7 +606,7 @@ pub const BUNDLE_SCAN: usize = 128;
 /// A data frame of `conn` went out: it carried the acknowledgement owed, unless that
 /// needs cells of its own (a gap's selective part, a NAK).
 #[inline]
-fn took_ack(conn: &mut Connection) {
+fn took_ack(conn: &mut ConnContext) {
     if conn.nnaks == 0 && !conn.rx.has_gap() && conn.refusals.is_empty() {
         conn.ack_pending = false;
     }
@@ -637,12 +637,12 @@ pub const BULK_FRAME_BESIDE_HIGH: usize = 1514;
 
 /// Whether a request is cut into segments that carry only their place in it (a write
 /// without a compound descriptor), so its segment size may be chosen freely.
-fn segments_placeable(wr: &WorkRequest) -> bool {
+fn segments_placeable(wr: &Wqe) -> bool {
     wr.opcode == WrOpcode::Write && wr.remote.compound.is_none()
 }
 
 /// Length of the control-plus-payload of message `seq` (0 when unknown).
-fn first_message_len(conn: &Connection, seq: u32) -> u32 {
+fn first_message_len(conn: &ConnContext, seq: u32) -> u32 {
     conn.locate(seq).map_or(0, |(i, seg)| {
         let p = &conn.inflight[i];
         message::control_for(&p.wr, seg, p.segments, p.seg_max, false)
@@ -678,7 +678,7 @@ enum Served {
 fn ack_frame<'m, F: FrameBuf>(
     mbuf: &'m mut F,
     max: usize,
-    conn: &Connection,
+    conn: &ConnContext,
     local: &NodeAddr,
     nodes: &NodeTable,
     credits: u16,
@@ -696,7 +696,7 @@ fn ack_frame<'m, F: FrameBuf>(
 /// receiver-not-ready NAKs that fit, and — when the frame acknowledges everything that
 /// ran — the selective part (which messages beyond it arrived; one cell per non-empty
 /// 32-bit word, at most 8). Returns the receiver-not-ready NAKs it carried.
-fn push_ack_cells(conn: &Connection, w: &mut FrameWriter<'_>, told: usize) -> usize {
+fn push_ack_cells(conn: &ConnContext, w: &mut FrameWriter<'_>, told: usize) -> usize {
     let nak = |&(seq, nak): &(u32, Nak)| ControlRepr {
         opcode: op::NAK,
         operand: seq,
@@ -723,7 +723,7 @@ fn push_ack_cells(conn: &Connection, w: &mut FrameWriter<'_>, told: usize) -> us
 
 /// The selective part of `conn`'s acknowledgement: one SACK cell per non-empty 32-bit
 /// word of what arrived beyond the cumulative point (none without a gap).
-fn sack_cells(conn: &Connection) -> impl Iterator<Item = ControlRepr> + '_ {
+fn sack_cells(conn: &ConnContext) -> impl Iterator<Item = ControlRepr> + '_ {
     let words = conn.rx.has_gap().then(|| conn.rx.ack().1.words32());
     words
         .into_iter()
@@ -741,7 +741,7 @@ fn sack_cells(conn: &Connection) -> impl Iterator<Item = ControlRepr> + '_ {
 pub(super) fn conn_underlay(
     local: &NodeAddr,
     nodes: &NodeTable,
-    conn: &Connection,
+    conn: &ConnContext,
 ) -> UnderlayRepr {
     let peer = nodes.get(conn.peer).copied().unwrap_or(*local);
     UnderlayRepr {
@@ -754,7 +754,7 @@ pub(super) fn conn_underlay(
     }
 }
 
-fn ack_header(conn: &Connection, credits: u16) -> TransportRepr {
+fn ack_header(conn: &ConnContext, credits: u16) -> TransportRepr {
     TransportRepr {
         flags: hflags::ACK,
         cells: 0,
@@ -768,7 +768,7 @@ fn ack_header(conn: &Connection, credits: u16) -> TransportRepr {
     }
 }
 
-fn data_header(conn: &Connection, first: u32, credits: u16) -> TransportRepr {
+fn data_header(conn: &ConnContext, first: u32, credits: u16) -> TransportRepr {
     TransportRepr {
         seq: first,
         ..ack_header(conn, credits)
@@ -777,7 +777,7 @@ fn data_header(conn: &Connection, first: u32, credits: u16) -> TransportRepr {
 
 /// Puts connection `slot` (`conn`) on the ready list unless it is on it.
 #[inline]
-fn list(ready: &mut Vec<usize>, conn: &mut Connection, slot: usize) {
+fn list(ready: &mut Vec<usize>, conn: &mut ConnContext, slot: usize) {
     if !conn.ready {
         conn.ready = true;
         ready.push(slot);
@@ -787,7 +787,7 @@ fn list(ready: &mut Vec<usize>, conn: &mut Connection, slot: usize) {
 /// Moves work requests from the application's send queue into flight, within the
 /// window. Requests whose local ranges are invalid complete at once.
 fn admit_work(
-    conn: &mut Connection,
+    conn: &mut ConnContext,
     endpoints: &EndpointTable,
     segment_max: u32,
     bulk_segment: Option<u32>,
@@ -809,8 +809,8 @@ fn admit_work(
 /// when its local ranges are invalid or it cannot be sent.
 #[inline]
 fn admit_one(
-    conn: &mut Connection,
-    wr: &WorkRequest,
+    conn: &mut ConnContext,
+    wr: &Wqe,
     endpoints: &EndpointTable,
     segment_max: u32,
     bulk_segment: Option<u32>,
@@ -861,7 +861,7 @@ fn admit_one(
 /// the reliability state asks for, then new ones); returns (messages, payload bytes,
 /// retransmitted messages).
 fn fill_frame(
-    conn: &mut Connection,
+    conn: &mut ConnContext,
     first: u32,
     w: &mut FrameWriter<'_>,
     endpoints: &EndpointTable,
@@ -938,7 +938,7 @@ impl Payloads {
         &mut self,
         w: &mut FrameWriter<'_>,
         control: &ControlRepr,
-        wr: &WorkRequest,
+        wr: &Wqe,
         seg_off: u32,
         endpoints: &EndpointTable,
         repeat: bool,
@@ -979,7 +979,7 @@ struct Run {
 impl Run {
     /// Message `seq` of `len` payload bytes went into the frame.
     #[inline]
-    fn note(&mut self, conn: &mut Connection, seq: u32, len: u32, now: u64) {
+    fn note(&mut self, conn: &mut ConnContext, seq: u32, len: u32, now: u64) {
         self.sent += 1;
         self.bytes += u64::from(len);
         if seq_lt(seq, conn.tx_sent_high) {
@@ -997,7 +997,7 @@ impl Run {
 /// A NAK from the peer: an error for the request that message belongs to, or — for
 /// "receiver not ready" (the peer's host must repair a fault) — a pause and a rewind
 /// of the transmit cursor, bounded by the RNR retry limit.
-pub(super) fn apply_nak(conn: &mut Connection, seq: u32, code: u32, now: u64, stats: &mut Stats) {
+pub(super) fn apply_nak(conn: &mut ConnContext, seq: u32, code: u32, now: u64, stats: &mut Stats) {
     let Nak { status, reason } = Nak::from_code(code);
     if status == RemoteStatus::PageFault {
         stats.rnr_rx += 1;
@@ -1025,7 +1025,7 @@ pub(super) fn apply_nak(conn: &mut Connection, seq: u32, code: u32, now: u64, st
 
 /// An acknowledgement from the peer: everything before `ack` arrived and ran, and the
 /// messages in `sack` (beyond it) arrived.
-pub(crate) fn process_ack(conn: &mut Connection, ack: u32, sack: &SeqBits, now: u64) {
+pub(crate) fn process_ack(conn: &mut ConnContext, ack: u32, sack: &SeqBits, now: u64) {
     let before = conn.tx.acked();
     conn.tx.on_ack(ack, sack, now);
     if conn.tx.acked() != before {
@@ -1034,7 +1034,7 @@ pub(crate) fn process_ack(conn: &mut Connection, ack: u32, sack: &SeqBits, now: 
 }
 
 /// Completes, in posting order, the requests that are acknowledged and ready.
-pub(crate) fn complete_ready(conn: &mut Connection) {
+pub(crate) fn complete_ready(conn: &mut ConnContext) {
     if !conn.unreported.is_empty() {
         report_waiting(conn);
     }
@@ -1077,7 +1077,7 @@ fn unheld_departed(departed: &[std::sync::Arc<crate::connection::ConnShared>]) -
 /// unsignaled one, which reserved none, if there is room, else counted as an
 /// overflow), as a request queued at the close would have.
 #[cold]
-fn flush_orphan(conn: &crate::connection::ConnShared, wr: &WorkRequest) {
+fn flush_orphan(conn: &crate::connection::ConnShared, wr: &Wqe) {
     conn.dequeued(1);
     if let Some(wc) = completion_for(wr, WcStatus::Flushed, conn.number) {
         conn.cq.push_or_lose(wc);
@@ -1087,7 +1087,7 @@ fn flush_orphan(conn: &crate::connection::ConnShared, wr: &WorkRequest) {
 /// Reports a request's completion to the application, when it is owed one (signaled,
 /// or failed): onto the completion queue, or — when the queue is full — into the
 /// connection's list of completions waiting for room, behind any already there.
-fn complete(conn: &mut Connection, wr: &WorkRequest, status: WcStatus) {
+fn complete(conn: &mut ConnContext, wr: &Wqe, status: WcStatus) {
     if let Some(wc) = completion_for(wr, status, conn.number) {
         report(conn, wc);
     }
@@ -1095,7 +1095,7 @@ fn complete(conn: &mut Connection, wr: &WorkRequest, status: WcStatus) {
 
 /// The completion a request owes the application with this status, if any.
 #[inline]
-fn completion_for(wr: &WorkRequest, status: WcStatus, conn: u32) -> Option<Completion> {
+fn completion_for(wr: &Wqe, status: WcStatus, conn: u32) -> Option<Completion> {
     if matches!(wr.opcode, WrOpcode::Reply { .. }) {
         return None; // ours, not the application's
     }
@@ -1113,7 +1113,7 @@ fn completion_for(wr: &WorkRequest, status: WcStatus, conn: u32) -> Option<Compl
 
 /// Puts a completion on the connection's queue, or behind those waiting for room.
 #[inline]
-fn report(conn: &mut Connection, wc: Completion) {
+fn report(conn: &mut ConnContext, wc: Completion) {
     if !conn.unreported.is_empty() {
         conn.unreported.push_back(wc);
     } else if let Err(wc) = conn.shared.cq.push(wc) {
@@ -1125,7 +1125,7 @@ fn report(conn: &mut Connection, wc: Completion) {
 /// Moves the completions that waited for room onto the completion queue, in order, as
 /// far as it has room (out of line: only after the application let its queue fill).
 #[inline(never)]
-pub(crate) fn report_waiting(conn: &mut Connection) {
+pub(crate) fn report_waiting(conn: &mut ConnContext) {
     while let Some(wc) = conn.unreported.pop_front() {
         if let Err(wc) = conn.shared.cq.push(wc) {
             conn.unreported.push_front(wc);
@@ -1135,7 +1135,7 @@ pub(crate) fn report_waiting(conn: &mut Connection) {
 }
 
 /// Completes everything still queued on a connection that is no longer usable.
-fn flush_queue(conn: &mut Connection) {
+fn flush_queue(conn: &mut ConnContext) {
     while let Some(p) = conn.inflight.pop_front() {
         complete(conn, &p.wr, WcStatus::Flushed);
     }
@@ -1150,7 +1150,7 @@ fn flush_queue(conn: &mut Connection) {
 
 /// Moves a connection to error: the request that failed completes with `status`,
 /// everything else outstanding is flushed.
-pub(crate) fn fail_connection(conn: &mut Connection, status: WcStatus) {
+pub(crate) fn fail_connection(conn: &mut ConnContext, status: WcStatus) {
     conn.state = ConnState::Error;
     conn.shared.set_state(ConnState::Error);
     if let Some(p) = conn.inflight.pop_front() {

@@ -5,7 +5,7 @@
 //! end of a receiver-not-ready back-off, a keepalive probe when idle, a retry of
 //! completions waiting for room. (Connection management keeps its own timers:
 //! [`crate::cm::Cm::next_timeout`].) Arming is lazy: a connection keeps at most one
-//! live entry (`Connection::timer_armed`, the earliest); later deadlines need no entry
+//! live entry (`ConnContext::timer_armed`, the earliest); later deadlines need no entry
 //! until that one fires, and entries made stale by an earlier one are skipped when
 //! they come up. A firing entry runs the connection's timer, which arms the next
 //! deadline.
@@ -17,7 +17,7 @@
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
-use crate::connection::{ConnState, Connection, WcStatus};
+use crate::connection::{ConnContext, ConnState, WcStatus};
 use crate::reliability::Timeout;
 
 use super::{fail_connection, send, Node};
@@ -157,7 +157,7 @@ impl TimerQueue {
 /// A connection whose deadlines move between near (retransmission) and far (keepalive)
 /// with every message so keeps one far entry per keepalive period, not one per message.
 #[inline]
-pub(crate) fn arm(timers: &mut TimerQueue, conn: &mut Connection, when: u64) {
+pub(crate) fn arm(timers: &mut TimerQueue, conn: &mut ConnContext, when: u64) {
     if conn.timer_armed == u64::MAX && conn.timer_spare <= when {
         conn.timer_armed = conn.timer_spare;
         conn.timer_spare = u64::MAX;
@@ -173,7 +173,7 @@ pub(crate) fn arm(timers: &mut TimerQueue, conn: &mut Connection, when: u64) {
 /// When `conn` next needs its timer, as of `now` (`u64::MAX`: not until something
 /// else happens to it). `keepalive` and `tick` in clock ticks.
 #[inline]
-pub(crate) fn deadline(conn: &Connection, now: u64, keepalive: u64, tick: u64) -> u64 {
+pub(crate) fn deadline(conn: &ConnContext, now: u64, keepalive: u64, tick: u64) -> u64 {
     // Completions waiting for room in the completion queue: retried each tick.
     let mut t = if conn.unreported.is_empty() {
         u64::MAX
@@ -280,7 +280,7 @@ impl Node {
 /// as many entries as were outstanding at once: up to the window). Called when a
 /// keepalive period passes in silence: at the side that probes, and at the side that
 /// answers the probe.
-pub(crate) fn release_idle_memory(conn: &mut Connection) {
+pub(crate) fn release_idle_memory(conn: &mut ConnContext) {
     conn.inflight.shrink_to(IDLE_INFLIGHT);
 }
 

@@ -18,7 +18,7 @@
 use std::collections::VecDeque;
 
 use super::{DropReason, Reply, Store};
-use crate::connection::{Pending, Source, WorkRequest};
+use crate::connection::{Pending, Source, Wqe};
 use crate::reliability::{seq_lt, Sender};
 use crate::tables::{EndpointEntry, EndpointId, EndpointTable};
 use crate::wire::cell::flags;
@@ -29,10 +29,10 @@ use crate::wire::ControlRepr;
 /// an atomic's old value travels inline (8 bytes, little endian). `None`: the message
 /// returns nothing.
 #[inline]
-pub fn reply_request(seq: u32, endpoint: EndpointId, reply: &Reply) -> Option<WorkRequest> {
+pub fn reply_request(seq: u32, endpoint: EndpointId, reply: &Reply) -> Option<Wqe> {
     match *reply {
         Reply::None => None,
-        Reply::Read { ea, len, .. } => Some(WorkRequest::reply(
+        Reply::Read { ea, len, .. } => Some(Wqe::reply(
             seq,
             Source::Endpoint {
                 id: endpoint,
@@ -43,7 +43,7 @@ pub fn reply_request(seq: u32, endpoint: EndpointId, reply: &Reply) -> Option<Wo
         Reply::Value(old) => {
             let mut b = [0u8; 32];
             b[..8].copy_from_slice(&old.to_le_bytes());
-            Some(WorkRequest::reply(seq, Source::Inline(b), 8))
+            Some(Wqe::reply(seq, Source::Inline(b), 8))
         }
     }
 }
@@ -317,7 +317,7 @@ mod tests {
     /// Our read of `len` bytes on sequence number 40, answered into `id` at 100.
     fn read_request(id: EndpointId, len: u32) -> Pending {
         Pending {
-            wr: WorkRequest {
+            wr: Wqe {
                 wr_id: 1,
                 opcode: WrOpcode::Read,
                 flags: 0,

@@ -32,7 +32,7 @@
 use super::access::{Access, EndpointAccess};
 use super::plan::{announced, commit, plan_into, EventInfo, Plan, RegContext, Reply, Store};
 use super::Trap;
-use crate::tables::{Instruction, InstructionMemory, Operands, RegWindow, RegisterFile};
+use crate::tables::{InstructionMemory, Operands, RegWindow, RegisterFile, StoredInstruction};
 use crate::tables::{GLOBAL_IP, REG_OPERANDS};
 use crate::wire::cell::{flags, op};
 use crate::wire::ControlRepr;
@@ -170,7 +170,7 @@ fn step_body(opcode: u8, data: &[u8]) -> &[u8] {
 
 /// The control part instruction `ins` runs with, given the message's control part.
 fn step_control(
-    ins: &Instruction,
+    ins: &StoredInstruction,
     msg: &ControlRepr,
     msg_regs: [u8; 4],
     body_len: usize,
@@ -279,7 +279,7 @@ impl<'p> Invoke<'p> {
     /// Step `k` of the chain (`k` 0 is the entry point, checked as one): the bound of
     /// the window or table, a loaded slot, the global operand rule.
     #[inline]
-    fn step<'c>(&self, code: &Code<'c>, k: u32) -> Result<&'c Instruction, Trap> {
+    fn step<'c>(&self, code: &Code<'c>, k: u32) -> Result<&'c StoredInstruction, Trap> {
         let at = (self.ip & !GLOBAL_IP).checked_add(k);
         let ins = if self.global {
             let at = at
@@ -310,7 +310,7 @@ impl<'p> Invoke<'p> {
 /// `out`, seeing the register writes `prior` of earlier steps and memory through `mem`.
 #[inline]
 fn plan_step<'p>(
-    ins: &Instruction,
+    ins: &StoredInstruction,
     msg: &ControlRepr,
     inv: &Invoke<'p>,
     ctx: &RegContext<'_>,
@@ -488,7 +488,7 @@ mod tests {
                 mem: VecAccess::new(8192, Rights::ALL),
             }
         }
-        fn set(&mut self, at: u32, ins: Instruction) {
+        fn set(&mut self, at: u32, ins: StoredInstruction) {
             self.code.set(self.code_window, at, Some(ins)).unwrap();
         }
         /// Plans an invoke of `ip` (global with GLOBAL_IP) and commits it on success.
@@ -548,24 +548,24 @@ mod tests {
     }
 
     /// `r[dest] op= operand-or-register`, as a REG_OP instruction.
-    fn reg_op(dest: u8, op1: RegOp, src: OpSource) -> Instruction {
+    fn reg_op(dest: u8, op1: RegOp, src: OpSource) -> StoredInstruction {
         let d = CompoundRepr {
             op1: RegOpRepr { op: op1, src },
             ..CompoundRepr::NONE
         };
-        Instruction {
+        StoredInstruction {
             opcode: op::REG_OP,
             regs: [0, dest, 0, 0],
             compound: Some(d.to_bytes()),
-            ..Instruction::default()
+            ..StoredInstruction::default()
         }
     }
 
-    fn write_at(ea: u32) -> Instruction {
-        Instruction {
+    fn write_at(ea: u32) -> StoredInstruction {
+        StoredInstruction {
             opcode: op::WRITE,
             operand: ea,
-            ..Instruction::default()
+            ..StoredInstruction::default()
         }
     }
 
@@ -574,14 +574,14 @@ mod tests {
         let mut r = Rig::new();
         r.set(
             0,
-            Instruction {
+            StoredInstruction {
                 entry: true,
                 ..write_at(100)
             },
         );
         r.set(
             1,
-            Instruction {
+            StoredInstruction {
                 entry: true,
                 from_message: Operands::OPERAND,
                 ..write_at(100)
@@ -601,7 +601,7 @@ mod tests {
         let add = reg_op(2, RegOp::Add, OpSource::Operand);
         r.set(
             0,
-            Instruction {
+            StoredInstruction {
                 entry: true,
                 from_message: Operands::OPERAND,
                 ..add
@@ -609,7 +609,7 @@ mod tests {
         );
         r.set(
             1,
-            Instruction {
+            StoredInstruction {
                 entry: true,
                 from_message: Operands::OPERAND | Operands::RB,
                 ..add
@@ -642,7 +642,7 @@ mod tests {
         // second chain wrote.
         r.set(
             0,
-            Instruction {
+            StoredInstruction {
                 entry: true,
                 more: true,
                 from_message: Operands::OPERAND,
@@ -654,7 +654,7 @@ mod tests {
         assert_eq!((r.reg(0), r.reg(1)), (7, 7));
         r.set(
             4,
-            Instruction {
+            StoredInstruction {
                 entry: true,
                 more: true,
                 ..write_at(64)
@@ -662,10 +662,10 @@ mod tests {
         );
         r.set(
             5,
-            Instruction {
+            StoredInstruction {
                 opcode: op::FETCH_ADD,
                 operand: 64,
-                ..Instruction::default()
+                ..StoredInstruction::default()
             },
         );
         let data = 5u64.to_be_bytes();
@@ -694,7 +694,7 @@ mod tests {
         r.set_reg(0, 1, RegProt::NONE);
         r.set(
             0,
-            Instruction {
+            StoredInstruction {
                 entry: true,
                 more: true,
                 ..write_at(10)
@@ -702,7 +702,7 @@ mod tests {
         );
         r.set(
             1,
-            Instruction {
+            StoredInstruction {
                 more: true,
                 from_message: Operands::OPERAND,
                 ..reg_op(0, RegOp::Add, OpSource::Operand)
@@ -728,11 +728,11 @@ mod tests {
     #[test]
     fn refusals_window_entry_loading_sequence_and_globals() {
         let mut r = Rig::new();
-        let bump = Instruction {
+        let bump = StoredInstruction {
             from_message: Operands::OPERAND,
             ..reg_op(0, RegOp::Add, OpSource::Operand)
         };
-        r.set(0, Instruction { more: true, ..bump });
+        r.set(0, StoredInstruction { more: true, ..bump });
         assert_eq!(
             r.run(0, &msg(1), &[]).unwrap_err(),
             Trap::NotEntryPoint { ip: 0 }
@@ -753,7 +753,7 @@ mod tests {
         assert!(Trap::InstructionNotLoaded { ip: 5 }.is_fault());
         r.set(
             3,
-            Instruction {
+            StoredInstruction {
                 entry: true,
                 more: true,
                 ..bump
@@ -765,11 +765,11 @@ mod tests {
         );
         // Nine chained steps: beyond the sequencer; eight run.
         for s in 6..16 {
-            r.set(s, Instruction { more: true, ..bump });
+            r.set(s, StoredInstruction { more: true, ..bump });
         }
         r.set(
             6,
-            Instruction {
+            StoredInstruction {
                 entry: true,
                 more: true,
                 ..bump
@@ -785,26 +785,26 @@ mod tests {
         // A chain running off the window's end.
         r.set(
             14,
-            Instruction {
+            StoredInstruction {
                 entry: true,
                 more: true,
                 ..bump
             },
         );
-        r.set(15, Instruction { more: true, ..bump });
+        r.set(15, StoredInstruction { more: true, ..bump });
         assert_eq!(
             r.run(14, &msg(1), &[]).unwrap_err(),
             Trap::InstructionOutOfWindow { ip: 14 }
         );
         // Two steps returning a value.
-        let fa = Instruction {
+        let fa = StoredInstruction {
             opcode: op::FETCH_ADD,
             operand: 0,
-            ..Instruction::default()
+            ..StoredInstruction::default()
         };
         r.set(
             1,
-            Instruction {
+            StoredInstruction {
                 entry: true,
                 more: true,
                 ..fa
@@ -821,7 +821,7 @@ mod tests {
     fn global_instructions_run_on_the_senders_operands_only() {
         let mut r = Rig::new();
         r.set_reg(3, 40, RegProt::READ | RegProt::WRITE);
-        let add = Instruction {
+        let add = StoredInstruction {
             entry: true,
             from_message: Operands::ALL,
             ..reg_op(0, RegOp::Add, OpSource::Operand)

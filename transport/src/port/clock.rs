@@ -17,7 +17,8 @@ pub fn rdtsc() -> u64 {
     }
 }
 
-/// TSC ticks per second (valid after [`eal_init`](super::eal_init)).
+/// TSC ticks per second, the unit of event timestamps (valid once a device is open: DPDK
+/// measures it when its EAL starts).
 pub fn tsc_hz() -> u64 {
     eal_info().map(|i| i.tsc_hz).unwrap_or(1_000_000_000)
 }

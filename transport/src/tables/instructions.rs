@@ -1,16 +1,16 @@
 //! Instruction memory (docs/design.md §3, "Instruction-pointer messages"; seed patent
 //! Fig. 13).
 //!
-//! A node-wide array of [`Instruction`]s. A connection sees a window of it (base,
+//! A node-wide array of [`StoredInstruction`]s. A connection sees a window of it (base,
 //! bounds), handed out by the same first-fit allocator as register windows; a sender
 //! names an instruction by its index in the window (an *instruction pointer*), and only
-//! instructions marked [`Instruction::entry`] may be named. A separate table of
+//! instructions marked [`StoredInstruction::entry`] may be named. A separate table of
 //! **global instructions** serves every connection; they take every operand from the
 //! message ([`Operands::ALL`]), since each connection has other receiver state.
 //!
 //! An instruction is a control part (opcode, word mask, address mode, operand, four
 //! register names) plus an optional compound descriptor, and per operand a bit saying
-//! whether it comes from the instruction or from the message. [`Instruction::more`]
+//! whether it comes from the instruction or from the message. [`StoredInstruction::more`]
 //! chains it to the next one: the sequencer runs the chain for one message, atomically
 //! (`oplogic::sequence`).
 
@@ -67,7 +67,7 @@ pub const REG_OPERANDS: [Operands; 4] = [Operands::RA, Operands::RB, Operands::R
 
 /// One instruction of instruction memory.
 #[derive(Clone, Copy, PartialEq, Eq, Debug, Default, Hash)]
-pub struct Instruction {
+pub struct StoredInstruction {
     /// The operation (`WRITE_MASKED` .. `EXCEPTION` of `wire::cell::op`).
     pub opcode: u8,
     /// Word mask of a masked write.
@@ -92,7 +92,7 @@ pub struct Instruction {
 /// instruction pointer as global.
 pub const GLOBAL_IP: u32 = 1 << 31;
 
-impl Instruction {
+impl StoredInstruction {
     /// Checks the instruction can run: a known executable opcode, flags limited to the
     /// address mode and a register target, a descriptor with known codes, and for a
     /// global instruction every operand from the message.
@@ -122,9 +122,9 @@ pub struct InstructionMemory {
     /// Absolute index of `slots[0]` (a shard's memory holds its own range, so that a
     /// window names the shard it belongs to).
     first: u32,
-    slots: Vec<Option<Instruction>>,
+    slots: Vec<Option<StoredInstruction>>,
     ranges: Ranges,
-    global: Vec<Option<Instruction>>,
+    global: Vec<Option<StoredInstruction>>,
 }
 
 impl InstructionMemory {
@@ -197,7 +197,7 @@ impl InstructionMemory {
         &mut self,
         w: RegWindow,
         index: u32,
-        ins: Option<Instruction>,
+        ins: Option<StoredInstruction>,
     ) -> Result<(), TableError> {
         if let Some(i) = &ins {
             i.validate(false)?;
@@ -213,7 +213,11 @@ impl InstructionMemory {
     }
 
     /// Sets (or clears) global instruction `index`, after validating it.
-    pub fn set_global(&mut self, index: u32, ins: Option<Instruction>) -> Result<(), TableError> {
+    pub fn set_global(
+        &mut self,
+        index: u32,
+        ins: Option<StoredInstruction>,
+    ) -> Result<(), TableError> {
         if let Some(i) = &ins {
             i.validate(true)?;
         }
@@ -227,13 +231,13 @@ impl InstructionMemory {
 
     /// Instruction at absolute slot `abs`.
     #[inline]
-    pub fn get(&self, abs: u32) -> Option<&Instruction> {
+    pub fn get(&self, abs: u32) -> Option<&StoredInstruction> {
         self.slots.get(self.at(abs))?.as_ref()
     }
 
     /// Global instruction `index`.
     #[inline]
-    pub fn get_global(&self, index: u32) -> Option<&Instruction> {
+    pub fn get_global(&self, index: u32) -> Option<&StoredInstruction> {
         self.global.get(index as usize)?.as_ref()
     }
 }
@@ -242,12 +246,12 @@ impl InstructionMemory {
 mod tests {
     use super::*;
 
-    fn write_ins() -> Instruction {
-        Instruction {
+    fn write_ins() -> StoredInstruction {
+        StoredInstruction {
             opcode: op::WRITE,
             from_message: Operands::OPERAND,
             entry: true,
-            ..Instruction::default()
+            ..StoredInstruction::default()
         }
     }
 
@@ -283,19 +287,19 @@ mod tests {
         let mut m = InstructionMemory::new(4, 4);
         let w = m.alloc(4).unwrap();
         for bad in [
-            Instruction {
+            StoredInstruction {
                 opcode: op::NOP,
                 ..write_ins()
             },
-            Instruction {
+            StoredInstruction {
                 opcode: op::CM_CONNECT_REQ,
                 ..write_ins()
             },
-            Instruction {
+            StoredInstruction {
                 flags: flags::REPLY,
                 ..write_ins()
             },
-            Instruction {
+            StoredInstruction {
                 compound: Some([99, 0, 0, 0, 0, 0, 0, 0]),
                 ..write_ins()
             },
@@ -314,7 +318,7 @@ mod tests {
             m.set_global(0, Some(write_ins())),
             Err(TableError::BadInstruction { .. })
         ));
-        let g = Instruction {
+        let g = StoredInstruction {
             from_message: Operands::ALL,
             ..write_ins()
         };

@@ -6,8 +6,7 @@ use std::sync::Arc;
 
 use deposit_transport::cm::{ConnectOptions, Registers};
 use deposit_transport::connection::{
-    Completion, ConnShared, ConnState, CqShared, Source, WcStatus, WorkRequest, WrOpcode,
-    WR_SIGNALED,
+    Completion, ConnShared, ConnState, CqShared, Source, WcStatus, Wqe, WrOpcode, WR_SIGNALED,
 };
 use deposit_transport::node::NodeConfig;
 use deposit_transport::sim::{self, LinkConfig, Network, HZ};
@@ -102,8 +101,8 @@ pub fn open_registers(net: &mut Network, h: usize, n: u32) {
 }
 
 /// A signaled write of `len` bytes from the local endpoint at `src` to remote `dst`.
-pub fn write(id: u64, from: &End, src: u64, len: u32, dst: u32) -> WorkRequest {
-    let mut wr = WorkRequest::write(
+pub fn write(id: u64, from: &End, src: u64, len: u32, dst: u32) -> Wqe {
+    let mut wr = Wqe::write(
         id,
         Source::Endpoint {
             id: from.ep,
@@ -117,42 +116,35 @@ pub fn write(id: u64, from: &End, src: u64, len: u32, dst: u32) -> WorkRequest {
 }
 
 /// The same write with an address mode on register `ra`.
-pub fn with_mode(mut wr: WorkRequest, mode: AddrMode, ra: u8) -> WorkRequest {
+pub fn with_mode(mut wr: Wqe, mode: AddrMode, ra: u8) -> Wqe {
     wr.remote.mode_flags = mode.to_flags();
     wr.remote.regs[0] = ra;
     wr
 }
 
 /// A signaled fetch-and-add on remote `dst`, the old value to local `result`.
-pub fn fetch_add(id: u64, from: &End, result: u64, dst: u32, add: u64) -> WorkRequest {
-    WorkRequest {
+pub fn fetch_add(id: u64, from: &End, result: u64, dst: u32, add: u64) -> Wqe {
+    Wqe {
         opcode: WrOpcode::FetchAdd { add },
         source: Source::None,
         len: 8,
         result: Some((from.ep, result)),
         flags: WR_SIGNALED,
-        ..WorkRequest::write(id, Source::None, 8, dst)
+        ..Wqe::write(id, Source::None, 8, dst)
     }
 }
 
 /// A signaled compare-and-swap.
-pub fn cmp_swap(
-    id: u64,
-    from: &End,
-    result: u64,
-    dst: u32,
-    compare: u64,
-    swap: u64,
-) -> WorkRequest {
-    WorkRequest {
+pub fn cmp_swap(id: u64, from: &End, result: u64, dst: u32, compare: u64, swap: u64) -> Wqe {
+    Wqe {
         opcode: WrOpcode::CmpSwap { compare, swap },
         ..fetch_add(id, from, result, dst, 0)
     }
 }
 
 /// A signaled read of `len` remote bytes at `src` into local `dst`.
-pub fn read(id: u64, from: &End, dst: u64, len: u32, src: u32) -> WorkRequest {
-    WorkRequest {
+pub fn read(id: u64, from: &End, dst: u64, len: u32, src: u32) -> Wqe {
+    Wqe {
         opcode: WrOpcode::Read,
         result: Some((from.ep, dst)),
         len,
@@ -161,7 +153,7 @@ pub fn read(id: u64, from: &End, dst: u64, len: u32, src: u32) -> WorkRequest {
 }
 
 /// Posts every request (panics when a queue is full).
-pub fn post_all(end: &End, wrs: impl IntoIterator<Item = WorkRequest>) -> usize {
+pub fn post_all(end: &End, wrs: impl IntoIterator<Item = Wqe>) -> usize {
     let mut n = 0;
     for wr in wrs {
         assert!(sim::post(&end.conn, wr), "queue full at request {n}");

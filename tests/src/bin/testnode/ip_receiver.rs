@@ -149,7 +149,7 @@ impl Node {
             format!(
                 "{} refusals on the connection (want {total}); device: {:?}",
                 conn.dropped(),
-                stats.drops.iter().filter(|d| d.1 > 0).collect::<Vec<_>>(),
+                stats.drops().collect::<Vec<_>>(),
             ),
         );
     }

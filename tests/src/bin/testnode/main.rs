@@ -789,7 +789,7 @@ fn stream_client(port: &str, retry_ms: u64, retries: u32) {
     let conn = dev
         .connect([10, 0, 0, 1], SINK_SERVICE, &ep, &cq)
         .unwrap_or_else(|e| fail(e));
-    let mbufs_before = dev.stats().mbufs_in_use;
+    let mbufs_before = dev.stats().mbufs_used();
     let (mut posted, mut ok, mut retry_exceeded, mut flushed, mut other) = (0u64, 0, 0, 0, 0);
     let mut last_ok = std::time::Instant::now();
     let mut failed_after: Option<Duration> = None;
@@ -852,7 +852,7 @@ fn stream_client(port: &str, retry_ms: u64, retries: u32) {
     for _ in 0..1000 {
         dev.progress();
     }
-    let mbufs_after = dev.stats().mbufs_in_use;
+    let mbufs_after = dev.stats().mbufs_used();
     println!(
         "result posted={posted} ok={ok} retry_exceeded={retry_exceeded} flushed={flushed} \
          other={other} detect_ms={} refused={refused} mbufs_before={mbufs_before} \

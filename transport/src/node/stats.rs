@@ -1,0 +1,165 @@
+//! A node's counters, defined once: the worker writes them, `deposit::DeviceStats` is
+//! this type, and everything that lists counters by name (DPDK telemetry, `ddperf
+//! --stats`) walks [`Stats::each`], so a counter added to the list shows everywhere.
+
+use crate::oplogic::DropReason;
+use crate::tlb::TlbStats;
+
+/// Declares the summed counters once: the fields, `Stats::merge` and `Stats::each`.
+macro_rules! counters {
+    ($( $(#[$doc:meta])* $name:ident, )*) => {
+        /// Counters of one node, or of a device (its shards' summed on read). Plain
+        /// integers: only the node writes them.
+        #[derive(Debug, Clone, Default, PartialEq, Eq)]
+        pub struct Stats {
+            $( $(#[$doc])* pub $name: u64, )*
+            /// Mbufs of the port's pool not free when the counters were read (the
+            /// port's, counted once for a device), and of those, the ones the shards'
+            /// port handles allocated ahead (not in use: [`Self::mbufs_used`]
+            /// subtracts them).
+            pub mbufs_in_use: u64,
+            pub mbufs_stashed: u64,
+            /// Refusals by reason, indexed by [`DropReason`] (see [`Self::dropped`]).
+            pub drops: [u64; DropReason::COUNT],
+            /// Address translations of the worker's TLB.
+            pub tlb: TlbStats,
+        }
+
+        impl Stats {
+            /// Adds another shard's counters to these (the mbufs in use are the
+            /// port's, counted once).
+            pub fn merge(&mut self, o: &Stats) {
+                $( self.$name += o.$name; )*
+                self.mbufs_in_use = self.mbufs_in_use.max(o.mbufs_in_use);
+                self.mbufs_stashed += o.mbufs_stashed;
+                for (d, s) in self.drops.iter_mut().zip(o.drops.iter()) {
+                    *d += s;
+                }
+                self.tlb.hits += o.tlb.hits;
+                self.tlb.misses += o.tlb.misses;
+                self.tlb.faults += o.tlb.faults;
+            }
+
+            /// Every counter by name, in declaration order: the summed ones, then
+            /// `mbufs_used`, `tlb_hits`, `tlb_misses`, `tlb_faults` and `drops` (the
+            /// total; [`Self::drops`] has them by reason).
+            pub fn each(&self, mut f: impl FnMut(&'static str, u64)) {
+                $( f(stringify!($name), self.$name); )*
+                f("mbufs_used", self.mbufs_used());
+                f("tlb_hits", self.tlb.hits);
+                f("tlb_misses", self.tlb.misses);
+                f("tlb_faults", self.tlb.faults);
+                f("drops", self.dropped_total());
+            }
+        }
+    };
+}
+
+counters! {
+    /// Frames received.
+    frames_rx,
+    /// Of those, frames taken from the high-priority queue.
+    frames_rx_high,
+    /// Low-priority sending cut short for high-priority work (posted or arrived).
+    low_yields,
+    /// Frames sent.
+    frames_tx,
+    /// Cells (messages and acknowledgement cells) received and sent.
+    cells_rx,
+    cells_tx,
+    /// Frame bytes received / sent (Ethernet header to CRC trailer).
+    bytes_rx,
+    bytes_tx,
+    /// Payload bytes of the messages sent (first transmissions and retransmissions).
+    bytes_payload_tx,
+    /// Messages executed (deposited) here.
+    msgs_rx,
+    /// Messages sent (first transmissions and retransmissions).
+    msgs_tx,
+    /// Payload bytes deposited into local endpoints.
+    bytes_deposited,
+    /// Acknowledgements and negative acknowledgements sent; NAKs received.
+    acks_tx,
+    naks_tx,
+    naks_rx,
+    /// Messages sent again.
+    retransmits,
+    /// Retransmission timer expiries.
+    timeouts,
+    /// Naps of the dedicated worker that a post, a control call or a frame doorbell
+    /// ended before their deadline (see `deposit::Progress`).
+    worker_woken,
+    /// Liveness probes sent to silent idle peers, and connections failed because the
+    /// peer stayed silent (half-open).
+    keepalive_probes,
+    keepalive_failures,
+    /// Messages kept because they arrived ahead of a gap.
+    reordered,
+    /// Of those, segments placed on arrival (no copy kept).
+    placed_ahead,
+    /// Messages that arrived again (already executed: acknowledged, not run).
+    duplicates,
+    /// Events posted to endpoint event queues.
+    events,
+    /// Replies (read data, atomic old values) sent.
+    replies_tx,
+    /// Messages held for the host to repair (page not present, event queue full).
+    faults,
+    /// Receiver-not-ready NAKs received (the peer was exceptioned).
+    rnr_rx,
+    /// Times the link could not take every frame (back-pressure).
+    tx_stalls,
+    /// Posted work requests whose connection went before the worker took them (a post
+    /// that raced the close): each completes `Flushed` on the connection's completion
+    /// queue while the application still holds the connection.
+    posts_orphaned,
+    /// Sections sent in a frame after its first: messages or acknowledgements of another
+    /// connection to the same peer that shared the frame (cell trains across
+    /// connections).
+    sections_tx,
+    /// Frames that carried a payload by reference to endpoint memory instead of a copy
+    /// (ports that copy frames as they send them: memif, af_packet).
+    payloads_by_reference,
+}
+
+impl Stats {
+    /// Mbufs of the port's pool in use: those not free less those allocated ahead (a
+    /// leak check: back to its starting value when the traffic is over).
+    pub fn mbufs_used(&self) -> u64 {
+        self.mbufs_in_use.saturating_sub(self.mbufs_stashed)
+    }
+
+    /// A frame section carried `sent` messages (`resent` of them retransmissions) of
+    /// `bytes` payload bytes.
+    #[inline]
+    pub(crate) fn count_sent(&mut self, sent: u32, bytes: u64, resent: u32) {
+        self.msgs_tx += u64::from(sent);
+        self.retransmits += u64::from(resent);
+        self.bytes_payload_tx += bytes;
+    }
+
+    /// Counts a refusal.
+    #[inline]
+    pub(crate) fn drop_for(&mut self, r: DropReason) {
+        self.drops[r as usize] += 1;
+    }
+
+    /// Refusals of one reason.
+    pub fn dropped(&self, r: DropReason) -> u64 {
+        self.drops[r as usize]
+    }
+
+    /// All refusals.
+    pub fn dropped_total(&self) -> u64 {
+        self.drops.iter().sum()
+    }
+
+    /// The reasons with a refusal, and their counts.
+    pub fn drops(&self) -> impl Iterator<Item = (DropReason, u64)> + '_ {
+        DropReason::ALL
+            .iter()
+            .zip(self.drops)
+            .filter(|(_, n)| *n > 0)
+            .map(|(r, n)| (*r, n))
+    }
+}
