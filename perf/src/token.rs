@@ -145,6 +145,7 @@ mod tests {
         Event {
             kind,
             conn: 1,
+            peer_conn: 2,
             opcode: 0,
             operand: 0,
             regs: [0; 4],

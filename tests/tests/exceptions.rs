@@ -8,7 +8,6 @@ use std::time::Duration;
 
 use deposit::*;
 use deposit_tests::*;
-use deposit_transport::node::ResumeError;
 
 const T: Duration = Duration::from_secs(10);
 const LEN: usize = 16 * 4096;

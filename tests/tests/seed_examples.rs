@@ -139,10 +139,17 @@ fn priority_queueing_interrupts_only_above_the_receivers_level() {
         .enumerate()
         .map(|(i, j)| j.request(i as u64))
         .collect();
-    f.run(&reqs, WcStatus::Success);
+    let wcs = f.run(&reqs, WcStatus::Success);
 
     let ev = f.events();
     assert_eq!(ev.len(), INTERRUPTS.len(), "{ev:?}");
+    // Each side's record names the other's connection number: a completion's peer_conn
+    // is the conn of the events its request raised, and the other way round.
+    for e in &ev {
+        assert!(wcs
+            .iter()
+            .all(|wc| wc.peer_conn == e.conn && e.peer_conn == wc.conn));
+    }
     // The device counts them too (its counters are the worker's, every one of them).
     assert_eq!(f.pair.server.stats().events, INTERRUPTS.len() as u64);
     let conn = f.c.server.local_number();

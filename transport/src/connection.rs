@@ -193,6 +193,9 @@ pub struct Completion {
     pub byte_len: u32,
     /// Local number of the connection the request was posted on.
     pub conn: u32,
+    /// The peer's number for that connection: the `conn` of the events and completions
+    /// the request causes there ([`crate::events::Event::conn`]).
+    pub peer_conn: u32,
     /// Whether the request asked for its completion (an unsignaled one completes only
     /// when it fails).
     pub signaled: bool,
@@ -210,6 +213,7 @@ impl Completion {
         opcode: WrOpcode::Write,
         byte_len: 0,
         conn: 0,
+        peer_conn: 0,
         signaled: false,
         remote_reason: None,
     };

@@ -43,6 +43,9 @@ pub struct Event {
     pub kind: EventKind,
     /// Local number of the connection the message came on.
     pub conn: u32,
+    /// The sender's number for that connection: the `conn` of its completion
+    /// ([`crate::connection::Completion::conn`]).
+    pub peer_conn: u32,
     pub opcode: u8,
     pub operand: u32,
     /// Values of the registers the message named (ra, rb, rc, rd) after it ran (0 for
@@ -116,6 +119,7 @@ mod tests {
         Event {
             kind: EventKind::Interrupt,
             conn: 1,
+            peer_conn: 3,
             opcode: 2,
             operand,
             regs: [0; 4],

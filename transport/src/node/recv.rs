@@ -935,6 +935,7 @@ fn token_event(conn: &ConnContext, control: &ControlRepr, e: &TokenEvent, now: u
             key_ok: e.key_ok,
         },
         conn: conn.number,
+        peer_conn: conn.peer_conn,
         opcode: control.opcode,
         operand: control.operand,
         regs: [0; 4],
@@ -993,6 +994,7 @@ fn event_of(
     Event {
         kind,
         conn: conn.number,
+        peer_conn: conn.peer_conn,
         opcode: control.opcode,
         operand: control.operand,
         regs: plan.event.regs,
@@ -1065,6 +1067,7 @@ fn report_exception(
             reason: t.reason(),
         },
         conn: conn.number,
+        peer_conn: conn.peer_conn,
         opcode: control.opcode,
         operand: control.operand,
         regs: [0; 4],

@@ -1044,10 +1044,11 @@ pub(crate) fn complete_ready(conn: &mut ConnContext) {
             break;
         }
         // Read in place: the request itself is not moved out.
-        let wc = completion_for(&p.wr, p.status, conn.number).map(|wc| Completion {
-            remote_reason: p.reason,
-            ..wc
-        });
+        let wc =
+            completion_for(&p.wr, p.status, (conn.number, conn.peer_conn)).map(|wc| Completion {
+                remote_reason: p.reason,
+                ..wc
+            });
         conn.inflight.pop_front();
         if let Some(wc) = wc {
             report(conn, wc);
@@ -1079,7 +1080,8 @@ fn unheld_departed(departed: &[std::sync::Arc<crate::connection::ConnShared>]) -
 #[cold]
 fn flush_orphan(conn: &crate::connection::ConnShared, wr: &Wqe) {
     conn.dequeued(1);
-    if let Some(wc) = completion_for(wr, WcStatus::Flushed, conn.number) {
+    let peer = conn.peer_conn.load(Ordering::Relaxed) as u32;
+    if let Some(wc) = completion_for(wr, WcStatus::Flushed, (conn.number, peer)) {
         conn.cq.push_or_lose(wc);
     }
 }
@@ -1088,14 +1090,15 @@ fn flush_orphan(conn: &crate::connection::ConnShared, wr: &Wqe) {
 /// or failed): onto the completion queue, or — when the queue is full — into the
 /// connection's list of completions waiting for room, behind any already there.
 fn complete(conn: &mut ConnContext, wr: &Wqe, status: WcStatus) {
-    if let Some(wc) = completion_for(wr, status, conn.number) {
+    if let Some(wc) = completion_for(wr, status, (conn.number, conn.peer_conn)) {
         report(conn, wc);
     }
 }
 
-/// The completion a request owes the application with this status, if any.
+/// The completion a request owes the application with this status, if any; `conn`: the
+/// connection's local and peer numbers.
 #[inline]
-fn completion_for(wr: &Wqe, status: WcStatus, conn: u32) -> Option<Completion> {
+fn completion_for(wr: &Wqe, status: WcStatus, conn: (u32, u32)) -> Option<Completion> {
     if matches!(wr.opcode, WrOpcode::Reply { .. }) {
         return None; // ours, not the application's
     }
@@ -1105,7 +1108,8 @@ fn completion_for(wr: &Wqe, status: WcStatus, conn: u32) -> Option<Completion> {
         status,
         opcode: wr.opcode,
         byte_len: wr.len,
-        conn,
+        conn: conn.0,
+        peer_conn: conn.1,
         signaled,
         remote_reason: None,
     })
