@@ -6,16 +6,16 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crossbeam::queue::SegQueue;
-use deposit_transport::cm::{ConnectOptions, Registers};
-use deposit_transport::connection::{ConnShared, ConnState, Priority};
+use deposit_transport::cm::{private_data, ConnectOptions, Registers};
+use deposit_transport::connection::{ConnState, Priority};
 use deposit_transport::events::EventRing as Queue;
 use deposit_transport::mem::EndpointMemory;
-use deposit_transport::node::MAX_SHARDS;
+use deposit_transport::node::{Accepted, MAX_SHARDS};
 use deposit_transport::port::{self, EalInfo, Port, PortConfig, PortSpec};
 use deposit_transport::submit::SubmitRing;
 use deposit_transport::tables::{EndpointEntry, NodeAddr, RegProt, RegWindow, Rights};
 use deposit_transport::wake::WaitQueue;
-use deposit_transport::wire;
+use deposit_transport::wire::{self, cm::PRIVATE_DATA_MAX};
 use deposit_transport::worker::{ShardLinks, Worker, WorkerConfig};
 
 use crate::endpoint::EpInner;
@@ -441,6 +441,26 @@ pub struct Device {
     pub(crate) inner: Arc<DeviceInner>,
 }
 
+impl std::fmt::Debug for Device {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Device")
+            .field("port", &self.port_spec())
+            .field("local_addr", &self.local_addr())
+            .field("workers", &self.workers())
+            .finish()
+    }
+}
+
+impl std::fmt::Debug for Listener {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Listener")
+            .field("service", &self.service)
+            .field("endpoint", &self.ep.id())
+            .field("waiting", &self.accepted.len())
+            .finish()
+    }
+}
+
 impl Device {
     /// Opens the port (initialising DPDK's EAL on first use) and starts the worker.
     pub fn open(cfg: DeviceConfig) -> Result<Device, Error> {
@@ -795,7 +815,7 @@ impl Device {
         opts: &ConnOptions,
     ) -> Result<Connection, Error> {
         self.check_ep(ep)?;
-        let (ep_id, cq_shared, topts) = (ep.0.id, cq.shared.clone(), opts.transport());
+        let (ep_id, cq_shared, topts) = (ep.0.id, cq.shared.clone(), opts.transport()?);
         let shared = self.inner.call_on(ep.0.shard, move |w| {
             let peer = w
                 .nodes
@@ -815,12 +835,17 @@ impl Device {
                     }
                 }
                 ConnState::Normal => {
+                    let number = shared.number;
+                    let private = self
+                        .inner
+                        .call_on(ep.0.shard, move |w| w.take_peer_private(number));
                     return Ok(Connection::new(
                         self.inner.clone(),
                         shared,
                         ep.clone(),
                         cq.clone(),
-                    ))
+                        private,
+                    ));
                 }
                 ConnState::Failed => {
                     return Err(Error::Rejected(RejectReason::from_u8(
@@ -851,7 +876,7 @@ impl Device {
         opts: &ConnOptions,
     ) -> Result<Listener, Error> {
         self.check_ep(ep)?;
-        let (ep_id, cq_shared, topts) = (ep.0.id, cq.shared.clone(), opts.transport());
+        let (ep_id, cq_shared, topts) = (ep.0.id, cq.shared.clone(), opts.transport()?);
         let shard = ep.0.shard;
         let q = self.inner.call_on(shard, move |w| {
             w.listen(service, ep_id, cq_shared, &topts, 64)
@@ -1040,6 +1065,11 @@ pub struct ConnOptions {
     /// Isolation mode: every message from the peer that is not an instruction pointer
     /// is refused, so the peer names no register or address of ours.
     pub isolated: bool,
+    /// Bytes for the peer, as rdma_cm's `private_data`: in the connect request
+    /// ([`Device::connect_with`]) or in the reply to every request a listener accepts
+    /// ([`Device::listen_with`]); the other side reads them with
+    /// [`Connection::private_data`]. At most [`PRIVATE_DATA_MAX`] bytes.
+    pub private_data: Vec<u8>,
 }
 
 impl Default for ConnOptions {
@@ -1053,13 +1083,21 @@ impl Default for ConnOptions {
             receive_window: deposit_transport::reliability::SACK_BITS,
             instructions: None,
             isolated: false,
+            private_data: Vec::new(),
         }
     }
 }
 
 impl ConnOptions {
-    fn transport(&self) -> ConnectOptions {
-        ConnectOptions {
+    /// The transport's options, once checked.
+    fn transport(&self) -> Result<ConnectOptions, Error> {
+        if self.private_data.len() > PRIVATE_DATA_MAX {
+            return Err(Error::InvalidArgument(format!(
+                "{} bytes of private data (at most {PRIVATE_DATA_MAX})",
+                self.private_data.len()
+            )));
+        }
+        Ok(ConnectOptions {
             sq_depth: self.sq_depth,
             priority: self.priority,
             registers: self.registers,
@@ -1068,7 +1106,8 @@ impl ConnOptions {
             receive_window: self.receive_window,
             instructions: self.instructions.map_or(RegWindow::EMPTY, |w| w.0),
             isolated: self.isolated,
-        }
+            private_data: private_data(&self.private_data),
+        })
     }
 }
 
@@ -1078,7 +1117,7 @@ pub struct Listener {
     service: u32,
     /// The shard of its endpoint, where its connections are made.
     shard: u8,
-    accepted: Arc<WaitQueue<Arc<ConnShared>>>,
+    accepted: Arc<WaitQueue<Accepted>>,
     ep: Endpoint,
     cq: CompletionQueue,
 }
@@ -1102,13 +1141,14 @@ impl Listener {
     pub fn accept(&self, timeout: Duration) -> Result<Connection, Error> {
         let deadline = Instant::now() + timeout;
         let q = &self.accepted;
-        let shared = wait_for(&self.dev.inner, deadline, || q.pop(), |d| q.wait_pop(d))
+        let a = wait_for(&self.dev.inner, deadline, || q.pop(), |d| q.wait_pop(d))
             .ok_or(Error::Timeout(timeout, "a connection request"))?;
         Ok(Connection::new(
             self.dev.inner.clone(),
-            shared,
+            a.shared,
             self.ep.clone(),
             self.cq.clone(),
+            a.private,
         ))
     }
     /// The service number.

@@ -54,3 +54,12 @@ impl EventQueue {
         self.q.overflows.load(std::sync::atomic::Ordering::Relaxed)
     }
 }
+
+impl std::fmt::Debug for EventQueue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EventQueue")
+            .field("len", &self.len())
+            .field("overflows", &self.overflows())
+            .finish()
+    }
+}

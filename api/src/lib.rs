@@ -51,6 +51,8 @@
 //! blocking calls. Posting and polling never take a lock; control calls (allocating
 //! endpoints, connecting) briefly take the device lock.
 
+#![warn(missing_debug_implementations)]
+
 mod device;
 mod endpoint;
 mod error;
@@ -90,4 +92,5 @@ pub use deposit_transport::oplogic::{DropReason, RemoteStatus};
 pub use deposit_transport::port::{tsc_hz, EalInfo, MemifRole, PortError, PortSpec, RingSide};
 pub use deposit_transport::tables::{NodeAddr, Rights};
 pub use deposit_transport::tlb::TlbStats;
+pub use deposit_transport::wire::cm::PRIVATE_DATA_MAX;
 pub use deposit_transport::wire::UDP_PORT;

@@ -150,3 +150,12 @@ impl MulticastGroup {
         Ok(doorbell)
     }
 }
+
+impl std::fmt::Debug for MulticastGroup {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let members: Vec<u32> = self.members.iter().map(|m| m.number).collect();
+        f.debug_struct("MulticastGroup")
+            .field("members", &members)
+            .finish()
+    }
+}

@@ -4,6 +4,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use deposit_transport::cm::PrivateData;
 use deposit_transport::connection::{
     shard_of_conn, Completion, ConnShared, ConnState, CqShared, Source, WrOpcode,
 };
@@ -127,6 +128,8 @@ pub struct Connection {
     // Keeps the endpoint (and its table entry) alive while the connection exists.
     ep: Endpoint,
     cq: CompletionQueue,
+    /// What the peer sent in its connect request or reply.
+    private: PrivateData,
 }
 
 /// How many posted requests of a connection wait for the worker before a post drives
@@ -141,13 +144,22 @@ impl Connection {
         shared: Arc<ConnShared>,
         ep: Endpoint,
         cq: CompletionQueue,
+        private: PrivateData,
     ) -> Self {
         Connection {
             dev,
             shared,
             ep,
             cq,
+            private,
         }
+    }
+
+    /// The private data the peer sent: the accepted request's on the listening side,
+    /// the listener's reply's on the connecting side ([`crate::ConnOptions::private_data`];
+    /// empty when it sent none).
+    pub fn private_data(&self) -> &[u8] {
+        self.private.as_deref().unwrap_or(&[])
     }
 
     /// Posts a work request (the "go"). Fails at once, with nothing queued, when the
@@ -314,5 +326,26 @@ impl Drop for Connection {
         if matches!(self.shared.state(), ConnState::Normal | ConnState::Error) {
             self.close();
         }
+    }
+}
+
+impl std::fmt::Debug for CompletionQueue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CompletionQueue")
+            .field("depth", &self.depth())
+            .field("overflows", &self.overflows())
+            .finish()
+    }
+}
+
+impl std::fmt::Debug for Connection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Connection")
+            .field("local_number", &self.local_number())
+            .field("remote_number", &self.remote_number())
+            .field("state", &self.state())
+            .field("endpoint", &self.ep.id())
+            .field("private_data", &self.private_data().len())
+            .finish()
     }
 }

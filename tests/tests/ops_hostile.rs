@@ -757,7 +757,7 @@ fn a_connection_request_for_another_node_is_not_accepted() {
         mac: [2, 0, 10, 0, 0, 2],
     };
     let mut p = [0u8; deposit_transport::wire::cm::CM_PAYLOAD_MAX];
-    let (c, n) = req.emit(&mut p);
+    let (c, n) = req.emit(&[], &mut p);
     // From 10.0.0.2 to 10.0.0.77 (MAC and IP): not this node (10.0.0.1).
     let f = raw_frame_with(
         &underlay_between([10, 0, 0, 2], [10, 0, 0, 77]),

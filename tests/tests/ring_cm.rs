@@ -385,7 +385,7 @@ fn resource_limits_are_refused_with_a_clear_error_not_a_crash() {
     let big = pair
         .client
         .connect_with([10, 0, 0, 1], 9, &cep, &ccq, &opts);
-    let e = big.err().expect("refused");
+    let e = big.expect_err("refused");
     assert!(matches!(e, Error::Cm(_)), "{e:?}");
     eprintln!("refusals: {e}");
     // Nothing broke: the first two connections still work.
@@ -609,4 +609,60 @@ fn requests_beyond_a_full_accept_queue_wait_and_connect_once_accepted() {
         l.accept(Duration::from_millis(50)),
         Err(Error::Timeout(..))
     ));
+}
+
+/// rdma_cm's private data: the client's bytes ride its connect request and the
+/// listener's its reply; each side reads the other's from its Connection. Every
+/// accepted connection gets the listener's reply; a connection without any reads none;
+/// more than the limit is refused before anything is sent.
+#[test]
+fn connect_and_accept_carry_private_data_both_ways() {
+    let a = Device::open(DeviceConfig::new("ring:private:a", [10, 0, 0, 1])).unwrap();
+    let b = Device::open(DeviceConfig::new("ring:private:b", [10, 0, 0, 2])).unwrap();
+    let aep = a.alloc_endpoint(4096, Rights::REMOTE_WRITE).unwrap();
+    let bep = b.alloc_endpoint(4096, Rights::REMOTE_WRITE).unwrap();
+    let (acq, bcq) = (a.create_cq(16), b.create_cq(16));
+    let reply: Vec<u8> = (0..PRIVATE_DATA_MAX as u8).collect();
+    let listener = a
+        .listen_with(
+            1,
+            &aep,
+            &acq,
+            &ConnOptions {
+                private_data: reply.clone(),
+                ..ConnOptions::default()
+            },
+        )
+        .unwrap();
+    let with = |bytes: &[u8]| ConnOptions {
+        private_data: bytes.to_vec(),
+        ..ConnOptions::default()
+    };
+    let c1 = b
+        .connect_with([10, 0, 0, 1], 1, &bep, &bcq, &with(b"size=4096 iters=1000"))
+        .unwrap();
+    let s1 = listener.accept(T).unwrap();
+    assert_eq!(s1.private_data(), b"size=4096 iters=1000");
+    assert_eq!(c1.private_data(), &reply[..]);
+    // No bytes from this client: the listener reads none, the client still gets the
+    // reply's.
+    let c2 = b.connect([10, 0, 0, 1], 1, &bep, &bcq).unwrap();
+    let s2 = listener.accept(T).unwrap();
+    assert!(s2.private_data().is_empty());
+    assert_eq!(c2.private_data(), &reply[..]);
+    // A listener without private data answers with none.
+    let quiet = a.listen(2, &aep, &acq).unwrap();
+    let c3 = b
+        .connect_with([10, 0, 0, 1], 2, &bep, &bcq, &with(b"hello"))
+        .unwrap();
+    assert_eq!(quiet.accept(T).unwrap().private_data(), b"hello");
+    assert!(c3.private_data().is_empty());
+    // One byte over the limit: a typed error, nothing sent.
+    let long = vec![0u8; PRIVATE_DATA_MAX + 1];
+    let e = b
+        .connect_with([10, 0, 0, 1], 1, &bep, &bcq, &with(&long))
+        .unwrap_err();
+    assert!(matches!(e, Error::InvalidArgument(_)), "{e}");
+    assert!(listener.accept(Duration::from_millis(200)).is_err());
+    drop((c1, c2, c3, s1, s2));
 }

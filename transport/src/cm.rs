@@ -28,6 +28,7 @@
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::sync::Arc;
 
 use crate::connection::Priority;
 use crate::reliability::SACK_BITS;
@@ -88,6 +89,9 @@ pub struct ConnectOptions {
     /// Messages kept when they arrive ahead of a gap (selective repeat; at most
     /// `reliability::SACK_BITS`; 0: refused, the sender goes back to the gap).
     pub receive_window: u32,
+    /// Bytes for the peer: in the connect request (connecting), in every reply
+    /// (listening). At most `wire::cm::PRIVATE_DATA_MAX`.
+    pub private_data: PrivateData,
 }
 
 impl Default for ConnectOptions {
@@ -101,22 +105,33 @@ impl Default for ConnectOptions {
             instructions: RegWindow::EMPTY,
             isolated: false,
             receive_window: SACK_BITS,
+            private_data: None,
         }
     }
 }
 
+/// The application's bytes in a connect request or reply (rdma_cm's `private_data`;
+/// `None`: none), shared by every copy of the message.
+pub type PrivateData = Option<Arc<[u8]>>;
+
+/// `bytes` as private data (none when empty).
+pub fn private_data(bytes: &[u8]) -> PrivateData {
+    (!bytes.is_empty()).then(|| Arc::from(bytes))
+}
+
 /// What the peer told of itself when connecting: its connection, key, initial
-/// sequence number and largest frame.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// sequence number, largest frame and private data.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PeerParams {
     pub conn: u32,
     pub key: u64,
     pub isn: u32,
     pub max_frame: u32,
+    pub private: PrivateData,
 }
 
 /// What the node must do.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Action {
     /// A peer asks to connect to `service`: the node creates the connection and calls
     /// [`Cm::accepted`], or calls [`Cm::refuse`].
@@ -156,11 +171,12 @@ pub struct CmTiming {
 }
 
 /// A request of ours waiting for its answer.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct Pending {
     to: NodeAddr,
-    /// What is repeated until answered.
+    /// What is repeated until answered, with its private data.
     msg: CmMessage,
+    private: PrivateData,
     next_retry: u64,
     deadline: u64,
 }
@@ -182,10 +198,10 @@ pub struct Cm {
     /// Our requests waiting for answers (connects and closes), by our connection.
     pending: HashMap<u32, Pending>,
     /// (peer ip, peer connection) -> our connection and the reply that accepted it.
-    accepted: HashMap<([u8; 4], u32), (u32, CmMessage)>,
+    accepted: HashMap<([u8; 4], u32), (u32, CmMessage, PrivateData)>,
     /// Retry and give-up times, earliest first (stale entries are skipped).
     timers: BinaryHeap<Reverse<(u64, u32)>>,
-    out: VecDeque<(NodeAddr, CmMessage)>,
+    out: VecDeque<(NodeAddr, CmMessage, PrivateData)>,
     actions: VecDeque<Action>,
 }
 
@@ -207,7 +223,7 @@ impl Cm {
     }
 
     /// Starts connecting our connection `conn` (key, initial sequence number) to
-    /// `service` at `to`.
+    /// `service` at `to`, with `private` data for the peer.
     #[allow(clippy::too_many_arguments)]
     pub fn connect(
         &mut self,
@@ -218,6 +234,7 @@ impl Cm {
         to: NodeAddr,
         service: u32,
         now: u64,
+        private: PrivateData,
     ) {
         let msg = CmMessage::ConnectReq {
             request,
@@ -235,7 +252,7 @@ impl Cm {
                 accepted_from: None,
             },
         );
-        self.request(conn, to, msg, now);
+        self.request(conn, to, msg, private, now);
     }
 
     /// Starts closing our connection `conn`, known to the peer at `to` as
@@ -257,23 +274,28 @@ impl Cm {
         };
         // A repeat of the request that made it is still answered from memory until
         // the entry goes (a new connection for it would be a ghost).
-        self.request(conn, to, msg, now);
+        self.request(conn, to, msg, None, now);
     }
 
-    fn request(&mut self, conn: u32, to: NodeAddr, msg: CmMessage, now: u64) {
-        let p = Pending {
-            to,
-            msg,
-            next_retry: now + self.timing.first_retry,
-            deadline: now + self.timing.timeout,
-        };
-        self.pending.insert(conn, p);
-        self.timers
-            .push(Reverse((p.next_retry.min(p.deadline), conn)));
-        self.out.push_back((to, msg));
+    fn request(&mut self, conn: u32, to: NodeAddr, msg: CmMessage, private: PrivateData, now: u64) {
+        let (next_retry, deadline) = (now + self.timing.first_retry, now + self.timing.timeout);
+        self.out.push_back((to, msg, private.clone()));
+        self.pending.insert(
+            conn,
+            Pending {
+                to,
+                msg,
+                private,
+                next_retry,
+                deadline,
+            },
+        );
+        self.timers.push(Reverse((next_retry.min(deadline), conn)));
     }
 
-    /// The node accepted the request of [`Action::Incoming`] as our connection `conn`.
+    /// The node accepted the request of [`Action::Incoming`] as our connection `conn`,
+    /// answering with `private` data.
+    #[allow(clippy::too_many_arguments)]
     pub fn accepted(
         &mut self,
         from: NodeAddr,
@@ -282,6 +304,7 @@ impl Cm {
         conn: u32,
         key: u64,
         isn: u32,
+        private: PrivateData,
     ) {
         let rep = CmMessage::ConnectRep {
             request,
@@ -292,7 +315,7 @@ impl Cm {
             client_conn: peer_conn,
         };
         let at = (from.ip, peer_conn);
-        self.accepted.insert(at, (conn, rep));
+        self.accepted.insert(at, (conn, rep, private.clone()));
         self.known.insert(
             conn,
             Known {
@@ -300,7 +323,7 @@ impl Cm {
                 accepted_from: Some(at),
             },
         );
-        self.out.push_back((from, rep));
+        self.out.push_back((from, rep, private));
     }
 
     /// The node refuses the request of [`Action::Incoming`].
@@ -310,7 +333,7 @@ impl Cm {
             reason,
             client_conn: peer_conn,
         };
-        self.out.push_back((from, msg));
+        self.out.push_back((from, msg, None));
     }
 
     /// The node removed connection `conn`: nothing more is said of it.
@@ -331,10 +354,15 @@ impl Cm {
     }
 
     /// A message from `from` (its MAC as the frame's Ethernet header says; a request
-    /// names its own).
-    pub fn handle(&mut self, from: NodeAddr, msg: CmMessage) -> Result<(), Ignored> {
+    /// names its own), with the private data it carried.
+    pub fn handle(
+        &mut self,
+        from: NodeAddr,
+        msg: CmMessage,
+        private: &[u8],
+    ) -> Result<(), Ignored> {
         match msg {
-            CmMessage::ConnectReq { .. } => self.connect_request(from, msg),
+            CmMessage::ConnectReq { .. } => self.connect_request(from, msg, private),
             CmMessage::ConnectRep {
                 request,
                 conn,
@@ -348,6 +376,7 @@ impl Cm {
                     key,
                     isn,
                     max_frame,
+                    private: private_data(private),
                 };
                 self.connect_answer(client_conn, request, Ok(peer));
             }
@@ -369,7 +398,7 @@ impl Cm {
 
     /// A peer's connect request: a repeat of one accepted is answered the same way
     /// (the answer may have been lost); a new one goes to the node.
-    fn connect_request(&mut self, from: NodeAddr, msg: CmMessage) {
+    fn connect_request(&mut self, from: NodeAddr, msg: CmMessage, private: &[u8]) {
         let CmMessage::ConnectReq {
             request,
             service,
@@ -384,8 +413,8 @@ impl Cm {
         };
         // The payload's MAC, which the frame's CRC covers.
         let from = NodeAddr { mac, ..from };
-        if let Some(&(_, rep)) = self.accepted.get(&(from.ip, conn)) {
-            self.out.push_back((from, rep));
+        if let Some((_, rep, data)) = self.accepted.get(&(from.ip, conn)) {
+            self.out.push_back((from, *rep, data.clone()));
             return;
         }
         let peer = PeerParams {
@@ -393,6 +422,7 @@ impl Cm {
             key,
             isn,
             max_frame,
+            private: private_data(private),
         };
         self.actions.push_back(Action::Incoming {
             from,
@@ -444,7 +474,7 @@ impl Cm {
                 .push_back(Action::PeerClosed { conn: target, ack });
         }
         self.out
-            .push_back((from, CmMessage::DisconnectRep { sender }));
+            .push_back((from, CmMessage::DisconnectRep { sender }, None));
         Ok(())
     }
 
@@ -501,8 +531,8 @@ impl Cm {
             }
             p.next_retry = now + self.timing.retry;
             let (to, msg, t) = (p.to, p.msg, p.next_retry.min(p.deadline));
+            self.out.push_back((to, msg, p.private.clone()));
             self.timers.push(Reverse((t, conn)));
-            self.out.push_back((to, msg));
         }
     }
 
@@ -516,14 +546,14 @@ impl Cm {
         !self.out.is_empty()
     }
 
-    /// The next message to send, and where.
-    pub fn poll_transmit(&mut self) -> Option<(NodeAddr, CmMessage)> {
+    /// The next message to send, where, and its private data.
+    pub fn poll_transmit(&mut self) -> Option<(NodeAddr, CmMessage, PrivateData)> {
         self.out.pop_front()
     }
 
     /// Puts back a message the link could not take (it goes first next time).
-    pub fn unpoll(&mut self, to: NodeAddr, msg: CmMessage) {
-        self.out.push_front((to, msg));
+    pub fn unpoll(&mut self, to: NodeAddr, msg: CmMessage, private: PrivateData) {
+        self.out.push_front((to, msg, private));
     }
 
     /// Connections with a request under way.
@@ -547,13 +577,13 @@ mod tests {
     }
 
     fn sent(cm: &mut Cm) -> Vec<CmMessage> {
-        std::iter::from_fn(|| cm.poll_transmit().map(|(_, m)| m)).collect()
+        std::iter::from_fn(|| cm.poll_transmit().map(|(_, m, _)| m)).collect()
     }
 
     #[test]
     fn a_connect_is_retried_then_established_once() {
         let (mut client, mut server) = (Cm::new([2; 6], 1514, T), Cm::new([3; 6], 9014, T));
-        client.connect(7, 0xaa, 100, 55, addr(1), 18, 0);
+        client.connect(7, 0xaa, 100, 55, addr(1), 18, 0, None);
         let req = sent(&mut client);
         assert_eq!(req.len(), 1);
         client.handle_timeout(10);
@@ -564,7 +594,7 @@ mod tests {
             "first retry soon, then each period"
         );
         // Three copies reach the server: one Incoming, three identical replies.
-        server.handle(addr(2), req[0]).unwrap();
+        server.handle(addr(2), req[0], &[]).unwrap();
         let Some(Action::Incoming {
             from,
             request,
@@ -575,21 +605,22 @@ mod tests {
             panic!("no incoming");
         };
         assert_eq!(from.mac, [2; 6], "learned from the request's payload");
-        server.accepted(from, request, peer.conn, 9, 0xbb, 200);
-        server.handle(addr(2), req[0]).unwrap();
-        server.handle(addr(2), req[0]).unwrap();
+        server.accepted(from, request, peer.conn, 9, 0xbb, 200, None);
+        server.handle(addr(2), req[0], &[]).unwrap();
+        server.handle(addr(2), req[0], &[]).unwrap();
         assert_eq!(server.poll_action(), None, "repeats are answered alone");
         let reps = sent(&mut server);
         assert_eq!(reps.len(), 3);
         assert!(reps.iter().all(|r| *r == reps[0]));
         for r in &reps {
-            client.handle(addr(1), *r).unwrap();
+            client.handle(addr(1), *r, &[]).unwrap();
         }
         let want = PeerParams {
             conn: 9,
             key: 0xbb,
             isn: 200,
             max_frame: 9014,
+            private: None,
         };
         assert_eq!(
             client.poll_action(),
@@ -611,8 +642,8 @@ mod tests {
     #[test]
     fn an_unanswered_connect_fails_at_its_deadline_and_a_reject_fails_at_once() {
         let mut c = Cm::new([2; 6], 1514, T);
-        c.connect(1, 1, 1, 1, addr(1), 5, 0);
-        c.connect(2, 2, 2, 2, addr(1), 6, 0);
+        c.connect(1, 1, 1, 1, addr(1), 5, 0, None);
+        c.connect(2, 2, 2, 2, addr(1), 6, 0, None);
         c.handle(
             addr(1),
             CmMessage::Reject {
@@ -620,6 +651,7 @@ mod tests {
                 reason: RejectReason::NoListener,
                 client_conn: 2,
             },
+            &[],
         )
         .unwrap();
         assert_eq!(
@@ -648,9 +680,9 @@ mod tests {
     #[test]
     fn a_late_repeat_of_an_accepted_request_makes_no_second_connection() {
         let (mut a, mut b) = (Cm::new([2; 6], 1514, T), Cm::new([3; 6], 1514, T));
-        a.connect(70, 0x5e, 1, 9, addr(2), 4, 0);
+        a.connect(70, 0x5e, 1, 9, addr(2), 4, 0, None);
         let req = sent(&mut a)[0];
-        b.handle(addr(1), req).unwrap();
+        b.handle(addr(1), req, &[]).unwrap();
         let Some(Action::Incoming {
             from,
             request,
@@ -660,12 +692,12 @@ mod tests {
         else {
             panic!("no incoming");
         };
-        b.accepted(from, request, peer.conn, 80, 0x77, 0);
+        b.accepted(from, request, peer.conn, 80, 0x77, 0, None);
         let rep = sent(&mut b);
         // The server closes at once; the client's request arrives again meanwhile.
         b.close(80, from, 70, 0x5e, 0, 0);
         sent(&mut b);
-        b.handle(addr(1), req).unwrap();
+        b.handle(addr(1), req, &[]).unwrap();
         assert_eq!(b.poll_action(), None, "no second Incoming while closing");
         assert_eq!(sent(&mut b), rep, "answered from memory");
     }
@@ -674,16 +706,16 @@ mod tests {
     fn a_close_checks_the_key_and_is_answered_even_when_unknown() {
         let (mut a, mut b) = (Cm::new([2; 6], 1514, T), Cm::new([3; 6], 1514, T));
         // b accepted a's connection 70 as its 80 (key 0x5e).
-        b.accepted(addr(1), 1, 70, 80, 0x5e, 0);
+        b.accepted(addr(1), 1, 70, 80, 0x5e, 0, None);
         sent(&mut b);
         a.close(70, addr(2), 80, 0x66, 33, 0);
         let bad = sent(&mut a)[0];
-        assert_eq!(b.handle(addr(1), bad), Err(Ignored::WrongKey));
+        assert_eq!(b.handle(addr(1), bad, &[]), Err(Ignored::WrongKey));
         assert_eq!(b.poll_action(), None);
         assert!(sent(&mut b).is_empty());
         a.close(70, addr(2), 80, 0x5e, 33, 0);
         let good = sent(&mut a)[0];
-        b.handle(addr(1), good).unwrap();
+        b.handle(addr(1), good, &[]).unwrap();
         assert_eq!(
             b.poll_action(),
             Some(Action::PeerClosed { conn: 80, ack: 33 })
@@ -691,10 +723,10 @@ mod tests {
         let rep = sent(&mut b);
         assert_eq!(rep, vec![CmMessage::DisconnectRep { sender: 70 }]);
         // A repeat (the answer was lost) is answered again; nothing else happens.
-        b.handle(addr(1), good).unwrap();
+        b.handle(addr(1), good, &[]).unwrap();
         assert_eq!(b.poll_action(), None);
         assert_eq!(sent(&mut b), rep);
-        a.handle(addr(2), rep[0]).unwrap();
+        a.handle(addr(2), rep[0], &[]).unwrap();
         assert_eq!(a.poll_action(), Some(Action::Closed { conn: 70 }));
         assert_eq!(a.next_timeout(), 10, "a stale timer entry is left");
         a.handle_timeout(2000);

@@ -384,7 +384,7 @@ impl Network {
         let mut s = None;
         let ok = self.run_until(30 * HZ, |_| {
             if s.is_none() {
-                s = accepted.pop();
+                s = accepted.pop().map(|a| a.shared);
             }
             s.is_some() && c.state() != ConnState::Connecting
         });

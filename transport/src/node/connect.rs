@@ -7,7 +7,8 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use crate::cm::{
-    Action, CmError, CmMessage, ConnectOptions, Ignored, PeerParams, Registers, RejectReason,
+    Action, CmError, CmMessage, ConnectOptions, Ignored, PeerParams, PrivateData, Registers,
+    RejectReason,
 };
 use crate::connection::{
     random_u32, random_u64, ConnContext, ConnShared, ConnState, CqShared, WcStatus,
@@ -21,8 +22,8 @@ use crate::wire::cm::CM_PAYLOAD_MAX;
 use crate::wire::{self, hflags, FrameView, FrameWriter, TransportRepr, UnderlayRepr};
 
 use super::{
-    complete_ready, fail_connection, learn_node, process_ack, segment_max_for, FrameBuf, Link,
-    ListenEntry, Node,
+    complete_ready, fail_connection, learn_node, process_ack, segment_max_for, Accepted, FrameBuf,
+    Link, ListenEntry, Node,
 };
 
 impl Node {
@@ -121,6 +122,7 @@ impl Node {
             self.ready.retain(|&s| s != slot);
         }
         self.cm.forget(number);
+        self.peer_private.remove(&number);
         for wc in &c.unreported {
             c.shared.cq.push_or_lose(*wc);
         }
@@ -181,8 +183,16 @@ impl Node {
         let c = self.new_connection(endpoint, peer_id, shared.clone(), opts)?;
         let (key, isn) = (c.key, c.isn);
         self.insert_connection(c);
-        self.cm
-            .connect(shared.number, key, isn, random_u32(), to, service, self.now);
+        self.cm.connect(
+            shared.number,
+            key,
+            isn,
+            random_u32(),
+            to,
+            service,
+            self.now,
+            opts.private_data.clone(),
+        );
         Ok(shared)
     }
 
@@ -194,7 +204,7 @@ impl Node {
         cq: Arc<CqShared>,
         opts: &ConnectOptions,
         backlog: usize,
-    ) -> Result<Arc<WaitQueue<Arc<ConnShared>>>, CmError> {
+    ) -> Result<Arc<WaitQueue<Accepted>>, CmError> {
         self.check_options(endpoint, opts)?;
         if self.listeners.contains_key(&service) {
             return Err(CmError::ServiceInUse(service));
@@ -211,6 +221,12 @@ impl Node {
             },
         );
         Ok(accepted)
+    }
+
+    /// The private data the peer of our connection `conn` answered with, once (kept
+    /// from the reply until the application takes it or the connection goes).
+    pub fn take_peer_private(&mut self, conn: u32) -> PrivateData {
+        self.peer_private.remove(&conn)
     }
 
     /// Stops accepting on `service`.
@@ -263,7 +279,8 @@ impl Node {
             };
             match CmMessage::parse(&m.control, m.payload) {
                 Ok(msg) => {
-                    if let Err(Ignored::WrongKey) = self.cm.handle(from, msg) {
+                    let private = msg.private_data(m.payload);
+                    if let Err(Ignored::WrongKey) = self.cm.handle(from, msg, private) {
                         self.stats.drop_for(DropReason::WrongKey);
                     }
                 }
@@ -287,6 +304,9 @@ impl Node {
                     if let Some(slot) = self.conns.slot_of(conn) {
                         establish(self.conns.get_mut(slot).expect("slot"), &peer);
                         self.rearm(slot); // keepalive from now
+                        if let Some(p) = peer.private {
+                            self.peer_private.insert(conn, p);
+                        }
                     }
                 }
                 Action::Failed { conn, reason } => {
@@ -339,8 +359,13 @@ impl Node {
         establish(&mut c, &peer);
         let (number, key, isn) = (c.number, c.key, c.isn);
         self.insert_connection(c);
-        let _ = accepted.push(shared);
-        self.cm.accepted(from, request, peer.conn, number, key, isn);
+        let _ = accepted.push(Accepted {
+            shared,
+            private: peer.private,
+        });
+        let private = lopts.private_data.clone();
+        self.cm
+            .accepted(from, request, peer.conn, number, key, isn, private);
     }
 
     /// The peer closed `conn`: what ran there completes, the rest is flushed.
@@ -361,16 +386,22 @@ impl Node {
 
     /// Sends the machine's messages, one frame each.
     pub(crate) fn send_cm<L: Link>(&mut self, link: &mut L) {
-        while let Some((to, msg)) = self.cm.poll_transmit() {
+        while let Some((to, msg, private)) = self.cm.poll_transmit() {
             if link.full(false) {
-                self.cm.unpoll(to, msg); // the rest waits for the next transmission
+                self.cm.unpoll(to, msg, private); // the rest waits for the next one
                 return;
             }
-            self.send_cm_frame(link, &to, &msg);
+            self.send_cm_frame(link, &to, &msg, private.as_deref().unwrap_or(&[]));
         }
     }
 
-    fn send_cm_frame<L: Link>(&mut self, link: &mut L, to: &NodeAddr, msg: &CmMessage) {
+    fn send_cm_frame<L: Link>(
+        &mut self,
+        link: &mut L,
+        to: &NodeAddr,
+        msg: &CmMessage,
+        private: &[u8],
+    ) {
         let Some(mut m) = link.alloc() else {
             self.stats.drop_for(DropReason::NoBuffer);
             return;
@@ -388,7 +419,7 @@ impl Node {
             ..Default::default()
         };
         let mut payload = [0u8; CM_PAYLOAD_MAX];
-        let (c, len) = msg.emit(&mut payload);
+        let (c, len) = msg.emit(private, &mut payload);
         let max = self.caps.max_frame;
         let Ok(mut w) = FrameWriter::new(&mut m.room_mut()[..max], &underlay, &hdr) else {
             return;
@@ -415,5 +446,6 @@ fn establish(c: &mut ConnContext, peer: &PeerParams) {
     c.shared
         .peer_conn
         .store(u64::from(peer.conn), Ordering::Relaxed);
+
     c.shared.set_state(ConnState::Normal);
 }

@@ -230,7 +230,13 @@ pub struct ListenEntry {
     pub cq: Arc<CqShared>,
     pub opts: crate::cm::ConnectOptions,
     /// Connections accepted by the node, waiting for the application's `accept`.
-    pub accepted: Arc<crate::wake::WaitQueue<Arc<ConnShared>>>,
+    pub accepted: Arc<crate::wake::WaitQueue<Accepted>>,
+}
+
+/// A connection the node accepted, with the private data of the request that made it.
+pub struct Accepted {
+    pub shared: Arc<ConnShared>,
+    pub private: crate::cm::PrivateData,
 }
 
 /// One node's network interface, without its device.
@@ -254,6 +260,9 @@ pub struct Node {
     pub(crate) routes: ServiceRoutes,
     /// Connection management: its own machine, driven by the node.
     pub(crate) cm: Cm,
+    /// Private data of the replies that accepted our connections, until the
+    /// application takes it (only connections whose peer sent some).
+    pub(crate) peer_private: HashMap<u32, Arc<[u8]>>,
     pub stats: Stats,
     /// Connection slots owing an acknowledgement since an earlier turn: sent by this
     /// turn's acknowledgements unless a data frame carried it first.
@@ -371,6 +380,7 @@ impl Node {
             listeners: HashMap::new(),
             routes: ServiceRoutes::default(),
             cm,
+            peer_private: HashMap::new(),
             stats: Stats::default(),
             ack_list: Vec::with_capacity(1024),
             ack_new: Vec::with_capacity(1024),

@@ -4,10 +4,10 @@
 //! ```text
 //! CONNECT_REQ     operand = request id, index = service
 //!                  0..4 client conn | 4..12 client key | 12..16 client ISN
-//!                 16..20 max frame  | 20..26 client MAC
+//!                 16..20 max frame  | 20..26 client MAC | 26.. private data
 //! CONNECT_REP     operand = request id
 //!                  0..4 server conn | 4..12 server key | 12..16 server ISN
-//!                 16..20 max frame  | 20..24 client conn
+//!                 16..20 max frame  | 20..24 client conn | 24.. private data
 //! REJECT          operand = request id, index = reason
 //!                  0..4 client conn
 //! DISCONNECT_REQ   0..4 target conn | 4..12 target key | 12..16 sender conn | 16..20 ack
@@ -16,6 +16,10 @@
 //! All fields big endian. The payload is covered by the frame's CRC32C, the Ethernet
 //! header is not (a NIC checks and strips its FCS): so the requester's MAC, which the
 //! server learns, travels in the payload (version 6), not only in the Ethernet header.
+//!
+//! Private data (version 9, rdma_cm's `private_data`): the application's bytes after a
+//! request's or a reply's fields, up to [`PRIVATE_DATA_MAX`], their length what the
+//! control part's length leaves. A longer one is refused as a bad length.
 
 use super::{check_len, get_u32, get_u64, op, set_u32, set_u64, ControlRepr, WireError};
 
@@ -60,8 +64,12 @@ mod field {
     }
 }
 
+/// Most bytes of private data a connect request or reply carries (rdma_cm allows 56 in
+/// a request and 196 in a reply over InfiniBand; one frame holds these and more).
+pub const PRIVATE_DATA_MAX: usize = 192;
+
 /// Largest CM payload.
-pub const CM_PAYLOAD_MAX: usize = field::req::LEN;
+pub const CM_PAYLOAD_MAX: usize = field::req::LEN + PRIVATE_DATA_MAX;
 
 /// Why a connection request was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -138,9 +146,21 @@ pub enum CmMessage {
 
 impl CmMessage {
     /// Decodes one CM message from its control part and payload (exactly
-    /// `control.length` bytes, as the frame parser hands them out).
+    /// `control.length` bytes, as the frame parser hands them out); its private data is
+    /// [`CmMessage::private_data`].
     pub fn parse(c: &ControlRepr, p: &[u8]) -> Result<CmMessage, CmWireError> {
         use field::*;
+        let fixed = match c.opcode {
+            op::CM_CONNECT_REQ => req::LEN,
+            op::CM_CONNECT_REP => rep::LEN,
+            _ => p.len(),
+        };
+        if p.len() > fixed + PRIVATE_DATA_MAX {
+            return Err(CmWireError::Wire(WireError::BadLength {
+                length: c.length,
+                payload: fixed + PRIVATE_DATA_MAX,
+            }));
+        }
         Ok(match c.opcode {
             op::CM_CONNECT_REQ => {
                 check_len(p, req::LEN)?;
@@ -192,9 +212,30 @@ impl CmMessage {
         })
     }
 
-    /// Encodes into a control part and a payload buffer; returns the payload length.
-    pub fn emit(&self, p: &mut [u8; CM_PAYLOAD_MAX]) -> (ControlRepr, usize) {
-        let len = self.emit_payload(p);
+    /// The private data of a request or reply that [`CmMessage::parse`] took from
+    /// payload `p` (empty for the other messages).
+    pub fn private_data<'a>(&self, p: &'a [u8]) -> &'a [u8] {
+        let fixed = match self {
+            CmMessage::ConnectReq { .. } => field::req::LEN,
+            CmMessage::ConnectRep { .. } => field::rep::LEN,
+            _ => return &[],
+        };
+        p.get(fixed..).unwrap_or(&[])
+    }
+
+    /// Encodes into a control part and a payload buffer, with `private` data after a
+    /// request's or reply's fields (ignored for the other messages; at most
+    /// [`PRIVATE_DATA_MAX`] bytes, the rest cut); returns the payload length.
+    pub fn emit(&self, private: &[u8], p: &mut [u8; CM_PAYLOAD_MAX]) -> (ControlRepr, usize) {
+        let mut len = self.emit_payload(p);
+        if matches!(
+            self,
+            CmMessage::ConnectReq { .. } | CmMessage::ConnectRep { .. }
+        ) {
+            let n = private.len().min(PRIVATE_DATA_MAX);
+            p[len..len + n].copy_from_slice(&private[..n]);
+            len += n;
+        }
         let (opcode, operand, index) = match *self {
             CmMessage::ConnectReq {
                 request, service, ..
@@ -310,7 +351,7 @@ mod tests {
         };
         assert_eq!(CmMessage::parse(&c, &REQ), Ok(req()));
         let mut p = [0xffu8; CM_PAYLOAD_MAX];
-        let (c2, n) = req().emit(&mut p);
+        let (c2, n) = req().emit(&[], &mut p);
         assert_eq!((c2, &p[..n]), (c, &REQ[..]));
     }
 
@@ -341,9 +382,10 @@ mod tests {
         ];
         for m in msgs {
             let mut p = [0u8; CM_PAYLOAD_MAX];
-            let (c, len) = m.emit(&mut p);
+            let (c, len) = m.emit(&[], &mut p);
             assert_eq!(c.length as usize, len);
             assert_eq!(CmMessage::parse(&c, &p[..len]), Ok(m));
+            assert!(m.private_data(&p[..len]).is_empty());
             assert_eq!(
                 CmMessage::parse(&c, &p[..len - 1]),
                 Err(CmWireError::Wire(WireError::Truncated {
@@ -353,6 +395,43 @@ mod tests {
                 "{m:?}"
             );
         }
+    }
+
+    #[test]
+    fn requests_and_replies_carry_private_data_up_to_the_limit() {
+        let rep = CmMessage::ConnectRep {
+            request: 7,
+            conn: 1,
+            key: 2,
+            isn: 3,
+            max_frame: 1514,
+            client_conn: 4,
+        };
+        let data: Vec<u8> = (0..=255).collect();
+        for m in [req(), rep] {
+            for n in [1, 17, PRIVATE_DATA_MAX] {
+                let mut p = [0u8; CM_PAYLOAD_MAX];
+                let (c, len) = m.emit(&data[..n], &mut p);
+                assert_eq!(CmMessage::parse(&c, &p[..len]), Ok(m));
+                assert_eq!(m.private_data(&p[..len]), &data[..n]);
+            }
+            // More than the limit is cut when sent and refused when received.
+            let mut p = [0u8; CM_PAYLOAD_MAX];
+            let (mut c, len) = m.emit(&data, &mut p);
+            assert_eq!(m.private_data(&p[..len]), &data[..PRIVATE_DATA_MAX]);
+            let mut long = p[..len].to_vec();
+            long.push(0);
+            c.length += 1;
+            assert!(matches!(
+                CmMessage::parse(&c, &long),
+                Err(CmWireError::Wire(WireError::BadLength { .. }))
+            ));
+        }
+        // The other messages carry none.
+        let mut p = [0u8; CM_PAYLOAD_MAX];
+        let d = CmMessage::DisconnectRep { sender: 3 };
+        let (_, len) = d.emit(&data[..8], &mut p);
+        assert_eq!(len, 4);
     }
 
     #[test]
