@@ -13,4 +13,5 @@
 #include <rte_eth_ring.h>
 #include <rte_bus_vdev.h>
 #include <rte_thread.h>
+#include <rte_telemetry.h>
 #include "shim/shim.h"

@@ -131,6 +131,74 @@ quiet_dpdk() {
     return "$err"
 }
 
+# DPDK telemetry shows a running `ddperf --server`'s counters: while a client streams
+# into it over memif, dpdk-telemetry.py (package dpdk-dev), pointed at the server's
+# socket (found by the pid in its greeting), answers /deposit/stats with messages
+# received and /deposit/conns with the client's connection.
+telemetry_step() {
+    local d s err=0
+    d=$(mktemp -d /tmp/deposit-telemetry.XXXXXX)
+    s="$d/memif.sock"
+    timeout 90 target/release/ddperf write_bw --server --dev "memif:$s:server" -s 32 \
+        -n 20000000 >/dev/null 2>"$d/server" &
+    local server=$!
+    for _ in $(seq 100); do [[ -S $s ]] && break; sleep 0.05; done
+    timeout 90 target/release/ddperf write_bw --dev "memif:$s:client" -s 32 -n 20000000 \
+        10.0.0.1 >/dev/null 2>"$d/client" &
+    local client=$!
+    # The server process itself (timeout's child): the greeting names its pid.
+    local spid=""
+    for _ in $(seq 100); do spid=$(pgrep -P "$server" | head -1) && [[ -n $spid ]] && break; sleep 0.05; done
+    python3 - "${spid:-0}" <<'PY' || err=1
+import glob, json, os, socket, subprocess, sys, time
+pid = int(sys.argv[1])
+def find():
+    for path in glob.glob("/var/run/dpdk/*/dpdk_telemetry.v2*"):
+        try:
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            s.settimeout(2)
+            s.connect(path)
+            hello = json.loads(s.recv(16384))
+            s.close()
+        except OSError:
+            continue
+        if hello.get("pid") == pid:
+            return path
+deadline = time.time() + 30
+while time.time() < deadline:
+    path = find()
+    if path:
+        break
+    time.sleep(0.1)
+else:
+    sys.exit("test: no telemetry socket of the ddperf server (pid %d)" % pid)
+prefix = os.path.basename(os.path.dirname(path))
+name = os.path.basename(path)
+instance = int(name.split(":")[1]) if ":" in name else 0
+while time.time() < deadline:
+    out = subprocess.run(["dpdk-telemetry.py", "-f", prefix, "-i", str(instance)],
+                         input="/deposit/stats\n/deposit/conns\n/deposit/drops\n",
+                         capture_output=True, text=True, timeout=20).stdout
+    answers = [json.loads(l) for l in out.splitlines() if l.startswith("{")]
+    got = {k: v for a in answers for k, v in a.items()}
+    stats, conns = got.get("/deposit/stats", {}), got.get("/deposit/conns", {})
+    if stats.get("msgs_rx", 0) > 0 and conns.get("total", 0) >= 1:
+        print("telemetry: server pid %d: msgs_rx %d, frames_rx %d, %d connection(s), %d drop reasons"
+              % (pid, stats["msgs_rx"], stats["frames_rx"], conns["total"],
+                 len(got.get("/deposit/drops", {}))))
+        sys.exit(0)
+    time.sleep(0.2)
+sys.exit("test: dpdk-telemetry.py showed no traffic: " + out)
+PY
+    wait "$client" || err=1
+    wait "$server" || err=1
+    if ((err)); then
+        cat "$d/server" "$d/client" >&2
+    fi
+    rm -rf "$d"
+    return "$err"
+}
+
 # The sans-IO layers of deposit-transport build and test with no DPDK at all (issue
 # 10): pkg-config is pointed nowhere, dpdk-sys is not in the dependency tree, and the
 # test binaries link no rte_ symbol and no librte library.
@@ -157,6 +225,26 @@ for l in sys.stdin:
         fi
         echo "  $(basename "$b"): no rte_ symbol, no librte library"
     done
+}
+
+# The programs of examples/ a user copies from: each checks its own result and exits
+# non-zero on a failure (barrier.sh builds its three-node topology, or says "skipped"
+# without root).
+examples() {
+    local e rc=0
+    for e in hello memif priority_queue instruction_pointers tokens; do
+        echo "--- example $e"
+        timeout 120 cargo run -q -p deposit --example "$e" || {
+            echo "test: example $e failed" >&2
+            rc=1
+        }
+    done
+    echo "--- examples/barrier.sh"
+    timeout 120 examples/barrier.sh || {
+        echo "test: examples/barrier.sh failed" >&2
+        rc=1
+    }
+    return "$rc"
 }
 
 step deps scripts/deps.sh
@@ -200,6 +288,8 @@ if ((!quick)); then
     step "API documentation" api_docs
 fi
 step "DPDK quiet by default" quiet_dpdk
+step "DPDK telemetry" telemetry_step
+step examples examples
 step "smoke write_lat" smoke write_lat -s 32 -n 2000
 step "smoke write_bw" smoke write_bw -s 32 -n 100000
 # -q: writes spread round-robin over many connections (issue 11), checked; and far

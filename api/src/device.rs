@@ -233,6 +233,21 @@ impl DeviceInner {
             .collect()
     }
     /// Shards of the device.
+    /// Every shard's counters, summed.
+    pub(crate) fn stats(&self) -> DeviceStats {
+        let mut all = self.call_all(|w| w.stats()).into_iter();
+        let mut s = all.next().expect("a device has a shard");
+        for o in all {
+            s.merge(&o);
+        }
+        s
+    }
+    pub(crate) fn local(&self) -> NodeAddr {
+        self.local
+    }
+    pub(crate) fn port_spec(&self) -> &PortSpec {
+        &self.port_spec
+    }
     pub(crate) fn shards(&self) -> usize {
         self.shards.len()
     }
@@ -563,6 +578,7 @@ impl Device {
         if !dedicated {
             INLINE_DEVICES.add(&inner);
         }
+        crate::telemetry::add_device(&inner);
         for (k, (core, worker)) in shards.into_iter().zip(workers).enumerate() {
             if !dedicated {
                 *core.here.lock() = Some(worker);
@@ -959,12 +975,7 @@ impl Device {
 
     /// Device counters: every shard's, summed.
     pub fn stats(&self) -> DeviceStats {
-        let mut all = self.inner.call_all(|w| w.stats()).into_iter();
-        let mut s = all.next().expect("a device has a shard");
-        for o in all {
-            s.merge(&o);
-        }
-        s
+        self.inner.stats()
     }
 
     /// Naps of the dedicated workers that a post, a control call or an arriving frame

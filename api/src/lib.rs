@@ -62,6 +62,7 @@ mod multicast;
 mod program;
 pub mod protection;
 mod queue;
+pub mod telemetry;
 mod wr;
 
 pub use device::{ConnOptions, Device, DeviceConfig, Listener, Progress};

@@ -306,6 +306,10 @@ struct Cli {
     /// the same as DEPOSIT_EAL_ARGS=--log-level=*:info).
     #[arg(short = 'v', long)]
     verbose: bool,
+    /// At the end, print each device's counters that are not zero, and its refusals by
+    /// reason, on stderr (the same names as DPDK telemetry's /deposit/stats).
+    #[arg(long)]
+    stats: bool,
 }
 
 fn parse_faults(s: &str) -> std::result::Result<FaultConfig, String> {
@@ -373,6 +377,8 @@ pub struct Params {
     pub retry_timeout: Duration,
     /// Retransmissions before a connection fails.
     pub retry_count: u32,
+    /// `--stats`: the devices' counters at the end.
+    pub stats: bool,
 }
 
 impl Params {
@@ -593,6 +599,7 @@ fn resolve(cli: Cli) -> Result<Params> {
         verify: cli.verify,
         retry_timeout,
         retry_count,
+        stats: cli.stats,
     })
 }
 
@@ -622,6 +629,7 @@ fn main() {
         std::env::set_var("DEPOSIT_EAL_ARGS", format!("--log-level=*:info {extra}"));
     }
     let result = resolve(cli).and_then(run);
+    setup::print_stats();
     if let Err(e) = result {
         eprintln!("ddperf: error: {e}");
         std::process::exit(e.exit_code());

@@ -80,7 +80,47 @@ pub fn open_device(p: &Params, spec: &str, ip: [u8; 4]) -> Result<Device> {
         }
         f
     });
-    Device::open(cfg).map_err(|e| explain_open(spec, e.into()))
+    let dev = Device::open(cfg).map_err(|e| explain_open(spec, e.into()))?;
+    if p.stats {
+        OPENED
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(dev.clone());
+    }
+    Ok(dev)
+}
+
+/// The devices `--stats` reports at the end (kept open until then).
+static OPENED: std::sync::Mutex<Vec<Device>> = std::sync::Mutex::new(Vec::new());
+
+/// Prints the counters of the devices this run opened with `--stats` (those not zero,
+/// then the refusals by reason), on stderr, and closes them.
+pub fn print_stats() {
+    let devs = std::mem::take(&mut *OPENED.lock().unwrap_or_else(|e| e.into_inner()));
+    for d in devs {
+        let s = d.stats();
+        let ip = d.local_addr().ip;
+        eprintln!(
+            "stats: {} {}.{}.{}.{}",
+            d.port_spec(),
+            ip[0],
+            ip[1],
+            ip[2],
+            ip[3]
+        );
+        let mut zero = 0;
+        s.each(|name, v| {
+            if v == 0 {
+                zero += 1;
+            } else {
+                eprintln!("  {name:<24} {v:>16}");
+            }
+        });
+        for (r, n) in s.drops() {
+            eprintln!("  drops {:<18} {n:>16}  ({r})", r.name());
+        }
+        eprintln!("  ({zero} other counters 0)");
+    }
 }
 
 /// Adds the likely cause to a failure to open a port: a memif client whose server

@@ -9,6 +9,7 @@ pub mod seed_priority;
 
 pub use ring_fixture::{RegFixture, FIXTURE_LEN};
 pub mod soak;
+pub mod telemetry;
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};

@@ -53,6 +53,7 @@ pub use clock::{rdtsc, tsc_hz};
 pub use config::PortConfig;
 pub use doorbell::Doorbell;
 pub use eal::{eal_info, eal_init, huge_free_mb, EalConfig, EalInfo, HugeMode};
+pub mod telemetry;
 pub use error::PortError;
 pub use mbuf::Mbuf;
 pub use spec::{MemifRole, PortSpec, RingSide};

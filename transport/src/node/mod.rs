@@ -183,6 +183,44 @@ pub struct LinkCaps {
 /// pieces (head, payload, tail).
 pub const EXTERNAL_MIN: usize = 2048;
 
+/// One connection as a listing shows it (`deposit` telemetry's `/deposit/conns`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConnSummary {
+    pub number: u32,
+    pub peer_ip: [u8; 4],
+    pub peer_conn: u32,
+    pub state: crate::connection::ConnState,
+    /// Messages that arrived complete; messages from the peer refused here.
+    pub arrivals: u64,
+    pub dropped: u64,
+    /// Requests sent and not yet acknowledged.
+    pub inflight: u64,
+}
+
+impl Node {
+    /// The connections numbered `from` and above, at most `max` of them in number
+    /// order, and how many the node holds in all.
+    pub fn conn_summaries(&self, from: u32, max: usize) -> (usize, Vec<ConnSummary>) {
+        let mut v: Vec<ConnSummary> = self
+            .conns
+            .iter()
+            .filter(|c| c.number >= from)
+            .map(|c| ConnSummary {
+                number: c.number,
+                peer_ip: self.nodes.get(c.peer).map_or([0; 4], |a| a.ip),
+                peer_conn: c.peer_conn,
+                state: c.state,
+                arrivals: c.shared.arrivals.load(std::sync::atomic::Ordering::Relaxed),
+                dropped: c.shared.dropped.load(std::sync::atomic::Ordering::Relaxed),
+                inflight: c.inflight.len() as u64,
+            })
+            .collect();
+        v.sort_unstable_by_key(|c| c.number);
+        v.truncate(max);
+        (self.conns.len(), v)
+    }
+}
+
 /// The drop reason for a frame that failed validation.
 pub fn wire_drop_reason(e: &WireError) -> DropReason {
     match e {

@@ -72,7 +72,8 @@ counters! {
     bytes_tx,
     /// Payload bytes of the messages sent (first transmissions and retransmissions).
     bytes_payload_tx,
-    /// Messages executed (deposited) here.
+    /// Messages taken in order and run here: deposited, or refused (the drops say
+    /// why).
     msgs_rx,
     /// Messages sent (first transmissions and retransmissions).
     msgs_tx,

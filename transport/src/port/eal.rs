@@ -117,20 +117,24 @@ fn eal_init_once(cfg: &EalConfig) -> Result<EalInfo, String> {
 /// clean-up at exit) read as failures to a user and say nothing our errors do not —
 /// every failure reaches the caller as a typed error with DPDK's error text. Only
 /// critical ones show; `DEPOSIT_EAL_ARGS=--log-level=*:info` (later, so it wins) or
-/// `ddperf -v` shows the rest.
+/// `ddperf -v` shows the rest. DPDK telemetry is on (deposit's counters for
+/// `dpdk-telemetry.py`: [`super::telemetry`]) unless `DEPOSIT_TELEMETRY=0`.
 fn cpu_args() -> Vec<String> {
     let ncpu = std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(1);
-    vec![
+    let mut args: Vec<String> = vec![
         "deposit".into(),
         // lcore 0 may run on every CPU: the EAL pins the calling thread to its lcore's
         // cpuset, and threads spawned later inherit that affinity.
         "--lcores".into(),
         format!("0@(0-{})", ncpu.saturating_sub(1)),
-        "--no-telemetry".into(),
         "--log-level=*:critical".into(),
-    ]
+    ];
+    if std::env::var("DEPOSIT_TELEMETRY").is_ok_and(|v| v == "0") {
+        args.push("--no-telemetry".into());
+    }
+    args
 }
 
 /// The one PCI device to allow, or none: the EAL must not take over every NIC.

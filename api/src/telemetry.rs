@@ -1,0 +1,196 @@
+//! deposit's DPDK telemetry commands: the counters and connections
+//! of every device of a running process, for `dpdk-telemetry.py` or any client of the
+//! telemetry socket. Registered when the first device opens, unless the process runs
+//! with `DEPOSIT_TELEMETRY=0`:
+//!
+//! | command | parameters | answer |
+//! |---|---|---|
+//! | `/deposit/devices` | | each device's index: its port, address and workers |
+//! | `/deposit/stats` | `DEVICE` (0) | every counter of [`crate::DeviceStats`], by name |
+//! | `/deposit/drops` | `DEVICE` (0) | refusals by [`crate::DropReason`] |
+//! | `/deposit/conns` | `DEVICE[,FROM]` | connections from number `FROM`: peer, state, counts |
+
+use std::sync::{Arc, Mutex, OnceLock, Weak};
+
+use deposit_transport::node::ConnSummary;
+use deposit_transport::oplogic::DropReason;
+use deposit_transport::port::telemetry::{register, Reply, TelValue};
+
+use crate::device::DeviceInner;
+
+/// Connections one `/deposit/conns` answer lists (DPDK's dictionary holds 256 entries
+/// and 16 KiB of text).
+const CONNS_PER_ANSWER: usize = 128;
+
+/// The devices opened by this process, in order (gone ones skipped).
+static DEVICES: Mutex<Vec<Weak<DeviceInner>>> = Mutex::new(Vec::new());
+
+/// Lists a newly opened device, registering the commands with the first.
+pub(crate) fn add_device(d: &Arc<DeviceInner>) {
+    let mut l = DEVICES.lock().unwrap_or_else(|e| e.into_inner());
+    l.retain(|w| w.strong_count() > 0);
+    l.push(Arc::downgrade(d));
+    drop(l);
+    static REGISTERED: OnceLock<()> = OnceLock::new();
+    REGISTERED.get_or_init(|| {
+        if std::env::var("DEPOSIT_TELEMETRY").is_ok_and(|v| v == "0") {
+            return;
+        }
+        for (cmd, help, f) in COMMANDS {
+            if let Err(e) = register(cmd, help, f) {
+                eprintln!("deposit: telemetry command {cmd} not registered: {e}");
+            }
+        }
+    });
+}
+
+type Command = (&'static str, &'static str, fn(&str) -> Reply);
+
+const COMMANDS: [Command; 4] = [
+    (
+        "/deposit/devices",
+        "The process's deposit devices: index -> port, address, workers.",
+        devices,
+    ),
+    (
+        "/deposit/stats",
+        "Counters of a deposit device. Parameters: device index (0).",
+        stats,
+    ),
+    (
+        "/deposit/drops",
+        "Refusals of a deposit device by reason. Parameters: device index (0).",
+        drops,
+    ),
+    (
+        "/deposit/conns",
+        "Connections of a deposit device. Parameters: device index (0), first number (0).",
+        conns,
+    ),
+];
+
+/// The live devices, in opening order.
+fn live() -> Vec<Arc<DeviceInner>> {
+    let l = DEVICES.lock().unwrap_or_else(|e| e.into_inner());
+    l.iter().filter_map(Weak::upgrade).collect()
+}
+
+/// The `i`-th parameter as a number (`default` when absent or not a number).
+fn param(params: &str, i: usize, default: u64) -> u64 {
+    params
+        .split(',')
+        .nth(i)
+        .and_then(|p| p.trim().parse().ok())
+        .unwrap_or(default)
+}
+
+/// The device the first parameter names, or an answer saying there is none.
+fn device(params: &str) -> Result<Arc<DeviceInner>, Reply> {
+    let i = param(params, 0, 0) as usize;
+    let mut devs = live();
+    if i < devs.len() {
+        Ok(devs.swap_remove(i))
+    } else {
+        Err(vec![(
+            "error".into(),
+            TelValue::Str(format!("no device {i} ({} open)", devs.len())),
+        )])
+    }
+}
+
+fn devices(_: &str) -> Reply {
+    live()
+        .iter()
+        .enumerate()
+        .map(|(i, d)| {
+            let ip = d.local().ip;
+            (
+                i.to_string(),
+                TelValue::Strs(vec![
+                    d.port_spec().to_string(),
+                    format!("{}.{}.{}.{}", ip[0], ip[1], ip[2], ip[3]),
+                    format!("{} workers", d.shards()),
+                ]),
+            )
+        })
+        .collect()
+}
+
+fn stats(params: &str) -> Reply {
+    let d = match device(params) {
+        Ok(d) => d,
+        Err(r) => return r,
+    };
+    let mut r = Reply::new();
+    d.stats()
+        .each(|name, v| r.push((name.to_string(), TelValue::U64(v))));
+    r
+}
+
+fn drops(params: &str) -> Reply {
+    let d = match device(params) {
+        Ok(d) => d,
+        Err(r) => return r,
+    };
+    let s = d.stats();
+    DropReason::ALL
+        .iter()
+        .map(|r| (r.name().to_string(), TelValue::U64(s.dropped(*r))))
+        .collect()
+}
+
+fn conns(params: &str) -> Reply {
+    let d = match device(params) {
+        Ok(d) => d,
+        Err(r) => return r,
+    };
+    let from = param(params, 1, 0).min(u64::from(u32::MAX)) as u32;
+    let mut total = 0;
+    let mut all: Vec<ConnSummary> = Vec::new();
+    for (n, v) in d.call_all(move |w| w.conn_summaries(from, CONNS_PER_ANSWER)) {
+        total += n;
+        all.extend(v);
+    }
+    all.sort_unstable_by_key(|c| c.number);
+    let more = all.len() > CONNS_PER_ANSWER;
+    all.truncate(CONNS_PER_ANSWER);
+    let mut r: Reply = vec![
+        ("total".into(), TelValue::U64(total as u64)),
+        (
+            "fields".into(),
+            TelValue::Strs(
+                [
+                    "peer_ip",
+                    "peer_conn",
+                    "state",
+                    "arrivals",
+                    "dropped",
+                    "inflight",
+                ]
+                .map(String::from)
+                .to_vec(),
+            ),
+        ),
+    ];
+    if more {
+        let next = all.last().map_or(0, |c| c.number + 1);
+        r.push(("next".into(), TelValue::U64(u64::from(next))));
+    }
+    for c in all {
+        r.push((
+            c.number.to_string(),
+            TelValue::Strs(vec![
+                format!(
+                    "{}.{}.{}.{}",
+                    c.peer_ip[0], c.peer_ip[1], c.peer_ip[2], c.peer_ip[3]
+                ),
+                c.peer_conn.to_string(),
+                format!("{:?}", c.state),
+                c.arrivals.to_string(),
+                c.dropped.to_string(),
+                c.inflight.to_string(),
+            ]),
+        ));
+    }
+    r
+}

@@ -1,0 +1,86 @@
+//! DPDK telemetry shows deposit's counters of a running process: this process opens a
+//! ring pair, moves data, and reads its own telemetry socket as `dpdk-telemetry.py`
+//! would (found by the pid in its greeting), checking the answers against the API's.
+
+use std::time::Duration;
+
+use deposit::*;
+use deposit_tests::telemetry::telemetry_of;
+use deposit_tests::*;
+
+const T: Duration = Duration::from_secs(10);
+
+#[test]
+fn the_telemetry_socket_answers_deposits_commands_with_the_devices_counters() {
+    let pair = RingPair::new("telemetry");
+    let c = pair.connect(4096, 1);
+    // 20 signaled writes, and one refused (outside the server's 4 KiB endpoint), so
+    // that a drop reason has a count.
+    for i in 0..20u64 {
+        c.client
+            .post(&WorkRequest::write(i, &c.cep, 0, 64, 64 * i as u32).signaled())
+            .unwrap();
+    }
+    c.client
+        .post(
+            &WorkRequest::write_inline(99, b"x", 8192)
+                .unwrap()
+                .signaled(),
+        )
+        .unwrap();
+    let wcs = wait_completions(&c.ccq, 21, T);
+    assert!(
+        wcs[..20].iter().all(|wc| wc.status == WcStatus::Success),
+        "{wcs:?}"
+    );
+    assert_eq!(
+        wcs[20].remote_reason,
+        Some(DropReason::OutOfBounds),
+        "{wcs:?}"
+    );
+
+    let tel = telemetry_of(std::process::id(), T).expect("this process's telemetry socket");
+    // The server opened first: device 0.
+    let devs = tel.ask("/deposit/devices").unwrap();
+    assert_eq!(devs["0"][0], "ring:telemetry:b", "{devs}");
+    assert_eq!(devs["1"][0], "ring:telemetry:a", "{devs}");
+    assert_eq!(devs["0"][1], "10.0.0.1", "{devs}");
+
+    let want = pair.server.stats();
+    let got = tel.ask("/deposit/stats,0").unwrap();
+    // Every counter the API has, by name, with the same value (the traffic is over).
+    let mut named = 0;
+    want.each(|name, v| {
+        assert_eq!(got[name].as_u64(), Some(v), "{name} in {got}");
+        named += 1;
+    });
+    assert_eq!(got.as_object().unwrap().len(), named, "{got}");
+    // Run in order: the 20 deposited and the refused one.
+    assert_eq!(got["msgs_rx"].as_u64(), Some(21), "{got}");
+
+    let drops = tel.ask("/deposit/drops,0").unwrap();
+    assert_eq!(drops["out_of_bounds"].as_u64(), Some(1), "{drops}");
+    assert_eq!(
+        drops.as_object().unwrap().len(),
+        DropReason::COUNT,
+        "{drops}"
+    );
+
+    let conns = tel.ask("/deposit/conns,0").unwrap();
+    assert_eq!(conns["total"].as_u64(), Some(1), "{conns}");
+    let me = &conns[c.server.local_number().to_string()];
+    assert_eq!(me[0], "10.0.0.2", "{conns}");
+    assert_eq!(me[1], c.client.local_number().to_string(), "{conns}");
+    assert_eq!(me[2], "Normal", "{conns}");
+    // The connection's own counts, as the API reads them.
+    assert_eq!(me[3], c.server.arrivals().to_string(), "{conns}");
+    assert_eq!(me[4], "1", "{conns}");
+    assert_eq!(c.server.dropped(), 1);
+
+    // A device that does not exist is an answer, not a crash.
+    let none = tel.ask("/deposit/stats,9").unwrap();
+    assert!(
+        none["error"].as_str().unwrap().contains("no device 9"),
+        "{none}"
+    );
+}
