@@ -340,6 +340,17 @@ mod tests {
         }
     }
 
+    fn rep() -> CmMessage {
+        CmMessage::ConnectRep {
+            request: 7,
+            conn: 1,
+            key: 2,
+            isn: 3,
+            max_frame: 1514,
+            client_conn: 4,
+        }
+    }
+
     #[test]
     fn hand_built_connect_request_parses_and_emits_the_same_bytes() {
         let c = ControlRepr {
@@ -359,14 +370,7 @@ mod tests {
     fn every_message_round_trips_and_a_short_payload_is_truncated() {
         let msgs = [
             req(),
-            CmMessage::ConnectRep {
-                request: 7,
-                conn: 1,
-                key: 2,
-                isn: 3,
-                max_frame: 1514,
-                client_conn: 4,
-            },
+            rep(),
             CmMessage::Reject {
                 request: 9,
                 reason: RejectReason::NoListener,
@@ -399,16 +403,8 @@ mod tests {
 
     #[test]
     fn requests_and_replies_carry_private_data_up_to_the_limit() {
-        let rep = CmMessage::ConnectRep {
-            request: 7,
-            conn: 1,
-            key: 2,
-            isn: 3,
-            max_frame: 1514,
-            client_conn: 4,
-        };
         let data: Vec<u8> = (0..=255).collect();
-        for m in [req(), rep] {
+        for m in [req(), rep()] {
             for n in [1, 17, PRIVATE_DATA_MAX] {
                 let mut p = [0u8; CM_PAYLOAD_MAX];
                 let (c, len) = m.emit(&data[..n], &mut p);
