@@ -232,7 +232,6 @@ impl DeviceInner {
             })
             .collect()
     }
-    /// Shards of the device.
     /// Every shard's counters, summed.
     pub(crate) fn stats(&self) -> DeviceStats {
         let mut all = self.call_all(|w| w.stats()).into_iter();
@@ -248,6 +247,7 @@ impl DeviceInner {
     pub(crate) fn port_spec(&self) -> &PortSpec {
         &self.port_spec
     }
+    /// Shards of the device.
     pub(crate) fn shards(&self) -> usize {
         self.shards.len()
     }
@@ -296,10 +296,10 @@ impl DeviceInner {
     /// their own device only.
     pub(crate) fn progress_waiting(&self) -> usize {
         let own = self.progress();
-        if own != 0 || self.is_dedicated() || INLINE_DEVICES.count.load(Ordering::Relaxed) < 2 {
+        if own != 0 || self.is_dedicated() || DEVICES.inline.load(Ordering::Relaxed) < 2 {
             return own;
         }
-        INLINE_DEVICES.serve_others(self)
+        DEVICES.serve_others(self)
     }
     pub(crate) fn is_dedicated(&self) -> bool {
         self.shards[0].progress == Progress::Dedicated
@@ -575,10 +575,8 @@ impl Device {
             instructions,
             next_shard: AtomicUsize::new(0),
         });
-        if !dedicated {
-            INLINE_DEVICES.add(&inner);
-        }
-        crate::telemetry::add_device(&inner);
+        DEVICES.add(&inner);
+        crate::telemetry::register_commands();
         for (k, (core, worker)) in shards.into_iter().zip(workers).enumerate() {
             if !dedicated {
                 *core.here.lock() = Some(worker);
@@ -1010,47 +1008,60 @@ impl Device {
 impl Drop for DeviceInner {
     fn drop(&mut self) {
         if !self.is_dedicated() {
-            INLINE_DEVICES.count.fetch_sub(1, Ordering::Relaxed);
+            DEVICES.inline.fetch_sub(1, Ordering::Relaxed);
         }
         self.stop_threads();
     }
 }
 
-/// The inline devices of this process, which blocking calls on one of them drive
-/// when it has nothing to do ([`DeviceInner::progress_waiting`]).
-struct InlineDevices {
-    list: Mutex<Vec<std::sync::Weak<DeviceInner>>>,
+/// The devices of this process, held weakly in opening order, each marked inline or
+/// not: blocking calls on an inline device drive the other inline ones when it has
+/// nothing to do ([`DeviceInner::progress_waiting`]), and telemetry lists them all
+/// ([`live_devices`]).
+struct Devices {
+    list: Mutex<Vec<(std::sync::Weak<DeviceInner>, bool)>>,
     /// Inline devices open (the list may still hold dropped ones until pruned).
-    count: AtomicUsize,
+    inline: AtomicUsize,
 }
 
-static INLINE_DEVICES: InlineDevices = InlineDevices {
+static DEVICES: Devices = Devices {
     list: Mutex::new(Vec::new()),
-    count: AtomicUsize::new(0),
+    inline: AtomicUsize::new(0),
 };
 
-impl InlineDevices {
+impl Devices {
     fn add(&self, d: &Arc<DeviceInner>) {
+        let inline = !d.is_dedicated();
         let mut l = self.list.lock().unwrap_or_else(|e| e.into_inner());
-        l.retain(|w| w.strong_count() > 0);
-        l.push(Arc::downgrade(d));
-        self.count.fetch_add(1, Ordering::Relaxed);
+        l.retain(|(w, _)| w.strong_count() > 0);
+        l.push((Arc::downgrade(d), inline));
+        if inline {
+            self.inline.fetch_add(1, Ordering::Relaxed);
+        }
     }
 
     /// One turn of every inline device but `me` that no other thread is in; the
-    /// frames moved. Skipped when another waiting thread is already at it. The turns
-    /// run under the list's lock (no copy of the list per idle poll): only opening an
-    /// inline device waits for it, and a device dropped here touches only `count`.
+    /// frames moved. Skipped when another waiting thread (or a telemetry listing) is
+    /// already at the list. The turns run under the list's lock (no copy of the list
+    /// per idle poll): only opening a device waits for it, and a device dropped here
+    /// touches only `inline`.
     fn serve_others(&self, me: &DeviceInner) -> usize {
         let Ok(l) = self.list.try_lock() else {
             return 0;
         };
         l.iter()
-            .filter_map(std::sync::Weak::upgrade)
+            .filter(|(_, inline)| *inline)
+            .filter_map(|(w, _)| w.upgrade())
             .filter(|d| !std::ptr::eq(Arc::as_ptr(d), me))
             .map(|d| d.progress())
             .sum()
     }
+}
+
+/// The process's devices still open, in opening order.
+pub(crate) fn live_devices() -> Vec<Arc<DeviceInner>> {
+    let l = DEVICES.list.lock().unwrap_or_else(|e| e.into_inner());
+    l.iter().filter_map(|(w, _)| w.upgrade()).collect()
 }
 
 /// What the peer of a connection may do here (the receiving side's settings).

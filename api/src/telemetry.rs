@@ -10,30 +10,25 @@
 //! | `/deposit/drops` | `DEVICE` (0) | refusals by [`crate::DropReason`] |
 //! | `/deposit/conns` | `DEVICE[,FROM]` | connections from number `FROM`: peer, state, counts |
 
-use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::net::Ipv4Addr;
+use std::sync::{Arc, OnceLock};
 
 use deposit_transport::node::ConnSummary;
 use deposit_transport::oplogic::DropReason;
-use deposit_transport::port::telemetry::{register, Reply, TelValue};
+use deposit_transport::port::telemetry::{self, register, Reply, TelValue};
 
-use crate::device::DeviceInner;
+use crate::device::{live_devices, DeviceInner};
 
 /// Connections one `/deposit/conns` answer lists (DPDK's dictionary holds 256 entries
 /// and 16 KiB of text).
 const CONNS_PER_ANSWER: usize = 128;
 
-/// The devices opened by this process, in order (gone ones skipped).
-static DEVICES: Mutex<Vec<Weak<DeviceInner>>> = Mutex::new(Vec::new());
-
-/// Lists a newly opened device, registering the commands with the first.
-pub(crate) fn add_device(d: &Arc<DeviceInner>) {
-    let mut l = DEVICES.lock().unwrap_or_else(|e| e.into_inner());
-    l.retain(|w| w.strong_count() > 0);
-    l.push(Arc::downgrade(d));
-    drop(l);
+/// Registers the commands, once per process (when a device opens), unless telemetry
+/// is off.
+pub(crate) fn register_commands() {
     static REGISTERED: OnceLock<()> = OnceLock::new();
     REGISTERED.get_or_init(|| {
-        if std::env::var("DEPOSIT_TELEMETRY").is_ok_and(|v| v == "0") {
+        if !telemetry::enabled() {
             return;
         }
         for (cmd, help, f) in COMMANDS {
@@ -69,12 +64,6 @@ const COMMANDS: [Command; 4] = [
     ),
 ];
 
-/// The live devices, in opening order.
-fn live() -> Vec<Arc<DeviceInner>> {
-    let l = DEVICES.lock().unwrap_or_else(|e| e.into_inner());
-    l.iter().filter_map(Weak::upgrade).collect()
-}
-
 /// The `i`-th parameter as a number (`default` when absent or not a number).
 fn param(params: &str, i: usize, default: u64) -> u64 {
     params
@@ -87,7 +76,7 @@ fn param(params: &str, i: usize, default: u64) -> u64 {
 /// The device the first parameter names, or an answer saying there is none.
 fn device(params: &str) -> Result<Arc<DeviceInner>, Reply> {
     let i = param(params, 0, 0) as usize;
-    let mut devs = live();
+    let mut devs = live_devices();
     if i < devs.len() {
         Ok(devs.swap_remove(i))
     } else {
@@ -99,16 +88,15 @@ fn device(params: &str) -> Result<Arc<DeviceInner>, Reply> {
 }
 
 fn devices(_: &str) -> Reply {
-    live()
+    live_devices()
         .iter()
         .enumerate()
         .map(|(i, d)| {
-            let ip = d.local().ip;
             (
                 i.to_string(),
                 TelValue::Strs(vec![
                     d.port_spec().to_string(),
-                    format!("{}.{}.{}.{}", ip[0], ip[1], ip[2], ip[3]),
+                    Ipv4Addr::from(d.local().ip).to_string(),
                     format!("{} workers", d.shards()),
                 ]),
             )
@@ -147,7 +135,9 @@ fn conns(params: &str) -> Reply {
     let from = param(params, 1, 0).min(u64::from(u32::MAX)) as u32;
     let mut total = 0;
     let mut all: Vec<ConnSummary> = Vec::new();
-    for (n, v) in d.call_all(move |w| w.conn_summaries(from, CONNS_PER_ANSWER)) {
+    // One more than an answer holds from each shard: whether any is left over says
+    // whether there is a next page.
+    for (n, v) in d.call_all(move |w| w.conn_summaries(from, CONNS_PER_ANSWER + 1)) {
         total += n;
         all.extend(v);
     }
@@ -180,10 +170,7 @@ fn conns(params: &str) -> Reply {
         r.push((
             c.number.to_string(),
             TelValue::Strs(vec![
-                format!(
-                    "{}.{}.{}.{}",
-                    c.peer_ip[0], c.peer_ip[1], c.peer_ip[2], c.peer_ip[3]
-                ),
+                Ipv4Addr::from(c.peer_ip).to_string(),
                 c.peer_conn.to_string(),
                 format!("{:?}", c.state),
                 c.arrivals.to_string(),

@@ -99,15 +99,8 @@ pub fn print_stats() {
     let devs = std::mem::take(&mut *OPENED.lock().unwrap_or_else(|e| e.into_inner()));
     for d in devs {
         let s = d.stats();
-        let ip = d.local_addr().ip;
-        eprintln!(
-            "stats: {} {}.{}.{}.{}",
-            d.port_spec(),
-            ip[0],
-            ip[1],
-            ip[2],
-            ip[3]
-        );
+        let ip = std::net::Ipv4Addr::from(d.local_addr().ip);
+        eprintln!("stats: {} {ip}", d.port_spec());
         let mut zero = 0;
         s.each(|name, v| {
             if v == 0 {

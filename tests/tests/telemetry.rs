@@ -84,3 +84,51 @@ fn the_telemetry_socket_answers_deposits_commands_with_the_devices_counters() {
         "{none}"
     );
 }
+
+/// `/deposit/conns` answers at most 128 connections and says where the next page
+/// starts; the pages together list each connection once.
+#[test]
+fn the_connection_listing_pages_through_every_connection() {
+    const N: usize = 130;
+    let pair = RingPair::new("telemetry_pages");
+    let sep = pair
+        .server
+        .alloc_endpoint(4096, Rights::REMOTE_WRITE)
+        .unwrap();
+    let scq = pair.server.create_cq(16);
+    let listener = pair.server.listen(1, &sep, &scq).unwrap();
+    let cep = pair
+        .client
+        .alloc_endpoint(4096, Rights::REMOTE_WRITE)
+        .unwrap();
+    let ccq = pair.client.create_cq(16);
+    let mut conns = Vec::new();
+    for _ in 0..N {
+        conns.push(pair.client.connect([10, 0, 0, 1], 1, &cep, &ccq).unwrap());
+        conns.push(listener.accept(T).unwrap());
+    }
+    let tel = telemetry_of(std::process::id(), T).expect("this process's telemetry socket");
+    let mut seen = std::collections::BTreeSet::new();
+    let mut from = 0u64;
+    for page in 0.. {
+        assert!(page < 3, "more pages than {N} connections need");
+        let a = tel.ask(&format!("/deposit/conns,0,{from}")).unwrap();
+        assert_eq!(a["total"].as_u64(), Some(N as u64), "{a}");
+        for (k, _) in a.as_object().unwrap() {
+            if let Ok(n) = k.parse::<u32>() {
+                assert!(seen.insert(n), "connection {n} listed twice");
+            }
+        }
+        match a.get("next").and_then(|n| n.as_u64()) {
+            Some(n) => from = n,
+            None => break,
+        }
+    }
+    let want: std::collections::BTreeSet<u32> = conns
+        .iter()
+        .skip(1)
+        .step_by(2)
+        .map(|c| c.local_number())
+        .collect();
+    assert_eq!(seen, want);
+}

@@ -131,7 +131,7 @@ fn cpu_args() -> Vec<String> {
         format!("0@(0-{})", ncpu.saturating_sub(1)),
         "--log-level=*:critical".into(),
     ];
-    if std::env::var("DEPOSIT_TELEMETRY").is_ok_and(|v| v == "0") {
+    if !super::telemetry::enabled() {
         args.push("--no-telemetry".into());
     }
     args

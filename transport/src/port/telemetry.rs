@@ -29,6 +29,11 @@ pub type Reply = Vec<(String, TelValue)>;
 
 type Handler = Box<dyn Fn(&str) -> Reply + Send + Sync>;
 
+/// Whether this process runs DPDK telemetry: yes unless `DEPOSIT_TELEMETRY=0`.
+pub fn enabled() -> bool {
+    std::env::var("DEPOSIT_TELEMETRY").map_or(true, |v| v != "0")
+}
+
 fn handlers() -> &'static Mutex<HashMap<String, Handler>> {
     static H: OnceLock<Mutex<HashMap<String, Handler>>> = OnceLock::new();
     H.get_or_init(|| Mutex::new(HashMap::new()))
