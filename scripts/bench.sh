@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Usage: scripts/bench.sh [ROUNDS]
+# Usage: scripts/bench.sh [--plot FILE] [ROUNDS]
 #        scripts/bench.sh --compare OLD_DDPERF [ROUNDS]
 # The foundation benchmarks with their raw-DPDK baselines from the same run, rounds
 # interleaved (the machine is shared and noisy), medians reported:
@@ -48,10 +48,18 @@
 # per-round new/old ratios.
 # Ratios of rows marked "of rounds" are the median of the per-round ratios (each
 # round's pair ran back to back); the others are ratios of the medians.
+# With --plot FILE (.svg or .png), each row of the deposit/raw table is also drawn into
+# FILE: deposit's median next to its raw-DPDK baseline's (`ddperf --plot-bench`).
 # Needs a release build (scripts/run.sh or `cargo build --release -p ddperf`).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 old=
+plot=
+if [[ ${1:-} == --plot ]]; then
+    plot=${2:?usage: $0 --plot FILE [ROUNDS]}
+    [[ $plot == /* ]] || plot=$PWD/$plot
+    shift 2
+fi
 if [[ ${1:-} == --compare ]]; then
     old=${2:?usage: $0 --compare OLD_DDPERF [ROUNDS]}
     [[ -x $old ]] || { echo "bench: $old is not an executable" >&2; exit 2; }
@@ -201,27 +209,32 @@ for i in $(seq "$rounds"); do
     lp+=("$(loop write_lat t_p999_us -s 32 -n 100000 --faults loss=0.001,seed=7)")
 done
 ratio() { python3 -c "print(f'{$1/$2:.2f}')"; }
+# A row of the deposit/raw table: printed, and kept for --plot (what, deposit, raw).
+row() {
+    printf '%-44s %-10s %-10s %s\n' "$1" "$2" "$3" "$4"
+    printf '%s\t%s\t%s\n' "$1" "$2" "$3" >>"$dir/rows.tsv"
+}
 # Median of the per-round ratios of two sample lists given as "a1 a2 ..." "b1 b2 ...":
 # each round's pair ran back to back, so its ratio sees the same machine state.
 paired() { python3 -c "import statistics,sys; a=sys.argv[1].split(); b=sys.argv[2].split(); print(f'{statistics.median(float(x)/float(y) for x,y in zip(a,b)):.2f}')" "$1" "$2"; }
 printf '%-44s %-10s %-10s %s\n' "benchmark (median of $rounds)" deposit raw ratio
 a=$(median "${wbw[@]}"); b=$(median "${rbw[@]}")
-printf '%-44s %-10s %-10s %s\n' "ring: 32 B msg rate [Mpps] (write_bw/raw_bw)" "$a" "$b" "$(ratio "$a" "$b")"
-printf '%-44s %-10s %-10s %s\n' "ring: same, -t 1024 (write_bw/raw_bw)" "$(median "${wbd[@]}")" "$b" \
+row "ring: 32 B msg rate [Mpps] (write_bw/raw_bw)" "$a" "$b" "$(ratio "$a" "$b")"
+row "ring: same, -t 1024 (write_bw/raw_bw)" "$(median "${wbd[@]}")" "$b" \
     "$(paired "${wbd[*]}" "${rbw[*]}") of rounds (target >= 0.6)"
-printf '%-44s %-10s %-10s %s\n' "ring: same, -l 16 (write_bw/raw_bw)" "$(median "${wbl[@]}")" "$b" \
+row "ring: same, -l 16 (write_bw/raw_bw)" "$(median "${wbl[@]}")" "$b" \
     "$(paired "${wbl[*]}" "${rbw[*]}") of rounds"
 a=$(median "${wl[@]}"); b=$(median "${rl[@]}")
-printf '%-44s %-10s %-10s %s\n' "ring: 32 B t_typical [us] (write_lat/raw_lat)" "$a" "$b" "$(ratio "$a" "$b")"
+row "ring: 32 B t_typical [us] (write_lat/raw_lat)" "$a" "$b" "$(ratio "$a" "$b")"
 a=$(median "${ml[@]}"); b=$(median "${mr[@]}")
-printf '%-44s %-10s %-10s %s\n' "memif: 32 B t_typical [us] (write/raw_lat)" "$a" "$b" "$(ratio "$a" "$b")"
-printf '%-44s %-10s %-10s %s\n' "memif: BW [MiB/s] (64 KiB write_bw/raw_bw)" "$(median "${mwb[@]}")" \
+row "memif: 32 B t_typical [us] (write/raw_lat)" "$a" "$b" "$(ratio "$a" "$b")"
+row "memif: BW [MiB/s] (64 KiB write_bw/raw_bw)" "$(median "${mwb[@]}")" \
     "$(median "${mrb[@]}")" "$(paired "${mwb[*]}" "${mrb[*]}") of rounds (target >= 0.8)"
 rrtt=$(python3 -c "print(2*$(median "${rl[@]}"))")
 a=$(median "${rdl[@]}")
-printf '%-44s %-10s %-10s %s\n' "ring: 32 B RTT [us] (read_lat/raw_lat RTT)" "$a" "$rrtt" "$(ratio "$a" "$rrtt")"
+row "ring: 32 B RTT [us] (read_lat/raw_lat RTT)" "$a" "$rrtt" "$(ratio "$a" "$rrtt")"
 a=$(median "${atl[@]}")
-printf '%-44s %-10s %-10s %s\n' "ring: 8 B RTT [us] (atomic_lat/raw_lat RTT)" "$a" "$rrtt" "$(ratio "$a" "$rrtt")"
+row "ring: 8 B RTT [us] (atomic_lat/raw_lat RTT)" "$a" "$rrtt" "$(ratio "$a" "$rrtt")"
 a=$(median "${ap16[@]}"); b=$(median "${ap1[@]}")
 printf '%-44s %-10s %-10s %s\n' "ring: 32 B append [Mpps] (-q 16 / -q 1)" "$a" "$b" "$(ratio "$a" "$b")"
 a=$(median "${cbw[@]}"); b=$(median "${wbw[@]}")
@@ -257,6 +270,9 @@ echo "         read_lat ${rdl[*]} | atomic_lat ${atl[*]}"
 echo "         append_bw -q 1 ${ap1[*]} | -q 16 ${ap16[*]} | write_bw --compound ${cbw[*]}"
 echo "         ip_lat ${il[*]} | ip_bw ${ib[*]} | token_lat ${tl[*]}"
 echo "         4 KiB MiB/s lossless ${l0[*]} | 0.1 % ${l1[*]} | 1 % ${l10[*]} | p99.9 at 0.1 % ${lp[*]}"
+if [[ -n $plot ]]; then
+    "$dd" --plot-bench "$dir/rows.tsv" --plot "$plot"
+fi
 echo "instruction pointers vs direct writes, one process (cargo bench -p deposit --bench ipmsg):"
 cargo bench -q -p deposit --bench ipmsg -- "$rounds" 2>/dev/null
 echo "idle and waking (cargo bench -p deposit --bench wake):"

@@ -2,7 +2,8 @@
 # Installs what deposit needs to build and run, and only what is missing:
 #   libdpdk-dev (DPDK 22.11, found with `pkg-config libdpdk`), libclang-dev (bindgen),
 #   pkg-config, iproute2, a C compiler (the dpdk-sys shim), python3 (test.sh's JSON checks)
-#   and dpdk-dev (its dpdk-telemetry.py reads a running process's counters).
+#   dpdk-dev (its dpdk-telemetry.py reads a running process's counters) and
+#   fonts-dejavu-core (the font of ddperf --plot's pictures).
 # Then checks for cargo and cargo-nextest (installs the latter with cargo if missing).
 # Idempotent and silent when everything is already there. Debian/Ubuntu (apt) only.
 set -euo pipefail
@@ -19,8 +20,9 @@ declare -A probe=(
     [libc6-dev]=""
     [python3]="python3"
     [dpdk-dev]="dpdk-telemetry.py"
+    [fonts-dejavu-core]=""
 )
-order=(libdpdk-dev libclang-dev pkg-config iproute2 gcc libc6-dev python3 dpdk-dev)
+order=(libdpdk-dev libclang-dev pkg-config iproute2 gcc libc6-dev python3 dpdk-dev fonts-dejavu-core)
 
 installed() {
     local pkg=$1 cmd=${probe[$1]}

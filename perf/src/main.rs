@@ -1,9 +1,11 @@
 //! `ddperf`: the perftest-style benchmark tool of the deposit transport.
 //!
 //! This file is the command line only: it turns perftest's options into [`Params`] and
-//! hands them to the test modules ([`lat`], [`bw`], [`raw`], [`rdlat`] and [`rdbw`] for
-//! reads and atomics, [`send`] for verbs SEND, [`append`] for the shared queue, [`ipmsg`]
-//! for instruction-pointer messages, [`token`] for payload tokens). Habits kept from perftest
+//! hands them to the tests, each a [`harness::Bench`] run by the one [`harness`]: the
+//! ping-pongs ([`lat`]: write, instruction pointer, token, SEND), the write streams
+//! ([`bw`]), reads and atomics ([`rd`]), the receiver-managed queues ([`queue`]:
+//! SEND streams, many senders appending to one queue); [`raw`] is the bare DPDK
+//! baseline. Habits kept from perftest
 //! (docs/design.md §11): the server runs `ddperf <test> --server [opts]`, the client
 //! `ddperf <test> [opts] <server-ip>` with the same options; `--loopback` runs both
 //! sides in one process on two cross-connected ring ports with no setup at all.
@@ -11,21 +13,17 @@
 //! Exit status: 0 on success; 2 when a wait timed out; 1 for every other failure, with
 //! one line on stderr. Nothing here panics on user input.
 
-mod append;
 mod bw;
 mod error;
-mod exchange;
 mod harness;
-mod ipmsg;
 mod lat;
+mod plot;
+mod queue;
 mod raw;
-mod rdbw;
-mod rdlat;
+mod rd;
 mod report;
-mod send;
 mod setup;
 mod stream;
-mod token;
 mod verify;
 mod warmup;
 
@@ -78,43 +76,31 @@ pub enum Test {
     TokenLat,
 }
 
+/// The tests' names in reports and JSON, in [`Test`]'s order (clap's names too).
+const NAMES: [&str; 14] = [
+    "write_lat",
+    "write_bw",
+    "raw_lat",
+    "raw_bw",
+    "read_lat",
+    "read_bw",
+    "atomic_lat",
+    "atomic_bw",
+    "send_lat",
+    "send_bw",
+    "append_bw",
+    "ip_lat",
+    "ip_bw",
+    "token_lat",
+];
+
 impl Test {
-    /// The name in reports and JSON.
     pub fn name(self) -> &'static str {
-        match self {
-            Test::WriteLat => "write_lat",
-            Test::WriteBw => "write_bw",
-            Test::RawLat => "raw_lat",
-            Test::RawBw => "raw_bw",
-            Test::ReadLat => "read_lat",
-            Test::ReadBw => "read_bw",
-            Test::AtomicLat => "atomic_lat",
-            Test::AtomicBw => "atomic_bw",
-            Test::SendLat => "send_lat",
-            Test::SendBw => "send_bw",
-            Test::AppendBw => "append_bw",
-            Test::IpLat => "ip_lat",
-            Test::IpBw => "ip_bw",
-            Test::TokenLat => "token_lat",
-        }
+        NAMES[self as usize]
     }
     /// Whether it is a latency test (ping-pong) rather than a bandwidth test.
     pub fn is_lat(self) -> bool {
-        matches!(
-            self,
-            Test::WriteLat
-                | Test::RawLat
-                | Test::ReadLat
-                | Test::AtomicLat
-                | Test::SendLat
-                | Test::IpLat
-                | Test::TokenLat
-        )
-    }
-    /// Whether its connections are isolated: every message on them, the parameter
-    /// exchange's included, is an instruction-pointer message (see [`ipmsg`]).
-    pub fn isolated(self) -> bool {
-        matches!(self, Test::IpLat | Test::IpBw)
+        self.name().ends_with("_lat")
     }
     /// What the client may do to the server's endpoint.
     pub fn server_rights(self) -> deposit::Rights {
@@ -125,32 +111,6 @@ impl Test {
             Test::AtomicLat | Test::AtomicBw => Rights::ALL,
             _ => Rights::REMOTE_WRITE,
         }
-    }
-    /// Code in the parameter block the client sends the server.
-    pub fn code(self) -> u8 {
-        match self {
-            Test::WriteLat => 1,
-            Test::WriteBw => 2,
-            Test::RawLat => 3,
-            Test::RawBw => 4,
-            Test::ReadLat => 5,
-            Test::ReadBw => 6,
-            Test::AtomicLat => 7,
-            Test::AtomicBw => 8,
-            Test::SendLat => 9,
-            Test::SendBw => 10,
-            Test::AppendBw => 11,
-            Test::IpLat => 12,
-            Test::IpBw => 13,
-            Test::TokenLat => 14,
-        }
-    }
-    /// The test with that code.
-    pub fn from_code(c: u8) -> Option<Test> {
-        Test::value_variants()
-            .iter()
-            .copied()
-            .find(|t| t.code() == c)
     }
 }
 
@@ -168,12 +128,6 @@ pub enum AtomicOp {
 }
 
 impl AtomicOp {
-    pub fn code(self) -> u8 {
-        match self {
-            AtomicOp::FetchAndAdd => 0,
-            AtomicOp::CmpAndSwap => 1,
-        }
-    }
     pub fn name(self) -> &'static str {
         match self {
             AtomicOp::FetchAndAdd => "FETCH_AND_ADD",
@@ -196,8 +150,8 @@ enum WorkerMode {
 #[command(name = "ddperf", version, about)]
 struct Cli {
     /// The test to run.
-    #[arg(value_enum)]
-    test: Test,
+    #[arg(value_enum, required_unless_present = "plot_bench")]
+    test: Option<Test>,
     /// The server's IP address (client side).
     peer: Option<Ipv4Addr>,
     /// Run the server side.
@@ -306,6 +260,20 @@ struct Cli {
     /// the same as DEPOSIT_EAL_ARGS=--log-level=*:info).
     #[arg(short = 'v', long)]
     verbose: bool,
+    /// Draw the results into FILE (.svg or .png): latency tests the histogram and CDF
+    /// of the samples with p50/p99/p99.9 marked (with -a: percentiles by size and a
+    /// CDF per size), bandwidth tests bandwidth and message rate by size.
+    #[arg(long, value_name = "FILE")]
+    plot: Option<std::path::PathBuf>,
+    /// scripts/bench.sh --plot: draw the rows of ROWS (tab-separated: what, deposit,
+    /// raw) into --plot's file, deposit next to its raw baseline, and exit.
+    #[arg(
+        long = "plot-bench",
+        value_name = "ROWS",
+        hide = true,
+        requires = "plot"
+    )]
+    plot_bench: Option<std::path::PathBuf>,
     /// At the end, print each device's counters that are not zero, and its refusals by
     /// reason, on stderr (the same names as DPDK telemetry's /deposit/stats).
     #[arg(long)]
@@ -379,6 +347,8 @@ pub struct Params {
     pub retry_count: u32,
     /// `--stats`: the devices' counters at the end.
     pub stats: bool,
+    /// `--plot`: the picture of the results.
+    pub plot: Option<std::path::PathBuf>,
 }
 
 impl Params {
@@ -421,7 +391,7 @@ fn resolve(cli: Cli) -> Result<Params> {
             "give the server's IP address, or --server, or --loopback".into(),
         ));
     };
-    let test = cli.test;
+    let test = cli.test.expect("clap requires the test");
     if cli.all && cli.size.is_some() {
         return Err(PerfError::Usage("-a and -s exclude each other".into()));
     }
@@ -600,24 +570,45 @@ fn resolve(cli: Cli) -> Result<Params> {
         retry_timeout,
         retry_count,
         stats: cli.stats,
+        plot: cli.plot,
     })
 }
 
 fn run(p: Params) -> Result<()> {
-    match p.test {
-        Test::WriteLat => lat::run(&p),
-        Test::WriteBw => bw::run(&p),
+    let t = p.test;
+    match t {
         Test::RawLat => raw::run_lat(&p),
         Test::RawBw => raw::run_bw(&p),
-        Test::ReadLat | Test::AtomicLat => rdlat::run(&p),
-        Test::ReadBw | Test::AtomicBw => rdbw::run(&p),
-        Test::SendLat => send::run_lat(&p),
-        Test::SendBw => send::run_bw(&p),
-        Test::AppendBw => append::run(&p),
-        Test::IpLat => ipmsg::run_lat(&p),
-        Test::IpBw => ipmsg::run_bw(&p),
-        Test::TokenLat => token::run(&p),
+        Test::WriteLat | Test::IpLat | Test::TokenLat | Test::SendLat => {
+            harness::run(&p, lat::PingPong::new(t))
+        }
+        Test::WriteBw | Test::IpBw => harness::run(&p, bw::Write::new(t)),
+        Test::ReadLat | Test::AtomicLat | Test::ReadBw | Test::AtomicBw => {
+            harness::run(&p, rd::Rd::new(t))
+        }
+        Test::SendBw | Test::AppendBw => {
+            queue::check_span(&p)?;
+            harness::run(&p, queue::Queue::new(t))
+        }
     }
+}
+
+/// `--plot-bench`: the rows of scripts/bench.sh (what, deposit, raw; tab-separated).
+fn plot_bench(rows: &std::path::Path, out: &std::path::Path) -> Result<()> {
+    let text = std::fs::read_to_string(rows)
+        .map_err(|e| PerfError::Usage(format!("--plot-bench {}: {e}", rows.display())))?;
+    let mut parsed = Vec::new();
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        let f: Vec<&str> = line.split('\t').collect();
+        match f.as_slice() {
+            [what, d, r] => match (d.trim().parse(), r.trim().parse()) {
+                (Ok(d), Ok(r)) => parsed.push((what.to_string(), d, r)),
+                _ => eprintln!("ddperf: --plot-bench: skipping {line:?} (not two numbers)"),
+            },
+            _ => eprintln!("ddperf: --plot-bench: skipping {line:?} (not three fields)"),
+        }
+    }
+    plot::save(out, &plot::Figure::Bench { rows: &parsed })
 }
 
 fn main() {
@@ -628,8 +619,19 @@ fn main() {
         let extra = std::env::var("DEPOSIT_EAL_ARGS").unwrap_or_default();
         std::env::set_var("DEPOSIT_EAL_ARGS", format!("--log-level=*:info {extra}"));
     }
+    if let (Some(rows), Some(out)) = (&cli.plot_bench, &cli.plot) {
+        if let Err(e) = plot_bench(rows, out) {
+            eprintln!("ddperf: error: {e}");
+            std::process::exit(e.exit_code());
+        }
+        return;
+    }
+    if cli.plot.is_some() {
+        report::keep_samples();
+    }
+    let stats = cli.stats;
     let result = resolve(cli).and_then(run);
-    setup::print_stats();
+    setup::print_stats(stats);
     if let Err(e) = result {
         eprintln!("ddperf: error: {e}");
         std::process::exit(e.exit_code());
@@ -637,8 +639,13 @@ fn main() {
 }
 
 #[cfg(test)]
-mod tests {
+pub mod tests {
     use super::*;
+
+    /// The options of a command line (for the tests of other modules).
+    pub fn params(args: &str) -> Params {
+        parse(args).expect("valid options")
+    }
 
     fn parse(args: &str) -> Result<Params> {
         let argv = std::iter::once("ddperf").chain(args.split_whitespace());
@@ -649,6 +656,13 @@ mod tests {
         match parse(args) {
             Err(PerfError::Usage(why)) => why,
             other => panic!("`{args}`: expected a usage error, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn names_are_clap_s() {
+        for &t in Test::value_variants() {
+            assert_eq!(t.to_possible_value().unwrap().get_name(), t.name());
         }
     }
 

@@ -41,7 +41,7 @@ use deposit_transport::wire::FRAME_OVERHEAD;
 
 use crate::error::{PerfError, Result, Wait};
 use crate::report::{BwStats, LatStats, PeakRate, Reporter};
-use crate::setup::{self, SocketFile};
+use crate::setup::{self, Place};
 use crate::warmup::LatRound;
 use crate::{Params, Role, Span};
 
@@ -166,82 +166,62 @@ fn run_sides(
     p: &Params,
     client: fn(&mut Port, &Params, &[u64], &mut Reporter) -> Result<()>,
     server: fn(&mut Port, &Params, &[u64], &mut Reporter) -> Result<()>,
-    print_server: bool,
 ) -> Result<()> {
-    match p.role {
-        Role::Server | Role::Client { .. } => {
-            let _socket = SocketFile::for_spec(&p.dev);
-            let mut port = open_port(p, &p.dev)?;
-            setup::banner(&p.dev, port.max_frame());
-            let sizes = sizes_for(p, port.max_frame())?;
-            setup::wait_link(|| port.link_up(), p)?;
-            let mut rep = reporter(p, &p.dev, &port, true);
-            if p.role == Role::Server {
-                if !p.test.is_lat() {
-                    rep.subtitle("received");
-                }
-                server(&mut port, p, &sizes, &mut rep)?;
+    let side = |p: &Params, at: &Place, server: bool| -> Result<(Port, Vec<u64>, Reporter)> {
+        if server {
+            port::register_thread();
+        }
+        let port = open_port(p, &at.spec)?;
+        if at.banner {
+            setup::banner(&at.ports, port.max_frame());
+        }
+        let sizes = sizes_for(p, port.max_frame())?;
+        setup::wait_link(|| port.link_up(), p)?;
+        let mut rep = Reporter::new(p.test, p.json, p.report_gbits, at.report);
+        rep.plot_to(p.plot.clone());
+        rep.info("Port", at.ports.clone());
+        rep.info("Max frame", format!("{} B", port.max_frame()));
+        rep.info(
+            "Frame",
+            format!("payload + {FRAME_OVERHEAD} B (min {MIN_FRAME} B)"),
+        );
+        if !p.test.is_lat() {
+            rep.subtitle(if server {
+                "received"
             } else {
-                if !p.test.is_lat() {
-                    rep.subtitle("offered by the sender");
-                }
-                client(&mut port, p, &sizes, &mut rep)?;
-            }
-            rep.finish();
-            Ok(())
+                "offered by the sender"
+            });
         }
-        Role::Loopback => {
-            let mut sport = open_port(p, crate::LOOP_SERVER_DEV)?;
-            let mut cport = open_port(p, crate::LOOP_CLIENT_DEV)?;
-            let ports = format!("{} <-> {}", crate::LOOP_CLIENT_DEV, crate::LOOP_SERVER_DEV);
-            setup::banner(&ports, cport.max_frame());
-            let sizes = sizes_for(p, cport.max_frame().min(sport.max_frame()))?;
-            let mut srep = reporter(p, &ports, &sport, print_server);
-            if !p.test.is_lat() {
-                srep.subtitle("received");
-            }
-            let mut crep = reporter(p, &ports, &cport, !print_server);
-            let (ps, ssizes) = (p.clone(), sizes.clone());
-            setup::loopback(
-                p,
-                move |ready| {
-                    port::register_thread();
-                    ready();
-                    server(&mut sport, &ps, &ssizes, &mut srep)?;
-                    srep.finish();
-                    // Dropped after the client is done (see setup::loopback).
-                    Ok(sport)
-                },
-                || {
-                    client(&mut cport, p, &sizes, &mut crep)?;
-                    crep.finish();
-                    Ok(())
-                },
-            )?;
+        Ok((port, sizes, rep))
+    };
+    let ps = p.clone();
+    setup::roles(
+        p,
+        p.test == crate::Test::RawBw,
+        move |at, ready| {
+            let (mut port, sizes, mut rep) = side(&ps, &at, true)?;
+            ready();
+            server(&mut port, &ps, &sizes, &mut rep)?;
+            rep.finish()?;
+            Ok(port)
+        },
+        |at, _peer| {
+            let (mut port, sizes, mut rep) = side(p, &at, false)?;
+            client(&mut port, p, &sizes, &mut rep)?;
+            rep.finish()?;
             Ok(())
-        }
-    }
-}
-
-fn reporter(p: &Params, ports: &str, port: &Port, enabled: bool) -> Reporter {
-    let mut rep = Reporter::new(p.test, p.json, p.report_gbits, enabled);
-    rep.info("Port", ports);
-    rep.info("Max frame", format!("{} B", port.max_frame()));
-    rep.info(
-        "Frame",
-        format!("payload + {FRAME_OVERHEAD} B (min {MIN_FRAME} B)"),
-    );
-    rep
+        },
+    )
 }
 
 /// Runs raw_bw in this process's role.
 pub fn run_bw(p: &Params) -> Result<()> {
-    run_sides(p, bw_sender, bw_receiver, true)
+    run_sides(p, bw_sender, bw_receiver)
 }
 
 /// Runs raw_lat in this process's role.
 pub fn run_lat(p: &Params) -> Result<()> {
-    run_sides(p, lat_pinger, lat_echo, false)
+    run_sides(p, lat_pinger, lat_echo)
 }
 
 /// An mbuf, waiting (bounded) for one to come back to the pool.

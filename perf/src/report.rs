@@ -40,6 +40,17 @@ pub struct LatStats {
     pub hdr_p999: f64,
     pub hdr_p9999: f64,
     pub hdr_max: f64,
+    /// The kept samples in microseconds, sorted, when a picture will be drawn
+    /// ([`keep_samples`]).
+    pub samples: Vec<f64>,
+}
+
+/// Whether latency statistics keep their samples (`--plot`).
+static KEEP: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Latency statistics keep their samples from now on (for `--plot`).
+pub fn keep_samples() {
+    KEEP.store(true, std::sync::atomic::Ordering::Relaxed);
 }
 
 impl LatStats {
@@ -97,6 +108,11 @@ impl LatStats {
             hdr_p999: hq(0.999),
             hdr_p9999: hq(0.9999),
             hdr_max: hist.max() as f64 / 1000.0,
+            samples: if KEEP.load(std::sync::atomic::Ordering::Relaxed) {
+                kept.iter().map(|&v| us(v)).collect()
+            } else {
+                Vec::new()
+            },
         }
     }
 }
@@ -206,6 +222,10 @@ pub struct Reporter {
     /// its "Workers" line and `workers`.
     queues: usize,
     workers: usize,
+    /// `--plot`: the file, and what it will show.
+    plot: Option<std::path::PathBuf>,
+    lat_rounds: Vec<(u64, Vec<f64>)>,
+    bw_rows: Vec<(u64, f64, f64)>,
 }
 
 impl Reporter {
@@ -240,7 +260,15 @@ impl Reporter {
             outcome: crate::verify::Outcome::default(),
             queues: 1,
             workers: 1,
+            plot: None,
+            lat_rounds: Vec::new(),
+            bw_rows: Vec::new(),
         }
+    }
+
+    /// Draws the rows into `path` at the end ([`crate::plot`]).
+    pub fn plot_to(&mut self, path: Option<std::path::PathBuf>) {
+        self.plot = path;
     }
 
     /// Holds the JSON objects until [`Reporter::finish`], which adds the keys given to
@@ -380,6 +408,9 @@ impl Reporter {
         if !self.enabled {
             return;
         }
+        if self.plot.is_some() && !s.samples.is_empty() {
+            self.lat_rounds.push((s.bytes, s.samples.clone()));
+        }
         self.start();
         if self.json {
             let j = json!({
@@ -430,6 +461,12 @@ impl Reporter {
         self.start();
         let avg = s.rate();
         let peak = s.peak_rate.max(avg);
+        let shown = if self.gbits {
+            s.gbps(avg)
+        } else {
+            s.mib_s(avg)
+        };
+        self.bw_rows.push((s.bytes, shown, avg / 1e6));
         if self.json {
             let j = json!({
                 "test": self.test.name(),
@@ -462,8 +499,8 @@ impl Reporter {
         );
     }
 
-    /// Closes the table.
-    pub fn finish(&mut self) {
+    /// Closes the table, and draws the picture of `--plot`.
+    pub fn finish(&mut self) -> crate::error::Result<()> {
         if self.enabled && !self.json && self.started {
             println!("{RULE}");
         }
@@ -475,6 +512,27 @@ impl Reporter {
             }
             println!("{j}");
         }
+        let Some(path) = self.plot.as_ref().filter(|_| self.enabled) else {
+            return Ok(());
+        };
+        let title = self.title.split(" - ").next().unwrap_or("").to_string();
+        let fig = if self.test.is_lat() {
+            if self.lat_rounds.is_empty() {
+                return Ok(());
+            }
+            crate::plot::Figure::Latency {
+                title: &title,
+                rounds: &self.lat_rounds,
+            }
+        } else {
+            let unit = if self.gbits { "Gb/s" } else { "MiB/s" };
+            crate::plot::Figure::Bandwidth {
+                title: &title,
+                unit,
+                rows: &self.bw_rows,
+            }
+        };
+        crate::plot::save(path, &fig)
     }
 }
 

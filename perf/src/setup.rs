@@ -1,11 +1,9 @@
-//! Getting two sides of a test to meet: devices, endpoints, connections, the
-//! in-process loopback pair, and the memif socket file.
+//! Where the two sides of a test run: the role dispatch every test shares ([`roles`]),
+//! devices, the in-process loopback pair, and the memif socket file.
 //!
-//! The server listens (`Device::listen` / `Listener::accept`), the client connects
-//! (`Device::connect`): the tool's two sides meet through the transport's connection
-//! management with no side channel (docs/design.md §7). With `--loopback` both devices live
-//! in this process on `ring:ddperf:b` (server, 10.0.0.1) and `ring:ddperf:a` (client,
-//! 10.0.0.2), and the server side runs on a spawned thread.
+//! With `--loopback` both sides live in this process on `ring:ddperf:b` (server,
+//! 10.0.0.1) and `ring:ddperf:a` (client, 10.0.0.2), and the server side runs on a
+//! spawned thread.
 //!
 //! Nothing here runs inside a measured loop.
 
@@ -14,12 +12,76 @@ use std::path::PathBuf;
 use std::sync::mpsc;
 use std::thread::JoinHandle;
 
-use deposit::{Completion, ConnOptions, Connection, Device, DeviceConfig, Endpoint, Rights};
+use deposit::{Completion, Device, DeviceConfig};
 use deposit_transport::port::{self, PortSpec};
 
 use crate::error::{PerfError, Result, Wait};
-use crate::exchange::Layout;
-use crate::Params;
+use crate::{Params, Role};
+
+/// The one-shot call a server makes once a client may come (it listens, or its port
+/// is up).
+pub type Ready = Box<dyn FnOnce() + Send>;
+
+/// Where one side runs: its port and address, the ports to name in its title, whether
+/// it prints the table and the start-up line.
+pub struct Place {
+    pub spec: String,
+    pub ip: [u8; 4],
+    pub ports: String,
+    pub report: bool,
+    pub banner: bool,
+}
+
+/// Runs this process's side(s): `server` with a [`Ready`] call, `client` given the
+/// server's address. In two processes a bandwidth server prints the table too; with
+/// `--loopback` only the client does, or only the server when `loop_server_reports`
+/// (raw_bw: the received rate). What the server returns (its port) is dropped after
+/// the client is done (see [`loopback`]).
+pub fn roles<K: Send + 'static>(
+    p: &Params,
+    loop_server_reports: bool,
+    server: impl FnOnce(Place, Ready) -> Result<K> + Send + 'static,
+    client: impl FnOnce(Place, [u8; 4]) -> Result<()>,
+) -> Result<()> {
+    let place = |spec: &str, ip, ports: &str, report, banner| Place {
+        spec: spec.to_string(),
+        ip,
+        ports: ports.to_string(),
+        report,
+        banner,
+    };
+    match p.role {
+        Role::Server => {
+            let _socket = SocketFile::for_spec(&p.dev);
+            let at = place(&p.dev, p.ip, &p.dev, !p.test.is_lat(), true);
+            server(at, Box::new(|| {})).map(drop)
+        }
+        Role::Client { peer } => client(place(&p.dev, p.ip, &p.dev, true, true), peer),
+        Role::Loopback => {
+            let ports = format!("{} <-> {}", crate::LOOP_CLIENT_DEV, crate::LOOP_SERVER_DEV);
+            let s = place(
+                crate::LOOP_SERVER_DEV,
+                crate::SERVER_IP,
+                &ports,
+                loop_server_reports,
+                false,
+            );
+            let c = place(
+                crate::LOOP_CLIENT_DEV,
+                crate::CLIENT_IP,
+                &ports,
+                !loop_server_reports,
+                true,
+            );
+            loopback(
+                p,
+                move |ready| server(s, ready),
+                || client(c, crate::SERVER_IP),
+            )
+            .map(drop)
+        }
+    }
+}
 
 /// A placeholder completion to size poll buffers with.
 pub const EMPTY_WC: Completion = Completion::EMPTY;
@@ -81,23 +143,33 @@ pub fn open_device(p: &Params, spec: &str, ip: [u8; 4]) -> Result<Device> {
         f
     });
     let dev = Device::open(cfg).map_err(|e| explain_open(spec, e.into()))?;
-    if p.stats {
-        OPENED
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(dev.clone());
-    }
+    let server =
+        p.role == Role::Server || p.role == Role::Loopback && spec == crate::LOOP_SERVER_DEV;
+    let name = if server { "server" } else { "client" };
+    OPENED
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .push((name, dev.clone()));
     Ok(dev)
 }
 
-/// The devices `--stats` reports at the end (kept open until then).
-static OPENED: std::sync::Mutex<Vec<Device>> = std::sync::Mutex::new(Vec::new());
+/// The devices this process opened, each with its side's name: `--faults` and
+/// `--stats` report them at the end, when they are closed (a loopback server's device
+/// outlives its thread: frames of its pool may still sit in the client's ring).
+static OPENED: std::sync::Mutex<Vec<(&'static str, Device)>> = std::sync::Mutex::new(Vec::new());
+
+/// The devices this process opened so far, client first.
+pub fn opened() -> Vec<(&'static str, Device)> {
+    let mut v = OPENED.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    v.sort_by_key(|(n, _)| *n != "client");
+    v
+}
 
 /// Prints the counters of the devices this run opened with `--stats` (those not zero,
 /// then the refusals by reason), on stderr, and closes them.
-pub fn print_stats() {
+pub fn print_stats(show: bool) {
     let devs = std::mem::take(&mut *OPENED.lock().unwrap_or_else(|e| e.into_inner()));
-    for d in devs {
+    for (_, d) in devs.into_iter().filter(|_| show) {
         let s = d.stats();
         let ip = std::net::Ipv4Addr::from(d.local_addr().ip);
         eprintln!("stats: {} {ip}", d.port_spec());
@@ -142,188 +214,6 @@ pub fn banner(ports: &str, max_frame: usize) {
     eprintln!("ddperf: port {ports}, max frame {max_frame} B, {huge}");
 }
 
-/// One side of a connected write test.
-pub struct Session {
-    pub dev: Device,
-    pub ep: Endpoint,
-    pub conn: Connection,
-    pub lay: Layout,
-}
-
-impl Session {
-    /// Closes the connection and gives the worker a few turns to tell the peer.
-    pub fn close(&self) {
-        self.conn.close();
-        for _ in 0..64 {
-            self.dev.progress();
-        }
-    }
-}
-
-fn endpoint_and_cq(
-    dev: &Device,
-    p: &Params,
-    lay: &Layout,
-    rights: Rights,
-    conns: usize,
-) -> Result<(Endpoint, deposit::CompletionQueue)> {
-    let ep = dev.alloc_endpoint(lay.len as u64, rights)?;
-    // Room for every outstanding request to complete with an error (a flush) at once:
-    // the stream's window over all the connections, not a depth per connection (which
-    // -q 65536 would make gigabytes).
-    let depth = crate::stream::window(p, conns) as usize + 64;
-    let cq = dev.create_cq(depth.max(256));
-    Ok((ep, cq))
-}
-
-/// Server: listens, calls `listening` (the loopback client may connect from then on)
-/// and accepts one connection.
-pub fn serve(dev: Device, p: &Params, lay: Layout, listening: impl FnOnce()) -> Result<Session> {
-    let (s, _) = serve_with(
-        dev,
-        p,
-        lay,
-        &ConnOptions::default(),
-        |_| Ok(()),
-        listening,
-        1,
-    )?;
-    Ok(s)
-}
-
-/// [`serve`] for every test: the endpoint gets the test's rights
-/// ([`crate::Test::server_rights`]), `prepare` runs on it before the server listens
-/// (register set-up), accepted connections get `opts`, and `conns` connections are
-/// accepted (the first is the session's, the others are returned; they share its
-/// endpoint and completion queue).
-pub fn serve_with(
-    dev: Device,
-    p: &Params,
-    lay: Layout,
-    opts: &ConnOptions,
-    prepare: impl FnOnce(&Endpoint) -> Result<()>,
-    listening: impl FnOnce(),
-    conns: usize,
-) -> Result<(Session, Vec<Connection>)> {
-    let rights = p.test.server_rights();
-    let (ep, cq) = endpoint_and_cq(&dev, p, &lay, rights, conns)?;
-    prepare(&ep)?;
-    // The session's connection comes to `--service` alone, so both sides agree which
-    // one it is; the others come to the next service, to one listener per shard they
-    // spread over (each on a nested endpoint of that shard over the same memory).
-    let session = dev.listen_with(p.service, &ep, &cq, opts)?;
-    let listeners = if conns > 1 {
-        shard_endpoints(&dev, p, &ep, rights, conns, opts)?
-            .iter()
-            .map(|e| dev.listen_with(more_service(p), e, &cq, opts))
-            .collect::<std::result::Result<Vec<_>, _>>()?
-    } else {
-        Vec::new()
-    };
-    listening();
-    let conn = session.accept(p.timeout)?;
-    let mut more = Vec::with_capacity(conns - 1);
-    if let [l] = listeners.as_slice() {
-        for _ in 1..conns {
-            more.push(l.accept(p.timeout)?);
-        }
-    } else {
-        // Several listeners: look at each in turn, driving the device between rounds.
-        let mut wait = Wait::new(p.timeout, "the client's connections");
-        while more.len() < conns - 1 {
-            let before = more.len();
-            let zero = std::time::Duration::ZERO;
-            more.extend(listeners.iter().filter_map(|l| l.accept(zero).ok()));
-            if more.len() == before {
-                dev.progress();
-                wait.tick()?;
-            }
-        }
-    }
-    Ok((Session { dev, ep, conn, lay }, more))
-}
-
-/// The service the connections after the session's come to.
-fn more_service(p: &Params) -> u32 {
-    p.service.wrapping_add(1)
-}
-
-/// Client: waits for the link (memif: the server process) and connects.
-pub fn dial(dev: Device, p: &Params, lay: Layout, peer: [u8; 4]) -> Result<Session> {
-    let (s, _) = dial_with(dev, p, lay, peer, &ConnOptions::default(), 1)?;
-    Ok(s)
-}
-
-/// [`dial`] with options for the server's messages here, and `conns` connections
-/// (sharing one endpoint and one completion queue; the first is the session's).
-pub fn dial_with(
-    dev: Device,
-    p: &Params,
-    lay: Layout,
-    peer: [u8; 4],
-    opts: &ConnOptions,
-    conns: usize,
-) -> Result<(Session, Vec<Connection>)> {
-    wait_link(|| dev.link_up(), p)?;
-    let (ep, cq) = endpoint_and_cq(&dev, p, &lay, Rights::REMOTE_WRITE, conns)?;
-    let eps = shard_endpoints(&dev, p, &ep, Rights::REMOTE_WRITE, conns, opts)?;
-    let mut next = 0;
-    // The session's connection first, to `--service`; the others to the next service,
-    // from endpoints of every shard in turn (see `serve_with`).
-    let mut connect = || {
-        let (on, service) = match next {
-            0 => (&ep, p.service),
-            n => (&eps[n % eps.len()], more_service(p)),
-        };
-        next += 1;
-        dev.connect_with(peer, service, on, &cq, opts)
-            .map_err(|e| match e {
-                deposit::Error::Rejected(deposit::RejectReason::Timeout) => PerfError::Timeout {
-                    what: "the server to accept the connection (is `ddperf <test> --server` running with the same --service?)",
-                    secs: p.timeout.as_secs_f64(),
-                },
-                e => e.into(),
-            })
-    };
-    let conn = connect()?;
-    let mut more = Vec::with_capacity(conns.saturating_sub(1));
-    for _ in 1..conns {
-        more.push(connect()?);
-    }
-    Ok((Session { dev, ep, conn, lay }, more))
-}
-
-/// The endpoints connections go through: `ep`, or — write_bw with several workers,
-/// several connections and options that name no register or instruction window (those
-/// are one shard's) — a nested endpoint over all of `ep` on each shard, so that the
-/// connections spread over the shards.
-fn shard_endpoints(
-    dev: &Device,
-    p: &Params,
-    ep: &Endpoint,
-    rights: Rights,
-    conns: usize,
-    opts: &ConnOptions,
-) -> Result<Vec<Endpoint>> {
-    // append_bw's senders share one queue: a global register of the server's
-    // endpoint, which is one shard's.
-    let spread = p.workers > 1
-        && conns > 1
-        && p.test == crate::Test::WriteBw
-        && opts.registers == deposit::Registers::None
-        && opts.instructions.is_none();
-    if !spread {
-        return Ok(vec![ep.clone()]);
-    }
-    let mut eps = vec![ep.clone()];
-    for k in 0..dev.workers().min(conns) {
-        if k != ep.shard() {
-            eps.push(dev.sub_endpoint_on(k, ep, 0, ep.len(), rights)?);
-        }
-    }
-    Ok(eps)
-}
-
 /// Waits until the port's link is up (memif: the peer process has connected).
 pub fn wait_link(mut up: impl FnMut() -> bool, p: &Params) -> Result<()> {
     let mut wait = Wait::new(
@@ -352,6 +242,9 @@ pub fn loopback<S: Send + 'static, C>(
     server: impl FnOnce(Box<dyn FnOnce() + Send>) -> Result<S> + Send + 'static,
     client: impl FnOnce() -> Result<C>,
 ) -> Result<(S, C)> {
+    // Here, not on the server's thread: rte_eal_init pins its caller to the main
+    // lcore, and the two spinning sides must not share a CPU (see `pin_to_nth_cpu`).
+    port::eal_init(&port::EalConfig::default())?;
     let (tx, rx) = mpsc::channel::<()>();
     let ready: Box<dyn FnOnce() + Send> = Box::new(move || {
         let _ = tx.send(());

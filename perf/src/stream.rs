@@ -27,11 +27,12 @@
 
 use std::time::Instant;
 
-use deposit::{Connection, WorkRequest};
+use deposit::WorkRequest;
 
 use crate::error::{PerfError, Result, Wait};
+use crate::harness::Side;
 use crate::report::{BwStats, PeakRate};
-use crate::setup::{Session, EMPTY_WC};
+use crate::setup::EMPTY_WC;
 use crate::{Params, Span};
 
 /// Most requests a client keeps outstanding over all its connections together (the
@@ -49,12 +50,10 @@ pub fn window(p: &Params, conns: usize) -> u64 {
 }
 
 /// Laps of a receive queue the sender must respect (send_bw): after every `slots`
-/// messages (counted over the whole run, `before` of them in earlier rounds) every
-/// posted request must have completed and `wait(lap)` must return before the next
-/// post (and before the round ends on a lap boundary). One connection only.
+/// messages of the round every posted request must have completed and `wait(lap)`
+/// must return before the next post. One connection only.
 pub struct Laps<'a> {
     pub slots: u64,
-    pub before: u64,
     pub wait: &'a dyn Fn(u64) -> Result<()>,
 }
 
@@ -69,19 +68,15 @@ pub struct Stream<'a, F> {
     pub depth_cap: Option<u64>,
     pub laps: Option<Laps<'a>>,
     /// Called before request `id` is posted on connection `conn` (an index into the
-    /// connections of [`Stream::run_on`]), with the request to rewrite.
+    /// side's data connections), with the request to rewrite.
     pub prepare: F,
 }
 
 impl<F: FnMut(u64, usize, &mut WorkRequest) -> Result<()>> Stream<'_, F> {
-    /// Runs the measured loop on `s`'s connection.
-    pub fn run(self, s: &Session, p: &Params) -> Result<BwStats> {
-        self.run_on(s, &[&s.conn], p)
-    }
-
-    /// Runs the measured loop over `conns` (round-robin; they share `s`'s completion
-    /// queue).
-    pub fn run_on(self, s: &Session, conns: &[&Connection], p: &Params) -> Result<BwStats> {
+    /// Runs the measured loop over the side's data connections (round-robin; they
+    /// share one completion queue).
+    pub fn run(self, s: &Side, p: &Params) -> Result<BwStats> {
+        let conns = &s.conns;
         let Stream {
             size,
             mut req,
@@ -103,11 +98,8 @@ impl<F: FnMut(u64, usize, &mut WorkRequest) -> Result<()>> Stream<'_, F> {
             .min(depth_cap.unwrap_or(u64::MAX))
             .max(1);
         let cq_mod = (p.cq_mod as u64).min(window / q).max(1);
-        let (lap_n, lap_before) = laps
-            .as_ref()
-            .map(|l| (l.slots.max(1), l.before))
-            .unwrap_or((u64::MAX, 0));
-        let mut laps_waited = lap_before / lap_n;
+        let lap_n = laps.as_ref().map_or(u64::MAX, |l| l.slots.max(1));
+        let mut laps_waited = 0;
         // Requests posted per call (`--post-list`; lists and receive-queue laps do not
         // mix: send_bw posts one at a time).
         let list = if laps.is_some() {
@@ -116,7 +108,7 @@ impl<F: FnMut(u64, usize, &mut WorkRequest) -> Result<()>> Stream<'_, F> {
             u64::from(p.post_list.max(1)).min(window)
         };
         let mut batch: Vec<WorkRequest> = Vec::with_capacity(list as usize);
-        let cq = s.conn.cq();
+        let cq = s.conn().cq();
         let mut wcs = [EMPTY_WC; 64];
         // Per connection: the sequence number of its last completed request.
         let mut done_on = vec![0u64; conns.len()];
@@ -143,7 +135,7 @@ impl<F: FnMut(u64, usize, &mut WorkRequest) -> Result<()>> Stream<'_, F> {
                     break;
                 }
                 if let Some(l) = &laps {
-                    let g = lap_before + posted;
+                    let g = posted;
                     if g > 0 && g % lap_n == 0 && laps_waited < g / lap_n {
                         if retired < posted {
                             break;
@@ -161,7 +153,7 @@ impl<F: FnMut(u64, usize, &mut WorkRequest) -> Result<()>> Stream<'_, F> {
                     req.set_wr_id(((pos.c as u64) << SEQ_BITS) | pos.j);
                     // The lap test only with laps: a 64-bit division per request is not
                     // free.
-                    let lap_end = laps.is_some() && (lap_before + id) % lap_n == 0;
+                    let lap_end = laps.is_some() && id % lap_n == 0;
                     // Its connection's last request: the next one on it is past the
                     // target.
                     let last = id + pos.gap_to_next_on_conn(q, list) > target;
@@ -188,7 +180,7 @@ impl<F: FnMut(u64, usize, &mut WorkRequest) -> Result<()>> Stream<'_, F> {
             let n = cq.poll(&mut wcs);
             if n == 0 {
                 if idle.tick()? {
-                    crate::lat::check_open(&s.conn)?;
+                    s.check_open()?;
                 }
                 continue;
             }
@@ -238,12 +230,6 @@ impl<F: FnMut(u64, usize, &mut WorkRequest) -> Result<()>> Stream<'_, F> {
             }
         };
         let elapsed = end.duration_since(t0);
-        if let Some(l) = &laps {
-            let g = lap_before + posted;
-            if g % lap_n == 0 && laps_waited < g / lap_n {
-                (l.wait)(g / lap_n)?;
-            }
-        }
         let mut stats = BwStats {
             bytes: size,
             iterations: retired,

@@ -14,77 +14,20 @@
 //! truncated and misplaced bytes; a stamp catches a stale message (an old duplicate or
 //! retransmission) overwriting a newer one, or a lost last write to a slot.
 //!
-//! ## Per test
+//! Each test module says what it checks (slots, rings, queues, old values). The side
+//! that checks counts bytes and items in an [`Outcome`]; the client's travels in its
+//! end-of-round message, the server's in its answer (see [`crate::harness`]), so both
+//! sides report the run's whole outcome.
 //!
-//! * **write_bw**: the client writes from a ring of `K` source slots into `K` distinct
-//!   destination slots (write `i`, 1-based, uses slot `(i-1) mod K` on both sides;
-//!   `K` = [`slots`], at most 4096 and within [`REGION`] bytes). The final content of
-//!   destination slot `j` is therefore the LAST write to `j`: the server, which knows
-//!   the count from the end-of-round marker, checks every written slot of its endpoint
-//!   after the round (all bytes of the round's size) and tells the client the outcome
-//!   with a **verdict** (see [`crate::exchange::send_verdict`]). Outstanding writes are
-//!   capped at `K` so a source slot is never restamped before its write completed.
-//!   `--compound` is refused with `--verify` (its operand is the write's offset).
-//! * **write_lat**: every ping and pong carries body + stamp + the counter in its last
-//!   byte. The client checks each pong after taking the sample; the server checks each
-//!   ping BEFORE it replies (the client's next ping lands in the same place once the
-//!   reply is out), so `--verify` latencies include the server's check of `size` bytes.
-//!   The server's count comes back in a verdict at the end of each round.
-//! * **read_lat / read_bw**: the server fills its receive region with a body keyed by
-//!   the absolute offset before it listens. read_lat zeroes the landing bytes before
-//!   each read (not timed) and checks them after the completion; read_bw reads slot
-//!   `j` of the server into slot `j` of the client (`K` slots, as write_bw), zeroes the
-//!   client's slots before the round and checks every slot read after it.
-//! * **atomic_lat**: each returned old value must be the number of atomics before it
-//!   (FETCH_AND_ADD adds 1, CMP_AND_SWAP swaps k for k+1), and after the run one RDMA
-//!   read of the server's word must give the number of atomics.
-//! * **atomic_bw**: atomic `i` returns its old value into result slot `(i-1) mod K`
-//!   (8 bytes each) of the client: after the round every slot must hold the index of
-//!   the last atomic that used it, and the server's word the number of atomics.
-//! * **send_lat**: each side fills its send buffer with a body and stamps each
-//!   message; the receiver checks the queue slot the message landed in (the client
-//!   after the sample; the server right after its reply when the queue has 2 slots or
-//!   more, so the check is not timed).
-//! * **send_bw**: the client sends message `g` (counted over the run) from slot
-//!   `g mod slots` of its own (otherwise unused) queue area, stamped with `g`; the
-//!   server checks all `slots` queue slots before each reset of its queue pointer, and
-//!   the partly used lap at each round's end; verdicts as write_bw.
-//! * **append_bw**: the existing record check (every record once, from the right
-//!   connection, pointer `n` slots on), plus the bytes after the 16-byte record, which
-//!   carry a body; the server's outcome comes back in a verdict.
-//! * **ip_lat**: as write_lat (the peer's instruction puts the same bytes in the same
-//!   place).
-//! * **ip_bw**: the server's instruction writes at a ring pointer it keeps
-//!   ([`crate::ipmsg`]): message `g` of the run goes from send slot `g mod K` into ring
-//!   slot `g mod K`, stamped `g + 1`, at most `K` outstanding; after each round the
-//!   server checks every ring slot the round used ([`check_ring`]); verdicts as
-//!   write_bw.
-//! * **token_lat**: the server checks every deposit as write_lat's pings (its replies
-//!   are tokens; that each deposit used the token just handed out, whole, is checked
-//!   on its event with or without `--verify`).
-//!
-//! ## What it costs
-//!
-//! Untimed: filling bodies before each round (one pass over the slot regions, at most
-//! [`REGION`] bytes a side), and every end-of-round check (one read of the written
-//! slots, a verdict round trip). Timed: one 8-byte stamp copy per posted message
-//! (write_bw, send_*, write_lat), write_bw's depth capped at `K` (its `--cq-mod` with
-//! it), and write_lat's server check of each ping before its reply (and send_lat's
-//! with a 1-slot queue). read_lat zeroes its landing bytes before each post, outside
-//! the sample; read_bw does not cap its depth (every read of a slot brings the same
-//! bytes). After the last verdict a client keeps its connection open until the server
-//! closes ([`crate::exchange::wait_verdict`]), so a lost acknowledgement of the verdict
-//! can still be retransmitted.
-//!
-//! In two processes the side that checks also reports: the passive servers of read_*
-//! and atomic_* learn the client's outcome from its end-of-round marker, clients of
-//! write_*, send_bw and append_bw from the server's verdicts, so both sides' JSON
-//! carries `verify`.
+//! What it costs: untimed, filling bodies before each round (at most [`REGION`] bytes
+//! a side) and every end-of-round check; timed, one 8-byte stamp copy per posted
+//! message, the streams' depth capped at their slot count, and a ping-pong server's
+//! check of each ping before it answers.
 
 use std::fmt::Write as _;
 use std::ops::Range;
 
-use deposit::{Device, Endpoint, FaultStats};
+use deposit::{Endpoint, FaultStats};
 use serde_json::json;
 
 use crate::error::{PerfError, Result};
@@ -197,8 +140,6 @@ pub mod kind {
     pub const WRITE_PING: u64 = 2;
     pub const WRITE_PONG: u64 = 3;
     pub const READ: u64 = 4;
-    pub const SEND_PING: u64 = 5;
-    pub const SEND_PONG: u64 = 6;
     pub const SEND_BW: u64 = 7;
     pub const APPEND: u64 = 8;
     pub const IP_BW: u64 = 9;
@@ -221,21 +162,6 @@ pub fn fill_slots(
             size as usize,
             seed(kind, round, j as u64),
         )?;
-    }
-    Ok(())
-}
-
-/// [`fill_slots`] for the slots of `lay`'s queue area (send_bw's source slots).
-pub fn fill_queue(
-    ep: &Endpoint,
-    lay: &crate::exchange::Layout,
-    size: u64,
-    k: usize,
-    kind: u64,
-    round: usize,
-) -> Result<()> {
-    for j in 0..k {
-        fill(ep, lay.slot(j), size as usize, seed(kind, round, j as u64))?;
     }
     Ok(())
 }
@@ -311,7 +237,7 @@ pub fn check_slots(
 }
 
 /// A ring of `slots` slots `stride` bytes apart that messages fill in turn: message
-/// `g` (0-based) lands in slot `g mod slots` (ip_bw's, see [`crate::ipmsg`]).
+/// `g` (0-based) lands in slot `g mod slots` (ip_bw's, see [`crate::bw::ring`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Ring {
     pub stride: usize,
@@ -483,26 +409,14 @@ pub struct Verdict {
     pub bad: u64,
 }
 
-/// What a round-end marker carries of `o` (read_* / atomic_*: items and bad, to the
-/// passive server; saturated to the marker's fields).
-pub fn marker_verdict(o: &Outcome) -> (u32, u32) {
-    (
-        o.items.min(u64::from(u32::MAX)) as u32,
-        o.bad.min(u64::from(u32::MAX)) as u32,
-    )
-}
-
-/// The devices whose fault counters a run reports, with a name each.
-pub type Devices<'a> = &'a [(&'static str, &'a Device)];
-
 /// Ends a run: prints the fault counters (with `--faults`) and the verify line (with
 /// `--verify`) on stderr, adds them to the JSON objects, closes the table. Fails on a
 /// verify mismatch.
-pub fn conclude(rep: &mut Reporter, p: &Params, devs: Devices<'_>) -> Result<()> {
+pub fn conclude(rep: &mut Reporter, p: &Params) -> Result<()> {
     if p.faults.is_some() {
         let mut total = FaultStats::default();
         let mut retx = 0;
-        for (name, d) in devs {
+        for (name, d) in crate::setup::opened() {
             let f = d.fault_stats();
             let r = d.stats().retransmits;
             eprintln!(
@@ -545,7 +459,7 @@ pub fn conclude(rep: &mut Reporter, p: &Params, devs: Devices<'_>) -> Result<()>
             failed = Some(o.bad);
         }
     }
-    rep.finish();
+    rep.finish()?;
     match failed {
         Some(bad) => Err(PerfError::Failed(format!(
             "verify: {bad} bytes/words differ from what was posted"
