@@ -277,6 +277,29 @@ api_docs() {
     fi
 }
 
+# ddperf --plot: a latency picture (histogram, CDF, percentiles marked), one of
+# percentiles by size, a bandwidth one, and bench.sh's rows; each file must be drawn
+# and carry its marks.
+plots() {
+    local d rc=0
+    d=$(mktemp -d /tmp/deposit-plots.XXXXXX)
+    timeout 60 target/release/ddperf write_lat --loopback -s 32 -n 5000 --plot "$d/lat.svg" >/dev/null &&
+        timeout 60 target/release/ddperf read_lat --loopback -a -n 200 --plot "$d/lat_a.png" >/dev/null &&
+        timeout 60 target/release/ddperf write_bw --loopback -a -n 500 --plot "$d/bw.svg" >/dev/null &&
+        printf 'ring: 32 B msg rate [Mpps]\t9.1\t41.2\nmemif: BW [MiB/s]\t3100\t3500\n' >"$d/rows.tsv" &&
+        target/release/ddperf --plot-bench "$d/rows.tsv" --plot "$d/bench.png" || rc=1
+    if ((rc == 0)); then
+        grep -q 'p99.9' "$d/lat.svg" || { echo "test: the latency picture marks no p99.9" >&2; rc=1; }
+        grep -q 'message rate' "$d/bw.svg" || { echo "test: the bandwidth picture has no message rate" >&2; rc=1; }
+        for f in lat_a bench; do
+            [[ $(head -c 4 "$d/$f.png" | od -An -c | tr -d ' ') == 211PNG ]] ||
+                { echo "test: $f.png is not a PNG" >&2; rc=1; }
+        done
+    fi
+    rm -rf "$d"
+    return "$rc"
+}
+
 step "build ddperf (release)" cargo build --release -p ddperf
 step "nextest" cargo nextest run --workspace --no-fail-fast
 # The same tests on devices of two worker shards (ring: a queue pair per shard; memif:
@@ -290,6 +313,7 @@ fi
 step "DPDK quiet by default" quiet_dpdk
 step "DPDK telemetry" telemetry_step
 step examples examples
+step "ddperf --plot" plots
 step "smoke write_lat" smoke write_lat -s 32 -n 2000
 step "smoke write_bw" smoke write_bw -s 32 -n 100000
 # -q: writes spread round-robin over many connections (issue 11), checked; and far

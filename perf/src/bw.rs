@@ -31,7 +31,7 @@ use deposit::{
 };
 
 use crate::error::Result;
-use crate::harness::{self, Bench, Layout, Local, Round, Setup, Side};
+use crate::harness::{self, At, Bench, Layout, Local, Round, Setup, Side};
 use crate::report::Reporter;
 use crate::stream::Stream;
 use crate::verify::{self, Outcome, Ring};
@@ -140,14 +140,8 @@ impl Bench for Write {
         }
     }
 
-    fn dial_round(
-        &mut self,
-        s: &Side,
-        p: &Params,
-        round: usize,
-        size: u64,
-        _out: &mut Outcome,
-    ) -> Result<Round> {
+    fn dial_round(&mut self, at: &At<'_>, _out: &mut Outcome) -> Result<Round> {
+        let At { s, p, round, size } = *at;
         let ip = InstrPtr(s.peer_offer as u32);
         let req = |from: usize, to: usize| {
             if self.ip {
@@ -208,15 +202,8 @@ impl Bench for Write {
         Ok(Round::bw(stats))
     }
 
-    fn check_round(
-        &mut self,
-        s: &Side,
-        p: &Params,
-        round: usize,
-        size: u64,
-        count: u64,
-        out: &mut Outcome,
-    ) -> Result<()> {
+    fn check_round(&mut self, at: &At<'_>, count: u64, out: &mut Outcome) -> Result<()> {
+        let At { s, p, round, size } = *at;
         let msgs = self.before..self.before + count;
         self.before = msgs.end;
         if !p.verify {

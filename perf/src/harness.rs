@@ -106,6 +106,15 @@ impl Round {
     }
 }
 
+/// The round a test runs: its side, the options, the round's number and size.
+#[derive(Clone, Copy)]
+pub struct At<'a> {
+    pub s: &'a Side,
+    pub p: &'a Params,
+    pub round: usize,
+    pub size: u64,
+}
+
 /// What a side sets up before it meets its peer.
 #[derive(Default)]
 pub struct Setup {
@@ -132,39 +141,18 @@ pub trait Bench: Clone + Send + 'static {
     /// Lines of the title block.
     fn info(&self, _s: &Side, _p: &Params, _rep: &mut Reporter) {}
     /// Client: runs one round; its checks go to `out`.
-    fn dial_round(
-        &mut self,
-        s: &Side,
-        p: &Params,
-        round: usize,
-        size: u64,
-        out: &mut Outcome,
-    ) -> Result<Round>;
+    fn dial_round(&mut self, at: &At<'_>, out: &mut Outcome) -> Result<Round>;
     /// Server: serves one round until the client's end-of-round message is pending
     /// (the default: passively). Returns the count of messages it answered, when it
     /// answers them (checked against the client's).
-    fn serve_round(
-        &mut self,
-        s: &Side,
-        p: &Params,
-        _round: usize,
-        _size: u64,
-        _out: &mut Outcome,
-    ) -> Result<Option<u64>> {
+    fn serve_round(&mut self, at: &At<'_>, _out: &mut Outcome) -> Result<Option<u64>> {
+        let At { s, p, .. } = *at;
         s.await_ctrl(p, "the client's requests or its end of the round")?;
         Ok(None)
     }
     /// Server: once the round's `count` messages have arrived, its checks (and
     /// resets) before it answers.
-    fn check_round(
-        &mut self,
-        _s: &Side,
-        _p: &Params,
-        _round: usize,
-        _size: u64,
-        _count: u64,
-        _out: &mut Outcome,
-    ) -> Result<()> {
+    fn check_round(&mut self, _at: &At<'_>, _count: u64, _out: &mut Outcome) -> Result<()> {
         Ok(())
     }
     /// Server: after the last round, given the messages of the run.
@@ -666,7 +654,8 @@ fn serve_rounds<B: Bench>(b: &mut B, p: &Params, s: &Side, rep: &mut Reporter) -
     for (round, size) in b.sizes(&s.dev, p)? {
         s.base.set(base);
         let mut out = Outcome::default();
-        let answered = b.serve_round(s, p, round, size, &mut out)?;
+        let at = At { s, p, round, size };
+        let answered = b.serve_round(&at, &mut out)?;
         let end = s.ctrl.recv(kind::END, "the client's end of the round")?;
         let count = end.v[0];
         if let Some(n) = answered.filter(|&n| n != count) {
@@ -679,7 +668,7 @@ fn serve_rounds<B: Bench>(b: &mut B, p: &Params, s: &Side, rep: &mut Reporter) -
             s.dev.progress();
             wait.tick()?;
         }
-        b.check_round(s, p, round, size, count, &mut out)?;
+        b.check_round(&at, count, &mut out)?;
         base = s.arrivals();
         total += count;
         let v = out.verdict();
@@ -714,7 +703,7 @@ fn serve_rounds<B: Bench>(b: &mut B, p: &Params, s: &Side, rep: &mut Reporter) -
 fn dial_rounds<B: Bench>(b: &mut B, p: &Params, s: &Side, rep: &mut Reporter) -> Result<()> {
     for (round, size) in b.sizes(&s.dev, p)? {
         let mut out = Outcome::default();
-        let r = b.dial_round(s, p, round, size, &mut out)?;
+        let r = b.dial_round(&At { s, p, round, size }, &mut out)?;
         let (elapsed, peak) = match &r.stats {
             Stats::Bw(b) => (b.elapsed, b.peak_rate),
             Stats::Lat(_) => (Duration::ZERO, 0.0),

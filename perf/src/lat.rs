@@ -44,7 +44,7 @@ use deposit::{
 };
 
 use crate::error::{PerfError, Result, Wait};
-use crate::harness::{self, Bench, Layout, Local, Round, Setup, Side, Stats};
+use crate::harness::{self, At, Bench, Layout, Local, Round, Setup, Side, Stats};
 use crate::report::{LatStats, Reporter};
 use crate::setup::EMPTY_WC;
 use crate::verify::{self, Outcome};
@@ -202,14 +202,8 @@ impl Bench for PingPong {
         }
     }
 
-    fn dial_round(
-        &mut self,
-        s: &Side,
-        p: &Params,
-        round: usize,
-        size: u64,
-        out: &mut Outcome,
-    ) -> Result<Round> {
+    fn dial_round(&mut self, at: &At<'_>, out: &mut Outcome) -> Result<Round> {
+        let At { s, p, round, size } = *at;
         if self.via == Via::Token && round == 0 {
             self.token = Token(s.peer_offer);
         }
@@ -297,14 +291,8 @@ impl Bench for PingPong {
         })
     }
 
-    fn serve_round(
-        &mut self,
-        s: &Side,
-        p: &Params,
-        round: usize,
-        size: u64,
-        out: &mut Outcome,
-    ) -> Result<Option<u64>> {
+    fn serve_round(&mut self, at: &At<'_>, out: &mut Outcome) -> Result<Option<u64>> {
+        let At { s, p, round, size } = *at;
         let last = size as usize - 1;
         let mut req = self.request(s, size);
         let (mut want, mut got) = (Vec::new(), Vec::new());

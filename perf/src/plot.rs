@@ -134,6 +134,27 @@ where
     Ok(())
 }
 
+/// A legend's line of `color`.
+fn swatch<C: Color + Copy + 'static>(color: C) -> impl Fn((i32, i32)) -> PathElement<(i32, i32)> {
+    move |(x, y)| PathElement::new([(x, y), (x + 18, y)], color.stroke_width(2))
+}
+
+/// Draws a chart's legend at `pos`.
+fn legend<'a, DB: DrawingBackend + 'a, CT: CoordTranslate>(
+    c: &mut ChartContext<'a, DB, CT>,
+    pos: SeriesLabelPosition,
+) -> Res
+where
+    DB::ErrorType: 'static,
+{
+    c.configure_series_labels()
+        .position(pos)
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .draw()?;
+    Ok(())
+}
+
 /// The value at quantile `q` of sorted samples.
 fn at(s: &[f64], q: f64) -> f64 {
     s[((q * s.len() as f64).ceil() as usize).clamp(1, s.len()) - 1]
@@ -181,13 +202,9 @@ where
         let x = at(s, q);
         c.draw_series(LineSeries::new([(x, 0.0), (x, top)], color.stroke_width(2)))?
             .label(format!("{name} {x:.2} us"))
-            .legend(move |(x, y)| PathElement::new([(x, y), (x + 18, y)], color.stroke_width(2)));
+            .legend(swatch(color));
     }
-    c.configure_series_labels()
-        .background_style(WHITE.mix(0.8))
-        .border_style(BLACK)
-        .draw()?;
-    Ok(())
+    legend(&mut c, SeriesLabelPosition::UpperRight)
 }
 
 /// The y of quantile `q` on the nines scale: 0 at 0, 1 at 90 %, 2 at 99 %, ...
@@ -255,9 +272,7 @@ where
         let line = pts.map(|(j, &v)| (v, nines((j + 1) as f64 / len)));
         let series = c.draw_series(LineSeries::new(line, color.stroke_width(2)))?;
         if rounds.len() <= 8 {
-            series
-                .label(format!("{size} B"))
-                .legend(move |(x, y)| PathElement::new([(x, y), (x + 18, y)], color));
+            series.label(format!("{size} B")).legend(swatch(color));
         }
     }
     if !marks && rounds.len() > 8 {
@@ -272,12 +287,7 @@ where
                 .legend(move |(x, y)| Circle::new((x + 9, y), 5, color.filled()));
         }
     }
-    c.configure_series_labels()
-        .position(SeriesLabelPosition::LowerRight)
-        .background_style(WHITE.mix(0.8))
-        .border_style(BLACK)
-        .draw()?;
-    Ok(())
+    legend(&mut c, SeriesLabelPosition::LowerRight)
 }
 
 fn percentiles<DB: DrawingBackend>(
@@ -301,13 +311,9 @@ where
     for (q, name, color) in MARKS {
         c.draw_series(LineSeries::new(pts(q), color.stroke_width(2)).point_size(3))?
             .label(name)
-            .legend(move |(x, y)| PathElement::new([(x, y), (x + 18, y)], color.stroke_width(2)));
+            .legend(swatch(color));
     }
-    c.configure_series_labels()
-        .background_style(WHITE.mix(0.8))
-        .border_style(BLACK)
-        .draw()?;
-    Ok(())
+    legend(&mut c, SeriesLabelPosition::UpperRight)
 }
 
 /// A size in bytes as "512", "64K", "8M".

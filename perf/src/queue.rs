@@ -31,7 +31,7 @@
 use deposit::{global, RegWindow, Registers, WorkRequest};
 
 use crate::error::{PerfError, Result, Wait};
-use crate::harness::{self, kind, Bench, Layout, Local, Msg, Round, Setup, Side};
+use crate::harness::{self, kind, At, Bench, Layout, Local, Msg, Round, Setup, Side};
 use crate::lat::{self, queue_registers};
 use crate::report::Reporter;
 use crate::stream::{self, Laps, Stream};
@@ -209,14 +209,8 @@ impl Bench for Queue {
         );
     }
 
-    fn dial_round(
-        &mut self,
-        s: &Side,
-        p: &Params,
-        round: usize,
-        size: u64,
-        _out: &mut Outcome,
-    ) -> Result<Round> {
+    fn dial_round(&mut self, at: &At<'_>, _out: &mut Outcome) -> Result<Round> {
+        let At { s, p, round, size } = *at;
         let slots = s.lay.slots;
         let (reg, kind) = if self.append {
             (global(0), verify::kind::APPEND)
@@ -278,14 +272,8 @@ impl Bench for Queue {
         Ok(Round::bw(stats))
     }
 
-    fn serve_round(
-        &mut self,
-        s: &Side,
-        p: &Params,
-        round: usize,
-        size: u64,
-        out: &mut Outcome,
-    ) -> Result<Option<u64>> {
+    fn serve_round(&mut self, at: &At<'_>, out: &mut Outcome) -> Result<Option<u64>> {
+        let At { s, p, round, size } = *at;
         if self.append {
             s.await_ctrl(p, "the clients' appends or the end of the round")?;
             return Ok(None);
@@ -315,15 +303,8 @@ impl Bench for Queue {
         }
     }
 
-    fn check_round(
-        &mut self,
-        s: &Side,
-        p: &Params,
-        round: usize,
-        size: u64,
-        count: u64,
-        out: &mut Outcome,
-    ) -> Result<()> {
+    fn check_round(&mut self, at: &At<'_>, count: u64, out: &mut Outcome) -> Result<()> {
+        let At { s, p, round, size } = *at;
         if !self.append {
             let slots = s.lay.slots as u64;
             if p.verify {

@@ -26,7 +26,7 @@ use std::time::Instant;
 use deposit::WorkRequest;
 
 use crate::error::{PerfError, Result, Wait};
-use crate::harness::{Bench, Layout, Local, Round, Setup, Side, Stats};
+use crate::harness::{At, Bench, Layout, Local, Round, Setup, Side, Stats};
 use crate::report::{LatStats, Reporter};
 use crate::setup::EMPTY_WC;
 use crate::stream::Stream;
@@ -247,14 +247,8 @@ impl Bench for Rd {
         }
     }
 
-    fn dial_round(
-        &mut self,
-        s: &Side,
-        p: &Params,
-        _round: usize,
-        size: u64,
-        out: &mut Outcome,
-    ) -> Result<Round> {
+    fn dial_round(&mut self, at: &At<'_>, out: &mut Outcome) -> Result<Round> {
+        let At { s, p, size, .. } = *at;
         let r = if p.test.is_lat() {
             self.lat_round(s, p, size, out)?
         } else {

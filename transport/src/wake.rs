@@ -56,9 +56,15 @@ impl Wake {
     }
 
     /// The consumer: sleeps until `take` returns something or `deadline` passes.
-    pub fn wait_until<T>(
+    pub fn wait_until<T>(&self, deadline: Instant, take: impl FnMut() -> Option<T>) -> Option<T> {
+        self.wait_in_steps(deadline, STEP, take)
+    }
+
+    /// [`Wake::wait_until`], sleeping at most `step` at a time.
+    fn wait_in_steps<T>(
         &self,
         deadline: Instant,
+        step: Duration,
         mut take: impl FnMut() -> Option<T>,
     ) -> Option<T> {
         if let Some(t) = take() {
@@ -74,7 +80,7 @@ impl Wake {
             if now >= deadline {
                 break None;
             }
-            let step = (deadline - now).min(STEP);
+            let step = (deadline - now).min(step);
             let (g2, timeout) = self
                 .cond
                 .wait_timeout(g, step)
@@ -157,14 +163,18 @@ mod tests {
             w2.notify();
             sent
         });
-        let got = w.wait_until(Instant::now() + Duration::from_secs(5), || q.pop());
+        // One sleep of up to 5 s (a step as long as the deadline): only the push's
+        // notification can end it early, however loaded the machine is.
+        let long = Duration::from_secs(5);
+        let got = w.wait_in_steps(Instant::now() + long, long, || q.pop());
         let woke = Instant::now();
         let sent = t.join().unwrap();
         assert_eq!(got, Some(7));
         assert!(
-            woke.duration_since(sent) < Duration::from_millis(5),
-            "woken by the signal"
+            woke.duration_since(sent) < Duration::from_secs(2),
+            "woken by the signal, not the deadline"
         );
+        assert!(w.woken() >= 1, "a notification ended the wait");
     }
 
     #[test]
