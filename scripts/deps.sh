@@ -3,7 +3,8 @@
 #   libdpdk-dev (DPDK 22.11, found with `pkg-config libdpdk`), libclang-dev (bindgen),
 #   pkg-config, iproute2, a C compiler (the dpdk-sys shim), python3 (test.sh's JSON checks)
 #   dpdk-dev (its dpdk-telemetry.py reads a running process's counters) and
-#   fonts-dejavu-core (the font of ddperf --plot's pictures).
+#   fonts-dejavu-core (the font of ddperf --plot's pictures), and for the C ABI
+#   (api/capi) cbindgen, which writes include/deposit.h.
 # Then checks for cargo and cargo-nextest (installs the latter with cargo if missing).
 # Idempotent and silent when everything is already there. Debian/Ubuntu (apt) only.
 set -euo pipefail
@@ -21,8 +22,10 @@ declare -A probe=(
     [python3]="python3"
     [dpdk-dev]="dpdk-telemetry.py"
     [fonts-dejavu-core]=""
+    [cbindgen]="cbindgen"
 )
-order=(libdpdk-dev libclang-dev pkg-config iproute2 gcc libc6-dev python3 dpdk-dev fonts-dejavu-core)
+order=(libdpdk-dev libclang-dev pkg-config iproute2 gcc libc6-dev python3 dpdk-dev fonts-dejavu-core
+    cbindgen)
 
 installed() {
     local pkg=$1 cmd=${probe[$1]}

@@ -313,6 +313,9 @@ fi
 step "DPDK quiet by default" quiet_dpdk
 step "DPDK telemetry" telemetry_step
 step examples examples
+# The C ABI: libdeposit.so/.a, include/deposit.h as the source gives it, the C examples
+# built with gcc (shared and static) and run.
+step "C ABI" scripts/capi.sh --check
 step "ddperf --plot" plots
 step "smoke write_lat" smoke write_lat -s 32 -n 2000
 step "smoke write_bw" smoke write_bw -s 32 -n 100000
