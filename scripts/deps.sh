@@ -3,8 +3,10 @@
 #   libdpdk-dev (DPDK 22.11, found with `pkg-config libdpdk`), libclang-dev (bindgen),
 #   pkg-config, iproute2, a C compiler (the dpdk-sys shim), python3 (test.sh's JSON checks)
 #   dpdk-dev (its dpdk-telemetry.py reads a running process's counters) and
-#   fonts-dejavu-core (the font of ddperf --plot's pictures), and for the C ABI
-#   (api/capi) cbindgen, which writes include/deposit.h.
+#   fonts-dejavu-core (the font of ddperf --plot's pictures), for the C ABI (api/capi)
+#   cbindgen, which writes include/deposit.h, and for HPC embedding Open MPI
+#   (openmpi-bin, libopenmpi-dev: mpirun, mpicc; built with libfabric) and libfabric
+#   (libfabric-dev with the provider headers, libfabric-bin: fi_info, fi_pingpong).
 # Then checks for cargo and cargo-nextest (installs the latter with cargo if missing).
 # Idempotent and silent when everything is already there. Debian/Ubuntu (apt) only.
 set -euo pipefail
@@ -23,9 +25,13 @@ declare -A probe=(
     [dpdk-dev]="dpdk-telemetry.py"
     [fonts-dejavu-core]=""
     [cbindgen]="cbindgen"
+    [openmpi-bin]="mpirun"
+    [libopenmpi-dev]="mpicc"
+    [libfabric-dev]=""
+    [libfabric-bin]="fi_info"
 )
 order=(libdpdk-dev libclang-dev pkg-config iproute2 gcc libc6-dev python3 dpdk-dev fonts-dejavu-core
-    cbindgen)
+    cbindgen openmpi-bin libopenmpi-dev libfabric-dev libfabric-bin)
 
 installed() {
     local pkg=$1 cmd=${probe[$1]}

@@ -316,6 +316,10 @@ step examples examples
 # The C ABI: libdeposit.so/.a, include/deposit.h as the source gives it, the C examples
 # built with gcc (shared and static) and run.
 step "C ABI" scripts/capi.sh --check
+# The project's MPI program (mpi/ddmpi.c): its correctness checks on 2 and 4 ranks over
+# Open MPI's TCP transport, the reference the deposit provider is measured against.
+step "MPI checks, 2 ranks (tcp)" scripts/mpi.sh -np 2 --check
+step "MPI checks, 4 ranks (tcp)" scripts/mpi.sh -np 4 --check
 step "ddperf --plot" plots
 step "smoke write_lat" smoke write_lat -s 32 -n 2000
 step "smoke write_bw" smoke write_bw -s 32 -n 100000
