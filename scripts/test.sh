@@ -320,6 +320,11 @@ step "C ABI" scripts/capi.sh --check
 # Open MPI's TCP transport, the reference the deposit provider is measured against.
 step "MPI checks, 2 ranks (tcp)" scripts/mpi.sh -np 2 --check
 step "MPI checks, 4 ranks (tcp)" scripts/mpi.sh -np 4 --check
+# The libfabric provider: fi_info lists it, fi_pingpong (FI_MSG and FI_TAGGED, every
+# byte checked) between two processes over memif; then the MPI program on 2 ranks over
+# it (Open MPI's mtl ofi).
+step "libfabric provider" scripts/fabric.sh --check
+step "MPI over deposit, 2 ranks (memif)" scripts/mpi.sh -np 2 --over deposit -- -n 200 -m 65536
 step "ddperf --plot" plots
 step "smoke write_lat" smoke write_lat -s 32 -n 2000
 step "smoke write_bw" smoke write_bw -s 32 -n 100000

@@ -120,15 +120,23 @@ fn eal_init_once(cfg: &EalConfig) -> Result<EalInfo, String> {
 /// `ddperf -v` shows the rest. DPDK telemetry is on (deposit's counters for
 /// `dpdk-telemetry.py`: [`super::telemetry`]) unless `DEPOSIT_TELEMETRY=0`.
 fn cpu_args() -> Vec<String> {
-    let ncpu = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1);
+    // lcore 0 may run on every CPU this process may: the EAL pins the calling thread to
+    // its lcore's cpuset, and threads spawned later inherit that affinity. The set, not
+    // 0..n: a process bound to core 1 (an MPI rank) must stay there, not move to core 0
+    // where its neighbour spins.
+    let cpus = super::thread::allowed_cpus();
+    let set = if cpus.is_empty() {
+        "0".to_string()
+    } else {
+        cpus.iter()
+            .map(|c| c.to_string())
+            .collect::<Vec<_>>()
+            .join(",")
+    };
     let mut args: Vec<String> = vec![
         "deposit".into(),
-        // lcore 0 may run on every CPU: the EAL pins the calling thread to its lcore's
-        // cpuset, and threads spawned later inherit that affinity.
         "--lcores".into(),
-        format!("0@(0-{})", ncpu.saturating_sub(1)),
+        format!("0@({set})"),
         "--log-level=*:critical".into(),
     ];
     if !super::telemetry::enabled() {

@@ -23,21 +23,33 @@ pub fn register_thread() {
     });
 }
 
+/// The CPUs the calling thread may run on (its affinity set; empty if it cannot be
+/// read). A process bound by its launcher (`mpirun` binds each rank to a core) sees
+/// only its own.
+pub fn allowed_cpus() -> Vec<usize> {
+    // SAFETY: cpu_set_t is plain data (all-zero is the empty set); sched_getaffinity on
+    // pid 0 writes the calling thread's mask through a valid pointer of the size given;
+    // CPU_ISSET indexes within CPU_SETSIZE.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
+            return Vec::new();
+        }
+        (0..libc::CPU_SETSIZE as usize)
+            .filter(|&c| libc::CPU_ISSET(c, &set))
+            .collect()
+    }
+}
+
 /// Pins the calling thread to the `n`th CPU of its current affinity set, when it has
 /// more than `n` (benchmarks: two spinning threads must not share a CPU). Returns the
 /// CPU chosen, or `None` when nothing was changed.
 pub fn pin_current_thread_to_nth_cpu(n: usize) -> Option<usize> {
-    // SAFETY: cpu_set_t is plain data (all-zero is the empty set); sched_getaffinity and
-    // sched_setaffinity on pid 0 read/write the calling thread's mask through a valid
-    // pointer of the size given; CPU_ISSET/CPU_SET index within CPU_SETSIZE.
+    let cpu = *allowed_cpus().get(n)?;
+    // SAFETY: cpu_set_t is plain data (all-zero is the empty set); sched_setaffinity on
+    // pid 0 reads the mask through a valid pointer of the size given; CPU_SET indexes
+    // within CPU_SETSIZE.
     unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
-            return None;
-        }
-        let cpu = (0..libc::CPU_SETSIZE as usize)
-            .filter(|&c| libc::CPU_ISSET(c, &set))
-            .nth(n)?;
         let mut one: libc::cpu_set_t = std::mem::zeroed();
         libc::CPU_SET(cpu, &mut one);
         (libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &one) == 0)

@@ -1,0 +1,1341 @@
+/* The libfabric provider "deposit" (libdeposit-fi.so): FI_EP_RDM endpoints with FI_MSG
+ * and FI_TAGGED over deposit's C ABI, so that libfabric applications and MPI (Open
+ * MPI's mtl ofi) run over deposit.
+ *
+ * How it maps:
+ *  - A domain is one deposit device per process. Its port is DEPOSIT_FI_DEV, its
+ *    address DEPOSIT_FI_IP; "%r" in either is replaced by the process's rank
+ *    (OMPI_COMM_WORLD_RANK, PMIX_RANK or PMI_RANK; 0 without one), and without
+ *    DEPOSIT_FI_IP the address is 10.77.0.(rank + 1). So mpirun needs no wrapper.
+ *  - An endpoint is a deposit endpoint holding a receive ring of RING_SLOTS slots of
+ *    SLOT bytes, and a listener. Its name (fi_getname) is its node's IPv4 address and
+ *    its service number. Peers connect to it on first use; accepted connections are
+ *    isolated: a peer can only invoke the endpoint's one instruction, "write the
+ *    message at ring pointer r0, advance r0 by r1 and wrap it with mask r2", whose
+ *    pointer the listener hands out in its private data. All peers append to the one
+ *    ring; the worker serialises them, so the messages of the ring are exactly as many
+ *    as the arrivals counted on the accepted connections, in slot order.
+ *  - A message is fragmented into slots (a 48-byte header, then data). A sender holds
+ *    CREDITS slots of each peer's ring; the receiver gives them back with a header-only
+ *    credit message as it consumes them (the ring has room for two of those per peer
+ *    beyond the credits). Fragments are staged in the sender's endpoint (the deposit's
+ *    source must not change until acknowledged) and the send completes when the last
+ *    fragment is acknowledged (FI_TRANSMIT_COMPLETE).
+ *  - Receives match posted buffers in order (FI_MSG: any; FI_TAGGED: tag and ignore
+ *    mask; both optionally by source), else the message waits in an unexpected list.
+ *  - Progress is manual: reading a completion queue (or sending) drives the device,
+ *    accepts connections, consumes the ring and retires completions.
+ * Not provided (-FI_ENOSYS): RMA, atomics, counters, wait sets, scalable endpoints,
+ * shared contexts, passive endpoints and event queues (an RDM endpoint needs none).
+ */
+#include <deposit.h>
+#include <errno.h>
+#include <rdma/fabric.h>
+#include <rdma/fi_cm.h>
+#include <rdma/fi_domain.h>
+#include <rdma/fi_endpoint.h>
+#include <rdma/fi_errno.h>
+#include <rdma/fi_tagged.h>
+#include <rdma/providers/fi_prov.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define PROV_NAME "deposit"
+#define PROV_VERSION FI_VERSION(0, 1)
+#define API_VERSION FI_VERSION(1, 17)
+#define SLOT 8192
+#define MAX_PEERS 64
+#define CREDITS 16
+#define RING_SLOTS 2048 /* >= MAX_PEERS * (CREDITS + 2), a power of two */
+#define STAGE_SLOTS 256
+#define HDR 48
+#define FRAG (SLOT - HDR)
+#define BASE_SERVICE 18700
+#define MAX_MSG (1ull << 32)
+#define CQ_DEPTH 65536
+
+enum { T_DATA = 1, T_CREDIT = 2 };
+enum { F_FIRST = 1, F_LAST = 2, F_TAGGED = 4, F_DATA = 8 };
+
+struct hdr {
+    uint8_t type, flags;
+    uint16_t pad;
+    uint32_t frag_len;
+    uint8_t src_ip[4];
+    uint32_t src_service;
+    uint64_t tag, data, total;
+    uint32_t seq, credits;
+};
+
+struct addr {
+    uint8_t ip[4];
+    uint32_t service;
+};
+
+static int same(const struct addr *a, const uint8_t ip[4], uint32_t service) {
+    return !memcmp(a->ip, ip, 4) && a->service == service;
+}
+
+/* Closes an object that owns nothing but itself. */
+static int fab_close(struct fid *f) {
+    free(f);
+    return 0;
+}
+
+/* ---- the device ---------------------------------------------------------------- */
+
+static struct dd_device *device;
+static uint8_t device_ip[4];
+static int device_refs, next_service;
+
+static int rank_of(void) {
+    const char *v[] = {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK"};
+    for (int i = 0; i < 3; i++)
+        if (getenv(v[i]))
+            return atoi(getenv(v[i]));
+    return 0;
+}
+
+/* `s` with every "%r" replaced by the rank. */
+static void subst(const char *s, char *out, size_t n) {
+    int r = rank_of();
+    size_t k = 0;
+    for (; *s && k + 12 < n; s++) {
+        if (s[0] == '%' && s[1] == 'r') {
+            k += (size_t)snprintf(out + k, n - k, "%d", r);
+            s++;
+        } else {
+            out[k++] = *s;
+        }
+    }
+    out[k] = 0;
+}
+
+static int device_get(void) {
+    if (device) {
+        device_refs++;
+        return 0;
+    }
+    char port[256], ip[64];
+    const char *p = getenv("DEPOSIT_FI_DEV");
+    subst(p ? p : "memif:/tmp/deposit-fi.sock:%r", port, sizeof port);
+    /* memif's role by rank: 0 serves, the others are clients (two ranks). */
+    char *role = strrchr(port, ':');
+    if (!strncmp(port, "memif:", 6) && role && (!strcmp(role, ":0") || !strcmp(role, ":1")))
+        strcpy(role + 1, role[1] == '0' ? "server" : "client");
+    int r = rank_of();
+    const char *i = getenv("DEPOSIT_FI_IP");
+    if (i)
+        subst(i, ip, sizeof ip);
+    else
+        snprintf(ip, sizeof ip, "10.77.%d.%d", (r + 1) >> 8, (r + 1) & 255);
+    unsigned a, b, c, d;
+    if (sscanf(ip, "%u.%u.%u.%u", &a, &b, &c, &d) != 4 || a > 255 || b > 255 || c > 255 || d > 255) {
+        fprintf(stderr, "deposit-fi: DEPOSIT_FI_IP %s is not an IPv4 address\n", ip);
+        return -FI_EINVAL;
+    }
+    struct dd_device_config cfg;
+    dd_device_config_init(&cfg);
+    cfg.port = port;
+    cfg.ip[0] = (uint8_t)a, cfg.ip[1] = (uint8_t)b, cfg.ip[2] = (uint8_t)c, cfg.ip[3] = (uint8_t)d;
+    if (dd_device_open(&cfg, &device) < 0) {
+        fprintf(stderr, "deposit-fi: cannot open %s: %s\n", port, dd_last_error());
+        return -FI_ENODEV;
+    }
+    memcpy(device_ip, cfg.ip, 4);
+    device_refs = 1;
+    return 0;
+}
+
+static void device_put(void) {
+    if (device && --device_refs == 0) {
+        dd_device_close(device);
+        device = NULL;
+    }
+}
+
+/* ---- completion queues ---------------------------------------------------------- */
+
+struct cq {
+    struct fid_cq fid;
+    enum fi_cq_format format;
+    struct fi_cq_tagged_entry *ring;
+    fi_addr_t *src;
+    size_t head, tail;
+    struct fi_cq_err_entry err[64];
+    size_t err_head, err_tail;
+    struct ep *eps[8];
+    int neps;
+};
+
+static void cq_push(struct cq *cq, void *ctx, uint64_t flags, size_t len, void *buf, uint64_t data,
+                    uint64_t tag, fi_addr_t src) {
+    if (!cq)
+        return;
+    if (cq->tail - cq->head == CQ_DEPTH) {
+        fprintf(stderr, "deposit-fi: completion queue overrun\n");
+        return;
+    }
+    struct fi_cq_tagged_entry *e = &cq->ring[cq->tail % CQ_DEPTH];
+    e->op_context = ctx, e->flags = flags, e->len = len, e->buf = buf, e->data = data, e->tag = tag;
+    cq->src[cq->tail % CQ_DEPTH] = src;
+    cq->tail++;
+}
+
+static void cq_push_err(struct cq *cq, void *ctx, uint64_t flags, int err, size_t len, size_t olen, uint64_t tag) {
+    if (!cq || cq->err_tail - cq->err_head == 64)
+        return;
+    struct fi_cq_err_entry *e = &cq->err[cq->err_tail++ % 64];
+    memset(e, 0, sizeof *e);
+    e->op_context = ctx, e->flags = flags, e->len = len, e->olen = olen, e->err = err, e->tag = tag;
+    e->prov_errno = err;
+}
+
+/* ---- endpoints ------------------------------------------------------------------- */
+
+struct rx {
+    struct rx *next;
+    void *buf, *ctx;
+    size_t len;
+    fi_addr_t src;
+    uint64_t tag, ignore;
+    int tagged;
+};
+
+struct unexp {
+    struct unexp *next;
+    int peer, tagged, complete;
+    uint64_t tag, data, total;
+    size_t got;
+    uint8_t *buf;
+    struct rx *rx; /* a receive that matched it before it was whole */
+};
+
+struct tx {
+    struct tx *next;
+    const uint8_t *buf;
+    size_t len, off;
+    int peer, tagged, inject, flags;
+    uint64_t tag, data;
+    void *ctx;
+    int frags_out;
+    uint32_t seq;
+    uint8_t *copy; /* inject: our own copy */
+};
+
+struct peer {
+    struct addr a;
+    struct dd_conn *out; /* our connection to it, once opened */
+    uint32_t ip;         /* its ring instruction */
+    int credits, consumed, credit_pending;
+    uint32_t tx_seq;
+    /* The message being received from it. */
+    struct rx *cur_rx;
+    struct unexp *cur_unexp;
+    size_t cur_got, cur_total;
+    int cur_truncated;
+    uint64_t cur_tag, cur_data;
+    int cur_tagged;
+};
+
+struct av {
+    struct fid_av fid;
+    struct addr *table;
+    size_t n, cap;
+};
+
+struct ep {
+    struct fid_ep fid;
+    struct fi_info *info;
+    struct cq *txcq, *rxcq;
+    struct av *av;
+    int enabled;
+    uint32_t service;
+    struct dd_endpoint *dep;
+    struct dd_cq *dcq;
+    struct dd_listener *listener;
+    struct dd_instr_window *code;
+    struct dd_conn *accepted[MAX_PEERS];
+    int naccepted;
+    uint64_t consumed;
+    struct peer peers[MAX_PEERS];
+    int npeers;
+    struct rx *msg_rx, *tag_rx;
+    struct unexp *unexp;
+    struct tx *txq, *txq_tail;
+    /* Staging slots: the request each holds until acknowledged. */
+    struct tx *stage_owner[STAGE_SLOTS];
+    int stage_next, stage_free;
+    int progressing;
+};
+
+static uint8_t *ring_of(struct ep *ep) { return dd_endpoint_ptr(ep->dep); }
+static uint64_t stage_off(int s) { return (uint64_t)RING_SLOTS * SLOT + (uint64_t)s * SLOT; }
+
+static int peer_find(struct ep *ep, const uint8_t ip[4], uint32_t service) {
+    for (int i = 0; i < ep->npeers; i++)
+        if (same(&ep->peers[i].a, ip, service))
+            return i;
+    if (ep->npeers == MAX_PEERS)
+        return -1;
+    struct peer *p = &ep->peers[ep->npeers];
+    memset(p, 0, sizeof *p);
+    memcpy(p->a.ip, ip, 4);
+    p->a.service = service;
+    p->credits = CREDITS;
+    return ep->npeers++;
+}
+
+static fi_addr_t fi_addr_of(struct ep *ep, int peer) {
+    if (!ep->av)
+        return FI_ADDR_NOTAVAIL;
+    for (size_t i = 0; i < ep->av->n; i++)
+        if (same(&ep->av->table[i], ep->peers[peer].a.ip, ep->peers[peer].a.service))
+            return i;
+    return FI_ADDR_NOTAVAIL;
+}
+
+/* Opens our connection to a peer (blocking: the device's CM timeout). */
+static int peer_connect(struct ep *ep, struct peer *p) {
+    if (p->out)
+        return 0;
+    uint8_t hello[8];
+    memcpy(hello, device_ip, 4);
+    memcpy(hello + 4, &ep->service, 4);
+    struct dd_conn_options o = {0};
+    o.private_data = hello;
+    o.private_data_len = sizeof hello;
+    if (dd_connect(device, p->a.ip, p->a.service, ep->dep, ep->dcq, &o, &p->out) < 0) {
+        fprintf(stderr, "deposit-fi: connect to %u.%u.%u.%u:%u: %s\n", p->a.ip[0], p->a.ip[1], p->a.ip[2],
+                p->a.ip[3], p->a.service, dd_last_error());
+        p->out = NULL;
+        return -FI_EHOSTUNREACH;
+    }
+    const void *pd;
+    uint32_t len;
+    dd_conn_private_data(p->out, &pd, &len);
+    if (len < 4) {
+        fprintf(stderr, "deposit-fi: the peer's listener did not say its instruction pointer\n");
+        return -FI_EOTHER;
+    }
+    memcpy(&p->ip, pd, 4);
+    return 0;
+}
+
+/* Posts one slot's message (header + data) to a peer, staged in slot `s`. */
+static int post_slot(struct ep *ep, struct peer *p, int s, uint32_t len) {
+    struct dd_wr w = {0};
+    w.wr_id = (uint64_t)s;
+    w.opcode = DD_OP_INVOKE;
+    w.flags = DD_WR_SIGNALED;
+    w.local = ep->dep;
+    w.local_offset = stage_off(s);
+    w.length = len;
+    w.ip = p->ip;
+    int rc = dd_post(p->out, &w);
+    if (rc < 0 && rc != DD_ERR_AGAIN)
+        fprintf(stderr, "deposit-fi: post: %s\n", dd_last_error());
+    return rc;
+}
+
+static int stage_take(struct ep *ep, struct tx *owner) {
+    if (ep->stage_free == 0)
+        return -1;
+    for (int k = 0; k < STAGE_SLOTS; k++) {
+        int s = (ep->stage_next + k) % STAGE_SLOTS;
+        if (!ep->stage_owner[s]) {
+            ep->stage_owner[s] = owner;
+            ep->stage_free--;
+            ep->stage_next = (s + 1) % STAGE_SLOTS;
+            return s;
+        }
+    }
+    return -1;
+}
+
+/* A credit message to a peer: header only, costs no credit (the ring reserves room). */
+static struct tx credit_owner;
+
+static void send_credit(struct ep *ep, struct peer *p) {
+    if (peer_connect(ep, p) < 0)
+        return;
+    int s = stage_take(ep, &credit_owner);
+    if (s < 0) {
+        p->credit_pending = 1;
+        return;
+    }
+    struct hdr h = {0};
+    h.type = T_CREDIT;
+    memcpy(h.src_ip, device_ip, 4);
+    h.src_service = ep->service;
+    h.credits = (uint32_t)p->consumed;
+    memcpy(ring_of(ep) + stage_off(s), &h, HDR);
+    if (post_slot(ep, p, s, HDR) < 0) {
+        ep->stage_owner[s] = NULL;
+        ep->stage_free++;
+        p->credit_pending = 1;
+        return;
+    }
+    p->consumed = 0;
+    p->credit_pending = 0;
+}
+
+/* Moves as many fragments of queued sends as credits and staging allow. */
+static void push_sends(struct ep *ep) {
+    int posted = 0;
+    for (struct tx *t = ep->txq; t; t = t->next) {
+        struct peer *p = &ep->peers[t->peer];
+        if (!p->out && peer_connect(ep, p) < 0)
+            continue;
+        while (t->off < t->len || (t->len == 0 && t->frags_out == 0 && t->off == 0 && !t->flags)) {
+            if (p->credits == 0 || ep->stage_free == 0)
+                break;
+            int s = stage_take(ep, t);
+            if (s < 0)
+                break;
+            size_t n = t->len - t->off < FRAG ? t->len - t->off : FRAG;
+            struct hdr h = {0};
+            h.type = T_DATA;
+            h.flags = (uint8_t)((t->off == 0 ? F_FIRST : 0) | (t->off + n == t->len ? F_LAST : 0) |
+                                (t->tagged ? F_TAGGED : 0));
+            h.frag_len = (uint32_t)n;
+            memcpy(h.src_ip, device_ip, 4);
+            h.src_service = ep->service;
+            h.tag = t->tag, h.data = t->data, h.total = t->len, h.seq = t->seq;
+            uint8_t *slot = ring_of(ep) + stage_off(s);
+            memcpy(slot, &h, HDR);
+            memcpy(slot + HDR, (t->copy ? t->copy : t->buf) + t->off, n);
+            if (post_slot(ep, p, s, (uint32_t)(HDR + n)) < 0) {
+                ep->stage_owner[s] = NULL;
+                ep->stage_free++;
+                break;
+            }
+            p->credits--;
+            posted++;
+            t->frags_out++;
+            t->off += n;
+            if (t->len == 0) {
+                t->flags = 1; /* the one empty fragment went */
+                break;
+            }
+        }
+    }
+    /* A doorbell: what was posted leaves now, not at the next progress call (an
+     * application may wait elsewhere, e.g. for a peer, after an inject). */
+    if (posted)
+        dd_device_progress(device);
+}
+
+static void tx_done(struct ep *ep, struct tx *t) {
+    /* Unlink from the queue. */
+    struct tx **pp = &ep->txq, *prev = NULL;
+    while (*pp && *pp != t)
+        prev = *pp, pp = &(*pp)->next;
+    if (*pp) {
+        *pp = t->next;
+        if (ep->txq_tail == t)
+            ep->txq_tail = prev;
+    }
+    if (!t->inject)
+        cq_push(ep->txcq, t->ctx, (t->tagged ? FI_TAGGED : FI_MSG) | FI_SEND, 0, NULL, 0, 0, FI_ADDR_NOTAVAIL);
+    free(t->copy);
+    free(t);
+}
+
+static void deliver_done(struct ep *ep, struct rx *rx, int peer, size_t got, size_t total, uint64_t tag,
+                         uint64_t data, int tagged, int has_data) {
+    uint64_t flags = (tagged ? FI_TAGGED : FI_MSG) | FI_RECV | (has_data ? FI_REMOTE_CQ_DATA : 0);
+    if (total > rx->len)
+        cq_push_err(ep->rxcq, rx->ctx, flags, FI_ETRUNC, rx->len, total - rx->len, tag);
+    else
+        cq_push(ep->rxcq, rx->ctx, flags, got, rx->buf, data, tag, fi_addr_of(ep, peer));
+    free(rx);
+}
+
+static int matches(struct ep *ep, struct rx *rx, int peer, int tagged, uint64_t tag) {
+    if (rx->tagged != tagged)
+        return 0;
+    if (tagged && ((rx->tag ^ tag) & ~rx->ignore))
+        return 0;
+    if (rx->src != FI_ADDR_UNSPEC && rx->src != fi_addr_of(ep, peer))
+        return 0;
+    return 1;
+}
+
+static struct rx *take_posted(struct ep *ep, int peer, int tagged, uint64_t tag) {
+    struct rx **pp = tagged ? &ep->tag_rx : &ep->msg_rx;
+    for (; *pp; pp = &(*pp)->next)
+        if (matches(ep, *pp, peer, tagged, tag)) {
+            struct rx *r = *pp;
+            *pp = r->next;
+            return r;
+        }
+    return NULL;
+}
+
+/* One message of the ring. */
+static int debug = -1;
+
+static void consume(struct ep *ep, const uint8_t *slot) {
+    struct hdr h;
+    memcpy(&h, slot, HDR);
+    if (debug < 0)
+        debug = getenv("DEPOSIT_FI_DEBUG") != NULL;
+    if (debug)
+        fprintf(stderr, "deposit-fi: slot %llu: type %u flags %u len %u from %u.%u.%u.%u:%u seq %u credits %u\n",
+                (unsigned long long)ep->consumed, h.type, h.flags, h.frag_len, h.src_ip[0], h.src_ip[1], h.src_ip[2],
+                h.src_ip[3], h.src_service, h.seq, h.credits);
+    int pi = peer_find(ep, h.src_ip, h.src_service);
+    if (pi < 0) {
+        fprintf(stderr, "deposit-fi: more than %d peers\n", MAX_PEERS);
+        return;
+    }
+    struct peer *p = &ep->peers[pi];
+    if (h.type == T_CREDIT) {
+        p->credits += (int)h.credits;
+        return;
+    }
+    if (h.type != T_DATA)
+        return;
+    const uint8_t *data = slot + HDR;
+    int tagged = !!(h.flags & F_TAGGED);
+    if (h.flags & F_FIRST) {
+        p->cur_total = h.total, p->cur_got = 0, p->cur_tag = h.tag, p->cur_data = h.data;
+        p->cur_tagged = tagged;
+        p->cur_rx = take_posted(ep, pi, tagged, h.tag);
+        p->cur_unexp = NULL;
+        if (!p->cur_rx) {
+            struct unexp *u = calloc(1, sizeof *u);
+            u->peer = pi, u->tagged = tagged, u->tag = h.tag, u->data = h.data, u->total = h.total;
+            u->buf = malloc(h.total ? h.total : 1);
+            struct unexp **pp = &ep->unexp;
+            while (*pp)
+                pp = &(*pp)->next;
+            *pp = u;
+            p->cur_unexp = u;
+        }
+    }
+    if (p->cur_rx) {
+        struct rx *rx = p->cur_rx;
+        if (p->cur_got < rx->len) {
+            size_t n = h.frag_len < rx->len - p->cur_got ? h.frag_len : rx->len - p->cur_got;
+            memcpy((uint8_t *)rx->buf + p->cur_got, data, n);
+        }
+    } else if (p->cur_unexp) {
+        memcpy(p->cur_unexp->buf + p->cur_got, data, h.frag_len);
+    }
+    p->cur_got += h.frag_len;
+    if (h.flags & F_LAST) {
+        if (p->cur_rx) {
+            size_t got = p->cur_got < p->cur_rx->len ? p->cur_got : p->cur_rx->len;
+            deliver_done(ep, p->cur_rx, pi, got, p->cur_total, p->cur_tag, p->cur_data, tagged, 1);
+        } else if (p->cur_unexp) {
+            struct unexp *u = p->cur_unexp;
+            u->got = p->cur_got;
+            u->complete = 1;
+            if (u->rx) { /* matched while incomplete */
+                struct rx *rx = u->rx;
+                size_t n = u->total < rx->len ? u->total : rx->len;
+                memcpy(rx->buf, u->buf, n);
+                struct unexp **pp = &ep->unexp;
+                while (*pp != u)
+                    pp = &(*pp)->next;
+                *pp = u->next;
+                deliver_done(ep, rx, u->peer, n, u->total, u->tag, u->data, u->tagged, 1);
+                free(u->buf);
+                free(u);
+            }
+        }
+        p->cur_rx = NULL, p->cur_unexp = NULL;
+    }
+    if (++p->consumed >= CREDITS / 2 || p->credit_pending)
+        send_credit(ep, p);
+}
+
+static void progress(struct ep *ep) {
+    if (!ep->enabled || ep->progressing)
+        return;
+    ep->progressing = 1;
+    dd_device_progress(device);
+    /* New peers. */
+    struct dd_conn *c;
+    while (ep->naccepted < MAX_PEERS && dd_accept(ep->listener, 0, &c) == DD_OK)
+        ep->accepted[ep->naccepted++] = c;
+    /* The ring. */
+    uint64_t arrived = 0;
+    for (int i = 0; i < ep->naccepted; i++)
+        arrived += dd_conn_arrivals(ep->accepted[i]);
+    while (ep->consumed < arrived) {
+        consume(ep, ring_of(ep) + (ep->consumed % RING_SLOTS) * SLOT);
+        ep->consumed++;
+    }
+    /* Acknowledged fragments. */
+    struct dd_completion wc[64];
+    int n;
+    while ((n = dd_cq_poll(ep->dcq, wc, 64)) > 0) {
+        for (int i = 0; i < n; i++) {
+            int s = (int)wc[i].wr_id;
+            if (s < 0 || s >= STAGE_SLOTS)
+                continue;
+            struct tx *t = ep->stage_owner[s];
+            ep->stage_owner[s] = NULL;
+            ep->stage_free++;
+            if (wc[i].status != DD_WC_SUCCESS)
+                fprintf(stderr, "deposit-fi: a fragment completed with %s (%s)\n", dd_wc_status_str(wc[i].status),
+                        dd_drop_reason_str(wc[i].remote_reason));
+            if (!t || t == &credit_owner)
+                continue;
+            if (--t->frags_out == 0 && t->off >= t->len)
+                tx_done(ep, t);
+        }
+    }
+    for (int i = 0; i < ep->npeers; i++)
+        if (ep->peers[i].credit_pending)
+            send_credit(ep, &ep->peers[i]);
+    push_sends(ep);
+    ep->progressing = 0;
+}
+
+/* ---- data transfer calls ---------------------------------------------------------- */
+
+static struct ep *ep_of(struct fid_ep *e) { return (struct ep *)e; }
+
+static int peer_of_addr(struct ep *ep, fi_addr_t a) {
+    if (!ep->av || a >= ep->av->n)
+        return -1;
+    return peer_find(ep, ep->av->table[a].ip, ep->av->table[a].service);
+}
+
+static ssize_t do_send(struct fid_ep *fep, const void *buf, size_t len, fi_addr_t dest, void *ctx, int tagged,
+                       uint64_t tag, uint64_t data, int inject) {
+    struct ep *ep = ep_of(fep);
+    if (!ep->enabled)
+        return -FI_EOPBADSTATE;
+    if (len > MAX_MSG)
+        return -FI_EMSGSIZE;
+    int pi = peer_of_addr(ep, dest);
+    if (pi < 0)
+        return -FI_EINVAL;
+    struct tx *t = calloc(1, sizeof *t);
+    if (!t)
+        return -FI_ENOMEM;
+    t->buf = buf, t->len = len, t->peer = pi, t->tagged = tagged, t->tag = tag, t->data = data, t->ctx = ctx;
+    t->inject = inject;
+    t->seq = ep->peers[pi].tx_seq++;
+    if (inject) {
+        t->copy = malloc(len ? len : 1);
+        if (!t->copy) {
+            free(t);
+            return -FI_ENOMEM;
+        }
+        memcpy(t->copy, buf, len);
+    }
+    if (ep->txq_tail)
+        ep->txq_tail->next = t;
+    else
+        ep->txq = t;
+    ep->txq_tail = t;
+    push_sends(ep);
+    return 0;
+}
+
+static ssize_t do_recv(struct fid_ep *fep, void *buf, size_t len, fi_addr_t src, void *ctx, int tagged,
+                       uint64_t tag, uint64_t ignore) {
+    struct ep *ep = ep_of(fep);
+    struct rx *rx = calloc(1, sizeof *rx);
+    if (!rx)
+        return -FI_ENOMEM;
+    rx->buf = buf, rx->len = len, rx->ctx = ctx, rx->tagged = tagged, rx->tag = tag, rx->ignore = ignore;
+    rx->src = (ep->info->caps & FI_DIRECTED_RECV) ? src : FI_ADDR_UNSPEC;
+    /* An unexpected message first, in arrival order. */
+    for (struct unexp **pp = &ep->unexp; *pp; pp = &(*pp)->next) {
+        struct unexp *u = *pp;
+        if (u->rx || !matches(ep, rx, u->peer, u->tagged, u->tag))
+            continue;
+        if (!u->complete) {
+            u->rx = rx;
+            return 0;
+        }
+        size_t n = u->total < len ? u->total : len;
+        memcpy(buf, u->buf, n);
+        *pp = u->next;
+        deliver_done(ep, rx, u->peer, n, u->total, u->tag, u->data, u->tagged, 1);
+        free(u->buf);
+        free(u);
+        return 0;
+    }
+    struct rx **pp = tagged ? &ep->tag_rx : &ep->msg_rx;
+    while (*pp)
+        pp = &(*pp)->next;
+    *pp = rx;
+    return 0;
+}
+
+static ssize_t msg_send(struct fid_ep *e, const void *buf, size_t len, void *desc, fi_addr_t dest, void *ctx) {
+    (void)desc;
+    return do_send(e, buf, len, dest, ctx, 0, 0, 0, 0);
+}
+static ssize_t msg_senddata(struct fid_ep *e, const void *buf, size_t len, void *desc, uint64_t data,
+                            fi_addr_t dest, void *ctx) {
+    (void)desc;
+    return do_send(e, buf, len, dest, ctx, 0, 0, data, 0);
+}
+static ssize_t msg_inject(struct fid_ep *e, const void *buf, size_t len, fi_addr_t dest) {
+    return do_send(e, buf, len, dest, NULL, 0, 0, 0, 1);
+}
+static ssize_t msg_injectdata(struct fid_ep *e, const void *buf, size_t len, uint64_t data, fi_addr_t dest) {
+    return do_send(e, buf, len, dest, NULL, 0, 0, data, 1);
+}
+static ssize_t msg_recv(struct fid_ep *e, void *buf, size_t len, void *desc, fi_addr_t src, void *ctx) {
+    (void)desc;
+    return do_recv(e, buf, len, src, ctx, 0, 0, 0);
+}
+static ssize_t msg_sendv(struct fid_ep *e, const struct iovec *iov, void **desc, size_t count, fi_addr_t dest,
+                         void *ctx) {
+    (void)desc;
+    if (count > 1)
+        return -FI_EINVAL;
+    return do_send(e, count ? iov[0].iov_base : NULL, count ? iov[0].iov_len : 0, dest, ctx, 0, 0, 0, 0);
+}
+static ssize_t msg_recvv(struct fid_ep *e, const struct iovec *iov, void **desc, size_t count, fi_addr_t src,
+                         void *ctx) {
+    (void)desc;
+    if (count > 1)
+        return -FI_EINVAL;
+    return do_recv(e, count ? iov[0].iov_base : NULL, count ? iov[0].iov_len : 0, src, ctx, 0, 0, 0);
+}
+static ssize_t msg_sendmsg(struct fid_ep *e, const struct fi_msg *m, uint64_t flags) {
+    if (m->iov_count > 1)
+        return -FI_EINVAL;
+    const void *b = m->iov_count ? m->msg_iov[0].iov_base : NULL;
+    size_t l = m->iov_count ? m->msg_iov[0].iov_len : 0;
+    return do_send(e, b, l, m->addr, m->context, 0, 0, (flags & FI_REMOTE_CQ_DATA) ? m->data : 0,
+                   !!(flags & FI_INJECT) && !(flags & FI_COMPLETION));
+}
+static ssize_t msg_recvmsg(struct fid_ep *e, const struct fi_msg *m, uint64_t flags) {
+    (void)flags;
+    if (m->iov_count > 1)
+        return -FI_EINVAL;
+    return do_recv(e, m->iov_count ? m->msg_iov[0].iov_base : NULL, m->iov_count ? m->msg_iov[0].iov_len : 0,
+                   m->addr, m->context, 0, 0, 0);
+}
+
+static ssize_t tag_send(struct fid_ep *e, const void *buf, size_t len, void *desc, fi_addr_t dest, uint64_t tag,
+                        void *ctx) {
+    (void)desc;
+    return do_send(e, buf, len, dest, ctx, 1, tag, 0, 0);
+}
+static ssize_t tag_senddata(struct fid_ep *e, const void *buf, size_t len, void *desc, uint64_t data,
+                            fi_addr_t dest, uint64_t tag, void *ctx) {
+    (void)desc;
+    return do_send(e, buf, len, dest, ctx, 1, tag, data, 0);
+}
+static ssize_t tag_inject(struct fid_ep *e, const void *buf, size_t len, fi_addr_t dest, uint64_t tag) {
+    return do_send(e, buf, len, dest, NULL, 1, tag, 0, 1);
+}
+static ssize_t tag_injectdata(struct fid_ep *e, const void *buf, size_t len, uint64_t data, fi_addr_t dest,
+                              uint64_t tag) {
+    return do_send(e, buf, len, dest, NULL, 1, tag, data, 1);
+}
+static ssize_t tag_recv(struct fid_ep *e, void *buf, size_t len, void *desc, fi_addr_t src, uint64_t tag,
+                        uint64_t ignore, void *ctx) {
+    (void)desc;
+    return do_recv(e, buf, len, src, ctx, 1, tag, ignore);
+}
+static ssize_t tag_sendv(struct fid_ep *e, const struct iovec *iov, void **desc, size_t count, fi_addr_t dest,
+                         uint64_t tag, void *ctx) {
+    (void)desc;
+    if (count > 1)
+        return -FI_EINVAL;
+    return do_send(e, count ? iov[0].iov_base : NULL, count ? iov[0].iov_len : 0, dest, ctx, 1, tag, 0, 0);
+}
+static ssize_t tag_recvv(struct fid_ep *e, const struct iovec *iov, void **desc, size_t count, fi_addr_t src,
+                         uint64_t tag, uint64_t ignore, void *ctx) {
+    (void)desc;
+    if (count > 1)
+        return -FI_EINVAL;
+    return do_recv(e, count ? iov[0].iov_base : NULL, count ? iov[0].iov_len : 0, src, ctx, 1, tag, ignore);
+}
+static ssize_t tag_sendmsg(struct fid_ep *e, const struct fi_msg_tagged *m, uint64_t flags) {
+    if (m->iov_count > 1)
+        return -FI_EINVAL;
+    const void *b = m->iov_count ? m->msg_iov[0].iov_base : NULL;
+    size_t l = m->iov_count ? m->msg_iov[0].iov_len : 0;
+    return do_send(e, b, l, m->addr, m->context, 1, m->tag, (flags & FI_REMOTE_CQ_DATA) ? m->data : 0,
+                   !!(flags & FI_INJECT) && !(flags & FI_COMPLETION));
+}
+static ssize_t tag_recvmsg(struct fid_ep *e, const struct fi_msg_tagged *m, uint64_t flags) {
+    if (m->iov_count > 1 || (flags & (FI_PEEK | FI_CLAIM)))
+        return -FI_ENOSYS;
+    return do_recv(e, m->iov_count ? m->msg_iov[0].iov_base : NULL, m->iov_count ? m->msg_iov[0].iov_len : 0,
+                   m->addr, m->context, 1, m->tag, m->ignore);
+}
+
+/* Unsupported operations of every signature (the callers only look at the result). */
+static int nosys_int() { return -FI_ENOSYS; }
+static ssize_t nosys_ssize() { return -FI_ENOSYS; }
+
+static struct fi_ops_msg msg_ops = {
+    .size = sizeof(struct fi_ops_msg),
+    .recv = msg_recv, .recvv = msg_recvv, .recvmsg = msg_recvmsg,
+    .send = msg_send, .sendv = msg_sendv, .sendmsg = msg_sendmsg,
+    .inject = msg_inject, .senddata = msg_senddata, .injectdata = msg_injectdata,
+};
+static struct fi_ops_tagged tag_ops = {
+    .size = sizeof(struct fi_ops_tagged),
+    .recv = tag_recv, .recvv = tag_recvv, .recvmsg = tag_recvmsg,
+    .send = tag_send, .sendv = tag_sendv, .sendmsg = tag_sendmsg,
+    .inject = tag_inject, .senddata = tag_senddata, .injectdata = tag_injectdata,
+};
+
+/* ---- endpoint object ------------------------------------------------------------- */
+
+static int ep_close(struct fid *f) {
+    struct ep *ep = (struct ep *)f;
+    if (ep->enabled) {
+        /* Let the last acknowledgements and credits go out (bounded). */
+        for (int i = 0; i < 100000 && (ep->txq || ep->stage_free < STAGE_SLOTS); i++)
+            progress(ep);
+        for (int i = 0; i < ep->npeers; i++)
+            if (ep->peers[i].out)
+                dd_conn_close(ep->peers[i].out);
+        for (int i = 0; i < ep->naccepted; i++)
+            dd_conn_close(ep->accepted[i]);
+        dd_listener_close(ep->listener);
+        dd_instr_window_release(ep->code);
+        dd_cq_destroy(ep->dcq);
+        dd_endpoint_free(ep->dep);
+    }
+    for (int c = 0; c < 2; c++) {
+        struct cq *cq = c ? ep->rxcq : ep->txcq;
+        if (!cq || (c && cq == ep->txcq))
+            continue;
+        for (int i = 0; i < cq->neps; i++)
+            if (cq->eps[i] == ep)
+                cq->eps[i] = cq->eps[--cq->neps];
+    }
+    fi_freeinfo(ep->info);
+    free(ep);
+    return 0;
+}
+
+static int cq_add_ep(struct cq *cq, struct ep *ep) {
+    for (int i = 0; i < cq->neps; i++)
+        if (cq->eps[i] == ep)
+            return 0;
+    if (cq->neps == 8)
+        return -FI_ENOSPC;
+    cq->eps[cq->neps++] = ep;
+    return 0;
+}
+
+static int ep_bind(struct fid *f, struct fid *b, uint64_t flags) {
+    struct ep *ep = (struct ep *)f;
+    switch (b->fclass) {
+    case FI_CLASS_CQ:
+        if (flags & FI_TRANSMIT)
+            ep->txcq = (struct cq *)b;
+        if (flags & FI_RECV)
+            ep->rxcq = (struct cq *)b;
+        return cq_add_ep((struct cq *)b, ep);
+    case FI_CLASS_AV:
+        ep->av = (struct av *)b;
+        return 0;
+    case FI_CLASS_EQ:
+        return 0;
+    default:
+        return -FI_ENOSYS;
+    }
+}
+
+static int ep_enable(struct ep *ep) {
+    if (ep->enabled)
+        return 0;
+    uint64_t len = (uint64_t)(RING_SLOTS + STAGE_SLOTS) * SLOT;
+    struct dd_regwin regs;
+    struct dd_instr ins = {0};
+    uint32_t ip;
+    if (dd_endpoint_alloc(device, len, DD_REMOTE_WRITE, &ep->dep) < 0 || dd_cq_create(device, 4096, &ep->dcq) < 0 ||
+        dd_alloc_registers(ep->dep, 3, &regs) < 0 || dd_write_register(device, regs, 0, 0) < 0 ||
+        dd_write_register(device, regs, 1, SLOT) < 0 ||
+        dd_write_register(device, regs, 2, (uint64_t)RING_SLOTS * SLOT - 1) < 0)
+        goto fail;
+    ins.opcode = DD_OP_WRITE;
+    ins.addr.mode = DD_ADDR_POST_INCREMENT;
+    ins.addr.ra = 0;
+    ins.addr.op1 = (struct dd_regop){.op = 6 /* AND */, .dst = 0, .src_is_reg = true, .src_reg = 2};
+    if (dd_alloc_instructions(device, ep->dep, 1, &ep->code) < 0 || dd_program(device, ep->code, 0, &ins, 1, &ip) < 0)
+        goto fail;
+    struct dd_conn_options o = {0};
+    o.registers = regs;
+    o.instructions = ep->code;
+    o.isolated = true;
+    o.private_data = &ip;
+    o.private_data_len = sizeof ip;
+    ep->service = BASE_SERVICE + (uint32_t)next_service++;
+    const char *s = getenv("DEPOSIT_FI_SERVICE");
+    if (s)
+        ep->service = (uint32_t)atoi(s) + (uint32_t)next_service - 1;
+    if (dd_listen(device, ep->service, ep->dep, ep->dcq, &o, &ep->listener) < 0)
+        goto fail;
+    ep->stage_free = STAGE_SLOTS;
+    ep->enabled = 1;
+    return 0;
+fail:
+    fprintf(stderr, "deposit-fi: endpoint: %s\n", dd_last_error());
+    return -FI_ENOMEM;
+}
+
+static int ep_control(struct fid *f, int command, void *arg) {
+    (void)arg;
+    if (command == FI_ENABLE)
+        return ep_enable((struct ep *)f);
+    return -FI_ENOSYS;
+}
+
+static int ep_getname(fid_t f, void *addr, size_t *len) {
+    struct ep *ep = (struct ep *)f;
+    size_t have = *len;
+    *len = sizeof(struct addr);
+    if (have < sizeof(struct addr))
+        return -FI_ETOOSMALL;
+    if (!ep->enabled) {
+        int rc = ep_enable(ep);
+        if (rc)
+            return rc;
+    }
+    struct addr a;
+    memcpy(a.ip, device_ip, 4);
+    a.service = ep->service;
+    memcpy(addr, &a, sizeof a);
+    return 0;
+}
+
+static ssize_t ep_cancel(fid_t f, void *ctx) {
+    struct ep *ep = (struct ep *)f;
+    for (int t = 0; t < 2; t++)
+        for (struct rx **pp = t ? &ep->tag_rx : &ep->msg_rx; *pp; pp = &(*pp)->next)
+            if ((*pp)->ctx == ctx) {
+                struct rx *r = *pp;
+                *pp = r->next;
+                cq_push_err(ep->rxcq, ctx, (t ? FI_TAGGED : FI_MSG) | FI_RECV, FI_ECANCELED, 0, 0, r->tag);
+                free(r);
+                return 0;
+            }
+    return -FI_ENOENT;
+}
+
+static int ep_getopt(fid_t f, int level, int name, void *val, size_t *len) {
+    (void)f;
+    if (level == FI_OPT_ENDPOINT && name == FI_OPT_MIN_MULTI_RECV && *len >= sizeof(size_t)) {
+        *(size_t *)val = 0;
+        return 0;
+    }
+    return -FI_ENOPROTOOPT;
+}
+static int ep_setopt(fid_t f, int level, int name, const void *val, size_t len) {
+    (void)f, (void)level, (void)name, (void)val, (void)len;
+    return -FI_ENOPROTOOPT;
+}
+
+static struct fi_ops ep_fi_ops = {
+    .size = sizeof(struct fi_ops), .close = ep_close, .bind = ep_bind, .control = ep_control,
+    .ops_open = (void *)nosys_int, .tostr = (void *)nosys_int, .ops_set = (void *)nosys_int,
+};
+static struct fi_ops_ep ep_ops = {
+    .size = sizeof(struct fi_ops_ep), .cancel = ep_cancel, .getopt = ep_getopt, .setopt = ep_setopt,
+    .tx_ctx = (void *)nosys_int, .rx_ctx = (void *)nosys_int,
+    .rx_size_left = (void *)nosys_ssize, .tx_size_left = (void *)nosys_ssize,
+};
+static struct fi_ops_cm cm_ops = {
+    .size = sizeof(struct fi_ops_cm), .setname = (void *)nosys_int, .getname = ep_getname,
+    .getpeer = (void *)nosys_int, .connect = (void *)nosys_int, .listen = (void *)nosys_int,
+    .accept = (void *)nosys_int, .reject = (void *)nosys_int, .shutdown = (void *)nosys_int,
+    .join = (void *)nosys_int,
+};
+
+/* ---- completion queue object ------------------------------------------------------- */
+
+static void cq_progress(struct cq *cq) {
+    for (int i = 0; i < cq->neps; i++)
+        progress(cq->eps[i]);
+}
+
+static ssize_t cq_readfrom(struct fid_cq *f, void *buf, size_t count, fi_addr_t *src) {
+    struct cq *cq = (struct cq *)f;
+    if (cq->head == cq->tail)
+        cq_progress(cq);
+    if (cq->err_head != cq->err_tail)
+        return -FI_EAVAIL;
+    size_t n = 0;
+    for (; n < count && cq->head != cq->tail; n++, cq->head++) {
+        struct fi_cq_tagged_entry *e = &cq->ring[cq->head % CQ_DEPTH];
+        if (src)
+            src[n] = cq->src[cq->head % CQ_DEPTH];
+        switch (cq->format) {
+        case FI_CQ_FORMAT_CONTEXT:
+            ((struct fi_cq_entry *)buf)[n].op_context = e->op_context;
+            break;
+        case FI_CQ_FORMAT_MSG: {
+            struct fi_cq_msg_entry *m = &((struct fi_cq_msg_entry *)buf)[n];
+            m->op_context = e->op_context, m->flags = e->flags, m->len = e->len;
+            break;
+        }
+        case FI_CQ_FORMAT_DATA: {
+            struct fi_cq_data_entry *d = &((struct fi_cq_data_entry *)buf)[n];
+            d->op_context = e->op_context, d->flags = e->flags, d->len = e->len, d->buf = e->buf, d->data = e->data;
+            break;
+        }
+        default:
+            ((struct fi_cq_tagged_entry *)buf)[n] = *e;
+        }
+    }
+    return n ? (ssize_t)n : -FI_EAGAIN;
+}
+
+static ssize_t cq_read(struct fid_cq *f, void *buf, size_t count) { return cq_readfrom(f, buf, count, NULL); }
+
+static ssize_t cq_readerr(struct fid_cq *f, struct fi_cq_err_entry *buf, uint64_t flags) {
+    (void)flags;
+    struct cq *cq = (struct cq *)f;
+    if (cq->err_head == cq->err_tail)
+        return -FI_EAGAIN;
+    *buf = cq->err[cq->err_head++ % 64];
+    return 1;
+}
+
+/* Blocking read: spins driving progress for a while, then sleeps 50 us between
+ * looks, until an entry comes or `timeout` ms pass (-1: forever). */
+static ssize_t cq_sreadfrom(struct fid_cq *f, void *buf, size_t count, fi_addr_t *src, const void *cond,
+                            int timeout) {
+    (void)cond;
+    struct timespec t0, now, nap = {0, 50000};
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (long spins = 0;; spins++) {
+        ssize_t n = cq_readfrom(f, buf, count, src);
+        if (n != -FI_EAGAIN)
+            return n;
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        long ms = (now.tv_sec - t0.tv_sec) * 1000 + (now.tv_nsec - t0.tv_nsec) / 1000000;
+        if (timeout >= 0 && ms >= timeout)
+            return -FI_EAGAIN;
+        if (spins > 1000)
+            nanosleep(&nap, NULL);
+    }
+}
+
+static ssize_t cq_sread(struct fid_cq *f, void *buf, size_t count, const void *cond, int timeout) {
+    return cq_sreadfrom(f, buf, count, NULL, cond, timeout);
+}
+
+static const char *cq_strerror(struct fid_cq *f, int prov_errno, const void *err_data, char *buf, size_t len) {
+    (void)f, (void)err_data;
+    const char *s = fi_strerror(prov_errno);
+    if (buf && len) {
+        snprintf(buf, len, "%s", s);
+        return buf;
+    }
+    return s;
+}
+
+static int cq_close(struct fid *f) {
+    struct cq *cq = (struct cq *)f;
+    free(cq->ring);
+    free(cq->src);
+    free(cq);
+    return 0;
+}
+
+static struct fi_ops cq_fi_ops = {
+    .size = sizeof(struct fi_ops), .close = cq_close, .bind = (void *)nosys_int, .control = (void *)nosys_int,
+    .ops_open = (void *)nosys_int, .tostr = (void *)nosys_int, .ops_set = (void *)nosys_int,
+};
+static struct fi_ops_cq cq_ops = {
+    .size = sizeof(struct fi_ops_cq), .read = cq_read, .readfrom = cq_readfrom, .readerr = cq_readerr,
+    .sread = cq_sread, .sreadfrom = cq_sreadfrom, .signal = (void *)nosys_int, .strerror = cq_strerror,
+};
+
+/* ---- address vector ------------------------------------------------------------------- */
+
+static int av_insert(struct fid_av *f, const void *addr, size_t count, fi_addr_t *out, uint64_t flags, void *ctx) {
+    (void)flags, (void)ctx;
+    struct av *av = (struct av *)f;
+    const struct addr *a = addr;
+    for (size_t i = 0; i < count; i++) {
+        if (av->n == av->cap) {
+            size_t cap = av->cap ? 2 * av->cap : 64;
+            struct addr *t = realloc(av->table, cap * sizeof *t);
+            if (!t)
+                return (int)i;
+            av->table = t, av->cap = cap;
+        }
+        av->table[av->n] = a[i];
+        if (out)
+            out[i] = av->n;
+        av->n++;
+    }
+    return (int)count;
+}
+
+static int av_remove(struct fid_av *f, fi_addr_t *a, size_t count, uint64_t flags) {
+    (void)f, (void)a, (void)count, (void)flags;
+    return 0; /* entries stay valid until the AV closes */
+}
+
+static int av_lookup(struct fid_av *f, fi_addr_t a, void *addr, size_t *len) {
+    struct av *av = (struct av *)f;
+    if (a >= av->n)
+        return -FI_EINVAL;
+    size_t have = *len;
+    *len = sizeof(struct addr);
+    memcpy(addr, &av->table[a], have < sizeof(struct addr) ? have : sizeof(struct addr));
+    return 0;
+}
+
+static const char *av_straddr(struct fid_av *f, const void *addr, char *buf, size_t *len) {
+    (void)f;
+    const struct addr *a = addr;
+    char s[40];
+    int n = snprintf(s, sizeof s, "deposit://%u.%u.%u.%u:%u", a->ip[0], a->ip[1], a->ip[2], a->ip[3], a->service);
+    if (buf && *len)
+        snprintf(buf, *len, "%s", s);
+    *len = (size_t)n + 1;
+    return buf;
+}
+
+static int av_close(struct fid *f) {
+    struct av *av = (struct av *)f;
+    free(av->table);
+    free(av);
+    return 0;
+}
+
+static struct fi_ops av_fi_ops = {
+    .size = sizeof(struct fi_ops), .close = av_close, .bind = (void *)nosys_int, .control = (void *)nosys_int,
+    .ops_open = (void *)nosys_int, .tostr = (void *)nosys_int, .ops_set = (void *)nosys_int,
+};
+static struct fi_ops_av av_ops = {
+    .size = sizeof(struct fi_ops_av), .insert = av_insert, .insertsvc = (void *)nosys_int,
+    .insertsym = (void *)nosys_int, .remove = av_remove, .lookup = av_lookup, .straddr = av_straddr,
+    .av_set = (void *)nosys_int,
+};
+
+/* ---- domain --------------------------------------------------------------------------- */
+
+struct domain {
+    struct fid_domain fid;
+};
+
+static int dom_av_open(struct fid_domain *d, struct fi_av_attr *attr, struct fid_av **out, void *ctx) {
+    (void)d;
+    if (attr && attr->flags & FI_EVENT)
+        return -FI_ENOSYS;
+    struct av *av = calloc(1, sizeof *av);
+    if (!av)
+        return -FI_ENOMEM;
+    av->fid.fid.fclass = FI_CLASS_AV, av->fid.fid.context = ctx, av->fid.fid.ops = &av_fi_ops;
+    av->fid.ops = &av_ops;
+    *out = &av->fid;
+    return 0;
+}
+
+static int dom_cq_open(struct fid_domain *d, struct fi_cq_attr *attr, struct fid_cq **out, void *ctx) {
+    (void)d;
+    if (attr->wait_obj != FI_WAIT_NONE && attr->wait_obj != FI_WAIT_UNSPEC)
+        return -FI_ENOSYS;
+    struct cq *cq = calloc(1, sizeof *cq);
+    if (!cq)
+        return -FI_ENOMEM;
+    cq->ring = calloc(CQ_DEPTH, sizeof *cq->ring);
+    cq->src = calloc(CQ_DEPTH, sizeof *cq->src);
+    if (!cq->ring || !cq->src) {
+        cq_close(&cq->fid.fid);
+        return -FI_ENOMEM;
+    }
+    cq->format = attr->format == FI_CQ_FORMAT_UNSPEC ? FI_CQ_FORMAT_CONTEXT : attr->format;
+    cq->fid.fid.fclass = FI_CLASS_CQ, cq->fid.fid.context = ctx, cq->fid.fid.ops = &cq_fi_ops;
+    cq->fid.ops = &cq_ops;
+    *out = &cq->fid;
+    return 0;
+}
+
+static int dom_endpoint(struct fid_domain *d, struct fi_info *info, struct fid_ep **out, void *ctx) {
+    (void)d;
+    if (info->ep_attr && info->ep_attr->type != FI_EP_RDM && info->ep_attr->type != FI_EP_UNSPEC)
+        return -FI_ENOSYS;
+    struct ep *ep = calloc(1, sizeof *ep);
+    if (!ep)
+        return -FI_ENOMEM;
+    ep->info = fi_dupinfo(info);
+    ep->fid.fid.fclass = FI_CLASS_EP, ep->fid.fid.context = ctx, ep->fid.fid.ops = &ep_fi_ops;
+    ep->fid.ops = &ep_ops, ep->fid.cm = &cm_ops, ep->fid.msg = &msg_ops, ep->fid.tagged = &tag_ops;
+    *out = &ep->fid;
+    return 0;
+}
+
+static int dom_close(struct fid *f) {
+    free(f);
+    device_put();
+    return 0;
+}
+
+static struct fi_ops dom_fi_ops = {
+    .size = sizeof(struct fi_ops), .close = dom_close, .bind = (void *)nosys_int, .control = (void *)nosys_int,
+    .ops_open = (void *)nosys_int, .tostr = (void *)nosys_int, .ops_set = (void *)nosys_int,
+};
+static struct fi_ops_domain dom_ops = {
+    .size = sizeof(struct fi_ops_domain), .av_open = dom_av_open, .cq_open = dom_cq_open,
+    .endpoint = dom_endpoint, .scalable_ep = (void *)nosys_int, .cntr_open = (void *)nosys_int,
+    .poll_open = (void *)nosys_int, .stx_ctx = (void *)nosys_int, .srx_ctx = (void *)nosys_int,
+    .query_atomic = (void *)nosys_int, .query_collective = (void *)nosys_int,
+};
+static struct fi_ops_mr mr_ops = {
+    .size = sizeof(struct fi_ops_mr), .reg = (void *)nosys_int, .regv = (void *)nosys_int,
+    .regattr = (void *)nosys_int,
+};
+
+static int fab_domain(struct fid_fabric *fab, struct fi_info *info, struct fid_domain **out, void *ctx) {
+    (void)fab, (void)info;
+    int rc = device_get();
+    if (rc)
+        return rc;
+    struct domain *d = calloc(1, sizeof *d);
+    if (!d) {
+        device_put();
+        return -FI_ENOMEM;
+    }
+    d->fid.fid.fclass = FI_CLASS_DOMAIN, d->fid.fid.context = ctx, d->fid.fid.ops = &dom_fi_ops;
+    d->fid.ops = &dom_ops, d->fid.mr = &mr_ops;
+    *out = &d->fid;
+    return 0;
+}
+
+/* ---- event queue: an RDM endpoint reports no connection events; applications that
+ * open one anyway (fi_pingpong) get an empty queue. ------------------------------------ */
+
+static ssize_t eq_read(struct fid_eq *eq, uint32_t *ev, void *buf, size_t len, uint64_t flags) {
+    (void)eq, (void)ev, (void)buf, (void)len, (void)flags;
+    return -FI_EAGAIN;
+}
+static ssize_t eq_readerr(struct fid_eq *eq, struct fi_eq_err_entry *buf, uint64_t flags) {
+    (void)eq, (void)buf, (void)flags;
+    return -FI_EAGAIN;
+}
+static ssize_t eq_sread(struct fid_eq *eq, uint32_t *ev, void *buf, size_t len, int timeout, uint64_t flags) {
+    (void)eq, (void)ev, (void)buf, (void)len, (void)flags;
+    if (timeout > 0) {
+        struct timespec t = {timeout / 1000, (long)(timeout % 1000) * 1000000};
+        nanosleep(&t, NULL);
+    }
+    return -FI_EAGAIN;
+}
+static struct fi_ops eq_fi_ops = {
+    .size = sizeof(struct fi_ops), .close = fab_close, .bind = (void *)nosys_int, .control = (void *)nosys_int,
+    .ops_open = (void *)nosys_int, .tostr = (void *)nosys_int, .ops_set = (void *)nosys_int,
+};
+static struct fi_ops_eq eq_ops = {
+    .size = sizeof(struct fi_ops_eq), .read = eq_read, .readerr = eq_readerr, .write = (void *)nosys_ssize,
+    .sread = eq_sread, .strerror = (void *)cq_strerror,
+};
+
+static int fab_eq_open(struct fid_fabric *fab, struct fi_eq_attr *attr, struct fid_eq **out, void *ctx) {
+    (void)fab, (void)attr;
+    struct fid_eq *eq = calloc(1, sizeof *eq);
+    if (!eq)
+        return -FI_ENOMEM;
+    eq->fid.fclass = FI_CLASS_EQ, eq->fid.context = ctx, eq->fid.ops = &eq_fi_ops;
+    eq->ops = &eq_ops;
+    *out = eq;
+    return 0;
+}
+
+/* ---- fabric and provider ---------------------------------------------------------------- */
+
+
+static struct fi_ops fab_fi_ops = {
+    .size = sizeof(struct fi_ops), .close = fab_close, .bind = (void *)nosys_int, .control = (void *)nosys_int,
+    .ops_open = (void *)nosys_int, .tostr = (void *)nosys_int, .ops_set = (void *)nosys_int,
+};
+static struct fi_ops_fabric fab_ops = {
+    .size = sizeof(struct fi_ops_fabric), .domain = fab_domain, .passive_ep = (void *)nosys_int,
+    .eq_open = fab_eq_open, .wait_open = (void *)nosys_int, .trywait = (void *)nosys_int,
+};
+
+static int prov_fabric(struct fi_fabric_attr *attr, struct fid_fabric **out, void *ctx) {
+    (void)attr;
+    struct fid_fabric *f = calloc(1, sizeof *f);
+    if (!f)
+        return -FI_ENOMEM;
+    f->fid.fclass = FI_CLASS_FABRIC, f->fid.context = ctx, f->fid.ops = &fab_fi_ops;
+    f->ops = &fab_ops, f->api_version = API_VERSION;
+    *out = f;
+    return 0;
+}
+
+#define CAPS                                                                             \
+    (FI_MSG | FI_TAGGED | FI_SEND | FI_RECV | FI_SOURCE | FI_DIRECTED_RECV | FI_REMOTE_CQ_DATA | \
+     FI_LOCAL_COMM | FI_REMOTE_COMM)
+
+static int prov_getinfo(uint32_t version, const char *node, const char *service, uint64_t flags,
+                        const struct fi_info *hints, struct fi_info **info) {
+    (void)version, (void)node, (void)service, (void)flags;
+    if (hints) {
+        if (hints->caps & ~CAPS)
+            return -FI_ENODATA;
+        if (hints->ep_attr && hints->ep_attr->type != FI_EP_UNSPEC && hints->ep_attr->type != FI_EP_RDM)
+            return -FI_ENODATA;
+        if (hints->fabric_attr && hints->fabric_attr->prov_name &&
+            !strstr(hints->fabric_attr->prov_name, PROV_NAME))
+            return -FI_ENODATA;
+        if (hints->domain_attr && hints->domain_attr->mr_mode & FI_MR_BASIC)
+            return -FI_ENODATA;
+    }
+    struct fi_info *fi = fi_allocinfo();
+    if (!fi)
+        return -FI_ENOMEM;
+    fi->caps = hints && hints->caps ? hints->caps : CAPS;
+    fi->mode = 0;
+    fi->addr_format = FI_FORMAT_UNSPEC;
+    fi->src_addrlen = 0;
+    fi->tx_attr->caps = fi->caps, fi->tx_attr->msg_order = FI_ORDER_SAS, fi->tx_attr->comp_order = FI_ORDER_NONE;
+    fi->tx_attr->inject_size = FRAG, fi->tx_attr->size = 4096, fi->tx_attr->iov_limit = 1;
+    fi->tx_attr->op_flags = FI_TRANSMIT_COMPLETE;
+    fi->rx_attr->caps = fi->caps, fi->rx_attr->msg_order = FI_ORDER_SAS, fi->rx_attr->comp_order = FI_ORDER_NONE;
+    fi->rx_attr->size = 4096, fi->rx_attr->iov_limit = 1;
+    fi->ep_attr->type = FI_EP_RDM, fi->ep_attr->protocol = FI_PROTO_UNSPEC;
+    fi->ep_attr->max_msg_size = MAX_MSG, fi->ep_attr->tx_ctx_cnt = 1, fi->ep_attr->rx_ctx_cnt = 1;
+    fi->ep_attr->mem_tag_format = 0xAAAAAAAAAAAAAAAAull; /* FI_TAG_GENERIC */
+    fi->domain_attr->name = strdup(PROV_NAME);
+    fi->domain_attr->threading = FI_THREAD_DOMAIN;
+    fi->domain_attr->control_progress = FI_PROGRESS_MANUAL;
+    fi->domain_attr->data_progress = FI_PROGRESS_MANUAL;
+    fi->domain_attr->resource_mgmt = FI_RM_ENABLED;
+    fi->domain_attr->av_type = FI_AV_UNSPEC;
+    fi->domain_attr->mr_mode = 0;
+    fi->domain_attr->cq_data_size = 8;
+    fi->domain_attr->cq_cnt = 64, fi->domain_attr->ep_cnt = 8, fi->domain_attr->tx_ctx_cnt = 8;
+    fi->domain_attr->rx_ctx_cnt = 8, fi->domain_attr->max_ep_tx_ctx = 1, fi->domain_attr->max_ep_rx_ctx = 1;
+    fi->domain_attr->mr_iov_limit = 1;
+    fi->fabric_attr->name = strdup(PROV_NAME);
+    fi->fabric_attr->prov_version = PROV_VERSION;
+    fi->fabric_attr->api_version = API_VERSION;
+    if (hints && hints->caps & FI_REMOTE_CQ_DATA)
+        fi->caps |= FI_REMOTE_CQ_DATA;
+    *info = fi;
+    return 0;
+}
+
+static void prov_cleanup(void) {}
+
+static struct fi_provider provider = {
+    .version = PROV_VERSION,
+    .fi_version = API_VERSION,
+    .name = PROV_NAME,
+    .getinfo = prov_getinfo,
+    .fabric = prov_fabric,
+    .cleanup = prov_cleanup,
+};
+
+FI_EXT_INI { return &provider; }
