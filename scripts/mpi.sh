@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Usage: scripts/mpi.sh [-np N] [--over deposit|tcp|vader] [--check] [-- DDMPI_ARGS...]
+# Usage: scripts/mpi.sh [-np N] [--over deposit|tcp|vader] [--bridge] [--check] [-- DDMPI_ARGS...]
 # Builds mpi/ddmpi.c (the project's MPI benchmark and check: ping-pong latency,
 # streaming and multi-pair bandwidth, MPI_Allreduce, MPI_Alltoall and a halo exchange
 # checked for correctness; it does not know which network carries it) with mpicc, and
@@ -7,7 +7,10 @@
 #   --over deposit  Open MPI's libfabric MTL on the deposit provider (scripts/fabric.sh
 #                   builds it): --mca pml cm --mca mtl ofi --mca
 #                   mtl_ofi_provider_include deposit; each rank's port is
-#                   DEPOSIT_FI_DEV with the rank substituted (memif between 2 ranks);
+#                   DEPOSIT_FI_DEV with the rank substituted: memif between 2 ranks,
+#                   and with more ranks (or --bridge) af_packet on one veth per rank
+#                   whose peers are ports of a Linux bridge, all in the root namespace
+#                   so that mpirun's own channel works (root; removed at the end);
 #   --over tcp      kernel TCP, --mca pml ob1 --mca btl self,tcp (the default);
 #   --over vader    shared memory, the on-node reference.
 # `--check` runs the checks only. As root, mpirun gets --allow-run-as-root; more ranks
@@ -16,14 +19,16 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 np=2
 over=tcp
+bridge=0
 args=()
 while (($#)); do
     case $1 in
         -np) np=${2:?}; shift 2 ;;
         --over) over=${2:?}; shift 2 ;;
         --check) args+=(--no-bench); shift ;;
+        --bridge) bridge=1; shift ;;
         --) shift; args+=("$@"); break ;;
-        *) echo "usage: $0 [-np N] [--over deposit|tcp|vader] [--check] [-- DDMPI_ARGS...]" >&2; exit 2 ;;
+        *) echo "usage: $0 [-np N] [--over deposit|tcp|vader] [--bridge] [--check] [-- DDMPI_ARGS...]" >&2; exit 2 ;;
     esac
 done
 scripts/deps.sh
@@ -35,13 +40,34 @@ sock=
 case $over in
     tcp | vader) run+=(--mca pml ob1 --mca btl "self,$over") ;;
     deposit)
-        if ((np != 2)); then
-            echo "mpi: --over deposit joins 2 ranks by memif; more need a bridge (not yet here)" >&2
-            exit 2
-        fi
         scripts/fabric.sh --build
-        sock=$(mktemp -u /tmp/deposit-mpi.XXXXXX)
-        export FI_PROVIDER_PATH=$PWD/target/release DEPOSIT_FI_DEV=memif:$sock:%r
+        export FI_PROVIDER_PATH=$PWD/target/release
+        if ((np > 2 || bridge)); then
+            (($(id -u) == 0)) || { echo "mpi: a bridge of veths needs root" >&2; exit 2; }
+            br=ddmpi0
+            unbridge() {
+                for ((r = 0; r < np; r++)); do ip link del "ddmv$r" 2>/dev/null || true; done
+                ip link del "$br" 2>/dev/null || true
+            }
+            trap unbridge EXIT
+            unbridge
+            ip link add "$br" type bridge
+            ip link set "$br" up
+            for ((r = 0; r < np; r++)); do
+                ip link add "ddmv$r" type veth peer name "ddmb$r"
+                for i in "ddmv$r" "ddmb$r"; do
+                    sysctl -qw "net.ipv6.conf.$i.disable_ipv6=1"
+                done
+                ip link set "ddmb$r" master "$br"
+                ip link set "ddmb$r" up
+                ip link set "ddmv$r" up
+            done
+            export DEPOSIT_FI_DEV=af_packet:ddmv%r
+            echo "mpi: $np veths (ddmv0..) on bridge $br, af_packet on each"
+        else
+            sock=$(mktemp -u /tmp/deposit-mpi.XXXXXX)
+            export DEPOSIT_FI_DEV=memif:$sock:%r
+        fi
         run+=(--mca pml cm --mca mtl ofi --mca mtl_ofi_provider_include deposit
             -x FI_PROVIDER_PATH -x DEPOSIT_FI_DEV)
         ;;

@@ -229,6 +229,7 @@ struct peer {
     struct addr a;
     struct dd_conn *out; /* our connection to it, once opened */
     uint32_t ip;         /* its ring instruction */
+    uint32_t slot;       /* its ring's stride: our fragments fit it */
     int credits, consumed, credit_pending;
     uint32_t tx_seq;
     /* The message being received from it. */
@@ -254,6 +255,8 @@ struct ep {
     int enabled;
     uint32_t service;
     struct dd_endpoint *dep;
+    /* This endpoint's ring stride: SLOT, or less where one message carries less. */
+    uint32_t slot;
     struct dd_cq *dcq;
     struct dd_listener *listener;
     struct dd_instr_window *code;
@@ -273,6 +276,8 @@ struct ep {
 
 static uint8_t *ring_of(struct ep *ep) { return dd_endpoint_ptr(ep->dep); }
 static uint64_t stage_off(int s) { return (uint64_t)RING_SLOTS * SLOT + (uint64_t)s * SLOT; }
+/* The ring lies at 0 (RING_SLOTS x ep->slot, within RING_SLOTS x SLOT), the staging slots
+ * after it. */
 
 static int peer_find(struct ep *ep, const uint8_t ip[4], uint32_t service) {
     for (int i = 0; i < ep->npeers; i++)
@@ -316,11 +321,18 @@ static int peer_connect(struct ep *ep, struct peer *p) {
     const void *pd;
     uint32_t len;
     dd_conn_private_data(p->out, &pd, &len);
-    if (len < 4) {
-        fprintf(stderr, "deposit-fi: the peer's listener did not say its instruction pointer\n");
+    if (len < 8) {
+        fprintf(stderr, "deposit-fi: the peer's listener did not say its instruction pointer and slot\n");
         return -FI_EOTHER;
     }
     memcpy(&p->ip, pd, 4);
+    memcpy(&p->slot, (const uint8_t *)pd + 4, 4);
+    if (p->slot > ep->slot)
+        p->slot = ep->slot; /* our staging slots hold no more than our own stride */
+    if (p->slot <= HDR) {
+        fprintf(stderr, "deposit-fi: the peer's slot of %u bytes holds no data\n", p->slot);
+        return -FI_EOTHER;
+    }
     return 0;
 }
 
@@ -395,7 +407,8 @@ static void push_sends(struct ep *ep) {
             int s = stage_take(ep, t);
             if (s < 0)
                 break;
-            size_t n = t->len - t->off < FRAG ? t->len - t->off : FRAG;
+            size_t frag = p->slot - HDR;
+            size_t n = t->len - t->off < frag ? t->len - t->off : frag;
             struct hdr h = {0};
             h.type = T_DATA;
             h.flags = (uint8_t)((t->off == 0 ? F_FIRST : 0) | (t->off + n == t->len ? F_LAST : 0) |
@@ -568,7 +581,7 @@ static void progress(struct ep *ep) {
     for (int i = 0; i < ep->naccepted; i++)
         arrived += dd_conn_arrivals(ep->accepted[i]);
     while (ep->consumed < arrived) {
-        consume(ep, ring_of(ep) + (ep->consumed % RING_SLOTS) * SLOT);
+        consume(ep, ring_of(ep) + (ep->consumed % RING_SLOTS) * ep->slot);
         ep->consumed++;
     }
     /* Acknowledged fragments. */
@@ -856,24 +869,36 @@ static int ep_enable(struct ep *ep) {
     uint64_t len = (uint64_t)(RING_SLOTS + STAGE_SLOTS) * SLOT;
     struct dd_regwin regs;
     struct dd_instr ins = {0};
-    uint32_t ip;
+    uint32_t pd[2];
+    /* A slot is one message: at most what one message carries on this port, a power of
+     * two so that the ring wraps by its mask. */
+    uint32_t max = dd_device_segment_max(device);
+    ep->slot = SLOT;
+    while (ep->slot > max && ep->slot > 1024)
+        ep->slot /= 2;
+    if (ep->slot > max) {
+        fprintf(stderr, "deposit-fi: one message carries %u bytes on this port; too few\n", max);
+        return -FI_EINVAL;
+    }
     if (dd_endpoint_alloc(device, len, DD_REMOTE_WRITE, &ep->dep) < 0 || dd_cq_create(device, 4096, &ep->dcq) < 0 ||
         dd_alloc_registers(ep->dep, 3, &regs) < 0 || dd_write_register(device, regs, 0, 0) < 0 ||
-        dd_write_register(device, regs, 1, SLOT) < 0 ||
-        dd_write_register(device, regs, 2, (uint64_t)RING_SLOTS * SLOT - 1) < 0)
+        dd_write_register(device, regs, 1, ep->slot) < 0 ||
+        dd_write_register(device, regs, 2, (uint64_t)RING_SLOTS * ep->slot - 1) < 0)
         goto fail;
     ins.opcode = DD_OP_WRITE;
     ins.addr.mode = DD_ADDR_POST_INCREMENT;
     ins.addr.ra = 0;
     ins.addr.op1 = (struct dd_regop){.op = 6 /* AND */, .dst = 0, .src_is_reg = true, .src_reg = 2};
-    if (dd_alloc_instructions(device, ep->dep, 1, &ep->code) < 0 || dd_program(device, ep->code, 0, &ins, 1, &ip) < 0)
+    if (dd_alloc_instructions(device, ep->dep, 1, &ep->code) < 0 ||
+        dd_program(device, ep->code, 0, &ins, 1, &pd[0]) < 0)
         goto fail;
+    pd[1] = ep->slot;
     struct dd_conn_options o = {0};
     o.registers = regs;
     o.instructions = ep->code;
     o.isolated = true;
-    o.private_data = &ip;
-    o.private_data_len = sizeof ip;
+    o.private_data = pd;
+    o.private_data_len = sizeof pd;
     ep->service = BASE_SERVICE + (uint32_t)next_service++;
     const char *s = getenv("DEPOSIT_FI_SERVICE");
     if (s)
