@@ -272,6 +272,7 @@ struct ep {
     struct tx *stage_owner[STAGE_SLOTS];
     int stage_next, stage_free;
     int progressing;
+    unsigned turns;
 };
 
 static uint8_t *ring_of(struct ep *ep) { return dd_endpoint_ptr(ep->dep); }
@@ -572,10 +573,11 @@ static void progress(struct ep *ep) {
         return;
     ep->progressing = 1;
     dd_device_progress(device);
-    /* New peers. */
+    /* New peers (a look every 64 turns: it is a call through the API's wait). */
     struct dd_conn *c;
-    while (ep->naccepted < MAX_PEERS && dd_accept(ep->listener, 0, &c) == DD_OK)
-        ep->accepted[ep->naccepted++] = c;
+    if ((ep->turns++ & 63) == 0)
+        while (ep->naccepted < MAX_PEERS && dd_accept(ep->listener, 0, &c) == DD_OK)
+            ep->accepted[ep->naccepted++] = c;
     /* The ring. */
     uint64_t arrived = 0;
     for (int i = 0; i < ep->naccepted; i++)
