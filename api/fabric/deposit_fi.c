@@ -140,9 +140,17 @@ static int device_get(void) {
     dd_device_config_init(&cfg);
     cfg.port = port;
     cfg.ip[0] = (uint8_t)a, cfg.ip[1] = (uint8_t)b, cfg.ip[2] = (uint8_t)c, cfg.ip[3] = (uint8_t)d;
-    if (dd_device_open(&cfg, &device) < 0) {
-        fprintf(stderr, "deposit-fi: cannot open %s: %s\n", port, dd_last_error());
-        return -FI_ENODEV;
+    /* A memif client whose server (another rank) has not created its socket yet fails
+     * at once: it tries again for up to 10 s. */
+    int client = !strncmp(port, "memif:", 6) && strstr(port, ":client");
+    for (int tries = 0; dd_device_open(&cfg, &device) < 0; tries++) {
+        if (!client || tries == 200) {
+            fprintf(stderr, "deposit-fi: cannot open %s: %s\n", port, dd_last_error());
+            device = NULL;
+            return -FI_ENODEV;
+        }
+        struct timespec t = {0, 50 * 1000 * 1000};
+        nanosleep(&t, NULL);
     }
     memcpy(device_ip, cfg.ip, 4);
     device_refs = 1;

@@ -113,7 +113,7 @@ impl Bench for Write {
     fn sizes(&self, dev: &deposit::Device, p: &Params) -> Result<Vec<(usize, u64)>> {
         if self.ip {
             let max = u64::from(dev.segment_max());
-            harness::one_message_sizes(p, max, "an instruction-pointer message is one message")
+            harness::one_message_sizes(p, 1, max, "an instruction-pointer message is one message")
         } else {
             Ok(p.sizes.iter().copied().enumerate().collect())
         }

@@ -800,29 +800,24 @@ fn reporter<B: Bench>(b: &B, p: &Params, s: &Side, ports: &str, enabled: bool) -
 }
 
 /// The sizes of the run that one message of at most `max` bytes carries, as (round,
-/// size): `-a` skips the others (and says so), a larger `-s` is refused with `one` as
-/// the reason (e.g. "a SEND is one message"); the size 0 (the default of send_bw and
-/// ip_bw) is `max`.
-pub fn one_message_sizes(p: &Params, max: u64, one: &str) -> Result<Vec<(usize, u64)>> {
+/// size), at least `min` each: `-a` skips the others (and says so), another `-s` is
+/// refused with `one` as the reason (e.g. "a SEND is one message"); the size 0 (the
+/// default of send_bw and ip_bw) is `max`.
+pub fn one_message_sizes(p: &Params, min: u64, max: u64, one: &str) -> Result<Vec<(usize, u64)>> {
     let max = max.min(MAX_ONE_MESSAGE);
     if p.sizes == [0] {
         return Ok(vec![(0, max)]);
     }
-    let ok: Vec<(usize, u64)> = p
-        .sizes
-        .iter()
-        .copied()
-        .filter(|&s| s <= max)
-        .enumerate()
-        .collect();
+    let fits = |s: &u64| (min..=max).contains(s);
+    let ok: Vec<(usize, u64)> = p.sizes.iter().copied().filter(fits).enumerate().collect();
     if ok.len() < p.sizes.len() {
         if !p.all {
             return Err(PerfError::Usage(format!(
-                "-s {}: {one}, at most {max} B on this port",
+                "-s {}: {one}: {min}..={max} B on this port",
                 p.sizes[0]
             )));
         }
-        eprintln!("ddperf: -a: sizes above {max} B need more than one message; skipped");
+        eprintln!("ddperf: -a: sizes outside {min}..={max} B skipped ({one})");
     }
     Ok(ok)
 }

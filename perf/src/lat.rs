@@ -178,13 +178,16 @@ impl Bench for PingPong {
         let max = u64::from(dev.segment_max());
         match self.via {
             Via::Write => Ok(p.sizes.iter().copied().enumerate().collect()),
-            Via::Invoke => {
-                harness::one_message_sizes(p, max, "an instruction-pointer message is one message")
-            }
+            Via::Invoke => harness::one_message_sizes(
+                p,
+                1,
+                max,
+                "an instruction-pointer message is one message",
+            ),
             Via::Token => {
-                harness::one_message_sizes(p, max - 8, "a deposit with a token is one message")
+                harness::one_message_sizes(p, 1, max - 8, "a deposit with a token is one message")
             }
-            Via::Send => harness::one_message_sizes(p, max, "a SEND is one message"),
+            Via::Send => harness::one_message_sizes(p, 1, max, "a SEND is one message"),
         }
     }
 

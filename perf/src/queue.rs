@@ -171,27 +171,12 @@ impl Bench for Queue {
     }
 
     fn sizes(&self, dev: &deposit::Device, p: &Params) -> Result<Vec<(usize, u64)>> {
-        let max = u64::from(dev.segment_max()).min(harness::MAX_ONE_MESSAGE);
-        if !self.append {
-            return harness::one_message_sizes(p, max, "a SEND is one message");
+        let max = u64::from(dev.segment_max());
+        if self.append {
+            harness::one_message_sizes(p, RECORD, max, "an append is a record in one message")
+        } else {
+            harness::one_message_sizes(p, 1, max, "a SEND is one message")
         }
-        let ok: Vec<(usize, u64)> = p
-            .sizes
-            .iter()
-            .copied()
-            .filter(|s| (RECORD..=max).contains(s))
-            .enumerate()
-            .collect();
-        if ok.len() < p.sizes.len() {
-            if !p.all {
-                return Err(PerfError::Usage(format!(
-                    "-s {}: append_bw sizes are {RECORD}..={max} B (a record, one message)",
-                    p.sizes[0]
-                )));
-            }
-            eprintln!("ddperf: -a: append_bw runs sizes {RECORD}..={max} B only; others skipped");
-        }
-        Ok(ok)
     }
 
     fn info(&self, s: &Side, _p: &Params, rep: &mut Reporter) {

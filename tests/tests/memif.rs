@@ -157,3 +157,35 @@ fn a_second_process_injecting_garbage_cannot_disturb_a_running_receiver() {
     drop(release);
     assert!(wait_child(child, T).success(), "injector failed at exit");
 }
+
+/// A memif client opened before its server exists fails (DPDK cannot start it), and
+/// the failed port gives back its virtual device: the same spec opens once the server
+/// is there (the libfabric provider's ranks retry this way).
+#[test]
+fn a_memif_client_opened_before_its_server_opens_once_the_server_is_there() {
+    let dir = TempDir::new("early");
+    let sock = dir.sock();
+    let spec = format!("memif:{sock}:client");
+    let early = Device::open(DeviceConfig::new(&spec, [10, 0, 0, 2]));
+    assert!(early.is_err(), "a client with no server opened");
+    let mut server = Command::new(env!("CARGO_BIN_EXE_testnode"))
+        .args(["sweep-server", &sock, "1"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(server.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "ready");
+    let dev = Device::open(DeviceConfig::new(&spec, [10, 0, 0, 2]))
+        .expect("the same spec opens once the server is there");
+    let start = Instant::now();
+    while !dev.link_up() {
+        assert!(start.elapsed() < T, "the memif link did not come up");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    drop(dev);
+    let _ = server.kill();
+    let _ = server.wait();
+}

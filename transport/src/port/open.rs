@@ -62,14 +62,27 @@ pub(super) fn open_port(cfg: &PortConfig) -> Result<Port, PortError> {
             vdev::create_ethdev(spec, seq, max_frame)?
         }
     };
-    let mtu = device_mtu(&dev, max_frame)?;
-    if !carries_more_than_reported(&cfg.spec) {
-        max_frame = max_frame.min(mtu as usize + 14);
-    }
-    let pool = create_mempool(cfg, seq, max_frame, &dev.name)?;
+    // A failure from here on gives back what was created, so that the same spec can be
+    // opened again (a memif client retrying until its server is there).
+    let mut pool = None;
+    let up = (|| {
+        let mtu = device_mtu(&dev, max_frame)?;
+        if !carries_more_than_reported(&cfg.spec) {
+            max_frame = max_frame.min(mtu as usize + 14);
+        }
+        let p = *pool.insert(create_mempool(cfg, seq, max_frame, &dev.name)?);
+        let (rx_desc, tx_external) = configure_ethdev(&dev, cfg, dev.queues, mtu, p)?;
+        Ok((rx_desc, tx_external, start_ethdev(&dev)?))
+    })();
+    let (rx_desc, tx_external, mac) = match up {
+        Ok(v) => v,
+        Err(e) => {
+            discard(&dev, pool);
+            return Err(e);
+        }
+    };
+    let pool = pool.expect("created when the port came up");
     let queues = dev.queues;
-    let (rx_desc, tx_external) = configure_ethdev(&dev, cfg, queues, mtu, pool)?;
-    let mac = start_ethdev(&dev)?;
     Ok(Port::new(PortDev {
         id: dev.id,
         name: dev.name,
@@ -86,6 +99,26 @@ pub(super) fn open_port(cfg: &PortConfig) -> Result<Port, PortError> {
         rx_bells: dev.rx_bells,
         tx_bells: dev.tx_bells,
     }))
+}
+
+/// Releases an ethdev that did not come up: closed, its virtual device uninitialised,
+/// its pool freed (a ring's pool is kept: see `PortDev`'s drop), its ring side given
+/// back.
+fn discard(dev: &Ethdev, pool: Option<NonNull<sys::rte_mempool>>) {
+    // SAFETY: the device was created here and nothing else holds it; it is not
+    // started, so close releases its queues, and no mbuf of the pool is in use.
+    unsafe {
+        sys::rte_eth_dev_close(dev.id);
+        if let Some(v) = &dev.vdev {
+            sys::rte_vdev_uninit(v.as_ptr());
+        }
+        if let (Some(p), None) = (pool, &dev.ring_key) {
+            sys::rte_mempool_free(p.as_ptr());
+        }
+    }
+    if let Some(key) = &dev.ring_key {
+        release_ring_side(key);
+    }
 }
 
 /// Initialises the EAL with defaults (allow-listing the PCI device a PCI spec names)
