@@ -62,6 +62,13 @@ case $over in
                 ip link set "ddmb$r" up
                 ip link set "ddmv$r" up
             done
+            # Up before the ranks open them (bounded).
+            for ((r = 0; r < np; r++)); do
+                for _ in $(seq 100); do
+                    [[ $(cat "/sys/class/net/ddmv$r/operstate") == up ]] && break
+                    sleep 0.05
+                done
+            done
             export DEPOSIT_FI_DEV=af_packet:ddmv%r
             echo "mpi: $np veths (ddmv0..) on bridge $br, af_packet on each"
         else
@@ -70,6 +77,8 @@ case $over in
         fi
         run+=(--mca pml cm --mca mtl ofi --mca mtl_ofi_provider_include deposit
             -x FI_PROVIDER_PATH -x DEPOSIT_FI_DEV)
+        # DPDK's own log, when asked for (DEPOSIT_EAL_ARGS=--log-level=*:info).
+        [[ -n ${DEPOSIT_EAL_ARGS:-} ]] && run+=(-x DEPOSIT_EAL_ARGS)
         ;;
     *) echo "mpi: --over deposit, tcp or vader" >&2; exit 2 ;;
 esac

@@ -46,8 +46,8 @@
 #define PROV_VERSION FI_VERSION(0, 1)
 #define API_VERSION FI_VERSION(1, 17)
 #define SLOT 8192
-#define MAX_PEERS 64
-#define CREDITS 16
+#define MAX_PEERS 48
+#define CREDITS 40
 #define RING_SLOTS 2048 /* >= MAX_PEERS * (CREDITS + 2), a power of two */
 #define STAGE_SLOTS 256
 #define HDR 48
@@ -141,10 +141,10 @@ static int device_get(void) {
     cfg.port = port;
     cfg.ip[0] = (uint8_t)a, cfg.ip[1] = (uint8_t)b, cfg.ip[2] = (uint8_t)c, cfg.ip[3] = (uint8_t)d;
     /* A memif client whose server (another rank) has not created its socket yet fails
-     * at once: it tries again for up to 10 s. */
-    int client = !strncmp(port, "memif:", 6) && strstr(port, ":client");
+     * at once, and so, now and then, does af_packet on a veth made a moment ago: it
+     * tries again for up to 10 s (a port that fails gives back what it created). */
     for (int tries = 0; dd_device_open(&cfg, &device) < 0; tries++) {
-        if (!client || tries == 200) {
+        if (tries == 200) {
             fprintf(stderr, "deposit-fi: cannot open %s: %s\n", port, dd_last_error());
             device = NULL;
             return -FI_ENODEV;
