@@ -1,7 +1,7 @@
 //! Two processes over memif: this test process is one node, `testnode` the other.
 
 use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use deposit::*;
@@ -25,23 +25,30 @@ fn wait_child(mut child: Child, timeout: Duration) -> std::process::ExitStatus {
     }
 }
 
-#[test]
-fn writes_from_1_byte_to_1_mib_land_byte_exact_across_processes() {
-    let dir = TempDir::new("sweep");
-    let sock = dir.sock();
-    let seed = 77u64;
+/// Starts `testnode sweep-server` on `sock` and waits for its "ready" (the memif
+/// socket exists). Returns it, its stdin (dropping it releases the server) and its
+/// stdout.
+fn sweep_server(sock: &str, seed: u64) -> (Child, ChildStdin, BufReader<ChildStdout>) {
     let mut server = Command::new(env!("CARGO_BIN_EXE_testnode"))
-        .args(["sweep-server", &sock, &seed.to_string()])
+        .args(["sweep-server", sock, &seed.to_string()])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
     let release = server.stdin.take().unwrap();
-    // Wait for "ready": the memif socket exists.
     let mut out = BufReader::new(server.stdout.take().unwrap());
     let mut line = String::new();
     out.read_line(&mut line).unwrap();
     assert_eq!(line.trim(), "ready");
+    (server, release, out)
+}
+
+#[test]
+fn writes_from_1_byte_to_1_mib_land_byte_exact_across_processes() {
+    let dir = TempDir::new("sweep");
+    let sock = dir.sock();
+    let seed = 77u64;
+    let (mut server, release, out) = sweep_server(&sock, seed);
 
     let dev = Device::open(DeviceConfig::new(
         &format!("memif:{sock}:client"),
@@ -168,16 +175,7 @@ fn a_memif_client_opened_before_its_server_opens_once_the_server_is_there() {
     let spec = format!("memif:{sock}:client");
     let early = Device::open(DeviceConfig::new(&spec, [10, 0, 0, 2]));
     assert!(early.is_err(), "a client with no server opened");
-    let mut server = Command::new(env!("CARGO_BIN_EXE_testnode"))
-        .args(["sweep-server", &sock, "1"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut out = BufReader::new(server.stdout.take().unwrap());
-    let mut line = String::new();
-    out.read_line(&mut line).unwrap();
-    assert_eq!(line.trim(), "ready");
+    let (mut server, _release, _out) = sweep_server(&sock, 1);
     let dev = Device::open(DeviceConfig::new(&spec, [10, 0, 0, 2]))
         .expect("the same spec opens once the server is there");
     let start = Instant::now();
