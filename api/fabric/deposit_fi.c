@@ -238,6 +238,7 @@ struct peer {
     struct dd_conn *out; /* our connection to it, once opened */
     uint32_t ip;         /* its ring instruction */
     uint32_t slot;       /* its ring's stride: our fragments fit it */
+    fi_addr_t fi_addr;   /* its AV index, once found there (0: not yet; else index + 1) */
     int credits, consumed, credit_pending;
     uint32_t tx_seq;
     /* The message being received from it. */
@@ -302,12 +303,18 @@ static int peer_find(struct ep *ep, const uint8_t ip[4], uint32_t service) {
     return ep->npeers++;
 }
 
+/* The AV index of a peer (a search once: AV entries stay until the AV closes). */
 static fi_addr_t fi_addr_of(struct ep *ep, int peer) {
+    struct peer *p = &ep->peers[peer];
+    if (p->fi_addr)
+        return p->fi_addr - 1;
     if (!ep->av)
         return FI_ADDR_NOTAVAIL;
     for (size_t i = 0; i < ep->av->n; i++)
-        if (same(&ep->av->table[i], ep->peers[peer].a.ip, ep->peers[peer].a.service))
+        if (same(&ep->av->table[i], p->a.ip, p->a.service)) {
+            p->fi_addr = i + 1;
             return i;
+        }
     return FI_ADDR_NOTAVAIL;
 }
 
