@@ -4,7 +4,8 @@
 # target/release/libdeposit-fi.so, which libfabric loads from FI_PROVIDER_PATH. Then
 # `fi_info -p deposit` must list it, and fi_pingpong runs between two processes over
 # memif (FI_EP_RDM): with --check, with data checks (-c) in FI_MSG and FI_TAGGED mode
-# over every size (-S all) with few iterations; otherwise with the given arguments
+# over every size (-S all) with few iterations, then RMA and atomics checked byte for
+# byte (api/fabric/rma_check.c); otherwise with the given arguments
 # (default: fi_pingpong's sizes, 10000 iterations), printing its table. --build only
 # builds it.
 #
@@ -48,6 +49,17 @@ if ((check)); then
     pingpong -c -S all -I 20 | tail -4
     echo "== fi_pingpong -p deposit -e rdm -m tagged -c -I 200 (FI_TAGGED)"
     pingpong -m tagged -c -I 200
+    # RMA and atomics (api/fabric/rma_check.c): a target and an initiator over memif,
+    # every byte of the target's region checked, with virtual addresses and offsets.
+    gcc -std=gnu11 -O2 -Wall -Wextra -Werror api/fabric/rma_check.c -lfabric -o "$lib/rma_check"
+    for mode in "" --offsets; do
+        s=$(mktemp -u /tmp/deposit-rma.XXXXXX.sock)
+        echo "== rma_check $mode (fi_write/fi_read/fi_atomic/fi_fetch_atomic/fi_compare_atomic)"
+        rc=0
+        timeout 120 "$lib/rma_check" "$s" ${mode:+"$mode"} || rc=$?
+        rm -f "$s"
+        ((rc == 0)) || { echo "fabric: rma_check $mode failed" >&2; exit 1; }
+    done
 else
     (($#)) || set -- -I 10000
     echo "== fi_pingpong -p deposit -e rdm $* (two processes, memif)"

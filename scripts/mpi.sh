@@ -44,33 +44,11 @@ case $over in
         export FI_PROVIDER_PATH=$PWD/target/release
         if ((np > 2 || bridge)); then
             (($(id -u) == 0)) || { echo "mpi: a bridge of veths needs root" >&2; exit 2; }
-            br=ddmpi0
-            unbridge() {
-                for ((r = 0; r < np; r++)); do ip link del "ddmv$r" 2>/dev/null || true; done
-                ip link del "$br" 2>/dev/null || true
-            }
-            trap unbridge EXIT
-            unbridge
-            ip link add "$br" type bridge
-            ip link set "$br" up
-            for ((r = 0; r < np; r++)); do
-                ip link add "ddmv$r" type veth peer name "ddmb$r"
-                for i in "ddmv$r" "ddmb$r"; do
-                    sysctl -qw "net.ipv6.conf.$i.disable_ipv6=1"
-                done
-                ip link set "ddmb$r" master "$br"
-                ip link set "ddmb$r" up
-                ip link set "ddmv$r" up
-            done
-            # Up before the ranks open them (bounded).
-            for ((r = 0; r < np; r++)); do
-                for _ in $(seq 100); do
-                    [[ $(cat "/sys/class/net/ddmv$r/operstate") == up ]] && break
-                    sleep 0.05
-                done
-            done
+            # shellcheck source=scripts/bridge.sh
+            . scripts/bridge.sh
+            bridge_up "$np"
             export DEPOSIT_FI_DEV=af_packet:ddmv%r
-            echo "mpi: $np veths (ddmv0..) on bridge $br, af_packet on each"
+            echo "mpi: $np veths (ddmv0..) on bridge ddmpi0, af_packet on each"
         else
             sock=$(mktemp -u /tmp/deposit-mpi.XXXXXX)
             export DEPOSIT_FI_DEV=memif:$sock:%r

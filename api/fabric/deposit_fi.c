@@ -25,8 +25,24 @@
  *    mask; both optionally by source), else the message waits in an unexpected list.
  *  - Progress is manual: reading a completion queue (or sending) drives the device,
  *    accepts connections, consumes the ring and retires completions.
- * Not provided (-FI_ENOSYS): RMA, atomics, counters, wait sets, scalable endpoints,
- * shared contexts, passive endpoints and event queues (an RDM endpoint needs none).
+ *  - RMA and atomics (FI_RMA, FI_ATOMIC): a memory region with remote access is the
+ *    application's buffer registered as a deposit endpoint (any alignment) with a
+ *    listener of its own. Its key (FI_MR_PROV_KEY) is a random service number and a
+ *    random secret: an initiator connects to that service on first use with the key as
+ *    its connect private data, and the listener admits only requests that carry it (a
+ *    wrong key is answered as "no listener" and counted by the target's device), so a
+ *    region is reachable only by whoever was given its key. The region's address and
+ *    length come back in the listener's reply (FI_MR_VIRT_ADDR when the application
+ *    asks for it, offsets otherwise). Writes go through the sender's staging slots
+ *    (SLOT bytes at a time); reads and fetched atomic values land there and are copied
+ *    out when they complete. Atomics: 64-bit integers, FI_SUM (fetch-and-add),
+ *    FI_ATOMIC_READ (adding 0), FI_ATOMIC_WRITE (non-fetching) and FI_CSWAP; the
+ *    target's device performs them in order, the target application is not involved.
+ *    Bounds and rights are the target's: an access beyond the region, or one it does
+ *    not allow, completes with FI_EACCES and writes nothing.
+ * Not provided (-FI_ENOSYS): counters, wait sets, scalable endpoints, shared contexts,
+ * passive endpoints, RMA with remote CQ data and event queues (an RDM endpoint needs
+ * none).
  */
 #include <deposit.h>
 #include <errno.h>
@@ -35,11 +51,14 @@
 #include <rdma/fi_domain.h>
 #include <rdma/fi_endpoint.h>
 #include <rdma/fi_errno.h>
+#include <rdma/fi_atomic.h>
+#include <rdma/fi_rma.h>
 #include <rdma/fi_tagged.h>
 #include <rdma/providers/fi_prov.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <time.h>
 
 #define PROV_NAME "deposit"
@@ -57,6 +76,8 @@
 #define CQ_DEPTH 65536
 
 enum { T_DATA = 1, T_CREDIT = 2 };
+/* What a request is: a message, or one of the one-sided operations. */
+enum { K_MSG = 0, K_WRITE, K_READ, K_ATOMIC, K_FETCH, K_CSWAP };
 enum { F_FIRST = 1, F_LAST = 2, F_TAGGED = 4, F_DATA = 8 };
 
 struct hdr {
@@ -164,6 +185,122 @@ static void device_put(void) {
     }
 }
 
+/* ---- memory regions (the domain's: one device per process) ------------------------ */
+
+struct mr {
+    struct fid_mr fid;
+    struct mr *next;
+    struct dd_endpoint *dep; /* NULL: no remote access, nothing to reach */
+    struct dd_listener *listener;
+    struct dd_conn **conns; /* initiators admitted (kept: dropping one closes it) */
+    int nconns, capconns;
+    uint64_t base, len;
+};
+
+static struct mr *mrs;
+static struct dd_cq *mr_cq; /* the regions' connections post nothing; one queue for all */
+static int virt_addr;       /* FI_MR_VIRT_ADDR: remote addresses are virtual addresses */
+
+/* Takes the initiators that connected to our regions since the last look. */
+static void mr_accept(void) {
+    for (struct mr *m = mrs; m; m = m->next) {
+        struct dd_conn *c;
+        while (m->listener && dd_accept(m->listener, 0, &c) == DD_OK) {
+            if (m->nconns == m->capconns) {
+                int cap = m->capconns ? 2 * m->capconns : 8;
+                struct dd_conn **n = realloc(m->conns, (size_t)cap * sizeof *n);
+                if (!n) {
+                    dd_conn_close(c);
+                    continue;
+                }
+                m->conns = n, m->capconns = cap;
+            }
+            m->conns[m->nconns++] = c;
+        }
+    }
+}
+
+static int mr_close(struct fid *f) {
+    struct mr *m = (struct mr *)f;
+    for (struct mr **pp = &mrs; *pp; pp = &(*pp)->next)
+        if (*pp == m) {
+            *pp = m->next;
+            break;
+        }
+    mr_accept(); /* so that what is queued closes too */
+    for (int i = 0; i < m->nconns; i++)
+        dd_conn_close(m->conns[i]);
+    free(m->conns);
+    if (m->listener)
+        dd_listener_close(m->listener);
+    if (m->dep)
+        dd_endpoint_free(m->dep);
+    free(m);
+    return 0;
+}
+
+static struct fi_ops mr_fi_ops;
+
+static int mr_reg(struct fid *dom, const void *buf, size_t len, uint64_t access, uint64_t offset,
+                  uint64_t requested_key, uint64_t flags, struct fid_mr **out, void *ctx) {
+    (void)dom, (void)offset, (void)requested_key;
+    if (flags)
+        return -FI_EBADFLAGS;
+    struct mr *m = calloc(1, sizeof *m);
+    if (!m)
+        return -FI_ENOMEM;
+    m->fid.fid.fclass = FI_CLASS_MR, m->fid.fid.context = ctx, m->fid.fid.ops = &mr_fi_ops;
+    m->fid.mem_desc = m;
+    m->base = (uint64_t)(uintptr_t)buf, m->len = len;
+    uint32_t rights = ((access & FI_REMOTE_READ) ? DD_REMOTE_READ : 0) |
+                      ((access & FI_REMOTE_WRITE) ? DD_REMOTE_WRITE | DD_REMOTE_ATOMIC : 0);
+    if (!rights || !len || !buf) { /* local use only: nothing for peers to reach */
+        *out = &m->fid;
+        return 0;
+    }
+    if ((!mr_cq && dd_cq_create(device, 64, &mr_cq) < 0) ||
+        dd_endpoint_register(device, (void *)buf, len, rights, &m->dep) < 0) {
+        fprintf(stderr, "deposit-fi: memory registration: %s\n", dd_last_error());
+        free(m);
+        return -FI_ENOMEM;
+    }
+    uint64_t reply[2] = {m->base, m->len};
+    for (int tries = 0; tries < 16; tries++) {
+        uint32_t r[2];
+        if (getrandom(r, sizeof r, 0) != sizeof r)
+            break;
+        uint32_t service = 0x80000000u | r[0];
+        m->fid.key = (uint64_t)(r[1] | 1) << 32 | service;
+        struct dd_conn_options o = {0};
+        o.private_data = reply, o.private_data_len = sizeof reply;
+        o.require_private_data = &m->fid.key, o.require_private_data_len = sizeof m->fid.key;
+        if (dd_listen(device, service, m->dep, mr_cq, &o, &m->listener) == DD_OK)
+            break;
+        m->listener = NULL; /* that service is taken: another draw */
+    }
+    if (!m->listener) {
+        fprintf(stderr, "deposit-fi: memory registration: %s\n", dd_last_error());
+        dd_endpoint_free(m->dep);
+        free(m);
+        return -FI_ENOMEM;
+    }
+    m->next = mrs, mrs = m;
+    *out = &m->fid;
+    return 0;
+}
+
+static int mr_regv(struct fid *dom, const struct iovec *iov, size_t count, uint64_t access, uint64_t offset,
+                   uint64_t requested_key, uint64_t flags, struct fid_mr **out, void *ctx) {
+    if (count > 1)
+        return -FI_EINVAL;
+    return mr_reg(dom, count ? iov[0].iov_base : NULL, count ? iov[0].iov_len : 0, access, offset, requested_key,
+                  flags, out, ctx);
+}
+
+static int mr_regattr(struct fid *dom, const struct fi_mr_attr *a, uint64_t flags, struct fid_mr **out) {
+    return mr_regv(dom, a->mr_iov, a->iov_count, a->access, a->offset, a->requested_key, flags, out, a->context);
+}
+
 /* ---- completion queues ---------------------------------------------------------- */
 
 struct cq {
@@ -230,7 +367,22 @@ struct tx {
     void *ctx;
     int frags_out;
     uint32_t seq;
-    uint8_t *copy; /* inject: our own copy */
+    uint8_t *copy; /* inject: our own copy; atomics: the operands */
+    /* One-sided operations: the kind, the target region (key, address) and the
+     * connection to it, where results go, compare operands, the atomic op, the error. */
+    int kind, err;
+    uint64_t key, raddr;
+    struct rmr *rmr;
+    uint8_t *result, *compare;
+    enum fi_op aop;
+};
+
+/* A remote memory region we reach: its key at a peer, our connection to it, and its
+ * address and length (from its listener's reply). */
+struct rmr {
+    int peer;
+    uint64_t key, base, len;
+    struct dd_conn *conn;
 };
 
 struct peer {
@@ -279,7 +431,12 @@ struct ep {
     struct tx *txq, *txq_tail;
     /* Staging slots: the request each holds until acknowledged. */
     struct tx *stage_owner[STAGE_SLOTS];
+    /* A one-sided operation's slot: where in the request it is, and how many bytes. */
+    size_t stage_at[STAGE_SLOTS];
+    uint32_t stage_len[STAGE_SLOTS];
     int stage_next, stage_free;
+    struct rmr *rmrs;
+    int nrmr, caprmr;
     int progressing;
     unsigned turns;
 };
@@ -410,10 +567,116 @@ static void send_credit(struct ep *ep, struct peer *p) {
     p->credit_pending = 0;
 }
 
+/* The region `key` of peer `pi`: our connection to it, opened on first use (blocking:
+ * the device's CM timeout); NULL when the peer admits no such key. */
+static struct rmr *rmr_get(struct ep *ep, int pi, uint64_t key) {
+    for (int i = 0; i < ep->nrmr; i++)
+        if (ep->rmrs[i].peer == pi && ep->rmrs[i].key == key)
+            return &ep->rmrs[i];
+    if (ep->nrmr == ep->caprmr) {
+        int cap = ep->caprmr ? 2 * ep->caprmr : 8;
+        struct rmr *n = realloc(ep->rmrs, (size_t)cap * sizeof *n);
+        if (!n)
+            return NULL;
+        for (struct tx *t = ep->txq; t; t = t->next) /* requests keep their index */
+            if (t->rmr)
+                t->rmr = n + (t->rmr - ep->rmrs);
+        ep->rmrs = n, ep->caprmr = cap;
+    }
+    struct peer *p = &ep->peers[pi];
+    struct dd_conn_options o = {0};
+    o.private_data = &key, o.private_data_len = sizeof key;
+    struct dd_conn *c;
+    if (dd_connect(device, p->a.ip, (uint32_t)key, ep->dep, ep->dcq, &o, &c) < 0)
+        return NULL; /* refused: no region with that key there */
+    const void *pd;
+    uint32_t len;
+    dd_conn_private_data(c, &pd, &len);
+    if (len < 16) {
+        dd_conn_close(c);
+        return NULL;
+    }
+    struct rmr *r = &ep->rmrs[ep->nrmr++];
+    r->peer = pi, r->key = key, r->conn = c;
+    memcpy(&r->base, pd, 8);
+    memcpy(&r->len, (const uint8_t *)pd + 8, 8);
+    return r;
+}
+
+static void tx_done(struct ep *ep, struct tx *t);
+
+/* Moves as much of a one-sided request as staging allows; the number posted. */
+static int push_rma(struct ep *ep, struct tx *t) {
+    if (!t->rmr && t->off < t->len) {
+        t->rmr = rmr_get(ep, t->peer, t->key);
+        if (!t->rmr) {
+            t->err = FI_EACCES, t->off = t->len;
+        } else {
+            uint64_t at = t->raddr - (virt_addr ? t->rmr->base : 0);
+            if ((virt_addr && t->raddr < t->rmr->base) || at + t->len > UINT32_MAX)
+                t->err = FI_EINVAL, t->off = t->len;
+            else
+                t->raddr = at; /* from here on, an offset into the region */
+        }
+    }
+    int posted = 0;
+    while (t->off < t->len && ep->stage_free > 0) {
+        int s = stage_take(ep, t);
+        if (s < 0)
+            break;
+        uint8_t *slot = ring_of(ep) + stage_off(s);
+        int atomic = t->kind >= K_ATOMIC;
+        size_t n = atomic ? 8 : (t->len - t->off < SLOT ? t->len - t->off : SLOT);
+        struct dd_wr w = {0};
+        w.wr_id = (uint64_t)s;
+        w.flags = DD_WR_SIGNALED;
+        w.local = ep->dep;
+        w.local_offset = stage_off(s);
+        w.length = (uint32_t)n;
+        w.remote_offset = (uint32_t)(t->raddr + t->off);
+        uint64_t operand = 0;
+        if (atomic && t->copy)
+            memcpy(&operand, t->copy + t->off, 8);
+        if (t->kind == K_WRITE || (t->kind == K_ATOMIC && t->aop == FI_ATOMIC_WRITE)) {
+            w.opcode = DD_OP_WRITE;
+            memcpy(slot, (t->kind == K_WRITE ? t->buf : t->copy) + t->off, n);
+        } else if (t->kind == K_READ) {
+            w.opcode = DD_OP_READ;
+        } else if (t->kind == K_CSWAP) {
+            w.opcode = DD_OP_CMP_SWAP;
+            memcpy(&w.compare, t->compare + t->off, 8);
+            w.swap = operand;
+        } else { /* FI_SUM, and FI_ATOMIC_READ as adding 0 */
+            w.opcode = DD_OP_FETCH_ADD;
+            w.add = t->aop == FI_SUM ? operand : 0;
+        }
+        ep->stage_at[s] = t->off, ep->stage_len[s] = (uint32_t)n;
+        int rc = dd_post(t->rmr->conn, &w);
+        if (rc < 0) {
+            ep->stage_owner[s] = NULL;
+            ep->stage_free++;
+            if (rc != DD_ERR_AGAIN)
+                t->err = FI_EIO, t->off = t->len;
+            break;
+        }
+        posted++;
+        t->frags_out++;
+        t->off += n;
+    }
+    if (t->off >= t->len && t->frags_out == 0)
+        tx_done(ep, t);
+    return posted;
+}
+
 /* Moves as many fragments of queued sends as credits and staging allow. */
 static void push_sends(struct ep *ep) {
     int posted = 0;
-    for (struct tx *t = ep->txq; t; t = t->next) {
+    for (struct tx *t = ep->txq, *next; t; t = next) {
+        next = t->next;
+        if (t->kind != K_MSG) {
+            posted += push_rma(ep, t);
+            continue;
+        }
         struct peer *p = &ep->peers[t->peer];
         if (!p->out && peer_connect(ep, p) < 0)
             continue;
@@ -467,9 +730,17 @@ static void tx_done(struct ep *ep, struct tx *t) {
         if (ep->txq_tail == t)
             ep->txq_tail = prev;
     }
-    if (!t->inject)
-        cq_push(ep->txcq, t->ctx, (t->tagged ? FI_TAGGED : FI_MSG) | FI_SEND, 0, NULL, 0, 0, FI_ADDR_NOTAVAIL);
+    static const uint64_t kind_flags[] = {
+        [K_WRITE] = FI_RMA | FI_WRITE, [K_READ] = FI_RMA | FI_READ, [K_ATOMIC] = FI_ATOMIC | FI_WRITE,
+        [K_FETCH] = FI_ATOMIC | FI_READ, [K_CSWAP] = FI_ATOMIC | FI_READ,
+    };
+    uint64_t flags = t->kind == K_MSG ? (t->tagged ? FI_TAGGED : FI_MSG) | FI_SEND : kind_flags[t->kind];
+    if (t->err)
+        cq_push_err(ep->txcq, t->ctx, flags, t->err, 0, 0, 0);
+    else if (!t->inject)
+        cq_push(ep->txcq, t->ctx, flags, 0, NULL, 0, 0, FI_ADDR_NOTAVAIL);
     free(t->copy);
+    free(t->compare);
     free(t);
 }
 
@@ -590,9 +861,11 @@ static void progress(struct ep *ep) {
     dd_device_progress(device);
     /* New peers (a look every 64 turns: it is a call through the API's wait). */
     struct dd_conn *c;
-    if ((ep->turns++ & 63) == 0)
+    if ((ep->turns++ & 63) == 0) {
         while (ep->naccepted < MAX_PEERS && dd_accept(ep->listener, 0, &c) == DD_OK)
             ep->accepted[ep->naccepted++] = c;
+        mr_accept();
+    }
     /* The ring. */
     uint64_t arrived = 0;
     for (int i = 0; i < ep->naccepted; i++)
@@ -612,6 +885,15 @@ static void progress(struct ep *ep) {
             struct tx *t = ep->stage_owner[s];
             ep->stage_owner[s] = NULL;
             ep->stage_free++;
+            if (t && t != &credit_owner && t->kind != K_MSG) {
+                if (wc[i].status != DD_WC_SUCCESS) /* the target refused it: bounds, rights */
+                    t->err = wc[i].remote_reason >= 0 ? FI_EACCES : FI_EIO, t->off = t->len;
+                else if (t->result && t->kind != K_WRITE && !(t->kind == K_ATOMIC))
+                    memcpy(t->result + ep->stage_at[s], ring_of(ep) + stage_off(s), ep->stage_len[s]);
+                if (--t->frags_out == 0 && t->off >= t->len)
+                    tx_done(ep, t);
+                continue;
+            }
             if (wc[i].status != DD_WC_SUCCESS)
                 fprintf(stderr, "deposit-fi: a fragment completed with %s (%s)\n", dd_wc_status_str(wc[i].status),
                         dd_drop_reason_str(wc[i].remote_reason));
@@ -820,6 +1102,220 @@ static struct fi_ops_tagged tag_ops = {
     .inject = tag_inject, .senddata = tag_senddata, .injectdata = tag_injectdata,
 };
 
+/* ---- RMA and atomics ---------------------------------------------------------------- */
+
+/* Queues a one-sided request of `len` bytes (atomics: `len` / 8 words). */
+static ssize_t do_rma(struct fid_ep *fep, int kind, const void *buf, size_t len, fi_addr_t dest, uint64_t addr,
+                      uint64_t key, void *ctx, int inject, void *result, const void *compare, enum fi_op op) {
+    struct ep *ep = ep_of(fep);
+    if (!ep->enabled)
+        return -FI_EOPBADSTATE;
+    int pi = peer_of_addr(ep, dest);
+    if (pi < 0)
+        return -FI_EINVAL;
+    struct tx *t = calloc(1, sizeof *t);
+    if (!t)
+        return -FI_ENOMEM;
+    t->kind = kind, t->buf = buf, t->len = len, t->peer = pi, t->ctx = ctx, t->inject = inject;
+    t->raddr = addr, t->key = key, t->result = result, t->aop = op;
+    if (kind == K_READ)
+        t->result = (uint8_t *)buf;
+    /* Operands are ours from now on (an inject's buffer is the caller's again at once). */
+    if ((inject && kind == K_WRITE) || kind >= K_ATOMIC) {
+        t->copy = malloc(len ? len : 1);
+        if (t->copy && buf)
+            memcpy(t->copy, buf, len);
+        if (inject && kind == K_WRITE)
+            t->buf = t->copy;
+    }
+    if (compare) {
+        t->compare = malloc(len);
+        if (t->compare)
+            memcpy(t->compare, compare, len);
+    }
+    if ((((inject && kind == K_WRITE) || kind >= K_ATOMIC) && !t->copy) || (compare && !t->compare)) {
+        free(t->copy), free(t->compare), free(t);
+        return -FI_ENOMEM;
+    }
+    if (ep->txq_tail)
+        ep->txq_tail->next = t;
+    else
+        ep->txq = t;
+    ep->txq_tail = t;
+    push_sends(ep);
+    return 0;
+}
+
+static ssize_t rma_read(struct fid_ep *e, void *buf, size_t len, void *desc, fi_addr_t src, uint64_t addr,
+                        uint64_t key, void *ctx) {
+    (void)desc;
+    return do_rma(e, K_READ, buf, len, src, addr, key, ctx, 0, NULL, NULL, 0);
+}
+static ssize_t rma_readv(struct fid_ep *e, const struct iovec *iov, void **desc, size_t count, fi_addr_t src,
+                         uint64_t addr, uint64_t key, void *ctx) {
+    (void)desc;
+    if (count > 1)
+        return -FI_EINVAL;
+    return do_rma(e, K_READ, count ? iov[0].iov_base : NULL, count ? iov[0].iov_len : 0, src, addr, key, ctx, 0,
+                  NULL, NULL, 0);
+}
+static ssize_t rma_readmsg(struct fid_ep *e, const struct fi_msg_rma *m, uint64_t flags) {
+    (void)flags;
+    if (m->iov_count > 1 || m->rma_iov_count != 1)
+        return -FI_EINVAL;
+    return do_rma(e, K_READ, m->iov_count ? m->msg_iov[0].iov_base : NULL, m->iov_count ? m->msg_iov[0].iov_len : 0,
+                  m->addr, m->rma_iov[0].addr, m->rma_iov[0].key, m->context, 0, NULL, NULL, 0);
+}
+static ssize_t rma_write(struct fid_ep *e, const void *buf, size_t len, void *desc, fi_addr_t dest, uint64_t addr,
+                         uint64_t key, void *ctx) {
+    (void)desc;
+    return do_rma(e, K_WRITE, buf, len, dest, addr, key, ctx, 0, NULL, NULL, 0);
+}
+static ssize_t rma_writev(struct fid_ep *e, const struct iovec *iov, void **desc, size_t count, fi_addr_t dest,
+                          uint64_t addr, uint64_t key, void *ctx) {
+    (void)desc;
+    if (count > 1)
+        return -FI_EINVAL;
+    return do_rma(e, K_WRITE, count ? iov[0].iov_base : NULL, count ? iov[0].iov_len : 0, dest, addr, key, ctx, 0,
+                  NULL, NULL, 0);
+}
+static ssize_t rma_writemsg(struct fid_ep *e, const struct fi_msg_rma *m, uint64_t flags) {
+    if (m->iov_count > 1 || m->rma_iov_count != 1 || (flags & FI_REMOTE_CQ_DATA))
+        return -FI_EINVAL;
+    return do_rma(e, K_WRITE, m->iov_count ? m->msg_iov[0].iov_base : NULL,
+                  m->iov_count ? m->msg_iov[0].iov_len : 0, m->addr, m->rma_iov[0].addr, m->rma_iov[0].key,
+                  m->context, !!(flags & FI_INJECT) && !(flags & FI_COMPLETION), NULL, NULL, 0);
+}
+static ssize_t rma_inject(struct fid_ep *e, const void *buf, size_t len, fi_addr_t dest, uint64_t addr,
+                          uint64_t key) {
+    return do_rma(e, K_WRITE, buf, len, dest, addr, key, NULL, 1, NULL, NULL, 0);
+}
+
+/* 64-bit integers; FI_SUM and FI_ATOMIC_WRITE, fetching FI_SUM and FI_ATOMIC_READ,
+ * FI_CSWAP: what a deposit fetch-and-add, compare-and-swap or 8-byte write does. */
+static int atomic_ok(enum fi_datatype dt, enum fi_op op, int kind) {
+    if (dt != FI_UINT64 && dt != FI_INT64)
+        return 0;
+    switch (kind) {
+    case K_ATOMIC: return op == FI_SUM || op == FI_ATOMIC_WRITE;
+    case K_FETCH: return op == FI_SUM || op == FI_ATOMIC_READ;
+    default: return op == FI_CSWAP;
+    }
+}
+
+static ssize_t do_atomic(struct fid_ep *e, int kind, const void *buf, size_t count, fi_addr_t dest, uint64_t addr,
+                         uint64_t key, enum fi_datatype dt, enum fi_op op, void *ctx, int inject, void *result,
+                         const void *compare) {
+    if (!atomic_ok(dt, op, kind))
+        return -FI_EOPNOTSUPP;
+    if (addr % 8)
+        return -FI_EINVAL;
+    return do_rma(e, kind, buf, count * 8, dest, addr, key, ctx, inject, result, compare, op);
+}
+
+static ssize_t at_write(struct fid_ep *e, const void *buf, size_t count, void *desc, fi_addr_t dest,
+                        uint64_t addr, uint64_t key, enum fi_datatype dt, enum fi_op op, void *ctx) {
+    (void)desc;
+    return do_atomic(e, K_ATOMIC, buf, count, dest, addr, key, dt, op, ctx, 0, NULL, NULL);
+}
+static ssize_t at_writev(struct fid_ep *e, const struct fi_ioc *iov, void **desc, size_t count, fi_addr_t dest,
+                         uint64_t addr, uint64_t key, enum fi_datatype dt, enum fi_op op, void *ctx) {
+    (void)desc;
+    if (count != 1)
+        return -FI_EINVAL;
+    return do_atomic(e, K_ATOMIC, iov[0].addr, iov[0].count, dest, addr, key, dt, op, ctx, 0, NULL, NULL);
+}
+static ssize_t at_writemsg(struct fid_ep *e, const struct fi_msg_atomic *m, uint64_t flags) {
+    if (m->iov_count != 1 || m->rma_iov_count != 1)
+        return -FI_EINVAL;
+    return do_atomic(e, K_ATOMIC, m->msg_iov[0].addr, m->msg_iov[0].count, m->addr, m->rma_iov[0].addr,
+                     m->rma_iov[0].key, m->datatype, m->op, m->context,
+                     !!(flags & FI_INJECT) && !(flags & FI_COMPLETION), NULL, NULL);
+}
+static ssize_t at_inject(struct fid_ep *e, const void *buf, size_t count, fi_addr_t dest, uint64_t addr,
+                         uint64_t key, enum fi_datatype dt, enum fi_op op) {
+    return do_atomic(e, K_ATOMIC, buf, count, dest, addr, key, dt, op, NULL, 1, NULL, NULL);
+}
+static ssize_t at_readwrite(struct fid_ep *e, const void *buf, size_t count, void *desc, void *result,
+                            void *result_desc, fi_addr_t dest, uint64_t addr, uint64_t key, enum fi_datatype dt,
+                            enum fi_op op, void *ctx) {
+    (void)desc, (void)result_desc;
+    return do_atomic(e, K_FETCH, buf, count, dest, addr, key, dt, op, ctx, 0, result, NULL);
+}
+static ssize_t at_readwritev(struct fid_ep *e, const struct fi_ioc *iov, void **desc, size_t count,
+                             struct fi_ioc *resultv, void **result_desc, size_t result_count, fi_addr_t dest,
+                             uint64_t addr, uint64_t key, enum fi_datatype dt, enum fi_op op, void *ctx) {
+    (void)desc, (void)result_desc;
+    if (count != 1 || result_count != 1)
+        return -FI_EINVAL;
+    return do_atomic(e, K_FETCH, iov[0].addr, resultv[0].count, dest, addr, key, dt, op, ctx, 0, resultv[0].addr,
+                     NULL);
+}
+static ssize_t at_readwritemsg(struct fid_ep *e, const struct fi_msg_atomic *m, struct fi_ioc *resultv,
+                               void **result_desc, size_t result_count, uint64_t flags) {
+    (void)result_desc, (void)flags;
+    if (m->rma_iov_count != 1 || result_count != 1)
+        return -FI_EINVAL;
+    return do_atomic(e, K_FETCH, m->iov_count ? m->msg_iov[0].addr : NULL, resultv[0].count, m->addr,
+                     m->rma_iov[0].addr, m->rma_iov[0].key, m->datatype, m->op, m->context, 0, resultv[0].addr, NULL);
+}
+static ssize_t at_compwrite(struct fid_ep *e, const void *buf, size_t count, void *desc, const void *compare,
+                            void *compare_desc, void *result, void *result_desc, fi_addr_t dest, uint64_t addr,
+                            uint64_t key, enum fi_datatype dt, enum fi_op op, void *ctx) {
+    (void)desc, (void)compare_desc, (void)result_desc;
+    return do_atomic(e, K_CSWAP, buf, count, dest, addr, key, dt, op, ctx, 0, result, compare);
+}
+static ssize_t at_compwritev(struct fid_ep *e, const struct fi_ioc *iov, void **desc, size_t count,
+                             const struct fi_ioc *comparev, void **compare_desc, size_t compare_count,
+                             struct fi_ioc *resultv, void **result_desc, size_t result_count, fi_addr_t dest,
+                             uint64_t addr, uint64_t key, enum fi_datatype dt, enum fi_op op, void *ctx) {
+    (void)desc, (void)compare_desc, (void)result_desc;
+    if (count != 1 || compare_count != 1 || result_count != 1 || comparev[0].count != iov[0].count)
+        return -FI_EINVAL;
+    return do_atomic(e, K_CSWAP, iov[0].addr, iov[0].count, dest, addr, key, dt, op, ctx, 0, resultv[0].addr,
+                     comparev[0].addr);
+}
+static ssize_t at_compwritemsg(struct fid_ep *e, const struct fi_msg_atomic *m, const struct fi_ioc *comparev,
+                               void **compare_desc, size_t compare_count, struct fi_ioc *resultv,
+                               void **result_desc, size_t result_count, uint64_t flags) {
+    (void)compare_desc, (void)result_desc, (void)flags;
+    if (m->iov_count != 1 || m->rma_iov_count != 1 || compare_count != 1 || result_count != 1)
+        return -FI_EINVAL;
+    return do_atomic(e, K_CSWAP, m->msg_iov[0].addr, m->msg_iov[0].count, m->addr, m->rma_iov[0].addr,
+                     m->rma_iov[0].key, m->datatype, m->op, m->context, 0, resultv[0].addr, comparev[0].addr);
+}
+static int valid(enum fi_datatype dt, enum fi_op op, size_t *count, int kind) {
+    if (!atomic_ok(dt, op, kind))
+        return -FI_EOPNOTSUPP;
+    *count = SLOT / 8;
+    return 0;
+}
+static int at_writevalid(struct fid_ep *e, enum fi_datatype dt, enum fi_op op, size_t *count) {
+    (void)e;
+    return valid(dt, op, count, K_ATOMIC);
+}
+static int at_readwritevalid(struct fid_ep *e, enum fi_datatype dt, enum fi_op op, size_t *count) {
+    (void)e;
+    return valid(dt, op, count, K_FETCH);
+}
+static int at_compwritevalid(struct fid_ep *e, enum fi_datatype dt, enum fi_op op, size_t *count) {
+    (void)e;
+    return valid(dt, op, count, K_CSWAP);
+}
+
+static struct fi_ops_rma rma_ops = {
+    .size = sizeof(struct fi_ops_rma), .read = rma_read, .readv = rma_readv, .readmsg = rma_readmsg,
+    .write = rma_write, .writev = rma_writev, .writemsg = rma_writemsg, .inject = rma_inject,
+    .writedata = (void *)nosys_ssize, .injectdata = (void *)nosys_ssize,
+};
+static struct fi_ops_atomic atomic_ops = {
+    .size = sizeof(struct fi_ops_atomic), .write = at_write, .writev = at_writev, .writemsg = at_writemsg,
+    .inject = at_inject, .readwrite = at_readwrite, .readwritev = at_readwritev,
+    .readwritemsg = at_readwritemsg, .compwrite = at_compwrite, .compwritev = at_compwritev,
+    .compwritemsg = at_compwritemsg, .writevalid = at_writevalid, .readwritevalid = at_readwritevalid,
+    .compwritevalid = at_compwritevalid,
+};
+
 /* ---- endpoint object ------------------------------------------------------------- */
 
 static int ep_close(struct fid *f) {
@@ -833,6 +1329,9 @@ static int ep_close(struct fid *f) {
                 dd_conn_close(ep->peers[i].out);
         for (int i = 0; i < ep->naccepted; i++)
             dd_conn_close(ep->accepted[i]);
+        for (int i = 0; i < ep->nrmr; i++)
+            dd_conn_close(ep->rmrs[i].conn);
+        free(ep->rmrs);
         dd_listener_close(ep->listener);
         dd_instr_window_release(ep->code);
         dd_cq_destroy(ep->dcq);
@@ -1213,6 +1712,7 @@ static int dom_endpoint(struct fid_domain *d, struct fi_info *info, struct fid_e
     ep->info = fi_dupinfo(info);
     ep->fid.fid.fclass = FI_CLASS_EP, ep->fid.fid.context = ctx, ep->fid.fid.ops = &ep_fi_ops;
     ep->fid.ops = &ep_ops, ep->fid.cm = &cm_ops, ep->fid.msg = &msg_ops, ep->fid.tagged = &tag_ops;
+    ep->fid.rma = &rma_ops, ep->fid.atomic = &atomic_ops;
     *out = &ep->fid;
     return 0;
 }
@@ -1227,19 +1727,34 @@ static struct fi_ops dom_fi_ops = {
     .size = sizeof(struct fi_ops), .close = dom_close, .bind = (void *)nosys_int, .control = (void *)nosys_int,
     .ops_open = (void *)nosys_int, .tostr = (void *)nosys_int, .ops_set = (void *)nosys_int,
 };
+static int dom_query_atomic(struct fid_domain *d, enum fi_datatype dt, enum fi_op op, struct fi_atomic_attr *attr,
+                            uint64_t flags) {
+    (void)d;
+    int kind = (flags & FI_COMPARE_ATOMIC) ? K_CSWAP : (flags & FI_FETCH_ATOMIC) ? K_FETCH : K_ATOMIC;
+    if (!atomic_ok(dt, op, kind))
+        return -FI_EOPNOTSUPP;
+    attr->size = 8, attr->count = SLOT / 8;
+    return 0;
+}
+
 static struct fi_ops_domain dom_ops = {
     .size = sizeof(struct fi_ops_domain), .av_open = dom_av_open, .cq_open = dom_cq_open,
     .endpoint = dom_endpoint, .scalable_ep = (void *)nosys_int, .cntr_open = (void *)nosys_int,
     .poll_open = (void *)nosys_int, .stx_ctx = (void *)nosys_int, .srx_ctx = (void *)nosys_int,
-    .query_atomic = (void *)nosys_int, .query_collective = (void *)nosys_int,
+    .query_atomic = dom_query_atomic, .query_collective = (void *)nosys_int,
 };
 static struct fi_ops_mr mr_ops = {
-    .size = sizeof(struct fi_ops_mr), .reg = (void *)nosys_int, .regv = (void *)nosys_int,
-    .regattr = (void *)nosys_int,
+    .size = sizeof(struct fi_ops_mr), .reg = mr_reg, .regv = mr_regv, .regattr = mr_regattr,
+};
+static struct fi_ops mr_fi_ops = {
+    .size = sizeof(struct fi_ops), .close = mr_close, .bind = (void *)nosys_int, .control = (void *)nosys_int,
+    .ops_open = (void *)nosys_int, .tostr = (void *)nosys_int, .ops_set = (void *)nosys_int,
 };
 
+
 static int fab_domain(struct fid_fabric *fab, struct fi_info *info, struct fid_domain **out, void *ctx) {
-    (void)fab, (void)info;
+    (void)fab;
+    virt_addr = info && info->domain_attr && (info->domain_attr->mr_mode & FI_MR_VIRT_ADDR);
     int rc = device_get();
     if (rc)
         return rc;
@@ -1316,9 +1831,11 @@ static int prov_fabric(struct fi_fabric_attr *attr, struct fid_fabric **out, voi
     return 0;
 }
 
-#define CAPS                                                                             \
-    (FI_MSG | FI_TAGGED | FI_SEND | FI_RECV | FI_SOURCE | FI_DIRECTED_RECV | FI_REMOTE_CQ_DATA | \
-     FI_LOCAL_COMM | FI_REMOTE_COMM)
+#define CAPS                                                                                 \
+    (FI_MSG | FI_TAGGED | FI_SEND | FI_RECV | FI_SOURCE | FI_DIRECTED_RECV | FI_REMOTE_CQ_DATA |     \
+     FI_LOCAL_COMM | FI_REMOTE_COMM | FI_RMA | FI_ATOMIC | FI_READ | FI_WRITE | FI_REMOTE_READ |   \
+     FI_REMOTE_WRITE)
+#define ONE_SIDED (FI_RMA | FI_ATOMIC | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE)
 
 static int prov_getinfo(uint32_t version, const char *node, const char *service, uint64_t flags,
                         const struct fi_info *hints, struct fi_info **info) {
@@ -1334,10 +1851,19 @@ static int prov_getinfo(uint32_t version, const char *node, const char *service,
         if (hints->domain_attr && hints->domain_attr->mr_mode & FI_MR_BASIC)
             return -FI_ENODATA;
     }
+    /* One-sided operations need the application to take our keys (FI_MR_PROV_KEY);
+     * addresses are virtual addresses where it asks for that, offsets otherwise. */
+    uint64_t app_mr = hints && hints->domain_attr ? (uint64_t)hints->domain_attr->mr_mode : ~0ull;
+    uint64_t caps = hints && hints->caps ? hints->caps : CAPS;
+    if ((caps & ONE_SIDED) && !(app_mr & FI_MR_PROV_KEY)) {
+        if (hints && hints->caps)
+            return -FI_ENODATA;
+        caps &= ~(uint64_t)ONE_SIDED;
+    }
     struct fi_info *fi = fi_allocinfo();
     if (!fi)
         return -FI_ENOMEM;
-    fi->caps = hints && hints->caps ? hints->caps : CAPS;
+    fi->caps = caps;
     fi->mode = 0;
     fi->addr_format = FI_FORMAT_UNSPEC;
     fi->src_addrlen = 0;
@@ -1355,7 +1881,8 @@ static int prov_getinfo(uint32_t version, const char *node, const char *service,
     fi->domain_attr->data_progress = FI_PROGRESS_MANUAL;
     fi->domain_attr->resource_mgmt = FI_RM_ENABLED;
     fi->domain_attr->av_type = FI_AV_UNSPEC;
-    fi->domain_attr->mr_mode = 0;
+    fi->domain_attr->mr_mode = (caps & ONE_SIDED) ? (int)(FI_MR_PROV_KEY | (app_mr & FI_MR_VIRT_ADDR)) : 0;
+    fi->domain_attr->mr_key_size = 8;
     fi->domain_attr->cq_data_size = 8;
     fi->domain_attr->cq_cnt = 64, fi->domain_attr->ep_cnt = 8, fi->domain_attr->tx_ctx_cnt = 8;
     fi->domain_attr->rx_ctx_cnt = 8, fi->domain_attr->max_ep_tx_ctx = 1, fi->domain_attr->max_ep_rx_ctx = 1;

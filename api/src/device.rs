@@ -729,7 +729,9 @@ impl Device {
         self.add_endpoint(shard, mem, 0, len, rights)
     }
 
-    /// Registers an application buffer (4096-aligned) as an endpoint.
+    /// Registers an application buffer, wherever it starts, as an endpoint (like
+    /// `ibv_reg_mr`): deposits go straight into it. Atomics and other 8-byte words
+    /// are stored whole where the host address is 8-byte aligned, byte by byte elsewhere.
     ///
     /// # Safety
     /// The buffer must stay valid, and not be freed, while the endpoint or any
@@ -1092,6 +1094,12 @@ pub struct ConnOptions {
     /// ([`Device::listen_with`]); the other side reads them with
     /// [`Connection::private_data`]. At most [`PRIVATE_DATA_MAX`] bytes.
     pub private_data: Vec<u8>,
+    /// Listening: the bytes every connect request's private data must begin with (a
+    /// secret handed to the peers that may connect, e.g. a memory key). A request
+    /// without them is answered as if no listener were there and counted as
+    /// [`DropReason::WrongKey`](crate::DropReason); no connection is made, so nothing
+    /// of the listener's endpoint is ever reachable without them. Empty: any request.
+    pub require_private_data: Vec<u8>,
 }
 
 impl Default for ConnOptions {
@@ -1106,6 +1114,7 @@ impl Default for ConnOptions {
             instructions: None,
             isolated: false,
             private_data: Vec::new(),
+            require_private_data: Vec::new(),
         }
     }
 }
@@ -1113,11 +1122,16 @@ impl Default for ConnOptions {
 impl ConnOptions {
     /// The transport's options, once checked.
     fn transport(&self) -> Result<ConnectOptions, Error> {
-        if self.private_data.len() > PRIVATE_DATA_MAX {
-            return Err(Error::InvalidArgument(format!(
-                "{} bytes of private data (at most {PRIVATE_DATA_MAX})",
-                self.private_data.len()
-            )));
+        for (what, b) in [
+            ("private data", &self.private_data),
+            ("required private data", &self.require_private_data),
+        ] {
+            if b.len() > PRIVATE_DATA_MAX {
+                return Err(Error::InvalidArgument(format!(
+                    "{} bytes of {what} (at most {PRIVATE_DATA_MAX})",
+                    b.len()
+                )));
+            }
         }
         Ok(ConnectOptions {
             sq_depth: self.sq_depth,
@@ -1129,6 +1143,7 @@ impl ConnOptions {
             instructions: self.instructions.map_or(RegWindow::EMPTY, |w| w.0),
             isolated: self.isolated,
             private_data: private_data(&self.private_data),
+            require_private_data: private_data(&self.require_private_data),
         })
     }
 }

@@ -84,16 +84,90 @@ fn registered_application_buffer_receives_writes() {
         for (i, b) in got.iter().enumerate() {
             assert_eq!(*b, pattern(3, i as u64));
         }
-        // Misaligned registration is refused.
-        // SAFETY: never used, refused before anything is stored.
-        assert!(unsafe {
+        // A buffer registered where it starts (not page- or word-aligned), like
+        // ibv_reg_mr: writes land at its first byte and none beyond its end.
+        // SAFETY: `buf + 3 .. buf + 103` lies inside the allocation, which outlives it.
+        let odd = unsafe {
             pair.server
-                .register_endpoint(buf.wrapping_add(1), 100, Rights::REMOTE_WRITE)
+                .register_endpoint(buf.wrapping_add(3), 100, Rights::REMOTE_WRITE)
         }
-        .is_err());
+        .unwrap();
+        let l2 = pair.server.listen(5, &odd, &scq).unwrap();
+        let c2 = pair.client.connect([10, 0, 0, 1], 5, &cep, &ccq).unwrap();
+        let s2 = l2.accept(T).unwrap();
+        fill_pattern(&cep, 0, 100, 9, 0);
+        c2.post(&WorkRequest::write(2, &cep, 0, 100, 0).signaled())
+            .unwrap();
+        assert_eq!(ccq.wait_one(T).unwrap().status, WcStatus::Success);
+        c2.post(&WorkRequest::write(3, &cep, 0, 8, 96).signaled())
+            .unwrap();
+        assert_eq!(ccq.wait_one(T).unwrap().status, WcStatus::RemoteAccessError);
+        // SAFETY: both writes completed; reading the application's own buffer.
+        let got = unsafe { std::slice::from_raw_parts(buf, 8192) };
+        for (i, b) in got.iter().enumerate() {
+            let want = if (3..103).contains(&i) {
+                pattern(9, i as u64 - 3)
+            } else {
+                pattern(3, i as u64)
+            };
+            assert_eq!(*b, want, "byte {i}");
+        }
+        drop((c2, s2));
     }
     // SAFETY: allocated above with the same layout; endpoint and connections dropped.
     unsafe { std::alloc::dealloc(buf, layout) };
+}
+
+/// A listener that requires private data (a secret its peers were given) answers any
+/// other request as if it were not there, counts it, and makes no connection.
+#[test]
+fn a_listener_requiring_private_data_admits_only_requests_that_begin_with_it() {
+    let a = Device::open(DeviceConfig::new("ring:require:a", [10, 0, 0, 1])).unwrap();
+    let b = Device::open(DeviceConfig::new("ring:require:b", [10, 0, 0, 2])).unwrap();
+    let aep = a.alloc_endpoint(4096, Rights::REMOTE_WRITE).unwrap();
+    let bep = b.alloc_endpoint(4096, Rights::REMOTE_WRITE).unwrap();
+    let (acq, bcq) = (a.create_cq(16), b.create_cq(16));
+    let listener = a
+        .listen_with(
+            7,
+            &aep,
+            &acq,
+            &ConnOptions {
+                require_private_data: b"key:0123".to_vec(),
+                ..ConnOptions::default()
+            },
+        )
+        .unwrap();
+    let with = |bytes: &[u8]| ConnOptions {
+        private_data: bytes.to_vec(),
+        ..ConnOptions::default()
+    };
+    for wrong in [&b""[..], b"key:0124 and more", b"key:012"] {
+        let e = b
+            .connect_with([10, 0, 0, 1], 7, &bep, &bcq, &with(wrong))
+            .unwrap_err();
+        assert!(
+            matches!(e, Error::Rejected(RejectReason::NoListener)),
+            "{wrong:?}: {e}"
+        );
+    }
+    assert_eq!(a.stats().dropped(DropReason::WrongKey), 3);
+    assert!(listener.accept(Duration::from_millis(100)).is_err());
+    let c = b
+        .connect_with(
+            [10, 0, 0, 1],
+            7,
+            &bep,
+            &bcq,
+            &with(b"key:0123, then anything"),
+        )
+        .unwrap();
+    let s = listener.accept(T).unwrap();
+    assert_eq!(s.private_data(), b"key:0123, then anything");
+    c.post(&WorkRequest::write(1, &bep, 0, 64, 0).signaled())
+        .unwrap();
+    assert_eq!(bcq.wait_one(T).unwrap().status, WcStatus::Success);
+    drop((c, s));
 }
 
 #[test]

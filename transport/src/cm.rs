@@ -92,6 +92,11 @@ pub struct ConnectOptions {
     /// Bytes for the peer: in the connect request (connecting), in every reply
     /// (listening). At most `wire::cm::PRIVATE_DATA_MAX`.
     pub private_data: PrivateData,
+    /// Listening: the bytes a request's private data must begin with (a secret the
+    /// requester was given, e.g. a key). A request without them is answered as if no
+    /// listener were there (`NoListener`, so the service is not revealed) and counted
+    /// (`DropReason::WrongKey`); no connection is made. `None`: any request.
+    pub require_private_data: PrivateData,
 }
 
 impl Default for ConnectOptions {
@@ -106,6 +111,7 @@ impl Default for ConnectOptions {
             isolated: false,
             receive_window: SACK_BITS,
             private_data: None,
+            require_private_data: None,
         }
     }
 }

@@ -1,4 +1,5 @@
-//! Endpoint memory: the page-aligned regions that remote operations deposit into.
+//! Endpoint memory: the regions that remote operations deposit into (page-aligned
+//! allocations, or application buffers registered wherever they are).
 //!
 //! An [`EndpointMemory`] owns (or, when registered, borrows) one contiguous region and
 //! knows how to give it back. It is allocated from hugepages when the system has some
@@ -64,12 +65,9 @@ pub enum MemError {
         /// The rounded length that could not be allocated.
         len: usize,
     },
-    /// A registered buffer is null or not 4096-byte aligned.
-    #[error("registered buffer at {addr:#x} is not 4096-byte aligned")]
-    Misaligned {
-        /// The buffer's address.
-        addr: usize,
-    },
+    /// A registered buffer's pointer is null.
+    #[error("registered buffer pointer is null")]
+    Null,
     /// An access `[off, off + len)` does not fit in the region of `size` bytes.
     #[error("access of {len} bytes at offset {off:#x} outside endpoint memory of {size} bytes")]
     OutOfBounds {
@@ -80,7 +78,8 @@ pub enum MemError {
         /// Size of the region.
         size: usize,
     },
-    /// A word access at an offset that is not a multiple of the word size.
+    /// A word access at an offset whose host address is not a multiple of the word
+    /// size (an offset that is not, or any in a registered buffer that is not aligned).
     #[error("{align}-byte access at unaligned offset {off:#x}")]
     Unaligned {
         /// Offset of the access.
@@ -90,7 +89,8 @@ pub enum MemError {
     },
 }
 
-/// A page-aligned contiguous region of endpoint memory.
+/// A contiguous region of endpoint memory: page-aligned when allocated here, anywhere
+/// when an application buffer is registered.
 ///
 /// `Send + Sync`: all access goes through raw, bounds-checked copies, so sharing it
 /// between the application and the workers is as safe as the hardware it models; what a
@@ -197,11 +197,7 @@ impl EndpointMemory {
         if len == 0 {
             return Err(MemError::ZeroLength);
         }
-        let addr = ptr as usize;
-        if addr & (SMALL_PAGE - 1) != 0 {
-            return Err(MemError::Misaligned { addr });
-        }
-        let ptr = NonNull::new(ptr).ok_or(MemError::Misaligned { addr })?;
+        let ptr = NonNull::new(ptr).ok_or(MemError::Null)?;
         Ok(Self {
             ptr,
             len,
@@ -257,7 +253,7 @@ impl EndpointMemory {
     /// Volatile load of the native-endian 8-byte word at `off` (a multiple of 8).
     pub fn load_u64(&self, off: usize) -> Result<u64, MemError> {
         let p = self.word(off)?;
-        // SAFETY: `word` checked bounds and 8-byte alignment (the base is page aligned).
+        // SAFETY: `word` checked bounds and the host address's 8-byte alignment.
         Ok(unsafe { ptr::read_volatile(p) })
     }
 
@@ -350,7 +346,7 @@ impl EndpointMemory {
     #[inline]
     pub fn store_u64_at(&self, at: HostAddr, v: u64) -> Result<(), MemError> {
         let p = self.word(self.offset_of(at))?;
-        // SAFETY: `word` checked bounds and 8-byte alignment (the base is page aligned).
+        // SAFETY: `word` checked bounds and the host address's 8-byte alignment.
         unsafe { ptr::write_volatile(p, v) };
         Ok(())
     }
@@ -385,7 +381,8 @@ impl EndpointMemory {
     /// Pointer to the aligned 8-byte word at `off`.
     #[inline]
     fn word(&self, off: usize) -> Result<*mut u64, MemError> {
-        if off & 7 != 0 {
+        // The host address, not only the offset: a registered buffer may start anywhere.
+        if (self.ptr.as_ptr() as usize).wrapping_add(off) & 7 != 0 {
             return Err(MemError::Unaligned { off, align: 8 });
         }
         Ok(self.range(off, 8)?.cast())
@@ -682,24 +679,35 @@ mod tests {
     }
 
     #[test]
-    fn register_refuses_misaligned_null_and_empty() {
-        let mut v = vec![0u8; 8192 + 1];
-        let p = v.as_mut_ptr();
-        let odd = if p as usize & 4095 == 0 {
-            p.wrapping_add(1)
-        } else {
-            p
-        };
-        // SAFETY: refused before use.
-        assert!(matches!(
-            unsafe { EndpointMemory::register(odd, 16) },
-            Err(MemError::Misaligned { .. })
-        ));
-        // SAFETY: refused before use.
-        assert!(unsafe { EndpointMemory::register(ptr::null_mut(), 16) }.is_err());
+    fn register_takes_any_address_but_refuses_null_and_empty() {
+        let mut v = vec![0u64; 1026];
+        // An address 8-byte aligned plus 3: neither page- nor word-aligned.
+        let odd = v.as_mut_ptr().cast::<u8>().wrapping_add(3);
+        {
+            // SAFETY: `odd` is valid for 8192 bytes (inside `v`), which outlives `m`.
+            let m = unsafe { EndpointMemory::register(odd, 8192) }.unwrap();
+            m.write(0, b"deposit").unwrap();
+            let mut b = [0u8; 7];
+            m.read(0, &mut b).unwrap();
+            assert_eq!(&b, b"deposit");
+            // Offset 5 puts the word at an aligned host address; offset 0 does not.
+            m.store_u64(5, 0x1122_3344_5566_7788).unwrap();
+            assert_eq!(m.load_u64(5).unwrap(), 0x1122_3344_5566_7788);
+            assert_eq!(
+                m.load_u64(0).unwrap_err(),
+                MemError::Unaligned { off: 0, align: 8 }
+            );
+            assert!(m.store_u64(8192 - 3, 1).is_err());
+        }
+        assert_eq!(v[1].to_ne_bytes(), 0x1122_3344_5566_7788u64.to_ne_bytes());
         // SAFETY: refused before use.
         assert_eq!(
-            unsafe { EndpointMemory::register(p, 0) }.unwrap_err(),
+            unsafe { EndpointMemory::register(ptr::null_mut(), 16) }.unwrap_err(),
+            MemError::Null
+        );
+        // SAFETY: refused before use.
+        assert_eq!(
+            unsafe { EndpointMemory::register(odd, 0) }.unwrap_err(),
             MemError::ZeroLength
         );
     }

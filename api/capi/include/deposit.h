@@ -264,6 +264,11 @@ struct dd_conn_options {
   // in every reply of a listener.
   const void *private_data;
   uint32_t private_data_len;
+  // Listening: the bytes every connect request's private data must begin with (a
+  // secret for the peers that may connect); a request without them is answered as
+  // if no listener were there, and counted (`wrong_key`). NULL / 0: any request.
+  const void *require_private_data;
+  uint32_t require_private_data_len;
 };
 
 // A register operation: `dst ← dst op src` (`op`: 0 none, then deposit's codes:
@@ -410,6 +415,15 @@ int dd_device_stats(const struct dd_device *dev, void (*each)(const char *name, 
 
 // Allocates a zeroed endpoint of `len` bytes with `rights` (`DD_REMOTE_*`).
 int dd_endpoint_alloc(const struct dd_device *dev, uint64_t len, uint32_t rights_bits, struct dd_endpoint **out);
+
+// Registers `len` bytes of the application's own memory at `buf` (any alignment) as an
+// endpoint with `rights` (`DD_REMOTE_*`), like `ibv_reg_mr`: deposits go straight into
+// it and reads come straight from it.
+//
+// # Safety
+// `buf` must stay valid for `len` bytes, and not be freed, until the endpoint handle
+// and every connection made with it are gone.
+int dd_endpoint_register(const struct dd_device *dev, void *buf, uint64_t len, uint32_t rights_bits, struct dd_endpoint **out);
 
 // Releases an endpoint handle (its memory stays while connections use it).
 void dd_endpoint_free(struct dd_endpoint *ep);

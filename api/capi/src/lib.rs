@@ -364,6 +364,34 @@ pub unsafe extern "C" fn dd_endpoint_alloc(
     })
 }
 
+/// Registers `len` bytes of the application's own memory at `buf` (any alignment) as an
+/// endpoint with `rights` (`DD_REMOTE_*`), like `ibv_reg_mr`: deposits go straight into
+/// it and reads come straight from it.
+///
+/// # Safety
+/// `buf` must stay valid for `len` bytes, and not be freed, until the endpoint handle
+/// and every connection made with it are gone.
+#[no_mangle]
+pub unsafe extern "C" fn dd_endpoint_register(
+    dev: *const dd_device,
+    buf: *mut c_void,
+    len: u64,
+    rights_bits: u32,
+    out: *mut *mut dd_endpoint,
+) -> c_int {
+    guard(|| {
+        let dev = obj(dev, "dev")?;
+        let len = usize::try_from(len)
+            .map_err(|_| Error::InvalidArgument(format!("endpoint length {len}")))?;
+        // SAFETY: forwarded to the caller's contract.
+        let ep = unsafe {
+            dev.0
+                .register_endpoint(buf.cast(), len, rights(rights_bits)?)
+        }?;
+        put(out, boxed(dd_endpoint(ep)), "out")
+    })
+}
+
 /// Releases an endpoint handle (its memory stays while connections use it).
 #[no_mangle]
 pub unsafe extern "C" fn dd_endpoint_free(ep: *mut dd_endpoint) {
@@ -755,6 +783,11 @@ pub struct dd_conn_options {
     /// in every reply of a listener.
     pub private_data: *const c_void,
     pub private_data_len: u32,
+    /// Listening: the bytes every connect request's private data must begin with (a
+    /// secret for the peers that may connect); a request without them is answered as
+    /// if no listener were there, and counted (`wrong_key`). NULL / 0: any request.
+    pub require_private_data: *const c_void,
+    pub require_private_data_len: u32,
 }
 
 /// Most bytes of private data (`PRIVATE_DATA_MAX`; a literal, for cbindgen).
@@ -774,6 +807,12 @@ unsafe fn conn_options(o: *const dd_conn_options) -> Result<ConnOptions, Fail> {
     opts.isolated = o.isolated;
     opts.private_data =
         bytes(o.private_data, o.private_data_len as usize, "private_data")?.to_vec();
+    opts.require_private_data = bytes(
+        o.require_private_data,
+        o.require_private_data_len as usize,
+        "require_private_data",
+    )?
+    .to_vec();
     Ok(opts)
 }
 

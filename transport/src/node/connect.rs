@@ -331,6 +331,14 @@ impl Node {
                 .refuse(from, request, peer.conn, RejectReason::NoListener);
             return;
         };
+        if let Some(need) = &l.opts.require_private_data {
+            if !peer.private.as_deref().is_some_and(|p| p.starts_with(need)) {
+                self.stats.drop_for(DropReason::WrongKey);
+                self.cm
+                    .refuse(from, request, peer.conn, RejectReason::NoListener);
+                return;
+            }
+        }
         if l.accepted.is_full() {
             // Transient: the application has not accepted the earlier ones yet. No
             // answer, so the requester retries (a refusal would be final).

@@ -203,8 +203,9 @@ impl EndpointAccess for TlbAccess<'_> {
     fn store_word(&mut self, ea: u64, value: u64) {
         // `check` covered `[ea, ea + 8)`, which lies in one logical page (ea is a
         // multiple of 8 and pages are multiples of 8), so one 8-byte store does it when
-        // the host address is aligned too (always, as regions are page aligned; but
-        // `mem` refuses an unaligned word rather than trust it, and then bytes do).
+        // the host address is aligned too (always for allocated regions, which are page
+        // aligned; a registered buffer may start anywhere, and then `mem` refuses the
+        // unaligned word and bytes do).
         let Some(dst) = self.host(ea) else { return };
         let stored = ea % 8 == 0 && self.ep.memory().store_u64_at(dst, value).is_ok();
         if !stored {

@@ -97,10 +97,11 @@ pub fn eal_info() -> Option<EalInfo> {
 fn eal_init_once(cfg: &EalConfig) -> Result<EalInfo, String> {
     let free = huge_free_mb();
     let hugepages = cfg.huge == HugeMode::Auto && free >= cfg.min_huge_mb;
-    let mut args = cpu_args();
+    let extra = extra_args(cfg);
+    let mut args = cpu_args(!extra.iter().any(|a| a.starts_with("--log-level")));
     args.extend(device_args(cfg));
     args.extend(memory_args(cfg, hugepages, free));
-    args.extend(extra_args(cfg));
+    args.extend(extra);
     run_rte_eal_init(&args)?;
     // SAFETY: plain getter, valid after rte_eal_init.
     let tsc_hz = unsafe { sys::shim_get_tsc_hz() };
@@ -116,10 +117,14 @@ fn eal_init_once(cfg: &EalConfig) -> Result<EalInfo, String> {
 /// messages (free hugepage sizes it looked for, a driver's optional callbacks, its
 /// clean-up at exit) read as failures to a user and say nothing our errors do not —
 /// every failure reaches the caller as a typed error with DPDK's error text. Only
-/// critical ones show; `DEPOSIT_EAL_ARGS=--log-level=*:info` (later, so it wins) or
+/// critical ones show, unless the caller's arguments (or `DEPOSIT_EAL_ARGS`) set log
+/// levels themselves: then theirs alone count (e.g. `--log-level=pmd.net.af_packet:debug`
+/// for one driver's story). The EAL gives a driver loaded as a plugin the level of the
+/// *first* matching `--log-level` and one registered before the options the *last*, so
+/// a quiet default in front would silence every plugin driver the caller asked for.
 /// `ddperf -v` shows the rest. DPDK telemetry is on (deposit's counters for
 /// `dpdk-telemetry.py`: [`super::telemetry`]) unless `DEPOSIT_TELEMETRY=0`.
-fn cpu_args() -> Vec<String> {
+fn cpu_args(quiet: bool) -> Vec<String> {
     // lcore 0 may run on every CPU this process may: the EAL pins the calling thread to
     // its lcore's cpuset, and threads spawned later inherit that affinity. The set, not
     // 0..n: a process bound to core 1 (an MPI rank) must stay there, not move to core 0
@@ -133,12 +138,10 @@ fn cpu_args() -> Vec<String> {
             .collect::<Vec<_>>()
             .join(",")
     };
-    let mut args: Vec<String> = vec![
-        "deposit".into(),
-        "--lcores".into(),
-        format!("0@({set})"),
-        "--log-level=*:critical".into(),
-    ];
+    let mut args: Vec<String> = vec!["deposit".into(), "--lcores".into(), format!("0@({set})")];
+    if quiet {
+        args.push("--log-level=*:critical".into());
+    }
     if !super::telemetry::enabled() {
         args.push("--no-telemetry".into());
     }

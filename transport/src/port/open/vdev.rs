@@ -52,7 +52,11 @@ pub(super) fn create_ethdev(
         // SAFETY: valid C strings; creates a virtual device after EAL init.
         let rc = unsafe { sys::rte_vdev_init(cname.as_ptr(), cargs.as_ptr()) };
         if rc < 0 {
-            return Err(dpdk_err("rte_vdev_init", format!("{drv} {args}"), rc));
+            let mut e = dpdk_err("rte_vdev_init", format!("{drv} {args}"), rc);
+            if let (PortError::Dpdk { msg, .. }, -1) = (&mut e, rc) {
+                *msg = driver_refused(spec, &drv);
+            }
+            return Err(e);
         }
         vdev = Some(cname.clone());
     }
@@ -66,6 +70,29 @@ pub(super) fn create_ethdev(
         rx_bells: Vec::new(),
         tx_bells: Vec::new(),
     })
+}
+
+/// What a virtual device's driver returning -1 from its probe means (not `EPERM`: the
+/// drivers return -1 for any failure and log the step), with how to see the step.
+fn driver_refused(spec: &PortSpec, drv: &str) -> String {
+    let kind = drv.trim_end_matches(|c: char| c.is_ascii_digit());
+    let log = kind.strip_prefix("net_").unwrap_or(kind);
+    let mut why = format!(
+        "the driver refused it (DEPOSIT_EAL_ARGS=--log-level=pmd.net.{log}:debug shows the step)"
+    );
+    match spec {
+        PortSpec::AfPacket { iface } | PortSpec::AfXdp { iface } if iface_mtu(iface).is_none() => {
+            why = format!("there is no interface {iface} in this network namespace");
+        }
+        // DPDK 22.11 rte_eth_af_packet.c: fanout id = (getpid() ^ ifindex) & 0xffff.
+        PortSpec::AfPacket { .. } => why.push_str(
+            "; af_packet joins its socket to PACKET_FANOUT group (pid ^ ifindex) & 0xffff, \
+             which fails when another process's af_packet port in this network namespace \
+             has the same number (give the interfaces indexes apart: scripts/mpi.sh)",
+        ),
+        _ => {}
+    }
+    why
 }
 
 /// The ethdev port id of device `cname` (`drv` as text, for the error).
