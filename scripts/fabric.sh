@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Usage: scripts/fabric.sh [--build | --check] [FI_PINGPONG_ARGS...]
+# Usage: scripts/fabric.sh [--build | --check | --bridge] [FI_PINGPONG_ARGS...]
 # Builds the libfabric provider "deposit" (api/fabric/deposit_fi.c over the C ABI):
 # target/release/libdeposit-fi.so, which libfabric loads from FI_PROVIDER_PATH. Then
 # `fi_info -p deposit` must list it, and fi_pingpong runs between two processes over
@@ -7,7 +7,9 @@
 # over every size (-S all) with few iterations, then RMA and atomics checked byte for
 # byte (api/fabric/rma_check.c); otherwise with the given arguments
 # (default: fi_pingpong's sizes, 10000 iterations), printing its table. --build only
-# builds it.
+# builds it. --bridge (root) runs fi_pingpong between two network namespaces whose
+# veths are ports of one Linux bridge, for -p deposit (af_packet on the veth), -p tcp
+# and -p udp (the kernel's stack on the same veths), one table each.
 #
 # Elsewhere:  FI_PROVIDER_PATH=$PWD/target/release DEPOSIT_FI_DEV=SPEC DEPOSIT_FI_IP=A.B.C.D \
 #             fi_pingpong -p deposit -e rdm [server]
@@ -15,7 +17,9 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 check=0
 build_only=0
+bridge=0
 [[ ${1:-} == --check ]] && { check=1; shift; }
+[[ ${1:-} == --bridge ]] && { bridge=1; shift; }
 [[ ${1:-} == --build ]] && { build_only=1; shift; }
 scripts/deps.sh
 cargo build --release -q -p deposit-capi
@@ -44,7 +48,63 @@ pingpong() {
     return "$rc"
 }
 
-if ((check)); then
+# fi_pingpong -p PROV between namespaces ddfa (server) and ddfb over bridge ddfbr0.
+bridged() {
+    local prov=$1 rc=0 log
+    shift
+    log=$(mktemp /tmp/deposit-fi-bridge.XXXXXX)
+    ip netns exec ddfa env DEPOSIT_FI_DEV=af_packet:ddfv0 DEPOSIT_FI_IP=10.77.0.1 \
+        timeout 300 fi_pingpong -p "$prov" -e rdm "$@" >"$log" 2>&1 &
+    local pid=$!
+    sleep 1
+    ip netns exec ddfb env DEPOSIT_FI_DEV=af_packet:ddfv1 DEPOSIT_FI_IP=10.77.0.2 \
+        timeout 300 fi_pingpong -p "$prov" -e rdm "$@" 10.78.0.1 || rc=$?
+    wait "$pid" || { echo "fabric: the fi_pingpong -p $prov server failed:" >&2; cat "$log" >&2; rc=1; }
+    rm -f "$log"
+    return "$rc"
+}
+unbridge() {
+    ip netns del ddfa 2>/dev/null || true
+    ip netns del ddfb 2>/dev/null || true
+    ip link del ddfbr0 2>/dev/null || true
+}
+
+if ((bridge)); then
+    (($(id -u) == 0)) || { echo "fabric: --bridge needs root (namespaces, a bridge)" >&2; exit 2; }
+    trap unbridge EXIT
+    unbridge
+    ip link add ddfbr0 type bridge
+    ip link set ddfbr0 up
+    for i in 0 1; do
+        ns=$([[ $i == 0 ]] && echo ddfa || echo ddfb)
+        ip netns add "$ns"
+        ip link add "ddfv$i" type veth peer name "ddfp$i"
+        ip link set "ddfv$i" netns "$ns"
+        ip link set "ddfp$i" master ddfbr0
+        ip link set "ddfp$i" up
+        ip netns exec "$ns" sysctl -qw net.ipv6.conf.all.disable_ipv6=1
+        ip -n "$ns" addr add "10.78.0.$((i + 1))/24" dev "ddfv$i"
+        ip -n "$ns" link set lo up
+        ip -n "$ns" link set "ddfv$i" up
+    done
+    sleep 1
+    if (($#)); then
+        for prov in deposit tcp udp; do
+            echo "== fi_pingpong -p $prov -e rdm $* (namespaces ddfa -> ddfb, veths on bridge ddfbr0)"
+            bridged "$prov" "$@"
+        done
+    else
+        # One size at a time, the three providers in turn (the machine is shared:
+        # interleaved, not one provider's whole sweep after another's).
+        echo "== fi_pingpong -e rdm -I 2000 -S SIZE, namespaces ddfa -> ddfb over bridge ddfbr0 (veth MTU $(ip netns exec ddfa cat /sys/class/net/ddfv0/mtu))"
+        printf '%-8s %8s %10s %10s\n' provider bytes usec/xfer MB/sec
+        for size in 64 1024 4096 65536 1048576; do
+            for prov in deposit tcp udp; do
+                bridged "$prov" -I 2000 -S "$size" | awk -v p="$prov" '$1 ~ /^[0-9]/ {printf "%-8s %8s %10s %10s\n", p, $1, $7, $6}'
+            done
+        done
+    fi
+elif ((check)); then
     echo "== fi_pingpong -p deposit -e rdm -c -S all -I 20 (FI_MSG, every byte checked)"
     pingpong -c -S all -I 20 | tail -4
     echo "== fi_pingpong -p deposit -e rdm -m tagged -c -I 200 (FI_TAGGED)"
