@@ -1146,6 +1146,22 @@ static ssize_t do_rma(struct fid_ep *fep, int kind, const void *buf, size_t len,
     return 0;
 }
 
+/* The one-iovec and message forms of reads and writes. */
+static ssize_t do_rmav(struct fid_ep *e, int kind, const struct iovec *iov, size_t count, fi_addr_t peer,
+                       uint64_t addr, uint64_t key, void *ctx) {
+    if (count > 1)
+        return -FI_EINVAL;
+    return do_rma(e, kind, count ? iov[0].iov_base : NULL, count ? iov[0].iov_len : 0, peer, addr, key, ctx, 0,
+                  NULL, NULL, 0);
+}
+static ssize_t do_rmamsg(struct fid_ep *e, int kind, const struct fi_msg_rma *m, uint64_t flags) {
+    if (m->iov_count > 1 || m->rma_iov_count != 1 || (flags & FI_REMOTE_CQ_DATA))
+        return -FI_EINVAL;
+    int inject = kind == K_WRITE && (flags & FI_INJECT) && !(flags & FI_COMPLETION);
+    return do_rma(e, kind, m->iov_count ? m->msg_iov[0].iov_base : NULL, m->iov_count ? m->msg_iov[0].iov_len : 0,
+                  m->addr, m->rma_iov[0].addr, m->rma_iov[0].key, m->context, inject, NULL, NULL, 0);
+}
+
 static ssize_t rma_read(struct fid_ep *e, void *buf, size_t len, void *desc, fi_addr_t src, uint64_t addr,
                         uint64_t key, void *ctx) {
     (void)desc;
@@ -1154,17 +1170,10 @@ static ssize_t rma_read(struct fid_ep *e, void *buf, size_t len, void *desc, fi_
 static ssize_t rma_readv(struct fid_ep *e, const struct iovec *iov, void **desc, size_t count, fi_addr_t src,
                          uint64_t addr, uint64_t key, void *ctx) {
     (void)desc;
-    if (count > 1)
-        return -FI_EINVAL;
-    return do_rma(e, K_READ, count ? iov[0].iov_base : NULL, count ? iov[0].iov_len : 0, src, addr, key, ctx, 0,
-                  NULL, NULL, 0);
+    return do_rmav(e, K_READ, iov, count, src, addr, key, ctx);
 }
 static ssize_t rma_readmsg(struct fid_ep *e, const struct fi_msg_rma *m, uint64_t flags) {
-    (void)flags;
-    if (m->iov_count > 1 || m->rma_iov_count != 1)
-        return -FI_EINVAL;
-    return do_rma(e, K_READ, m->iov_count ? m->msg_iov[0].iov_base : NULL, m->iov_count ? m->msg_iov[0].iov_len : 0,
-                  m->addr, m->rma_iov[0].addr, m->rma_iov[0].key, m->context, 0, NULL, NULL, 0);
+    return do_rmamsg(e, K_READ, m, flags);
 }
 static ssize_t rma_write(struct fid_ep *e, const void *buf, size_t len, void *desc, fi_addr_t dest, uint64_t addr,
                          uint64_t key, void *ctx) {
@@ -1174,17 +1183,10 @@ static ssize_t rma_write(struct fid_ep *e, const void *buf, size_t len, void *de
 static ssize_t rma_writev(struct fid_ep *e, const struct iovec *iov, void **desc, size_t count, fi_addr_t dest,
                           uint64_t addr, uint64_t key, void *ctx) {
     (void)desc;
-    if (count > 1)
-        return -FI_EINVAL;
-    return do_rma(e, K_WRITE, count ? iov[0].iov_base : NULL, count ? iov[0].iov_len : 0, dest, addr, key, ctx, 0,
-                  NULL, NULL, 0);
+    return do_rmav(e, K_WRITE, iov, count, dest, addr, key, ctx);
 }
 static ssize_t rma_writemsg(struct fid_ep *e, const struct fi_msg_rma *m, uint64_t flags) {
-    if (m->iov_count > 1 || m->rma_iov_count != 1 || (flags & FI_REMOTE_CQ_DATA))
-        return -FI_EINVAL;
-    return do_rma(e, K_WRITE, m->iov_count ? m->msg_iov[0].iov_base : NULL,
-                  m->iov_count ? m->msg_iov[0].iov_len : 0, m->addr, m->rma_iov[0].addr, m->rma_iov[0].key,
-                  m->context, !!(flags & FI_INJECT) && !(flags & FI_COMPLETION), NULL, NULL, 0);
+    return do_rmamsg(e, K_WRITE, m, flags);
 }
 static ssize_t rma_inject(struct fid_ep *e, const void *buf, size_t len, fi_addr_t dest, uint64_t addr,
                           uint64_t key) {
