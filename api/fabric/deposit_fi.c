@@ -201,22 +201,20 @@ static struct mr *mrs;
 static struct dd_cq *mr_cq; /* the regions' connections post nothing; one queue for all */
 static int virt_addr;       /* FI_MR_VIRT_ADDR: remote addresses are virtual addresses */
 
-/* Takes the initiators that connected to our regions since the last look. */
-static void mr_accept(void) {
-    for (struct mr *m = mrs; m; m = m->next) {
-        struct dd_conn *c;
-        while (m->listener && dd_accept(m->listener, 0, &c) == DD_OK) {
-            if (m->nconns == m->capconns) {
-                int cap = m->capconns ? 2 * m->capconns : 8;
-                struct dd_conn **n = realloc(m->conns, (size_t)cap * sizeof *n);
-                if (!n) {
-                    dd_conn_close(c);
-                    continue;
-                }
-                m->conns = n, m->capconns = cap;
+/* Takes the initiators that connected to region `m` since the last look. */
+static void mr_accept(struct mr *m) {
+    struct dd_conn *c;
+    while (m->listener && dd_accept(m->listener, 0, &c) == DD_OK) {
+        if (m->nconns == m->capconns) {
+            int cap = m->capconns ? 2 * m->capconns : 8;
+            struct dd_conn **n = realloc(m->conns, (size_t)cap * sizeof *n);
+            if (!n) {
+                dd_conn_close(c);
+                continue;
             }
-            m->conns[m->nconns++] = c;
+            m->conns = n, m->capconns = cap;
         }
+        m->conns[m->nconns++] = c;
     }
 }
 
@@ -227,7 +225,7 @@ static int mr_close(struct fid *f) {
             *pp = m->next;
             break;
         }
-    mr_accept(); /* so that what is queued closes too */
+    mr_accept(m); /* so that what is queued closes too */
     for (int i = 0; i < m->nconns; i++)
         dd_conn_close(m->conns[i]);
     free(m->conns);
@@ -372,7 +370,7 @@ struct tx {
      * connection to it, where results go, compare operands, the atomic op, the error. */
     int kind, err;
     uint64_t key, raddr;
-    struct rmr *rmr;
+    struct dd_conn *rconn;
     uint8_t *result, *compare;
     enum fi_op aop;
 };
@@ -578,9 +576,6 @@ static struct rmr *rmr_get(struct ep *ep, int pi, uint64_t key) {
         struct rmr *n = realloc(ep->rmrs, (size_t)cap * sizeof *n);
         if (!n)
             return NULL;
-        for (struct tx *t = ep->txq; t; t = t->next) /* requests keep their index */
-            if (t->rmr)
-                t->rmr = n + (t->rmr - ep->rmrs);
         ep->rmrs = n, ep->caprmr = cap;
     }
     struct peer *p = &ep->peers[pi];
@@ -607,16 +602,18 @@ static void tx_done(struct ep *ep, struct tx *t);
 
 /* Moves as much of a one-sided request as staging allows; the number posted. */
 static int push_rma(struct ep *ep, struct tx *t) {
-    if (!t->rmr && t->off < t->len) {
-        t->rmr = rmr_get(ep, t->peer, t->key);
-        if (!t->rmr) {
+    if (!t->rconn && t->off < t->len) {
+        struct rmr *r = rmr_get(ep, t->peer, t->key);
+        if (!r) {
             t->err = FI_EACCES, t->off = t->len;
         } else {
-            uint64_t at = t->raddr - (virt_addr ? t->rmr->base : 0);
-            if ((virt_addr && t->raddr < t->rmr->base) || at + t->len > UINT32_MAX)
+            uint64_t at = t->raddr - (virt_addr ? r->base : 0);
+            if ((virt_addr && t->raddr < r->base) || at + t->len > UINT32_MAX) {
                 t->err = FI_EINVAL, t->off = t->len;
-            else
+            } else {
                 t->raddr = at; /* from here on, an offset into the region */
+                t->rconn = r->conn;
+            }
         }
     }
     int posted = 0;
@@ -651,7 +648,7 @@ static int push_rma(struct ep *ep, struct tx *t) {
             w.add = t->aop == FI_SUM ? operand : 0;
         }
         ep->stage_at[s] = t->off, ep->stage_len[s] = (uint32_t)n;
-        int rc = dd_post(t->rmr->conn, &w);
+        int rc = dd_post(t->rconn, &w);
         if (rc < 0) {
             ep->stage_owner[s] = NULL;
             ep->stage_free++;
@@ -864,7 +861,8 @@ static void progress(struct ep *ep) {
     if ((ep->turns++ & 63) == 0) {
         while (ep->naccepted < MAX_PEERS && dd_accept(ep->listener, 0, &c) == DD_OK)
             ep->accepted[ep->naccepted++] = c;
-        mr_accept();
+        for (struct mr *m = mrs; m; m = m->next)
+            mr_accept(m);
     }
     /* The ring. */
     uint64_t arrived = 0;
@@ -888,7 +886,7 @@ static void progress(struct ep *ep) {
             if (t && t != &credit_owner && t->kind != K_MSG) {
                 if (wc[i].status != DD_WC_SUCCESS) /* the target refused it: bounds, rights */
                     t->err = wc[i].remote_reason >= 0 ? FI_EACCES : FI_EIO, t->off = t->len;
-                else if (t->result && t->kind != K_WRITE && !(t->kind == K_ATOMIC))
+                else if (t->result) /* reads, fetching and compare atomics */
                     memcpy(t->result + ep->stage_at[s], ring_of(ep) + stage_off(s), ep->stage_len[s]);
                 if (--t->frags_out == 0 && t->off >= t->len)
                     tx_done(ep, t);
@@ -1121,11 +1119,12 @@ static ssize_t do_rma(struct fid_ep *fep, int kind, const void *buf, size_t len,
     if (kind == K_READ)
         t->result = (uint8_t *)buf;
     /* Operands are ours from now on (an inject's buffer is the caller's again at once). */
-    if ((inject && kind == K_WRITE) || kind >= K_ATOMIC) {
+    int own = (inject && kind == K_WRITE) || kind >= K_ATOMIC;
+    if (own) {
         t->copy = malloc(len ? len : 1);
         if (t->copy && buf)
             memcpy(t->copy, buf, len);
-        if (inject && kind == K_WRITE)
+        if (kind == K_WRITE)
             t->buf = t->copy;
     }
     if (compare) {
@@ -1133,7 +1132,7 @@ static ssize_t do_rma(struct fid_ep *fep, int kind, const void *buf, size_t len,
         if (t->compare)
             memcpy(t->compare, compare, len);
     }
-    if ((((inject && kind == K_WRITE) || kind >= K_ATOMIC) && !t->copy) || (compare && !t->compare)) {
+    if ((own && !t->copy) || (compare && !t->compare)) {
         free(t->copy), free(t->compare), free(t);
         return -FI_ENOMEM;
     }
@@ -1733,10 +1732,8 @@ static int dom_query_atomic(struct fid_domain *d, enum fi_datatype dt, enum fi_o
                             uint64_t flags) {
     (void)d;
     int kind = (flags & FI_COMPARE_ATOMIC) ? K_CSWAP : (flags & FI_FETCH_ATOMIC) ? K_FETCH : K_ATOMIC;
-    if (!atomic_ok(dt, op, kind))
-        return -FI_EOPNOTSUPP;
-    attr->size = 8, attr->count = SLOT / 8;
-    return 0;
+    attr->size = 8;
+    return valid(dt, op, &attr->count, kind);
 }
 
 static struct fi_ops_domain dom_ops = {
