@@ -7,6 +7,7 @@
  *    address DEPOSIT_FI_IP; "%r" in either is replaced by the process's rank
  *    (OMPI_COMM_WORLD_RANK, PMIX_RANK or PMI_RANK; 0 without one), and without
  *    DEPOSIT_FI_IP the address is 10.77.0.(rank + 1). So mpirun needs no wrapper.
+ *    DEPOSIT_FI_STATS: the device's counters and refusals on stderr when it closes.
  *  - An endpoint is a deposit endpoint holding a receive ring of RING_SLOTS slots of
  *    SLOT bytes, and a listener. Its name (fi_getname) is its node's IPv4 address and
  *    its service number. Peers connect to it on first use; accepted connections are
@@ -178,8 +179,19 @@ static int device_get(void) {
     return 0;
 }
 
+static void stat_line(const char *name, uint64_t value, void *arg) {
+    if (value)
+        fprintf(stderr, "deposit-fi: rank %d %s %llu\n", *(int *)arg, name, (unsigned long long)value);
+}
+
 static void device_put(void) {
     if (device && --device_refs == 0) {
+        /* DEPOSIT_FI_STATS: the device's counters that are not zero and its refusals by
+         * reason (the names of ddperf --stats), on stderr when it closes. */
+        if (getenv("DEPOSIT_FI_STATS")) {
+            int r = rank_of();
+            dd_device_stats(device, stat_line, &r);
+        }
         dd_device_close(device);
         device = NULL;
     }
