@@ -894,8 +894,12 @@ impl Device {
         self.check_ep(ep)?;
         let (ep_id, cq_shared, topts) = (ep.0.id, cq.shared.clone(), opts.transport()?);
         let shard = ep.0.shard;
+        let backlog = match opts.backlog {
+            0 => DEFAULT_BACKLOG,
+            n => n,
+        };
         let q = self.inner.call_on(shard, move |w| {
-            w.listen(service, ep_id, cq_shared, &topts, 64)
+            w.listen(service, ep_id, cq_shared, &topts, backlog)
         })?;
         if self.inner.shards() > 1 {
             // Every shard learns where requests for the service go.
@@ -983,6 +987,13 @@ impl Device {
     /// [`Device::stats`], reading it does not wake a sleeping worker.
     pub fn worker_woken(&self) -> u64 {
         self.inner.shards.iter().map(|c| c.ring.woken()).sum()
+    }
+
+    /// Connections the device holds (every shard's): connecting, live, or closing.
+    /// A connect request makes one only once its requester has answered the
+    /// listener's challenge (docs/design.md §7), so spoofed requests never count here.
+    pub fn connections(&self) -> usize {
+        self.inner.call_all(|w| w.conns.len()).into_iter().sum()
     }
 
     /// Each shard's counters (per-shard counters are summed by [`Device::stats`]).
@@ -1100,6 +1111,12 @@ pub struct ConnOptions {
     /// [`DropReason::WrongKey`](crate::DropReason); no connection is made, so nothing
     /// of the listener's endpoint is ever reachable without them. Empty: any request.
     pub require_private_data: Vec<u8>,
+    /// Listening: connections made but not yet taken by [`Listener::accept`] (like
+    /// `listen(fd, backlog)`); a request beyond them goes unanswered, counted as
+    /// [`DropReason::BacklogFull`](crate::DropReason), and its requester retries. Only
+    /// a requester that answered the listener's challenge gets this far (docs/design.md
+    /// §10), so a spoofed request never takes a place. 0: the default, 64.
+    pub backlog: usize,
 }
 
 impl Default for ConnOptions {
@@ -1115,9 +1132,13 @@ impl Default for ConnOptions {
             isolated: false,
             private_data: Vec::new(),
             require_private_data: Vec::new(),
+            backlog: DEFAULT_BACKLOG,
         }
     }
 }
+
+/// A listener's backlog when [`ConnOptions::backlog`] is 0.
+pub const DEFAULT_BACKLOG: usize = 64;
 
 impl ConnOptions {
     /// The transport's options, once checked.

@@ -65,7 +65,7 @@ mod queue;
 pub mod telemetry;
 mod wr;
 
-pub use device::{ConnOptions, Device, DeviceConfig, Listener, Progress};
+pub use device::{ConnOptions, Device, DeviceConfig, Listener, Progress, DEFAULT_BACKLOG};
 pub use endpoint::Endpoint;
 pub use error::Error;
 pub use events::EventQueue;

@@ -78,6 +78,10 @@ pub fn check_zero(ep: &Endpoint, off: usize, len: usize) -> Result<(), String> {
 
 /// The offsets at which the size-sweep tests put a write of each size, and the
 /// endpoint size they need.
+/// Writes of 4 KiB the real client of the spoofed-connect test makes (testnode
+/// spoof-client, checked by spoof-server).
+pub const SPOOF_WRITES: u64 = 512;
+
 pub const SWEEP_SIZES: &[usize] = &[
     1,
     2,

@@ -755,6 +755,7 @@ fn a_connection_request_for_another_node_is_not_accepted() {
         isn: 1000,
         max_frame: 1514,
         mac: [2, 0, 10, 0, 0, 2],
+        cookie: 0,
     };
     let mut p = [0u8; deposit_transport::wire::cm::CM_PAYLOAD_MAX];
     let (c, n) = req.emit(&[], &mut p);

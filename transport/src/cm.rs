@@ -13,12 +13,28 @@
 //! flushed. Connection numbers, keys and initial sequence numbers are chosen by the
 //! node (random); the requester's address is learned from the request.
 //!
+//!
+//! A request costs a listener nothing until the requester has shown that it receives
+//! at the address it claims (docs/design.md §10; TCP's SYN cookies, DTLS's
+//! HelloVerifyRequest): a request without a valid cookie is answered with a CHALLENGE
+//! carrying one — SipHash-2-4 under this node's secret over the requester's address,
+//! every field of its request and its private data, and the time (a period of one CM
+//! timeout; the current and the previous period's are taken) — and nothing is kept. A
+//! request that echoes it is the one that makes the connection. So a spoofed request
+//! makes no half-open connection and reaches no accept queue: the only state a flood
+//! can touch is the rate limits, per source (a table of buckets hashed under the
+//! secret) and for challenges node-wide, over which requests go unanswered and counted.
+//!
 //! ```text
 //! host / node                         Cm                              peer
 //! connect(conn, ..)  ───────────────▶ pending connect ── CONNECT_REQ ─▶ (retried)
+//!                                     ◀─ CHALLENGE (cookie) ────────────
+//!                                     ── CONNECT_REQ (cookie) ────────▶
 //!                                     ◀─ CONNECT_REP / REJECT ──────────
 //! Action::Established / Failed ◀───── (or the timeout)
 //!                                     ◀─ CONNECT_REQ ───────────────────
+//!                                     ── CHALLENGE (nothing kept) ────▶
+//!                                     ◀─ CONNECT_REQ (cookie checks) ───
 //! Action::Incoming ◀────────────────  (a repeat is answered alone)
 //! accepted(..) / refuse(..) ────────▶ ── CONNECT_REP / REJECT ────────▶
 //! close(conn, ..) ──────────────────▶ pending close ── DISCONNECT_REQ ▶ (retried)
@@ -28,7 +44,10 @@
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::hash::Hasher;
 use std::sync::Arc;
+
+use siphasher::sip::SipHasher24;
 
 use crate::connection::Priority;
 use crate::reliability::SACK_BITS;
@@ -163,6 +182,77 @@ pub enum Action {
 pub enum Ignored {
     /// A disconnect request with the wrong key.
     WrongKey,
+    /// A connect request whose cookie did not check: challenged anew.
+    BadCookie,
+    /// A connect request over its source's rate, or a first request over the node's
+    /// rate of challenges: unanswered.
+    RateLimited,
+}
+
+/// Rates of connect requests a node answers (a rate of 0: unlimited).
+#[derive(Debug, Clone, Copy)]
+pub struct CmLimits {
+    /// Requests per second from one source address, and the burst above it.
+    pub per_source: u32,
+    pub per_source_burst: u32,
+    /// Challenges per second the node sends (to first requests, from anywhere), and
+    /// the burst above it.
+    pub challenges: u32,
+    pub challenges_burst: u32,
+}
+
+impl Default for CmLimits {
+    fn default() -> Self {
+        // Generous: a host opening tens of thousands of connections (ddperf -q 65536,
+        // an MPI job's ranks) sends two requests each. What they bound is a flood's
+        // cost: a SipHash and a 60-byte reply per request, no state.
+        CmLimits {
+            per_source: 200_000,
+            per_source_burst: 8192,
+            challenges: 200_000,
+            challenges_burst: 8192,
+        }
+    }
+}
+
+/// Buckets of the per-source limit (sources hashed under the node's secret share one
+/// when they collide, so the table never grows).
+const SOURCE_BUCKETS: usize = 1024;
+
+/// A token bucket as a generic cell rate algorithm: one time per bucket, the
+/// theoretical arrival time of the next request.
+#[derive(Debug, Clone, Copy)]
+struct Rate {
+    /// Ticks per request (0: unlimited), and the burst in ticks.
+    interval: u64,
+    burst: u64,
+}
+
+impl Rate {
+    fn new(per_second: u32, burst: u32, hz: u64) -> Rate {
+        let interval = if per_second == 0 {
+            0
+        } else {
+            (hz / u64::from(per_second)).max(1)
+        };
+        Rate {
+            interval,
+            burst: interval.saturating_mul(u64::from(burst.max(1))),
+        }
+    }
+
+    /// Whether a request at `now` conforms; if so the bucket `tat` takes it.
+    fn admit(&self, tat: &mut u64, now: u64) -> bool {
+        if self.interval == 0 {
+            return true;
+        }
+        let t = (*tat).max(now);
+        if t - now >= self.burst {
+            return false;
+        }
+        *tat = t + self.interval;
+        true
+    }
 }
 
 /// Timing of requests, in the node's clock ticks.
@@ -200,6 +290,14 @@ pub struct Cm {
     local_mac: [u8; 6],
     max_frame: u32,
     timing: CmTiming,
+    /// The cookies' key (random per node), and their period.
+    secret: (u64, u64),
+    period: u64,
+    per_source: Rate,
+    challenge_rate: Rate,
+    sources: Box<[u64; SOURCE_BUCKETS]>,
+    challenge_tat: u64,
+    challenges: u64,
     known: HashMap<u32, Known>,
     /// Our requests waiting for answers (connects and closes), by our connection.
     pending: HashMap<u32, Pending>,
@@ -213,12 +311,39 @@ pub struct Cm {
 
 impl Cm {
     /// The machine of a node whose frames come from `local_mac` and are at most
-    /// `max_frame` bytes.
+    /// `max_frame` bytes, with the default limits (a clock of `hz` ticks per second).
     pub fn new(local_mac: [u8; 6], max_frame: u32, timing: CmTiming) -> Cm {
+        Cm::with_limits(
+            local_mac,
+            max_frame,
+            timing,
+            &CmLimits::default(),
+            1_000_000,
+        )
+    }
+
+    /// [`Cm::new`] with `limits` on a clock of `hz` ticks per second.
+    pub fn with_limits(
+        local_mac: [u8; 6],
+        max_frame: u32,
+        timing: CmTiming,
+        limits: &CmLimits,
+        hz: u64,
+    ) -> Cm {
         Cm {
             local_mac,
             max_frame,
             timing,
+            secret: (
+                crate::connection::random_u64(),
+                crate::connection::random_u64(),
+            ),
+            period: timing.timeout.max(1),
+            per_source: Rate::new(limits.per_source, limits.per_source_burst, hz),
+            challenge_rate: Rate::new(limits.challenges, limits.challenges_burst, hz),
+            sources: Box::new([0; SOURCE_BUCKETS]),
+            challenge_tat: 0,
+            challenges: 0,
             known: HashMap::new(),
             pending: HashMap::new(),
             accepted: HashMap::new(),
@@ -250,6 +375,7 @@ impl Cm {
             isn,
             max_frame: self.max_frame,
             mac: self.local_mac,
+            cookie: 0,
         };
         self.known.insert(
             conn,
@@ -360,15 +486,21 @@ impl Cm {
     }
 
     /// A message from `from` (its MAC as the frame's Ethernet header says; a request
-    /// names its own), with the private data it carried.
+    /// names its own), with the private data it carried, at `now`.
     pub fn handle(
         &mut self,
         from: NodeAddr,
         msg: CmMessage,
         private: &[u8],
+        now: u64,
     ) -> Result<(), Ignored> {
         match msg {
-            CmMessage::ConnectReq { .. } => self.connect_request(from, msg, private),
+            CmMessage::ConnectReq { .. } => return self.connect_request(from, msg, private, now),
+            CmMessage::Challenge {
+                request,
+                client_conn,
+                cookie,
+            } => self.challenged(client_conn, request, cookie, now),
             CmMessage::ConnectRep {
                 request,
                 conn,
@@ -402,9 +534,9 @@ impl Cm {
         Ok(())
     }
 
-    /// A peer's connect request: a repeat of one accepted is answered the same way
-    /// (the answer may have been lost); a new one goes to the node.
-    fn connect_request(&mut self, from: NodeAddr, msg: CmMessage, private: &[u8]) {
+    /// The cookie of request `msg` from `from` with `private` data in period `epoch`
+    /// (never 0).
+    fn cookie(&self, from: &NodeAddr, msg: &CmMessage, private: &[u8], epoch: u64) -> u64 {
         let CmMessage::ConnectReq {
             request,
             service,
@@ -413,15 +545,80 @@ impl Cm {
             isn,
             max_frame,
             mac,
+            ..
+        } = *msg
+        else {
+            return 0;
+        };
+        let mut h = SipHasher24::new_with_keys(self.secret.0, self.secret.1);
+        h.write_u64(epoch);
+        h.write(&from.ip);
+        h.write(&mac);
+        for v in [request, service, conn, isn, max_frame] {
+            h.write_u32(v);
+        }
+        h.write_u64(key);
+        h.write_usize(private.len());
+        h.write(private);
+        h.finish().max(1)
+    }
+
+    /// A peer's connect request: over its source's rate it goes unanswered; a repeat
+    /// of one accepted is answered the same way (the answer may have been lost); one
+    /// that echoes its cookie goes to the node; any other is challenged (if the node's
+    /// rate of challenges allows) and forgotten.
+    fn connect_request(
+        &mut self,
+        from: NodeAddr,
+        msg: CmMessage,
+        private: &[u8],
+        now: u64,
+    ) -> Result<(), Ignored> {
+        let CmMessage::ConnectReq {
+            request,
+            service,
+            conn,
+            key,
+            isn,
+            max_frame,
+            mac,
+            cookie,
         } = msg
         else {
-            return;
+            return Ok(());
         };
         // The payload's MAC, which the frame's CRC covers.
         let from = NodeAddr { mac, ..from };
+        let mut h = SipHasher24::new_with_keys(self.secret.1, self.secret.0);
+        h.write(&from.ip);
+        let bucket = &mut self.sources[h.finish() as usize % SOURCE_BUCKETS];
+        if !self.per_source.admit(bucket, now) {
+            return Err(Ignored::RateLimited);
+        }
         if let Some((_, rep, data)) = self.accepted.get(&(from.ip, conn)) {
             self.out.push_back((from, *rep, data.clone()));
-            return;
+            return Ok(());
+        }
+        let epoch = now / self.period;
+        let valid = cookie != 0
+            && (cookie == self.cookie(&from, &msg, private, epoch)
+                || (epoch > 0 && cookie == self.cookie(&from, &msg, private, epoch - 1)));
+        if !valid {
+            if !self.challenge_rate.admit(&mut self.challenge_tat, now) {
+                return Err(Ignored::RateLimited);
+            }
+            let challenge = CmMessage::Challenge {
+                request,
+                client_conn: conn,
+                cookie: self.cookie(&from, &msg, private, epoch),
+            };
+            self.out.push_back((from, challenge, None));
+            self.challenges += 1;
+            return if cookie == 0 {
+                Ok(())
+            } else {
+                Err(Ignored::BadCookie)
+            };
         }
         let peer = PeerParams {
             conn,
@@ -436,6 +633,32 @@ impl Cm {
             service,
             peer,
         });
+        Ok(())
+    }
+
+    /// The listener's challenge to our pending connect `conn`: the request goes again
+    /// at once with the cookie (and so do its retries, the next one a retry period
+    /// from now: the link is up, and the answer a round trip away again). One for no
+    /// pending request of ours changes nothing.
+    fn challenged(&mut self, conn: u32, request: u32, cookie: u64, now: u64) {
+        if !self.answers(conn, request) {
+            return;
+        }
+        let Some(p) = self.pending.get_mut(&conn) else {
+            return;
+        };
+        if let CmMessage::ConnectReq { cookie: c, .. } = &mut p.msg {
+            *c = cookie;
+        }
+        self.out.push_back((p.to, p.msg, p.private.clone()));
+        p.next_retry = now + self.timing.retry;
+        self.timers
+            .push(Reverse((p.next_retry.min(p.deadline), conn)));
+    }
+
+    /// Challenges sent so far.
+    pub fn challenges_sent(&self) -> u64 {
+        self.challenges
     }
 
     /// The answer to our connect request for `conn`: accepted or refused. Duplicate
@@ -586,6 +809,17 @@ mod tests {
         std::iter::from_fn(|| cm.poll_transmit().map(|(_, m, _)| m)).collect()
     }
 
+    /// The client's pending request through the server's challenge: the request that
+    /// carries the cookie (the server keeps nothing meanwhile).
+    fn challenged(client: &mut Cm, server: &mut Cm, c: NodeAddr, s: NodeAddr) -> CmMessage {
+        let req = sent(client)[0];
+        server.handle(c, req, &[], 0).unwrap();
+        assert_eq!(server.poll_action(), None);
+        let ch = sent(server)[0];
+        client.handle(s, ch, &[], 0).unwrap();
+        sent(client)[0]
+    }
+
     #[test]
     fn a_connect_is_retried_then_established_once() {
         let (mut client, mut server) = (Cm::new([2; 6], 1514, T), Cm::new([3; 6], 9014, T));
@@ -599,8 +833,27 @@ mod tests {
             vec![req[0], req[0]],
             "first retry soon, then each period"
         );
-        // Three copies reach the server: one Incoming, three identical replies.
-        server.handle(addr(2), req[0], &[]).unwrap();
+        // The first is challenged; nothing is kept.
+        server.handle(addr(2), req[0], &[], 0).unwrap();
+        assert_eq!(server.poll_action(), None, "a first request makes nothing");
+        let ch = sent(&mut server);
+        assert!(matches!(
+            ch[..],
+            [CmMessage::Challenge {
+                request: 55,
+                client_conn: 7,
+                ..
+            }]
+        ));
+        client.handle(addr(1), ch[0], &[], 0).unwrap();
+        let req = sent(&mut client);
+        assert!(
+            matches!(req[..], [CmMessage::ConnectReq { cookie, .. }] if cookie != 0),
+            "sent again at once, with the cookie"
+        );
+        // Three copies with the cookie reach the server: one Incoming, three identical
+        // replies.
+        server.handle(addr(2), req[0], &[], 0).unwrap();
         let Some(Action::Incoming {
             from,
             request,
@@ -612,14 +865,14 @@ mod tests {
         };
         assert_eq!(from.mac, [2; 6], "learned from the request's payload");
         server.accepted(from, request, peer.conn, 9, 0xbb, 200, None);
-        server.handle(addr(2), req[0], &[]).unwrap();
-        server.handle(addr(2), req[0], &[]).unwrap();
+        server.handle(addr(2), req[0], &[], 0).unwrap();
+        server.handle(addr(2), req[0], &[], 0).unwrap();
         assert_eq!(server.poll_action(), None, "repeats are answered alone");
         let reps = sent(&mut server);
         assert_eq!(reps.len(), 3);
         assert!(reps.iter().all(|r| *r == reps[0]));
         for r in &reps {
-            client.handle(addr(1), *r, &[]).unwrap();
+            client.handle(addr(1), *r, &[], 0).unwrap();
         }
         let want = PeerParams {
             conn: 9,
@@ -658,6 +911,7 @@ mod tests {
                 client_conn: 2,
             },
             &[],
+            0,
         )
         .unwrap();
         assert_eq!(
@@ -687,8 +941,8 @@ mod tests {
     fn a_late_repeat_of_an_accepted_request_makes_no_second_connection() {
         let (mut a, mut b) = (Cm::new([2; 6], 1514, T), Cm::new([3; 6], 1514, T));
         a.connect(70, 0x5e, 1, 9, addr(2), 4, 0, None);
-        let req = sent(&mut a)[0];
-        b.handle(addr(1), req, &[]).unwrap();
+        let req = challenged(&mut a, &mut b, addr(1), addr(2));
+        b.handle(addr(1), req, &[], 0).unwrap();
         let Some(Action::Incoming {
             from,
             request,
@@ -703,7 +957,7 @@ mod tests {
         // The server closes at once; the client's request arrives again meanwhile.
         b.close(80, from, 70, 0x5e, 0, 0);
         sent(&mut b);
-        b.handle(addr(1), req, &[]).unwrap();
+        b.handle(addr(1), req, &[], 0).unwrap();
         assert_eq!(b.poll_action(), None, "no second Incoming while closing");
         assert_eq!(sent(&mut b), rep, "answered from memory");
     }
@@ -716,12 +970,12 @@ mod tests {
         sent(&mut b);
         a.close(70, addr(2), 80, 0x66, 33, 0);
         let bad = sent(&mut a)[0];
-        assert_eq!(b.handle(addr(1), bad, &[]), Err(Ignored::WrongKey));
+        assert_eq!(b.handle(addr(1), bad, &[], 0), Err(Ignored::WrongKey));
         assert_eq!(b.poll_action(), None);
         assert!(sent(&mut b).is_empty());
         a.close(70, addr(2), 80, 0x5e, 33, 0);
         let good = sent(&mut a)[0];
-        b.handle(addr(1), good, &[]).unwrap();
+        b.handle(addr(1), good, &[], 0).unwrap();
         assert_eq!(
             b.poll_action(),
             Some(Action::PeerClosed { conn: 80, ack: 33 })
@@ -729,14 +983,144 @@ mod tests {
         let rep = sent(&mut b);
         assert_eq!(rep, vec![CmMessage::DisconnectRep { sender: 70 }]);
         // A repeat (the answer was lost) is answered again; nothing else happens.
-        b.handle(addr(1), good, &[]).unwrap();
+        b.handle(addr(1), good, &[], 0).unwrap();
         assert_eq!(b.poll_action(), None);
         assert_eq!(sent(&mut b), rep);
-        a.handle(addr(2), rep[0], &[]).unwrap();
+        a.handle(addr(2), rep[0], &[], 0).unwrap();
         assert_eq!(a.poll_action(), Some(Action::Closed { conn: 70 }));
         assert_eq!(a.next_timeout(), 10, "a stale timer entry is left");
         a.handle_timeout(2000);
         assert_eq!(a.poll_action(), None, "and skipped");
         assert!(sent(&mut a).is_empty());
+    }
+
+    fn req_with(m: CmMessage, cookie: u64) -> CmMessage {
+        match m {
+            CmMessage::ConnectReq {
+                request,
+                service,
+                conn,
+                key,
+                isn,
+                max_frame,
+                mac,
+                ..
+            } => CmMessage::ConnectReq {
+                request,
+                service,
+                conn,
+                key,
+                isn,
+                max_frame,
+                mac,
+                cookie,
+            },
+            m => m,
+        }
+    }
+
+    #[test]
+    fn a_cookie_is_bound_to_the_request_its_address_and_its_time() {
+        let (mut a, mut b) = (Cm::new([2; 6], 1514, T), Cm::new([3; 6], 1514, T));
+        a.connect(70, 0x5e, 1, 9, addr(2), 4, 0, None);
+        let good = challenged(&mut a, &mut b, addr(1), addr(2));
+        let CmMessage::ConnectReq { cookie, .. } = good else {
+            panic!("{good:?}")
+        };
+        // Forged, from another address, for another service, with other private data:
+        // each refused and challenged anew, nothing made.
+        let forged = req_with(good, cookie ^ 1);
+        assert_eq!(b.handle(addr(1), forged, &[], 0), Err(Ignored::BadCookie));
+        assert_eq!(b.handle(addr(9), good, &[], 0), Err(Ignored::BadCookie));
+        assert_eq!(b.handle(addr(1), good, b"x", 0), Err(Ignored::BadCookie));
+        let CmMessage::ConnectReq {
+            request,
+            conn,
+            key,
+            isn,
+            max_frame,
+            mac,
+            ..
+        } = good
+        else {
+            unreachable!()
+        };
+        let other = CmMessage::ConnectReq {
+            request,
+            service: 5,
+            conn,
+            key,
+            isn,
+            max_frame,
+            mac,
+            cookie,
+        };
+        assert_eq!(b.handle(addr(1), other, &[], 0), Err(Ignored::BadCookie));
+        assert_eq!(b.poll_action(), None);
+        assert_eq!(sent(&mut b).len(), 4, "each challenged");
+        // Good for the rest of its period and the next; not after.
+        b.handle(addr(1), good, &[], 2 * T.timeout - 1).unwrap();
+        assert!(matches!(b.poll_action(), Some(Action::Incoming { .. })));
+        let mut c = Cm::new([3; 6], 1514, T);
+        c.secret = b.secret;
+        assert_eq!(
+            c.handle(addr(1), good, &[], 2 * T.timeout),
+            Err(Ignored::BadCookie)
+        );
+        assert_eq!(c.poll_action(), None);
+    }
+
+    #[test]
+    fn a_flood_of_spoofed_requests_leaves_no_state_and_challenges_at_the_set_rate() {
+        let limits = CmLimits {
+            per_source: 10,
+            per_source_burst: 2,
+            challenges: 1000,
+            challenges_burst: 100,
+        };
+        // A clock of 1 MHz: 100 challenges at once, then one per 1000 ticks.
+        let mut s = Cm::with_limits([3; 6], 1514, T, &limits, 1_000_000);
+        let mut refused = 0;
+        for i in 0..10_000u32 {
+            let from = NodeAddr::from_ip(i.to_be_bytes(), crate::wire::UDP_PORT);
+            let req = CmMessage::ConnectReq {
+                request: i,
+                service: 4,
+                conn: i.wrapping_mul(2_654_435_761),
+                key: u64::from(i),
+                isn: i,
+                max_frame: 1514,
+                mac: [2, 0, 0, 0, 0, i as u8],
+                cookie: u64::from(i) << 20,
+            };
+            match s.handle(from, req, &[], u64::from(i)) {
+                Err(Ignored::RateLimited) => refused += 1,
+                Err(Ignored::BadCookie) | Ok(()) => {}
+                Err(e) => panic!("{e:?}"),
+            }
+            assert_eq!(s.poll_action(), None, "no connection for a spoofed request");
+        }
+        assert!(s.known.is_empty() && s.accepted.is_empty() && s.pending.is_empty());
+        let challenges = sent(&mut s).len() as u64;
+        assert_eq!(challenges, s.challenges_sent());
+        // 10 000 requests over 10 000 ticks: the burst and ten more.
+        assert!((100..=111).contains(&challenges), "{challenges}");
+        assert_eq!(refused, 10_000 - challenges);
+        // One source over its own rate: two at once, then one per 100 000 ticks.
+        let mut t = Cm::with_limits([3; 6], 1514, T, &limits, 1_000_000);
+        let mut c = Cm::new([2; 6], 1514, T);
+        c.connect(1, 1, 1, 1, addr(3), 4, 0, None);
+        let req = sent(&mut c)[0];
+        let got: Vec<_> = (0..4).map(|_| t.handle(addr(2), req, &[], 7)).collect();
+        assert_eq!(
+            got,
+            [
+                Ok(()),
+                Ok(()),
+                Err(Ignored::RateLimited),
+                Err(Ignored::RateLimited)
+            ]
+        );
+        assert_eq!(t.handle(addr(2), req, &[], 100_007), Ok(()));
     }
 }

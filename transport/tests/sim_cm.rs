@@ -208,3 +208,130 @@ fn a_post_racing_the_close_completes_flushed_and_gives_back_its_slot() {
     net.run_for(HZ / 100);
     assert_eq!(net.hosts[0].node.departed_connections(), 0);
 }
+
+/// A spoofed connect request from `ip`/`mac` for `service` at `to` (random connection,
+/// key and cookie, as an attacker that never sees the replies would send).
+fn spoofed_request(
+    rng: &mut deposit_transport::sim::Rng,
+    to: deposit_transport::tables::NodeAddr,
+    service: u32,
+) -> Vec<u8> {
+    use deposit_transport::wire::cm::{CmMessage, CM_PAYLOAD_MAX};
+    use deposit_transport::wire::{hflags, FrameWriter, TransportRepr, UnderlayRepr, UDP_PORT};
+    let r = rng.next_u64();
+    let ip = [10, (r >> 8) as u8, (r >> 16) as u8, (r >> 24) as u8];
+    let mac = [2, (r >> 32) as u8, (r >> 40) as u8, 0, 0, r as u8];
+    let msg = CmMessage::ConnectReq {
+        request: rng.next_u64() as u32,
+        service,
+        conn: rng.next_u64() as u32 | 1,
+        key: rng.next_u64(),
+        isn: rng.next_u64() as u32,
+        max_frame: 1514,
+        mac,
+        // Half of them with a guessed cookie.
+        cookie: if r & 1 == 0 { 0 } else { rng.next_u64() },
+    };
+    let mut payload = [0u8; CM_PAYLOAD_MAX];
+    let (c, len) = msg.emit(&[], &mut payload);
+    let underlay = UnderlayRepr {
+        src_mac: mac,
+        dst_mac: to.mac,
+        src_ip: ip,
+        dst_ip: to.ip,
+        src_port: UDP_PORT,
+        dst_port: UDP_PORT,
+    };
+    let hdr = TransportRepr {
+        flags: hflags::CM,
+        ..Default::default()
+    };
+    let mut buf = vec![0u8; 512];
+    let mut w = FrameWriter::new(&mut buf, &underlay, &hdr).unwrap();
+    w.push(&c, &payload[..len]).unwrap();
+    let n = w.finish();
+    buf.truncate(n);
+    buf
+}
+
+/// ReDMArk's A4 (connection exhaustion) by spoofed requests: thousands of connect
+/// requests from random addresses reach the server while a real client connects and
+/// writes. None makes a connection or reaches the accept queue (the server answers
+/// each with a challenge and keeps nothing); the client connects, its data lands, and
+/// the server's counters show the challenges and the guessed cookies refused.
+#[test]
+fn a_flood_of_spoofed_connect_requests_occupies_nothing_and_the_real_client_gets_in() {
+    let (mut net, eps) = network(2, &NodeConfig::default(), LinkConfig::default(), 31);
+    let server = net.hosts[1].addr();
+    let (sep, scq) = eps[1].clone();
+    let accepted = net.hosts[1]
+        .node
+        .listen(101, sep, scq, &ConnectOptions::default(), 4)
+        .unwrap();
+    let mut rng = deposit_transport::sim::Rng::new(99);
+    let mut flood = |net: &mut Network, n: usize| {
+        let now = net.now;
+        for _ in 0..n {
+            let f = spoofed_request(&mut rng, server, 101);
+            net.hosts[1].node.handle_frame(&f, now);
+        }
+    };
+    // The flood starts first; the client connects in the middle of it.
+    flood(&mut net, 3000);
+    let (cep, ccq) = eps[0].clone();
+    let now = net.now;
+    net.hosts[0].node.set_now(now);
+    let c = net.hosts[0]
+        .node
+        .connect(server, 101, cep, ccq.clone(), &ConnectOptions::default())
+        .unwrap();
+    let mut s = None;
+    let mut steps = 0;
+    let up = net.run_until(10 * HZ, |net| {
+        if steps < 50 {
+            flood(net, 100);
+            steps += 1;
+        }
+        assert!(
+            net.hosts[1].node.conns.len() <= 1,
+            "a spoofed request made a connection"
+        );
+        if s.is_none() {
+            s = accepted.pop();
+        }
+        s.is_some() && c.state() != ConnState::Connecting
+    });
+    assert!(up && c.state() == ConnState::Normal, "the client connects");
+    assert!(
+        accepted.pop().is_none(),
+        "the accept queue holds the client's alone"
+    );
+    assert_eq!(net.hosts[1].node.conns.len(), 1);
+    flood(&mut net, 2000);
+    let a = End {
+        host: 0,
+        ep: cep,
+        cq: ccq,
+        conn: c,
+    };
+    let b = End {
+        host: 1,
+        ep: eps[1].0,
+        cq: eps[1].1.clone(),
+        conn: s.unwrap().shared,
+    };
+    let want = pattern(&net, &a, 0, 4000, 3);
+    post_all(&a, [write(1, &a, 0, 4000, 64)]);
+    all_ok(&complete(&mut net, &a, 1, 10));
+    same(&bytes(&net, &b, 64, 4000), &want, "the client's write");
+    let st = net.hosts[1].node.stats();
+    use deposit_transport::oplogic::DropReason;
+    let flooded = 3000 + 50 * 100 + 2000;
+    assert!(st.dropped(DropReason::BadCookie) > 1000, "{st:?}");
+    assert_eq!(
+        st.cm_challenges + st.dropped(DropReason::CmRateLimited),
+        flooded + 1,
+        "every spoofed request challenged or refused, and the client's first: {st:?}"
+    );
+    assert_eq!(net.hosts[1].node.conns.len(), 1);
+}

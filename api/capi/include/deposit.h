@@ -269,6 +269,9 @@ struct dd_conn_options {
   // if no listener were there, and counted (`wrong_key`). NULL / 0: any request.
   const void *require_private_data;
   uint32_t require_private_data_len;
+  // Listening: connections made but not yet accepted (`listen(fd, backlog)`); a
+  // request beyond them goes unanswered and is counted (`backlog_full`). 0: 64.
+  uint32_t backlog;
 };
 
 // A register operation: `dst ← dst op src` (`op`: 0 none, then deposit's codes:

@@ -788,6 +788,9 @@ pub struct dd_conn_options {
     /// if no listener were there, and counted (`wrong_key`). NULL / 0: any request.
     pub require_private_data: *const c_void,
     pub require_private_data_len: u32,
+    /// Listening: connections made but not yet accepted (`listen(fd, backlog)`); a
+    /// request beyond them goes unanswered and is counted (`backlog_full`). 0: 64.
+    pub backlog: u32,
 }
 
 /// Most bytes of private data (`PRIVATE_DATA_MAX`; a literal, for cbindgen).
@@ -805,6 +808,7 @@ unsafe fn conn_options(o: *const dd_conn_options) -> Result<ConnOptions, Fail> {
         opts.instructions = Some(w.0);
     }
     opts.isolated = o.isolated;
+    opts.backlog = o.backlog as usize;
     opts.private_data =
         bytes(o.private_data, o.private_data_len as usize, "private_data")?.to_vec();
     opts.require_private_data = bytes(

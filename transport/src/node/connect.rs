@@ -280,9 +280,13 @@ impl Node {
             match CmMessage::parse(&m.control, m.payload) {
                 Ok(msg) => {
                     let private = msg.private_data(m.payload);
-                    if let Err(Ignored::WrongKey) = self.cm.handle(from, msg, private) {
-                        self.stats.drop_for(DropReason::WrongKey);
+                    match self.cm.handle(from, msg, private, self.now) {
+                        Ok(()) => {}
+                        Err(Ignored::WrongKey) => self.stats.drop_for(DropReason::WrongKey),
+                        Err(Ignored::BadCookie) => self.stats.drop_for(DropReason::BadCookie),
+                        Err(Ignored::RateLimited) => self.stats.drop_for(DropReason::CmRateLimited),
                     }
+                    self.stats.cm_challenges = self.cm.challenges_sent();
                 }
                 Err(_) => self.stats.drop_for(DropReason::BadLength),
             }

@@ -94,8 +94,11 @@ pub struct NodeConfig {
     pub retry_count: u32,
     /// Interval between connection-management retries.
     pub cm_retry_us: u64,
-    /// Give up connecting/closing after this long.
+    /// Give up connecting/closing after this long (also the period of connect
+    /// cookies: one lives one to two of these).
     pub cm_timeout_us: u64,
+    /// Rates of connect requests answered, per source and node-wide (`crate::cm`).
+    pub cm_limits: crate::cm::CmLimits,
     /// Most unacknowledged messages per connection (at most [`MAX_WINDOW`]).
     pub window: u32,
     /// Most unacknowledged bytes of first transmissions per connection (a
@@ -140,6 +143,7 @@ impl Default for NodeConfig {
             retry_count: 7,
             cm_retry_us: 50_000,
             cm_timeout_us: 5_000_000,
+            cm_limits: crate::cm::CmLimits::default(),
             window: 4096,
             max_inflight_bytes: 1 << 20,
             max_connections: 4096,
@@ -400,7 +404,13 @@ impl Node {
             retry: ticks(cfg.cm_retry_us),
             timeout: ticks(cfg.cm_timeout_us),
         };
-        let cm = Cm::new(cfg.local.mac, caps.max_frame as u32, timing);
+        let cm = Cm::with_limits(
+            cfg.local.mac,
+            caps.max_frame as u32,
+            timing,
+            &cfg.cm_limits,
+            hz,
+        );
         let keepalive_ticks = ticks(cfg.keepalive_us);
         let ring = RingConsumer::new(cfg.submit_ring);
         let conns = ConnTable::with_capacity(cfg.max_connections);

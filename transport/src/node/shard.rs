@@ -79,6 +79,7 @@ impl Node {
         Some(match CmMessage::parse(&m.control, m.payload).ok()? {
             CmMessage::ConnectReq { service, conn, .. } => self.routes.pick(service, conn)?,
             CmMessage::ConnectRep { client_conn, .. } => shard_of_conn(client_conn),
+            CmMessage::Challenge { client_conn, .. } => shard_of_conn(client_conn),
             CmMessage::Reject { client_conn, .. } => shard_of_conn(client_conn),
             CmMessage::DisconnectReq { target, .. } => shard_of_conn(target),
             CmMessage::DisconnectRep { sender } => shard_of_conn(sender),

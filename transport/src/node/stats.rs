@@ -10,7 +10,7 @@ macro_rules! counters {
     ($( $(#[$doc:meta])* $name:ident, )*) => {
         /// Counters of one node, or of a device (its shards' summed on read). Plain
         /// integers: only the node writes them.
-        #[derive(Debug, Clone, Default, PartialEq, Eq)]
+        #[derive(Debug, Clone, PartialEq, Eq)]
         pub struct Stats {
             $( $(#[$doc])* pub $name: u64, )*
             /// Mbufs of the port's pool not free when the counters were read (the
@@ -23,6 +23,18 @@ macro_rules! counters {
             pub drops: [u64; DropReason::COUNT],
             /// Address translations of the worker's TLB.
             pub tlb: TlbStats,
+        }
+
+        impl Default for Stats {
+            fn default() -> Self {
+                Stats {
+                    $( $name: 0, )*
+                    mbufs_in_use: 0,
+                    mbufs_stashed: 0,
+                    drops: [0; DropReason::COUNT],
+                    tlb: TlbStats::default(),
+                }
+            }
         }
 
         impl Stats {
@@ -121,6 +133,9 @@ counters! {
     /// Frames that carried a payload by reference to endpoint memory instead of a copy
     /// (ports that copy frames as they send them: memif, af_packet).
     payloads_by_reference,
+    /// Connect requests answered with a challenge (a cookie to echo) instead of a
+    /// connection: every first request, and every one whose cookie did not check.
+    cm_challenges,
 }
 
 impl Stats {

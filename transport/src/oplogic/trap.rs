@@ -385,11 +385,17 @@ pub enum DropReason {
     /// A connection request left unanswered: the listener's accept queue is full (the
     /// requester retries, as a TCP client does when its SYN meets a full backlog).
     BacklogFull,
+    /// A connection request whose cookie is not the listener's (forged, or older than
+    /// two CM timeouts): challenged anew, nothing made.
+    BadCookie,
+    /// A connection request over the rate allowed to its source, or a first request
+    /// over the node's rate of challenges: left unanswered (the requester retries).
+    CmRateLimited,
 }
 
 impl DropReason {
     /// Number of reasons.
-    pub const COUNT: usize = 32;
+    pub const COUNT: usize = 34;
 
     /// Every reason, in counter-index order.
     pub const ALL: [DropReason; DropReason::COUNT] = [
@@ -425,6 +431,8 @@ impl DropReason {
         DropReason::TokenKey,
         DropReason::OrphanSegment,
         DropReason::BacklogFull,
+        DropReason::BadCookie,
+        DropReason::CmRateLimited,
     ];
 
     /// The reason of counter index (and wire code) `code`; `None` past the last.
@@ -479,6 +487,12 @@ impl DropReason {
             DropReason::BacklogFull => {
                 "a connection request left unanswered: the listener's accept queue is full"
             }
+            DropReason::BadCookie => {
+                "a connection request whose cookie is not the listener's (challenged anew)"
+            }
+            DropReason::CmRateLimited => {
+                "a connection request over its source's rate or the node's rate of challenges"
+            }
         }
     }
 
@@ -517,6 +531,8 @@ impl DropReason {
             DropReason::TokenKey => "token_key",
             DropReason::OrphanSegment => "orphan_segment",
             DropReason::BacklogFull => "backlog_full",
+            DropReason::BadCookie => "bad_cookie",
+            DropReason::CmRateLimited => "cm_rate_limited",
         }
     }
 }
@@ -658,6 +674,6 @@ mod tests {
         assert_eq!(DropReason::BadFlags as usize, 19);
         assert_eq!(DropReason::TokenKey as usize, 29);
         assert_eq!(DropReason::OrphanSegment as usize, 30);
-        assert_eq!(DropReason::BacklogFull as usize, DropReason::COUNT - 1);
+        assert_eq!(DropReason::CmRateLimited as usize, DropReason::COUNT - 1);
     }
 }

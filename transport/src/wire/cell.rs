@@ -85,6 +85,9 @@ pub mod op {
     pub const CM_DISCONNECT_REQ: u8 = 0xE3;
     /// Connection management: disconnect reply.
     pub const CM_DISCONNECT_REP: u8 = 0xE4;
+    /// Connection management: a listener's challenge to a connect request (a cookie
+    /// the requester must echo, proving it receives at the address it claims).
+    pub const CM_CHALLENGE: u8 = 0xE5;
     /// Negative acknowledgement in an ACK frame: `operand` = message sequence number,
     /// `index` = remote status code (byte 0) and the receiver's refusal reason (byte 1,
     /// `DropReason` as its counter index; 0xff: none given), `crate::oplogic::Nak`.

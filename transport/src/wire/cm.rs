@@ -4,7 +4,10 @@
 //! ```text
 //! CONNECT_REQ     operand = request id, index = service
 //!                  0..4 client conn | 4..12 client key | 12..16 client ISN
-//!                 16..20 max frame  | 20..26 client MAC | 26.. private data
+//!                 16..20 max frame  | 20..26 client MAC | 26..34 cookie
+//!                 34.. private data
+//! CHALLENGE       operand = request id
+//!                  0..4 client conn | 4..12 cookie
 //! CONNECT_REP     operand = request id
 //!                  0..4 server conn | 4..12 server key | 12..16 server ISN
 //!                 16..20 max frame  | 20..24 client conn | 24.. private data
@@ -16,6 +19,10 @@
 //! All fields big endian. The payload is covered by the frame's CRC32C, the Ethernet
 //! header is not (a NIC checks and strips its FCS): so the requester's MAC, which the
 //! server learns, travels in the payload (version 6), not only in the Ethernet header.
+//!
+//! The cookie (version 10): a listener answers a request without a valid one with a
+//! CHALLENGE carrying it, and keeps nothing; only a request that echoes it makes a
+//! connection (`crate::cm`). 0: none.
 //!
 //! Private data (version 9, rdma_cm's `private_data`): the application's bytes after a
 //! request's or a reply's fields, up to [`PRIVATE_DATA_MAX`], their length what the
@@ -33,7 +40,8 @@ mod field {
         pub const ISN: Field = 12..16;
         pub const MAX_FRAME: Field = 16..20;
         pub const MAC: Field = 20..26;
-        pub const LEN: usize = 26;
+        pub const COOKIE: Field = 26..34;
+        pub const LEN: usize = 34;
     }
     pub mod rep {
         use super::Field;
@@ -43,6 +51,12 @@ mod field {
         pub const MAX_FRAME: Field = 16..20;
         pub const CLIENT_CONN: Field = 20..24;
         pub const LEN: usize = 24;
+    }
+    pub mod challenge {
+        use super::Field;
+        pub const CLIENT_CONN: Field = 0..4;
+        pub const COOKIE: Field = 4..12;
+        pub const LEN: usize = 12;
     }
     pub mod reject {
         use super::Field;
@@ -118,6 +132,13 @@ pub enum CmMessage {
         max_frame: u32,
         /// The requester's MAC address (what the server learns it by).
         mac: [u8; 6],
+        /// The listener's cookie echoed (0: none yet).
+        cookie: u64,
+    },
+    Challenge {
+        request: u32,
+        client_conn: u32,
+        cookie: u64,
     },
     ConnectRep {
         request: u32,
@@ -172,6 +193,15 @@ impl CmMessage {
                     isn: get_u32(p, req::ISN),
                     max_frame: get_u32(p, req::MAX_FRAME),
                     mac: p[req::MAC].try_into().expect("6 bytes"),
+                    cookie: get_u64(p, req::COOKIE),
+                }
+            }
+            op::CM_CHALLENGE => {
+                check_len(p, challenge::LEN)?;
+                CmMessage::Challenge {
+                    request: c.operand,
+                    client_conn: get_u32(p, challenge::CLIENT_CONN),
+                    cookie: get_u64(p, challenge::COOKIE),
                 }
             }
             op::CM_CONNECT_REP => {
@@ -241,6 +271,7 @@ impl CmMessage {
                 request, service, ..
             } => (op::CM_CONNECT_REQ, request, service),
             CmMessage::ConnectRep { request, .. } => (op::CM_CONNECT_REP, request, 0),
+            CmMessage::Challenge { request, .. } => (op::CM_CHALLENGE, request, 0),
             CmMessage::Reject {
                 request, reason, ..
             } => (op::CM_REJECT, request, reason as u32),
@@ -267,6 +298,7 @@ impl CmMessage {
                 isn,
                 max_frame,
                 mac,
+                cookie,
                 ..
             } => {
                 set_u32(p, req::CONN, conn);
@@ -274,7 +306,17 @@ impl CmMessage {
                 set_u32(p, req::ISN, isn);
                 set_u32(p, req::MAX_FRAME, max_frame);
                 p[req::MAC].copy_from_slice(&mac);
+                set_u64(p, req::COOKIE, cookie);
                 req::LEN
+            }
+            CmMessage::Challenge {
+                client_conn,
+                cookie,
+                ..
+            } => {
+                set_u32(p, challenge::CLIENT_CONN, client_conn);
+                set_u64(p, challenge::COOKIE, cookie);
+                challenge::LEN
             }
             CmMessage::ConnectRep {
                 conn,
@@ -320,12 +362,13 @@ mod tests {
     use super::*;
 
     #[rustfmt::skip]
-    const REQ: [u8; 26] = [
+    const REQ: [u8; 34] = [
         0xde, 0xad, 0xbe, 0xef,                         // client conn
         0x01, 0x23, 0x45, 0x67, 0x89, 0xab, 0xcd, 0xef, // client key
         0x00, 0x00, 0x00, 0x2a,                         // ISN 42
         0x00, 0x00, 0x23, 0x36,                         // max frame 9014
         0x02, 0x00, 0x0a, 0x00, 0x00, 0x02,             // MAC
+        0x10, 0x32, 0x54, 0x76, 0x98, 0xba, 0xdc, 0xfe, // cookie
     ];
 
     fn req() -> CmMessage {
@@ -337,6 +380,7 @@ mod tests {
             isn: 42,
             max_frame: 9014,
             mac: [2, 0, 10, 0, 0, 2],
+            cookie: 0x1032_5476_98ba_dcfe,
         }
     }
 
@@ -357,7 +401,7 @@ mod tests {
             opcode: op::CM_CONNECT_REQ,
             operand: 7,
             index: 18515,
-            length: 26,
+            length: 34,
             ..Default::default()
         };
         assert_eq!(CmMessage::parse(&c, &REQ), Ok(req()));
@@ -371,6 +415,11 @@ mod tests {
         let msgs = [
             req(),
             rep(),
+            CmMessage::Challenge {
+                request: 3,
+                client_conn: 8,
+                cookie: u64::MAX - 5,
+            },
             CmMessage::Reject {
                 request: 9,
                 reason: RejectReason::NoListener,

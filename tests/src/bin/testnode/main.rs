@@ -48,6 +48,19 @@
 //! testnode token-node <port> <a|b|c>      one of three nodes (10.0.0.1 to .3) passing a
 //!                                          payload token a -> b -> c in ordinary writes;
 //!                                          c deposits into a's buffer with it, twice
+//! testnode spoof-server <port> <writes>   node 10.0.0.1: listens on service 31 (backlog
+//!                                          4), accepts the one real client, checks its
+//!                                          writes, says "verified", then its connections
+//!                                          and refusals ("connections N", "challenges N",
+//!                                          "bad_cookie N", "rate_limited N", "stats");
+//!                                          until "exit"
+//! testnode spoof-client <port>            node 10.0.0.2: after "go", connects to the
+//!                                          server and writes SPOOF_WRITES patterns,
+//!                                          "completed"; until "exit"
+//! testnode spoof-flood <port> <n>         node 10.0.0.3, the attacker: after "go",
+//!                                          sends n connect requests for service 31 from
+//!                                          random IP and MAC addresses (half with a
+//!                                          guessed cookie), "flooded"; until "exit"
 //! testnode churn-server <socket>          a memif server streaming writes to every
 //!                                          client it accepts (`churn`)
 //! testnode churn-client <socket>          a memif client that connects, then exits,
@@ -238,6 +251,13 @@ fn main() {
             args[5].parse().unwrap_or_else(|e| fail(e)),
         ),
         Some("sink-server") if args.len() == 3 => sink_server(&args[2]),
+        Some("spoof-server") if args.len() == 4 => {
+            spoof_server(&args[2], args[3].parse().unwrap_or_else(|e| fail(e)))
+        }
+        Some("spoof-client") if args.len() == 3 => spoof_client(&args[2]),
+        Some("spoof-flood") if args.len() == 4 => {
+            spoof_flood(&args[2], args[3].parse().unwrap_or_else(|e| fail(e)))
+        }
         Some("churn-server") if args.len() == 3 => churn::churn_server(&args[2]),
         Some("churn-client") if args.len() == 3 => churn::churn_client(&args[2]),
         Some("stream-client") if args.len() == 5 => stream_client(
@@ -253,7 +273,8 @@ fn main() {
              | stream-client <port> <retry-ms> <retries> \
              | soak-server <socket> <seed> <ops> <faults|none> \
              | ip-receiver <socket> <priority|refusals|tokens> | token-node <port> <a|b|c> \
-             | churn-server <socket> | churn-client <socket>",
+             | churn-server <socket> | churn-client <socket> \
+             | spoof-server <port> <writes> | spoof-client <port> | spoof-flood <port> <n>",
         ),
     }
 }
@@ -931,4 +952,150 @@ fn wait_for_disconnect(lines: &std::sync::mpsc::Receiver<String>) {
             Err(e) => fail(format!("the sender did not let go: {e}")),
         }
     }
+}
+
+// ---------------------------------------------------------------------------------
+// spoof-server / spoof-client / spoof-flood: spoofed connect requests against a
+// listener while a real client connects (tests/spoofed_connects.rs).
+// ---------------------------------------------------------------------------------
+
+const SPOOF_SERVICE: u32 = 31;
+const SPOOF_LEN: usize = 1 << 20;
+const SPOOF_WRITE: usize = 4096;
+
+fn spoof_server(port: &str, writes: u64) {
+    let lines = stdin_lines();
+    let dev = netns_device(port, [10, 0, 0, 1], 1514);
+    let ep = dev
+        .alloc_endpoint(SPOOF_LEN as u64, Rights::REMOTE_WRITE)
+        .unwrap_or_else(|e| fail(e));
+    let cq = dev.create_cq(64);
+    let opts = ConnOptions {
+        backlog: 4,
+        ..ConnOptions::default()
+    };
+    let l = dev
+        .listen_with(SPOOF_SERVICE, &ep, &cq, &opts)
+        .unwrap_or_else(|e| fail(e));
+    await_go(&dev, &lines);
+    let conn = l.accept(T).unwrap_or_else(|e| fail(e));
+    if !wait_until(&dev, T, || conn.arrivals() >= writes) {
+        fail(format!(
+            "only {} of {writes} writes arrived",
+            conn.arrivals()
+        ));
+    }
+    for i in 0..writes as usize {
+        let off = i * SPOOF_WRITE % SPOOF_LEN;
+        check_pattern(&ep, off, SPOOF_WRITE, 31, off as u64).unwrap_or_else(|e| fail(e));
+    }
+    println!("verified");
+    // Whatever else reached the listener: it must be nothing.
+    if let Ok(c) = l.accept(Duration::from_millis(200)) {
+        fail(format!(
+            "accepted a second connection ({})",
+            c.local_number()
+        ));
+    }
+    let s = dev.stats();
+    println!("connections {}", dev.connections());
+    println!("challenges {}", s.cm_challenges);
+    println!("bad_cookie {}", s.dropped(DropReason::BadCookie));
+    println!("rate_limited {}", s.dropped(DropReason::CmRateLimited));
+    println!("stats");
+    await_exit(&lines);
+    drop(conn);
+}
+
+fn spoof_client(port: &str) {
+    let lines = stdin_lines();
+    let dev = netns_device(port, [10, 0, 0, 2], 1514);
+    let ep = dev
+        .alloc_endpoint(SPOOF_LEN as u64, Rights::REMOTE_WRITE)
+        .unwrap_or_else(|e| fail(e));
+    let cq = dev.create_cq(256);
+    await_go(&dev, &lines);
+    let conn = dev
+        .connect([10, 0, 0, 1], SPOOF_SERVICE, &ep, &cq)
+        .unwrap_or_else(|e| fail(e));
+    println!("connected");
+    let n = deposit_tests::SPOOF_WRITES;
+    for i in 0..n as usize {
+        let off = i * SPOOF_WRITE % SPOOF_LEN;
+        fill_pattern(&ep, off, SPOOF_WRITE, 31, off as u64);
+        let wr = WorkRequest::write(i as u64, &ep, off as u64, SPOOF_WRITE as u32, off as u32);
+        conn.post(&wr.signaled()).unwrap_or_else(|e| fail(e));
+        if (i + 1) % 64 == 0 {
+            for wc in wait_completions(&cq, 64, T) {
+                if wc.status != WcStatus::Success {
+                    fail(format!("write completed {wc:?}"));
+                }
+            }
+        }
+    }
+    println!("completed");
+    await_exit(&lines);
+    drop(conn);
+}
+
+/// The attacker: connect requests to the server from random addresses, as a host
+/// that never sees the replies sends them.
+fn spoof_flood(port: &str, n: u64) {
+    use deposit_transport::wire::cm::{CmMessage, CM_PAYLOAD_MAX};
+    use deposit_transport::wire::{hflags, TransportRepr, UnderlayRepr, UDP_PORT};
+    let lines = stdin_lines();
+    let dev = netns_device(port, [10, 0, 0, 3], 1514);
+    await_go(&dev, &lines);
+    let mut x = 0x2545_f491_4f6c_dd1du64;
+    let mut next = || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    let server = NodeAddr::from_ip([10, 0, 0, 1], UDP_PORT);
+    for i in 0..n {
+        let r = next();
+        let ip = [10, (r >> 8) as u8, (r >> 16) as u8, (r >> 24) as u8 | 1];
+        let mac = [
+            2,
+            (r >> 32) as u8,
+            (r >> 40) as u8,
+            (r >> 48) as u8,
+            7,
+            r as u8,
+        ];
+        let msg = CmMessage::ConnectReq {
+            request: next() as u32,
+            service: SPOOF_SERVICE,
+            conn: next() as u32 | 1,
+            key: next(),
+            isn: next() as u32,
+            max_frame: 1514,
+            mac,
+            cookie: if i % 2 == 0 { 0 } else { next() },
+        };
+        let mut p = [0u8; CM_PAYLOAD_MAX];
+        let (c, len) = msg.emit(&[], &mut p);
+        let underlay = UnderlayRepr {
+            src_mac: mac,
+            dst_mac: server.mac,
+            src_ip: ip,
+            dst_ip: server.ip,
+            src_port: UDP_PORT,
+            dst_port: UDP_PORT,
+        };
+        let hdr = TransportRepr {
+            flags: hflags::CM,
+            ..Default::default()
+        };
+        dev.send_raw_frame(&raw_frame_with(&underlay, &hdr, &[(c, p[..len].to_vec())]));
+        // Paced (about 60 000 a second): what an af_packet ring and the bridge carry
+        // without dropping, so that the server's counters can be held to the count.
+        if i % 64 == 63 {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+    println!("flooded");
+    await_exit(&lines);
 }
