@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Usage: scripts/bench.sh [--plot FILE] [ROUNDS]
 #        scripts/bench.sh --compare OLD_DDPERF [ROUNDS]
+#        scripts/bench.sh --netns [ROUNDS]      (root)
 # The foundation benchmarks with their raw-DPDK baselines from the same run, rounds
 # interleaved (the machine is shared and noisy), medians reported:
 #   * 32 B write message rate (write_bw) vs raw_bw frame rate, ring loopback, at
@@ -48,6 +49,11 @@
 # per-round new/old ratios.
 # Ratios of rows marked "of rounds" are the median of the per-round ratios (each
 # round's pair ran back to back); the others are ratios of the medians.
+# With --netns, kernel interfaces instead (root): two network namespaces whose veths are
+# ports of one Linux bridge, at MTU 1500 and at MTU 9000 (jumbo): 64 KiB write_bw over
+# af_packet on the veths next to kernel TCP on the same veths (iperf3, 64 KiB writes,
+# one stream), the two alternating in every round; medians in MiB/s. Namespaces and
+# bridge are removed at the end.
 # With --plot FILE (.svg or .png), each row of the deposit/raw table is also drawn into
 # FILE: deposit's median next to its raw-DPDK baseline's (`ddperf --plot-bench`).
 # Needs a release build (scripts/run.sh or `cargo build --release -p ddperf`).
@@ -64,6 +70,10 @@ if [[ ${1:-} == --compare ]]; then
     old=${2:?usage: $0 --compare OLD_DDPERF [ROUNDS]}
     [[ -x $old ]] || { echo "bench: $old is not an executable" >&2; exit 2; }
     shift 2
+fi
+if [[ ${1:-} == --netns ]]; then
+    netns=1
+    shift
 fi
 rounds=${1:-5}
 dd=target/release/ddperf
@@ -177,6 +187,70 @@ if [[ -n $old ]]; then
 fi
 
 median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
+
+# --netns: af_packet vs kernel TCP between two namespaces on a bridge.
+nsdown() {
+    ip netns del ddbna 2>/dev/null || true
+    ip netns del ddbnb 2>/dev/null || true
+    ip link del ddbnbr 2>/dev/null || true
+}
+nsup() { # MTU
+    nsdown
+    ip link add ddbnbr type bridge
+    ip link set ddbnbr mtu "$1" up
+    local i ns
+    for i in 0 1; do
+        ns=$([[ $i == 0 ]] && echo ddbna || echo ddbnb)
+        ip netns add "$ns"
+        ip link add "ddbnv$i" mtu "$1" type veth peer name "ddbnp$i" mtu "$1"
+        ip link set "ddbnv$i" netns "$ns"
+        ip link set "ddbnp$i" master ddbnbr up
+        ip netns exec "$ns" sysctl -qw net.ipv6.conf.all.disable_ipv6=1
+        ip -n "$ns" addr add "10.79.0.$((i + 1))/24" dev "ddbnv$i"
+        ip -n "$ns" link set lo up
+        ip -n "$ns" link set "ddbnv$i" up
+    done
+    sleep 1
+}
+ns_write_bw() { # MiB/s of 64 KiB write_bw, af_packet on the veths
+    ip netns exec ddbna timeout 120 "$dd" write_bw --server --dev af_packet:ddbnv0 -s 65536 -n 20000 \
+        >/dev/null 2>&1 &
+    local pid=$!
+    sleep 1
+    ip netns exec ddbnb timeout 120 "$dd" write_bw --dev af_packet:ddbnv1 -s 65536 -n 20000 --json 10.0.0.1 \
+        2>/dev/null | field bw_avg_mib_s
+    wait "$pid" || true
+}
+ns_tcp() { # MiB/s of one iperf3 TCP stream, 64 KiB writes, 3 s
+    ip netns exec ddbna timeout 60 iperf3 -s -1 -p 5299 >/dev/null 2>&1 &
+    local pid=$!
+    sleep 0.5
+    ip netns exec ddbnb timeout 60 iperf3 -c 10.79.0.1 -p 5299 -l 65536 -t 3 -J 2>/dev/null |
+        python3 -c "import json,sys; print(round(json.load(sys.stdin)['end']['sum_received']['bits_per_second'] / 8 / 2**20, 1))"
+    wait "$pid" || true
+}
+if ((${netns:-0})); then
+    (($(id -u) == 0)) || { echo "bench: --netns needs root (namespaces, a bridge)" >&2; exit 2; }
+    scripts/deps.sh
+    trap 'nsdown; rm -rf "$dir"' EXIT
+    printf '%-6s %-30s %10s\n' MTU "64 KiB stream, MiB/s (median of $rounds)" value
+    for mtu in 1500 9000; do
+        nsup "$mtu"
+        declare -a dw=() kt=()
+        for i in $(seq "$rounds"); do
+            if ((i % 2)); then
+                dw+=("$(ns_write_bw)"); kt+=("$(ns_tcp)")
+            else
+                kt+=("$(ns_tcp)"); dw+=("$(ns_write_bw)")
+            fi
+        done
+        echo "# MTU $mtu rounds: write_bw ${dw[*]}; tcp ${kt[*]}"
+        printf '%-6s %-30s %10s\n' "$mtu" "deposit write_bw (af_packet)" "$(median "${dw[@]}")"
+        printf '%-6s %-30s %10s\n' "$mtu" "kernel TCP (iperf3)" "$(median "${kt[@]}")"
+        nsdown
+    done
+    exit 0
+fi
 
 declare -a wbw wbd wbl rbw wl rl ml mr rdl atl ap1 ap16 cbw l0 l1 l10 lp il ib tl mwb mrb wq idd idi sh1 sh2
 for i in $(seq "$rounds"); do

@@ -29,9 +29,10 @@ declare -A probe=(
     [libopenmpi-dev]="mpicc"
     [libfabric-dev]=""
     [libfabric-bin]="fi_info"
+    [iperf3]="iperf3"
 )
 order=(libdpdk-dev libclang-dev pkg-config iproute2 gcc libc6-dev python3 dpdk-dev fonts-dejavu-core
-    cbindgen openmpi-bin libopenmpi-dev libfabric-dev libfabric-bin)
+    cbindgen openmpi-bin libopenmpi-dev libfabric-dev libfabric-bin iperf3)
 
 installed() {
     local pkg=$1 cmd=${probe[$1]}
