@@ -212,3 +212,12 @@ impl Node {
         }
     }
 }
+
+/// The value a node reported as `PREFIX VALUE` in `lines`; panics naming what the
+/// node said when there is none.
+pub fn value<'a>(lines: &'a [String], prefix: &str) -> &'a str {
+    lines
+        .iter()
+        .find_map(|l| l.strip_prefix(prefix)?.strip_prefix(' '))
+        .unwrap_or_else(|| panic!("no {prefix:?} in {lines:?}"))
+}

@@ -14,10 +14,9 @@ const T: Duration = Duration::from_secs(60);
 const FLOOD: u64 = 20_000;
 
 fn value(lines: &[String], name: &str) -> u64 {
-    lines
-        .iter()
-        .find_map(|l| l.strip_prefix(name)?.trim().parse().ok())
-        .unwrap_or_else(|| panic!("no {name} in {lines:?}"))
+    let v = deposit_tests::netns::value(lines, name);
+    v.parse()
+        .unwrap_or_else(|e| panic!("{name} {v:?}: {e} (said {lines:?})"))
 }
 
 #[test]

@@ -9,17 +9,9 @@
 
 use std::time::{Duration, Instant};
 
-use deposit_tests::netns::Topology;
+use deposit_tests::netns::{value, Topology};
 
 const T: Duration = Duration::from_secs(30);
-
-/// The value a node reported as `PREFIX VALUE`.
-fn value<'a>(lines: &'a [String], prefix: &str) -> &'a str {
-    lines
-        .iter()
-        .find_map(|l| l.strip_prefix(prefix)?.strip_prefix(' '))
-        .unwrap_or_else(|| panic!("no {prefix:?} in {lines:?}"))
-}
 
 #[test]
 fn a_token_forwarded_through_a_third_node_deposits_once_over_af_packet() {

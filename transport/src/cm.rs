@@ -535,31 +535,17 @@ impl Cm {
     }
 
     /// The cookie of request `msg` from `from` with `private` data in period `epoch`
-    /// (never 0).
+    /// (never 0): over the request as it travels, its cookie cleared, so every field of
+    /// it and its private data count.
     fn cookie(&self, from: &NodeAddr, msg: &CmMessage, private: &[u8], epoch: u64) -> u64 {
-        let CmMessage::ConnectReq {
-            request,
-            service,
-            conn,
-            key,
-            isn,
-            max_frame,
-            mac,
-            ..
-        } = *msg
-        else {
-            return 0;
-        };
+        let mut bytes = [0u8; crate::wire::cm::CM_PAYLOAD_MAX];
+        let (c, len) = msg.without_cookie().emit(private, &mut bytes);
         let mut h = SipHasher24::new_with_keys(self.secret.0, self.secret.1);
         h.write_u64(epoch);
         h.write(&from.ip);
-        h.write(&mac);
-        for v in [request, service, conn, isn, max_frame] {
-            h.write_u32(v);
-        }
-        h.write_u64(key);
-        h.write_usize(private.len());
-        h.write(private);
+        h.write_u32(c.operand);
+        h.write_u32(c.index);
+        h.write(&bytes[..len]);
         h.finish().max(1)
     }
 

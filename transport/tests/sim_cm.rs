@@ -216,8 +216,8 @@ fn spoofed_request(
     to: deposit_transport::tables::NodeAddr,
     service: u32,
 ) -> Vec<u8> {
-    use deposit_transport::wire::cm::{CmMessage, CM_PAYLOAD_MAX};
-    use deposit_transport::wire::{hflags, FrameWriter, TransportRepr, UnderlayRepr, UDP_PORT};
+    use deposit_transport::wire::cm::CmMessage;
+    use deposit_transport::wire::{UnderlayRepr, UDP_PORT};
     let r = rng.next_u64();
     let ip = [10, (r >> 8) as u8, (r >> 16) as u8, (r >> 24) as u8];
     let mac = [2, (r >> 32) as u8, (r >> 40) as u8, 0, 0, r as u8];
@@ -232,8 +232,6 @@ fn spoofed_request(
         // Half of them with a guessed cookie.
         cookie: if r & 1 == 0 { 0 } else { rng.next_u64() },
     };
-    let mut payload = [0u8; CM_PAYLOAD_MAX];
-    let (c, len) = msg.emit(&[], &mut payload);
     let underlay = UnderlayRepr {
         src_mac: mac,
         dst_mac: to.mac,
@@ -242,14 +240,8 @@ fn spoofed_request(
         src_port: UDP_PORT,
         dst_port: UDP_PORT,
     };
-    let hdr = TransportRepr {
-        flags: hflags::CM,
-        ..Default::default()
-    };
     let mut buf = vec![0u8; 512];
-    let mut w = FrameWriter::new(&mut buf, &underlay, &hdr).unwrap();
-    w.push(&c, &payload[..len]).unwrap();
-    let n = w.finish();
+    let n = msg.write_frame(&[], &underlay, &mut buf).unwrap();
     buf.truncate(n);
     buf
 }

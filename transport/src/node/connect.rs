@@ -18,8 +18,7 @@ use crate::oplogic::{DropReason, RemoteStatus};
 use crate::reliability::{Receiver, Sender, SeqBits};
 use crate::tables::{EndpointId, NodeAddr, NodeId, RegWindow};
 use crate::wake::WaitQueue;
-use crate::wire::cm::CM_PAYLOAD_MAX;
-use crate::wire::{self, hflags, FrameView, FrameWriter, TransportRepr, UnderlayRepr};
+use crate::wire::{self, FrameView, UnderlayRepr};
 
 use super::{
     complete_ready, fail_connection, learn_node, process_ack, segment_max_for, Accepted, FrameBuf,
@@ -426,20 +425,10 @@ impl Node {
             src_port: wire::UDP_PORT,
             dst_port: to.udp_port,
         };
-        let hdr = TransportRepr {
-            flags: hflags::CM,
-            ..Default::default()
-        };
-        let mut payload = [0u8; CM_PAYLOAD_MAX];
-        let (c, len) = msg.emit(private, &mut payload);
         let max = self.caps.max_frame;
-        let Ok(mut w) = FrameWriter::new(&mut m.room_mut()[..max], &underlay, &hdr) else {
+        let Ok(n) = msg.write_frame(private, &underlay, &mut m.room_mut()[..max]) else {
             return;
         };
-        if w.push(&c, &payload[..len]).is_err() {
-            return;
-        }
-        let n = w.finish();
         m.set_len(n);
         self.stats.bytes_tx += n as u64;
         if link.push(m, false) {

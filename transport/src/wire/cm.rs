@@ -28,7 +28,10 @@
 //! request's or a reply's fields, up to [`PRIVATE_DATA_MAX`], their length what the
 //! control part's length leaves. A longer one is refused as a bad length.
 
-use super::{check_len, get_u32, get_u64, op, set_u32, set_u64, ControlRepr, WireError};
+use super::{
+    check_len, get_u32, get_u64, hflags, op, set_u32, set_u64, ControlRepr, FrameWriter,
+    TransportRepr, UnderlayRepr, WireError,
+};
 
 mod field {
     use super::super::Field;
@@ -251,6 +254,33 @@ impl CmMessage {
             _ => return &[],
         };
         p.get(fixed..).unwrap_or(&[])
+    }
+
+    /// The same message with its cookie cleared (what a cookie is computed over).
+    pub fn without_cookie(mut self) -> CmMessage {
+        if let CmMessage::ConnectReq { cookie, .. } = &mut self {
+            *cookie = 0;
+        }
+        self
+    }
+
+    /// Writes the whole frame of this message with `private` data into `buf` (at most
+    /// the largest frame long): flagged `CM`, connection 0, key 0. Returns its length.
+    pub fn write_frame(
+        &self,
+        private: &[u8],
+        underlay: &UnderlayRepr,
+        buf: &mut [u8],
+    ) -> Result<usize, WireError> {
+        let mut payload = [0u8; CM_PAYLOAD_MAX];
+        let (c, len) = self.emit(private, &mut payload);
+        let hdr = TransportRepr {
+            flags: hflags::CM,
+            ..Default::default()
+        };
+        let mut w = FrameWriter::new(buf, underlay, &hdr)?;
+        w.push(&c, &payload[..len])?;
+        Ok(w.finish())
     }
 
     /// Encodes into a control part and a payload buffer, with `private` data after a

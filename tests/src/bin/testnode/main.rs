@@ -1041,8 +1041,8 @@ fn spoof_client(port: &str) {
 /// The attacker: connect requests to the server from random addresses, as a host
 /// that never sees the replies sends them.
 fn spoof_flood(port: &str, n: u64) {
-    use deposit_transport::wire::cm::{CmMessage, CM_PAYLOAD_MAX};
-    use deposit_transport::wire::{hflags, TransportRepr, UnderlayRepr, UDP_PORT};
+    use deposit_transport::wire::cm::CmMessage;
+    use deposit_transport::wire::{UnderlayRepr, UDP_PORT};
     let lines = stdin_lines();
     let dev = netns_device(port, [10, 0, 0, 3], 1514);
     await_go(&dev, &lines);
@@ -1075,8 +1075,6 @@ fn spoof_flood(port: &str, n: u64) {
             mac,
             cookie: if i % 2 == 0 { 0 } else { next() },
         };
-        let mut p = [0u8; CM_PAYLOAD_MAX];
-        let (c, len) = msg.emit(&[], &mut p);
         let underlay = UnderlayRepr {
             src_mac: mac,
             dst_mac: server.mac,
@@ -1085,11 +1083,11 @@ fn spoof_flood(port: &str, n: u64) {
             src_port: UDP_PORT,
             dst_port: UDP_PORT,
         };
-        let hdr = TransportRepr {
-            flags: hflags::CM,
-            ..Default::default()
-        };
-        dev.send_raw_frame(&raw_frame_with(&underlay, &hdr, &[(c, p[..len].to_vec())]));
+        let mut frame = [0u8; 512];
+        let n = msg
+            .write_frame(&[], &underlay, &mut frame)
+            .unwrap_or_else(|e| fail(e));
+        dev.send_raw_frame(&frame[..n]);
         // Paced (about 60 000 a second): what an af_packet ring and the bridge carry
         // without dropping, so that the server's counters can be held to the count.
         if i % 64 == 63 {
