@@ -189,36 +189,15 @@ fi
 median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
 
 # --netns: af_packet vs kernel TCP between two namespaces on a bridge.
-nsdown() {
-    ip netns del ddbna 2>/dev/null || true
-    ip netns del ddbnb 2>/dev/null || true
-    ip link del ddbnbr 2>/dev/null || true
-}
-nsup() { # MTU
-    nsdown
-    ip link add ddbnbr type bridge
-    ip link set ddbnbr mtu "$1" up
-    local i ns
-    for i in 0 1; do
-        ns=$([[ $i == 0 ]] && echo ddbna || echo ddbnb)
-        ip netns add "$ns"
-        ip link add "ddbnv$i" mtu "$1" type veth peer name "ddbnp$i" mtu "$1"
-        ip link set "ddbnv$i" netns "$ns"
-        ip link set "ddbnp$i" master ddbnbr up
-        ip netns exec "$ns" sysctl -qw net.ipv6.conf.all.disable_ipv6=1
-        ip -n "$ns" addr add "10.79.0.$((i + 1))/24" dev "ddbnv$i"
-        ip -n "$ns" link set lo up
-        ip -n "$ns" link set "ddbnv$i" up
-    done
-    sleep 1
-}
+# shellcheck source=scripts/bridge.sh
+. scripts/bridge.sh
 ns_write_bw() { # MiB/s of 64 KiB write_bw, af_packet on the veths
     ip netns exec ddbna timeout 120 "$dd" write_bw --server --dev af_packet:ddbnv0 -s 65536 -n 20000 \
         >/dev/null 2>&1 &
     local pid=$!
     sleep 1
     ip netns exec ddbnb timeout 120 "$dd" write_bw --dev af_packet:ddbnv1 -s 65536 -n 20000 --json 10.0.0.1 \
-        2>/dev/null | field bw_avg_mib_s
+        2>/dev/null | field bw_avg_mib_s | xargs printf '%.1f\n'
     wait "$pid" || true
 }
 ns_tcp() { # MiB/s of one iperf3 TCP stream, 64 KiB writes, 3 s
@@ -232,10 +211,11 @@ ns_tcp() { # MiB/s of one iperf3 TCP stream, 64 KiB writes, 3 s
 if ((${netns:-0})); then
     (($(id -u) == 0)) || { echo "bench: --netns needs root (namespaces, a bridge)" >&2; exit 2; }
     scripts/deps.sh
-    trap 'nsdown; rm -rf "$dir"' EXIT
+    trap 'ns_pair_down ddbn; rm -rf "$dir"' EXIT
+    trap 'exit 143' INT TERM # a signal still removes them (through EXIT)
     printf '%-6s %-30s %10s\n' MTU "64 KiB stream, MiB/s (median of $rounds)" value
     for mtu in 1500 9000; do
-        nsup "$mtu"
+        ns_pair_up ddbn "$mtu" 10.79.0
         declare -a dw=() kt=()
         for i in $(seq "$rounds"); do
             if ((i % 2)); then
@@ -247,7 +227,7 @@ if ((${netns:-0})); then
         echo "# MTU $mtu rounds: write_bw ${dw[*]}; tcp ${kt[*]}"
         printf '%-6s %-30s %10s\n' "$mtu" "deposit write_bw (af_packet)" "$(median "${dw[@]}")"
         printf '%-6s %-30s %10s\n' "$mtu" "kernel TCP (iperf3)" "$(median "${kt[@]}")"
-        nsdown
+        ns_pair_down ddbn
     done
     exit 0
 fi

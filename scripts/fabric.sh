@@ -48,7 +48,7 @@ pingpong() {
     return "$rc"
 }
 
-# fi_pingpong -p PROV between namespaces ddfa (server) and ddfb over bridge ddfbr0.
+# fi_pingpong -p PROV between namespaces ddfa (server) and ddfb over bridge ddfbr.
 bridged() {
     local prov=$1 rc=0 log
     shift
@@ -63,40 +63,22 @@ bridged() {
     rm -f "$log"
     return "$rc"
 }
-unbridge() {
-    ip netns del ddfa 2>/dev/null || true
-    ip netns del ddfb 2>/dev/null || true
-    ip link del ddfbr0 2>/dev/null || true
-}
-
 if ((bridge)); then
     (($(id -u) == 0)) || { echo "fabric: --bridge needs root (namespaces, a bridge)" >&2; exit 2; }
-    trap unbridge EXIT
-    unbridge
-    ip link add ddfbr0 type bridge
-    ip link set ddfbr0 up
-    for i in 0 1; do
-        ns=$([[ $i == 0 ]] && echo ddfa || echo ddfb)
-        ip netns add "$ns"
-        ip link add "ddfv$i" type veth peer name "ddfp$i"
-        ip link set "ddfv$i" netns "$ns"
-        ip link set "ddfp$i" master ddfbr0
-        ip link set "ddfp$i" up
-        ip netns exec "$ns" sysctl -qw net.ipv6.conf.all.disable_ipv6=1
-        ip -n "$ns" addr add "10.78.0.$((i + 1))/24" dev "ddfv$i"
-        ip -n "$ns" link set lo up
-        ip -n "$ns" link set "ddfv$i" up
-    done
-    sleep 1
+    # shellcheck source=scripts/bridge.sh
+    . scripts/bridge.sh
+    trap 'ns_pair_down ddf' EXIT
+    trap 'exit 143' INT TERM # a signal still removes them (through EXIT)
+    ns_pair_up ddf 1500 10.78.0
     if (($#)); then
         for prov in deposit tcp udp; do
-            echo "== fi_pingpong -p $prov -e rdm $* (namespaces ddfa -> ddfb, veths on bridge ddfbr0)"
+            echo "== fi_pingpong -p $prov -e rdm $* (namespaces ddfa -> ddfb, veths on bridge ddfbr)"
             bridged "$prov" "$@"
         done
     else
         # One size at a time, the three providers in turn (the machine is shared:
         # interleaved, not one provider's whole sweep after another's).
-        echo "== fi_pingpong -e rdm -I 2000 -S SIZE, namespaces ddfa -> ddfb over bridge ddfbr0 (veth MTU $(ip netns exec ddfa cat /sys/class/net/ddfv0/mtu))"
+        echo "== fi_pingpong -e rdm -I 2000 -S SIZE, namespaces ddfa -> ddfb over bridge ddfbr (veth MTU $(ip netns exec ddfa cat /sys/class/net/ddfv0/mtu))"
         printf '%-8s %8s %10s %10s\n' provider bytes usec/xfer MB/sec
         for size in 64 1024 4096 65536 1048576; do
             for prov in deposit tcp udp; do
