@@ -980,29 +980,19 @@ mod tests {
         assert!(sent(&mut a).is_empty());
     }
 
-    fn req_with(m: CmMessage, cookie: u64) -> CmMessage {
-        match m {
-            CmMessage::ConnectReq {
-                request,
-                service,
-                conn,
-                key,
-                isn,
-                max_frame,
-                mac,
-                ..
-            } => CmMessage::ConnectReq {
-                request,
-                service,
-                conn,
-                key,
-                isn,
-                max_frame,
-                mac,
-                cookie,
-            },
-            m => m,
+    /// Request `m` with its cookie, and its service if given, replaced.
+    fn req_with(m: CmMessage, cookie: u64, service: Option<u32>) -> CmMessage {
+        let mut m = m.without_cookie();
+        if let CmMessage::ConnectReq {
+            cookie: c,
+            service: s,
+            ..
+        } = &mut m
+        {
+            *c = cookie;
+            *s = service.unwrap_or(*s);
         }
+        m
     }
 
     #[test]
@@ -1015,32 +1005,11 @@ mod tests {
         };
         // Forged, from another address, for another service, with other private data:
         // each refused and challenged anew, nothing made.
-        let forged = req_with(good, cookie ^ 1);
+        let forged = req_with(good, cookie ^ 1, None);
         assert_eq!(b.handle(addr(1), forged, &[], 0), Err(Ignored::BadCookie));
         assert_eq!(b.handle(addr(9), good, &[], 0), Err(Ignored::BadCookie));
         assert_eq!(b.handle(addr(1), good, b"x", 0), Err(Ignored::BadCookie));
-        let CmMessage::ConnectReq {
-            request,
-            conn,
-            key,
-            isn,
-            max_frame,
-            mac,
-            ..
-        } = good
-        else {
-            unreachable!()
-        };
-        let other = CmMessage::ConnectReq {
-            request,
-            service: 5,
-            conn,
-            key,
-            isn,
-            max_frame,
-            mac,
-            cookie,
-        };
+        let other = req_with(good, cookie, Some(5));
         assert_eq!(b.handle(addr(1), other, &[], 0), Err(Ignored::BadCookie));
         assert_eq!(b.poll_action(), None);
         assert_eq!(sent(&mut b).len(), 4, "each challenged");
