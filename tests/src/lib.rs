@@ -76,12 +76,12 @@ pub fn check_zero(ep: &Endpoint, off: usize, len: usize) -> Result<(), String> {
     }
 }
 
-/// The offsets at which the size-sweep tests put a write of each size, and the
-/// endpoint size they need.
 /// Writes of 4 KiB the real client of the spoofed-connect test makes (testnode
 /// spoof-client, checked by spoof-server).
 pub const SPOOF_WRITES: u64 = 512;
 
+/// The offsets at which the size-sweep tests put a write of each size, and the
+/// endpoint size they need.
 pub const SWEEP_SIZES: &[usize] = &[
     1,
     2,

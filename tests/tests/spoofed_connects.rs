@@ -30,11 +30,7 @@ fn spoofed_connect_requests_make_no_connection_and_the_real_client_gets_in() {
         |i, port| {
             let port = format!("af_packet:{port}");
             match i {
-                0 => vec![
-                    "spoof-server".into(),
-                    port,
-                    deposit_tests::SPOOF_WRITES.to_string(),
-                ],
+                0 => vec!["spoof-server".into(), port],
                 1 => vec!["spoof-client".into(), port],
                 _ => vec!["spoof-flood".into(), port, FLOOD.to_string()],
             }

@@ -13,7 +13,6 @@
 //! flushed. Connection numbers, keys and initial sequence numbers are chosen by the
 //! node (random); the requester's address is learned from the request.
 //!
-//!
 //! A request costs a listener nothing until the requester has shown that it receives
 //! at the address it claims (docs/design.md §10; TCP's SYN cookies, DTLS's
 //! HelloVerifyRequest): a request without a valid cookie is answered with a CHALLENGE
@@ -311,7 +310,8 @@ pub struct Cm {
 
 impl Cm {
     /// The machine of a node whose frames come from `local_mac` and are at most
-    /// `max_frame` bytes, with the default limits (a clock of `hz` ticks per second).
+    /// `max_frame` bytes, with the default limits on a clock of 1 MHz (the node uses
+    /// [`Cm::with_limits`] with its own).
     pub fn new(local_mac: [u8; 6], max_frame: u32, timing: CmTiming) -> Cm {
         Cm::with_limits(
             local_mac,
@@ -586,8 +586,9 @@ impl Cm {
             return Ok(());
         }
         let epoch = now / self.period;
+        let current = self.cookie(&from, &msg, private, epoch);
         let valid = cookie != 0
-            && (cookie == self.cookie(&from, &msg, private, epoch)
+            && (cookie == current
                 || (epoch > 0 && cookie == self.cookie(&from, &msg, private, epoch - 1)));
         if !valid {
             if !self.challenge_rate.admit(&mut self.challenge_tat, now) {
@@ -596,7 +597,7 @@ impl Cm {
             let challenge = CmMessage::Challenge {
                 request,
                 client_conn: conn,
-                cookie: self.cookie(&from, &msg, private, epoch),
+                cookie: current,
             };
             self.out.push_back((from, challenge, None));
             self.challenges += 1;

@@ -285,7 +285,6 @@ impl Node {
                         Err(Ignored::BadCookie) => self.stats.drop_for(DropReason::BadCookie),
                         Err(Ignored::RateLimited) => self.stats.drop_for(DropReason::CmRateLimited),
                     }
-                    self.stats.cm_challenges = self.cm.challenges_sent();
                 }
                 Err(_) => self.stats.drop_for(DropReason::BadLength),
             }

@@ -496,6 +496,7 @@ impl Node {
     pub fn stats(&self) -> Stats {
         let mut s = self.stats.clone();
         s.tlb = self.tlb.stats();
+        s.cm_challenges = self.cm.challenges_sent();
         s
     }
 
