@@ -6,7 +6,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crossbeam::queue::SegQueue;
-use deposit_transport::cm::{private_data, ConnectOptions, Registers};
+use deposit_transport::cm::{private_data, ConnectOptions, Registers, Security};
 use deposit_transport::connection::{ConnState, Priority};
 use deposit_transport::events::EventRing as Queue;
 use deposit_transport::mem::EndpointMemory;
@@ -1117,6 +1117,19 @@ pub struct ConnOptions {
     /// a requester that answered the listener's challenge gets this far (docs/design.md
     /// §10), so a spoofed request never takes a place. 0: the default, 64.
     pub backlog: usize,
+    /// Seal every frame of the connection (docs/design.md §10): an X25519 key agreement
+    /// in the handshake, then each frame's cells encrypted and its headers
+    /// authenticated with AES-256-GCM, replays refused, keys changed before AES-GCM's
+    /// limits. Connecting: ask for it. Listening: refuse connections without it
+    /// ([`RejectReason::Insecure`](crate::RejectReason)); a listener without it still
+    /// takes a secure request. Costs a seal cell (48 bytes) per frame and the cipher's
+    /// time on both sides.
+    pub secure: bool,
+    /// A pre-shared key mixed into the secure connection's keys (implies
+    /// [`ConnOptions::secure`]): both sides must hold the same, or the connect fails
+    /// with [`RejectReason::Confirmation`](crate::RejectReason); without it a relay in
+    /// the middle at connect time could read the connection, with it nobody can.
+    pub psk: Option<[u8; 32]>,
 }
 
 impl Default for ConnOptions {
@@ -1133,6 +1146,8 @@ impl Default for ConnOptions {
             private_data: Vec::new(),
             require_private_data: Vec::new(),
             backlog: DEFAULT_BACKLOG,
+            secure: false,
+            psk: None,
         }
     }
 }
@@ -1165,6 +1180,11 @@ impl ConnOptions {
             isolated: self.isolated,
             private_data: private_data(&self.private_data),
             require_private_data: private_data(&self.require_private_data),
+            secure: match self.psk {
+                Some(k) => Security::Psk(k),
+                None if self.secure => Security::On,
+                None => Security::Off,
+            },
         })
     }
 }

@@ -283,6 +283,13 @@ impl Connection {
     pub fn remote_number(&self) -> u32 {
         self.shared.peer_conn.load(Ordering::Relaxed) as u32
     }
+    /// Whether the connection's frames are sealed ([`ConnOptions::secure`]: asked
+    /// for by this side or by the peer).
+    ///
+    /// [`ConnOptions::secure`]: crate::ConnOptions::secure
+    pub fn is_secure(&self) -> bool {
+        self.shared.secure.load(Ordering::Relaxed)
+    }
     /// The local endpoint remote operations act on.
     pub fn endpoint(&self) -> &Endpoint {
         &self.ep

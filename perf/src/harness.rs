@@ -556,7 +556,7 @@ fn meet<B: Bench>(
     // Room for every outstanding request to complete at once (a flush): the window
     // over all the connections, not a depth per connection (gigabytes at -q 65536).
     let cq = dev.create_cq((crate::stream::window(p, p.qps as usize) as usize + 64).max(256));
-    let su = b.setup(
+    let mut su = b.setup(
         &Local {
             dev: &dev,
             ep: &ep,
@@ -565,10 +565,13 @@ fn meet<B: Bench>(
         p,
         peer.is_none(),
     )?;
+    (su.opts.secure, su.opts.psk) = (p.secure, p.psk);
     let cep = dev.alloc_endpoint_on(0, 2 * RING * MSG_LEN as u64, Rights::REMOTE_WRITE)?;
     let ccq = dev.create_cq(64);
     let hi = ConnOptions {
         private_data: hello(p, su.offer),
+        secure: p.secure,
+        psk: p.psk,
         ..ConnOptions::default()
     };
     let eps = shard_endpoints(&dev, p, &ep, rights, &su.opts)?;
@@ -775,6 +778,17 @@ fn reporter<B: Bench>(b: &B, p: &Params, s: &Side, ports: &str, enabled: bool) -
         ),
     );
     rep.info("Worker", format!("{:?}", p.progress));
+    if s.conns.iter().any(|c| c.is_secure()) {
+        let psk = if p.psk.is_some() {
+            " and a pre-shared key"
+        } else {
+            ""
+        };
+        rep.info(
+            "Security",
+            format!("sealed: AES-256-GCM per frame, keys from X25519{psk}"),
+        );
+    }
     rep.queues(p.workers, s.conns.len());
     if !p.test.is_lat() {
         rep.info("TX depth", p.tx_depth.to_string());

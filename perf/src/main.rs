@@ -278,6 +278,27 @@ struct Cli {
     /// reason, on stderr (the same names as DPDK telemetry's /deposit/stats).
     #[arg(long)]
     stats: bool,
+    /// Secure connections (docs/design.md §10): X25519 key agreement at connect, every
+    /// frame sealed with AES-256-GCM. On the server: refuse clients without it. Not for
+    /// raw_*.
+    #[arg(long)]
+    secure: bool,
+    /// A pre-shared key (64 hex digits) mixed into the secure connections' keys
+    /// (implies --secure); both sides must give the same.
+    #[arg(long, value_name = "HEX", value_parser = parse_psk)]
+    psk: Option<[u8; 32]>,
+}
+
+fn parse_psk(s: &str) -> std::result::Result<[u8; 32], String> {
+    let s = s.trim();
+    if s.len() != 64 || !s.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err("expected 64 hex digits (32 bytes)".into());
+    }
+    let mut k = [0u8; 32];
+    for (i, b) in k.iter_mut().enumerate() {
+        *b = u8::from_str_radix(&s[2 * i..2 * i + 2], 16).map_err(|e| e.to_string())?;
+    }
+    Ok(k)
 }
 
 fn parse_faults(s: &str) -> std::result::Result<FaultConfig, String> {
@@ -349,6 +370,9 @@ pub struct Params {
     pub stats: bool,
     /// `--plot`: the picture of the results.
     pub plot: Option<std::path::PathBuf>,
+    /// `--secure` / `--psk`: sealed connections.
+    pub secure: bool,
+    pub psk: Option<[u8; 32]>,
 }
 
 impl Params {
@@ -468,6 +492,11 @@ fn resolve(cli: Cli) -> Result<Params> {
             "--compound is an option of write_bw".into(),
         ));
     }
+    if matches!(test, Test::RawLat | Test::RawBw) && (cli.secure || cli.psk.is_some()) {
+        return Err(PerfError::Usage(
+            "--secure and --psk need the transport: not for raw_* tests".into(),
+        ));
+    }
     if matches!(test, Test::RawLat | Test::RawBw) && (cli.faults.is_some() || cli.verify) {
         return Err(PerfError::Usage(
             "--faults and --verify need the transport: not for raw_* tests".into(),
@@ -571,6 +600,8 @@ fn resolve(cli: Cli) -> Result<Params> {
         retry_count,
         stats: cli.stats,
         plot: cli.plot,
+        secure: cli.secure || cli.psk.is_some(),
+        psk: cli.psk,
     })
 }
 

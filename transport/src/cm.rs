@@ -52,7 +52,7 @@ use crate::connection::Priority;
 use crate::reliability::SACK_BITS;
 use crate::tables::{NodeAddr, RegWindow};
 
-pub use crate::wire::cm::{CmMessage, CmWireError, RejectReason};
+pub use crate::wire::cm::{CmMessage, CmWireError, Confirm, PublicKey, RejectReason};
 
 /// Errors of the connection-management calls.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -73,6 +73,8 @@ pub enum CmError {
          it for the endpoint's shard"
     )]
     OtherShard(&'static str, u8),
+    #[error("secure connection: {0}")]
+    Secure(#[from] crate::secure::SecureError),
 }
 
 /// The register window a new connection gives its peer.
@@ -110,6 +112,10 @@ pub struct ConnectOptions {
     /// Bytes for the peer: in the connect request (connecting), in every reply
     /// (listening). At most `wire::cm::PRIVATE_DATA_MAX`.
     pub private_data: PrivateData,
+    /// Sealed frames (`crate::secure`): connecting, ask for a secure connection;
+    /// listening, refuse plain requests (`RejectReason::Insecure`; a secure request is
+    /// accepted by any listener).
+    pub secure: Security,
     /// Listening: the bytes a request's private data must begin with (a secret the
     /// requester was given, e.g. a key). A request without them is answered as if no
     /// listener were there (`NoListener`, so the service is not revealed) and counted
@@ -130,6 +136,35 @@ impl Default for ConnectOptions {
             receive_window: SACK_BITS,
             private_data: None,
             require_private_data: None,
+            secure: Security::Off,
+        }
+    }
+}
+
+/// Whether a connection's frames are sealed (`crate::secure`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Security {
+    /// Plain frames.
+    #[default]
+    Off,
+    /// An X25519 key agreement in the handshake, every section sealed with AES-256-GCM.
+    On,
+    /// [`Security::On`] with a pre-shared key mixed into the key derivation: a peer (or
+    /// a relay in the middle) without it cannot complete the handshake.
+    Psk([u8; crate::secure::PSK_LEN]),
+}
+
+impl Security {
+    /// Whether frames are sealed.
+    pub fn is_on(&self) -> bool {
+        !matches!(self, Security::Off)
+    }
+
+    /// The pre-shared key, if any.
+    pub fn psk(&self) -> Option<&[u8; crate::secure::PSK_LEN]> {
+        match self {
+            Security::Psk(k) => Some(k),
+            _ => None,
         }
     }
 }
@@ -152,6 +187,11 @@ pub struct PeerParams {
     pub isn: u32,
     pub max_frame: u32,
     pub private: PrivateData,
+    /// The peer's X25519 public key: a secure connection (`crate::secure`).
+    pub public: Option<PublicKey>,
+    /// A listener's key confirmation (in a reply of a secure connection; zero
+    /// otherwise).
+    pub confirm: Confirm,
 }
 
 /// What the node must do.
@@ -366,6 +406,7 @@ impl Cm {
         service: u32,
         now: u64,
         private: PrivateData,
+        public: Option<PublicKey>,
     ) {
         let msg = CmMessage::ConnectReq {
             request,
@@ -376,6 +417,7 @@ impl Cm {
             max_frame: self.max_frame,
             mac: self.local_mac,
             cookie: 0,
+            public,
         };
         self.known.insert(
             conn,
@@ -426,7 +468,8 @@ impl Cm {
     }
 
     /// The node accepted the request of [`Action::Incoming`] as our connection `conn`,
-    /// answering with `private` data.
+    /// answering with `private` data (and, for a secure connection, our public key and
+    /// key confirmation).
     #[allow(clippy::too_many_arguments)]
     pub fn accepted(
         &mut self,
@@ -437,6 +480,7 @@ impl Cm {
         key: u64,
         isn: u32,
         private: PrivateData,
+        secure: Option<(PublicKey, Confirm)>,
     ) {
         let rep = CmMessage::ConnectRep {
             request,
@@ -445,6 +489,7 @@ impl Cm {
             isn,
             max_frame: self.max_frame,
             client_conn: peer_conn,
+            secure,
         };
         let at = (from.ip, peer_conn);
         self.accepted.insert(at, (conn, rep, private.clone()));
@@ -466,6 +511,15 @@ impl Cm {
             client_conn: peer_conn,
         };
         self.out.push_back((from, msg, None));
+    }
+
+    /// A secure connection `conn`'s peer closes it with `close_key`
+    /// (`crate::secure::Session::own_close_key`), not with the connection key, which
+    /// every header shows.
+    pub fn set_close_key(&mut self, conn: u32, close_key: u64) {
+        if let Some(k) = self.known.get_mut(&conn) {
+            k.key = close_key;
+        }
     }
 
     /// The node removed connection `conn`: nothing more is said of it.
@@ -508,6 +562,7 @@ impl Cm {
                 isn,
                 max_frame,
                 client_conn,
+                secure,
             } => {
                 let peer = PeerParams {
                     conn,
@@ -515,6 +570,8 @@ impl Cm {
                     isn,
                     max_frame,
                     private: private_data(private),
+                    public: secure.map(|s| s.0),
+                    confirm: secure.map(|s| s.1).unwrap_or_default(),
                 };
                 self.connect_answer(client_conn, request, Ok(peer));
             }
@@ -569,6 +626,7 @@ impl Cm {
             max_frame,
             mac,
             cookie,
+            public,
         } = msg
         else {
             return Ok(());
@@ -613,6 +671,8 @@ impl Cm {
             isn,
             max_frame,
             private: private_data(private),
+            public,
+            confirm: Confirm::default(),
         };
         self.actions.push_back(Action::Incoming {
             from,
@@ -810,7 +870,7 @@ mod tests {
     #[test]
     fn a_connect_is_retried_then_established_once() {
         let (mut client, mut server) = (Cm::new([2; 6], 1514, T), Cm::new([3; 6], 9014, T));
-        client.connect(7, 0xaa, 100, 55, addr(1), 18, 0, None);
+        client.connect(7, 0xaa, 100, 55, addr(1), 18, 0, None, None);
         let req = sent(&mut client);
         assert_eq!(req.len(), 1);
         client.handle_timeout(10);
@@ -851,7 +911,7 @@ mod tests {
             panic!("no incoming");
         };
         assert_eq!(from.mac, [2; 6], "learned from the request's payload");
-        server.accepted(from, request, peer.conn, 9, 0xbb, 200, None);
+        server.accepted(from, request, peer.conn, 9, 0xbb, 200, None, None);
         server.handle(addr(2), req[0], &[], 0).unwrap();
         server.handle(addr(2), req[0], &[], 0).unwrap();
         assert_eq!(server.poll_action(), None, "repeats are answered alone");
@@ -867,6 +927,8 @@ mod tests {
             isn: 200,
             max_frame: 9014,
             private: None,
+            public: None,
+            confirm: Confirm::default(),
         };
         assert_eq!(
             client.poll_action(),
@@ -888,8 +950,8 @@ mod tests {
     #[test]
     fn an_unanswered_connect_fails_at_its_deadline_and_a_reject_fails_at_once() {
         let mut c = Cm::new([2; 6], 1514, T);
-        c.connect(1, 1, 1, 1, addr(1), 5, 0, None);
-        c.connect(2, 2, 2, 2, addr(1), 6, 0, None);
+        c.connect(1, 1, 1, 1, addr(1), 5, 0, None, None);
+        c.connect(2, 2, 2, 2, addr(1), 6, 0, None, None);
         c.handle(
             addr(1),
             CmMessage::Reject {
@@ -927,7 +989,7 @@ mod tests {
     #[test]
     fn a_late_repeat_of_an_accepted_request_makes_no_second_connection() {
         let (mut a, mut b) = (Cm::new([2; 6], 1514, T), Cm::new([3; 6], 1514, T));
-        a.connect(70, 0x5e, 1, 9, addr(2), 4, 0, None);
+        a.connect(70, 0x5e, 1, 9, addr(2), 4, 0, None, None);
         let req = challenged(&mut a, &mut b, addr(1), addr(2));
         b.handle(addr(1), req, &[], 0).unwrap();
         let Some(Action::Incoming {
@@ -939,7 +1001,7 @@ mod tests {
         else {
             panic!("no incoming");
         };
-        b.accepted(from, request, peer.conn, 80, 0x77, 0, None);
+        b.accepted(from, request, peer.conn, 80, 0x77, 0, None, None);
         let rep = sent(&mut b);
         // The server closes at once; the client's request arrives again meanwhile.
         b.close(80, from, 70, 0x5e, 0, 0);
@@ -953,7 +1015,7 @@ mod tests {
     fn a_close_checks_the_key_and_is_answered_even_when_unknown() {
         let (mut a, mut b) = (Cm::new([2; 6], 1514, T), Cm::new([3; 6], 1514, T));
         // b accepted a's connection 70 as its 80 (key 0x5e).
-        b.accepted(addr(1), 1, 70, 80, 0x5e, 0, None);
+        b.accepted(addr(1), 1, 70, 80, 0x5e, 0, None, None);
         sent(&mut b);
         a.close(70, addr(2), 80, 0x66, 33, 0);
         let bad = sent(&mut a)[0];
@@ -999,7 +1061,7 @@ mod tests {
     #[test]
     fn a_cookie_is_bound_to_the_request_its_address_and_its_time() {
         let (mut a, mut b) = (Cm::new([2; 6], 1514, T), Cm::new([3; 6], 1514, T));
-        a.connect(70, 0x5e, 1, 9, addr(2), 4, 0, None);
+        a.connect(70, 0x5e, 1, 9, addr(2), 4, 0, None, None);
         let good = challenged(&mut a, &mut b, addr(1), addr(2));
         let CmMessage::ConnectReq { cookie, .. } = good else {
             panic!("{good:?}")
@@ -1048,6 +1110,7 @@ mod tests {
                 max_frame: 1514,
                 mac: [2, 0, 0, 0, 0, i as u8],
                 cookie: u64::from(i) << 20,
+                public: None,
             };
             match s.handle(from, req, &[], u64::from(i)) {
                 Err(Ignored::RateLimited) => refused += 1,
@@ -1065,7 +1128,7 @@ mod tests {
         // One source over its own rate: two at once, then one per 100 000 ticks.
         let mut t = Cm::with_limits([3; 6], 1514, T, &limits, 1_000_000);
         let mut c = Cm::new([2; 6], 1514, T);
-        c.connect(1, 1, 1, 1, addr(3), 4, 0, None);
+        c.connect(1, 1, 1, 1, addr(3), 4, 0, None, None);
         let req = sent(&mut c)[0];
         let got: Vec<_> = (0..4).map(|_| t.handle(addr(2), req, &[], 7)).collect();
         assert_eq!(

@@ -381,6 +381,9 @@ pub struct ConnShared {
     state: AtomicU8,
     /// Why a connect failed (a `cm::RejectReason` code, 0 = timeout).
     pub fail_reason: AtomicU8,
+    /// Whether the connection's frames are sealed (`crate::secure`), set before it
+    /// turns Normal.
+    pub secure: std::sync::atomic::AtomicBool,
     /// Peer's connection number, valid once Normal.
     pub peer_conn: AtomicU64,
     /// The key peers must present on this connection (set at creation).
@@ -409,6 +412,7 @@ impl ConnShared {
             arrivals: AtomicU64::new(0),
             state: AtomicU8::new(ConnState::Connecting as u8),
             fail_reason: AtomicU8::new(0),
+            secure: std::sync::atomic::AtomicBool::new(false),
             peer_conn: AtomicU64::new(0),
             key: AtomicU64::new(0),
             dropped: AtomicU64::new(0),
@@ -520,6 +524,9 @@ pub struct ConnContext {
     pub held: Option<Box<Held>>,
     /// A register window allocated for this connection alone (freed with it).
     pub owned_regs: Option<crate::tables::RegWindow>,
+    /// A secure connection's sealing state (`crate::secure`): every section it sends
+    /// is sealed, every one it takes must open.
+    pub secure: Option<Box<crate::secure::Session>>,
 
     // Receive side.
     /// Sequence state of what the peer sends (cumulative + kept ahead of a gap).
@@ -1063,13 +1070,13 @@ mod tests {
         // application (behind an `Arc`: two counters more), its entry in the number
         // map and in the timer heap. Queues, in-flight lists, refusal records and held
         // messages are allocated when used and given back when the connection goes
-        // quiet.
+        // quiet; a secure connection's keys are behind one pointer.
         let slot = std::mem::size_of::<Option<ConnContext>>();
         let shared = std::mem::size_of::<ConnShared>() + 16;
         let map = std::mem::size_of::<(u32, usize)>() + 1;
         let timer = std::mem::size_of::<(u64, u32)>();
         let total = slot + shared + map + timer;
         assert!(slot <= 720, "Connection is {slot} B");
-        assert!(total <= 840, "an idle connection costs {total} B");
+        assert!(total <= 848, "an idle connection costs {total} B");
     }
 }

@@ -26,6 +26,7 @@ pub mod oplogic;
 pub mod port;
 mod prefetch;
 pub mod reliability;
+pub mod secure;
 pub mod sim;
 pub mod submit;
 pub mod tables;

@@ -231,6 +231,8 @@ fn spoofed_request(
         mac,
         // Half of them with a guessed cookie.
         cookie: if r & 1 == 0 { 0 } else { rng.next_u64() },
+        // A quarter asking for a secure connection.
+        public: (r & 2 == 0).then_some([r as u8; 32]),
     };
     let underlay = UnderlayRepr {
         src_mac: mac,

@@ -166,6 +166,47 @@ int main(void) {
         fail("a write past the endpoint's end was not DD_ERR_INVALID");
     printf("hello.c: past the end: %s\n", dd_last_error());
 
+    /* A secure connection: every frame sealed (AES-256-GCM), keys agreed at connect
+     * with a pre-shared key both sides hold. */
+    uint8_t psk[DD_PSK_LEN], other[DD_PSK_LEN];
+    for (int i = 0; i < (int)DD_PSK_LEN; i++) {
+        psk[i] = (uint8_t)(i * 7 + 1);
+        other[i] = (uint8_t)(i * 7 + 2);
+    }
+    struct dd_conn_options sopts = {0};
+    sopts.secure = true;
+    sopts.psk = psk;
+    struct dd_listener *sl;
+    struct dd_conn *sconn, *saccepted, *bad;
+    CHECK(dd_listen(server, SERVICE + 2, sep, scq, &sopts, &sl));
+    CHECK(dd_connect(client, server_ip, SERVICE + 2, cep, ccq, &sopts, &sconn));
+    CHECK(dd_accept(sl, T_MS, &saccepted));
+    if (!dd_conn_is_secure(sconn) || !dd_conn_is_secure(saccepted))
+        fail("the connection is not sealed");
+    for (int i = 0; i < LEN; i++)
+        data[i] = (uint8_t)(i * 13 + 3);
+    CHECK(dd_endpoint_write(cep, 0, data, LEN));
+    memset(&wr, 0, sizeof wr);
+    wr.wr_id = 30;
+    wr.opcode = DD_OP_WRITE;
+    wr.flags = DD_WR_SIGNALED;
+    wr.local = cep;
+    wr.remote_offset = LEN;
+    wr.length = LEN;
+    CHECK(dd_post(sconn, &wr));
+    complete(ccq, 30);
+    CHECK(dd_endpoint_read(sep, LEN, got, LEN));
+    if (memcmp(got, data, LEN) != 0)
+        fail("the sealed write brought other bytes");
+    printf("hello.c: %d bytes written over a secure connection\n", LEN);
+    sopts.psk = other;
+    if (dd_connect(client, server_ip, SERVICE + 2, cep, ccq, &sopts, &bad) != DD_ERR_REJECTED)
+        fail("a connect with another pre-shared key was not refused");
+    printf("hello.c: another pre-shared key: %s\n", dd_last_error());
+    dd_conn_close(sconn);
+    dd_conn_close(saccepted);
+    dd_listener_close(sl);
+
     int shown = 0;
     printf("hello.c: some of the server's counters:\n");
     CHECK(dd_device_stats(server, print_counter, &shown));

@@ -73,6 +73,9 @@
 // A completion's status: success.
 #define DD_WC_SUCCESS 0
 
+// Bytes of a pre-shared key.
+#define DD_PSK_LEN 32
+
 // Most bytes of private data (`PRIVATE_DATA_MAX`; a literal, for cbindgen).
 #define DD_PRIVATE_DATA_MAX 192
 
@@ -272,6 +275,12 @@ struct dd_conn_options {
   // Listening: connections made but not yet accepted (`listen(fd, backlog)`); a
   // request beyond them goes unanswered and is counted (`backlog_full`). 0: 64.
   uint32_t backlog;
+  // Seal every frame (X25519 at connect, AES-256-GCM per frame, replays refused).
+  // Connecting: ask for it; listening: refuse connections without it.
+  bool secure;
+  // A pre-shared key of `DD_PSK_LEN` bytes mixed into the keys (implies `secure`;
+  // both sides must hold the same, or the connect fails). NULL: none.
+  const uint8_t *psk;
 };
 
 // A register operation: `dst ← dst op src` (`op`: 0 none, then deposit's codes:
@@ -509,6 +518,9 @@ void dd_conn_close(struct dd_conn *c);
 
 // The connection's state (`DD_CONN_*`; `DD_CONN_FAILED` for NULL).
 uint32_t dd_conn_state(const struct dd_conn *c);
+
+// Whether the connection's frames are sealed (asked for by either side).
+bool dd_conn_is_secure(const struct dd_conn *c);
 
 // Messages that arrived on the connection (MINI's PDU count): a receiver learns of
 // deposits by watching it.

@@ -791,7 +791,16 @@ pub struct dd_conn_options {
     /// Listening: connections made but not yet accepted (`listen(fd, backlog)`); a
     /// request beyond them goes unanswered and is counted (`backlog_full`). 0: 64.
     pub backlog: u32,
+    /// Seal every frame (X25519 at connect, AES-256-GCM per frame, replays refused).
+    /// Connecting: ask for it; listening: refuse connections without it.
+    pub secure: bool,
+    /// A pre-shared key of `DD_PSK_LEN` bytes mixed into the keys (implies `secure`;
+    /// both sides must hold the same, or the connect fails). NULL: none.
+    pub psk: *const u8,
 }
+
+/// Bytes of a pre-shared key.
+pub const DD_PSK_LEN: u32 = 32;
 
 /// Most bytes of private data (`PRIVATE_DATA_MAX`; a literal, for cbindgen).
 pub const DD_PRIVATE_DATA_MAX: u32 = 192;
@@ -809,6 +818,11 @@ unsafe fn conn_options(o: *const dd_conn_options) -> Result<ConnOptions, Fail> {
     }
     opts.isolated = o.isolated;
     opts.backlog = o.backlog as usize;
+    opts.secure = o.secure;
+    if !o.psk.is_null() {
+        let k = bytes(o.psk.cast(), DD_PSK_LEN as usize, "psk")?;
+        opts.psk = Some(k.try_into().expect("DD_PSK_LEN bytes"));
+    }
     opts.private_data =
         bytes(o.private_data, o.private_data_len as usize, "private_data")?.to_vec();
     opts.require_private_data = bytes(
@@ -908,6 +922,12 @@ pub const DD_CONN_EXCEPTIONED: u32 = 5;
 #[no_mangle]
 pub unsafe extern "C" fn dd_conn_state(c: *const dd_conn) -> u32 {
     c.as_ref().map_or(DD_CONN_FAILED, |c| c.0.state() as u32)
+}
+
+/// Whether the connection's frames are sealed (asked for by either side).
+#[no_mangle]
+pub unsafe extern "C" fn dd_conn_is_secure(c: *const dd_conn) -> bool {
+    c.as_ref().is_some_and(|c| c.0.is_secure())
 }
 
 /// Messages that arrived on the connection (MINI's PDU count): a receiver learns of

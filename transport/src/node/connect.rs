@@ -7,8 +7,8 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use crate::cm::{
-    Action, CmError, CmMessage, ConnectOptions, Ignored, PeerParams, PrivateData, Registers,
-    RejectReason,
+    Action, CmError, CmMessage, Confirm, ConnectOptions, Ignored, PeerParams, PrivateData,
+    PublicKey, Registers, RejectReason,
 };
 use crate::connection::{
     random_u32, random_u64, ConnContext, ConnShared, ConnState, CqShared, WcStatus,
@@ -16,6 +16,7 @@ use crate::connection::{
 };
 use crate::oplogic::{DropReason, RemoteStatus};
 use crate::reliability::{Receiver, Sender, SeqBits};
+use crate::secure::{Side, Transcript};
 use crate::tables::{EndpointId, NodeAddr, NodeId, RegWindow};
 use crate::wake::WaitQueue;
 use crate::wire::{self, FrameView, UnderlayRepr};
@@ -94,6 +95,7 @@ impl Node {
             timer_armed: u64::MAX,
             timer_spare: u64::MAX,
             owned_regs: matches!(opts.registers, Registers::PerConnection(_)).then_some(window),
+            secure: None,
         })
     }
 
@@ -122,6 +124,8 @@ impl Node {
         }
         self.cm.forget(number);
         self.peer_private.remove(&number);
+        self.handshakes.remove(&number);
+        self.unconfirmed.remove(&number);
         for wc in &c.unreported {
             c.shared.cq.push_or_lose(*wc);
         }
@@ -180,6 +184,14 @@ impl Node {
             self.ring.ring().clone(),
         );
         let c = self.new_connection(endpoint, peer_id, shared.clone(), opts)?;
+        let public = if opts.secure.is_on() {
+            let h = crate::secure::Handshake::new(opts.secure.psk().copied())?;
+            let public = h.public();
+            self.handshakes.insert(shared.number, h);
+            Some(public)
+        } else {
+            None
+        };
         let (key, isn) = (c.key, c.isn);
         self.insert_connection(c);
         self.cm.connect(
@@ -191,6 +203,7 @@ impl Node {
             service,
             self.now,
             opts.private_data.clone(),
+            public,
         );
         Ok(shared)
     }
@@ -252,8 +265,13 @@ impl Node {
             self.remove_connection(number);
             return Ok(());
         }
-        // Never acknowledge past a refusal the peer may not know of.
-        let (peer_conn, peer_key, ack) = (conn.peer_conn, conn.peer_key, conn.ack_point());
+        // Never acknowledge past a refusal the peer may not know of. A secure
+        // connection's peer takes its close key, not the connection key.
+        let peer_key = conn
+            .secure
+            .as_ref()
+            .map_or(conn.peer_key, |s| s.peer_close_key());
+        let (peer_conn, ack) = (conn.peer_conn, conn.ack_point());
         let Some(to) = self.nodes.get(conn.peer).copied() else {
             self.remove_connection(number);
             return Ok(());
@@ -303,25 +321,59 @@ impl Node {
                     peer,
                 } => self.accept_incoming(from, request, service, peer),
                 Action::Established { conn, peer } => {
-                    if let Some(slot) = self.conns.slot_of(conn) {
-                        establish(self.conns.get_mut(slot).expect("slot"), &peer);
-                        self.rearm(slot); // keepalive from now
-                        if let Some(p) = peer.private {
-                            self.peer_private.insert(conn, p);
+                    let Some(slot) = self.conns.slot_of(conn) else {
+                        continue;
+                    };
+                    let c = self.conns.get_mut(slot).expect("slot");
+                    let h = self.handshakes.remove(&conn);
+                    match client_session(c, h, &peer, self.cfg.rekey_after) {
+                        Ok(Some(close_key)) => self.cm.set_close_key(conn, close_key),
+                        Ok(None) => {}
+                        Err(reason) => {
+                            // Not up: the peer's connection times out unheard.
+                            if reason == RejectReason::Confirmation {
+                                self.stats.drop_for(DropReason::AuthFailed);
+                            }
+                            self.cm.forget(conn);
+                            self.fail_connect(conn, reason);
+                            continue;
                         }
                     }
-                }
-                Action::Failed { conn, reason } => {
-                    if let Some(c) = self.remove_connection(conn) {
-                        c.shared.fail_reason.store(reason as u8, Ordering::Relaxed);
-                        c.shared.set_state(ConnState::Failed);
+                    let c = self.conns.get_mut(slot).expect("slot");
+                    establish(c, &peer);
+                    if c.secure.is_some() && !c.ack_pending {
+                        // A sealed frame at once: the listener shows the connection to
+                        // its application when one of ours opens.
+                        c.ack_pending = true;
+                        self.ack_new.push(slot);
+                    }
+                    self.rearm(slot); // keepalive from now
+                    if let Some(p) = peer.private {
+                        self.peer_private.insert(conn, p);
                     }
                 }
+                Action::Failed { conn, reason } => self.fail_connect(conn, reason),
                 Action::PeerClosed { conn, ack } => self.peer_closed(conn, ack),
                 Action::Closed { conn } => {
                     self.remove_connection(conn);
                 }
             }
+        }
+    }
+
+    /// Connection `number`'s peer showed it holds the keys (a sealed frame of it
+    /// opened): an accepted connection waiting for that reaches the listener's queue.
+    pub(crate) fn confirmed(&mut self, number: u32) {
+        if let Some((queue, a)) = self.unconfirmed.remove(&number) {
+            let _ = queue.push(a);
+        }
+    }
+
+    /// Our connect `conn` failed for `reason`: the entry goes, the application sees it.
+    fn fail_connect(&mut self, conn: u32, reason: RejectReason) {
+        if let Some(c) = self.remove_connection(conn) {
+            c.shared.fail_reason.store(reason as u8, Ordering::Relaxed);
+            c.shared.set_state(ConnState::Failed);
         }
     }
 
@@ -340,6 +392,12 @@ impl Node {
                     .refuse(from, request, peer.conn, RejectReason::NoListener);
                 return;
             }
+        }
+        if l.opts.secure.is_on() && peer.public.is_none() {
+            self.stats.drop_for(DropReason::NotSealed);
+            self.cm
+                .refuse(from, request, peer.conn, RejectReason::Insecure);
+            return;
         }
         if l.accepted.is_full() {
             // Transient: the application has not accepted the earlier ones yet. No
@@ -366,16 +424,68 @@ impl Node {
                 .refuse(from, request, peer.conn, RejectReason::Resources);
             return;
         };
+        let secure = match peer.public {
+            None => None,
+            Some(public) => match self.secure_server(&mut c, &peer, public, &lopts) {
+                Ok(s) => Some(s),
+                Err(_) => {
+                    self.cm
+                        .refuse(from, request, peer.conn, RejectReason::Resources);
+                    return;
+                }
+            },
+        };
         establish(&mut c, &peer);
         let (number, key, isn) = (c.number, c.key, c.isn);
+        let close_key = c.secure.as_ref().map(|s| s.own_close_key());
         self.insert_connection(c);
-        let _ = accepted.push(Accepted {
+        let a = Accepted {
             shared,
             private: peer.private,
-        });
+        };
+        if close_key.is_some() {
+            // Visible to accept once the peer's first sealed frame opens: a requester
+            // without the pre-shared key never takes a place.
+            self.unconfirmed.insert(number, (accepted, a));
+        } else {
+            let _ = accepted.push(a);
+        }
         let private = lopts.private_data.clone();
         self.cm
-            .accepted(from, request, peer.conn, number, key, isn, private);
+            .accepted(from, request, peer.conn, number, key, isn, private, secure);
+        if let Some(k) = close_key {
+            self.cm.set_close_key(number, k);
+        }
+    }
+
+    /// The listener's side of a secure request: a key pair of ours, the session made
+    /// into `c`; returns what the reply carries (our public key, the confirmation).
+    fn secure_server(
+        &self,
+        c: &mut ConnContext,
+        peer: &PeerParams,
+        public: PublicKey,
+        lopts: &ConnectOptions,
+    ) -> Result<(PublicKey, Confirm), crate::secure::SecureError> {
+        let h = crate::secure::Handshake::new(lopts.secure.psk().copied())?;
+        let ours = h.public();
+        let transcript = Transcript {
+            client: Side {
+                public,
+                conn: peer.conn,
+                key: peer.key,
+                isn: peer.isn,
+            },
+            server: Side {
+                public: ours,
+                conn: c.number,
+                key: c.key,
+                isn: c.isn,
+            },
+        };
+        let secrets = h.agree(&public, &transcript)?;
+        c.secure = Some(Box::new(secrets.session(false, self.cfg.rekey_after)));
+        Ok((ours, secrets.confirm))
     }
 
     /// The peer closed `conn`: what ran there completes, the rest is flushed.
@@ -436,16 +546,64 @@ impl Node {
     }
 }
 
+/// The secure side of a reply to our connect `c`: with our key pair (`handshake`), the peer's
+/// public key and a key confirmation that matches ours make the session; returns the
+/// close key the peer's disconnect must carry (`None`: a plain connection). A reply
+/// without them to a secure request, or one whose confirmation differs, fails the
+/// connection.
+fn client_session(
+    c: &mut ConnContext,
+    handshake: Option<crate::secure::Handshake>,
+    peer: &PeerParams,
+    rekey_after: u64,
+) -> Result<Option<u64>, RejectReason> {
+    let Some(h) = handshake else {
+        return Ok(None);
+    };
+    let Some(public) = peer.public else {
+        return Err(RejectReason::Insecure);
+    };
+    let transcript = Transcript {
+        client: Side {
+            public: h.public(),
+            conn: c.number,
+            key: c.key,
+            isn: c.isn,
+        },
+        server: Side {
+            public,
+            conn: peer.conn,
+            key: peer.key,
+            isn: peer.isn,
+        },
+    };
+    let secrets = h
+        .agree(&public, &transcript)
+        .map_err(|_| RejectReason::Confirmation)?;
+    if !crate::secure::same(&secrets.confirm, &peer.confirm) {
+        return Err(RejectReason::Confirmation);
+    }
+    let session = secrets.session(true, rekey_after);
+    let close_key = session.own_close_key();
+    c.secure = Some(Box::new(session));
+    Ok(Some(close_key))
+}
+
 /// The peer's parameters into a connection, which is then up.
 fn establish(c: &mut ConnContext, peer: &PeerParams) {
     c.peer_conn = peer.conn;
     c.peer_key = peer.key;
     c.rx = Receiver::new(peer.isn, c.rx.window());
     c.segment_max = c.segment_max.min(segment_max_for(peer.max_frame as usize));
+    if c.secure.is_some() {
+        // Every frame of it ends with a seal cell.
+        c.segment_max = c.segment_max.saturating_sub(wire::CELL_LEN as u32);
+    }
     c.state = ConnState::Normal;
     c.shared
         .peer_conn
         .store(u64::from(peer.conn), Ordering::Relaxed);
+    c.shared.secure.store(c.secure.is_some(), Ordering::Relaxed);
 
     c.shared.set_state(ConnState::Normal);
 }

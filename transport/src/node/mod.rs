@@ -97,6 +97,10 @@ pub struct NodeConfig {
     /// Give up connecting/closing after this long (also the period of connect
     /// cookies: one lives one to two of these).
     pub cm_timeout_us: u64,
+    /// Sealed sections a secure connection's direction sends under one key
+    /// generation before moving to the next (`crate::secure`; AES-GCM's limit of 2^23
+    /// by default).
+    pub rekey_after: u64,
     /// Rates of connect requests answered, per source and node-wide (`crate::cm`).
     pub cm_limits: crate::cm::CmLimits,
     /// Most unacknowledged messages per connection (at most [`MAX_WINDOW`]).
@@ -144,6 +148,7 @@ impl Default for NodeConfig {
             cm_retry_us: 50_000,
             cm_timeout_us: 5_000_000,
             cm_limits: crate::cm::CmLimits::default(),
+            rekey_after: crate::secure::DEFAULT_REKEY_AFTER,
             window: 4096,
             max_inflight_bytes: 1 << 20,
             max_connections: 4096,
@@ -364,6 +369,13 @@ pub struct Node {
     /// Frames of our receive queue each connection's peer may have unacknowledged
     /// (advertised in every header; recomputed at the timer tick).
     pub(crate) credits: u16,
+    /// Where a secure connection's sealed cells are opened (a frame's worth).
+    opened: Vec<u8>,
+    /// Our key pairs of secure connections being made, by connection (until the reply).
+    handshakes: HashMap<u32, crate::secure::Handshake>,
+    /// Secure connections accepted here whose peer has not yet shown it holds the keys
+    /// (its first sealed frame opens): they reach the listener's queue then.
+    unconfirmed: HashMap<u32, (Arc<crate::wake::WaitQueue<Accepted>>, Accepted)>,
 }
 
 /// Largest payload of one message in a frame of `max_frame` bytes.
@@ -437,6 +449,9 @@ impl Node {
             hz,
             segment_max,
             bulk_segment,
+            opened: vec![0; caps.max_frame],
+            handshakes: HashMap::new(),
+            unconfirmed: HashMap::new(),
             timers: timers::TimerQueue::new(timer_tick),
             timers_due: Vec::new(),
             keepalive_ticks,

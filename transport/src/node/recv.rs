@@ -17,11 +17,12 @@ use crate::oplogic::{
     TlbAccess, TokenEvent, Trap,
 };
 use crate::reliability::{Arrival, SeqBits};
+use crate::secure::Refusal;
 use crate::tables::{EndpointTable, RegisterFile};
 use crate::tlb::Tlb;
 use crate::wire::cell::flags as cflags;
 use crate::wire::compound::COMPOUND_LEN;
-use crate::wire::{hflags, op, ControlRepr, FrameView, Message, WireError};
+use crate::wire::{self, hflags, op, ControlRepr, FrameView, Message, WireError};
 
 use super::{send, wire_drop_reason, Node, Stats, DUPLICATE_WINDOW};
 
@@ -132,10 +133,40 @@ impl Node {
             self.handle_cm(frame);
             return;
         }
-        let Some(slot) = self.lookup(frame, now) else {
+        let Some(slot) = self.lookup(frame) else {
             return;
         };
         let conn = self.conns.get_mut(slot).expect("slot from lookup");
+        let mut confirmed = None;
+        // Step 3, a secure connection's seal: nothing of the section is looked at
+        // before it opens.
+        let frame = match (conn.secure.as_mut(), frame.seal()) {
+            (None, None) => *frame,
+            (Some(session), Some(seal)) => {
+                let n = frame.cells().len();
+                let cells = &mut self.opened[..n];
+                cells.copy_from_slice(frame.cells());
+                let mut header = [0u8; wire::HEADER_LEN];
+                frame
+                    .header
+                    .emit(&mut wire::TransportPacket::new_unchecked(&mut header[..]));
+                match session.open(&header, cells, seal) {
+                    Ok(()) => {
+                        self.stats.opened_rx += 1;
+                        if !self.unconfirmed.is_empty() {
+                            confirmed = Some(conn.number);
+                        }
+                    }
+                    Err(Refusal::Auth) => return self.stats.drop_for(DropReason::AuthFailed),
+                    Err(Refusal::Replay) => return self.stats.drop_for(DropReason::Replayed),
+                }
+                frame.with_cells(&self.opened[..n])
+            }
+            _ => return self.stats.drop_for(DropReason::NotSealed),
+        };
+        let frame = &frame;
+        conn.last_rx = now;
+        conn.probes_unanswered = 0;
         let mut ex = Exec {
             endpoints: &self.endpoints,
             regs: &mut self.regs,
@@ -177,6 +208,9 @@ impl Node {
             }
         }
         self.rearm(slot);
+        if let Some(number) = confirmed {
+            self.confirmed(number);
+        }
     }
 
     /// Step 1, validate: a frame that parses (lengths, checksums, version) and is
@@ -203,9 +237,9 @@ impl Node {
     }
 
     /// Step 2, connection and key: the slot of the live connection the frame names,
-    /// if its key matches; the peer is heard from.
+    /// if its key matches.
     #[inline]
-    fn lookup(&mut self, frame: &FrameView<'_>, now: u64) -> Option<usize> {
+    fn lookup(&mut self, frame: &FrameView<'_>) -> Option<usize> {
         let Some(slot) = self.conns.slot_of(frame.header.dst_conn) else {
             self.stats.drop_for(DropReason::UnknownConnection);
             return None;
@@ -219,8 +253,6 @@ impl Node {
             self.stats.drop_for(DropReason::UnknownConnection);
             return None;
         }
-        conn.last_rx = now;
-        conn.probes_unanswered = 0;
         Some(slot)
     }
 

@@ -81,12 +81,14 @@ impl Node {
         let max = self.caps.max_frame;
         // Every kept refusal's NAK rides in the frame, or the acknowledgement stops at
         // the first left out.
-        let told = conn.refusals.len().min(wire::max_cells(max));
+        let room = wire::max_cells(max) - seal_len(conn) as usize / wire::CELL_LEN;
+        let told = conn.refusals.len().min(room);
         let (local, nodes, credits) = (&self.cfg.local, &self.nodes, self.credits);
         let Some(mut w) = ack_frame(&mut mbuf, max, conn, local, nodes, credits, 0, told) else {
             return true;
         };
         let pushed = push_ack_cells(conn, &mut w, told);
+        seal(conn, &mut w, &mut self.stats);
         conn.naks.copy_within(pushed..conn.nnaks, 0);
         conn.nnaks -= pushed;
         conn.ack_pending = conn.nnaks != 0;
@@ -131,6 +133,7 @@ impl Node {
                 break;
             }
             push_ack_cells(conn, w, 0);
+            seal(conn, w, &mut self.stats);
             conn.ack_pending = false;
             self.stats.acks_tx += 1;
             self.stats.sections_tx += 1;
@@ -142,7 +145,7 @@ impl Node {
     fn send_probes<L: Link>(&mut self, link: &mut L) {
         for i in 0..self.probe_list.len() {
             let slot = self.probe_list[i];
-            let Some(conn) = self.conns.get(slot) else {
+            let Some(conn) = self.conns.get_mut(slot) else {
                 continue;
             };
             let Some(mut mbuf) = link.alloc() else {
@@ -152,9 +155,11 @@ impl Node {
             let max = self.caps.max_frame;
             let (local, nodes, credits) = (&self.cfg.local, &self.nodes, self.credits);
             let extra = hflags::ACK_REQ;
-            let Some(w) = ack_frame(&mut mbuf, max, conn, local, nodes, credits, extra, 0) else {
+            let Some(mut w) = ack_frame(&mut mbuf, max, conn, local, nodes, credits, extra, 0)
+            else {
                 continue;
             };
+            seal(conn, &mut w, &mut self.stats);
             let len = w.finish();
             mbuf.set_len(len);
             self.stats.keepalive_probes += 1;
@@ -504,7 +509,9 @@ impl Node {
             self.stats.drop_for(DropReason::NoBuffer);
             return Built::NoBuffer;
         };
-        let max = if beside_high && first_message_len(conn, first) <= self.bulk_segment {
+        let max = if beside_high
+            && first_message_len(conn, first) + seal_len(conn) <= self.bulk_segment
+        {
             self.caps.max_frame.min(BULK_FRAME_BESIDE_HIGH)
         } else {
             self.caps.max_frame
@@ -520,6 +527,7 @@ impl Node {
         if sent == 0 {
             return Built::Nothing;
         }
+        seal(conn, &mut w, &mut self.stats);
         took_ack(conn);
         let (peer, done) = (conn.dest(), conn.tx.next_to_send().is_none());
         self.stats.count_sent(sent, bytes, resent);
@@ -588,6 +596,7 @@ impl Node {
                 continue;
             }
             let (sent, bytes, resent) = fill_frame(conn, first, w, &self.endpoints, now, ext);
+            seal(conn, w, &mut self.stats);
             took_ack(conn);
             self.stats.sections_tx += 1;
             self.stats.count_sent(sent, bytes, resent);
@@ -754,9 +763,38 @@ pub(super) fn conn_underlay(
     }
 }
 
+/// Seals the section of `conn` that `w` is writing, when the connection is secure
+/// (`crate::secure`).
+#[inline]
+fn seal(conn: &mut ConnContext, w: &mut FrameWriter<'_>, stats: &mut Stats) {
+    if let Some(s) = conn.secure.as_mut() {
+        w.seal(|header, cells, cell| {
+            if s.seal(header, cells, cell) {
+                stats.rekeys += 1;
+            }
+        });
+        stats.sealed_tx += 1;
+    }
+}
+
+/// Bytes a section of `conn` takes beyond its messages' cells and header: a secure
+/// connection's seal cell.
+#[inline]
+fn seal_len(conn: &ConnContext) -> u32 {
+    if conn.secure.is_some() {
+        wire::CELL_LEN as u32
+    } else {
+        0
+    }
+}
+
 fn ack_header(conn: &ConnContext, credits: u16) -> TransportRepr {
     TransportRepr {
-        flags: hflags::ACK,
+        flags: if conn.secure.is_some() {
+            hflags::ACK | hflags::SEALED
+        } else {
+            hflags::ACK
+        },
         cells: 0,
         dst_conn: conn.peer_conn,
         key: conn.peer_key,
@@ -837,7 +875,7 @@ fn admit_one(
     let mut seg_max = conn.segment_max.min(segment_max);
     if segments_placeable(wr) {
         if let Some(b) = bulk_segment {
-            seg_max = seg_max.min(b);
+            seg_max = seg_max.min(b.saturating_sub(seal_len(conn)));
         }
     }
     let segments = message::segments_for(wr, seg_max);
@@ -888,7 +926,8 @@ fn fill_frame(
         if !w.fits(control.length) {
             break;
         }
-        if !ext.push(w, &control, wr, seg_off, endpoints, repeat) {
+        // A sealed section's payloads are encrypted into the frame, never referenced.
+        if conn.secure.is_some() || !ext.push(w, &control, wr, seg_off, endpoints, repeat) {
             let pushed = w.push_with(&control, |dst| {
                 message::fill_payload(wr, seg_off, dst, endpoints, repeat)
             });

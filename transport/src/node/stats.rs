@@ -136,6 +136,12 @@ counters! {
     /// Connect requests answered with a challenge (a cookie to echo) instead of a
     /// connection: every first request, and every one whose cookie did not check.
     cm_challenges,
+    /// Sections sealed and opened on secure connections (`crate::secure`); refusals of
+    /// sealed sections are the drops `auth_failed`, `replayed` and `not_sealed`.
+    sealed_tx,
+    opened_rx,
+    /// Key generations the sending directions of secure connections moved on.
+    rekeys,
 }
 
 impl Stats {

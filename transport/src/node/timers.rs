@@ -259,6 +259,13 @@ impl Node {
                 if conn.probes_unanswered >= self.cfg.keepalive_count {
                     self.stats.keepalive_failures += 1;
                     fail_connection(conn, WcStatus::RetryExceeded);
+                    let number = conn.number;
+                    if self.unconfirmed.contains_key(&number) {
+                        // No application holds it: a secure requester that never
+                        // showed it had the keys.
+                        self.remove_connection(number);
+                        return false;
+                    }
                 } else {
                     conn.probes_unanswered += 1;
                     conn.last_probe = now;

@@ -391,11 +391,19 @@ pub enum DropReason {
     /// A connection request over the rate allowed to its source, or a first request
     /// over the node's rate of challenges: left unanswered (the requester retries).
     CmRateLimited,
+    /// A plain section on a secure connection, or a sealed one on a plain connection.
+    NotSealed,
+    /// A sealed section whose authentication tag does not verify under the
+    /// connection's keys (forged or modified), or whose key generation is unknown.
+    AuthFailed,
+    /// A sealed section whose packet number was already taken or is older than the
+    /// replay window (a replay).
+    Replayed,
 }
 
 impl DropReason {
     /// Number of reasons.
-    pub const COUNT: usize = 34;
+    pub const COUNT: usize = 37;
 
     /// Every reason, in counter-index order.
     pub const ALL: [DropReason; DropReason::COUNT] = [
@@ -433,6 +441,9 @@ impl DropReason {
         DropReason::BacklogFull,
         DropReason::BadCookie,
         DropReason::CmRateLimited,
+        DropReason::NotSealed,
+        DropReason::AuthFailed,
+        DropReason::Replayed,
     ];
 
     /// The reason of counter index (and wire code) `code`; `None` past the last.
@@ -493,6 +504,13 @@ impl DropReason {
             DropReason::CmRateLimited => {
                 "a connection request over its source's rate or the node's rate of challenges"
             }
+            DropReason::NotSealed => {
+                "a plain section on a secure connection, or a sealed one on a plain connection"
+            }
+            DropReason::AuthFailed => {
+                "a sealed section whose authentication tag does not verify (forged or modified)"
+            }
+            DropReason::Replayed => "a sealed section whose packet number was seen (a replay)",
         }
     }
 
@@ -533,6 +551,9 @@ impl DropReason {
             DropReason::BacklogFull => "backlog_full",
             DropReason::BadCookie => "bad_cookie",
             DropReason::CmRateLimited => "cm_rate_limited",
+            DropReason::NotSealed => "not_sealed",
+            DropReason::AuthFailed => "auth_failed",
+            DropReason::Replayed => "replayed",
         }
     }
 }
@@ -674,6 +695,7 @@ mod tests {
         assert_eq!(DropReason::BadFlags as usize, 19);
         assert_eq!(DropReason::TokenKey as usize, 29);
         assert_eq!(DropReason::OrphanSegment as usize, 30);
-        assert_eq!(DropReason::CmRateLimited as usize, DropReason::COUNT - 1);
+        assert_eq!(DropReason::CmRateLimited as usize, 33);
+        assert_eq!(DropReason::Replayed as usize, DropReason::COUNT - 1);
     }
 }

@@ -5,12 +5,15 @@
 //! CONNECT_REQ     operand = request id, index = service
 //!                  0..4 client conn | 4..12 client key | 12..16 client ISN
 //!                 16..20 max frame  | 20..26 client MAC | 26..34 cookie
-//!                 34.. private data
+//!                 34 flags (1: secure) | 35..67 client X25519 public key (secure)
+//!                 67.. private data
 //! CHALLENGE       operand = request id
 //!                  0..4 client conn | 4..12 cookie
 //! CONNECT_REP     operand = request id
 //!                  0..4 server conn | 4..12 server key | 12..16 server ISN
-//!                 16..20 max frame  | 20..24 client conn | 24.. private data
+//!                 16..20 max frame  | 20..24 client conn | 24 flags (1: secure)
+//!                 25..57 server X25519 public key | 57..73 key confirmation
+//!                 73.. private data
 //! REJECT          operand = request id, index = reason
 //!                  0..4 client conn
 //! DISCONNECT_REQ   0..4 target conn | 4..12 target key | 12..16 sender conn | 16..20 ack
@@ -23,6 +26,10 @@
 //! The cookie (version 10): a listener answers a request without a valid one with a
 //! CHALLENGE carrying it, and keeps nothing; only a request that echoes it makes a
 //! connection (`crate::cm`). 0: none.
+//!
+//! Secure connections (version 11, `crate::secure`): a request flagged secure carries
+//! the client's ephemeral public key, the reply the server's and its key confirmation;
+//! a plain request or reply carries zeros there.
 //!
 //! Private data (version 9, rdma_cm's `private_data`): the application's bytes after a
 //! request's or a reply's fields, up to [`PRIVATE_DATA_MAX`], their length what the
@@ -44,7 +51,9 @@ mod field {
         pub const MAX_FRAME: Field = 16..20;
         pub const MAC: Field = 20..26;
         pub const COOKIE: Field = 26..34;
-        pub const LEN: usize = 34;
+        pub const FLAGS: usize = 34;
+        pub const PUBLIC: Field = 35..67;
+        pub const LEN: usize = 67;
     }
     pub mod rep {
         use super::Field;
@@ -53,7 +62,10 @@ mod field {
         pub const ISN: Field = 12..16;
         pub const MAX_FRAME: Field = 16..20;
         pub const CLIENT_CONN: Field = 20..24;
-        pub const LEN: usize = 24;
+        pub const FLAGS: usize = 24;
+        pub const PUBLIC: Field = 25..57;
+        pub const CONFIRM: Field = 57..73;
+        pub const LEN: usize = 73;
     }
     pub mod challenge {
         use super::Field;
@@ -86,7 +98,20 @@ mod field {
 pub const PRIVATE_DATA_MAX: usize = 192;
 
 /// Largest CM payload.
-pub const CM_PAYLOAD_MAX: usize = field::req::LEN + PRIVATE_DATA_MAX;
+pub const CM_PAYLOAD_MAX: usize = if field::req::LEN > field::rep::LEN {
+    field::req::LEN
+} else {
+    field::rep::LEN
+} + PRIVATE_DATA_MAX;
+
+/// Bit of a request's or reply's flags byte: a secure connection (a public key follows).
+const SECURE: u8 = 0x01;
+
+/// An X25519 public key (`crate::secure`).
+pub type PublicKey = [u8; 32];
+
+/// A listener's key confirmation (`crate::secure`).
+pub type Confirm = [u8; 16];
 
 /// Why a connection request was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -102,6 +127,13 @@ pub enum RejectReason {
     NoListener = 1,
     #[error("the peer is out of connection resources")]
     Resources = 2,
+    #[error("the listener accepts secure connections only (ask with ConnOptions::secure)")]
+    Insecure = 3,
+    #[error(
+        "the peer's key confirmation does not match: a different pre-shared key, or the \
+         reply was modified on the way"
+    )]
+    Confirmation = 4,
 }
 
 impl RejectReason {
@@ -109,6 +141,8 @@ impl RejectReason {
         match v {
             1 => RejectReason::NoListener,
             2 => RejectReason::Resources,
+            3 => RejectReason::Insecure,
+            4 => RejectReason::Confirmation,
             _ => RejectReason::Timeout,
         }
     }
@@ -137,6 +171,8 @@ pub enum CmMessage {
         mac: [u8; 6],
         /// The listener's cookie echoed (0: none yet).
         cookie: u64,
+        /// The client's public key: it asks for a secure connection.
+        public: Option<PublicKey>,
     },
     Challenge {
         request: u32,
@@ -150,6 +186,8 @@ pub enum CmMessage {
         isn: u32,
         max_frame: u32,
         client_conn: u32,
+        /// The server's public key and key confirmation: the connection is secure.
+        secure: Option<(PublicKey, Confirm)>,
     },
     Reject {
         request: u32,
@@ -197,6 +235,7 @@ impl CmMessage {
                     max_frame: get_u32(p, req::MAX_FRAME),
                     mac: p[req::MAC].try_into().expect("6 bytes"),
                     cookie: get_u64(p, req::COOKIE),
+                    public: (p[req::FLAGS] & SECURE != 0).then(|| super::array(p, req::PUBLIC)),
                 }
             }
             op::CM_CHALLENGE => {
@@ -216,6 +255,8 @@ impl CmMessage {
                     isn: get_u32(p, rep::ISN),
                     max_frame: get_u32(p, rep::MAX_FRAME),
                     client_conn: get_u32(p, rep::CLIENT_CONN),
+                    secure: (p[rep::FLAGS] & SECURE != 0)
+                        .then(|| (super::array(p, rep::PUBLIC), super::array(p, rep::CONFIRM))),
                 }
             }
             op::CM_REJECT => {
@@ -329,6 +370,7 @@ impl CmMessage {
                 max_frame,
                 mac,
                 cookie,
+                public,
                 ..
             } => {
                 set_u32(p, req::CONN, conn);
@@ -337,6 +379,8 @@ impl CmMessage {
                 set_u32(p, req::MAX_FRAME, max_frame);
                 p[req::MAC].copy_from_slice(&mac);
                 set_u64(p, req::COOKIE, cookie);
+                p[req::FLAGS] = if public.is_some() { SECURE } else { 0 };
+                p[req::PUBLIC].copy_from_slice(&public.unwrap_or_default());
                 req::LEN
             }
             CmMessage::Challenge {
@@ -354,6 +398,7 @@ impl CmMessage {
                 isn,
                 max_frame,
                 client_conn,
+                secure,
                 ..
             } => {
                 set_u32(p, rep::CONN, conn);
@@ -361,6 +406,10 @@ impl CmMessage {
                 set_u32(p, rep::ISN, isn);
                 set_u32(p, rep::MAX_FRAME, max_frame);
                 set_u32(p, rep::CLIENT_CONN, client_conn);
+                let (public, confirm) = secure.unwrap_or_default();
+                p[rep::FLAGS] = if secure.is_some() { SECURE } else { 0 };
+                p[rep::PUBLIC].copy_from_slice(&public);
+                p[rep::CONFIRM].copy_from_slice(&confirm);
                 rep::LEN
             }
             CmMessage::Reject { client_conn, .. } => {
@@ -392,16 +441,27 @@ mod tests {
     use super::*;
 
     #[rustfmt::skip]
-    const REQ: [u8; 34] = [
+    const REQ: [u8; 67] = [
         0xde, 0xad, 0xbe, 0xef,                         // client conn
         0x01, 0x23, 0x45, 0x67, 0x89, 0xab, 0xcd, 0xef, // client key
         0x00, 0x00, 0x00, 0x2a,                         // ISN 42
         0x00, 0x00, 0x23, 0x36,                         // max frame 9014
         0x02, 0x00, 0x0a, 0x00, 0x00, 0x02,             // MAC
         0x10, 0x32, 0x54, 0x76, 0x98, 0xba, 0xdc, 0xfe, // cookie
+        0x01,                                           // flags: secure
+        1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, // public key
+        17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32,
     ];
 
+    fn public() -> PublicKey {
+        core::array::from_fn(|i| i as u8 + 1)
+    }
+
     fn req() -> CmMessage {
+        req_with(Some(public()))
+    }
+
+    fn req_with(public: Option<PublicKey>) -> CmMessage {
         CmMessage::ConnectReq {
             request: 7,
             service: 18515,
@@ -411,6 +471,7 @@ mod tests {
             max_frame: 9014,
             mac: [2, 0, 10, 0, 0, 2],
             cookie: 0x1032_5476_98ba_dcfe,
+            public,
         }
     }
 
@@ -422,6 +483,7 @@ mod tests {
             isn: 3,
             max_frame: 1514,
             client_conn: 4,
+            secure: Some((public(), [0xc0; 16])),
         }
     }
 
@@ -431,7 +493,7 @@ mod tests {
             opcode: op::CM_CONNECT_REQ,
             operand: 7,
             index: 18515,
-            length: 34,
+            length: 67,
             ..Default::default()
         };
         assert_eq!(CmMessage::parse(&c, &REQ), Ok(req()));
@@ -445,6 +507,7 @@ mod tests {
         let msgs = [
             req(),
             rep(),
+            req_with(None),
             CmMessage::Challenge {
                 request: 3,
                 client_conn: 8,

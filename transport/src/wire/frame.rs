@@ -14,6 +14,10 @@
 //! costing one. The whole frame is validated (every section's header and cell count)
 //! before any of it is acted on.
 //!
+//! A section flagged [`hflags::SEALED`] (version 11, a secure connection's) has one more
+//! cell after its cells, the seal cell (`crate::secure`), which its cell count does not
+//! include: [`FrameView::seal`] hands it out, [`FrameWriter::seal`] writes it.
+//!
 //! Both directions are on the per-frame fast path: no allocation, no copies beyond the
 //! payload's own `copy_from_slice`, and the only per-byte work is the (hardware)
 //! CRC32C and the check byte of each control part. Nothing here panics on input from the
@@ -63,6 +67,8 @@ pub struct FrameView<'a> {
     pub header: TransportRepr,
     /// `header.cells` cells, exactly.
     cells: &'a [u8],
+    /// The seal cell of a sealed section (empty when the section is plain).
+    seal: &'a [u8],
     /// The sections after this one (empty when this is the last).
     rest: &'a [u8],
     /// Cells of every section of the frame.
@@ -107,14 +113,14 @@ impl<'a> FrameView<'a> {
         // Every section's header and cell count before anything acts on the frame.
         let first = split_section(covered)?;
         let mut frame_cells = 0u32;
-        let (mut header, mut cells, mut rest) = first;
+        let (mut header, mut cells, mut seal, mut rest) = first;
         loop {
-            frame_cells += u32::from(header.cells);
+            frame_cells += u32::from(header.cells) + (seal.len() / CELL_LEN) as u32;
             if header.flags & hflags::MORE == 0 {
                 if !rest.is_empty() {
                     return Err(WireError::BadCellCount {
                         cells: header.cells,
-                        bytes: cells.len() + rest.len(),
+                        bytes: cells.len() + seal.len() + rest.len(),
                     });
                 }
                 break;
@@ -126,13 +132,14 @@ impl<'a> FrameView<'a> {
                     got: 0,
                 });
             }
-            (header, cells, rest) = split_section(rest)?;
+            (header, cells, seal, rest) = split_section(rest)?;
         }
-        let (header, cells, rest) = first;
+        let (header, cells, seal, rest) = first;
         Ok(FrameView {
             underlay,
             header,
             cells,
+            seal,
             rest,
             frame_cells,
         })
@@ -145,10 +152,11 @@ impl<'a> FrameView<'a> {
         if self.rest.is_empty() {
             return None;
         }
-        let (header, cells, rest) = split_section(self.rest).ok()?;
+        let (header, cells, seal, rest) = split_section(self.rest).ok()?;
         Some(FrameView {
             header,
             cells,
+            seal,
             rest,
             ..*self
         })
@@ -175,23 +183,53 @@ impl<'a> FrameView<'a> {
     pub fn cells(&self) -> &'a [u8] {
         self.cells
     }
+
+    /// The seal cell of a section flagged [`hflags::SEALED`] (48 bytes), `None` for a
+    /// plain one.
+    #[inline]
+    pub fn seal(&self) -> Option<&'a [u8]> {
+        (!self.seal.is_empty()).then_some(self.seal)
+    }
+
+    /// This section with its cells replaced by `cells` (a sealed section's, opened
+    /// elsewhere): its messages are then read from them.
+    #[inline]
+    pub fn with_cells<'b>(&self, cells: &'b [u8]) -> FrameView<'b>
+    where
+        'a: 'b,
+    {
+        FrameView {
+            underlay: self.underlay,
+            header: self.header,
+            cells,
+            seal: self.seal,
+            rest: self.rest,
+            frame_cells: self.frame_cells,
+        }
+    }
 }
 
-/// Splits the section at the start of `buf` (its header, its cells, and the bytes
-/// after them); the header's cell count must fit in `buf`.
+/// A section: its header, its cells, its seal cell (empty when plain).
+type Section<'a> = (TransportRepr, &'a [u8], &'a [u8], &'a [u8]);
+
+/// Splits the section at the start of `buf` (its header, its cells, its seal cell when
+/// sealed, and the bytes after them); the header's cell count (and seal) must fit in
+/// `buf`.
 #[inline]
-fn split_section(buf: &[u8]) -> Result<(TransportRepr, &[u8], &[u8]), WireError> {
+fn split_section(buf: &[u8]) -> Result<Section<'_>, WireError> {
     let header = TransportRepr::parse(&TransportPacket::new_checked(buf)?)?;
     let body = &buf[HEADER_LEN..];
     let len = header.cells as usize * CELL_LEN;
-    if body.len() < len {
+    let seal = seal_len(header.flags);
+    if body.len() < len + seal {
         return Err(WireError::BadCellCount {
             cells: header.cells,
             bytes: body.len(),
         });
     }
     let (cells, rest) = body.split_at(len);
-    Ok((header, cells, rest))
+    let (seal, rest) = rest.split_at(seal);
+    Ok((header, cells, seal, rest))
 }
 
 /// One message of a frame: a checked control part and its payload.
@@ -283,6 +321,11 @@ pub struct FrameWriter<'a> {
     end: usize,
     /// Offset and length of the one payload left unwritten ([`FrameWriter::push_hole`]).
     hole: Option<(usize, usize)>,
+    /// Bytes kept free for the current section's seal cell (a sealed section not
+    /// sealed yet).
+    reserve: usize,
+    /// The current section is sealed: nothing more goes into it.
+    closed: bool,
 }
 
 impl<'a> FrameWriter<'a> {
@@ -314,6 +357,8 @@ impl<'a> FrameWriter<'a> {
             pos: UNDERLAY_LEN,
             end,
             hole: None,
+            reserve: 0,
+            closed: false,
         };
         w.put_header(header);
         Ok(w)
@@ -329,6 +374,8 @@ impl<'a> FrameWriter<'a> {
         };
         self.section = self.pos;
         self.section_cells = 0;
+        self.reserve = seal_len(header.flags);
+        self.closed = false;
         header.emit(&mut TransportPacket::new_unchecked(
             &mut self.buf[self.pos..self.pos + HEADER_LEN],
         ));
@@ -338,6 +385,7 @@ impl<'a> FrameWriter<'a> {
     /// Patches the current section's cell count (and `MORE` when another follows).
     #[inline]
     fn close_section(&mut self, more: bool) {
+        debug_assert_eq!(self.reserve, 0, "a sealed section ends with its seal");
         let mut h =
             TransportPacket::new_unchecked(&mut self.buf[self.section..self.section + HEADER_LEN]);
         h.set_cell_count(self.section_cells as u16);
@@ -347,18 +395,19 @@ impl<'a> FrameWriter<'a> {
         }
     }
 
-    /// Whether a new section whose messages need `cells` cells would fit.
+    /// Whether a new plain section whose messages need `cells` cells would fit.
     #[inline]
     pub fn section_fits(&self, cells: usize) -> bool {
-        self.pos + HEADER_LEN + cells * CELL_LEN <= self.end
+        self.pos + self.reserve + HEADER_LEN + cells * CELL_LEN <= self.end
     }
 
     /// Ends the current section and starts another with `header` (its `cells` is
     /// ignored, as in [`FrameWriter::new`]); later messages go into it. Returns false,
-    /// changing nothing, when the header and `cells` cells of it do not fit.
+    /// changing nothing, when the header and `cells` cells of it (and its seal cell,
+    /// when `header` is [`hflags::SEALED`]) do not fit.
     #[inline]
     pub fn begin_section(&mut self, header: &TransportRepr, cells: usize) -> bool {
-        if !self.section_fits(cells) {
+        if !self.section_fits(cells + seal_len(header.flags) / CELL_LEN) {
             return false;
         }
         self.close_section(true);
@@ -378,10 +427,42 @@ impl<'a> FrameWriter<'a> {
         self.cells
     }
 
-    /// Cells that still fit before the CRC.
+    /// Cells that still fit in the current section before the CRC (and its seal).
     #[inline]
     pub fn room_cells(&self) -> usize {
-        (self.end - self.pos) / CELL_LEN
+        if self.closed {
+            return 0;
+        }
+        self.end.saturating_sub(self.pos + self.reserve) / CELL_LEN
+    }
+
+    /// Seals the current section ([`hflags::SEALED`] in its header): `seal` is given
+    /// the header as it goes on the wire (cell count set, no `MORE`), the cells to
+    /// encrypt in place and the seal cell to write (`crate::secure::Session::seal`).
+    /// Nothing more goes into the section afterwards. Does nothing for a plain section
+    /// or one already sealed.
+    pub fn seal(&mut self, seal: impl FnOnce(&[u8; HEADER_LEN], &mut [u8], &mut [u8; CELL_LEN])) {
+        if self.reserve == 0 {
+            return;
+        }
+        self.close_section_count();
+        let mut header = [0u8; HEADER_LEN];
+        header.copy_from_slice(&self.buf[self.section..self.section + HEADER_LEN]);
+        let (cells, tail) = self.buf[self.section + HEADER_LEN..]
+            .split_at_mut(self.pos - self.section - HEADER_LEN);
+        let cell: &mut [u8; CELL_LEN] = (&mut tail[..CELL_LEN]).try_into().expect("reserved");
+        seal(&header, cells, cell);
+        self.pos += CELL_LEN;
+        self.cells += 1;
+        self.reserve = 0;
+        self.closed = true;
+    }
+
+    /// Patches the current section's cell count.
+    #[inline]
+    fn close_section_count(&mut self) {
+        TransportPacket::new_unchecked(&mut self.buf[self.section..self.section + HEADER_LEN])
+            .set_cell_count(self.section_cells as u16);
     }
 
     /// Whether a message with `length` payload bytes would fit.
@@ -483,6 +564,16 @@ impl<'a> FrameWriter<'a> {
         };
         buf[len - CRC_LEN..len].copy_from_slice(&crc.to_be_bytes());
         len
+    }
+}
+
+/// Bytes of the seal cell a section with header `flags` ends with.
+#[inline]
+const fn seal_len(flags: u8) -> usize {
+    if flags & hflags::SEALED != 0 {
+        CELL_LEN
+    } else {
+        0
     }
 }
 
@@ -1073,6 +1164,67 @@ mod tests {
         assert_eq!(got(first), msgs[..2].to_vec());
         assert!(got(second).is_empty());
         assert_eq!(got(third), msgs[2..].to_vec());
+    }
+
+    #[test]
+    fn a_sealed_section_keeps_room_for_its_seal_and_parses_back_with_it() {
+        let msgs = [(write(1, 1), vec![1u8]), (write(2, 2), vec![2u8, 3])];
+        let sealed = |conn| TransportRepr {
+            flags: hflags::ACK | hflags::SEALED,
+            ..header_of(conn)
+        };
+        // Room for a first section of two cells and its seal, then a header and a cell.
+        let size = FRAME_OVERHEAD + 3 * CELL_LEN + HEADER_LEN + CELL_LEN;
+        let mut buf = vec![0u8; size];
+        let mut w = FrameWriter::new(&mut buf, &underlay(), &sealed(17)).unwrap();
+        w.push(&msgs[0].0, &msgs[0].1).unwrap();
+        w.push(&msgs[1].0, &msgs[1].1).unwrap();
+        assert_eq!(w.room_cells(), 2 - 1, "the seal cell is kept free");
+        let mut seen = None;
+        w.seal(|h, cells, seal| {
+            seen = Some((h[1], u16::from_be_bytes([h[2], h[3]]), cells.len()));
+            cells.iter_mut().for_each(|b| *b ^= 0xff);
+            seal.fill(0x5e);
+        });
+        assert_eq!(seen, Some((hflags::ACK | hflags::SEALED, 2, 2 * CELL_LEN)));
+        assert_eq!(w.room_cells(), 0, "a sealed section takes nothing more");
+        assert!(w.push(&write(1, 0), &[1]).is_err());
+        // A second sealed section of one cell does not fit with its seal; a plain one
+        // does.
+        assert!(!w.begin_section(&sealed(18), 1));
+        assert!(w.begin_section(&header_of(18), 1));
+        w.push(&write(1, 0), &[7]).unwrap();
+        let len = w.finish();
+        assert_eq!(len, size);
+        let v = FrameView::parse(&buf[..len]).unwrap();
+        assert_eq!(v.frame_cells(), 4, "cells of every section and the seal");
+        assert_eq!(v.header.cells, 2);
+        assert_eq!(v.header.flags, hflags::ACK | hflags::SEALED | hflags::MORE);
+        assert_eq!(v.seal(), Some(&[0x5e; CELL_LEN][..]));
+        assert!(v.cells().iter().zip(v.messages().count()..).count() > 0);
+        let next = v.next_section().unwrap();
+        assert_eq!((next.header.dst_conn, next.seal()), (18, None));
+        let m: Vec<_> = next.messages().map(Result::unwrap).collect();
+        assert_eq!(m[0].payload, &[7]);
+        // The opened cells read as messages through `with_cells`.
+        let opened: Vec<u8> = v.cells().iter().map(|b| b ^ 0xff).collect();
+        let o = v.with_cells(&opened);
+        let got: Vec<_> = o.messages().map(|m| m.unwrap().payload.to_vec()).collect();
+        assert_eq!(got, vec![msgs[0].1.clone(), msgs[1].1.clone()]);
+        // A sealed section whose seal cell is missing is refused as a whole.
+        let mut cut = buf[..len].to_vec();
+        cut[UNDERLAY_LEN + 1] &= !hflags::MORE;
+        let n = UNDERLAY_LEN + HEADER_LEN + 2 * CELL_LEN;
+        let mut short = cut[..n].to_vec();
+        short.extend_from_slice(&[0; CRC_LEN]);
+        UnderlayPacket::new_unchecked(&mut short[..UNDERLAY_LEN])
+            .set_lengths(n + CRC_LEN - UNDERLAY_LEN);
+        let crc = crate::wire::crc32c(&short[UNDERLAY_LEN..n]);
+        short[n..].copy_from_slice(&crc.to_be_bytes());
+        assert!(matches!(
+            FrameView::parse(&short),
+            Err(WireError::BadCellCount { .. })
+        ));
     }
 
     #[test]

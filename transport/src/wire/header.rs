@@ -46,6 +46,10 @@ pub mod hflags {
     /// Another section (a transport header and its cells, usually of another
     /// connection to the same peer) follows this one's cells in the frame (version 7).
     pub const MORE: u8 = 0x08;
+    /// The section's cells are sealed (version 11): encrypted, and followed by one
+    /// seal cell (packet number, key generation, tag; `crate::secure`) that the cell
+    /// count does not include.
+    pub const SEALED: u8 = 0x10;
 }
 
 /// A view of a transport header (the buffer may extend past its 32 bytes).
@@ -279,7 +283,7 @@ mod tests {
 
     #[rustfmt::skip]
     const BYTES: [u8; 32] = [
-        0x0a, 0x01, 0x00, 0x03,                         // version 10, ACK, 3 cells
+        0x0b, 0x01, 0x00, 0x03,                         // version 11, ACK, 3 cells
         0x00, 0x00, 0x01, 0x02,                         // dst conn 258
         0x01, 0x23, 0x45, 0x67, 0x89, 0xab, 0xcd, 0xef, // key
         0x00, 0x00, 0x00, 0x2a,                         // seq 42

@@ -105,7 +105,10 @@
 //! first segment generated, [`flags::SEGMENT`] with mode indexed; 6: the acknowledged
 //! echo in the transport header, bytes 26..28, which makes NAKs of refused messages
 //! reliable; 7: several sections in one frame, [`hflags::MORE`]; 8: a NAK's index
-//! carries the receiver's refusal reason in its second byte, `crate::oplogic::Nak`).
+//! carries the receiver's refusal reason in its second byte, `crate::oplogic::Nak`;
+//! 9: private data in connect requests and replies; 10: connect cookies and the
+//! `CHALLENGE` message; 11: sealed sections, [`hflags::SEALED`] and the seal cell of
+//! `crate::secure`, public keys in connect requests and replies).
 
 use core::ops::Range;
 
@@ -129,7 +132,7 @@ pub use header::{hflags, TransportPacket, TransportRepr};
 pub use underlay::{UnderlayPacket, UnderlayRepr};
 
 /// Transport protocol version carried in byte 0 of the transport header.
-pub const VERSION: u8 = 10;
+pub const VERSION: u8 = 11;
 /// UDP destination port of every deposit frame.
 pub const UDP_PORT: u16 = 18515;
 /// Ethernet II (14) + IPv4 without options (20) + UDP (8).
@@ -266,12 +269,12 @@ pub enum WireError {
 }
 
 /// A named byte range inside a format.
-type Field = Range<usize>;
+pub(crate) type Field = Range<usize>;
 
 /// Fixed-size copy of `data[f]`; callers pass ranges of length `N` inside a buffer whose
 /// length their view has checked.
 #[inline]
-fn array<const N: usize>(data: &[u8], f: Field) -> [u8; N] {
+pub(crate) fn array<const N: usize>(data: &[u8], f: Field) -> [u8; N] {
     let mut out = [0u8; N];
     out.copy_from_slice(&data[f]);
     out
@@ -340,6 +343,6 @@ mod tests {
         let e = WireError::BadUdpPort(80);
         assert_eq!(e.to_string(), "UDP destination port 80 is not 18515");
         let e = WireError::BadVersion(6);
-        assert_eq!(e.to_string(), "transport version 6 is not 10");
+        assert_eq!(e.to_string(), "transport version 6 is not 11");
     }
 }

@@ -1073,6 +1073,9 @@ fn spoof_flood(port: &str, n: u64) {
             max_frame: 1514,
             mac,
             cookie: if i % 2 == 0 { 0 } else { next() },
+            // Some asking for a secure connection (a key agreement per request, were it
+            // answered: it is not before the cookie).
+            public: (i % 3 == 0).then_some([r as u8; 32]),
         };
         let underlay = UnderlayRepr {
             src_mac: mac,
