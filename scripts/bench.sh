@@ -2,6 +2,7 @@
 # Usage: scripts/bench.sh [--plot FILE] [ROUNDS]
 #        scripts/bench.sh --compare OLD_DDPERF [ROUNDS]
 #        scripts/bench.sh --netns [ROUNDS]      (root)
+#        scripts/bench.sh --secure [ROUNDS]
 # The foundation benchmarks with their raw-DPDK baselines from the same run, rounds
 # interleaved (the machine is shared and noisy), medians reported:
 #   * 32 B write message rate (write_bw) vs raw_bw frame rate, ring loopback, at
@@ -54,6 +55,12 @@
 # af_packet on the veths next to kernel TCP on the same veths (iperf3, 64 KiB writes,
 # one stream), the two alternating in every round; medians in MiB/s. Namespaces and
 # bridge are removed at the end.
+# With --secure, the cost of secure connections (docs/design.md §10) instead: two
+# processes over memif, each test plain and with --secure back to back (which goes first
+# alternates), raw_lat as the baseline: 4 KiB write_bw (target: secure/plain >= 0.7),
+# 32 B write_lat t_typical (target: secure <= 1.3x plain), 64 KiB write_bw at 9014-byte
+# frames; and in one process (ring loopback, both sides on one core) the same 4 KiB
+# write_bw. Ratios are the median of the per-round ratios.
 # With --plot FILE (.svg or .png), each row of the deposit/raw table is also drawn into
 # FILE: deposit's median next to its raw-DPDK baseline's (`ddperf --plot-bench`).
 # Needs a release build (scripts/run.sh or `cargo build --release -p ddperf`).
@@ -73,6 +80,10 @@ if [[ ${1:-} == --compare ]]; then
 fi
 if [[ ${1:-} == --netns ]]; then
     netns=1
+    shift
+fi
+if [[ ${1:-} == --secure ]]; then
+    secure=1
     shift
 fi
 rounds=${1:-5}
@@ -228,6 +239,45 @@ if ((${netns:-0})); then
         printf '%-6s %-30s %10s\n' "$mtu" "deposit write_bw (af_packet)" "$(median "${dw[@]}")"
         printf '%-6s %-30s %10s\n' "$mtu" "kernel TCP (iperf3)" "$(median "${kt[@]}")"
         ns_pair_down ddbn
+    done
+    exit 0
+fi
+
+# --secure: sealed connections vs plain ones, rounds interleaved.
+if ((${secure:-0})); then
+    declare -a pbw sbw plat slat pbig sbig plbw slbw raw
+    pair() { # plain-array secure-array command...: both, the order alternating per round
+        local -n p_=$1 s_=$2
+        shift 2
+        if ((i % 2)); then
+            p_+=("$("$@")"); s_+=("$("$@" --secure)")
+        else
+            s_+=("$("$@" --secure)"); p_+=("$("$@")")
+        fi
+    }
+    for i in $(seq "$rounds"); do
+        pair pbw sbw memif write_bw bw_avg_mib_s -s 4096 -n 300000
+        pair plat slat memif write_lat t_typical_us -s 32 -n 50000
+        pair pbig sbig memif write_bw bw_avg_mib_s -s 65536 -n 20000
+        pair plbw slbw loop write_bw bw_avg_mib_s -s 4096 -n 300000
+        raw+=("$(memif raw_lat t_typical_us -s 32 -n 50000)")
+    done
+    med() { python3 -c "import statistics,sys; print(f'{statistics.median(map(float, sys.argv[1:])):.3f}')" "$@"; }
+    rat() { python3 -c "import statistics,sys; a=sys.argv[1].split(); b=sys.argv[2].split(); print(f'{statistics.median(float(x)/float(y) for x,y in zip(a,b)):.3f}')" "$1" "$2"; }
+    printf '%-42s %-10s %-10s %s\n' "secure vs plain (median of $rounds)" plain secure "secure/plain (median of rounds)"
+    srow() { # label plain-array secure-array target
+        local -n p_=$2 s_=$3
+        printf '%-42s %-10s %-10s %s (%s)\n' "$1" "$(med "${p_[@]}")" "$(med "${s_[@]}")" \
+            "$(rat "${s_[*]}" "${p_[*]}")" "$4"
+    }
+    srow "memif: write_bw 4 KiB [MiB/s]" pbw sbw "target >= 0.7"
+    srow "memif: write_lat 32 B t_typical [us]" plat slat "target <= 1.3"
+    srow "memif: write_bw 64 KiB [MiB/s]" pbig sbig "9014-byte frames"
+    srow "ring: write_bw 4 KiB [MiB/s]" plbw slbw "one process"
+    echo "memif: raw_lat 32 B (baseline) [us]: $(med "${raw[@]}")"
+    for m in pbw sbw plat slat pbig sbig plbw slbw raw; do
+        a=$m[*]
+        echo "samples $m: ${!a}"
     done
     exit 0
 fi

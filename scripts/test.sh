@@ -83,6 +83,8 @@ for n, line in enumerate(sys.stdin, 1):
         sys.exit(f"ddperf {test}: line {n} says queues {row['queues']!r}: {line!r}")
     if "--workers" in args and row["workers"] != int(args[args.index("--workers") + 1]):
         sys.exit(f"ddperf {test}: line {n} says workers {row['workers']!r}: {line!r}")
+    if "--secure" in args and row.get("secure") is not True:
+        sys.exit(f"ddperf {test}: line {n} is not over secure connections: {line!r}")
     rows += 1
     fmt = ("  {test} {bytes} B x {iterations}: typical {t_typical_us} us, p99 {t_p99_us} us"
            if test.endswith("_lat") else
@@ -350,7 +352,8 @@ step "smoke ip_bw" smoke ip_bw -s 32 -n 100000
 step "smoke token_lat" smoke token_lat -s 32 -n 2000
 step "smoke raw_bw" smoke raw_bw -s 64 -n 100000
 step "smoke bench ipmsg" timeout 120 cargo bench -q -p deposit --bench ipmsg -- 1
-# --verify on every transport test, clean and with --faults (issue 4 item 7).
+# --verify on every transport test, clean and with --faults (issue 4 item 7), and over
+# secure connections (issue 14: every frame sealed).
 faults=loss=0.05,reorder=0.02,dup=0.02,corrupt=0.001,seed=7
 step "verify write_bw faults" smoke write_bw -s 4096 -n 200000 --faults $faults --verify
 step "verify atomic_bw faults" smoke atomic_bw -n 200000 --faults $faults --verify
@@ -368,7 +371,12 @@ for t in write_lat write_bw read_lat read_bw atomic_lat atomic_bw send_lat send_
     step "verify $t" smoke $t "${size[@]}" -n $n --verify
     step "verify $t faults" smoke $t "${size[@]}" -n $n --faults $faults --verify
     step "verify $t --workers 2" smoke $t "${size[@]}" -n $n --workers 2 --verify
+    step "verify $t --secure" smoke $t "${size[@]}" -n $n --secure --verify
 done
+step "verify write_bw --secure faults" smoke write_bw -s 4096 -n 100000 --secure --faults $faults --verify
+step "verify atomic_bw --secure faults" smoke atomic_bw -n 100000 --secure --faults $faults --verify
+step "verify write_bw --secure -q 1000" smoke write_bw -s 32 -n 100000 -q 1000 --secure --verify
+step "verify write_bw --secure --workers 2" smoke write_bw -s 1024 -n 20000 -q 8 --workers 2 --secure --verify
 step "verify atomic_lat cas" smoke atomic_lat -A CMP_AND_SWAP -n 2000 --faults $faults --verify
 step "verify atomic_bw cas" smoke atomic_bw -A CMP_AND_SWAP -n 20000 --faults $faults --verify
 step "verify write_bw -a" smoke write_bw -a -n 200 --verify

@@ -84,6 +84,7 @@ pub use deposit_transport::mem::MemError;
 pub use deposit_transport::node::ResumeError;
 /// Device counters ([`Device::stats`]): one definition, the worker's own.
 pub use deposit_transport::node::Stats as DeviceStats;
+pub use deposit_transport::secure::SecureError;
 pub use deposit_transport::tables::{RegProt, RegWindow, TableError};
 
 pub use deposit_transport::cm::RejectReason;

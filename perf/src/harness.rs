@@ -778,16 +778,8 @@ fn reporter<B: Bench>(b: &B, p: &Params, s: &Side, ports: &str, enabled: bool) -
         ),
     );
     rep.info("Worker", format!("{:?}", p.progress));
-    if s.conns.iter().any(|c| c.is_secure()) {
-        let psk = if p.psk.is_some() {
-            " and a pre-shared key"
-        } else {
-            ""
-        };
-        rep.info(
-            "Security",
-            format!("sealed: AES-256-GCM per frame, keys from X25519{psk}"),
-        );
+    if s.conns.iter().all(|c| c.is_secure()) && !s.conns.is_empty() {
+        rep.secure(p.psk.is_some());
     }
     rep.queues(p.workers, s.conns.len());
     if !p.test.is_lat() {

@@ -216,6 +216,8 @@ pub struct Reporter {
     defer: bool,
     rows: Vec<serde_json::Value>,
     extras: serde_json::Map<String, serde_json::Value>,
+    /// The connections are sealed (`--secure`).
+    secure: bool,
     outcome: crate::verify::Outcome,
     /// Connections the test runs on (`-q`): the title block's "Queues" line and every
     /// JSON object's `queues`; the worker shards of this side's device (`--workers`):
@@ -257,6 +259,7 @@ impl Reporter {
             defer: false,
             rows: Vec::new(),
             extras: serde_json::Map::new(),
+            secure: false,
             outcome: crate::verify::Outcome::default(),
             queues: 1,
             workers: 1,
@@ -308,6 +311,17 @@ impl Reporter {
         self.queues = n;
         self.info("Workers", workers.to_string());
         self.info("Queues", n.to_string());
+    }
+
+    /// The connections are sealed (with a pre-shared key when `psk`): a "Security" line
+    /// and `"secure": true` in every JSON object.
+    pub fn secure(&mut self, psk: bool) {
+        self.secure = true;
+        let psk = if psk { " and a pre-shared key" } else { "" };
+        self.info(
+            "Security",
+            format!("sealed: AES-256-GCM per frame, keys from X25519{psk}"),
+        );
     }
 
     /// The "Connection" line: local and remote connection numbers.
@@ -428,6 +442,7 @@ impl Reporter {
                 "t_p9999_us": s.hdr_p9999,
                 "queues": self.queues,
                 "workers": self.workers,
+                "secure": self.secure,
             });
             self.emit_json(j);
             return;
@@ -478,6 +493,7 @@ impl Reporter {
                 "bw_avg_gbps": s.gbps(avg),
                 "queues": self.queues,
                 "workers": self.workers,
+                "secure": self.secure,
             });
             self.emit_json(j);
             return;

@@ -109,6 +109,34 @@ impl Topology {
 }
 
 impl Topology {
+    /// Makes the bridge a hub: its ports learn no address, so every frame goes to every
+    /// port (an attacker on one sees the others' traffic, as on a shared segment or a
+    /// mirrored switch port).
+    pub fn hub(&self) -> Result<(), String> {
+        for host in &self.host_ends {
+            ip(&[
+                "link",
+                "set",
+                "dev",
+                host,
+                "type",
+                "bridge_slave",
+                "learning",
+                "off",
+            ])?;
+        }
+        ip(&[
+            "link",
+            "set",
+            "dev",
+            &self.bridge,
+            "type",
+            "bridge",
+            "ageing_time",
+            "0",
+        ])
+    }
+
     /// Starts `exe` with `args(i)` (given the node's port name) in each namespace,
     /// waits until every node said "ready" (each has announced its MAC to the bridge),
     /// then tells them all "go".

@@ -398,3 +398,43 @@ fn a_secure_connection_closes_on_both_sides() {
     net.run_until(5 * HZ, |n| n.hosts[0].node.conns.is_empty());
     assert_eq!(net.hosts[0].node.conns.len(), 0);
 }
+
+#[test]
+fn a_confirmed_connection_waits_for_room_in_a_full_backlog() {
+    let (mut net, eps) = network(3, &NodeConfig::default(), LinkConfig::default(), 6);
+    let (es, cs) = eps[0].clone();
+    let queue = net.hosts[0].node.listen(7, es, cs, &secure(), 1).unwrap();
+    let peer = net.hosts[0].addr();
+    // Both ask before either is confirmed: both pass the backlog check.
+    let now = net.now;
+    let mut clients = Vec::new();
+    for (h, (e, c)) in eps.iter().cloned().enumerate().skip(1) {
+        net.hosts[h].node.set_now(now);
+        let conn = net.hosts[h]
+            .node
+            .connect(peer, 7, e, c.clone(), &secure())
+            .unwrap();
+        clients.push(End {
+            host: h,
+            ep: e,
+            cq: c,
+            conn,
+        });
+    }
+    net.run_until(5 * HZ, |_| {
+        clients
+            .iter()
+            .all(|c| c.conn.state() != ConnState::Connecting)
+    });
+    assert!(clients.iter().all(live));
+    net.run_for(HZ / 1000);
+    // The first took the one place; the second's confirmation found the queue full.
+    let first = queue.pop().expect("the first client");
+    assert!(queue.pop().is_none());
+    assert!(drops(&net, 0, DropReason::BacklogFull) >= 1);
+    drop(first);
+    // Its next sealed frame confirms it again, now with room.
+    post_all(&clients[1], [write(1, &clients[1], 0, 64, 0)]);
+    all_ok(&complete(&mut net, &clients[1], 1, 5));
+    assert!(queue.pop().is_some(), "the second client reached accept");
+}

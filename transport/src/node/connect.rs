@@ -7,8 +7,8 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use crate::cm::{
-    Action, CmError, CmMessage, Confirm, ConnectOptions, Ignored, PeerParams, PrivateData,
-    PublicKey, Registers, RejectReason,
+    Action, CmError, CmMessage, CmWireError, Confirm, ConnectOptions, Ignored, PeerParams,
+    PrivateData, PublicKey, Registers, RejectReason,
 };
 use crate::connection::{
     random_u32, random_u64, ConnContext, ConnShared, ConnState, CqShared, WcStatus,
@@ -290,9 +290,9 @@ impl Node {
             udp_port: wire::UDP_PORT,
         };
         for m in frame.messages() {
-            let Ok(m) = m else {
-                self.stats.drop_for(DropReason::BadCheck);
-                return;
+            let m = match m {
+                Ok(m) => m,
+                Err(e) => return self.stats.drop_for(super::wire_drop_reason(&e)),
             };
             match CmMessage::parse(&m.control, m.payload) {
                 Ok(msg) => {
@@ -304,7 +304,9 @@ impl Node {
                         Err(Ignored::RateLimited) => self.stats.drop_for(DropReason::CmRateLimited),
                     }
                 }
-                Err(_) => self.stats.drop_for(DropReason::BadLength),
+                Err(CmWireError::NotCm(_)) => self.stats.drop_for(DropReason::UnknownOpcode),
+                // Fields short of what the message needs: a length not valid for it.
+                Err(CmWireError::Wire(_)) => self.stats.drop_for(DropReason::BadLength),
             }
         }
         self.apply_cm_actions();
@@ -331,9 +333,10 @@ impl Node {
                         Ok(None) => {}
                         Err(reason) => {
                             // Not up: the peer's connection times out unheard.
-                            if reason == RejectReason::Confirmation {
-                                self.stats.drop_for(DropReason::AuthFailed);
-                            }
+                            self.stats.drop_for(match reason {
+                                RejectReason::Confirmation => DropReason::AuthFailed,
+                                _ => DropReason::NotSealed,
+                            });
                             self.cm.forget(conn);
                             self.fail_connect(conn, reason);
                             continue;
@@ -364,8 +367,14 @@ impl Node {
     /// Connection `number`'s peer showed it holds the keys (a sealed frame of it
     /// opened): an accepted connection waiting for that reaches the listener's queue.
     pub(crate) fn confirmed(&mut self, number: u32) {
-        if let Some((queue, a)) = self.unconfirmed.remove(&number) {
-            let _ = queue.push(a);
+        let Some((queue, a)) = self.unconfirmed.remove(&number) else {
+            return;
+        };
+        if let Err(a) = queue.push(a) {
+            // The application has not accepted the earlier ones yet: the next sealed
+            // frame of the peer tries again.
+            self.stats.drop_for(DropReason::BacklogFull);
+            self.unconfirmed.insert(number, (queue, a));
         }
     }
 
@@ -380,24 +389,21 @@ impl Node {
     /// A peer's request for `service`: a connection made for it on the listener's
     /// endpoint, or a refusal.
     fn accept_incoming(&mut self, from: NodeAddr, request: u32, service: u32, peer: PeerParams) {
+        let refuse = |node: &mut Node, reason: RejectReason, why: DropReason| {
+            node.stats.drop_for(why);
+            node.cm.refuse(from, request, peer.conn, reason);
+        };
         let Some(l) = self.listeners.get(&service) else {
-            self.cm
-                .refuse(from, request, peer.conn, RejectReason::NoListener);
-            return;
+            return refuse(self, RejectReason::NoListener, DropReason::NoListener);
         };
         if let Some(need) = &l.opts.require_private_data {
             if !peer.private.as_deref().is_some_and(|p| p.starts_with(need)) {
-                self.stats.drop_for(DropReason::WrongKey);
-                self.cm
-                    .refuse(from, request, peer.conn, RejectReason::NoListener);
-                return;
+                // As if no listener were there: the service is not revealed.
+                return refuse(self, RejectReason::NoListener, DropReason::WrongKey);
             }
         }
         if l.opts.secure.is_on() && peer.public.is_none() {
-            self.stats.drop_for(DropReason::NotSealed);
-            self.cm
-                .refuse(from, request, peer.conn, RejectReason::Insecure);
-            return;
+            return refuse(self, RejectReason::Insecure, DropReason::NotSealed);
         }
         if l.accepted.is_full() {
             // Transient: the application has not accepted the earlier ones yet. No
@@ -406,9 +412,7 @@ impl Node {
             return;
         }
         if self.conns.len() >= self.cfg.max_connections {
-            self.cm
-                .refuse(from, request, peer.conn, RejectReason::Resources);
-            return;
+            return refuse(self, RejectReason::Resources, DropReason::CmResources);
         }
         let (endpoint, cq, lopts, accepted) =
             (l.endpoint, l.cq.clone(), l.opts.clone(), l.accepted.clone());
@@ -420,18 +424,17 @@ impl Node {
             self.ring.ring().clone(),
         );
         let Ok(mut c) = self.new_connection(endpoint, peer_id, shared.clone(), &lopts) else {
-            self.cm
-                .refuse(from, request, peer.conn, RejectReason::Resources);
-            return;
+            return refuse(self, RejectReason::Resources, DropReason::CmResources);
         };
         let secure = match peer.public {
             None => None,
             Some(public) => match self.secure_server(&mut c, &peer, public, &lopts) {
                 Ok(s) => Some(s),
                 Err(_) => {
-                    self.cm
-                        .refuse(from, request, peer.conn, RejectReason::Resources);
-                    return;
+                    if let Some(w) = c.owned_regs {
+                        let _ = self.regs.free(w); // made for it, never used
+                    }
+                    return refuse(self, RejectReason::Resources, DropReason::CmResources);
                 }
             },
         };

@@ -236,7 +236,9 @@ pub fn wire_drop_reason(e: &WireError) -> DropReason {
         WireError::BadCrc { .. } => DropReason::BadCrc,
         WireError::BadCheck { .. } => DropReason::BadCheck,
         WireError::BadVersion(_) => DropReason::BadVersion,
-        WireError::Truncated { .. } | WireError::BadLength { .. } => DropReason::Truncated,
+        WireError::Truncated { .. }
+        | WireError::BadLength { .. }
+        | WireError::BadCellCount { .. } => DropReason::Truncated,
         _ => DropReason::NotOurs,
     }
 }

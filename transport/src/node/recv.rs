@@ -130,6 +130,10 @@ impl Node {
     /// told. A section that fails (unknown connection, wrong key) costs only itself.
     fn receive_section(&mut self, frame: &FrameView<'_>, now: u64) {
         if frame.header.flags & hflags::CM != 0 || frame.header.dst_conn == 0 {
+            if frame.header.dst_conn != 0 {
+                // Management travels on connection 0 only.
+                return self.stats.drop_for(DropReason::BadFlags);
+            }
             self.handle_cm(frame);
             return;
         }
@@ -405,6 +409,7 @@ fn take_in_order(
 ) -> Flow {
     if conn.state == ConnState::Exceptioned {
         // Later messages wait behind the kept one; the sender is told again.
+        ex.stats.drop_for(DropReason::HeldBack);
         if conn.nnaks == 0 {
             let nak = conn
                 .held

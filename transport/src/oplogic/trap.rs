@@ -399,11 +399,19 @@ pub enum DropReason {
     /// A sealed section whose packet number was already taken or is older than the
     /// replay window (a replay).
     Replayed,
+    /// A connection request for a service nobody listens on (refused, `NoListener`).
+    NoListener,
+    /// A connection request refused for want of resources at the listener (the
+    /// connection limit, a register window, the key agreement).
+    CmResources,
+    /// A message of a connection whose held message waits for the host's repair
+    /// (exceptioned): not run; the sender is told again and resends after the resume.
+    HeldBack,
 }
 
 impl DropReason {
     /// Number of reasons.
-    pub const COUNT: usize = 37;
+    pub const COUNT: usize = 40;
 
     /// Every reason, in counter-index order.
     pub const ALL: [DropReason; DropReason::COUNT] = [
@@ -444,6 +452,9 @@ impl DropReason {
         DropReason::NotSealed,
         DropReason::AuthFailed,
         DropReason::Replayed,
+        DropReason::NoListener,
+        DropReason::CmResources,
+        DropReason::HeldBack,
     ];
 
     /// The reason of counter index (and wire code) `code`; `None` past the last.
@@ -511,6 +522,13 @@ impl DropReason {
                 "a sealed section whose authentication tag does not verify (forged or modified)"
             }
             DropReason::Replayed => "a sealed section whose packet number was seen (a replay)",
+            DropReason::NoListener => "a connection request for a service nobody listens on",
+            DropReason::CmResources => {
+                "a connection request refused for want of resources (connections, registers)"
+            }
+            DropReason::HeldBack => {
+                "a message behind one held for the host's repair (resent after the resume)"
+            }
         }
     }
 
@@ -554,6 +572,9 @@ impl DropReason {
             DropReason::NotSealed => "not_sealed",
             DropReason::AuthFailed => "auth_failed",
             DropReason::Replayed => "replayed",
+            DropReason::NoListener => "no_listener",
+            DropReason::CmResources => "cm_resources",
+            DropReason::HeldBack => "held_back",
         }
     }
 }
@@ -696,6 +717,7 @@ mod tests {
         assert_eq!(DropReason::TokenKey as usize, 29);
         assert_eq!(DropReason::OrphanSegment as usize, 30);
         assert_eq!(DropReason::CmRateLimited as usize, 33);
-        assert_eq!(DropReason::Replayed as usize, DropReason::COUNT - 1);
+        assert_eq!(DropReason::Replayed as usize, 36);
+        assert_eq!(DropReason::HeldBack as usize, DropReason::COUNT - 1);
     }
 }

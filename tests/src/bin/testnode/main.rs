@@ -61,6 +61,18 @@
 //!                                          sends n connect requests for service 31 from
 //!                                          random IP and MAC addresses (half with a
 //!                                          guessed cookie), "flooded"; until "exit"
+//! testnode secure-server <port>           node 10.0.0.1: a secure listener (service
+//!                                          33); checks the client's writes and its
+//!                                          fetch-and-add counter, "verified", then its
+//!                                          refusals by reason, "stats"; until "exit"
+//! testnode secure-client <port>           node 10.0.0.2: connects securely, writes and
+//!                                          adds, every completion checked, "completed"
+//! testnode secure-tap <port> <n>          node 10.0.0.3, the on-path attacker on a hub:
+//!                                          for n of the client's sealed frames sends
+//!                                          changed copies, replays, forged frames and
+//!                                          disconnects with the right connection and key
+//!                                          (a raw packet socket), "sent ...",
+//!                                          "plaintext N", "tapped"; until "exit"
 //! testnode churn-server <socket>          a memif server streaming writes to every
 //!                                          client it accepts (`churn`)
 //! testnode churn-client <socket>          a memif client that connects, then exits,
@@ -70,6 +82,7 @@
 
 mod churn;
 mod ip_receiver;
+mod secure;
 mod token_relay;
 
 use std::process::exit;
@@ -255,6 +268,11 @@ fn main() {
         Some("spoof-client") if args.len() == 3 => spoof_client(&args[2]),
         Some("spoof-flood") if args.len() == 4 => {
             spoof_flood(&args[2], args[3].parse().unwrap_or_else(|e| fail(e)))
+        }
+        Some("secure-server") if args.len() == 3 => secure::secure_server(&args[2]),
+        Some("secure-client") if args.len() == 3 => secure::secure_client(&args[2]),
+        Some("secure-tap") if args.len() == 4 => {
+            secure::secure_tap(&args[2], args[3].parse().unwrap_or_else(|e| fail(e)))
         }
         Some("churn-server") if args.len() == 3 => churn::churn_server(&args[2]),
         Some("churn-client") if args.len() == 3 => churn::churn_client(&args[2]),
