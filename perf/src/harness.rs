@@ -259,22 +259,18 @@ impl Side {
         Ok(())
     }
 
-    /// Closes every connection, the control one last, and drives the worker until it
-    /// has told the peer: until 64 turns in a row move no frame (with `-q 20000` one
-    /// turn cannot send every disconnect), for at most a second.
+    /// Closes every connection, the control one last, and drives the worker until the
+    /// peer has answered every close (the entries are gone: a disconnect request lost
+    /// on the way is sent again, where the peer would otherwise linger for its whole
+    /// `--timeout`), for at most a second.
     pub fn close(&self) {
         for c in &self.conns {
             c.close();
         }
         self.ctrl.conn.close();
         let t0 = Instant::now();
-        let mut quiet = 0;
-        while quiet < 64 && t0.elapsed() < Duration::from_secs(1) {
-            quiet = if self.dev.progress() == 0 {
-                quiet + 1
-            } else {
-                0
-            };
+        while self.dev.connections() > 0 && t0.elapsed() < Duration::from_secs(1) {
+            self.dev.progress();
         }
     }
 }
