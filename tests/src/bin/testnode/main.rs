@@ -50,7 +50,8 @@
 //!                                          c deposits into a's buffer with it, twice
 //! testnode spoof-server <port>            node 10.0.0.1: listens on service 31 (backlog
 //!                                          4), accepts the one real client, checks its
-//!                                          SPOOF_WRITES writes, says "verified", then its
+//!                                          SPOOF_WRITES writes, says "verified", then on
+//!                                          "report" (once the flood drained) its
 //!                                          connections and refusals ("connections N",
 //!                                          "challenges N", "bad_cookie N", "rate_limited
 //!                                          N", "stats"); until "exit"
@@ -1007,6 +1008,24 @@ fn spoof_server(port: &str) {
         check_pattern(&ep, off, SPOOF_WRITE, 31, off as u64).unwrap_or_else(|e| fail(e));
     }
     println!("verified");
+    // The counters once the flood is over (the parent says so), and has drained: no
+    // new challenge for 200 ms.
+    loop {
+        match lines.recv_timeout(T) {
+            Ok(l) if l == "report" => break,
+            Ok(_) => {}
+            Err(e) => fail(format!("no report from the parent: {e}")),
+        }
+    }
+    let mut last = dev.stats().cm_challenges;
+    loop {
+        std::thread::sleep(Duration::from_millis(200));
+        let now = dev.stats().cm_challenges;
+        if now == last {
+            break;
+        }
+        last = now;
+    }
     // Whatever else reached the listener: it must be nothing.
     if let Ok(c) = l.accept(Duration::from_millis(200)) {
         fail(format!(
