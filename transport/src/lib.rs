@@ -18,6 +18,8 @@ pub mod cm;
 pub mod connection;
 pub mod events;
 pub mod faults;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod mem;
 pub mod message;
 pub mod node;

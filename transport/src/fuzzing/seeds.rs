@@ -1,0 +1,367 @@
+//! Hand-made starting inputs of each target: frames a `FrameWriter` built, control
+//! parts and descriptors of every kind, real CM messages, rigs and messages of every
+//! opcode, and step sequences that exercise each kind of step, so that fuzzing starts
+//! deep in the decoders instead of at their first length check.
+
+use super::wire::fixup;
+use crate::wire::cm::{CmMessage, RejectReason, CM_PAYLOAD_MAX};
+use crate::wire::compound::{CompoundRepr, Cond, CondRepr, OpSource, Order, RegOp, RegOpRepr};
+use crate::wire::{
+    flags, hflags, op, ControlPacket, ControlRepr, FrameWriter, TransportPacket, TransportRepr,
+    UnderlayRepr, UDP_PORT,
+};
+
+/// The seeds of target `name` (empty for an unknown one).
+pub fn seeds(name: &str) -> Vec<Vec<u8>> {
+    match name {
+        "frame" => frames(),
+        "cell" => cells(),
+        "compound" => compounds(),
+        "cm" => cms(),
+        "plan" => plans(),
+        "node" => nodes(),
+        _ => Vec::new(),
+    }
+}
+
+fn underlay() -> UnderlayRepr {
+    UnderlayRepr {
+        src_mac: [2, 0, 0, 0, 0, 1],
+        dst_mac: [2, 0, 0, 0, 0, 2],
+        src_ip: [10, 0, 0, 1],
+        dst_ip: [10, 0, 0, 2],
+        src_port: 49153,
+        dst_port: UDP_PORT,
+    }
+}
+
+fn header(dst_conn: u32, flags: u8) -> TransportRepr {
+    TransportRepr {
+        flags,
+        cells: 0,
+        dst_conn,
+        key: 0x0123_4567_89ab_cdef,
+        seq: 1000,
+        ack: 77,
+        credits: 64,
+        acked: 0x1234,
+        src_conn: 5,
+    }
+}
+
+fn control(opcode: u8, fl: u8, operand: u32, index: u32, length: u32) -> ControlRepr {
+    ControlRepr {
+        opcode,
+        mask: 0xa5,
+        flags: fl,
+        operand,
+        index,
+        length,
+    }
+}
+
+fn data(len: usize, seed: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(13) ^ seed)
+        .collect()
+}
+
+/// A section of a frame: its header and messages.
+type Section = (TransportRepr, Vec<(ControlRepr, Vec<u8>)>);
+
+/// A frame of sections.
+fn frame_of(sections: &[Section]) -> Vec<u8> {
+    let mut buf = vec![0u8; 9014];
+    let mut w = FrameWriter::new(&mut buf, &underlay(), &sections[0].0).expect("frame");
+    for (i, (h, msgs)) in sections.iter().enumerate() {
+        if i > 0 {
+            assert!(w.begin_section(h, 0));
+        }
+        for (c, p) in msgs {
+            w.push(c, p).expect("message fits");
+        }
+    }
+    let len = w.finish();
+    buf.truncate(len);
+    buf
+}
+
+fn frames() -> Vec<Vec<u8>> {
+    let desc = descriptors()[1].to_bytes();
+    let mut compound = desc.to_vec();
+    compound.extend_from_slice(&data(40, 3));
+    let msgs = vec![
+        (control(op::WRITE, flags::LAST, 64, 0, 1), data(1, 1)),
+        (control(op::WRITE, 0, 128, 0, 100), data(100, 2)),
+        (
+            control(op::WRITE_MASKED, flags::LAST, 0, 0x0102_0304, 32),
+            data(32, 3),
+        ),
+        (
+            control(op::WRITE, flags::COMPOUND | flags::LAST, 8, 0x0001_0203, 48),
+            compound,
+        ),
+        (control(op::SACK, 0, 0, 0xffff_0000, 0), Vec::new()),
+    ];
+    let one = frame_of(&[(header(17, hflags::ACK), msgs.clone())]);
+    let three = frame_of(&[
+        (header(17, hflags::ACK), msgs[..2].to_vec()),
+        (header(18, hflags::ACK_REQ), Vec::new()),
+        (header(19, 0), msgs[2..].to_vec()),
+    ]);
+    let ack_only = frame_of(&[(header(17, hflags::ACK), Vec::new())]);
+    let mut cm = vec![0u8; 1514];
+    let n = cm_messages()[0]
+        .write_frame(b"hello", &underlay(), &mut cm)
+        .expect("CM frame");
+    cm.truncate(n);
+    let mut out = Vec::new();
+    for (i, f) in [one, three, ack_only, cm].into_iter().enumerate() {
+        for mode in [0, fixup::CHECKS | fixup::CRC] {
+            let mut s = vec![mode, i as u8, 0x35];
+            s.extend_from_slice(&f);
+            out.push(s);
+        }
+    }
+    out
+}
+
+fn cells() -> Vec<Vec<u8>> {
+    let mut out = Vec::new();
+    let controls = [
+        control(op::WRITE, flags::LAST, 4096, 0x0001_0203, 100),
+        control(op::READ, flags::COMPOUND | (2 << 3), 8, 0x8081_0203, 24),
+        control(op::NAK, 0, 99, 0x0000_0400, 0),
+        control(
+            op::INVOKE,
+            flags::LAST | flags::INVOKE_REGS,
+            1,
+            0x8000_0002,
+            40,
+        ),
+        control(op::CM_CONNECT_REQ, 0, 7, 18515, u32::MAX),
+    ];
+    for (i, c) in controls.iter().enumerate() {
+        let mut b = [0u8; 32];
+        c.emit(&mut ControlPacket::new_unchecked(&mut b[..16]));
+        let h = header(
+            i as u32 * 1000 + 1,
+            [hflags::ACK, hflags::CM, hflags::MORE][i % 3],
+        );
+        let mut hb = [0u8; 32];
+        h.emit(&mut TransportPacket::new_unchecked(&mut hb[..]));
+        // The control part over the header's first 16 bytes.
+        hb[..16].copy_from_slice(&b[..16]);
+        out.push(hb.to_vec());
+        out.push(b[..16].to_vec());
+    }
+    out
+}
+
+fn descriptors() -> Vec<CompoundRepr> {
+    let r = |op, src| RegOpRepr { op, src };
+    vec![
+        CompoundRepr::NONE,
+        CompoundRepr {
+            op1: r(RegOp::Add, OpSource::Operand),
+            op2: r(RegOp::Or, OpSource::Reg(0x81)),
+            cond: CondRepr {
+                cond: Cond::GtS,
+                rhs: OpSource::Reg(3),
+            },
+            order: Order::CondLast,
+        },
+        CompoundRepr {
+            op1: r(RegOp::MinS, OpSource::Reg(2)),
+            op2: r(RegOp::Shl, OpSource::Operand),
+            cond: CondRepr {
+                cond: Cond::Eq,
+                rhs: OpSource::Operand,
+            },
+            order: Order::CondAfterOp1,
+        },
+        CompoundRepr {
+            op1: r(RegOp::Neg, OpSource::Reg(1)),
+            op2: r(RegOp::None, OpSource::Operand),
+            cond: CondRepr {
+                cond: Cond::Always,
+                rhs: OpSource::Operand,
+            },
+            order: Order::CondFirst,
+        },
+    ]
+}
+
+/// A rig for `plan` (and `compound`'s second half): window 0..16 and globals 16..24 of
+/// every protection, small values, a two-page endpoint with every right.
+fn rig(forced: bool) -> Vec<u8> {
+    let mut b = vec![0, 16, 16, 8];
+    b.extend((0..32u8).map(|i| i * 2));
+    b.extend([0x77; 14]);
+    b.extend([0x45, 0x12]);
+    b.push(u8::from(forced));
+    b.push(4);
+    b.extend_from_slice(&8192u16.to_be_bytes());
+    b.extend([7, 7, 7, 0x87]);
+    b
+}
+
+fn compounds() -> Vec<Vec<u8>> {
+    descriptors()
+        .iter()
+        .enumerate()
+        .map(|(i, d)| {
+            let mut b = d.to_bytes().to_vec();
+            b.extend(rig(i % 2 == 0));
+            b.extend([1, 0, 0x40, 1, 2, 3, 4]);
+            b
+        })
+        .collect()
+}
+
+fn cm_messages() -> Vec<CmMessage> {
+    // Built by parsing their bytes: what a peer sends, whatever fields the messages gain.
+    let parse = |opcode, operand, index, payload: &[u8]| {
+        let c = control(opcode, 0, operand, index, payload.len() as u32);
+        CmMessage::parse(&c, payload).expect("a CM message")
+    };
+    let mut req = data(34, 9);
+    req[20..26].copy_from_slice(&[2, 0, 0, 0, 0, 1]);
+    vec![
+        parse(op::CM_CONNECT_REQ, 7, 101, &req),
+        parse(op::CM_CONNECT_REP, 7, 0, &data(24, 4)),
+        parse(op::CM_CHALLENGE, 7, 0, &data(12, 5)),
+        parse(
+            op::CM_REJECT,
+            7,
+            RejectReason::NoListener as u32,
+            &data(4, 6),
+        ),
+        parse(op::CM_DISCONNECT_REQ, 0, 0, &data(20, 7)),
+        parse(op::CM_DISCONNECT_REP, 0, 0, &data(4, 8)),
+    ]
+}
+
+fn cms() -> Vec<Vec<u8>> {
+    cm_messages()
+        .iter()
+        .enumerate()
+        .map(|(i, m)| {
+            let mut p = [0u8; CM_PAYLOAD_MAX];
+            let (c, n) = m.emit(&data(i * 7, 1), &mut p);
+            let pick = super::wire::CM_OPS
+                .iter()
+                .position(|&o| o == c.opcode)
+                .expect("a CM opcode") as u8;
+            let mut b = vec![pick, 0];
+            b.extend_from_slice(&c.operand.to_be_bytes());
+            b.extend_from_slice(&c.index.to_be_bytes());
+            b.extend_from_slice(&p[..n]);
+            b
+        })
+        .collect()
+}
+
+fn plans() -> Vec<Vec<u8>> {
+    let mut out = Vec::new();
+    // (pick of the opcode table, flags, index, shape, extra body bytes)
+    let desc = descriptors()[2].to_bytes();
+    let messages: [(u8, u8, [u8; 4], u8); 9] = [
+        (0, flags::LAST, [0, 0, 0, 0], 0),
+        (1, flags::LAST, [0, 0, 0, 0], 0),
+        (2, flags::LAST, [0, 0, 0, 0], 0),
+        (3, flags::LAST, [0, 0, 0, 0], 0),
+        (4, flags::LAST | flags::REG_TARGET, [2, 0, 0, 0], 0),
+        (5, flags::LAST, [0, 1, 2, 3], 1),
+        (6, flags::LAST, [0, 1, 2, 3], 1),
+        (0, flags::LAST | (3 << 3), [0, 1, 2, 3], 1),
+        (0, flags::LAST | (2 << 3), [0x80, 0x81, 0x82, 0x83], 0),
+    ];
+    for (way, (pick, fl, regs, shape)) in messages.into_iter().enumerate() {
+        let mut b = rig(way % 2 == 0);
+        b.push(way as u8 % 3);
+        b.push(0); // no frame descriptor
+        b.extend([pick, 0x0f, fl, 5]);
+        b.extend(regs);
+        b.push(shape);
+        if shape & 1 != 0 {
+            b.extend(desc);
+        }
+        b.extend(data(48, way as u8));
+        out.push(b);
+    }
+    // An instruction pointer (way 3) and a token (way 4).
+    let mut b = rig(true);
+    b.extend([
+        3, 2, 0, 0x06, 0, 1, 2, 3, 4, 5, 6, 7, 0, 0xff, 0, 0, 2, 0x03, 0, 1,
+    ]);
+    b.extend(data(24, 1));
+    out.push(b);
+    let mut b = rig(false);
+    b.extend([
+        4, 0, 0, 1, 0, 0, 0, 200, 0x12, 0x34, 0x56, 0x78, 0, 0, 0, 40,
+    ]);
+    b.extend(data(40, 2));
+    out.push(b);
+    out
+}
+
+fn nodes() -> Vec<Vec<u8>> {
+    let write = [
+        0, 0x00, 0x00, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 1, 8, 0, 0x42, 0, 0, 0, 0, 40,
+    ];
+    let mut out = vec![write.to_vec()];
+    // Every kind of step once, then a few of each structured message.
+    let mut all = Vec::new();
+    for k in 0..16u8 {
+        all.push(k);
+        all.extend(data(24, k));
+    }
+    out.push(all);
+    for pick in 0..12u8 {
+        let mut s = vec![
+            0,
+            0x02,
+            0x00,
+            0,
+            0,
+            0,
+            0,
+            1,
+            pick,
+            0x00,
+            flags::LAST,
+            4,
+            0,
+            1,
+            2,
+            3,
+        ];
+        s.extend(data(40, pick));
+        s.extend([10, 5]);
+        out.push(s);
+    }
+    // The client's frames mutated, a CM disconnect, the host's repair.
+    out.push(vec![
+        7,
+        0,
+        0,
+        16,
+        0,
+        0,
+        0,
+        0,
+        fixup::CRC,
+        1,
+        0,
+        30,
+        0x55,
+        10,
+        50,
+    ]);
+    out.push(vec![9, 0, 20, 0, 0, 10, 50, 14, 1]);
+    out.push(vec![
+        13, 2, 0, 8, 0, 64, 0, 0, 0, 0, 0, 0, 0, 0, 0, 5, 10, 100,
+    ]);
+    out
+}

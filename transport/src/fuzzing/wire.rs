@@ -1,0 +1,484 @@
+//! The decoders of [`crate::wire`]: frames, control parts and transport headers,
+//! compound descriptors, connection-management messages.
+//!
+//! * `frame`: a frame that parses has sections and messages that lie inside it and
+//!   follow each other as the layout says (cell counts, `MORE`, first cells), payloads
+//!   exactly as long as announced; written again by a `FrameWriter` from what was
+//!   parsed it parses to the same underlay, headers and messages, and its bytes after
+//!   the underlay are the original's but for padding; and any single bit flipped in
+//!   the IPv4 header or in what the CRC32C covers makes it fail.
+//! * `cell`: a control part that parses emits back to the same 16 bytes, one that
+//!   does not failed only on its check byte; any fields emit to bytes that parse back to
+//!   them; `cells_for` is the least number of cells that holds the payload; a transport
+//!   header round-trips the same way.
+//! * `compound`: a descriptor that parses emits back to the same 8 bytes; a refusal
+//!   names a byte holding the value it complains of, the first bad field in order;
+//!   and the register operations and conditional it describes compute what the
+//!   reference model of `super::plan` says.
+//! * `cm`: a CM message that parses emits back to a control part and payload that
+//!   parse to it (private data kept), and travels through its own frame unchanged; a
+//!   refusal is for the reason the lengths and opcode give.
+
+use super::Input;
+use crate::wire::cell::{self, cells_for, check8, flags, op, AddrMode};
+use crate::wire::cm::{CmMessage, CmWireError, CM_PAYLOAD_MAX, PRIVATE_DATA_MAX};
+use crate::wire::compound::{
+    CompoundError, CompoundPacket, CompoundRepr, Cond, Order, RegOp, COMPOUND_LEN,
+};
+use crate::wire::underlay::ETH_HEADER_LEN;
+use crate::wire::{
+    hflags, ControlPacket, ControlRepr, FrameView, FrameWriter, TransportPacket, TransportRepr,
+    UnderlayPacket, UnderlayRepr, WireError, CELL_LEN, CONTROL_LEN, CRC_LEN, HEADER_LEN, UDP_PORT,
+    UNDERLAY_LEN,
+};
+
+/// Fix-ups `frame` applies before parsing (bits of its first byte), so that mutated
+/// frames get past the checksums to the decoders behind them.
+pub mod fixup {
+    /// Set the IPv4 total length and UDP length from the buffer, and the IPv4 checksum.
+    pub const LENGTHS: u8 = 0x01;
+    /// Fill the check byte of every control part where the layout puts one.
+    pub const CHECKS: u8 = 0x02;
+    /// Seal the CRC32C over header and cells.
+    pub const CRC: u8 = 0x04;
+}
+
+/// Fuzz target: `data[0]` selects `fixup`s, `data[1..3]` a bit to flip, the rest is
+/// the frame. See the module doc for the properties.
+pub fn frame(data: &[u8]) {
+    let mut input = Input::new(data);
+    let mode = input.u8();
+    let flip = input.u16();
+    let mut buf = input.rest().to_vec();
+    fix_up(&mut buf, mode);
+    check_frame(&buf, flip);
+}
+
+/// Applies the fix-ups `mode` selects to a frame in `buf`.
+pub fn fix_up(buf: &mut [u8], mode: u8) {
+    if buf.len() < UNDERLAY_LEN {
+        return;
+    }
+    if mode & fixup::LENGTHS != 0 && buf.len() - ETH_HEADER_LEN <= usize::from(u16::MAX) {
+        let n = buf.len() - UNDERLAY_LEN;
+        UnderlayPacket::new_unchecked(&mut *buf).set_lengths(n);
+    }
+    let end = ip_end(buf).min(buf.len());
+    if end < UNDERLAY_LEN + CRC_LEN {
+        return;
+    }
+    if mode & fixup::CHECKS != 0 {
+        fill_checks(&mut buf[UNDERLAY_LEN..end - CRC_LEN]);
+    }
+    if mode & fixup::CRC != 0 {
+        let crc = crate::wire::crc32c(&buf[UNDERLAY_LEN..end - CRC_LEN]);
+        buf[end - CRC_LEN..end].copy_from_slice(&crc.to_be_bytes());
+    }
+}
+
+/// Where the IPv4 packet of a frame ends (by its total length).
+fn ip_end(buf: &[u8]) -> usize {
+    ETH_HEADER_LEN + usize::from(UnderlayPacket::new_unchecked(buf).ip_total_len())
+}
+
+/// Fills the check byte of each control part where the sections' headers and the
+/// messages' lengths put one (as the parser will walk them).
+fn fill_checks(covered: &mut [u8]) {
+    let mut pos = 0;
+    while pos + HEADER_LEN <= covered.len() {
+        let h = TransportPacket::new_unchecked(&covered[pos..]);
+        let (cells, more) = (usize::from(h.cell_count()), h.flags() & hflags::MORE != 0);
+        let start = pos + HEADER_LEN;
+        let end = (start + cells * CELL_LEN).min(covered.len());
+        let mut at = start;
+        while at + CONTROL_LEN <= end {
+            let mut c = ControlPacket::new_unchecked(&mut covered[at..at + CONTROL_LEN]);
+            c.fill_check();
+            let len = c.length();
+            at = at.saturating_add(cells_for(len).saturating_mul(CELL_LEN));
+        }
+        if !more {
+            return;
+        }
+        pos = end;
+    }
+}
+
+/// One section as parsed: its header and messages (control part, payload).
+type Section<'a> = (TransportRepr, Vec<(ControlRepr, &'a [u8])>);
+
+/// The frame properties of the module doc, on one buffer.
+pub fn check_frame(buf: &[u8], flip: u16) {
+    let Ok(view) = FrameView::parse(buf) else {
+        return;
+    };
+    let end = ip_end(buf);
+    assert!(end <= buf.len(), "a frame parsed past its buffer");
+    let offset_of = |s: &[u8]| s.as_ptr() as usize - buf.as_ptr() as usize;
+    let mut sections: Vec<Section<'_>> = Vec::new();
+    // Positions of padding bytes (after a payload, in its message's last cell).
+    let mut padding = Vec::new();
+    let mut all_ok = true;
+    let mut cells_seen = 0u32;
+    let mut next_header = UNDERLAY_LEN;
+    let mut section = Some(view);
+    while let Some(v) = section {
+        assert_eq!(v.underlay, view.underlay, "sections share the underlay");
+        let cells = v.cells();
+        let at = offset_of(cells);
+        assert_eq!(at, next_header + HEADER_LEN, "sections follow each other");
+        assert_eq!(cells.len(), usize::from(v.header.cells) * CELL_LEN);
+        assert!(at + cells.len() <= end - CRC_LEN, "cells past the CRC");
+        cells_seen += u32::from(v.header.cells);
+        let mut messages = Vec::new();
+        let mut first_cell = 0usize;
+        let mut walk = v.messages();
+        for m in walk.by_ref() {
+            match m {
+                Ok(m) => {
+                    assert_eq!(usize::from(m.first_cell), first_cell);
+                    assert_eq!(m.payload.len(), m.control.length as usize);
+                    let start = first_cell * CELL_LEN;
+                    assert_eq!(offset_of(m.payload), at + start + CONTROL_LEN);
+                    let span = m.control.cells() * CELL_LEN;
+                    assert!(start + span <= cells.len(), "message past its section");
+                    let pad = at + start + CONTROL_LEN + m.payload.len()..at + start + span;
+                    padding.extend(pad);
+                    first_cell += m.control.cells();
+                    messages.push((m.control, m.payload));
+                }
+                Err(e) => {
+                    assert!(
+                        matches!(e, WireError::BadCheck { .. } | WireError::Truncated { .. }),
+                        "message error {e:?}"
+                    );
+                    all_ok = false;
+                    break;
+                }
+            }
+        }
+        assert!(walk.next().is_none(), "messages after an error");
+        if all_ok {
+            assert_eq!(first_cell, cells.len() / CELL_LEN, "cells left over");
+        }
+        let next = v.next_section();
+        assert_eq!(
+            v.header.flags & hflags::MORE != 0,
+            next.is_some(),
+            "MORE says whether a section follows"
+        );
+        next_header = at + cells.len();
+        sections.push((v.header, messages));
+        section = next;
+    }
+    assert_eq!(next_header, end - CRC_LEN, "sections fill the frame");
+    assert_eq!(cells_seen, view.frame_cells());
+    // (A frame of several sections can be longer than the writer's largest, whose
+    // cells alone fill the IPv4 total length.)
+    if all_ok && end <= crate::wire::frame_len(crate::wire::MAX_CELLS) {
+        rewrite(buf, end, &view.underlay, &sections, &padding);
+    }
+    // CRC32C catches every single-bit error of what it covers, the IPv4 checksum every
+    // one of the IPv4 header.
+    let covered = (end - UNDERLAY_LEN) * 8;
+    let ip = (UNDERLAY_LEN - ETH_HEADER_LEN - 8) * 8;
+    let bit = usize::from(flip) % (covered + ip);
+    let byte = if bit < ip {
+        ETH_HEADER_LEN + bit / 8
+    } else {
+        UNDERLAY_LEN + (bit - ip) / 8
+    };
+    let mut flipped = buf.to_vec();
+    flipped[byte] ^= 1 << (bit % 8);
+    assert!(
+        FrameView::parse(&flipped).is_err(),
+        "bit {} of byte {byte} flipped went unnoticed",
+        bit % 8
+    );
+}
+
+/// Writes the parsed frame again and compares.
+fn rewrite(
+    buf: &[u8],
+    end: usize,
+    underlay: &UnderlayRepr,
+    sections: &[Section<'_>],
+    padding: &[usize],
+) {
+    let mut out = vec![0xa5u8; end];
+    let mut w = FrameWriter::new(&mut out, underlay, &sections[0].0).expect("room for a frame");
+    for (i, (header, messages)) in sections.iter().enumerate() {
+        if i > 0 {
+            assert!(
+                w.begin_section(header, usize::from(header.cells)),
+                "section {i} does not fit again"
+            );
+        }
+        for (c, p) in messages {
+            w.push(c, p).expect("message fits again");
+        }
+        assert_eq!(w.cells(), header.cells);
+    }
+    let len = w.finish();
+    assert_eq!(len, end, "written again, the frame has another length");
+    let again = FrameView::parse(&out).expect("the frame written again parses");
+    assert_eq!(&again.underlay, underlay);
+    let mut section = Some(again);
+    for (header, messages) in sections {
+        let v = section.expect("as many sections");
+        assert_eq!(&v.header, header);
+        let got: Vec<_> = v.messages().map(|m| m.expect("message parses")).collect();
+        assert_eq!(got.len(), messages.len());
+        for (g, (c, p)) in got.iter().zip(messages) {
+            assert_eq!((&g.control, g.payload), (c, *p));
+        }
+        section = v.next_section();
+    }
+    assert!(section.is_none(), "more sections written than parsed");
+    // The bytes: the same but for padding (zero when written), and so the CRC.
+    let mut original = buf[..end].to_vec();
+    for &i in padding {
+        original[i] = 0;
+    }
+    if padding.iter().all(|&i| buf[i] == 0) {
+        assert_eq!(
+            out[UNDERLAY_LEN..],
+            original[UNDERLAY_LEN..],
+            "written again, other bytes"
+        );
+    } else {
+        assert_eq!(
+            out[UNDERLAY_LEN..end - CRC_LEN],
+            original[UNDERLAY_LEN..end - CRC_LEN],
+            "written again, other bytes"
+        );
+    }
+}
+
+/// Fuzz target: `data[..16]` is a control part, `data[..32]` a transport header; see the
+/// module doc.
+pub fn cell(data: &[u8]) {
+    let mut b = [0u8; 32];
+    b[..data.len().min(32)].copy_from_slice(&data[..data.len().min(32)]);
+    let c: [u8; CONTROL_LEN] = b[..CONTROL_LEN].try_into().expect("16 bytes");
+    match ControlRepr::parse(&ControlPacket::new_unchecked(&c[..])) {
+        Ok(r) => {
+            let mut out = [0u8; CONTROL_LEN];
+            r.emit(&mut ControlPacket::new_unchecked(&mut out[..]));
+            assert_eq!(out, c, "a control part emits back to other bytes");
+            assert_eq!(r.check_byte(), c[3]);
+            assert_eq!(r.cells(), cells_for(r.length));
+        }
+        Err(e) => {
+            let expected = check8(&c);
+            assert_eq!(
+                e,
+                WireError::BadCheck {
+                    expected,
+                    got: c[3]
+                }
+            );
+            let mut fixed = c;
+            fixed[3] = expected;
+            assert!(ControlRepr::parse(&ControlPacket::new_unchecked(&fixed[..])).is_ok());
+        }
+    }
+    // The same bytes read as fields, emitted, parse back to them.
+    let p = ControlPacket::new_unchecked(&c[..]);
+    let r = ControlRepr {
+        opcode: p.opcode(),
+        mask: p.mask(),
+        flags: p.flags(),
+        operand: p.operand(),
+        index: p.index(),
+        length: p.length(),
+    };
+    let mut out = [0u8; CONTROL_LEN];
+    r.emit(&mut ControlPacket::new_unchecked(&mut out[..]));
+    assert_eq!(out[3], check8(&out), "emit's check byte");
+    assert_eq!(out[3], r.check_byte());
+    assert_eq!(
+        ControlRepr::parse(&ControlPacket::new_unchecked(&out[..])),
+        Ok(r)
+    );
+    // The least number of cells that holds the control part and the payload.
+    let n = cells_for(r.length) as u64;
+    let need = u64::from(r.length) + CONTROL_LEN as u64;
+    assert!(n * CELL_LEN as u64 >= need && (n - 1) * (CELL_LEN as u64) < need);
+    assert_eq!(
+        AddrMode::from_flags(r.flags).to_flags(),
+        r.flags & flags::ADDR_MASK
+    );
+    assert_eq!(cell::index_of(cell::regs_of(r.index)), r.index);
+    // The transport header.
+    match TransportRepr::parse(&TransportPacket::new_unchecked(&b[..])) {
+        Ok(h) => {
+            let mut out = [0u8; HEADER_LEN];
+            h.emit(&mut TransportPacket::new_unchecked(&mut out[..]));
+            assert_eq!(out, b, "a transport header emits back to other bytes");
+            assert_eq!(h.is_ack_only(), h.cells == 0 && h.flags & hflags::ACK != 0);
+        }
+        Err(e) => assert_eq!(e, WireError::BadVersion(b[0])),
+    }
+}
+
+/// Fuzz target: `data[..8]` is a compound descriptor; the rest, registers and an
+/// operand for a `REG_OP` message running it. See the module doc.
+pub fn compound(data: &[u8]) {
+    let mut input = Input::new(data);
+    let d: [u8; COMPOUND_LEN] = input.array();
+    let packet = CompoundPacket::new_unchecked(&d[..]);
+    match CompoundRepr::parse(&packet) {
+        Ok(r) => {
+            assert_eq!(r.to_bytes(), d, "a descriptor emits back to other bytes");
+            super::plan::reg_op_message(&d, &mut input);
+        }
+        Err(e) => {
+            let (byte, value) = e.byte_and_value();
+            assert_eq!(d[usize::from(byte)], value, "{e:?} names another value");
+            // The first bad field, in the order of the bytes.
+            let op1 = RegOp::from_u8(d[0]).is_some();
+            let op2 = RegOp::from_u8(d[2]).is_some();
+            let cond = Cond::from_u8(d[4]).is_some();
+            let order = Order::from_u8(d[6]).is_some();
+            let expected = if !op1 {
+                CompoundError::UnknownRegOp {
+                    byte: 0,
+                    code: d[0],
+                }
+            } else if !op2 {
+                CompoundError::UnknownRegOp {
+                    byte: 2,
+                    code: d[2],
+                }
+            } else if !cond {
+                CompoundError::UnknownCond(d[4])
+            } else if !order {
+                CompoundError::UnknownOrder(d[6])
+            } else {
+                assert_ne!(d[7], 0, "refused a descriptor with every field known");
+                CompoundError::Reserved(d[7])
+            };
+            assert_eq!(e, expected);
+        }
+    }
+}
+
+/// The opcodes of connection management, for `cm` to pick from.
+pub(super) const CM_OPS: [u8; 6] = [
+    op::CM_CONNECT_REQ,
+    op::CM_CONNECT_REP,
+    op::CM_REJECT,
+    op::CM_DISCONNECT_REQ,
+    op::CM_DISCONNECT_REP,
+    op::CM_CHALLENGE,
+];
+
+/// Fuzz target: an opcode (mostly a CM one), operand, index and payload of a CM
+/// message. See the module doc.
+pub fn cm(data: &[u8]) {
+    let mut input = Input::new(data);
+    let pick = input.u8();
+    let raw = input.u8();
+    let opcode = if pick < 0xf0 {
+        CM_OPS[usize::from(pick) % CM_OPS.len()]
+    } else {
+        raw
+    };
+    let operand = input.u32();
+    let index = input.u32();
+    let payload = input.bytes(CM_PAYLOAD_MAX + 64);
+    let c = ControlRepr {
+        opcode,
+        operand,
+        index,
+        length: payload.len() as u32,
+        ..ControlRepr::default()
+    };
+    let takes_private = matches!(opcode, op::CM_CONNECT_REQ | op::CM_CONNECT_REP);
+    let m = match CmMessage::parse(&c, payload) {
+        Ok(m) => m,
+        Err(CmWireError::NotCm(o)) => {
+            assert_eq!(o, opcode);
+            assert!(!CM_OPS.contains(&o), "a CM opcode refused as not CM");
+            return;
+        }
+        Err(CmWireError::Wire(WireError::Truncated { needed, got })) => {
+            // Too short for the message's fields: as long as that, it parses.
+            assert!(got == payload.len() && needed > got, "refused as truncated");
+            let mut longer = payload.to_vec();
+            longer.resize(needed, 0);
+            let c = ControlRepr {
+                length: needed as u32,
+                ..c
+            };
+            assert!(
+                CmMessage::parse(&c, &longer).is_ok(),
+                "{needed} bytes not enough"
+            );
+            return;
+        }
+        Err(CmWireError::Wire(WireError::BadLength { payload: most, .. })) => {
+            // Private data past the limit: cut to it, it parses.
+            assert!(takes_private && payload.len() > most && most >= PRIVATE_DATA_MAX);
+            let c = ControlRepr {
+                length: most as u32,
+                ..c
+            };
+            assert!(CmMessage::parse(&c, &payload[..most]).is_ok());
+            return;
+        }
+        Err(e) => panic!("CM message refused with {e:?}"),
+    };
+    assert!(CM_OPS.contains(&opcode));
+    // The message's own fields: what it emits with no private data.
+    let fixed = m.emit(&[], &mut [0u8; CM_PAYLOAD_MAX]).1;
+    assert!(payload.len() >= fixed);
+    let private = m.private_data(payload);
+    if takes_private {
+        assert_eq!(private, &payload[fixed..], "private data");
+    } else {
+        assert!(private.is_empty());
+    }
+    // Emitted again: a control part and payload that parse to the same message.
+    let mut p = [0u8; CM_PAYLOAD_MAX];
+    let (c2, n) = m.emit(private, &mut p);
+    assert_eq!((c2.opcode, c2.length as usize), (opcode, n));
+    assert_eq!(n, fixed + private.len());
+    assert_eq!(&p[..n], &payload[..n], "emitted payload");
+    assert_eq!(CmMessage::parse(&c2, &p[..n]), Ok(m));
+    assert_eq!(m.private_data(&p[..n]), private);
+    // Its own frame: CM, connection 0, key 0, one message, the same.
+    let underlay = UnderlayRepr {
+        src_mac: [2, 0, 0, 0, 0, 1],
+        dst_mac: [2, 0, 0, 0, 0, 2],
+        src_ip: [10, 0, 0, 1],
+        dst_ip: [10, 0, 0, 2],
+        src_port: 49152,
+        dst_port: UDP_PORT,
+    };
+    let mut buf = [0u8; 1514];
+    let len = m
+        .write_frame(private, &underlay, &mut buf)
+        .expect("a CM message fits a frame");
+    let v = FrameView::parse(&buf[..len]).expect("a CM frame parses");
+    assert_eq!(v.underlay, underlay);
+    assert_eq!(
+        (v.header.flags, v.header.dst_conn, v.header.key),
+        (hflags::CM, 0, 0)
+    );
+    let mut msgs = v.messages();
+    let got = msgs.next().expect("one message").expect("it parses");
+    assert!(msgs.next().is_none() && v.next_section().is_none());
+    assert_eq!(CmMessage::parse(&got.control, got.payload), Ok(m));
+    assert_eq!(m.private_data(got.payload), private);
+    // A cookie is cleared, nothing else.
+    let cleared = m.without_cookie();
+    assert_eq!(cleared.without_cookie(), cleared);
+    match (m, cleared) {
+        (CmMessage::ConnectReq { .. }, CmMessage::ConnectReq { cookie, .. }) => {
+            assert_eq!(cookie, 0)
+        }
+        _ => assert_eq!(cleared, m),
+    }
+}
