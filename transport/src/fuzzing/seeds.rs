@@ -225,11 +225,20 @@ fn cm_messages() -> Vec<CmMessage> {
         let c = control(opcode, 0, operand, index, payload.len() as u32);
         CmMessage::parse(&c, payload).expect("a CM message")
     };
-    let mut req = data(34, 9);
+    // Version 11: a request's fields are 67 bytes (flags at 34, a public key after),
+    // a reply's 73 (flags at 24, public key, confirmation).
+    let mut req = data(67, 9);
     req[20..26].copy_from_slice(&[2, 0, 0, 0, 0, 1]);
+    let mut secure_req = req.clone();
+    req[34] = 0;
+    secure_req[34] = 1;
+    let mut secure_rep = data(73, 4);
+    secure_rep[24] = 1;
     vec![
         parse(op::CM_CONNECT_REQ, 7, 101, &req),
-        parse(op::CM_CONNECT_REP, 7, 0, &data(24, 4)),
+        parse(op::CM_CONNECT_REQ, 8, 101, &secure_req),
+        parse(op::CM_CONNECT_REP, 7, 0, &data(73, 4)),
+        parse(op::CM_CONNECT_REP, 8, 0, &secure_rep),
         parse(op::CM_CHALLENGE, 7, 0, &data(12, 5)),
         parse(
             op::CM_REJECT,
