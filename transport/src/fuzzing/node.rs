@@ -94,6 +94,7 @@ fn writable_reg(abs: u32) -> bool {
         && (p.contains(RegProt::WRITE) || p.contains(RegProt::INDIRECT))
 }
 
+/// `len` bytes of a pattern that differs from page to page.
 fn pattern(len: usize, seed: u8) -> Vec<u8> {
     (0..len)
         .map(|i| (i as u8).wrapping_mul(29).wrapping_add(seed) ^ (i >> 8) as u8)
@@ -131,7 +132,7 @@ struct World {
     /// Connection A at the client and at the server.
     a_client: Arc<ConnShared>,
     a_server: Arc<ConnShared>,
-    /// Connection B at the client, and the server's completion queue of B.
+    /// Connection B at the client.
     b_client: Arc<ConnShared>,
     client_ep: EndpointId,
     m: Arc<EndpointMemory>,
@@ -140,6 +141,7 @@ struct World {
     e2: Arc<EndpointMemory>,
     /// E's event queue (the host drains it).
     e_events: Arc<EventRing>,
+    /// What M, T, E2 and the registers held when set up (E2: and B's write since).
     m0: Vec<u8>,
     t0: Vec<u8>,
     e20: Vec<u8>,

@@ -230,14 +230,16 @@ fn cm_messages() -> Vec<CmMessage> {
     let mut req = data(67, 9);
     req[20..26].copy_from_slice(&[2, 0, 0, 0, 0, 1]);
     let mut secure_req = req.clone();
-    req[34] = 0;
     secure_req[34] = 1;
+    req[34..].fill(0); // plain: no key
     let mut secure_rep = data(73, 4);
     secure_rep[24] = 1;
+    let mut rep = data(73, 4);
+    rep[24..].fill(0);
     vec![
         parse(op::CM_CONNECT_REQ, 7, 101, &req),
         parse(op::CM_CONNECT_REQ, 8, 101, &secure_req),
-        parse(op::CM_CONNECT_REP, 7, 0, &data(73, 4)),
+        parse(op::CM_CONNECT_REP, 7, 0, &rep),
         parse(op::CM_CONNECT_REP, 8, 0, &secure_rep),
         parse(op::CM_CHALLENGE, 7, 0, &data(12, 5)),
         parse(

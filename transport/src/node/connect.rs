@@ -305,6 +305,7 @@ impl Node {
                     }
                 }
                 Err(CmWireError::NotCm(_)) => self.stats.drop_for(DropReason::UnknownOpcode),
+                Err(CmWireError::BadFlags(_)) => self.stats.drop_for(DropReason::BadFlags),
                 // Fields short of what the message needs: a length not valid for it.
                 Err(CmWireError::Wire(_)) => self.stats.drop_for(DropReason::BadLength),
             }

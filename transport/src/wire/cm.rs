@@ -36,7 +36,7 @@
 //! control part's length leaves. A longer one is refused as a bad length.
 
 use super::{
-    check_len, get_u32, get_u64, hflags, op, set_u32, set_u64, ControlRepr, FrameWriter,
+    check_len, get_u32, get_u64, hflags, op, set_u32, set_u64, ControlRepr, Field, FrameWriter,
     TransportRepr, UnderlayRepr, WireError,
 };
 
@@ -153,6 +153,10 @@ impl RejectReason {
 pub enum CmWireError {
     #[error("opcode {0:#04x} is not a connection-management message")]
     NotCm(u8),
+    /// A connect request's or reply's flags byte with unknown bits, or a plain one
+    /// whose key (and confirmation) bytes are not zero.
+    #[error("connect flags {0:#04x}: unknown bits, or key bytes without the secure flag")]
+    BadFlags(u8),
     #[error(transparent)]
     Wire(#[from] WireError),
 }
@@ -223,9 +227,17 @@ impl CmMessage {
                 payload: fixed + PRIVATE_DATA_MAX,
             }));
         }
+        // A plain request or reply carries zeros where a secure one has its key.
+        let flags_ok = |at: usize, key: Field| {
+            let f = p[at];
+            (f & !SECURE == 0 && (f & SECURE != 0 || p[key].iter().all(|&b| b == 0)))
+                .then_some(())
+                .ok_or(CmWireError::BadFlags(f))
+        };
         Ok(match c.opcode {
             op::CM_CONNECT_REQ => {
                 check_len(p, req::LEN)?;
+                flags_ok(req::FLAGS, req::PUBLIC)?;
                 CmMessage::ConnectReq {
                     request: c.operand,
                     service: c.index,
@@ -248,6 +260,7 @@ impl CmMessage {
             }
             op::CM_CONNECT_REP => {
                 check_len(p, rep::LEN)?;
+                flags_ok(rep::FLAGS, rep::PUBLIC.start..rep::CONFIRM.end)?;
                 CmMessage::ConnectRep {
                     request: c.operand,
                     conn: get_u32(p, rep::CONN),
@@ -541,6 +554,32 @@ mod tests {
                 "{m:?}"
             );
         }
+    }
+
+    #[test]
+    fn a_key_without_the_secure_flag_or_unknown_flags_are_refused() {
+        let c = |opcode, length| ControlRepr {
+            opcode,
+            length,
+            ..Default::default()
+        };
+        let mut p = REQ;
+        assert!(CmMessage::parse(&c(op::CM_CONNECT_REQ, 67), &p).is_ok());
+        p[34] = 0; // a plain request carrying a key
+        let e = CmMessage::parse(&c(op::CM_CONNECT_REQ, 67), &p);
+        assert_eq!(e, Err(CmWireError::BadFlags(0)));
+        p[35..67].fill(0);
+        assert!(CmMessage::parse(&c(op::CM_CONNECT_REQ, 67), &p).is_ok());
+        p[34] = 0x81;
+        let e = CmMessage::parse(&c(op::CM_CONNECT_REQ, 67), &p);
+        assert_eq!(e, Err(CmWireError::BadFlags(0x81)));
+        let mut r = [0u8; CM_PAYLOAD_MAX];
+        let (rc, n) = rep().emit(&[], &mut r);
+        r[24] = 0; // a plain reply with a confirmation
+        assert_eq!(
+            CmMessage::parse(&rc, &r[..n]),
+            Err(CmWireError::BadFlags(0))
+        );
     }
 
     #[test]

@@ -385,7 +385,11 @@ impl<'a> FrameWriter<'a> {
     /// Patches the current section's cell count (and `MORE` when another follows).
     #[inline]
     fn close_section(&mut self, more: bool) {
-        debug_assert_eq!(self.reserve, 0, "a sealed section ends with its seal");
+        if self.reserve != 0 {
+            // Flagged sealed but never sealed (a forged frame): a zero seal cell keeps
+            // the layout; the receiver refuses it as a bad tag.
+            self.seal(|_, _, cell| cell.fill(0));
+        }
         let mut h =
             TransportPacket::new_unchecked(&mut self.buf[self.section..self.section + HEADER_LEN]);
         h.set_cell_count(self.section_cells as u16);
@@ -1211,6 +1215,14 @@ mod tests {
         let o = v.with_cells(&opened);
         let got: Vec<_> = o.messages().map(|m| m.unwrap().payload.to_vec()).collect();
         assert_eq!(got, vec![msgs[0].1.clone(), msgs[1].1.clone()]);
+        // A section flagged sealed but never sealed (a forged frame) ends with a zero
+        // seal cell: the layout holds.
+        let mut forged = vec![0u8; 256];
+        let mut w = FrameWriter::new(&mut forged, &underlay(), &sealed(20)).unwrap();
+        w.push(&write(1, 0), &[5]).unwrap();
+        let n = w.finish();
+        let f = FrameView::parse(&forged[..n]).unwrap();
+        assert_eq!((f.header.cells, f.seal()), (1, Some(&[0u8; CELL_LEN][..])));
         // A sealed section whose seal cell is missing is refused as a whole.
         let mut cut = buf[..len].to_vec();
         cut[UNDERLAY_LEN + 1] &= !hflags::MORE;
