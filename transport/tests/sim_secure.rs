@@ -159,13 +159,7 @@ fn an_on_path_attacker_gets_every_frame_refused_and_counted_and_the_data_verifie
     );
     let (mut replays, mut modified, mut forged, mut plain) = (0u64, 0u64, 0u64, 0u64);
     let mut got = Vec::new();
-    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
-    let mut rnd = move || {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        x
-    };
+    let mut rng = deposit_transport::sim::Rng::new(7);
     let server = net.hosts[1].addr();
     net.run_until(60 * HZ, |net| {
         let frames: Vec<Vec<u8>> = taken.borrow_mut().drain(..).collect();
@@ -184,15 +178,15 @@ fn an_on_path_attacker_gets_every_frame_refused_and_counted_and_the_data_verifie
             let first_cell = UNDERLAY_LEN + HEADER_LEN;
             let tag = first_cell + cells * CELL_LEN + 32;
             let mut at = vec![
-                tag + (rnd() % 16) as usize,
-                UNDERLAY_LEN + 16 + (rnd() % 10) as usize,
+                tag + (rng.next_u64() % 16) as usize,
+                UNDERLAY_LEN + 16 + (rng.next_u64() % 10) as usize,
             ];
             if cells > 0 {
-                at.push(first_cell + (rnd() as usize % (cells * CELL_LEN)));
+                at.push(first_cell + (rng.next_u64() as usize % (cells * CELL_LEN)));
             }
             for i in at {
                 let mut m = f.clone();
-                m[i] ^= 1 << (rnd() % 8);
+                m[i] ^= 1 << (rng.next_u64() % 8);
                 fix_crc(&mut m);
                 node.handle_frame(&m, now);
                 modified += 1;
@@ -217,7 +211,7 @@ fn an_on_path_attacker_gets_every_frame_refused_and_counted_and_the_data_verifie
                     ..ControlRepr::default()
                 };
                 w.push(&c, &[0xee; 32]).unwrap();
-                let r = rnd();
+                let r = rng.next_u64();
                 w.seal(|_, _, cell| {
                     cell.fill(0);
                     cell[..8].copy_from_slice(&(r % 1_000_000).to_be_bytes());

@@ -390,10 +390,11 @@ impl<'a> FrameWriter<'a> {
             // the layout; the receiver refuses it as a bad tag.
             self.seal(|_, _, cell| cell.fill(0));
         }
-        let mut h =
-            TransportPacket::new_unchecked(&mut self.buf[self.section..self.section + HEADER_LEN]);
-        h.set_cell_count(self.section_cells as u16);
+        self.close_section_count();
         if more {
+            let mut h = TransportPacket::new_unchecked(
+                &mut self.buf[self.section..self.section + HEADER_LEN],
+            );
             let f = h.flags();
             h.set_flags(f | hflags::MORE);
         }

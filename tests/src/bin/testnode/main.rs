@@ -592,11 +592,16 @@ fn netns_device(port: &str, ip: [u8; 4], max_frame: usize) -> Device {
 /// Waits (bounded) for the parent's "exit" (the device is served meanwhile by its
 /// dedicated worker).
 fn await_exit(lines: &std::sync::mpsc::Receiver<String>) {
+    await_line(lines, "exit");
+}
+
+/// Waits (bounded) for the parent's line `want`, passing over any other.
+fn await_line(lines: &std::sync::mpsc::Receiver<String>, want: &str) {
     loop {
         match lines.recv_timeout(T) {
-            Ok(l) if l == "exit" => return,
+            Ok(l) if l == want => return,
             Ok(_) => {}
-            Err(e) => fail(format!("no exit from the parent: {e}")),
+            Err(e) => fail(format!("no {want} from the parent: {e}")),
         }
     }
 }
@@ -1010,13 +1015,7 @@ fn spoof_server(port: &str) {
     println!("verified");
     // The counters once the flood is over (the parent says so), and has drained: no
     // new challenge for 200 ms.
-    loop {
-        match lines.recv_timeout(T) {
-            Ok(l) if l == "report" => break,
-            Ok(_) => {}
-            Err(e) => fail(format!("no report from the parent: {e}")),
-        }
-    }
+    await_line(&lines, "report");
     let mut last = dev.stats().cm_challenges;
     loop {
         std::thread::sleep(Duration::from_millis(200));
@@ -1082,16 +1081,10 @@ fn spoof_flood(port: &str, n: u64) {
     let lines = stdin_lines();
     let dev = netns_device(port, [10, 0, 0, 3], 1514);
     await_go(&dev, &lines);
-    let mut x = 0x2545_f491_4f6c_dd1du64;
-    let mut next = || {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        x
-    };
+    let mut rng = deposit_transport::sim::Rng::new(0x2545_f491_4f6c_dd1d);
     let server = NodeAddr::from_ip([10, 0, 0, 1], UDP_PORT);
     for i in 0..n {
-        let r = next();
+        let r = rng.next_u64();
         let ip = [10, (r >> 8) as u8, (r >> 16) as u8, (r >> 24) as u8 | 1];
         let mac = [
             2,
@@ -1102,14 +1095,14 @@ fn spoof_flood(port: &str, n: u64) {
             r as u8,
         ];
         let msg = CmMessage::ConnectReq {
-            request: next() as u32,
+            request: rng.next_u64() as u32,
             service: SPOOF_SERVICE,
-            conn: next() as u32 | 1,
-            key: next(),
-            isn: next() as u32,
+            conn: rng.next_u64() as u32 | 1,
+            key: rng.next_u64(),
+            isn: rng.next_u64() as u32,
             max_frame: 1514,
             mac,
-            cookie: if i % 2 == 0 { 0 } else { next() },
+            cookie: if i % 2 == 0 { 0 } else { rng.next_u64() },
             // Some asking for a secure connection (a key agreement per request, were it
             // answered: it is not before the cookie).
             public: (i % 3 == 0).then_some([r as u8; 32]),

@@ -14,7 +14,7 @@ use deposit_transport::wire::{
     HEADER_LEN, UNDERLAY_LEN,
 };
 
-use super::{await_exit, await_go, fail, netns_device, stdin_lines, T};
+use super::{await_exit, await_go, await_line, fail, netns_device, stdin_lines, T};
 
 /// Service of the secure test.
 const SERVICE: u32 = 33;
@@ -232,22 +232,10 @@ pub fn secure_tap(port: &str, n: u64) {
     let lines = stdin_lines();
     let fd = raw_socket(port);
     println!("ready");
-    loop {
-        match lines.recv_timeout(T) {
-            Ok(l) if l == "go" => break,
-            Ok(_) => {}
-            Err(e) => fail(format!("no go from the parent: {e}")),
-        }
-    }
+    await_line(&lines, "go");
     let (mut seen, mut replays, mut modified, mut forged, mut plain, mut dreqs, mut clear) =
         (0u64, 0u64, 0u64, 0u64, 0u64, 0u64, 0u64);
-    let mut x = 0x9e37_79b9_7f4a_7c15u64;
-    let mut rnd = move || {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        x
-    };
+    let mut rng = deposit_transport::sim::Rng::new(3);
     let mut buf = vec![0u8; 16384];
     let deadline = Instant::now() + Duration::from_secs(40);
     while seen < n && Instant::now() < deadline {
@@ -272,15 +260,15 @@ pub fn secure_tap(port: &str, n: u64) {
         let first = UNDERLAY_LEN + HEADER_LEN;
         let tag = first + cells * CELL_LEN + 32;
         let mut at = vec![
-            tag + (rnd() % 16) as usize,
-            UNDERLAY_LEN + 16 + (rnd() % 4) as usize,
+            tag + (rng.next_u64() % 16) as usize,
+            UNDERLAY_LEN + 16 + (rng.next_u64() % 4) as usize,
         ];
         if cells > 0 {
-            at.push(first + (rnd() as usize % (cells * CELL_LEN)));
+            at.push(first + (rng.next_u64() as usize % (cells * CELL_LEN)));
         }
         for i in at {
             let mut m = f.clone();
-            m[i] ^= 1 << (rnd() % 8);
+            m[i] ^= 1 << (rng.next_u64() % 8);
             fix_crc(&mut m);
             send(fd, &m);
             modified += 1;
@@ -308,7 +296,7 @@ pub fn secure_tap(port: &str, n: u64) {
                 ..ControlRepr::default()
             };
             w.push(&c, &[0xee; 32]).unwrap_or_else(|e| fail(e));
-            let r = rnd();
+            let r = rng.next_u64();
             w.seal(|_, _, cell| {
                 cell.fill(0);
                 cell[..8].copy_from_slice(&(r >> 40).to_be_bytes());
