@@ -1,6 +1,7 @@
 //! What one message costs a worker, with no I/O: two sans-IO nodes (one shard each)
-//! handing frames to each other directly, one connection, 32 B writes posted in
-//! windows. `cargo bench -p deposit-transport --bench node [-- MESSAGES]`.
+//! handing frames to each other directly, one connection, writes posted in windows,
+//! on a plain connection and on a secure one (`crate::secure`: every section sealed and
+//! opened). `cargo bench -p deposit-transport --bench node [-- MESSAGES]`.
 //!
 //! Prints, per message, the nanoseconds the sender's node spent (posting taken in,
 //! frames built, acknowledgements handled) and the receiver's (frames validated,
@@ -12,7 +13,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use deposit_transport::cm::ConnectOptions;
+use deposit_transport::cm::{ConnectOptions, Security};
 use deposit_transport::connection::{CqShared, Source, Wqe, WR_SIGNALED};
 use deposit_transport::node::{Node, NodeConfig};
 use deposit_transport::sim::{self, LinkConfig, Network};
@@ -70,11 +71,32 @@ fn transmit(net: &mut Network, h: usize, now: u64) -> u64 {
     ticks() - t
 }
 
-/// Best of 5 runs of `messages` 32 B writes with at most `window` outstanding, every
-/// `signal_every`-th signaled: (sender ns, receiver ns per message, messages per frame);
+/// One measurement: `messages` writes of `size` bytes with at most `window`
+/// outstanding, every `signal_every`-th signaled, on a plain or a secure connection.
+#[derive(Clone, Copy)]
+struct Case {
+    messages: u64,
+    size: u32,
+    window: u64,
+    signal_every: u64,
+    secure: bool,
+}
+
+/// Best of 5 runs of `case`: (sender ns, receiver ns per message, messages per frame);
 /// `ns` converts ticks.
-fn run(messages: u64, window: u64, signal_every: u64, ns: f64) -> (f64, f64, f64) {
+fn run(case: Case, ns: f64) -> (f64, f64, f64) {
+    let Case {
+        messages,
+        size,
+        window,
+        signal_every,
+        secure,
+    } = case;
     let cfg = NodeConfig::default();
+    let opts = ConnectOptions {
+        secure: if secure { Security::On } else { Security::Off },
+        ..ConnectOptions::default()
+    };
     let (mut best_tx, mut best_rx, mut best_msgs_per_frame) = (f64::MAX, f64::MAX, 0.0);
     for _ in 0..5 {
         let mut net = Network::new(2, &cfg, LinkConfig::default(), 1);
@@ -83,14 +105,14 @@ fn run(messages: u64, window: u64, signal_every: u64, ns: f64) -> (f64, f64, f64
         let ccq: Arc<CqShared> = CqShared::new(8192);
         let scq: Arc<CqShared> = CqShared::new(64);
         let (c, _s) = net
-            .connect(0, cep, &ccq, 1, sep, &scq, 1, &ConnectOptions::default())
+            .connect(0, cep, &ccq, 1, sep, &scq, 1, &opts)
             .expect("connected");
         let mut now = net.now;
         let (mut tx_ns, mut rx_ns, mut frames) = (0u64, 0u64, 0usize);
         let (mut posted, mut done) = (0u64, 0u64);
         while done < messages {
             while posted < messages && posted - done < window {
-                let mut wr = Wqe::write(posted, Source::Endpoint { id: cep, offset: 0 }, 32, 0);
+                let mut wr = Wqe::write(posted, Source::Endpoint { id: cep, offset: 0 }, size, 0);
                 if posted % signal_every == signal_every - 1 || posted + 1 == messages {
                     wr.flags |= WR_SIGNALED;
                 }
@@ -125,17 +147,43 @@ fn main() {
         .find_map(|a| a.parse().ok())
         .unwrap_or(2_000_000);
     let ns = tick_ns();
-    let (tx, rx, per_frame) = run(messages, 1024, 64, ns);
-    println!("per 32 B write, one connection, {messages} messages, best of 5:");
-    println!("  sender node    {tx:>6.1} ns/message");
-    println!("  receiver node  {rx:>6.1} ns/message");
-    println!("  messages per data frame {per_frame:.1} (cell trains)");
-    // One write at a time, each signaled: every frame carries one message and the
-    // acknowledgement comes back alone (no reply to ride on), so this is the protocol's
-    // fixed cost per frame, the part of a latency test's hop that is the node's.
     let pings = messages / 10;
-    let (tx, rx, _) = run(pings, 1, 1, ns);
-    println!("one write at a time, each signaled, {pings} messages, best of 5:");
-    println!("  sender node    {tx:>6.1} ns/message");
-    println!("  receiver node  {rx:>6.1} ns/message");
+    let cases = [
+        (
+            "32 B writes, windows of 1024, one in 64 signaled",
+            messages,
+            32,
+            1024,
+            64,
+        ),
+        // One write at a time, each signaled: every frame carries one message and the
+        // acknowledgement comes back alone (no reply to ride on), so this is the
+        // protocol's fixed cost per frame, the part of a latency test's hop that is the
+        // node's.
+        ("one 32 B write at a time, each signaled", pings, 32, 1, 1),
+        (
+            "4 KiB writes, windows of 64, one in 16 signaled",
+            pings,
+            4096,
+            64,
+            16,
+        ),
+    ];
+    println!("ns per message, one connection, best of 5 (plain and secure alternating):");
+    println!(
+        "{:<50} {:>9} {:>9} {:>9} {:>9} {:>7}",
+        "", "plain tx", "plain rx", "secure tx", "secure rx", "msgs/fr"
+    );
+    for (label, messages, size, window, signal_every) in cases {
+        let case = |secure| Case {
+            messages,
+            size,
+            window,
+            signal_every,
+            secure,
+        };
+        let (ptx, prx, per_frame) = run(case(false), ns);
+        let (stx, srx, _) = run(case(true), ns);
+        println!("{label:<50} {ptx:>9.1} {prx:>9.1} {stx:>9.1} {srx:>9.1} {per_frame:>7.1}");
+    }
 }

@@ -10,7 +10,7 @@ use deposit_transport::cm::ConnectOptions;
 use deposit_transport::node::NodeConfig;
 use deposit_transport::oplogic::DropReason;
 use deposit_transport::sim::LinkConfig;
-use deposit_transport::wire::{crc32c, FrameView, CRC_LEN, UNDERLAY_LEN};
+use deposit_transport::wire::{write_trailer, FrameView, UNDERLAY_LEN};
 
 fn config(conns: usize) -> NodeConfig {
     NodeConfig {
@@ -165,8 +165,7 @@ fn a_bad_section_costs_only_itself() {
     // The first section's key is wrong; the frame is otherwise sound (CRC resealed).
     frame[UNDERLAY_LEN + 8] ^= 0x40;
     let len = frame.len();
-    let crc = crc32c(&frame[UNDERLAY_LEN..len - CRC_LEN]);
-    frame[len - CRC_LEN..].copy_from_slice(&crc.to_be_bytes());
+    write_trailer(&mut frame, len);
     let before = net.hosts[1].node.stats();
     let now = net.now;
     net.hosts[1].node.handle_frame(&frame, now);

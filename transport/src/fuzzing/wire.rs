@@ -71,8 +71,7 @@ pub fn fix_up(buf: &mut [u8], mode: u8) {
         fill_checks(&mut buf[UNDERLAY_LEN..end - CRC_LEN]);
     }
     if mode & fixup::CRC != 0 {
-        let crc = crate::wire::crc32c(&buf[UNDERLAY_LEN..end - CRC_LEN]);
-        buf[end - CRC_LEN..end].copy_from_slice(&crc.to_be_bytes());
+        crate::wire::write_trailer(buf, end);
     }
 }
 

@@ -22,7 +22,7 @@ use crate::tables::{EndpointTable, RegisterFile};
 use crate::tlb::Tlb;
 use crate::wire::cell::flags as cflags;
 use crate::wire::compound::COMPOUND_LEN;
-use crate::wire::{self, hflags, op, ControlRepr, FrameView, Message, WireError};
+use crate::wire::{hflags, op, ControlRepr, FrameView, Message, WireError};
 
 use super::{send, wire_drop_reason, Node, Stats, DUPLICATE_WINDOW};
 
@@ -148,13 +148,7 @@ impl Node {
             (None, None) => *frame,
             (Some(session), Some(seal)) => {
                 let n = frame.cells().len();
-                let cells = &mut self.opened[..n];
-                cells.copy_from_slice(frame.cells());
-                let mut header = [0u8; wire::HEADER_LEN];
-                frame
-                    .header
-                    .emit(&mut wire::TransportPacket::new_unchecked(&mut header[..]));
-                match session.open(&header, cells, seal) {
+                match session.open(frame.head(), frame.cells(), seal, &mut self.opened[..n]) {
                     Ok(()) => {
                         self.stats.opened_rx += 1;
                         if !self.unconfirmed.is_empty() {

@@ -6,6 +6,12 @@
 //!                \_____________________ CRC32C covers ___________________________/
 //! ```
 //!
+//! The trailer is the CRC32C, except in a frame whose every section is sealed
+//! (version 12): there it is zero and nothing sums the frame, since each section's tag
+//! authenticates its header and cells (a corrupted one is refused as
+//! [`DropReason::AuthFailed`](crate::oplogic::DropReason)) and the CRC would only cost
+//! a pass over every byte on each side. One plain section puts the CRC back.
+//!
 //! A frame holds one or more **sections**, each a transport header followed by its own
 //! cells (version 7): a header with [`hflags::MORE`] is followed, after its cells, by
 //! the next section's header. One frame can so carry messages, acknowledgements and
@@ -20,7 +26,7 @@
 //!
 //! Both directions are on the per-frame fast path: no allocation, no copies beyond the
 //! payload's own `copy_from_slice`, and the only per-byte work is the (hardware)
-//! CRC32C and the check byte of each control part. Nothing here panics on input from the
+//! CRC32C (of a frame with a plain section) and the check byte of each control part. Nothing here panics on input from the
 //! wire: a bad frame is a [`WireError`].
 //!
 //! [`hflags::MORE`]: super::hflags::MORE
@@ -65,6 +71,8 @@ pub struct FrameView<'a> {
     pub underlay: UnderlayRepr,
     /// The section's transport header.
     pub header: TransportRepr,
+    /// The header's bytes as received (what a seal authenticates).
+    head: &'a [u8; HEADER_LEN],
     /// `header.cells` cells, exactly.
     cells: &'a [u8],
     /// The seal cell of a sealed section (empty when the section is plain).
@@ -105,17 +113,14 @@ impl<'a> FrameView<'a> {
             got: buf.len(),
         })?;
         let (covered, trailer) = datagram.split_at(datagram.len() - CRC_LEN);
-        let got = u32::from_be_bytes(super::array(trailer, 0..CRC_LEN));
-        let expected = crate::wire::crc32c(covered);
-        if expected != got {
-            return Err(WireError::BadCrc { expected, got });
-        }
         // Every section's header and cell count before anything acts on the frame.
         let first = split_section(covered)?;
         let mut frame_cells = 0u32;
-        let (mut header, mut cells, mut seal, mut rest) = first;
+        let mut sealed = true;
+        let (_, mut header, mut cells, mut seal, mut rest) = first;
         loop {
             frame_cells += u32::from(header.cells) + (seal.len() / CELL_LEN) as u32;
+            sealed &= !seal.is_empty();
             if header.flags & hflags::MORE == 0 {
                 if !rest.is_empty() {
                     return Err(WireError::BadCellCount {
@@ -132,12 +137,24 @@ impl<'a> FrameView<'a> {
                     got: 0,
                 });
             }
-            (header, cells, seal, rest) = split_section(rest)?;
+            (_, header, cells, seal, rest) = split_section(rest)?;
         }
-        let (header, cells, seal, rest) = first;
+        // The trailer: the CRC32C, or zero when every section is sealed (each is
+        // authenticated by its tag instead, which a corrupted one fails).
+        let got = u32::from_be_bytes(super::array(trailer, 0..CRC_LEN));
+        let expected = if sealed {
+            0
+        } else {
+            crate::wire::crc32c(covered)
+        };
+        if expected != got {
+            return Err(WireError::BadCrc { expected, got });
+        }
+        let (head, header, cells, seal, rest) = first;
         Ok(FrameView {
             underlay,
             header,
+            head,
             cells,
             seal,
             rest,
@@ -152,9 +169,10 @@ impl<'a> FrameView<'a> {
         if self.rest.is_empty() {
             return None;
         }
-        let (header, cells, seal, rest) = split_section(self.rest).ok()?;
+        let (head, header, cells, seal, rest) = split_section(self.rest).ok()?;
         Some(FrameView {
             header,
+            head,
             cells,
             seal,
             rest,
@@ -184,6 +202,12 @@ impl<'a> FrameView<'a> {
         self.cells
     }
 
+    /// The section's header as its bytes (what a seal authenticates).
+    #[inline]
+    pub fn head(&self) -> &'a [u8; HEADER_LEN] {
+        self.head
+    }
+
     /// The seal cell of a section flagged [`hflags::SEALED`] (48 bytes), `None` for a
     /// plain one.
     #[inline]
@@ -201,6 +225,7 @@ impl<'a> FrameView<'a> {
         FrameView {
             underlay: self.underlay,
             header: self.header,
+            head: self.head,
             cells,
             seal: self.seal,
             rest: self.rest,
@@ -209,8 +234,41 @@ impl<'a> FrameView<'a> {
     }
 }
 
-/// A section: its header, its cells, its seal cell (empty when plain).
-type Section<'a> = (TransportRepr, &'a [u8], &'a [u8], &'a [u8]);
+/// The trailer of a frame whose transport bytes (every section's header and cells) are
+/// `covered`: zero when each section is sealed, else their CRC32C.
+pub fn trailer(covered: &[u8]) -> u32 {
+    let mut rest = covered;
+    while let Ok((_, header, _, seal, after)) = split_section(rest) {
+        if seal.is_empty() {
+            break;
+        }
+        if header.flags & hflags::MORE == 0 {
+            if after.is_empty() {
+                return 0;
+            }
+            break;
+        }
+        rest = after;
+    }
+    crate::wire::crc32c(covered)
+}
+
+/// Writes the [`trailer`] of the frame `frame[..len]`, as its sender would: for tests
+/// and hostile senders that change a frame and keep the rest of it sound.
+pub fn write_trailer(frame: &mut [u8], len: usize) {
+    let t = trailer(&frame[UNDERLAY_LEN..len - CRC_LEN]);
+    frame[len - CRC_LEN..len].copy_from_slice(&t.to_be_bytes());
+}
+
+/// A section: its header's bytes, its header, its cells, its seal cell (empty when
+/// plain), and the bytes after it.
+type Section<'a> = (
+    &'a [u8; HEADER_LEN],
+    TransportRepr,
+    &'a [u8],
+    &'a [u8],
+    &'a [u8],
+);
 
 /// Splits the section at the start of `buf` (its header, its cells, its seal cell when
 /// sealed, and the bytes after them); the header's cell count (and seal) must fit in
@@ -229,7 +287,13 @@ fn split_section(buf: &[u8]) -> Result<Section<'_>, WireError> {
     }
     let (cells, rest) = body.split_at(len);
     let (seal, rest) = rest.split_at(seal);
-    Ok((header, cells, seal, rest))
+    let (head, _) = buf
+        .split_first_chunk::<HEADER_LEN>()
+        .ok_or(WireError::Truncated {
+            needed: HEADER_LEN,
+            got: buf.len(),
+        })?;
+    Ok((head, header, cells, seal, rest))
 }
 
 /// One message of a frame: a checked control part and its payload.
@@ -326,6 +390,8 @@ pub struct FrameWriter<'a> {
     reserve: usize,
     /// The current section is sealed: nothing more goes into it.
     closed: bool,
+    /// Some section is plain: the frame ends with its CRC32C (else with zero).
+    plain: bool,
 }
 
 impl<'a> FrameWriter<'a> {
@@ -359,6 +425,7 @@ impl<'a> FrameWriter<'a> {
             hole: None,
             reserve: 0,
             closed: false,
+            plain: false,
         };
         w.put_header(header);
         Ok(w)
@@ -375,6 +442,7 @@ impl<'a> FrameWriter<'a> {
         self.section = self.pos;
         self.section_cells = 0;
         self.reserve = seal_len(header.flags);
+        self.plain |= self.reserve == 0;
         self.closed = false;
         header.emit(&mut TransportPacket::new_unchecked(
             &mut self.buf[self.pos..self.pos + HEADER_LEN],
@@ -561,6 +629,7 @@ impl<'a> FrameWriter<'a> {
         let buf = self.buf;
         UnderlayPacket::new_unchecked(&mut buf[..UNDERLAY_LEN]).set_lengths(len - UNDERLAY_LEN);
         let crc = match self.hole {
+            None if !self.plain => 0,
             None => crate::wire::crc32c(&buf[UNDERLAY_LEN..len - CRC_LEN]),
             Some((at, n)) => {
                 let head = crate::wire::crc32c(&buf[UNDERLAY_LEN..at]);
@@ -696,8 +765,7 @@ mod tests {
         p.set_ip_checksum(0);
         let c = p.compute_ip_checksum();
         p.set_ip_checksum(c);
-        let crc = crate::wire::crc32c(&frame[UNDERLAY_LEN..len - CRC_LEN]);
-        frame[len - CRC_LEN..len].copy_from_slice(&crc.to_be_bytes());
+        write_trailer(frame, len);
     }
 
     /// Parses and walks every message of every section; must never panic.
@@ -851,7 +919,9 @@ mod tests {
                 }
                 Err(e) => {
                     assert!(!unchecked(bit / 8), "bit {bit}: {e}");
-                    if bit / 8 >= UNDERLAY_LEN {
+                    // The walk over the sections' headers comes before the CRC: a flip
+                    // there may be refused by it (version, cell count) instead.
+                    if bit / 8 >= UNDERLAY_LEN + HEADER_LEN {
                         assert!(matches!(e, WireError::BadCrc { .. }), "bit {bit}: {e}");
                     }
                 }
@@ -1232,12 +1302,77 @@ mod tests {
         short.extend_from_slice(&[0; CRC_LEN]);
         UnderlayPacket::new_unchecked(&mut short[..UNDERLAY_LEN])
             .set_lengths(n + CRC_LEN - UNDERLAY_LEN);
-        let crc = crate::wire::crc32c(&short[UNDERLAY_LEN..n]);
-        short[n..].copy_from_slice(&crc.to_be_bytes());
+        write_trailer(&mut short, n + CRC_LEN);
         assert!(matches!(
             FrameView::parse(&short),
             Err(WireError::BadCellCount { .. })
         ));
+    }
+
+    #[test]
+    fn a_frame_of_sealed_sections_only_ends_with_zero_and_one_plain_section_brings_the_crc() {
+        let sealed = |conn| TransportRepr {
+            flags: hflags::ACK | hflags::SEALED,
+            ..header_of(conn)
+        };
+        let build = |second: TransportRepr| {
+            let mut buf = vec![0u8; 1024];
+            let mut w = FrameWriter::new(&mut buf, &underlay(), &sealed(17)).unwrap();
+            w.push(&write(2, 0), &[1, 2]).unwrap();
+            w.seal(|_, cells, seal| {
+                cells.iter_mut().for_each(|b| *b ^= 0x3c);
+                seal.fill(0x77);
+            });
+            assert!(w.begin_section(&second, 1));
+            w.push(&write(1, 0), &[9]).unwrap();
+            w.seal(|_, _, seal| seal.fill(0x66));
+            let len = w.finish();
+            buf.truncate(len);
+            buf
+        };
+        let trailer_of = |f: &[u8]| u32::from_be_bytes(f[f.len() - CRC_LEN..].try_into().unwrap());
+        // Both sections sealed: the trailer is zero, and it is what parses.
+        let f = build(sealed(18));
+        assert_eq!(trailer_of(&f), 0);
+        assert_eq!(trailer(&f[UNDERLAY_LEN..f.len() - CRC_LEN]), 0);
+        let v = FrameView::parse(&f).unwrap();
+        assert!(v.seal().is_some() && v.next_section().unwrap().seal().is_some());
+        // A changed cell still parses: the section's tag is what refuses it.
+        let mut g = f.clone();
+        g[UNDERLAY_LEN + HEADER_LEN + 20] ^= 1;
+        assert!(FrameView::parse(&g).is_ok());
+        // A trailer that is not zero is refused; so is one that is the CRC32C.
+        for t in [
+            1u32,
+            crate::wire::crc32c(&f[UNDERLAY_LEN..f.len() - CRC_LEN]),
+        ] {
+            let mut g = f.clone();
+            let n = g.len();
+            g[n - CRC_LEN..].copy_from_slice(&t.to_be_bytes());
+            assert!(matches!(
+                FrameView::parse(&g),
+                Err(WireError::BadCrc { expected: 0, .. })
+            ));
+        }
+        // A plain second section: the CRC32C covers the frame again, and a changed cell
+        // of the sealed one is refused by it.
+        let f = build(header_of(18));
+        let covered = &f[UNDERLAY_LEN..f.len() - CRC_LEN];
+        assert_eq!(trailer_of(&f), crate::wire::crc32c(covered));
+        assert_eq!(trailer(covered), trailer_of(&f));
+        let v = FrameView::parse(&f).unwrap();
+        assert_eq!(v.next_section().unwrap().seal(), None);
+        let mut g = f.clone();
+        g[UNDERLAY_LEN + HEADER_LEN + 20] ^= 1;
+        assert!(matches!(
+            FrameView::parse(&g),
+            Err(WireError::BadCrc { .. })
+        ));
+        // Clearing SEALED in the first header does not turn the check off: the frame is
+        // refused (its seal cell read as the next header, or the zero trailer as a CRC).
+        let mut g = build(sealed(18));
+        g[UNDERLAY_LEN + 1] &= !hflags::SEALED;
+        assert!(FrameView::parse(&g).is_err());
     }
 
     #[test]

@@ -108,7 +108,8 @@
 //! carries the receiver's refusal reason in its second byte, `crate::oplogic::Nak`;
 //! 9: private data in connect requests and replies; 10: connect cookies and the
 //! `CHALLENGE` message; 11: sealed sections, [`hflags::SEALED`] and the seal cell of
-//! `crate::secure`, public keys in connect requests and replies).
+//! `crate::secure`, public keys in connect requests and replies; 12: a frame whose
+//! every section is sealed ends with a zero trailer, not its CRC32C).
 
 use core::ops::Range;
 
@@ -127,12 +128,14 @@ pub use compound::{
     CompoundError, CompoundPacket, CompoundRepr, Cond, CondRepr, OpSource, Order, RegOp, RegOpRepr,
     COMPOUND_LEN,
 };
-pub use frame::{frame_len, max_cells, FrameView, FrameWriter, Message, Messages};
+pub use frame::{
+    frame_len, max_cells, trailer, write_trailer, FrameView, FrameWriter, Message, Messages,
+};
 pub use header::{hflags, TransportPacket, TransportRepr};
 pub use underlay::{UnderlayPacket, UnderlayRepr};
 
 /// Transport protocol version carried in byte 0 of the transport header.
-pub const VERSION: u8 = 11;
+pub const VERSION: u8 = 12;
 /// UDP destination port of every deposit frame.
 pub const UDP_PORT: u16 = 18515;
 /// Ethernet II (14) + IPv4 without options (20) + UDP (8).
@@ -343,6 +346,6 @@ mod tests {
         let e = WireError::BadUdpPort(80);
         assert_eq!(e.to_string(), "UDP destination port 80 is not 18515");
         let e = WireError::BadVersion(6);
-        assert_eq!(e.to_string(), "transport version 6 is not 11");
+        assert_eq!(e.to_string(), "transport version 6 is not 12");
     }
 }

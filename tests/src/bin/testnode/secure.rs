@@ -10,8 +10,8 @@ use deposit::*;
 use deposit_tests::{wait_completions, wait_until};
 use deposit_transport::wire::cm::CmMessage;
 use deposit_transport::wire::{
-    self, hflags, op, ControlRepr, FrameView, FrameWriter, TransportRepr, CELL_LEN, CRC_LEN,
-    HEADER_LEN, UNDERLAY_LEN,
+    self, hflags, op, ControlRepr, FrameView, FrameWriter, TransportRepr, CELL_LEN, HEADER_LEN,
+    UNDERLAY_LEN,
 };
 
 use super::{await_exit, await_go, await_line, fail, netns_device, stdin_lines, T};
@@ -215,11 +215,9 @@ fn send(fd: libc::c_int, f: &[u8]) {
     }
 }
 
-/// Rewrites the frame's CRC32C (an attacker can).
+/// Rewrites the trailer of frame `f`, its CRC32C or zero (an attacker can).
 fn fix_crc(f: &mut [u8]) {
-    let end = f.len() - CRC_LEN;
-    let crc = wire::crc32c(&f[UNDERLAY_LEN..end]);
-    f[end..].copy_from_slice(&crc.to_be_bytes());
+    wire::write_trailer(f, f.len());
 }
 
 /// Node 10.0.0.3, the attacker: for each of the first `n` sealed frames of the client
