@@ -2,8 +2,9 @@
 //! stateful target, as smoltcp's `tcp_headers`).
 //!
 //! Two simulated hosts ([`crate::sim`]), a client and a server, with two connections
-//! between them: **A**, which the input attacks, and **B**, which it cannot name (it
-//! never learns B's key) and which must keep working. On the server:
+//! between them: **A**, which the input attacks, and **B**, a secure connection
+//! (`crate::secure`) which it cannot name (it never learns B's key) and which must keep
+//! working. On the server:
 //!
 //! ```text
 //! memory M (6 pages):  | page 0 | E: A's endpoint, pages 1..4 | P: pages 4..6 |
@@ -20,9 +21,13 @@
 //! every opcode, a second section), raw frames (optionally given a valid underlay,
 //! lengths, check bytes and CRC), the client's own frames for A mutated on the way,
 //! connection-management frames, clock steps (the simulated link carries everything
-//! both ways meanwhile), and host calls (either side posts on A — the server's reads
+//! both ways meanwhile), host calls (either side posts on A — the server's reads
 //! and atomics put their results in E, where forged replies may aim —, the server's
-//! host maps the missing page and resumes A, drains E's events, closes A).
+//! host maps the missing page and resumes A, drains E's events, closes A), and B's
+//! sealed frames on the path: the client writes E2's own bytes back into E2 on B (from
+//! an endpoint of its own that no peer can write), and
+//! the input changes, drops, replays (now or later) and re-seals the CRC of its frames
+//! before the server sees them — none of it may open, so E2 never changes.
 //!
 //! Checked: every register outside A's rights is as set up, and the token's buffer no
 //! longer changes once the token is used up (after every step); memory outside E (page
@@ -35,7 +40,7 @@ use std::sync::Arc;
 
 use super::wire::fix_up;
 use super::Input;
-use crate::cm::{ConnectOptions, Registers};
+use crate::cm::{ConnectOptions, Registers, Security};
 use crate::connection::{ConnShared, CqShared, Source, WcStatus, Wqe, WrOpcode, WR_SIGNALED};
 use crate::events::EventRing;
 use crate::mem::EndpointMemory;
@@ -135,6 +140,10 @@ struct World {
     /// Connection B at the client.
     b_client: Arc<ConnShared>,
     client_ep: EndpointId,
+    /// B's endpoint at the client: page 0 holds E2's bytes as set up (what B writes
+    /// back on the path), page 1 B's last write. No peer may write it: the client's
+    /// endpoint is A's target, and a retransmission reads its source again.
+    b_ep: EndpointId,
     m: Arc<EndpointMemory>,
     e: EndpointId,
     t: Arc<EndpointMemory>,
@@ -153,6 +162,8 @@ struct World {
     mapped: bool,
     /// Work requests posted by the client (ids).
     posted: u64,
+    /// B's sealed frames seen on the path, for replays (the last few).
+    b_frames: Vec<Vec<u8>>,
 }
 
 impl World {
@@ -173,6 +184,11 @@ impl World {
         net.hosts[CLIENT]
             .mem(client_ep)
             .write(0, &patterns()[0])
+            .expect("client memory");
+        let b_ep = net.hosts[CLIENT].endpoint(2 * PAGE, Rights::NONE, 4);
+        net.hosts[CLIENT]
+            .mem(b_ep)
+            .write(0, &patterns()[3])
             .expect("client memory");
         let client_cq = CqShared::new(256);
         let server_cq = CqShared::new(64);
@@ -250,13 +266,16 @@ impl World {
         let (b_client, _) = net
             .connect(
                 CLIENT,
-                client_ep,
+                b_ep,
                 &client_cq,
                 SERVER,
                 e2_id,
                 &server_cq,
                 102,
-                &ConnectOptions::default(),
+                &ConnectOptions {
+                    secure: Security::On,
+                    ..ConnectOptions::default()
+                },
             )
             .expect("connection B comes up");
         let regs0 = (0..64)
@@ -271,6 +290,7 @@ impl World {
             a_server,
             b_client,
             client_ep,
+            b_ep,
             m,
             e,
             t,
@@ -281,6 +301,7 @@ impl World {
             token_done: None,
             mapped: false,
             posted: 0,
+            b_frames: Vec::new(),
         }
     }
 
@@ -358,6 +379,7 @@ impl World {
                 0xc1 => {
                     let _ = self.net.hosts[SERVER].node.close(self.a_server.number);
                 }
+                0xb0..=0xbf => self.b_on_path(input),
                 b => self.server_post(b, input),
             },
         }
@@ -588,6 +610,62 @@ impl World {
         }
     }
 
+    /// The client writes E2's own bytes into E2 on B (so nothing changes when each
+    /// write lands as sent); what goes on the wire meanwhile reaches the server changed,
+    /// dropped, replayed or as sent, as the input says. A frame changed on the path
+    /// must not open: E2 is checked at the end.
+    fn b_on_path(&mut self, input: &mut Input<'_>) {
+        let at = usize::from(input.u16()) % (PAGE - 512);
+        let len = 1 + usize::from(input.u16()) % 512;
+        self.posted += 1;
+        let wr = Wqe::write(
+            self.posted,
+            Source::Endpoint {
+                id: self.b_ep,
+                offset: at as u64,
+            },
+            len as u32,
+            at as u32,
+        );
+        let _ = sim::post(&self.b_client, wr);
+        let now = self.net.now;
+        let h = &mut self.net.hosts[CLIENT];
+        h.node.set_now(now);
+        h.node.poll_transmit(now, &mut h.out);
+        let frames: Vec<Vec<u8>> = std::iter::from_fn(|| h.out.pop()).collect();
+        for f in frames {
+            match input.u8() % 5 {
+                0 => {}
+                1 => {
+                    self.deliver(&f);
+                    self.deliver(&f);
+                }
+                2 => {
+                    let mut g = f.clone();
+                    for _ in 0..1 + input.below(4) {
+                        let at = usize::from(input.u16()) % g.len();
+                        g[at] ^= input.u8() | 1;
+                    }
+                    fix_up(&mut g, input.u8());
+                    self.deliver(&g);
+                    self.deliver(&f);
+                }
+                3 => {
+                    if let Some(old) = self.b_frames.get(usize::from(input.u8()) % 8) {
+                        let old = old.clone();
+                        self.deliver(&old);
+                    }
+                    self.deliver(&f);
+                }
+                _ => self.deliver(&f),
+            }
+            if self.b_frames.len() == 8 {
+                self.b_frames.remove(0);
+            }
+            self.b_frames.push(f);
+        }
+    }
+
     /// The client posts a request of its own on A (into E or not).
     fn post(&mut self, input: &mut Input<'_>) {
         let kind = input.u8();
@@ -775,14 +853,14 @@ impl World {
         self.check();
         let data = pattern(100, 0x77);
         self.net.hosts[CLIENT]
-            .mem(self.client_ep)
-            .write(3 * PAGE, &data)
+            .mem(self.b_ep)
+            .write(PAGE, &data)
             .expect("client memory");
         let mut wr = Wqe::write(
             u64::MAX,
             Source::Endpoint {
-                id: self.client_ep,
-                offset: 3 * PAGE as u64,
+                id: self.b_ep,
+                offset: PAGE as u64,
             },
             100,
             300,

@@ -80,6 +80,9 @@ fn frame_of(sections: &[Section]) -> Vec<u8> {
         for (c, p) in msgs {
             w.push(c, p).expect("message fits");
         }
+        // A sealed section's seal cell (the cells left as they are: the target reads
+        // them as messages either way).
+        w.seal(|_, _, cell| cell.fill(0x11));
     }
     let len = w.finish();
     buf.truncate(len);
@@ -110,13 +113,25 @@ fn frames() -> Vec<Vec<u8>> {
         (header(19, 0), msgs[2..].to_vec()),
     ]);
     let ack_only = frame_of(&[(header(17, hflags::ACK), Vec::new())]);
+    // Sealed sections only (no CRC, a zero trailer), and sealed beside plain.
+    let sealed = frame_of(&[
+        (header(17, hflags::ACK | hflags::SEALED), msgs[..2].to_vec()),
+        (header(18, hflags::SEALED), msgs[2..].to_vec()),
+    ]);
+    let mixed = frame_of(&[
+        (header(17, hflags::SEALED), msgs[..2].to_vec()),
+        (header(19, hflags::ACK), msgs[2..].to_vec()),
+    ]);
     let mut cm = vec![0u8; 1514];
     let n = cm_messages()[0]
         .write_frame(b"hello", &underlay(), &mut cm)
         .expect("CM frame");
     cm.truncate(n);
     let mut out = Vec::new();
-    for (i, f) in [one, three, ack_only, cm].into_iter().enumerate() {
+    for (i, f) in [one, three, ack_only, cm, sealed, mixed]
+        .into_iter()
+        .enumerate()
+    {
         for mode in [0, fixup::CHECKS | fixup::CRC] {
             let mut s = vec![mode, i as u8, 0x35];
             s.extend_from_slice(&f);
@@ -371,6 +386,47 @@ fn nodes() -> Vec<Vec<u8>> {
         50,
     ]);
     out.push(vec![9, 0, 20, 0, 0, 10, 50, 14, 1]);
+    // B's sealed frames on the path: changed (CRC or trailer fixed up) then as sent,
+    // replayed at once and later, dropped; the clock runs between.
+    out.push(vec![
+        15,
+        0xb0,
+        0x01,
+        0x00,
+        0x00,
+        0x40,
+        2,
+        1,
+        0x00,
+        0x50,
+        0x08,
+        0x00,
+        0x51,
+        0x80,
+        fixup::CRC,
+        10,
+        50,
+        15,
+        0xb1,
+        0x00,
+        0x20,
+        0x01,
+        0x00,
+        1,
+        10,
+        20,
+        15,
+        0xb2,
+        0x02,
+        0x00,
+        0x00,
+        0x10,
+        3,
+        0,
+        0,
+        10,
+        150,
+    ]);
     out.push(vec![
         13, 2, 0, 8, 0, 64, 0, 0, 0, 0, 0, 0, 0, 0, 0, 5, 10, 100,
     ]);

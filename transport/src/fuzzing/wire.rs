@@ -6,7 +6,8 @@
 //!   exactly as long as announced; written again by a `FrameWriter` from what was
 //!   parsed it parses to the same underlay, headers and messages, and its bytes after
 //!   the underlay are the original's but for padding; and any single bit flipped in
-//!   the IPv4 header or in what the CRC32C covers makes it fail.
+//!   the IPv4 header or in what the CRC32C covers makes it fail (in a frame whose
+//!   every section is sealed, which has no CRC, in its zero trailer).
 //! * `cell`: a control part that parses emits back to the same 16 bytes, one that
 //!   does not failed only on its check byte; any fields emit to bytes that parse back to
 //!   them; `cells_for` is the least number of cells that holds the payload; a transport
@@ -104,7 +105,8 @@ fn fill_checks(covered: &mut [u8]) {
 }
 
 /// One section as parsed: its header and messages (control part, payload).
-type Section<'a> = (TransportRepr, Vec<(ControlRepr, &'a [u8])>);
+/// A parsed section: its header, its messages and its seal cell (empty when plain).
+type Section<'a> = (TransportRepr, Vec<(ControlRepr, &'a [u8])>, &'a [u8]);
 
 /// The frame properties of the module doc, on one buffer.
 pub fn check_frame(buf: &[u8], flip: u16) {
@@ -118,6 +120,7 @@ pub fn check_frame(buf: &[u8], flip: u16) {
     // Positions of padding bytes (after a payload, in its message's last cell).
     let mut padding = Vec::new();
     let mut all_ok = true;
+    let mut all_sealed = true;
     let mut cells_seen = 0u32;
     let mut next_header = UNDERLAY_LEN;
     let mut section = Some(view);
@@ -127,8 +130,29 @@ pub fn check_frame(buf: &[u8], flip: u16) {
         let at = offset_of(cells);
         assert_eq!(at, next_header + HEADER_LEN, "sections follow each other");
         assert_eq!(cells.len(), usize::from(v.header.cells) * CELL_LEN);
-        assert!(at + cells.len() <= end - CRC_LEN, "cells past the CRC");
-        cells_seen += u32::from(v.header.cells);
+        let seal = v.seal().unwrap_or(&[]);
+        assert_eq!(
+            seal.len(),
+            if v.header.flags & hflags::SEALED != 0 {
+                CELL_LEN
+            } else {
+                0
+            },
+            "a seal cell exactly when the section is sealed"
+        );
+        if !seal.is_empty() {
+            assert_eq!(
+                offset_of(seal),
+                at + cells.len(),
+                "the seal cell after the cells"
+            );
+        }
+        assert!(
+            at + cells.len() + seal.len() <= end - CRC_LEN,
+            "cells past the trailer"
+        );
+        all_sealed &= !seal.is_empty();
+        cells_seen += u32::from(v.header.cells) + (seal.len() / CELL_LEN) as u32;
         let mut messages = Vec::new();
         let mut first_cell = 0usize;
         let mut walk = v.messages();
@@ -166,8 +190,8 @@ pub fn check_frame(buf: &[u8], flip: u16) {
             next.is_some(),
             "MORE says whether a section follows"
         );
-        next_header = at + cells.len();
-        sections.push((v.header, messages));
+        next_header = at + cells.len() + seal.len();
+        sections.push((v.header, messages, seal));
         section = next;
     }
     assert_eq!(next_header, end - CRC_LEN, "sections fill the frame");
@@ -178,12 +202,24 @@ pub fn check_frame(buf: &[u8], flip: u16) {
         rewrite(buf, end, &view.underlay, &sections, &padding);
     }
     // CRC32C catches every single-bit error of what it covers, the IPv4 checksum every
-    // one of the IPv4 header.
-    let covered = (end - UNDERLAY_LEN) * 8;
+    // one of the IPv4 header. A frame of sealed sections only has no CRC (each tag,
+    // checked later, covers its section): there a flip of its zero trailer is refused.
+    let covered = if all_sealed {
+        assert_eq!(
+            buf[end - CRC_LEN..end],
+            [0; CRC_LEN],
+            "sealed sections, a zero trailer"
+        );
+        CRC_LEN * 8
+    } else {
+        (end - UNDERLAY_LEN) * 8
+    };
     let ip = (UNDERLAY_LEN - ETH_HEADER_LEN - 8) * 8;
     let bit = usize::from(flip) % (covered + ip);
     let byte = if bit < ip {
         ETH_HEADER_LEN + bit / 8
+    } else if all_sealed {
+        end - CRC_LEN + (bit - ip) / 8
     } else {
         UNDERLAY_LEN + (bit - ip) / 8
     };
@@ -206,7 +242,7 @@ fn rewrite(
 ) {
     let mut out = vec![0xa5u8; end];
     let mut w = FrameWriter::new(&mut out, underlay, &sections[0].0).expect("room for a frame");
-    for (i, (header, messages)) in sections.iter().enumerate() {
+    for (i, (header, messages, seal)) in sections.iter().enumerate() {
         if i > 0 {
             assert!(
                 w.begin_section(header, usize::from(header.cells)),
@@ -217,15 +253,18 @@ fn rewrite(
             w.push(c, p).expect("message fits again");
         }
         assert_eq!(w.cells(), header.cells);
+        // The cells as they are (taken for sealed already), the seal cell as parsed.
+        w.seal(|_, _, cell| cell.copy_from_slice(seal));
     }
     let len = w.finish();
     assert_eq!(len, end, "written again, the frame has another length");
     let again = FrameView::parse(&out).expect("the frame written again parses");
     assert_eq!(&again.underlay, underlay);
     let mut section = Some(again);
-    for (header, messages) in sections {
+    for (header, messages, seal) in sections {
         let v = section.expect("as many sections");
         assert_eq!(&v.header, header);
+        assert_eq!(v.seal().unwrap_or(&[]), *seal);
         let got: Vec<_> = v.messages().map(|m| m.expect("message parses")).collect();
         assert_eq!(got.len(), messages.len());
         for (g, (c, p)) in got.iter().zip(messages) {
