@@ -268,11 +268,7 @@ impl Port {
 
     /// Whether the link is up (memif: the peer is connected).
     pub fn link_up(&self) -> bool {
-        let mut link: sys::rte_eth_link = Default::default();
-        // SAFETY: valid port, out parameter.
-        let rc = unsafe { sys::rte_eth_link_get_nowait(self.dev.id, &mut link) };
-        // link_status is bit 17 of the packed bitfield word after link_speed.
-        rc == 0 && link.link_status() != 0
+        link_up(self.dev.id)
     }
 
     /// Allocates an empty mbuf for transmission (from the port's stash, refilled in
@@ -443,6 +439,15 @@ impl Drop for PortDev {
 }
 
 /// Tests that bring up the EAL: each runs in its own process under `cargo nextest`.
+/// Whether port `id`'s link is up (memif: the peer is connected).
+fn link_up(id: u16) -> bool {
+    let mut link: sys::rte_eth_link = Default::default();
+    // SAFETY: a valid port id, out parameter.
+    let rc = unsafe { sys::rte_eth_link_get_nowait(id, &mut link) };
+    // link_status is bit 17 of the packed bitfield word after link_speed.
+    rc == 0 && link.link_status() != 0
+}
+
 #[cfg(test)]
 mod eal_tests {
     use super::*;

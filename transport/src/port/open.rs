@@ -81,6 +81,13 @@ pub(super) fn open_port(cfg: &PortConfig) -> Result<Port, PortError> {
             return Err(e);
         }
     };
+    if let PortSpec::Memif {
+        role: super::spec::MemifRole::Client,
+        ..
+    } = &cfg.spec
+    {
+        settle_memif_client(dev.id);
+    }
     let pool = pool.expect("created when the port came up");
     let queues = dev.queues;
     Ok(Port::new(PortDev {
@@ -99,6 +106,37 @@ pub(super) fn open_port(cfg: &PortConfig) -> Result<Port, PortError> {
         rx_bells: dev.rx_bells,
         tx_bells: dev.tx_bells,
     }))
+}
+
+/// A memif client waits a moment for its link, and reconnects while it stays down.
+///
+/// A server makes its socket when its port is created and takes connections only once
+/// the port is started; a client that connects in between is refused ("ID not found")
+/// and DPDK 22.11's client never tries again, so the link stays down for good (an MPI
+/// pair over memif that never connected, 2 to 4 runs in 10). Restarting the port makes
+/// the client connect again: every 200 ms while the link is down, for up to 5 s, after
+/// which the port is handed over down as before (its user waits for the link).
+fn settle_memif_client(id: u16) {
+    use std::time::{Duration, Instant};
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let retry = Instant::now() + Duration::from_millis(200);
+        while Instant::now() < retry {
+            if super::link_up(id) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        if Instant::now() >= deadline {
+            return;
+        }
+        // SAFETY: a started port nothing polls yet: stop and start it again (memif's
+        // start connects a client).
+        unsafe {
+            sys::rte_eth_dev_stop(id);
+            sys::rte_eth_dev_start(id);
+        }
+    }
 }
 
 /// Releases an ethdev that did not come up: closed, its virtual device uninitialised,
