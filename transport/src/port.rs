@@ -438,7 +438,6 @@ impl Drop for PortDev {
     }
 }
 
-/// Tests that bring up the EAL: each runs in its own process under `cargo nextest`.
 /// Whether port `id`'s link is up (memif: the peer is connected).
 fn link_up(id: u16) -> bool {
     let mut link: sys::rte_eth_link = Default::default();
@@ -448,6 +447,7 @@ fn link_up(id: u16) -> bool {
     rc == 0 && link.link_status() != 0
 }
 
+/// Tests that bring up the EAL: each runs in its own process under `cargo nextest`.
 #[cfg(test)]
 mod eal_tests {
     use super::*;

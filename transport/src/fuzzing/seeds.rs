@@ -24,7 +24,8 @@ pub fn seeds(name: &str) -> Vec<Vec<u8>> {
     }
 }
 
-fn underlay() -> UnderlayRepr {
+/// The addresses of the seeds' frames (and of the `cm` target's own frame).
+pub(super) fn underlay() -> UnderlayRepr {
     UnderlayRepr {
         src_mac: [2, 0, 0, 0, 0, 1],
         dst_mac: [2, 0, 0, 0, 0, 2],

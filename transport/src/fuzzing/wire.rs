@@ -29,7 +29,7 @@ use crate::wire::compound::{
 use crate::wire::underlay::ETH_HEADER_LEN;
 use crate::wire::{
     hflags, ControlPacket, ControlRepr, FrameView, FrameWriter, TransportPacket, TransportRepr,
-    UnderlayPacket, UnderlayRepr, WireError, CELL_LEN, CONTROL_LEN, CRC_LEN, HEADER_LEN, UDP_PORT,
+    UnderlayPacket, UnderlayRepr, WireError, CELL_LEN, CONTROL_LEN, CRC_LEN, HEADER_LEN,
     UNDERLAY_LEN,
 };
 
@@ -506,14 +506,7 @@ pub fn cm(data: &[u8]) {
     assert_eq!(CmMessage::parse(&c2, &p[..n]), Ok(m));
     assert_eq!(m.private_data(&p[..n]), private);
     // Its own frame: CM, connection 0, key 0, one message, the same.
-    let underlay = UnderlayRepr {
-        src_mac: [2, 0, 0, 0, 0, 1],
-        dst_mac: [2, 0, 0, 0, 0, 2],
-        src_ip: [10, 0, 0, 1],
-        dst_ip: [10, 0, 0, 2],
-        src_port: 49152,
-        dst_port: UDP_PORT,
-    };
+    let underlay = super::seeds::underlay();
     let mut buf = [0u8; 1514];
     let len = m
         .write_frame(private, &underlay, &mut buf)

@@ -26,8 +26,8 @@
 //!
 //! Both directions are on the per-frame fast path: no allocation, no copies beyond the
 //! payload's own `copy_from_slice`, and the only per-byte work is the (hardware)
-//! CRC32C (of a frame with a plain section) and the check byte of each control part. Nothing here panics on input from the
-//! wire: a bad frame is a [`WireError`].
+//! CRC32C (of a frame with a plain section) and the check byte of each control part.
+//! Nothing here panics on input from the wire: a bad frame is a [`WireError`].
 //!
 //! [`hflags::MORE`]: super::hflags::MORE
 
@@ -115,30 +115,7 @@ impl<'a> FrameView<'a> {
         let (covered, trailer) = datagram.split_at(datagram.len() - CRC_LEN);
         // Every section's header and cell count before anything acts on the frame.
         let first = split_section(covered)?;
-        let mut frame_cells = 0u32;
-        let mut sealed = true;
-        let (_, mut header, mut cells, mut seal, mut rest) = first;
-        loop {
-            frame_cells += u32::from(header.cells) + (seal.len() / CELL_LEN) as u32;
-            sealed &= !seal.is_empty();
-            if header.flags & hflags::MORE == 0 {
-                if !rest.is_empty() {
-                    return Err(WireError::BadCellCount {
-                        cells: header.cells,
-                        bytes: cells.len() + seal.len() + rest.len(),
-                    });
-                }
-                break;
-            }
-            if rest.is_empty() {
-                // MORE with nothing after it.
-                return Err(WireError::Truncated {
-                    needed: HEADER_LEN,
-                    got: 0,
-                });
-            }
-            (_, header, cells, seal, rest) = split_section(rest)?;
-        }
+        let (frame_cells, sealed) = walk_sections(first)?;
         // The trailer: the CRC32C, or zero when every section is sealed (each is
         // authenticated by its tag instead, which a corrupted one fails).
         let got = u32::from_be_bytes(super::array(trailer, 0..CRC_LEN));
@@ -234,23 +211,44 @@ impl<'a> FrameView<'a> {
     }
 }
 
-/// The trailer of a frame whose transport bytes (every section's header and cells) are
-/// `covered`: zero when each section is sealed, else their CRC32C.
-pub fn trailer(covered: &[u8]) -> u32 {
-    let mut rest = covered;
-    while let Ok((_, header, _, seal, after)) = split_section(rest) {
-        if seal.is_empty() {
-            break;
-        }
+/// Follows the sections from `first` (split already) to the frame's end: every header
+/// and cell count valid, `MORE` exactly where another section follows. Returns the
+/// cells of every section (seal cells included) and whether each is sealed.
+#[inline(always)]
+fn walk_sections(first: Section<'_>) -> Result<(u32, bool), WireError> {
+    let mut frame_cells = 0u32;
+    let mut sealed = true;
+    let (_, mut header, mut cells, mut seal, mut rest) = first;
+    loop {
+        frame_cells += u32::from(header.cells) + (seal.len() / CELL_LEN) as u32;
+        sealed &= !seal.is_empty();
         if header.flags & hflags::MORE == 0 {
-            if after.is_empty() {
-                return 0;
+            if !rest.is_empty() {
+                return Err(WireError::BadCellCount {
+                    cells: header.cells,
+                    bytes: cells.len() + seal.len() + rest.len(),
+                });
             }
-            break;
+            return Ok((frame_cells, sealed));
         }
-        rest = after;
+        if rest.is_empty() {
+            // MORE with nothing after it.
+            return Err(WireError::Truncated {
+                needed: HEADER_LEN,
+                got: 0,
+            });
+        }
+        (_, header, cells, seal, rest) = split_section(rest)?;
     }
-    crate::wire::crc32c(covered)
+}
+
+/// The trailer of a frame whose transport bytes (every section's header and cells) are
+/// `covered`: zero when its sections are sound and each is sealed, else their CRC32C.
+pub fn trailer(covered: &[u8]) -> u32 {
+    match split_section(covered).and_then(walk_sections) {
+        Ok((_, true)) => 0,
+        _ => crate::wire::crc32c(covered),
+    }
 }
 
 /// Writes the [`trailer`] of the frame `frame[..len]`, as its sender would: for tests
