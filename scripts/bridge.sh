@@ -1,7 +1,13 @@
-# Sourced by scripts/mpi.sh and scripts/fabric.sh (root): N "hosts" on one L2 switch in
-# the root namespace, so that mpirun's own channel works. `bridge_up N` makes bridge
-# ddmpi0 and N veth pairs: ddmv<r> (the port rank r opens with af_packet) and ddmb<r>
-# (its bridge port); `bridge_down` removes them (bridge_up arms it on EXIT).
+# Sourced by scripts/mpi.sh and scripts/fabric.sh (root): N "hosts" on one L2 switch.
+# `bridge_up N [MTU [hosts]]` makes bridge ddmpi0 and N veth pairs: ddmv<r> (the port
+# rank r opens with af_packet) and ddmb<r> (its bridge port), MTU MTU (default 1500);
+# `bridge_down` removes them (bridge_up arms it on EXIT).
+#   * By default every ddmv<r> is in the root namespace, so that mpirun's own channel
+#     works; kernel TCP between the ranks then goes over loopback, not the bridge.
+#   * With `hosts`, ddmv<r> is in namespace ddmh<r> (a "host") with address
+#     10.89.0.<r+1>/24, and the bridge has 10.89.0.254/24 in the root namespace, so
+#     that mpirun reaches the hosts over the bridge (scripts/netns-rsh starts its
+#     daemons in them) and kernel TCP between ranks crosses the bridge like ours.
 #
 # Interface indexes 0x100000 + (r << 10): DPDK 22.11's af_packet joins each socket to
 # PACKET_FANOUT group (pid ^ ifindex) & 0xffff, and a group is one interface's, so two
@@ -11,31 +17,55 @@
 bridge_n=0
 bridge_down() {
     local r
-    for ((r = 0; r < bridge_n; r++)); do ip link del "ddmv$r" 2>/dev/null || true; done
+    for ((r = 0; r < bridge_n; r++)); do
+        ip netns del "ddmh$r" 2>/dev/null || true
+        ip link del "ddmb$r" 2>/dev/null || true
+        ip link del "ddmv$r" 2>/dev/null || true
+    done
     ip link del ddmpi0 2>/dev/null || true
+    # A namespace's veths go with it asynchronously: wait until they have (bounded).
+    for ((r = 0; r < bridge_n; r++)); do
+        for _ in $(seq 50); do ip link show "ddmb$r" >/dev/null 2>&1 || break; sleep 0.1; done
+    done
 }
 bridge_up() {
-    local r i
+    local r i ns index
     bridge_n=$1
+    local mtu=${2:-1500} hosts=${3:-}
     (($(id -u) == 0)) || { echo "bridge: a bridge of veths needs root" >&2; exit 2; }
     trap bridge_down EXIT
     trap 'exit 143' INT TERM # a signal still removes them (through EXIT)
     bridge_down
-    ip link add ddmpi0 type bridge
+    ip link add ddmpi0 mtu "$mtu" type bridge
     ip link set ddmpi0 up
+    [[ -n $hosts ]] && ip addr add 10.89.0.254/24 dev ddmpi0
     for ((r = 0; r < bridge_n; r++)); do
-        ip link add "ddmv$r" index $((0x100000 + (r << 10))) type veth peer name "ddmb$r"
+        # (A fanout group is one namespace's: hosts need no index of ours, and Open
+        # MPI's daemon finds no interface of such an index.)
+        index=(index $((0x100000 + (r << 10))))
+        [[ -n $hosts ]] && index=()
+        ip link add "ddmv$r" "${index[@]}" mtu "$mtu" type veth peer name "ddmb$r" mtu "$mtu"
         for i in "ddmv$r" "ddmb$r"; do
             sysctl -qw "net.ipv6.conf.$i.disable_ipv6=1"
         done
         ip link set "ddmb$r" master ddmpi0
         ip link set "ddmb$r" up
-        ip link set "ddmv$r" up
+        ns=()
+        if [[ -n $hosts ]]; then
+            ip netns add "ddmh$r"
+            ip link set "ddmv$r" netns "ddmh$r"
+            ns=(-n "ddmh$r")
+            ip "${ns[@]}" addr add "10.89.0.$((r + 1))/24" dev "ddmv$r"
+            ip "${ns[@]}" link set lo up
+        fi
+        ip "${ns[@]}" link set "ddmv$r" up
     done
     # Up before the ranks open them (bounded).
     for ((r = 0; r < bridge_n; r++)); do
+        ns=()
+        [[ -n $hosts ]] && ns=(ip netns exec "ddmh$r")
         for _ in $(seq 100); do
-            [[ $(cat "/sys/class/net/ddmv$r/operstate") == up ]] && break
+            [[ $("${ns[@]}" cat "/sys/class/net/ddmv$r/operstate") == up ]] && break
             sleep 0.05
         done
     done

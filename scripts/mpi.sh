@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Usage: scripts/mpi.sh [-np N] [--over deposit|tcp|vader] [--bridge] [--check] [-- DDMPI_ARGS...]
+# Usage: scripts/mpi.sh [-np N] [--over deposit|tcp|vader] [--bridge | --hosts] [--mtu M]
+#                      [--check] [-- DDMPI_ARGS...]
 # Builds mpi/ddmpi.c (the project's MPI benchmark and check: ping-pong latency,
 # streaming and multi-pair bandwidth, MPI_Allreduce, MPI_Alltoall and a halo exchange
 # checked for correctness; it does not know which network carries it) with mpicc, and
@@ -13,6 +14,12 @@
 #                   so that mpirun's own channel works (root; removed at the end);
 #   --over tcp      kernel TCP, --mca pml ob1 --mca btl self,tcp (the default);
 #   --over vader    shared memory, the on-node reference.
+# `--hosts` (root) makes every rank a "host" of its own: a network namespace ddmh<r>
+# whose veth ddmv<r> (10.89.0.<r+1>) is a port of the bridge, the daemons started in
+# them by scripts/netns-rsh as mpirun's remote shell and reached over the bridge, so
+# that kernel TCP between ranks crosses the same bridge as deposit's af_packet (without
+# it TCP between ranks goes over loopback). `--mtu M` sets the bridge's and the veths'
+# MTU (af_packet sizes its frames from it).
 # `--check` runs the checks only. As root, mpirun gets --allow-run-as-root; more ranks
 # than cores are oversubscribed.
 set -euo pipefail
@@ -20,6 +27,8 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 np=2
 over=tcp
 bridge=0
+hosts=
+mtu=1500
 args=()
 while (($#)); do
     case $1 in
@@ -27,8 +36,13 @@ while (($#)); do
         --over) over=${2:?}; shift 2 ;;
         --check) args+=(--no-bench); shift ;;
         --bridge) bridge=1; shift ;;
+        --hosts) bridge=1; hosts=hosts; shift ;;
+        --mtu) mtu=${2:?}; shift 2 ;;
         --) shift; args+=("$@"); break ;;
-        *) echo "usage: $0 [-np N] [--over deposit|tcp|vader] [--bridge] [--check] [-- DDMPI_ARGS...]" >&2; exit 2 ;;
+        *)
+            echo "usage: $0 [-np N] [--over deposit|tcp|vader] [--bridge | --hosts] [--mtu M] [--check] [-- DDMPI_ARGS...]" >&2
+            exit 2
+            ;;
     esac
 done
 scripts/deps.sh
@@ -38,17 +52,36 @@ mpicc -std=c11 -O2 -Wall -Wextra -Werror mpi/ddmpi.c -o "$out/ddmpi"
 run=(mpirun -np "$np" --oversubscribe)
 sock=
 case $over in
+    tcp | vader | deposit) ;;
+    *) echo "mpi: --over deposit, tcp or vader" >&2; exit 2 ;;
+esac
+[[ -n $hosts && $over == vader ]] && { echo "mpi: vader is shared memory: not between --hosts" >&2; exit 2; }
+if [[ -n $hosts ]] || { [[ $over == deposit ]] && ((np > 2 || bridge)); }; then
+    (($(id -u) == 0)) || { echo "mpi: a bridge of veths needs root" >&2; exit 2; }
+    # shellcheck source=scripts/bridge.sh
+    . scripts/bridge.sh
+    bridge_up "$np" "$mtu" "$hosts"
+    if [[ -n $hosts ]]; then
+        hostfile=$out/hosts
+        for ((r = 0; r < np; r++)); do echo "10.89.0.$((r + 1)) slots=1"; done >"$hostfile"
+        # One rank per host; each host's daemon would bind its rank to the same
+        # core 0 of this one machine, so no binding.
+        run+=(--hostfile "$hostfile" --bind-to none --mca plm_rsh_agent "$PWD/scripts/netns-rsh"
+            --mca oob_tcp_if_include 10.89.0.0/24 --mca btl_tcp_if_include 10.89.0.0/24)
+        # The daemons share this machine's /tmp: keep PMIx's data in each one's memory.
+        export PMIX_MCA_gds=hash
+        echo "mpi: $np hosts (namespaces ddmh0..) on bridge ddmpi0, MTU $mtu"
+    else
+        echo "mpi: $np veths (ddmv0..) on bridge ddmpi0, MTU $mtu, af_packet on each"
+    fi
+fi
+case $over in
     tcp | vader) run+=(--mca pml ob1 --mca btl "self,$over") ;;
     deposit)
         scripts/fabric.sh --build
         export FI_PROVIDER_PATH=$PWD/target/release
         if ((np > 2 || bridge)); then
-            (($(id -u) == 0)) || { echo "mpi: a bridge of veths needs root" >&2; exit 2; }
-            # shellcheck source=scripts/bridge.sh
-            . scripts/bridge.sh
-            bridge_up "$np"
             export DEPOSIT_FI_DEV=af_packet:ddmv%r
-            echo "mpi: $np veths (ddmv0..) on bridge ddmpi0, af_packet on each"
         else
             sock=$(mktemp -u /tmp/deposit-mpi.XXXXXX)
             export DEPOSIT_FI_DEV=memif:$sock:%r
@@ -58,11 +91,10 @@ case $over in
         # DPDK's own log, when asked for (DEPOSIT_EAL_ARGS=--log-level=*:info).
         [[ -n ${DEPOSIT_EAL_ARGS:-} ]] && run+=(-x DEPOSIT_EAL_ARGS)
         ;;
-    *) echo "mpi: --over deposit, tcp or vader" >&2; exit 2 ;;
 esac
 (($(id -u) == 0)) && run+=(--allow-run-as-root)
 echo "== ${run[*]} $out/ddmpi ${args[*]}"
 rc=0
-timeout 600 "${run[@]}" "$out/ddmpi" "${args[@]}" || rc=$?
+timeout 600 "${run[@]}" "${DDMPI_PROG:-$out/ddmpi}" "${args[@]}" || rc=$?
 [[ -n $sock ]] && rm -f "$sock"
 exit "$rc"

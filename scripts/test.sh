@@ -328,10 +328,15 @@ step "MPI checks, 4 ranks (tcp)" scripts/mpi.sh -np 4 --check
 step "libfabric provider" scripts/fabric.sh --check
 step "MPI over deposit, 2 ranks (memif)" scripts/mpi.sh -np 2 --over deposit -- -n 200 -m 65536
 # 4 ranks on an L2 switch: one veth per rank on a Linux bridge, af_packet on each (root).
+# Then 2 ranks as 2 hosts: each rank in a network namespace of its own on the bridge,
+# started by mpirun through scripts/netns-rsh, over deposit and over kernel TCP (which
+# then crosses the bridge too).
 if (($(id -u) == 0)); then
     step "MPI over deposit, 4 ranks (bridge)" scripts/mpi.sh -np 4 --over deposit -- -n 100 -m 16384
+    step "MPI over deposit, 2 hosts (bridge)" scripts/mpi.sh -np 2 --hosts --over deposit -- -n 100 -m 16384
+    step "MPI checks, 2 hosts (tcp)" scripts/mpi.sh -np 2 --hosts --check
 else
-    echo "== SKIPPED: MPI over deposit, 4 ranks (bridge): a bridge of veths needs root"
+    echo "== SKIPPED: MPI over deposit, 4 ranks and 2 hosts (bridge): a bridge of veths needs root"
 fi
 step "ddperf --plot" plots
 step "smoke write_lat" smoke write_lat -s 32 -n 2000

@@ -162,6 +162,12 @@ static int device_get(void) {
     dd_device_config_init(&cfg);
     cfg.port = port;
     cfg.ip[0] = (uint8_t)a, cfg.ip[1] = (uint8_t)b, cfg.ip[2] = (uint8_t)c, cfg.ip[3] = (uint8_t)d;
+    /* Progress is manual (FI_PROGRESS_MANUAL), but a consumer may stop calling for
+     * long — an MPI rank computing, fi_pingpong blocked in its control socket right
+     * after its last receive — while a peer waits for the acknowledgement of what it
+     * sent (given up after ~4 s: RetryExceeded). The device's own thread takes a turn
+     * when no call took one for 1 ms. */
+    cfg.progress_guard_us = 1000;
     /* A memif client whose server (another rank) has not created its socket yet fails
      * at once, and so, now and then, does af_packet on a veth made a moment ago: it
      * tries again for up to 10 s (a port that fails gives back what it created). */
@@ -323,6 +329,7 @@ struct cq {
     size_t err_head, err_tail;
     struct ep *eps[8];
     int neps;
+    int drained; /* the last read returned entries and emptied the queue */
 };
 
 static void cq_push(struct cq *cq, void *ctx, uint64_t flags, size_t len, void *buf, uint64_t data,
@@ -884,10 +891,12 @@ static void progress(struct ep *ep) {
         consume(ep, ring_of(ep) + (ep->consumed % RING_SLOTS) * ep->slot);
         ep->consumed++;
     }
-    /* Acknowledged fragments. */
+    /* Acknowledged fragments: taken, not polled (that would drive the device again,
+     * and an acknowledgement owed for a message just consumed would go in a frame of
+     * its own instead of riding on the reply the application is about to post). */
     struct dd_completion wc[64];
     int n;
-    while ((n = dd_cq_poll(ep->dcq, wc, 64)) > 0) {
+    while ((n = dd_cq_take(ep->dcq, wc, 64)) > 0) {
         for (int i = 0; i < n; i++) {
             int s = (int)wc[i].wr_id;
             if (s < 0 || s >= STAGE_SLOTS)
@@ -1519,8 +1528,18 @@ static void cq_progress(struct cq *cq) {
 
 static ssize_t cq_readfrom(struct fid_cq *f, void *buf, size_t count, fi_addr_t *src) {
     struct cq *cq = (struct cq *)f;
-    if (cq->head == cq->tail)
+    /* A read that finds the queue empty drives progress, but not the one right after a
+     * read that emptied it: a consumer draining until -FI_EAGAIN (Open MPI's ofi MTL)
+     * would take a second device turn before it could act on what it read, and that
+     * turn would send the acknowledgement owed for a message just consumed in a frame
+     * of its own instead of on the reply about to be posted. */
+    if (cq->head == cq->tail) {
+        if (cq->drained) {
+            cq->drained = 0;
+            return cq->err_head != cq->err_tail ? -FI_EAVAIL : -FI_EAGAIN;
+        }
         cq_progress(cq);
+    }
     if (cq->err_head != cq->err_tail)
         return -FI_EAVAIL;
     size_t n = 0;
@@ -1546,6 +1565,7 @@ static ssize_t cq_readfrom(struct fid_cq *f, void *buf, size_t count, fi_addr_t 
             ((struct fi_cq_tagged_entry *)buf)[n] = *e;
         }
     }
+    cq->drained = n > 0 && cq->head == cq->tail;
     return n ? (ssize_t)n : -FI_EAGAIN;
 }
 

@@ -1,6 +1,6 @@
 //! Devices: one DPDK port plus its worker.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -51,6 +51,16 @@ pub struct DeviceConfig {
     pub ip: [u8; 4],
     pub mac: Option<[u8; 6]>,
     pub progress: Progress,
+    /// Inline progress: a thread of the device's own takes a turn whenever no call
+    /// has taken one for this long, so that what the peers wait for — an
+    /// acknowledgement owed, a retransmission, a keepalive answer, connection
+    /// management — still goes out while the application computes or waits elsewhere
+    /// (an MPI rank between calls, a libfabric consumer blocked on its own socket).
+    /// Without it an acknowledgement owed when the application stops calling waits
+    /// for its next call, and a peer's request fails with `RetryExceeded` after the
+    /// give-up budget. Its turns never run beside the application's (a turn is taken
+    /// only when no thread is in one). Default: none. Ignored with a dedicated worker.
+    pub progress_guard: Option<Duration>,
     /// Shards (docs/design.md §6): workers, each with its own node — endpoints, their
     /// connections, registers and instruction slots — and its own queue pair where the
     /// port has one per shard (ring), else sharing queue 0 by software dispatch (memif,
@@ -118,6 +128,7 @@ impl DeviceConfig {
             ip,
             mac: None,
             progress: Progress::Inline,
+            progress_guard: None,
             workers: default_workers(),
             worker_cpu: None,
             max_frame: None,
@@ -139,6 +150,10 @@ impl DeviceConfig {
     }
     pub fn progress(mut self, p: Progress) -> Self {
         self.progress = p;
+        self
+    }
+    pub fn progress_guard(mut self, after: Duration) -> Self {
+        self.progress_guard = Some(after);
         self
     }
     pub fn max_frame(mut self, bytes: usize) -> Self {
@@ -182,6 +197,9 @@ struct Core {
     failed: AtomicBool,
     stop: AtomicBool,
     progress: Progress,
+    /// Inline turns taken by the application's calls (the progress guard's clock;
+    /// written only by the thread holding `here`).
+    turns: AtomicU64,
 }
 
 pub(crate) struct DeviceInner {
@@ -400,7 +418,12 @@ impl Core {
         }
         port::register_thread();
         match self.here.try_lock() {
-            Some(mut w) => w.as_mut().map_or(0, |w| w.poll()),
+            Some(mut w) => {
+                // Only the holder of `here` writes it: no locked increment.
+                let t = self.turns.load(Ordering::Relaxed);
+                self.turns.store(t.wrapping_add(1), Ordering::Relaxed);
+                w.as_mut().map_or(0, |w| w.poll())
+            }
             None => 0,
         }
     }
@@ -560,6 +583,7 @@ impl Device {
                     failed: AtomicBool::new(false),
                     stop: AtomicBool::new(false),
                     progress: cfg.progress,
+                    turns: AtomicU64::new(0),
                 })
             })
             .collect();
@@ -577,6 +601,24 @@ impl Device {
         });
         DEVICES.add(&inner);
         crate::telemetry::register_commands();
+        if let Some(after) = cfg.progress_guard.filter(|_| !dedicated) {
+            let cores = shards.clone();
+            let h = std::thread::Builder::new()
+                .name("deposit-guard".to_string())
+                .spawn(move || guard_progress(&cores, after));
+            match h {
+                Ok(h) => inner
+                    .threads
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push(h),
+                Err(e) => {
+                    return Err(Error::InvalidArgument(format!(
+                        "cannot spawn the progress guard thread: {e}"
+                    )))
+                }
+            }
+        }
         for (k, (core, worker)) in shards.into_iter().zip(workers).enumerate() {
             if !dedicated {
                 *core.here.lock() = Some(worker);
@@ -1015,6 +1057,37 @@ impl Device {
     pub fn send_raw_frame(&self, frame: &[u8]) {
         let frame = frame.to_vec();
         self.inner.call(move |w| w.send_raw(&frame));
+    }
+}
+
+/// The progress guard of an inline device ([`DeviceConfig::progress_guard`]): every
+/// `after`, each shard that no call has driven since the last look takes turns here
+/// until one moves nothing (at most 16), unless a thread is in a turn. Stops with the
+/// device (`DeviceInner::stop_threads`).
+fn guard_progress(cores: &[Arc<Core>], after: Duration) {
+    port::register_thread();
+    let mut seen: Vec<u64> = cores
+        .iter()
+        .map(|c| c.turns.load(Ordering::Relaxed))
+        .collect();
+    while !cores[0].stop.load(Ordering::Relaxed) {
+        std::thread::sleep(after);
+        for (c, seen) in cores.iter().zip(&mut seen) {
+            let now = c.turns.load(Ordering::Relaxed);
+            if now != *seen {
+                *seen = now; // the application drives it
+                continue;
+            }
+            if let Some(mut g) = c.here.try_lock() {
+                if let Some(w) = g.as_mut() {
+                    for _ in 0..16 {
+                        if w.poll() == 0 {
+                            break;
+                        }
+                    }
+                }
+            }
+        }
     }
 }
 

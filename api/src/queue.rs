@@ -35,6 +35,16 @@ impl CompletionQueue {
         if self.shared.is_empty() {
             self.dev.progress();
         }
+        self.poll_queued(out)
+    }
+
+    /// Takes up to `out.len()` completions already queued, without driving the
+    /// device: for a caller that drives an inline device itself
+    /// ([`Device::progress`](crate::Device::progress)) and wants that to be the
+    /// only turn it takes (an acknowledgement owed waits a turn for a reply to carry
+    /// it; a second turn at once sends it alone).
+    #[inline]
+    pub fn poll_queued(&self, out: &mut [Completion]) -> usize {
         let mut n = 0;
         // `is_empty` is two plain loads; a `pop` that finds the queue empty also pays a
         // full fence, which this loop would otherwise pay on every poll.

@@ -176,3 +176,55 @@ fn a_post_wakes_a_sleeping_dedicated_worker_at_once() {
         "{woken_by_post} of 5 naps ended by the post (post to arrival: {delays:?})"
     );
 }
+
+#[test]
+fn an_inline_device_left_alone_still_acknowledges_with_a_progress_guard() {
+    // The server is inline, and this thread stops driving it right after the turn that
+    // took a write in (as an MPI rank starts computing, or fi_pingpong blocks in its
+    // control socket after its last receive): the acknowledgement owed would wait for
+    // its next call, and the client's write would fail with RetryExceeded. Its
+    // progress guard sends it within a few of its 1 ms periods.
+    let pair = ring_pair_with(
+        "waits_guard",
+        |c| {
+            c.progress = Progress::Inline;
+            c.progress_guard = Some(Duration::from_millis(1));
+        },
+        |c| c.progress = Progress::Dedicated,
+    );
+    let sep = pair
+        .server
+        .alloc_endpoint(4096, Rights::REMOTE_WRITE)
+        .unwrap();
+    let scq = pair.server.create_cq(16);
+    let l = pair.server.listen(7, &sep, &scq).unwrap();
+    let client = pair.client.clone();
+    let dialer = std::thread::spawn(move || {
+        let cep = client.alloc_endpoint(4096, Rights::REMOTE_WRITE).unwrap();
+        let ccq = client.create_cq(64);
+        let c = client.connect([10, 0, 0, 1], 7, &cep, &ccq).unwrap();
+        (c, cep, ccq)
+    });
+    let s = l.accept(T).expect("accepted");
+    let (c, cep, ccq) = dialer.join().unwrap();
+    for round in 0..20u64 {
+        cep.fill(0, 64, round as u8 + 1).unwrap();
+        let before = s.arrivals();
+        c.post(&WorkRequest::write(round, &cep, 0, 64, 64).signaled())
+            .unwrap();
+        let t0 = Instant::now();
+        while s.arrivals() == before {
+            assert!(t0.elapsed() < T, "the write never arrived");
+            pair.server.progress();
+        }
+        // Left alone from here: only the guard drives the server.
+        let wc = ccq
+            .wait_one(Duration::from_secs(2))
+            .expect("the write completes: its acknowledgement went out");
+        assert_eq!(wc.status, WcStatus::Success, "{wc:?}");
+        assert_eq!(wc.wr_id, round);
+        let mut got = [0u8; 64];
+        sep.read(64, &mut got).unwrap();
+        assert_eq!(got, [round as u8 + 1; 64]);
+    }
+}

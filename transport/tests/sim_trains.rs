@@ -9,7 +9,7 @@ use common::*;
 use deposit_transport::cm::ConnectOptions;
 use deposit_transport::node::NodeConfig;
 use deposit_transport::oplogic::DropReason;
-use deposit_transport::sim::LinkConfig;
+use deposit_transport::sim::{LinkConfig, HZ};
 use deposit_transport::wire::{write_trailer, FrameView, UNDERLAY_LEN};
 
 fn config(conns: usize) -> NodeConfig {
@@ -249,4 +249,67 @@ fn a_long_burst_is_acknowledged_within_the_turn() {
         done.len()
     );
     all_ok(&done);
+}
+
+#[test]
+fn an_answer_on_another_connection_carries_the_acknowledgement_of_its_request() {
+    // The libfabric provider's shape: a request on host 0's connection to host 1, its
+    // answer on host 1's own connection back. The answer's frame carries the request's
+    // acknowledgement (a section of its own), and the next request carries the
+    // answer's: one frame per message each way, none for acknowledgements alone.
+    const ROUNDS: u64 = 100;
+    let (mut net, eps) = network(2, &config(2), LinkConfig::default(), 29);
+    let (req, req_at_1) = connect(&mut net, &eps, 0, 1, &ConnectOptions::default());
+    let (ans, ans_at_0) = connect(&mut net, &eps, 1, 0, &ConnectOptions::default());
+    net.run_for(1_000_000);
+    let (f0, f1) = (
+        net.hosts[0].node.stats().frames_tx,
+        net.hosts[1].node.stats().frames_tx,
+    );
+    let mut answered = 0;
+    for round in 0..ROUNDS {
+        let off = 64 * round;
+        let question = pattern(&net, &req, off as usize, 64, round as u8);
+        let answer = pattern(&net, &ans, 8192 + off as usize, 64, !(round as u8));
+        let got = net.hosts[1].node.stats().msgs_rx;
+        post_all(&req, [write(round, &req, off, 64, 16384 + off as u32)]);
+        // Host 1 takes the request in (its acknowledgement is owed) ...
+        assert!(net.run_until(HZ, |n| n.hosts[1].node.stats().msgs_rx > got));
+        same(
+            &bytes(&net, &req_at_1, 16384 + off as usize, 64),
+            &question,
+            "request",
+        );
+        // ... and answers before its next transmission.
+        post_all(
+            &ans,
+            [write(round, &ans, 8192 + off, 64, 24576 + off as u32)],
+        );
+        all_ok(&complete(&mut net, &req, 1, 1));
+        same(
+            &bytes(&net, &ans_at_0, 24576 + off as usize, 64),
+            &answer,
+            "answer",
+        );
+        answered += sim_drain_ok(&ans);
+    }
+    // The last answer's acknowledgement has no request to ride on: it goes alone.
+    answered += complete(&mut net, &ans, (ROUNDS - answered) as usize, 1).len() as u64;
+    assert_eq!(answered, ROUNDS);
+    let (s0, s1) = (net.hosts[0].node.stats(), net.hosts[1].node.stats());
+    assert_eq!(s1.frames_tx - f1, ROUNDS, "host 1: one frame per answer");
+    assert_eq!(
+        s0.frames_tx - f0,
+        ROUNDS + 1,
+        "host 0: one per request, one last ack"
+    );
+    assert_eq!(s0.msgs_tx + s1.msgs_tx, 2 * ROUNDS, "no retransmission");
+    assert!(s1.sections_tx >= ROUNDS && s0.sections_tx >= ROUNDS - 1);
+}
+
+/// Takes `end`'s completions queued now (each a success); how many.
+fn sim_drain_ok(end: &End) -> u64 {
+    let c = deposit_transport::sim::drain(&end.cq);
+    all_ok(&c);
+    c.len() as u64
 }

@@ -230,6 +230,11 @@ struct dd_device_config {
   uint32_t retry_timeout_us;
   // Retransmissions of the same data before a connection fails.
   uint32_t retry_count;
+  // Inline progress: a thread of the device's own takes a turn whenever no call has
+  // taken one for this many microseconds, so that acknowledgements owed,
+  // retransmissions and connection management go on while the program computes or
+  // waits elsewhere (0: none, the default: the device moves only in calls).
+  uint32_t progress_guard_us;
 };
 
 // A window of address registers: `len` registers from absolute index `base`.
@@ -488,6 +493,13 @@ void dd_cq_destroy(struct dd_cq *cq);
 // Takes up to `n` completions into `out`; returns how many (0 when none, a negative
 // `DD_ERR_*` on bad arguments). Drives an inline device.
 int dd_cq_poll(const struct dd_cq *cq, struct dd_completion *out, uint32_t n);
+
+// As `dd_cq_poll`, but takes only the completions already queued, without driving
+// the device: for a program that drives an inline device itself
+// (`dd_device_progress`) and wants that to be the only turn it takes (an
+// acknowledgement owed waits a turn for a reply to carry it; a second turn at once
+// sends it in a frame of its own).
+int dd_cq_take(const struct dd_cq *cq, struct dd_completion *out, uint32_t n);
 
 // Waits up to `timeout_ms` for one completion into `out` (`DD_ERR_TIMEOUT` if none
 // came). The thread sleeps while the device has a dedicated worker.

@@ -203,6 +203,11 @@ pub struct dd_device_config {
     pub retry_timeout_us: u32,
     /// Retransmissions of the same data before a connection fails.
     pub retry_count: u32,
+    /// Inline progress: a thread of the device's own takes a turn whenever no call has
+    /// taken one for this many microseconds, so that acknowledgements owed,
+    /// retransmissions and connection management go on while the program computes or
+    /// waits elsewhere (0: none, the default: the device moves only in calls).
+    pub progress_guard_us: u32,
 }
 
 /// Fills `cfg` with the defaults (port and address still to set).
@@ -220,6 +225,7 @@ pub unsafe extern "C" fn dd_device_config_init(cfg: *mut dd_device_config) -> c_
             max_connections: d.max_connections as u32,
             retry_timeout_us: d.retry_timeout.as_micros() as u32,
             retry_count: d.retry_count,
+            progress_guard_us: 0,
         };
         put(cfg, c, "cfg")
     })
@@ -250,6 +256,9 @@ pub unsafe extern "C" fn dd_device_open(
         }
         if c.workers != 0 {
             d.workers = c.workers as usize;
+        }
+        if c.progress_guard_us != 0 {
+            d = d.progress_guard(Duration::from_micros(c.progress_guard_us.into()));
         }
         if c.cm_timeout_ms != 0 {
             d.cm_timeout = ms(c.cm_timeout_ms);
@@ -676,6 +685,21 @@ pub unsafe extern "C" fn dd_cq_destroy(cq: *mut dd_cq) {
 /// `DD_ERR_*` on bad arguments). Drives an inline device.
 #[no_mangle]
 pub unsafe extern "C" fn dd_cq_poll(cq: *const dd_cq, out: *mut dd_completion, n: u32) -> c_int {
+    cq_take(cq, out, n, true)
+}
+
+/// As `dd_cq_poll`, but takes only the completions already queued, without driving
+/// the device: for a program that drives an inline device itself
+/// (`dd_device_progress`) and wants that to be the only turn it takes (an
+/// acknowledgement owed waits a turn for a reply to carry it; a second turn at once
+/// sends it in a frame of its own).
+#[no_mangle]
+pub unsafe extern "C" fn dd_cq_take(cq: *const dd_cq, out: *mut dd_completion, n: u32) -> c_int {
+    cq_take(cq, out, n, false)
+}
+
+/// `dd_cq_poll` (`drive`) and `dd_cq_take`.
+unsafe fn cq_take(cq: *const dd_cq, out: *mut dd_completion, n: u32, drive: bool) -> c_int {
     let mut got = 0;
     let rc = guard(|| {
         let q = obj(cq, "cq")?;
@@ -684,7 +708,12 @@ pub unsafe extern "C" fn dd_cq_poll(cq: *const dd_cq, out: *mut dd_completion, n
         }
         let mut buf = [api::Completion::EMPTY; 32];
         while got < n as usize {
-            let k = q.0.poll(&mut buf[..(n as usize - got).min(32)]);
+            let room = &mut buf[..(n as usize - got).min(32)];
+            let k = if drive {
+                q.0.poll(room)
+            } else {
+                q.0.poll_queued(room)
+            };
             for (i, c) in buf[..k].iter().enumerate() {
                 out.add(got + i).write((*c).into());
             }

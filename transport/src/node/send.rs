@@ -114,30 +114,62 @@ impl Node {
     /// connections to one peer go in one frame.
     fn bundle_acks(&mut self, w: &mut FrameWriter<'_>, peer: Dest, next: usize) {
         let end = self.ack_list.len().min(next.saturating_add(BUNDLE_SCAN));
-        let credits = self.credits;
         for j in next..end {
-            let slot = self.ack_list[j];
-            let eligible = self.conns.get(slot).is_some_and(|c| {
-                c.ack_pending
-                    && c.dest() == peer
-                    && c.nnaks == 0
-                    && c.refusals.is_empty()
-                    && !self.takes_high_queue(c.priority)
-            });
-            if !eligible {
-                continue;
-            }
-            let conn = self.conns.get_mut(slot).expect("eligible slot");
-            let sack = sack_cells(conn).count();
-            if !w.begin_section(&ack_header(conn, credits), sack) {
+            if !self.ack_section(w, self.ack_list[j], peer) {
                 break;
             }
-            push_ack_cells(conn, w, 0);
-            seal(conn, w, &mut self.stats);
-            conn.ack_pending = false;
-            self.stats.acks_tx += 1;
-            self.stats.sections_tx += 1;
         }
+    }
+
+    /// Adds to data frame `w` (of a connection to `peer`, whose own acknowledgement it
+    /// carries) the acknowledgements other connections to `peer` owe, from the first
+    /// [`BUNDLE_SCAN`] of those owed since the last turn and of those owed now, while
+    /// they fit. A request on one connection answered on another (the libfabric
+    /// provider's pair of connections per peer, a reply sent back on a connection of
+    /// the server's own) then costs the answer's frame only, not one more frame for the
+    /// acknowledgement.
+    fn ride_acks(&mut self, w: &mut FrameWriter<'_>, peer: Dest) {
+        let owed = self.ack_list.len().min(BUNDLE_SCAN);
+        let new = self.ack_new.len().min(BUNDLE_SCAN);
+        for j in 0..owed + new {
+            let slot = if j < owed {
+                self.ack_list[j]
+            } else {
+                self.ack_new[j - owed]
+            };
+            if !self.ack_section(w, slot, peer) {
+                return;
+            }
+        }
+    }
+
+    /// Adds connection `slot`'s acknowledgement to frame `w` as a section of its own if
+    /// the connection goes to `peer` and owes a plain one (no NAK, no refusal, not a
+    /// high-priority connection, whose acknowledgements take the high queue). Returns
+    /// false when the frame has no room for it.
+    fn ack_section(&mut self, w: &mut FrameWriter<'_>, slot: usize, peer: Dest) -> bool {
+        let eligible = self.conns.get(slot).is_some_and(|c| {
+            c.ack_pending
+                && c.dest() == peer
+                && c.nnaks == 0
+                && c.refusals.is_empty()
+                && !self.takes_high_queue(c.priority)
+        });
+        if !eligible {
+            return true;
+        }
+        let credits = self.credits;
+        let conn = self.conns.get_mut(slot).expect("eligible slot");
+        let sack = sack_cells(conn).count();
+        if !w.begin_section(&ack_header(conn, credits), sack) {
+            return false;
+        }
+        push_ack_cells(conn, w, 0);
+        seal(conn, w, &mut self.stats);
+        conn.ack_pending = false;
+        self.stats.acks_tx += 1;
+        self.stats.sections_tx += 1;
+        true
     }
 
     /// Sends a liveness probe (an acknowledgement frame asking for one back) on every
@@ -533,6 +565,9 @@ impl Node {
         self.stats.count_sent(sent, bytes, resent);
         if let Some(from) = bundle.filter(|_| done) {
             self.bundle(&mut w, peer, from, now, &mut ext);
+            if !(self.ack_list.is_empty() && self.ack_new.is_empty()) {
+                self.ride_acks(&mut w, peer);
+            }
         }
         self.stats.cells_tx += w.frame_cells() as u64;
         let len = match &ext.taken {
