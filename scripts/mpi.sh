@@ -20,7 +20,7 @@
 # that kernel TCP between ranks crosses the same bridge as deposit's af_packet (without
 # it TCP between ranks goes over loopback). `--mtu M` sets the bridge's and the veths'
 # MTU (af_packet sizes its frames from it).
-# `--check` runs the checks only. As root, mpirun gets --allow-run-as-root; more ranks
+# `--check` runs the checks only; DDMPI_PROG=PROGRAM runs another MPI program instead. As root, mpirun gets --allow-run-as-root; more ranks
 # than cores are oversubscribed.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -65,8 +65,10 @@ if [[ -n $hosts ]] || { [[ $over == deposit ]] && ((np > 2 || bridge)); }; then
         hostfile=$out/hosts
         for ((r = 0; r < np; r++)); do echo "10.89.0.$((r + 1)) slots=1"; done >"$hostfile"
         # One rank per host; each host's daemon would bind its rank to the same
-        # core 0 of this one machine, so no binding.
-        run+=(--hostfile "$hostfile" --bind-to none --mca plm_rsh_agent "$PWD/scripts/netns-rsh"
+        # core 0 of this one machine, so no binding, and no hwloc runtime control:
+        # its daemons' shared topology map, placed at an address chosen per daemon,
+        # crashed one daemon now and then (hwloc_shmem_topology_write, SIGSEGV).
+        run+=(--hostfile "$hostfile" --bind-to none --mca rtc ^hwloc --mca plm_rsh_agent "$PWD/scripts/netns-rsh"
             --mca oob_tcp_if_include 10.89.0.0/24 --mca btl_tcp_if_include 10.89.0.0/24)
         # The daemons share this machine's /tmp: keep PMIx's data in each one's memory.
         export PMIX_MCA_gds=hash
