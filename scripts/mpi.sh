@@ -20,8 +20,8 @@
 # that kernel TCP between ranks crosses the same bridge as deposit's af_packet (without
 # it TCP between ranks goes over loopback). `--mtu M` sets the bridge's and the veths'
 # MTU (af_packet sizes its frames from it).
-# `--check` runs the checks only; DDMPI_PROG=PROGRAM runs another MPI program instead. As root, mpirun gets --allow-run-as-root; more ranks
-# than cores are oversubscribed.
+# `--check` runs the checks only; DDMPI_PROG=PROGRAM runs another MPI program instead.
+# As root, mpirun gets --allow-run-as-root; more ranks than cores are oversubscribed.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 np=2

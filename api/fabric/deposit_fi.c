@@ -1533,13 +1533,8 @@ static ssize_t cq_readfrom(struct fid_cq *f, void *buf, size_t count, fi_addr_t 
      * would take a second device turn before it could act on what it read, and that
      * turn would send the acknowledgement owed for a message just consumed in a frame
      * of its own instead of on the reply about to be posted. */
-    if (cq->head == cq->tail) {
-        if (cq->drained) {
-            cq->drained = 0;
-            return cq->err_head != cq->err_tail ? -FI_EAVAIL : -FI_EAGAIN;
-        }
+    if (cq->head == cq->tail && !cq->drained)
         cq_progress(cq);
-    }
     if (cq->err_head != cq->err_tail)
         return -FI_EAVAIL;
     size_t n = 0;

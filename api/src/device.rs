@@ -352,6 +352,17 @@ impl DeviceInner {
             self.progress();
         }
     }
+    /// Keeps a thread just spawned, to stop and join with the device; an error when it
+    /// could not be spawned (the threads started so far stop with the device, dropped
+    /// by the caller's return).
+    fn keep_thread(&self, h: std::io::Result<JoinHandle<()>>, what: &str) -> Result<(), Error> {
+        let h = h.map_err(|e| Error::InvalidArgument(format!("cannot spawn {what}: {e}")))?;
+        self.threads
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(h);
+        Ok(())
+    }
     /// Stops the worker threads and joins them (they leave their workers behind).
     fn stop_threads(&self) {
         for c in &self.shards {
@@ -606,18 +617,7 @@ impl Device {
             let h = std::thread::Builder::new()
                 .name("deposit-guard".to_string())
                 .spawn(move || guard_progress(&cores, after));
-            match h {
-                Ok(h) => inner
-                    .threads
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .push(h),
-                Err(e) => {
-                    return Err(Error::InvalidArgument(format!(
-                        "cannot spawn the progress guard thread: {e}"
-                    )))
-                }
-            }
+            inner.keep_thread(h, "the progress guard thread")?;
         }
         for (k, (core, worker)) in shards.into_iter().zip(workers).enumerate() {
             if !dedicated {
@@ -638,19 +638,7 @@ impl Device {
                 }
                 core.run_dedicated(worker)
             });
-            match h {
-                Ok(h) => inner
-                    .threads
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .push(h),
-                Err(e) => {
-                    // The threads started so far stop with the device (dropped here).
-                    return Err(Error::InvalidArgument(format!(
-                        "cannot spawn worker thread: {e}"
-                    )));
-                }
-            }
+            inner.keep_thread(h, "worker thread")?;
         }
         Ok(Device { inner })
     }

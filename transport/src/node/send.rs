@@ -565,9 +565,7 @@ impl Node {
         self.stats.count_sent(sent, bytes, resent);
         if let Some(from) = bundle.filter(|_| done) {
             self.bundle(&mut w, peer, from, now, &mut ext);
-            if !(self.ack_list.is_empty() && self.ack_new.is_empty()) {
-                self.ride_acks(&mut w, peer);
-            }
+            self.ride_acks(&mut w, peer);
         }
         self.stats.cells_tx += w.frame_cells() as u64;
         let len = match &ext.taken {
