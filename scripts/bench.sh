@@ -249,10 +249,13 @@ if ((${secure:-0})); then
     pair() { # plain-array secure-array command...: both, the order alternating per round
         local -n p_=$1 s_=$2
         shift 2
+        # One identity file for both sides; the client takes the server's key on
+        # first use into a known-peers file of the run's, pinned from then on.
+        local keys=(--identity "$dir/identity" --known-peers "$dir/known_peers" --tofu)
         if ((i % 2)); then
-            p_+=("$("$@")"); s_+=("$("$@" --secure)")
+            p_+=("$("$@")"); s_+=("$("$@" --secure "${keys[@]}")")
         else
-            s_+=("$("$@" --secure)"); p_+=("$("$@")")
+            s_+=("$("$@" --secure "${keys[@]}")"); p_+=("$("$@")")
         fi
     }
     for i in $(seq "$rounds"); do

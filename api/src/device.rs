@@ -6,9 +6,12 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crossbeam::queue::SegQueue;
-use deposit_transport::cm::{private_data, ConnectOptions, Registers, Security};
-use deposit_transport::connection::{ConnState, Priority};
+use deposit_transport::cm::{
+    private_data, CmLimits, ConnectOptions, PeerTrust, Registers, Security,
+};
+use deposit_transport::connection::{ConnShared, ConnState, Priority};
 use deposit_transport::events::EventRing as Queue;
+use deposit_transport::identity::{Identity, IdentityKey, KnownPeers};
 use deposit_transport::mem::EndpointMemory;
 use deposit_transport::node::{Accepted, MAX_SHARDS};
 use deposit_transport::port::{self, EalInfo, Port, PortConfig, PortSpec};
@@ -17,6 +20,7 @@ use deposit_transport::tables::{EndpointEntry, NodeAddr, RegProt, RegWindow, Rig
 use deposit_transport::wake::WaitQueue;
 use deposit_transport::wire::{self, cm::PRIVATE_DATA_MAX};
 use deposit_transport::worker::{ShardLinks, Worker, WorkerConfig};
+use std::net::Ipv4Addr;
 
 use crate::endpoint::EpInner;
 use crate::idle::{wait_for, Backoff};
@@ -110,6 +114,22 @@ pub struct DeviceConfig {
     /// Fault injection on received frames (loss, duplication, reordering, corruption,
     /// delay), deterministic per seed: `"loss=0.01,reorder=0.01,seed=7".parse()`.
     pub faults: Option<deposit_transport::faults::FaultConfig>,
+    /// This node's long-term identity key pair, which every connection's handshake
+    /// proves to the peer (docs/design.md §10): from [`Identity::load_or_generate`]
+    /// for a node whose key peers pin, as a server usually is. `None`: a fresh key pair
+    /// for this device, forgotten when it closes (a client whose key nobody pins).
+    pub identity: Option<Arc<Identity>>,
+    /// Known peers (OpenSSH's `known_hosts`): a connect to a peer listed there pins the
+    /// listener's key to the listed one ([`ConnOptions::peer_key`] wins over it), and a
+    /// key taken on first use ([`ConnOptions::trust_on_first_use`]) is added to it.
+    /// `None`: no file (keys taken on first use are still reported, not kept).
+    pub known_peers: Option<std::path::PathBuf>,
+    /// What one source may cost this node's listeners (docs/design.md §7, §10): rates
+    /// of connect requests per source and of challenges, and caps per source address
+    /// on connections (1024 by default) and on connections whose handshake it has not
+    /// finished (64). A server that expects more connections from one host raises
+    /// `per_source_connections`.
+    pub cm_limits: CmLimits,
 }
 
 /// Workers of a device unless its configuration says: `DEPOSIT_WORKERS` when set to a
@@ -146,6 +166,9 @@ impl DeviceConfig {
             keepalive_count: 5,
             max_inflight_bytes: 1 << 20,
             faults: None,
+            identity: None,
+            known_peers: None,
+            cm_limits: CmLimits::default(),
         }
     }
     pub fn progress(mut self, p: Progress) -> Self {
@@ -217,6 +240,11 @@ pub(crate) struct DeviceInner {
     instructions: u32,
     /// The shard the next endpoint goes to (round-robin).
     next_shard: AtomicUsize,
+    /// This node's identity key (its public half).
+    identity: IdentityKey,
+    /// Listener keys by peer address: read at connect, added to on first use (the
+    /// application's threads only; no worker takes it).
+    known_peers: Mutex<KnownPeers>,
 }
 
 impl DeviceInner {
@@ -553,8 +581,22 @@ impl Device {
             keepalive_us: cfg.keepalive.as_micros() as u64,
             keepalive_count: cfg.keepalive_count,
             shards: n as u8,
+            cm_limits: cfg.cm_limits,
+            identity: match &cfg.identity {
+                Some(id) => id.clone(),
+                None => Arc::new(
+                    Identity::generate()
+                        .map_err(|e| Error::InvalidArgument(format!("identity key: {e}")))?,
+                ),
+            },
             ..WorkerConfig::default()
         };
+        let known_peers = match &cfg.known_peers {
+            Some(path) => KnownPeers::load(path)
+                .map_err(|e| Error::InvalidArgument(format!("known peers: {e}")))?,
+            None => KnownPeers::empty(),
+        };
+        let identity = wcfg.identity.public();
         let max_frame = port.max_frame();
         let instructions = wcfg.instructions;
         let mut workers: Vec<Worker> = port
@@ -609,6 +651,8 @@ impl Device {
             registers: cfg.registers,
             instructions,
             next_shard: AtomicUsize::new(0),
+            identity,
+            known_peers: Mutex::new(known_peers),
         });
         DEVICES.add(&inner);
         crate::telemetry::register_commands();
@@ -861,7 +905,20 @@ impl Device {
         opts: &ConnOptions,
     ) -> Result<Connection, Error> {
         self.check_ep(ep)?;
-        let (ep_id, cq_shared, topts) = (ep.0.id, cq.shared.clone(), opts.transport()?);
+        let (ep_id, cq_shared, mut topts) = (ep.0.id, cq.shared.clone(), opts.transport()?);
+        let peer_name = Ipv4Addr::from(peer_ip).to_string();
+        let listed = self
+            .inner
+            .known_peers
+            .lock()
+            .map_err(|_| Error::InvalidArgument("known peers: poisoned".into()))?
+            .get(&peer_name);
+        topts.peer_key = match (opts.peer_key, listed) {
+            (Some(k), _) | (None, Some(k)) => PeerTrust::Pinned(k),
+            (None, None) if opts.trust_on_first_use => PeerTrust::FirstUse,
+            (None, None) => PeerTrust::Unverified,
+        };
+        let first_use = topts.peer_key == PeerTrust::FirstUse;
         let shared = self.inner.call_on(ep.0.shard, move |w| {
             let peer = w
                 .nodes
@@ -881,6 +938,9 @@ impl Device {
                     }
                 }
                 ConnState::Normal => {
+                    if first_use {
+                        self.trusted_on_first_use(&peer_name, &shared);
+                    }
                     let number = shared.number;
                     let private = self
                         .inner
@@ -901,6 +961,38 @@ impl Device {
                 s => return Err(Error::NotConnected(s)),
             }
         }
+    }
+
+    /// A connect that took the listener's key on first use: said aloud, and kept in
+    /// the known-peers file when there is one.
+    fn trusted_on_first_use(&self, peer: &str, shared: &ConnShared) {
+        let Some(&(key, _)) = shared.peer_identity.get().map(|b| &**b) else {
+            return;
+        };
+        let mut known = match self.inner.known_peers.lock() {
+            Ok(k) => k,
+            Err(_) => return,
+        };
+        if known.get(peer).is_some() {
+            return;
+        }
+        let kept = match known.add(peer, key) {
+            Ok(()) => match known.path() {
+                Some(p) => format!("added to {}", p.display()),
+                None => "not kept: no known-peers file".to_string(),
+            },
+            Err(e) => format!("not kept: {e}"),
+        };
+        eprintln!(
+            "deposit: WARNING: trusting {peer}'s identity key {key} on first use ({kept}); \
+             nothing proved it is {peer}'s. Compare it with the key the peer prints, or pin it."
+        );
+    }
+
+    /// This node's identity key: what a peer pins ([`ConnOptions::peer_key`]) or lists
+    /// in its known-peers or authorised-keys file.
+    pub fn identity(&self) -> IdentityKey {
+        self.inner.identity
     }
 
     /// Listens for connections to `service`; accepted connections act on `ep`.
@@ -1191,6 +1283,24 @@ pub struct ConnOptions {
     /// with [`RejectReason::Confirmation`](crate::RejectReason); without it a relay in
     /// the middle at connect time could read the connection, with it nobody can.
     pub psk: Option<[u8; 32]>,
+    /// Connecting: the listener's identity key, pinned (its [`Device::identity`], as
+    /// printed by `ddperf` or stored by an operator). The handshake then proves the
+    /// listener holds it: a node that answers with another key gets no connection
+    /// (the connect fails with [`RejectReason::PeerKey`](crate::RejectReason) if no
+    /// other answer came). Without it, a key listed for the peer in
+    /// [`DeviceConfig::known_peers`] is pinned.
+    pub peer_key: Option<IdentityKey>,
+    /// Connecting with no pinned key: take the key the listener names and report it
+    /// (on standard error, and in the known-peers file when there is one), as SSH does
+    /// for a new host. Protects later connects, not this one: a bystander who answers
+    /// first is trusted. A secure connection needs a pinned key or this; a plain one
+    /// without either authenticates its connection management only towards whoever
+    /// answered, and takes a REJECT as a hint (it fails at `cm_timeout`).
+    pub trust_on_first_use: bool,
+    /// Listening: the identity keys of the clients that may connect; a request from
+    /// any other is refused ([`RejectReason::Unauthorized`](crate::RejectReason)) and
+    /// counted. `None`: any client.
+    pub authorized_keys: Option<Vec<IdentityKey>>,
 }
 
 impl Default for ConnOptions {
@@ -1209,6 +1319,9 @@ impl Default for ConnOptions {
             backlog: DEFAULT_BACKLOG,
             secure: false,
             psk: None,
+            peer_key: None,
+            trust_on_first_use: false,
+            authorized_keys: None,
         }
     }
 }
@@ -1246,6 +1359,13 @@ impl ConnOptions {
                 None if self.secure => Security::On,
                 None => Security::Off,
             },
+            // Resolved against the known peers at connect ([`Device::connect_with`]).
+            peer_key: match self.peer_key {
+                Some(k) => PeerTrust::Pinned(k),
+                None if self.trust_on_first_use => PeerTrust::FirstUse,
+                None => PeerTrust::Unverified,
+            },
+            authorized_keys: self.authorized_keys.as_deref().map(Arc::from),
         })
     }
 }

@@ -77,9 +77,12 @@ pub use wr::{global, Cond, Order, RegOp, Src, WorkRequest};
 // The value types of the API that the worker and the wire share, re-exported as the
 // crate's own: users never name `deposit_transport` (scripts/test.sh checks that the
 // documentation links nowhere into it).
-pub use deposit_transport::cm::{CmError, Registers};
+pub use deposit_transport::cm::{CmError, CmLimits, Registers};
 pub use deposit_transport::events::{Event, EventKind};
 pub use deposit_transport::faults::{FaultConfig, FaultSpecError, FaultStats};
+pub use deposit_transport::identity::{
+    load_authorized_keys, Identity, IdentityError, IdentityKey, KnownPeers,
+};
 pub use deposit_transport::mem::MemError;
 pub use deposit_transport::node::ResumeError;
 /// Device counters ([`Device::stats`]): one definition, the worker's own.

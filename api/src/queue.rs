@@ -300,6 +300,17 @@ impl Connection {
     pub fn is_secure(&self) -> bool {
         self.shared.secure.load(Ordering::Relaxed)
     }
+    /// The peer's identity key, as the connection's handshake proved it (the peer
+    /// holds its private half).
+    pub fn peer_key(&self) -> Option<crate::IdentityKey> {
+        self.shared.peer_identity.get().map(|b| b.0)
+    }
+    /// Whether the peer's key was known before the handshake: pinned, listed in the
+    /// known peers, taken on first use, or (accepting) proven by the client. False for
+    /// a connect whose listener key came unverified from the listener's challenge.
+    pub fn peer_key_verified(&self) -> bool {
+        self.shared.peer_identity.get().is_some_and(|b| b.1)
+    }
     /// The local endpoint remote operations act on.
     pub fn endpoint(&self) -> &Endpoint {
         &self.ep

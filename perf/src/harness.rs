@@ -562,12 +562,22 @@ fn meet<B: Bench>(
         peer.is_none(),
     )?;
     (su.opts.secure, su.opts.psk) = (p.secure, p.psk);
+    // The server's key: as given, else (loopback) the device's own, which both sides
+    // share (`setup`); the known peers and --tofu cover the rest.
+    let peer_key = p
+        .peer_key
+        .or((p.role == crate::Role::Loopback).then(|| dev.identity()));
+    (su.opts.peer_key, su.opts.trust_on_first_use) = (peer_key, p.tofu);
+    su.opts.authorized_keys = p.authorized_keys.clone();
     let cep = dev.alloc_endpoint_on(0, 2 * RING * MSG_LEN as u64, Rights::REMOTE_WRITE)?;
     let ccq = dev.create_cq(64);
     let hi = ConnOptions {
         private_data: hello(p, su.offer),
         secure: p.secure,
         psk: p.psk,
+        peer_key,
+        trust_on_first_use: p.tofu,
+        authorized_keys: p.authorized_keys.clone(),
         ..ConnOptions::default()
     };
     let eps = shard_endpoints(&dev, p, &ep, rights, &su.opts)?;
@@ -588,11 +598,30 @@ fn meet<B: Bench>(
             })?;
             let mut conns = Vec::with_capacity(p.qps as usize);
             let mut wait = Wait::new(p.timeout, "the client's data connections");
+            // Data connections come from the control connection's peer: the node
+            // whose identity key its handshake proved. Any other is closed.
+            let client = c.peer_key();
+            let mut others = 0u64;
             while conns.len() < p.qps as usize {
                 let before = conns.len();
                 for l in &listeners {
                     if conns.len() < p.qps as usize {
-                        conns.extend(l.accept(Duration::ZERO).ok());
+                        match l.accept(Duration::ZERO) {
+                            Ok(d) if d.peer_key() == client => conns.push(d),
+                            Ok(d) => {
+                                others += 1;
+                                d.close();
+                                if others == 1 {
+                                    eprintln!(
+                                        "ddperf: closed a data connection from another node \
+                                         than the client's ({:?}, not {:?})",
+                                        d.peer_key(),
+                                        client
+                                    );
+                                }
+                            }
+                            Err(_) => {}
+                        }
                     }
                 }
                 if conns.len() == before {

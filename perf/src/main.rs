@@ -287,6 +287,29 @@ struct Cli {
     /// (implies --secure); both sides must give the same.
     #[arg(long, value_name = "HEX", value_parser = parse_psk)]
     psk: Option<[u8; 32]>,
+    /// This node's identity key file (made, mode 0600, if missing), whose public key
+    /// peers pin. Default with --secure, --peer-key, --tofu or --authorized-keys:
+    /// $DEPOSIT_IDENTITY, else ~/.config/deposit/identity; otherwise a fresh key per
+    /// run. The key is printed at start.
+    #[arg(long, value_name = "FILE")]
+    identity: Option<std::path::PathBuf>,
+    /// The server's identity key (base64, as the server prints it): the handshake
+    /// proves the server holds it. Wins over --known-peers.
+    #[arg(long = "peer-key", value_name = "BASE64")]
+    peer_key: Option<deposit::IdentityKey>,
+    /// Known peers (like ssh's `known_hosts`: `<ip> <key>` lines): the server's key is
+    /// pinned when listed, added when taken with --tofu. Default with --secure:
+    /// ~/.config/deposit/known_peers.
+    #[arg(long = "known-peers", value_name = "FILE")]
+    known_peers: Option<std::path::PathBuf>,
+    /// Trust on first use: with no key pinned for the server, take the key it names
+    /// (said on stderr, and kept in --known-peers). Protects later runs, not this one.
+    #[arg(long)]
+    tofu: bool,
+    /// Server: accept only clients whose identity key is listed in FILE (one base64
+    /// key per line, like WireGuard's peers or ssh's authorized_keys).
+    #[arg(long = "authorized-keys", value_name = "FILE")]
+    authorized_keys: Option<std::path::PathBuf>,
 }
 
 fn parse_psk(s: &str) -> std::result::Result<[u8; 32], String> {
@@ -373,6 +396,13 @@ pub struct Params {
     /// `--secure` / `--psk`: sealed connections.
     pub secure: bool,
     pub psk: Option<[u8; 32]>,
+    /// `--identity` (or its default), loaded; `None`: a fresh key per device.
+    pub identity: Option<std::sync::Arc<deposit::Identity>>,
+    /// `--peer-key`, `--known-peers`, `--tofu`, `--authorized-keys` (loaded).
+    pub peer_key: Option<deposit::IdentityKey>,
+    pub known_peers: Option<std::path::PathBuf>,
+    pub tofu: bool,
+    pub authorized_keys: Option<Vec<deposit::IdentityKey>>,
 }
 
 impl Params {
@@ -492,6 +522,25 @@ fn resolve(cli: Cli) -> Result<Params> {
             "--compound is an option of write_bw".into(),
         ));
     }
+    let uses_keys = cli.secure
+        || cli.psk.is_some()
+        || cli.peer_key.is_some()
+        || cli.tofu
+        || cli.authorized_keys.is_some();
+    // A loopback's devices share a fresh key (`setup`): no file unless one is named.
+    let identity = load_identity(cli.identity.as_deref(), uses_keys && role != Role::Loopback)?;
+    let known_peers = cli.known_peers.clone().or_else(|| {
+        (uses_keys && role != Role::Loopback)
+            .then(deposit::KnownPeers::default_path)
+            .flatten()
+    });
+    let authorized_keys = match &cli.authorized_keys {
+        Some(f) => Some(
+            deposit::load_authorized_keys(f)
+                .map_err(|e| PerfError::Usage(format!("--authorized-keys: {e}")))?,
+        ),
+        None => None,
+    };
     if matches!(test, Test::RawLat | Test::RawBw) && (cli.secure || cli.psk.is_some()) {
         return Err(PerfError::Usage(
             "--secure and --psk need the transport: not for raw_* tests".into(),
@@ -602,7 +651,34 @@ fn resolve(cli: Cli) -> Result<Params> {
         plot: cli.plot,
         secure: cli.secure || cli.psk.is_some(),
         psk: cli.psk,
+        identity,
+        peer_key: cli.peer_key,
+        known_peers,
+        tofu: cli.tofu,
+        authorized_keys,
     })
+}
+
+/// The identity file `--identity` names, or the default one when the run uses keys
+/// (`uses_keys`), loaded or made; `None`: a fresh key per device.
+fn load_identity(
+    file: Option<&std::path::Path>,
+    uses_keys: bool,
+) -> Result<Option<std::sync::Arc<deposit::Identity>>> {
+    let path = match file {
+        Some(f) => f.to_path_buf(),
+        None if uses_keys => match deposit::Identity::default_path() {
+            Some(p) => p,
+            None => return Ok(None),
+        },
+        None => return Ok(None),
+    };
+    let (id, made) = deposit::Identity::load_or_generate(&path)
+        .map_err(|e| PerfError::Usage(format!("--identity: {e}")))?;
+    if made {
+        eprintln!("ddperf: made identity key file {}", path.display());
+    }
+    Ok(Some(std::sync::Arc::new(id)))
 }
 
 fn run(p: Params) -> Result<()> {

@@ -131,8 +131,13 @@ pub fn open_device(p: &Params, spec: &str, ip: [u8; 4]) -> Result<Device> {
         cfg = cfg.max_frame(m);
     }
     cfg.cm_timeout = p.timeout;
-    // -q connections on this device, beyond the default limit when -q is large.
+    // -q connections on this device, beyond the default limit when -q is large, all
+    // from one peer.
     cfg.max_connections = cfg.max_connections.max(p.qps as usize + 16);
+    cfg.cm_limits.per_source_connections = cfg
+        .cm_limits
+        .per_source_connections
+        .max(p.qps.saturating_add(16));
     cfg.workers = p.workers;
     cfg.retry_timeout = p.retry_timeout;
     cfg.retry_count = p.retry_count;
@@ -142,15 +147,37 @@ pub fn open_device(p: &Params, spec: &str, ip: [u8; 4]) -> Result<Device> {
         }
         f
     });
+    // A loopback's two devices are one node's two sides: one identity, which the
+    // client pins (`harness`).
+    cfg.identity = match (&p.identity, p.role) {
+        (Some(id), _) => Some(id.clone()),
+        (None, Role::Loopback) => Some(loopback_identity()?),
+        (None, _) => None,
+    };
+    cfg.known_peers = p.known_peers.clone();
     let dev = Device::open(cfg).map_err(|e| explain_open(spec, e.into()))?;
     let server =
         p.role == Role::Server || p.role == Role::Loopback && spec == crate::LOOP_SERVER_DEV;
     let name = if server { "server" } else { "client" };
+    if p.role == Role::Server {
+        eprintln!("ddperf: identity key {}", dev.identity());
+    }
     OPENED
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .push((name, dev.clone()));
     Ok(dev)
+}
+
+/// The identity both devices of a loopback run share (made once per process).
+fn loopback_identity() -> Result<std::sync::Arc<deposit::Identity>> {
+    static ID: std::sync::OnceLock<std::sync::Arc<deposit::Identity>> = std::sync::OnceLock::new();
+    if let Some(id) = ID.get() {
+        return Ok(id.clone());
+    }
+    let id = deposit::Identity::generate()
+        .map_err(|e| PerfError::Failed(format!("identity key: {e}")))?;
+    Ok(ID.get_or_init(|| std::sync::Arc::new(id)).clone())
 }
 
 /// The devices this process opened, each with its side's name: `--faults` and

@@ -756,7 +756,9 @@ fn a_connection_request_for_another_node_is_not_accepted() {
         max_frame: 1514,
         mac: [2, 0, 10, 0, 0, 2],
         cookie: 0,
-        public: None,
+        secure: false,
+        ephemeral: [9; 32],
+        handshake: None,
     };
     let mut p = [0u8; deposit_transport::wire::cm::CM_PAYLOAD_MAX];
     let (c, n) = req.emit(&[], &mut p);

@@ -117,13 +117,22 @@ fn connection_setup_through_connection_0() {
         c.server.local_number()
     );
 
-    // No listener for the service: refused, with the reason.
+    // No listener for the service: refused, with the reason — at once, since the
+    // listener's key is pinned (an unpinned connect takes the REJECT as a hint and
+    // fails with it at its CM timeout).
     let ep = pair
         .client
         .alloc_endpoint(4096, Rights::REMOTE_WRITE)
         .unwrap();
     let cq = pair.client.create_cq(16);
-    match pair.client.connect([10, 0, 0, 1], 999, &ep, &cq) {
+    let pinned = ConnOptions {
+        peer_key: Some(pair.server.identity()),
+        ..ConnOptions::default()
+    };
+    match pair
+        .client
+        .connect_with([10, 0, 0, 1], 999, &ep, &cq, &pinned)
+    {
         Err(Error::Rejected(RejectReason::NoListener)) => {}
         other => panic!("expected NoListener, got {:?}", other.err()),
     }

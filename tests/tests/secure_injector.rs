@@ -5,7 +5,7 @@
 //! sends it again with a byte changed (CRC made right), as it was (a replay), and
 //! forged — a sealed and a plain frame with the same connection number and key, and a
 //! disconnect request naming them. The server refuses and counts every one
-//! (`auth_failed`, `replayed`, `not_sealed`, `wrong_key`), verifies every byte, finds
+//! (`auth_failed`, `replayed`, `not_sealed`, `cm_forged`), verifies every byte, finds
 //! each add applied once, keeps its one connection; and no frame the attacker saw
 //! carried the client's plaintext (docs/design.md §10).
 
@@ -76,11 +76,11 @@ fn an_on_path_attacker_gets_every_frame_refused_and_the_data_verifies() {
     assert!(seen >= 100, "the attacker saw too few frames: {tap:?}");
     assert_eq!(value(&tap, "plaintext"), 0, "plaintext on the wire");
     assert_eq!(value(&stats, "connections"), 1, "{stats:?}");
-    let (auth, replayed, not_sealed, wrong_key) = (
+    let (auth, replayed, not_sealed, cm_forged) = (
         value(&stats, "auth_failed"),
         value(&stats, "replayed"),
         value(&stats, "not_sealed"),
-        value(&stats, "wrong_key"),
+        value(&stats, "cm_forged"),
     );
     // Every injected frame that reached the server was refused: the data and the
     // counter verified above. Most of them reached it (af_packet and the bridge may
@@ -96,7 +96,7 @@ fn an_on_path_attacker_gets_every_frame_refused_and_the_data_verifies() {
     assert!(replayed * 10 >= replays * 8, "{stats:?} {tap:?}");
     assert!(not_sealed * 10 >= plain * 8, "{stats:?} {tap:?}");
     assert!(
-        wrong_key * 10 >= dreqs * 8,
+        cm_forged * 10 >= dreqs * 8,
         "forged disconnects: {stats:?} {tap:?}"
     );
 }

@@ -24,12 +24,27 @@
 //! can touch is the rate limits, per source (a table of buckets hashed under the
 //! secret) and for challenges node-wide, over which requests go unanswered and counted.
 //!
+//! Every connection, sealed or plain, is made by a Noise IK handshake between the two
+//! nodes' identity keys (`crate::handshake`, docs/design.md §10): the challenge names
+//! the listener's key, the request with the cookie carries IK's first message (the
+//! client's key, encrypted), the reply IK's second. What the handshake leaves
+//! authenticates everything said of the connection afterwards: a REJECT carries a tag
+//! only the listener that read the request can compute, a disconnect request and its
+//! answer a MAC under the connection's CM key. So a bystander that sees every frame
+//! can neither refuse a connect nor close a connection. How far that reaches depends
+//! on how the client knew the listener's key ([`PeerTrust`]): pinned or taken on first
+//! use, a REJECT that verifies is final; unverified (a plain connection's default),
+//! anyone can answer a challenge with a key of its own, so a REJECT is a hint the
+//! connect keeps retrying past until its timeout (it then fails with that reason).
+//! What an on-path party can still do to a plain connection: read it, and inject data
+//! frames under its connection key (the header shows it); only sealed frames stop that.
+//!
 //! ```text
 //! host / node                         Cm                              peer
 //! connect(conn, ..)  ───────────────▶ pending connect ── CONNECT_REQ ─▶ (retried)
-//!                                     ◀─ CHALLENGE (cookie) ────────────
-//!                                     ── CONNECT_REQ (cookie) ────────▶
-//!                                     ◀─ CONNECT_REP / REJECT ──────────
+//!                                     ◀─ CHALLENGE (cookie, listener key)
+//!                                     ── CONNECT_REQ (cookie, IK -> e,es,s,ss,psk) ▶
+//!                                     ◀─ CONNECT_REP (IK <- e,ee,se) / REJECT (tag)
 //! Action::Established / Failed ◀───── (or the timeout)
 //!                                     ◀─ CONNECT_REQ ───────────────────
 //!                                     ── CHALLENGE (nothing kept) ────▶
@@ -38,7 +53,7 @@
 //! accepted(..) / refuse(..) ────────▶ ── CONNECT_REP / REJECT ────────▶
 //! close(conn, ..) ──────────────────▶ pending close ── DISCONNECT_REQ ▶ (retried)
 //! Action::Closed ◀─────────────────── ◀─ DISCONNECT_REP (or the timeout)
-//! Action::PeerClosed ◀─────────────── ◀─ DISCONNECT_REQ (key checked), answered
+//! Action::PeerClosed ◀─────────────── ◀─ DISCONNECT_REQ (MAC checked), answered
 //! ```
 
 use std::cmp::Reverse;
@@ -49,10 +64,13 @@ use std::sync::Arc;
 use siphasher::sip::SipHasher24;
 
 use crate::connection::Priority;
+use crate::handshake::{HandshakeError, Initiator, Received, Sent, SessionKeys, PROLOGUE_LABEL};
+use crate::identity::{Identity, IdentityKey};
 use crate::reliability::SACK_BITS;
 use crate::tables::{NodeAddr, RegWindow};
+use crate::wire::cm::{HandshakeBlock, Tag, HANDSHAKE_LEN, SIGNED_MAX};
 
-pub use crate::wire::cm::{CmMessage, CmWireError, Confirm, PublicKey, RejectReason};
+pub use crate::wire::cm::{CmMessage, CmWireError, PublicKey, RejectReason};
 
 /// Errors of the connection-management calls.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -75,6 +93,11 @@ pub enum CmError {
     OtherShard(&'static str, u8),
     #[error("secure connection: {0}")]
     Secure(#[from] crate::secure::SecureError),
+    #[error(
+        "a secure connection needs the listener's identity key: pin it (ConnOptions::peer_key, \
+         a known-peers file) or ask for trust on first use"
+    )]
+    NoPeerKey,
 }
 
 /// The register window a new connection gives its peer.
@@ -121,6 +144,28 @@ pub struct ConnectOptions {
     /// listener were there (`NoListener`, so the service is not revealed) and counted
     /// (`DropReason::WrongKey`); no connection is made. `None`: any request.
     pub require_private_data: PrivateData,
+    /// Connecting: how the listener's identity key is known (`crate::handshake`).
+    pub peer_key: PeerTrust,
+    /// Listening: the identity keys of the clients that may connect (refused with
+    /// `RejectReason::Unauthorized` and counted otherwise). `None`: any.
+    pub authorized_keys: Option<Arc<[IdentityKey]>>,
+}
+
+/// How a client knows the listener's identity key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum PeerTrust {
+    /// Not at all: the key the listener's challenge names is used, verified by nothing
+    /// (a plain connection's default). The handshake then authenticates the
+    /// connection's CM messages towards whoever answered, and a REJECT is only a hint
+    /// (the connect retries until its timeout, then fails with the hinted reason).
+    #[default]
+    Unverified,
+    /// Trust on first use: the challenge's key is taken and reported with the
+    /// connection (`Action::Established::verified`), for the caller to record it.
+    FirstUse,
+    /// This key (pinned by an option or a known-peers file): a challenge naming another
+    /// is ignored, and a connect that hears only such fails with `RejectReason::PeerKey`.
+    Pinned(IdentityKey),
 }
 
 impl Default for ConnectOptions {
@@ -137,6 +182,8 @@ impl Default for ConnectOptions {
             private_data: None,
             require_private_data: None,
             secure: Security::Off,
+            peer_key: PeerTrust::Unverified,
+            authorized_keys: None,
         }
     }
 }
@@ -187,11 +234,11 @@ pub struct PeerParams {
     pub isn: u32,
     pub max_frame: u32,
     pub private: PrivateData,
-    /// The peer's X25519 public key: a secure connection (`crate::secure`).
-    pub public: Option<PublicKey>,
-    /// A listener's key confirmation (in a reply of a secure connection; zero
-    /// otherwise).
-    pub confirm: Confirm,
+    /// Sealed frames asked for (a request) or granted (a reply).
+    pub secure: bool,
+    /// The peer's identity key, as the handshake proved it (towards whoever answered,
+    /// when the listener's key was not known beforehand).
+    pub identity: IdentityKey,
 }
 
 /// What the node must do.
@@ -204,9 +251,17 @@ pub enum Action {
         request: u32,
         service: u32,
         peer: PeerParams,
+        /// The handshake as read: [`Cm::accepted`] and [`Cm::refuse`] answer with it.
+        handshake: Box<Received>,
     },
-    /// Our request was accepted: connection `conn` is up.
-    Established { conn: u32, peer: PeerParams },
+    /// Our request was accepted: connection `conn` is up, with the session's keys;
+    /// `verified`: the listener's key was pinned or taken on first use.
+    Established {
+        conn: u32,
+        peer: PeerParams,
+        keys: Box<SessionKeys>,
+        verified: bool,
+    },
     /// Our request was refused, or went unanswered until the timeout.
     Failed { conn: u32, reason: RejectReason },
     /// The peer closed `conn`: what ran at the peer (before `ack`) completes, the rest
@@ -219,8 +274,18 @@ pub enum Action {
 /// Why a message was ignored (the node counts it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Ignored {
-    /// A disconnect request with the wrong key.
+    /// A disconnect request for a connection we do not know (or whose handshake is
+    /// not over).
     WrongKey,
+    /// A handshake, reply, REJECT or disconnect message whose tag or MAC does not
+    /// verify.
+    Forged,
+    /// A challenge naming another listener key than the one pinned.
+    PeerKey,
+    /// A REJECT that verifies only under a listener key nobody vouched for: a hint.
+    Unverified,
+    /// A connect request from a source at its cap of unfinished handshakes.
+    SourceCap,
     /// A connect request whose cookie did not check: challenged anew.
     BadCookie,
     /// A connect request over its source's rate, or a first request over the node's
@@ -238,6 +303,14 @@ pub struct CmLimits {
     /// the burst above it.
     pub challenges: u32,
     pub challenges_burst: u32,
+    /// Connections one source address may hold at this node's listeners (0: no cap):
+    /// a request over it is refused (`RejectReason::Resources`), counted
+    /// `cm_source_cap`.
+    pub per_source_connections: u32,
+    /// Of those, connections whose handshake the source has not finished (it has
+    /// not sent the connection's first frame; 0: no cap): a request over it goes
+    /// unanswered (the requester retries), counted `cm_source_cap`.
+    pub per_source_unconfirmed: u32,
 }
 
 impl Default for CmLimits {
@@ -250,6 +323,10 @@ impl Default for CmLimits {
             per_source_burst: 8192,
             challenges: 200_000,
             challenges_burst: 8192,
+            // A quarter of the default connection limit: one host cannot take them all.
+            per_source_connections: 1024,
+            // Unconfirmed ones last a round trip unless the source is hostile.
+            per_source_unconfirmed: 64,
         }
     }
 }
@@ -314,14 +391,78 @@ struct Pending {
     private: PrivateData,
     next_retry: u64,
     deadline: u64,
+    /// A connect's handshake (`None` for a close).
+    connect: Option<Box<Connecting>>,
 }
 
-/// What the machine knows of a connection of the node's: its key (a disconnect request
-/// must name it) and, for one it accepted, the request that made it.
-#[derive(Debug, Clone, Copy)]
+/// A connect's side of the handshake, from the request to the answer.
+#[derive(Debug, Clone)]
+struct Connecting {
+    initiator: Initiator,
+    trust: PeerTrust,
+    /// The first message as written to each listener key a challenge named (the
+    /// latest last; a few kept, so that the answer to an earlier one still verifies).
+    sent: Vec<(Sent, HandshakeBlock)>,
+    /// What the failure at the deadline says, when something was heard but nothing
+    /// verified: a challenge with another key than the pinned one, a reply that did
+    /// not verify, or an unverified REJECT's reason.
+    hint: Option<RejectReason>,
+}
+
+/// Listener keys whose first messages a connect keeps.
+const SENT_KEPT: usize = 4;
+
+/// What the machine knows of a connection of the node's: the keys its CM messages are
+/// authenticated with (once the handshake is over) and, for one it accepted, the
+/// request that made it.
+#[derive(Debug, Clone)]
 struct Known {
-    key: u64,
+    keys: Option<CmKeys>,
     accepted_from: Option<([u8; 4], u32)>,
+}
+
+/// One connection's CM keys: what we send under, what the peer sends under.
+#[derive(Clone, PartialEq, Eq)]
+struct CmKeys {
+    tx: [u8; 32],
+    rx: [u8; 32],
+}
+
+impl std::fmt::Debug for CmKeys {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("CmKeys(..)")
+    }
+}
+
+impl CmKeys {
+    fn of(keys: &SessionKeys, client: bool) -> CmKeys {
+        if client {
+            CmKeys {
+                tx: keys.cm_c2s,
+                rx: keys.cm_s2c,
+            }
+        } else {
+            CmKeys {
+                tx: keys.cm_s2c,
+                rx: keys.cm_c2s,
+            }
+        }
+    }
+
+    /// The MAC of `msg` under `key`.
+    fn mac(key: &[u8; 32], msg: &CmMessage) -> Tag {
+        let mut b = [0u8; SIGNED_MAX];
+        let n = msg.signed(&[], &mut b);
+        crate::handshake::cm_mac(key, &[&b[..n]])
+    }
+}
+
+/// A connection the peer closed: its keys kept for one CM timeout, so that a repeat of
+/// the peer's disconnect request (our answer lost) is answered.
+#[derive(Debug, Clone)]
+struct Lingering {
+    keys: CmKeys,
+    until: u64,
 }
 
 /// The connection-management machine of one node.
@@ -329,6 +470,8 @@ pub struct Cm {
     local_mac: [u8; 6],
     max_frame: u32,
     timing: CmTiming,
+    /// This node's long-term identity (the listener's key of IK, the client's `s`).
+    identity: Arc<Identity>,
     /// The cookies' key (random per node), and their period.
     secret: (u64, u64),
     period: u64,
@@ -338,6 +481,12 @@ pub struct Cm {
     challenge_tat: u64,
     challenges: u64,
     known: HashMap<u32, Known>,
+    lingering: HashMap<u32, Lingering>,
+    /// Lingering connections in the order they expire.
+    linger_queue: VecDeque<(u64, u32)>,
+    /// Sources at their cap of unfinished handshakes (the node says): their requests
+    /// are ignored before the handshake is read.
+    capped: std::collections::HashSet<[u8; 4]>,
     /// Our requests waiting for answers (connects and closes), by our connection.
     pending: HashMap<u32, Pending>,
     /// (peer ip, peer connection) -> our connection and the reply that accepted it.
@@ -350,30 +499,34 @@ pub struct Cm {
 
 impl Cm {
     /// The machine of a node whose frames come from `local_mac` and are at most
-    /// `max_frame` bytes, with the default limits on a clock of 1 MHz (the node uses
-    /// [`Cm::with_limits`] with its own).
+    /// `max_frame` bytes, with the default limits on a clock of 1 MHz and an identity
+    /// of its own (the node uses [`Cm::with_limits`] with its own).
     pub fn new(local_mac: [u8; 6], max_frame: u32, timing: CmTiming) -> Cm {
+        let identity = Arc::new(Identity::generate().expect("the OS random source"));
         Cm::with_limits(
             local_mac,
             max_frame,
             timing,
             &CmLimits::default(),
             1_000_000,
+            identity,
         )
     }
 
-    /// [`Cm::new`] with `limits` on a clock of `hz` ticks per second.
+    /// [`Cm::new`] with `limits` on a clock of `hz` ticks per second, as `identity`.
     pub fn with_limits(
         local_mac: [u8; 6],
         max_frame: u32,
         timing: CmTiming,
         limits: &CmLimits,
         hz: u64,
+        identity: Arc<Identity>,
     ) -> Cm {
         Cm {
             local_mac,
             max_frame,
             timing,
+            identity,
             secret: (
                 crate::connection::random_u64(),
                 crate::connection::random_u64(),
@@ -385,6 +538,9 @@ impl Cm {
             challenge_tat: 0,
             challenges: 0,
             known: HashMap::new(),
+            lingering: HashMap::new(),
+            linger_queue: VecDeque::new(),
+            capped: std::collections::HashSet::new(),
             pending: HashMap::new(),
             accepted: HashMap::new(),
             timers: BinaryHeap::new(),
@@ -393,8 +549,30 @@ impl Cm {
         }
     }
 
+    /// Whether source `ip` is at its cap of unfinished handshakes (the node keeps
+    /// the count): its requests with a valid cookie are then ignored, counted
+    /// [`Ignored::SourceCap`], before their handshake costs a key agreement.
+    pub fn set_capped(&mut self, ip: [u8; 4], capped: bool) {
+        if capped {
+            self.capped.insert(ip);
+        } else if self.capped.remove(&ip) && self.capped.is_empty() {
+            self.capped.shrink_to_fit();
+        }
+    }
+
+    /// Its timing (retries, the CM timeout).
+    pub fn timing(&self) -> CmTiming {
+        self.timing
+    }
+
+    /// This node's identity key (what its challenges name).
+    pub fn identity(&self) -> IdentityKey {
+        self.identity.public()
+    }
+
     /// Starts connecting our connection `conn` (key, initial sequence number) to
-    /// `service` at `to`, with `private` data for the peer.
+    /// `service` at `to`, as `opts` say: its private data, sealed frames and pre-shared
+    /// key, and how the listener's identity key is known.
     #[allow(clippy::too_many_arguments)]
     pub fn connect(
         &mut self,
@@ -405,9 +583,13 @@ impl Cm {
         to: NodeAddr,
         service: u32,
         now: u64,
-        private: PrivateData,
-        public: Option<PublicKey>,
-    ) {
+        opts: &ConnectOptions,
+    ) -> Result<(), CmError> {
+        if opts.secure.is_on() && opts.peer_key == PeerTrust::Unverified {
+            return Err(CmError::NoPeerKey);
+        }
+        let initiator = Initiator::new(opts.secure.psk().copied())
+            .map_err(|_| CmError::Secure(crate::secure::SecureError::Crypto))?;
         let msg = CmMessage::ConnectReq {
             request,
             service,
@@ -417,41 +599,67 @@ impl Cm {
             max_frame: self.max_frame,
             mac: self.local_mac,
             cookie: 0,
-            public,
+            secure: opts.secure.is_on(),
+            ephemeral: initiator.ephemeral().0,
+            handshake: None,
         };
         self.known.insert(
             conn,
             Known {
-                key,
+                keys: None,
                 accepted_from: None,
             },
         );
-        self.request(conn, to, msg, private, now);
+        let connecting = Connecting {
+            initiator,
+            trust: opts.peer_key,
+            sent: Vec::new(),
+            hint: None,
+        };
+        self.request(
+            conn,
+            to,
+            msg,
+            opts.private_data.clone(),
+            now,
+            Some(Box::new(connecting)),
+        );
+        Ok(())
     }
 
-    /// Starts closing our connection `conn`, known to the peer at `to` as
-    /// `peer_conn`/`peer_key`; `ack` is our cumulative acknowledgement.
-    pub fn close(
+    /// Starts closing our connection `conn`, known to the peer at `to` as `peer_conn`;
+    /// `ack` is our cumulative acknowledgement. A connection whose handshake never
+    /// finished has nothing to authenticate a close with: it just goes.
+    pub fn close(&mut self, conn: u32, to: NodeAddr, peer_conn: u32, ack: u32, now: u64) {
+        let Some(keys) = self.known.get(&conn).and_then(|k| k.keys.clone()) else {
+            self.forget(conn);
+            self.actions.push_back(Action::Closed { conn });
+            return;
+        };
+        let mut msg = CmMessage::DisconnectReq {
+            target: peer_conn,
+            sender: conn,
+            ack,
+            mac: [0; 16],
+        };
+        let m = CmKeys::mac(&keys.tx, &msg);
+        if let CmMessage::DisconnectReq { mac, .. } = &mut msg {
+            *mac = m;
+        }
+        // A repeat of the request that made it is still answered from memory until
+        // the entry goes (a new connection for it would be a ghost).
+        self.request(conn, to, msg, None, now, None);
+    }
+
+    fn request(
         &mut self,
         conn: u32,
         to: NodeAddr,
-        peer_conn: u32,
-        peer_key: u64,
-        ack: u32,
+        msg: CmMessage,
+        private: PrivateData,
         now: u64,
+        connect: Option<Box<Connecting>>,
     ) {
-        let msg = CmMessage::DisconnectReq {
-            target: peer_conn,
-            key: peer_key,
-            sender: conn,
-            ack,
-        };
-        // A repeat of the request that made it is still answered from memory until
-        // the entry goes (a new connection for it would be a ghost).
-        self.request(conn, to, msg, None, now);
-    }
-
-    fn request(&mut self, conn: u32, to: NodeAddr, msg: CmMessage, private: PrivateData, now: u64) {
         let (next_retry, deadline) = (now + self.timing.first_retry, now + self.timing.timeout);
         self.out.push_back((to, msg, private.clone()));
         self.pending.insert(
@@ -462,14 +670,16 @@ impl Cm {
                 private,
                 next_retry,
                 deadline,
+                connect,
             },
         );
         self.timers.push(Reverse((next_retry.min(deadline), conn)));
     }
 
     /// The node accepted the request of [`Action::Incoming`] as our connection `conn`,
-    /// answering with `private` data (and, for a secure connection, our public key and
-    /// key confirmation).
+    /// answering with `private` data, its frames sealed or not: the reply finishes the
+    /// handshake. Returns the session's keys (the traffic secrets of a sealed
+    /// connection).
     #[allow(clippy::too_many_arguments)]
     pub fn accepted(
         &mut self,
@@ -480,9 +690,10 @@ impl Cm {
         key: u64,
         isn: u32,
         private: PrivateData,
-        secure: Option<(PublicKey, Confirm)>,
-    ) {
-        let rep = CmMessage::ConnectRep {
+        secure: bool,
+        handshake: &Received,
+    ) -> Result<SessionKeys, HandshakeError> {
+        let mut rep = CmMessage::ConnectRep {
             request,
             conn,
             key,
@@ -490,36 +701,54 @@ impl Cm {
             max_frame: self.max_frame,
             client_conn: peer_conn,
             secure,
+            ephemeral: [0; 32],
+            tag: [0; 16],
         };
+        let data = private.as_deref().unwrap_or(&[]);
+        // The reply's fields but its key and tag are bound into the handshake; the
+        // ephemeral key is bound by the handshake itself.
+        let mut b = [0u8; SIGNED_MAX];
+        let n = rep.signed(data, &mut b);
+        let (e, t, keys) = handshake.write_reply(&[&b[..n]])?;
+        if let CmMessage::ConnectRep { ephemeral, tag, .. } = &mut rep {
+            *ephemeral = e.0;
+            *tag = t;
+        }
         let at = (from.ip, peer_conn);
         self.accepted.insert(at, (conn, rep, private.clone()));
         self.known.insert(
             conn,
             Known {
-                key,
+                keys: Some(CmKeys::of(&keys, false)),
                 accepted_from: Some(at),
             },
         );
         self.out.push_back((from, rep, private));
+        Ok(keys)
     }
 
-    /// The node refuses the request of [`Action::Incoming`].
-    pub fn refuse(&mut self, from: NodeAddr, request: u32, peer_conn: u32, reason: RejectReason) {
-        let msg = CmMessage::Reject {
+    /// The node refuses the request of [`Action::Incoming`] for `reason`, with a tag
+    /// that the requester can verify.
+    pub fn refuse(
+        &mut self,
+        from: NodeAddr,
+        request: u32,
+        peer_conn: u32,
+        reason: RejectReason,
+        handshake: &Received,
+    ) {
+        let mut msg = CmMessage::Reject {
             request,
             reason,
             client_conn: peer_conn,
+            tag: [0; 16],
         };
-        self.out.push_back((from, msg, None));
-    }
-
-    /// A secure connection `conn`'s peer closes it with `close_key`
-    /// (`crate::secure::Session::own_close_key`), not with the connection key, which
-    /// every header shows.
-    pub fn set_close_key(&mut self, conn: u32, close_key: u64) {
-        if let Some(k) = self.known.get_mut(&conn) {
-            k.key = close_key;
+        let mut b = [0u8; SIGNED_MAX];
+        let n = msg.signed(&[], &mut b);
+        if let CmMessage::Reject { tag, .. } = &mut msg {
+            *tag = handshake.reject_tag(&[&b[..n]]);
         }
+        self.out.push_back((from, msg, None));
     }
 
     /// The node removed connection `conn`: nothing more is said of it.
@@ -549,67 +778,37 @@ impl Cm {
         now: u64,
     ) -> Result<(), Ignored> {
         match msg {
-            CmMessage::ConnectReq { .. } => return self.connect_request(from, msg, private, now),
+            CmMessage::ConnectReq { .. } => self.connect_request(from, msg, private, now),
             CmMessage::Challenge {
                 request,
                 client_conn,
                 cookie,
-            } => self.challenged(client_conn, request, cookie, now),
-            CmMessage::ConnectRep {
-                request,
-                conn,
-                key,
-                isn,
-                max_frame,
-                client_conn,
-                secure,
-            } => {
-                let peer = PeerParams {
-                    conn,
-                    key,
-                    isn,
-                    max_frame,
-                    private: private_data(private),
-                    public: secure.map(|s| s.0),
-                    confirm: secure.map(|s| s.1).unwrap_or_default(),
-                };
-                self.connect_answer(client_conn, request, Ok(peer));
-            }
-            CmMessage::Reject {
-                request,
-                reason,
-                client_conn,
-            } => self.connect_answer(client_conn, request, Err(reason)),
-            CmMessage::DisconnectReq {
-                target,
-                key,
-                sender,
-                ack,
-            } => return self.disconnect_request(from, target, key, sender, ack),
-            CmMessage::DisconnectRep { sender } => self.disconnect_answer(sender),
+                listener,
+            } => self.challenged(client_conn, request, cookie, IdentityKey(listener), now),
+            CmMessage::ConnectRep { .. } => self.connect_reply(msg, private),
+            CmMessage::Reject { .. } => self.rejected(msg),
+            CmMessage::DisconnectReq { .. } => self.disconnect_request(from, msg, now),
+            CmMessage::DisconnectRep { sender, mac } => self.disconnect_answer(sender, mac, msg),
         }
-        Ok(())
     }
 
     /// The cookie of request `msg` from `from` with `private` data in period `epoch`
-    /// (never 0): over the request as it travels, its cookie cleared, so every field of
-    /// it and its private data count.
+    /// (never 0): over what the request signs ([`CmMessage::signed`]: every field but
+    /// the cookie and the handshake, and its private data).
     fn cookie(&self, from: &NodeAddr, msg: &CmMessage, private: &[u8], epoch: u64) -> u64 {
-        let mut bytes = [0u8; crate::wire::cm::CM_PAYLOAD_MAX];
-        let (c, len) = msg.without_cookie().emit(private, &mut bytes);
+        let mut bytes = [0u8; SIGNED_MAX];
+        let len = msg.signed(private, &mut bytes);
         let mut h = SipHasher24::new_with_keys(self.secret.0, self.secret.1);
         h.write_u64(epoch);
         h.write(&from.ip);
-        h.write_u32(c.operand);
-        h.write_u32(c.index);
         h.write(&bytes[..len]);
         h.finish().max(1)
     }
 
     /// A peer's connect request: over its source's rate it goes unanswered; a repeat
     /// of one accepted is answered the same way (the answer may have been lost); one
-    /// that echoes its cookie goes to the node; any other is challenged (if the node's
-    /// rate of challenges allows) and forgotten.
+    /// that echoes its cookie has its handshake read and goes to the node; any other
+    /// is challenged (if the node's rate of challenges allows) and forgotten.
     fn connect_request(
         &mut self,
         from: NodeAddr,
@@ -626,7 +825,9 @@ impl Cm {
             max_frame,
             mac,
             cookie,
-            public,
+            secure,
+            ephemeral,
+            handshake,
         } = msg
         else {
             return Ok(());
@@ -656,6 +857,7 @@ impl Cm {
                 request,
                 client_conn: conn,
                 cookie: current,
+                listener: self.identity.public().0,
             };
             self.out.push_back((from, challenge, None));
             self.challenges += 1;
@@ -665,42 +867,113 @@ impl Cm {
                 Err(Ignored::BadCookie)
             };
         }
+        if self.capped.contains(&from.ip) {
+            return Err(Ignored::SourceCap);
+        }
+        // The cookie proves the address; the handshake proves the client's key.
+        let Some(block) = handshake else {
+            return Err(Ignored::Forged);
+        };
+        let prologue = prologue(&msg, private);
+        let received = Received::read(
+            &self.identity,
+            &[&prologue.0[..prologue.1]],
+            IdentityKey(ephemeral),
+            &block,
+        )
+        .map_err(|_| Ignored::Forged)?;
         let peer = PeerParams {
             conn,
             key,
             isn,
             max_frame,
             private: private_data(private),
-            public,
-            confirm: Confirm::default(),
+            secure,
+            identity: received.client,
         };
         self.actions.push_back(Action::Incoming {
             from,
             request,
             service,
             peer,
+            handshake: Box::new(received),
         });
         Ok(())
     }
 
-    /// The listener's challenge to our pending connect `conn`: the request goes again
-    /// at once with the cookie (and so do its retries, the next one a retry period
-    /// from now: the link is up, and the answer a round trip away again). One for no
-    /// pending request of ours changes nothing.
-    fn challenged(&mut self, conn: u32, request: u32, cookie: u64, now: u64) {
+    /// The listener's challenge to our pending connect `conn`, naming its identity key
+    /// `listener`: the request goes again at once with the cookie and IK's first
+    /// message to that key (and so do its retries, the next one a retry period from
+    /// now: the link is up, and the answer a round trip away again). One naming
+    /// another key than the one pinned is ignored (and remembered: the connect fails
+    /// saying so if nothing else answers); one for no pending request of ours changes
+    /// nothing.
+    fn challenged(
+        &mut self,
+        conn: u32,
+        request: u32,
+        cookie: u64,
+        listener: IdentityKey,
+        now: u64,
+    ) -> Result<(), Ignored> {
         if !self.answers(conn, request) {
-            return;
+            return Ok(());
         }
+        let identity = self.identity.clone();
         let Some(p) = self.pending.get_mut(&conn) else {
-            return;
+            return Ok(());
         };
-        if let CmMessage::ConnectReq { cookie: c, .. } = &mut p.msg {
+        let Some(c) = p.connect.as_deref_mut() else {
+            return Ok(());
+        };
+        if let PeerTrust::Pinned(k) = c.trust {
+            if k != listener {
+                c.hint.get_or_insert(RejectReason::PeerKey);
+                return Err(Ignored::PeerKey);
+            }
+        }
+        let block = match c.sent.iter().position(|(s, _)| s.listener == listener) {
+            Some(i) => {
+                let kept = c.sent.remove(i);
+                let block = kept.1;
+                c.sent.push(kept);
+                block
+            }
+            None => {
+                let private = p.private.as_deref().unwrap_or(&[]);
+                let prologue = prologue(&p.msg, private);
+                let mut block = [0u8; HANDSHAKE_LEN];
+                let sent = c
+                    .initiator
+                    .write_request(
+                        &identity,
+                        listener,
+                        &[&prologue.0[..prologue.1]],
+                        &mut block,
+                    )
+                    // A listener key no X25519 agreement takes (a low-order point).
+                    .map_err(|_| Ignored::Forged)?;
+                if c.sent.len() == SENT_KEPT {
+                    c.sent.remove(0);
+                }
+                c.sent.push((sent, block));
+                block
+            }
+        };
+        if let CmMessage::ConnectReq {
+            cookie: c,
+            handshake,
+            ..
+        } = &mut p.msg
+        {
             *c = cookie;
+            *handshake = Some(block);
         }
         self.out.push_back((p.to, p.msg, p.private.clone()));
         p.next_retry = now + self.timing.retry;
         self.timers
             .push(Reverse((p.next_retry.min(p.deadline), conn)));
+        Ok(())
     }
 
     /// Challenges sent so far.
@@ -708,54 +981,179 @@ impl Cm {
         self.challenges
     }
 
-    /// The answer to our connect request for `conn`: accepted or refused. Duplicate
-    /// and stale answers change nothing.
-    fn connect_answer(
-        &mut self,
-        conn: u32,
-        request: u32,
-        answer: Result<PeerParams, RejectReason>,
-    ) {
-        if !self.answers(conn, request) {
-            return;
+    /// A reply to our connect: the connection is up when it verifies under one of the
+    /// listener keys our requests went to. One that does not is a forgery (or a
+    /// different pre-shared key's): ignored, and the connect waits for another.
+    fn connect_reply(&mut self, msg: CmMessage, private: &[u8]) -> Result<(), Ignored> {
+        let CmMessage::ConnectRep {
+            request,
+            conn,
+            key,
+            isn,
+            max_frame,
+            client_conn,
+            secure,
+            ephemeral,
+            tag,
+        } = msg
+        else {
+            return Ok(());
+        };
+        if !self.answers(client_conn, request) {
+            return Ok(());
         }
-        match answer {
-            Ok(peer) => {
-                self.pending.remove(&conn);
-                self.actions.push_back(Action::Established { conn, peer });
-            }
-            Err(reason) => {
-                self.forget(conn);
-                self.actions.push_back(Action::Failed { conn, reason });
-            }
+        let identity = self.identity.clone();
+        let p = self.pending.get_mut(&client_conn).expect("answers");
+        let c = p.connect.as_deref_mut().expect("a connect");
+        let mut b = [0u8; SIGNED_MAX];
+        let n = msg.signed(private, &mut b);
+        let e = IdentityKey(ephemeral);
+        let verified = c.sent.iter().rev().find_map(|(sent, _)| {
+            let keys = c
+                .initiator
+                .read_reply(&identity, sent, &e, &[&b[..n]], &tag)
+                .ok()?;
+            Some((sent.listener, keys))
+        });
+        let Some((listener, keys)) = verified else {
+            c.hint = Some(RejectReason::Confirmation);
+            return Err(Ignored::Forged);
+        };
+        let verified = c.trust != PeerTrust::Unverified;
+        self.pending.remove(&client_conn);
+        if let Some(k) = self.known.get_mut(&client_conn) {
+            k.keys = Some(CmKeys::of(&keys, true));
         }
-    }
-
-    /// The peer closes our connection `target`: with the right key it goes; answered
-    /// either way (a repeat finds it gone).
-    fn disconnect_request(
-        &mut self,
-        from: NodeAddr,
-        target: u32,
-        key: u64,
-        sender: u32,
-        ack: u32,
-    ) -> Result<(), Ignored> {
-        if let Some(k) = self.known.get(&target) {
-            if k.key != key {
-                return Err(Ignored::WrongKey);
-            }
-            self.forget(target);
-            self.actions
-                .push_back(Action::PeerClosed { conn: target, ack });
-        }
-        self.out
-            .push_back((from, CmMessage::DisconnectRep { sender }, None));
+        let peer = PeerParams {
+            conn,
+            key,
+            isn,
+            max_frame,
+            private: private_data(private),
+            secure,
+            identity: listener,
+        };
+        self.actions.push_back(Action::Established {
+            conn: client_conn,
+            peer,
+            keys: Box::new(keys),
+            verified,
+        });
         Ok(())
     }
 
-    /// The answer to our close of `conn`.
-    fn disconnect_answer(&mut self, conn: u32) {
+    /// A REJECT of our connect: final when it verifies under a listener key we trust
+    /// (pinned, or taken on first use); otherwise only a hint of why, should nothing
+    /// better come before the deadline.
+    fn rejected(&mut self, msg: CmMessage) -> Result<(), Ignored> {
+        let CmMessage::Reject {
+            request,
+            reason,
+            client_conn,
+            tag,
+        } = msg
+        else {
+            return Ok(());
+        };
+        if !self.answers(client_conn, request) {
+            return Ok(());
+        }
+        let p = self.pending.get_mut(&client_conn).expect("answers");
+        let c = p.connect.as_deref_mut().expect("a connect");
+        let mut b = [0u8; SIGNED_MAX];
+        let n = msg.signed(&[], &mut b);
+        let verified = c
+            .sent
+            .iter()
+            .any(|(sent, _)| c.initiator.verify_reject(sent, &[&b[..n]], &tag));
+        if !verified || c.trust == PeerTrust::Unverified {
+            if c.hint.is_none() || verified {
+                c.hint = Some(reason);
+            }
+            return Err(if verified {
+                Ignored::Unverified
+            } else {
+                Ignored::Forged
+            });
+        }
+        self.forget(client_conn);
+        self.actions.push_back(Action::Failed {
+            conn: client_conn,
+            reason,
+        });
+        Ok(())
+    }
+
+    /// The peer closes our connection `target`: with a MAC under the connection's CM
+    /// key it goes (and is answered, as a repeat of it is for a CM timeout after);
+    /// anything else is ignored.
+    fn disconnect_request(
+        &mut self,
+        from: NodeAddr,
+        msg: CmMessage,
+        now: u64,
+    ) -> Result<(), Ignored> {
+        let CmMessage::DisconnectReq {
+            target,
+            sender,
+            ack,
+            mac,
+        } = msg
+        else {
+            return Ok(());
+        };
+        let keys = match self.known.get(&target) {
+            Some(Known {
+                keys: Some(keys), ..
+            }) => keys.clone(),
+            Some(_) => return Err(Ignored::WrongKey),
+            None => match self.lingering.get(&target) {
+                Some(l) => l.keys.clone(),
+                None => return Err(Ignored::WrongKey),
+            },
+        };
+        if !crate::handshake::same(&CmKeys::mac(&keys.rx, &msg), &mac) {
+            return Err(Ignored::Forged);
+        }
+        if self.known.contains_key(&target) {
+            self.forget(target);
+            let until = now + self.timing.timeout;
+            self.lingering.insert(
+                target,
+                Lingering {
+                    keys: keys.clone(),
+                    until,
+                },
+            );
+            self.linger_queue.push_back((until, target));
+            self.actions
+                .push_back(Action::PeerClosed { conn: target, ack });
+        }
+        let mut rep = CmMessage::DisconnectRep {
+            sender,
+            mac: [0; 16],
+        };
+        let m = CmKeys::mac(&keys.tx, &rep);
+        if let CmMessage::DisconnectRep { mac, .. } = &mut rep {
+            *mac = m;
+        }
+        self.out.push_back((from, rep, None));
+        Ok(())
+    }
+
+    /// The answer to our close of `conn`: the close is over when its MAC verifies. One
+    /// for a connection of ours that does not verify is a forgery (counted); one for a
+    /// connection we no longer know is a late repeat.
+    fn disconnect_answer(&mut self, conn: u32, mac: Tag, msg: CmMessage) -> Result<(), Ignored> {
+        let Some(Known {
+            keys: Some(keys), ..
+        }) = self.known.get(&conn)
+        else {
+            return Ok(());
+        };
+        if !crate::handshake::same(&CmKeys::mac(&keys.rx, &msg), &mac) {
+            return Err(Ignored::Forged);
+        }
         let closing = self
             .pending
             .get(&conn)
@@ -764,6 +1162,7 @@ impl Cm {
             self.forget(conn);
             self.actions.push_back(Action::Closed { conn });
         }
+        Ok(())
     }
 
     /// Whether a connect answer for `conn` answers its pending request (not a
@@ -776,11 +1175,22 @@ impl Cm {
 
     /// When [`Cm::handle_timeout`] is next due (`u64::MAX`: nothing pending).
     pub fn next_timeout(&self) -> u64 {
-        self.timers.peek().map_or(u64::MAX, |t| t.0 .0)
+        let linger = self.linger_queue.front().map_or(u64::MAX, |l| l.0);
+        self.timers.peek().map_or(u64::MAX, |t| t.0 .0).min(linger)
     }
 
-    /// Retries the requests due and gives up on those past their deadline.
+    /// Retries the requests due, gives up on those past their deadline, and forgets
+    /// closed connections whose linger is over.
     pub fn handle_timeout(&mut self, now: u64) {
+        while let Some(&(until, conn)) = self.linger_queue.front() {
+            if until > now {
+                break;
+            }
+            self.linger_queue.pop_front();
+            if self.lingering.get(&conn).is_some_and(|l| l.until == until) {
+                self.lingering.remove(&conn);
+            }
+        }
         while let Some(&Reverse((when, conn))) = self.timers.peek() {
             if when > now {
                 break;
@@ -794,14 +1204,16 @@ impl Cm {
             }
             if now >= p.deadline {
                 let closing = matches!(p.msg, CmMessage::DisconnectReq { .. });
+                let reason = p
+                    .connect
+                    .as_ref()
+                    .and_then(|c| c.hint)
+                    .unwrap_or(RejectReason::Timeout);
                 self.forget(conn);
                 self.actions.push_back(if closing {
                     Action::Closed { conn }
                 } else {
-                    Action::Failed {
-                        conn,
-                        reason: RejectReason::Timeout,
-                    }
+                    Action::Failed { conn, reason }
                 });
                 continue;
             }
@@ -838,6 +1250,16 @@ impl Cm {
     }
 }
 
+/// A request's prologue (`crate::handshake`): the label, then what the request signs.
+fn prologue(msg: &CmMessage, private: &[u8]) -> ([u8; PROLOGUE_LABEL.len() + SIGNED_MAX], usize) {
+    let mut b = [0u8; PROLOGUE_LABEL.len() + SIGNED_MAX];
+    b[..PROLOGUE_LABEL.len()].copy_from_slice(PROLOGUE_LABEL);
+    let mut rest = [0u8; SIGNED_MAX];
+    let n = msg.signed(private, &mut rest);
+    b[PROLOGUE_LABEL.len()..PROLOGUE_LABEL.len() + n].copy_from_slice(&rest[..n]);
+    (b, PROLOGUE_LABEL.len() + n)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -856,8 +1278,15 @@ mod tests {
         std::iter::from_fn(|| cm.poll_transmit().map(|(_, m, _)| m)).collect()
     }
 
+    fn opts(trust: PeerTrust) -> ConnectOptions {
+        ConnectOptions {
+            peer_key: trust,
+            ..ConnectOptions::default()
+        }
+    }
+
     /// The client's pending request through the server's challenge: the request that
-    /// carries the cookie (the server keeps nothing meanwhile).
+    /// carries the cookie and the handshake (the server keeps nothing meanwhile).
     fn challenged(client: &mut Cm, server: &mut Cm, c: NodeAddr, s: NodeAddr) -> CmMessage {
         let req = sent(client)[0];
         server.handle(c, req, &[], 0).unwrap();
@@ -867,12 +1296,44 @@ mod tests {
         sent(client)[0]
     }
 
+    /// The server's Incoming for `req`, accepted as its connection `conn`.
+    fn accept(server: &mut Cm, from: NodeAddr, req: CmMessage, conn: u32) -> CmMessage {
+        server.handle(from, req, &[], 0).unwrap();
+        let Some(Action::Incoming {
+            from,
+            request,
+            peer,
+            mut handshake,
+            ..
+        }) = server.poll_action()
+        else {
+            panic!("no incoming");
+        };
+        assert!(handshake.check_psk(None));
+        server
+            .accepted(
+                from, request, peer.conn, conn, 0x77, 0, None, false, &handshake,
+            )
+            .unwrap();
+        sent(server)[0]
+    }
+
     #[test]
-    fn a_connect_is_retried_then_established_once() {
+    fn a_connect_is_retried_then_established_once_and_both_learn_each_others_key() {
         let (mut client, mut server) = (Cm::new([2; 6], 1514, T), Cm::new([3; 6], 9014, T));
-        client.connect(7, 0xaa, 100, 55, addr(1), 18, 0, None, None);
+        let pinned = opts(PeerTrust::Pinned(server.identity()));
+        client
+            .connect(7, 0xaa, 100, 55, addr(1), 18, 0, &pinned)
+            .unwrap();
         let req = sent(&mut client);
         assert_eq!(req.len(), 1);
+        assert!(matches!(
+            req[0],
+            CmMessage::ConnectReq {
+                handshake: None,
+                ..
+            }
+        ));
         client.handle_timeout(10);
         client.handle_timeout(110);
         assert_eq!(
@@ -889,14 +1350,15 @@ mod tests {
             [CmMessage::Challenge {
                 request: 55,
                 client_conn: 7,
+                listener,
                 ..
-            }]
+            }] if listener == server.identity().0
         ));
         client.handle(addr(1), ch[0], &[], 0).unwrap();
         let req = sent(&mut client);
         assert!(
-            matches!(req[..], [CmMessage::ConnectReq { cookie, .. }] if cookie != 0),
-            "sent again at once, with the cookie"
+            matches!(req[..], [CmMessage::ConnectReq { cookie, handshake: Some(_), .. }] if cookie != 0),
+            "sent again at once, with the cookie and the handshake"
         );
         // Three copies with the cookie reach the server: one Incoming, three identical
         // replies.
@@ -905,13 +1367,20 @@ mod tests {
             from,
             request,
             peer,
+            mut handshake,
             ..
         }) = server.poll_action()
         else {
             panic!("no incoming");
         };
         assert_eq!(from.mac, [2; 6], "learned from the request's payload");
-        server.accepted(from, request, peer.conn, 9, 0xbb, 200, None, None);
+        assert_eq!(peer.identity, client.identity(), "the client's key, proven");
+        assert!(handshake.check_psk(None));
+        let server_keys = server
+            .accepted(
+                from, request, peer.conn, 9, 0xbb, 200, None, false, &handshake,
+            )
+            .unwrap();
         server.handle(addr(2), req[0], &[], 0).unwrap();
         server.handle(addr(2), req[0], &[], 0).unwrap();
         assert_eq!(server.poll_action(), None, "repeats are answered alone");
@@ -927,14 +1396,16 @@ mod tests {
             isn: 200,
             max_frame: 9014,
             private: None,
-            public: None,
-            confirm: Confirm::default(),
+            secure: false,
+            identity: server.identity(),
         };
         assert_eq!(
             client.poll_action(),
             Some(Action::Established {
                 conn: 7,
-                peer: want
+                peer: want,
+                keys: Box::new(server_keys),
+                verified: true,
             })
         );
         assert_eq!(
@@ -948,104 +1419,264 @@ mod tests {
     }
 
     #[test]
-    fn an_unanswered_connect_fails_at_its_deadline_and_a_reject_fails_at_once() {
-        let mut c = Cm::new([2; 6], 1514, T);
-        c.connect(1, 1, 1, 1, addr(1), 5, 0, None, None);
-        c.connect(2, 2, 2, 2, addr(1), 6, 0, None, None);
-        c.handle(
+    fn a_verified_reject_fails_at_once_an_unverified_one_only_at_the_deadline() {
+        for trust in [PeerTrust::FirstUse, PeerTrust::Unverified] {
+            let (mut c, mut s) = (Cm::new([2; 6], 1514, T), Cm::new([3; 6], 1514, T));
+            c.connect(1, 1, 1, 1, addr(1), 5, 0, &opts(trust)).unwrap();
+            c.connect(2, 2, 2, 2, addr(1), 6, 0, &opts(trust)).unwrap();
+            let reqs = sent(&mut c);
+            for r in &reqs {
+                s.handle(addr(2), *r, &[], 0).unwrap();
+            }
+            for ch in sent(&mut s) {
+                c.handle(addr(1), ch, &[], 0).unwrap();
+            }
+            let second = sent(&mut c)[1];
+            s.handle(addr(2), second, &[], 0).unwrap();
+            let Some(Action::Incoming {
+                from,
+                request,
+                peer,
+                handshake,
+                ..
+            }) = s.poll_action()
+            else {
+                panic!("no incoming");
+            };
+            s.refuse(
+                from,
+                request,
+                peer.conn,
+                RejectReason::NoListener,
+                &handshake,
+            );
+            let reject = sent(&mut s)[0];
+            let got = c.handle(addr(1), reject, &[], 0);
+            if trust == PeerTrust::FirstUse {
+                assert_eq!(got, Ok(()));
+                assert_eq!(
+                    c.poll_action(),
+                    Some(Action::Failed {
+                        conn: 2,
+                        reason: RejectReason::NoListener
+                    })
+                );
+            } else {
+                assert_eq!(got, Err(Ignored::Unverified), "a hint");
+                assert_eq!(c.poll_action(), None);
+            }
+            let mut t = 0;
+            while c.next_timeout() != u64::MAX {
+                t = c.next_timeout();
+                c.handle_timeout(t);
+            }
+            assert_eq!(t, 1000);
+            let mut failed: Vec<_> = std::iter::from_fn(|| c.poll_action()).collect();
+            failed.sort_by_key(|a| matches!(a, Action::Failed { conn: 2, .. }));
+            let mut want = vec![Action::Failed {
+                conn: 1,
+                reason: RejectReason::Timeout,
+            }];
+            if trust == PeerTrust::Unverified {
+                want.push(Action::Failed {
+                    conn: 2,
+                    reason: RejectReason::NoListener,
+                });
+            }
+            assert_eq!(failed, want, "{trust:?}");
+            assert_eq!(c.pending(), 0);
+        }
+    }
+
+    #[test]
+    fn a_bystander_can_neither_reject_nor_answer_nor_be_taken_for_a_pinned_listener() {
+        let (mut c, mut s) = (Cm::new([2; 6], 1514, T), Cm::new([3; 6], 1514, T));
+        let bystander = Cm::new([4; 6], 1514, T);
+        c.connect(
+            1,
+            1,
+            1,
+            9,
             addr(1),
-            CmMessage::Reject {
-                request: 2,
-                reason: RejectReason::NoListener,
-                client_conn: 2,
-            },
-            &[],
+            5,
             0,
+            &opts(PeerTrust::Pinned(s.identity())),
         )
         .unwrap();
-        assert_eq!(
+        let first = sent(&mut c)[0];
+        // A challenge of the bystander's own, naming its key: ignored, remembered.
+        let fake = CmMessage::Challenge {
+            request: 9,
+            client_conn: 1,
+            cookie: 77,
+            listener: bystander.identity().0,
+        };
+        assert_eq!(c.handle(addr(4), fake, &[], 0), Err(Ignored::PeerKey));
+        assert!(
+            sent(&mut c).is_empty(),
+            "nothing sent to the bystander's key"
+        );
+        // The real one goes through; the bystander sees the request and answers first.
+        s.handle(addr(2), first, &[], 0).unwrap();
+        let ch = sent(&mut s)[0];
+        c.handle(addr(1), ch, &[], 0).unwrap();
+        let req = sent(&mut c)[0];
+        let reject = CmMessage::Reject {
+            request: 9,
+            reason: RejectReason::NoListener,
+            client_conn: 1,
+            tag: [0x55; 16],
+        };
+        assert_eq!(c.handle(addr(1), reject, &[], 0), Err(Ignored::Forged));
+        let forged_rep = CmMessage::ConnectRep {
+            request: 9,
+            conn: 66,
+            key: 66,
+            isn: 66,
+            max_frame: 1514,
+            client_conn: 1,
+            secure: false,
+            ephemeral: bystander.identity().0,
+            tag: [0x66; 16],
+        };
+        assert_eq!(c.handle(addr(1), forged_rep, &[], 0), Err(Ignored::Forged));
+        assert_eq!(c.poll_action(), None, "the connect goes on");
+        let rep = accept(&mut s, addr(2), req, 80);
+        c.handle(addr(1), rep, &[], 0).unwrap();
+        assert!(matches!(
             c.poll_action(),
+            Some(Action::Established { peer, verified: true, .. }) if peer.conn == 80
+        ));
+        // Pinned to a key nobody answers with: fails naming that.
+        let mut d = Cm::new([2; 6], 1514, T);
+        d.connect(
+            2,
+            1,
+            1,
+            9,
+            addr(1),
+            5,
+            0,
+            &opts(PeerTrust::Pinned(bystander.identity())),
+        )
+        .unwrap();
+        let first = sent(&mut d)[0];
+        s.handle(addr(2), first, &[], 0).unwrap();
+        let ch = sent(&mut s)[0];
+        assert_eq!(d.handle(addr(1), ch, &[], 0), Err(Ignored::PeerKey));
+        d.handle_timeout(1000);
+        assert_eq!(
+            d.poll_action(),
             Some(Action::Failed {
                 conn: 2,
-                reason: RejectReason::NoListener
+                reason: RejectReason::PeerKey
             })
         );
-        let mut t = 0;
-        while c.next_timeout() != u64::MAX {
-            t = c.next_timeout();
-            c.handle_timeout(t);
-        }
-        assert_eq!(t, 1000);
+    }
+
+    #[test]
+    fn a_secure_connect_needs_a_listener_key_it_trusts() {
+        let mut c = Cm::new([2; 6], 1514, T);
+        let o = ConnectOptions {
+            secure: Security::On,
+            ..ConnectOptions::default()
+        };
         assert_eq!(
-            c.poll_action(),
-            Some(Action::Failed {
-                conn: 1,
-                reason: RejectReason::Timeout
-            })
+            c.connect(1, 1, 1, 1, addr(1), 5, 0, &o),
+            Err(CmError::NoPeerKey)
         );
-        assert_eq!(c.pending(), 0);
+        let o = ConnectOptions {
+            peer_key: PeerTrust::FirstUse,
+            ..o
+        };
+        assert_eq!(c.connect(1, 1, 1, 1, addr(1), 5, 0, &o), Ok(()));
     }
 
     #[test]
     fn a_late_repeat_of_an_accepted_request_makes_no_second_connection() {
         let (mut a, mut b) = (Cm::new([2; 6], 1514, T), Cm::new([3; 6], 1514, T));
-        a.connect(70, 0x5e, 1, 9, addr(2), 4, 0, None, None);
+        a.connect(70, 0x5e, 1, 9, addr(2), 4, 0, &opts(PeerTrust::Unverified))
+            .unwrap();
         let req = challenged(&mut a, &mut b, addr(1), addr(2));
-        b.handle(addr(1), req, &[], 0).unwrap();
-        let Some(Action::Incoming {
-            from,
-            request,
-            peer,
-            ..
-        }) = b.poll_action()
-        else {
-            panic!("no incoming");
-        };
-        b.accepted(from, request, peer.conn, 80, 0x77, 0, None, None);
-        let rep = sent(&mut b);
+        let rep = accept(&mut b, addr(1), req, 80);
+        a.handle(addr(2), rep, &[], 0).unwrap();
+        assert!(matches!(a.poll_action(), Some(Action::Established { .. })));
         // The server closes at once; the client's request arrives again meanwhile.
-        b.close(80, from, 70, 0x5e, 0, 0);
+        b.close(80, addr(1), 70, 0, 0);
         sent(&mut b);
         b.handle(addr(1), req, &[], 0).unwrap();
         assert_eq!(b.poll_action(), None, "no second Incoming while closing");
-        assert_eq!(sent(&mut b), rep, "answered from memory");
+        assert_eq!(sent(&mut b), vec![rep], "answered from memory");
     }
 
     #[test]
-    fn a_close_checks_the_key_and_is_answered_even_when_unknown() {
+    fn a_close_needs_the_connections_mac_and_a_repeat_is_answered_while_it_lingers() {
         let (mut a, mut b) = (Cm::new([2; 6], 1514, T), Cm::new([3; 6], 1514, T));
-        // b accepted a's connection 70 as its 80 (key 0x5e).
-        b.accepted(addr(1), 1, 70, 80, 0x5e, 0, None, None);
-        sent(&mut b);
-        a.close(70, addr(2), 80, 0x66, 33, 0);
-        let bad = sent(&mut a)[0];
-        assert_eq!(b.handle(addr(1), bad, &[], 0), Err(Ignored::WrongKey));
+        a.connect(70, 0x5e, 1, 9, addr(2), 4, 0, &opts(PeerTrust::Unverified))
+            .unwrap();
+        let req = challenged(&mut a, &mut b, addr(1), addr(2));
+        let rep = accept(&mut b, addr(1), req, 80);
+        a.handle(addr(2), rep, &[], 0).unwrap();
+        assert!(matches!(a.poll_action(), Some(Action::Established { .. })));
+        a.close(70, addr(2), 80, 33, 0);
+        let good = sent(&mut a)[0];
+        // A bystander's copies with another MAC, or naming another ack: ignored.
+        let CmMessage::DisconnectReq { mac, .. } = good else {
+            panic!("{good:?}")
+        };
+        let forged = [
+            CmMessage::DisconnectReq {
+                target: 80,
+                sender: 70,
+                ack: 33,
+                mac: [0; 16],
+            },
+            CmMessage::DisconnectReq {
+                target: 80,
+                sender: 70,
+                ack: 34,
+                mac,
+            },
+        ];
+        for f in forged {
+            assert_eq!(b.handle(addr(1), f, &[], 0), Err(Ignored::Forged));
+        }
         assert_eq!(b.poll_action(), None);
         assert!(sent(&mut b).is_empty());
-        a.close(70, addr(2), 80, 0x5e, 33, 0);
-        let good = sent(&mut a)[0];
         b.handle(addr(1), good, &[], 0).unwrap();
         assert_eq!(
             b.poll_action(),
             Some(Action::PeerClosed { conn: 80, ack: 33 })
         );
-        let rep = sent(&mut b);
-        assert_eq!(rep, vec![CmMessage::DisconnectRep { sender: 70 }]);
-        // A repeat (the answer was lost) is answered again; nothing else happens.
-        b.handle(addr(1), good, &[], 0).unwrap();
+        let drep = sent(&mut b);
+        assert!(matches!(
+            drep[..],
+            [CmMessage::DisconnectRep { sender: 70, .. }]
+        ));
+        // A forged answer does not end the close.
+        let fake = CmMessage::DisconnectRep {
+            sender: 70,
+            mac: [1; 16],
+        };
+        assert_eq!(a.handle(addr(2), fake, &[], 0), Err(Ignored::Forged));
+        assert_eq!(a.poll_action(), None);
+        // A repeat (the answer was lost) is answered again while the keys linger.
+        b.handle(addr(1), good, &[], 500).unwrap();
         assert_eq!(b.poll_action(), None);
-        assert_eq!(sent(&mut b), rep);
-        a.handle(addr(2), rep[0], &[], 0).unwrap();
+        assert_eq!(sent(&mut b), drep);
+        a.handle(addr(2), drep[0], &[], 0).unwrap();
         assert_eq!(a.poll_action(), Some(Action::Closed { conn: 70 }));
-        assert_eq!(a.next_timeout(), 10, "a stale timer entry is left");
-        a.handle_timeout(2000);
-        assert_eq!(a.poll_action(), None, "and skipped");
-        assert!(sent(&mut a).is_empty());
+        // After a CM timeout the keys are gone, and so is the answer.
+        b.handle_timeout(1000);
+        assert_eq!(b.handle(addr(1), good, &[], 1000), Err(Ignored::WrongKey));
+        assert!(sent(&mut b).is_empty());
+        assert_eq!(b.next_timeout(), u64::MAX);
+        assert!(b.lingering.is_empty() && b.known.is_empty());
     }
 
     /// Request `m` with its cookie, and its service if given, replaced.
     fn req_with(m: CmMessage, cookie: u64, service: Option<u32>) -> CmMessage {
-        let mut m = m.without_cookie();
+        let mut m = m;
         if let CmMessage::ConnectReq {
             cookie: c,
             service: s,
@@ -1061,7 +1692,8 @@ mod tests {
     #[test]
     fn a_cookie_is_bound_to_the_request_its_address_and_its_time() {
         let (mut a, mut b) = (Cm::new([2; 6], 1514, T), Cm::new([3; 6], 1514, T));
-        a.connect(70, 0x5e, 1, 9, addr(2), 4, 0, None, None);
+        a.connect(70, 0x5e, 1, 9, addr(2), 4, 0, &opts(PeerTrust::Unverified))
+            .unwrap();
         let good = challenged(&mut a, &mut b, addr(1), addr(2));
         let CmMessage::ConnectReq { cookie, .. } = good else {
             panic!("{good:?}")
@@ -1076,10 +1708,27 @@ mod tests {
         assert_eq!(b.handle(addr(1), other, &[], 0), Err(Ignored::BadCookie));
         assert_eq!(b.poll_action(), None);
         assert_eq!(sent(&mut b).len(), 4, "each challenged");
+        // With the cookie but its handshake changed: refused as forged.
+        let mut bent = good;
+        if let CmMessage::ConnectReq {
+            handshake: Some(h), ..
+        } = &mut bent
+        {
+            h[3] ^= 1;
+        }
+        assert_eq!(b.handle(addr(1), bent, &[], 0), Err(Ignored::Forged));
+        assert_eq!(b.poll_action(), None);
         // Good for the rest of its period and the next; not after.
         b.handle(addr(1), good, &[], 2 * T.timeout - 1).unwrap();
         assert!(matches!(b.poll_action(), Some(Action::Incoming { .. })));
-        let mut c = Cm::new([3; 6], 1514, T);
+        let mut c = Cm::with_limits(
+            [3; 6],
+            1514,
+            T,
+            &CmLimits::default(),
+            1_000_000,
+            b.identity.clone(),
+        );
         c.secret = b.secret;
         assert_eq!(
             c.handle(addr(1), good, &[], 2 * T.timeout),
@@ -1095,9 +1744,11 @@ mod tests {
             per_source_burst: 2,
             challenges: 1000,
             challenges_burst: 100,
+            ..CmLimits::default()
         };
+        let id = || Arc::new(Identity::generate().unwrap());
         // A clock of 1 MHz: 100 challenges at once, then one per 1000 ticks.
-        let mut s = Cm::with_limits([3; 6], 1514, T, &limits, 1_000_000);
+        let mut s = Cm::with_limits([3; 6], 1514, T, &limits, 1_000_000, id());
         let mut refused = 0;
         for i in 0..10_000u32 {
             let from = NodeAddr::from_ip(i.to_be_bytes(), crate::wire::UDP_PORT);
@@ -1110,7 +1761,9 @@ mod tests {
                 max_frame: 1514,
                 mac: [2, 0, 0, 0, 0, i as u8],
                 cookie: u64::from(i) << 20,
-                public: None,
+                secure: false,
+                ephemeral: [i as u8; 32],
+                handshake: Some([i as u8; HANDSHAKE_LEN]),
             };
             match s.handle(from, req, &[], u64::from(i)) {
                 Err(Ignored::RateLimited) => refused += 1,
@@ -1126,9 +1779,10 @@ mod tests {
         assert!((100..=111).contains(&challenges), "{challenges}");
         assert_eq!(refused, 10_000 - challenges);
         // One source over its own rate: two at once, then one per 100 000 ticks.
-        let mut t = Cm::with_limits([3; 6], 1514, T, &limits, 1_000_000);
+        let mut t = Cm::with_limits([3; 6], 1514, T, &limits, 1_000_000, id());
         let mut c = Cm::new([2; 6], 1514, T);
-        c.connect(1, 1, 1, 1, addr(3), 4, 0, None, None);
+        c.connect(1, 1, 1, 1, addr(3), 4, 0, &opts(PeerTrust::Unverified))
+            .unwrap();
         let req = sent(&mut c)[0];
         let got: Vec<_> = (0..4).map(|_| t.handle(addr(2), req, &[], 7)).collect();
         assert_eq!(

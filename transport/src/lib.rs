@@ -20,6 +20,8 @@ pub mod events;
 pub mod faults;
 #[doc(hidden)]
 pub mod fuzzing;
+pub mod handshake;
+pub mod identity;
 pub mod mem;
 pub mod message;
 pub mod node;

@@ -1,29 +1,13 @@
 //! Secure connections: a key agreement in the connection handshake and every section of
 //! the connection's frames sealed with AES-256-GCM (docs/design.md §10).
 //!
-//! # Handshake
+//! # Keys
 //!
-//! A client asking for a secure connection puts an ephemeral X25519 public key in its
-//! `CONNECT_REQ`; the listener answers with its own in the `CONNECT_REP`, and both
-//! compute the shared secret. HKDF-SHA256 turns it into the connection's secrets:
-//!
-//! ```text
-//! PRK       = HKDF-Extract(salt = pre-shared key or "deposit v11 no psk", X25519 secret)
-//! info      = label | transcript        transcript = client public | server public |
-//!                                         client conn, key, ISN | server conn, key, ISN
-//! c2s, s2c  = HKDF-Expand(PRK, "c2s" | transcript, 32), ("s2c" ...)   traffic secrets
-//! confirm   = HKDF-Expand(PRK, "confirm" | transcript, 16)            in the REP
-//! close c/s = HKDF-Expand(PRK, "close c"/"close s" | transcript, 8)   disconnect keys
-//! ```
-//!
-//! The listener sends `confirm` in its reply; the client compares it with its own and
-//! fails the connection when it differs (a reply forged or modified on the way, or a
-//! pre-shared key that differs). With a pre-shared key, a man in the middle who does not
-//! know it cannot complete the handshake; without one, the exchange protects against
-//! passive listeners and injectors, not against an active relay present at connect time
-//! (as any unauthenticated Diffie–Hellman). A disconnect request of a secure connection
-//! carries the peer's close key instead of the connection key (which travels in clear
-//! in every header), so an on-path attacker cannot tear the connection down.
+//! The connection's handshake (`crate::handshake`, Noise IK between the two nodes'
+//! identity keys, an optional pre-shared key mixed in) leaves one traffic secret per
+//! direction, client to server and server to client; [`Secrets::new`] takes them.
+//! Closing a connection and every other CM message about it is authenticated by the
+//! handshake's CM keys (`crate::cm`), not here.
 //!
 //! # A sealed section
 //!
@@ -60,18 +44,12 @@
 //! they do not wrap in the life of a connection.
 
 use aws_lc_rs::aead::{Aad, LessSafeKey, Nonce, UnboundKey, AES_256_GCM};
-use aws_lc_rs::agreement::{self, EphemeralPrivateKey, UnparsedPublicKey, X25519};
-use aws_lc_rs::hkdf::{self, KeyType, Salt, HKDF_SHA256};
-use aws_lc_rs::rand::SystemRandom;
+use aws_lc_rs::hkdf::{self, KeyType, HKDF_SHA256};
 
 use crate::wire::{CELL_LEN, HEADER_LEN};
 
-/// Bytes of an X25519 public key.
-pub const PUBLIC_LEN: usize = 32;
-/// Bytes of the listener's key confirmation in a `CONNECT_REP`.
-pub const CONFIRM_LEN: usize = 16;
 /// Bytes of a pre-shared key.
-pub const PSK_LEN: usize = 32;
+pub const PSK_LEN: usize = crate::handshake::PSK_LEN;
 /// The seal cell that ends a sealed section.
 pub const SEAL_LEN: usize = CELL_LEN;
 /// Bytes of the GCM tag.
@@ -97,8 +75,6 @@ mod seal {
 pub enum SecureError {
     #[error("the system's random source or the key agreement failed")]
     Crypto,
-    #[error("the peer's key confirmation does not match (a different pre-shared key, or a reply modified on the way)")]
-    Confirmation,
 }
 
 /// Why a sealed section was refused.
@@ -108,98 +84,6 @@ pub enum Refusal {
     Auth,
     /// The packet number was taken, or is older than the window.
     Replay,
-}
-
-/// One side's ephemeral key pair, from the connect request to the reply.
-pub struct Handshake {
-    private: EphemeralPrivateKey,
-    public: [u8; PUBLIC_LEN],
-    psk: Option<[u8; PSK_LEN]>,
-}
-
-impl std::fmt::Debug for Handshake {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Handshake")
-            .field("public", &self.public)
-            .finish_non_exhaustive()
-    }
-}
-
-impl Handshake {
-    /// A fresh key pair from the OS random source, and the pre-shared key (if any)
-    /// mixed into the secrets.
-    pub fn new(psk: Option<[u8; PSK_LEN]>) -> Result<Handshake, SecureError> {
-        let private = EphemeralPrivateKey::generate(&X25519, &SystemRandom::new())
-            .map_err(|_| SecureError::Crypto)?;
-        let mut public = [0; PUBLIC_LEN];
-        public.copy_from_slice(
-            private
-                .compute_public_key()
-                .map_err(|_| SecureError::Crypto)?
-                .as_ref(),
-        );
-        Ok(Handshake {
-            private,
-            public,
-            psk,
-        })
-    }
-
-    /// The public key, for the peer.
-    pub fn public(&self) -> [u8; PUBLIC_LEN] {
-        self.public
-    }
-
-    /// The connection's secrets from the peer's public key (`transcript` names both
-    /// sides' parameters, the same on both).
-    pub fn agree(
-        self,
-        peer_public: &[u8; PUBLIC_LEN],
-        transcript: &Transcript,
-    ) -> Result<Secrets, SecureError> {
-        let peer = UnparsedPublicKey::new(&X25519, peer_public);
-        let psk = self.psk;
-        agreement::agree_ephemeral(self.private, peer, SecureError::Crypto, |shared| {
-            Ok(Secrets::derive(shared, psk.as_ref(), transcript))
-        })
-    }
-}
-
-/// One side's connection parameters, as the handshake carried them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Side {
-    pub public: [u8; PUBLIC_LEN],
-    pub conn: u32,
-    pub key: u64,
-    pub isn: u32,
-}
-
-/// What both sides bind their secrets to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Transcript {
-    pub client: Side,
-    pub server: Side,
-}
-
-impl Transcript {
-    const LEN: usize = 2 * (PUBLIC_LEN + 16);
-
-    fn bytes(&self) -> [u8; Transcript::LEN] {
-        let mut b = [0; Transcript::LEN];
-        let mut at = 0;
-        for s in [&self.client, &self.server] {
-            for part in [
-                &s.public[..],
-                &s.conn.to_be_bytes(),
-                &s.key.to_be_bytes(),
-                &s.isn.to_be_bytes(),
-            ] {
-                b[at..at + part.len()].copy_from_slice(part);
-                at += part.len();
-            }
-        }
-        b
-    }
 }
 
 /// An HKDF output length.
@@ -224,10 +108,6 @@ fn expand<const N: usize>(prk: &hkdf::Prk, label: &[u8], context: &[u8]) -> [u8;
 pub struct Secrets {
     c2s: [u8; 32],
     s2c: [u8; 32],
-    /// The listener's key confirmation (sent in its reply).
-    pub confirm: [u8; CONFIRM_LEN],
-    close_client: u64,
-    close_server: u64,
 }
 
 impl std::fmt::Debug for Secrets {
@@ -237,21 +117,9 @@ impl std::fmt::Debug for Secrets {
 }
 
 impl Secrets {
-    /// The secrets from a shared secret (the X25519 output).
-    pub fn derive(shared: &[u8], psk: Option<&[u8; PSK_LEN]>, t: &Transcript) -> Secrets {
-        let salt: &[u8] = match psk {
-            Some(k) => k,
-            None => b"deposit v11 no psk",
-        };
-        let prk = Salt::new(HKDF_SHA256, salt).extract(shared);
-        let t = t.bytes();
-        Secrets {
-            c2s: expand(&prk, b"c2s", &t),
-            s2c: expand(&prk, b"s2c", &t),
-            confirm: expand(&prk, b"confirm", &t),
-            close_client: u64::from_be_bytes(expand(&prk, b"close c", &t)),
-            close_server: u64::from_be_bytes(expand(&prk, b"close s", &t)),
-        }
+    /// The traffic secrets of the two directions (client to server, server to client).
+    pub fn new(c2s: [u8; 32], s2c: [u8; 32]) -> Secrets {
+        Secrets { c2s, s2c }
     }
 
     /// The session of one side (`client`: the side that connected), sealing with
@@ -263,11 +131,6 @@ impl Secrets {
             (&self.c2s, &self.s2c)
         } else {
             (&self.s2c, &self.c2s)
-        };
-        let (own_close, peer_close) = if client {
-            (self.close_client, self.close_server)
-        } else {
-            (self.close_server, self.close_client)
         };
         let rx = Keys::new(*rx, 0);
         Session {
@@ -283,8 +146,6 @@ impl Secrets {
                 current: rx,
                 window: Window::default(),
             },
-            own_close,
-            peer_close,
             rekeys: 0,
         }
     }
@@ -398,8 +259,6 @@ impl Window {
 pub struct Session {
     tx: TxState,
     rx: RxState,
-    own_close: u64,
-    peer_close: u64,
     rekeys: u64,
 }
 
@@ -534,16 +393,6 @@ impl Session {
         Ok(())
     }
 
-    /// The key a disconnect request from the peer must carry.
-    pub fn own_close_key(&self) -> u64 {
-        self.own_close
-    }
-
-    /// The key our disconnect request carries.
-    pub fn peer_close_key(&self) -> u64 {
-        self.peer_close
-    }
-
     /// Key generations the sending direction moved on.
     pub fn rekeys(&self) -> u64 {
         self.rekeys
@@ -574,34 +423,25 @@ pub fn same(a: &[u8], b: &[u8]) -> bool {
 mod tests {
     use super::*;
 
-    fn pair(
-        psk_c: Option<&[u8; 32]>,
-        psk_s: Option<&[u8; 32]>,
+    /// The two sides' sessions from secrets `c2s`/`s2c` (the client's) and the
+    /// server's (the same unless a test makes them differ).
+    fn sessions(
+        client: ([u8; 32], [u8; 32]),
+        server: ([u8; 32], [u8; 32]),
         rekey: u64,
-    ) -> (Session, Session, bool) {
-        let (c, s) = (
-            Handshake::new(psk_c.copied()).unwrap(),
-            Handshake::new(psk_s.copied()).unwrap(),
-        );
-        let t = Transcript {
-            client: Side {
-                public: c.public(),
-                conn: 1,
-                key: 2,
-                isn: 3,
-            },
-            server: Side {
-                public: s.public(),
-                conn: 4,
-                key: 5,
-                isn: 6,
-            },
-        };
-        let (cp, sp) = (c.public(), s.public());
-        let cs = c.agree(&sp, &t).unwrap();
-        let ss = s.agree(&cp, &t).unwrap();
-        let confirmed = same(&cs.confirm, &ss.confirm);
-        (cs.session(true, rekey), ss.session(false, rekey), confirmed)
+    ) -> (Session, Session) {
+        (
+            Secrets::new(client.0, client.1).session(true, rekey),
+            Secrets::new(server.0, server.1).session(false, rekey),
+        )
+    }
+
+    fn pair(rekey: u64) -> (Session, Session) {
+        let mut k = [[0u8; 32]; 2];
+        for x in &mut k {
+            aws_lc_rs::rand::fill(x).unwrap();
+        }
+        sessions((k[0], k[1]), (k[0], k[1]), rekey)
     }
 
     fn header(seq: u8) -> [u8; HEADER_LEN] {
@@ -631,8 +471,7 @@ mod tests {
 
     #[test]
     fn a_sealed_section_opens_once_and_reads_as_sent() {
-        let (mut c, mut s, confirmed) = pair(None, None, DEFAULT_REKEY_AFTER);
-        assert!(confirmed);
+        let (mut c, mut s) = pair(DEFAULT_REKEY_AFTER);
         let plain: Vec<u8> = (0..96).map(|i| i as u8).collect();
         let (ct, seal) = sealed(&mut c, 7, &plain);
         assert_ne!(ct, plain, "encrypted");
@@ -645,7 +484,7 @@ mod tests {
 
     #[test]
     fn any_changed_bit_of_header_cells_or_seal_is_refused() {
-        let (mut c, mut s, _) = pair(None, None, DEFAULT_REKEY_AFTER);
+        let (mut c, mut s) = pair(DEFAULT_REKEY_AFTER);
         let plain = [0x5a; 48];
         let (ct, seal) = sealed(&mut c, 3, &plain);
         for bit in 0..(HEADER_LEN + 48 + SEAL_LEN) * 8 {
@@ -668,18 +507,17 @@ mod tests {
     }
 
     #[test]
-    fn a_different_pre_shared_key_fails_the_confirmation_and_every_section() {
-        let (mut c, mut s, confirmed) = pair(Some(&[1; 32]), Some(&[2; 32]), 100);
-        assert!(!confirmed);
+    fn other_secrets_fail_every_section() {
+        let (mut c, mut s) = sessions(([1; 32], [2; 32]), ([1; 32], [3; 32]), 100);
         let (ct, seal) = sealed(&mut c, 0, &[9; 48]);
-        assert_eq!(opened(&mut s, &header(0), &ct, &seal), Err(Refusal::Auth));
-        let (_, _, confirmed) = pair(Some(&[3; 32]), Some(&[3; 32]), 100);
-        assert!(confirmed);
+        assert_eq!(opened(&mut s, &header(0), &ct, &seal), Ok(vec![9; 48]));
+        let (ct, seal) = sealed(&mut s, 0, &[9; 48]);
+        assert_eq!(opened(&mut c, &header(0), &ct, &seal), Err(Refusal::Auth));
     }
 
     #[test]
     fn keys_change_every_rekey_after_sections_and_reordered_ones_still_open() {
-        let (mut c, mut s, _) = pair(None, None, 10);
+        let (mut c, mut s) = pair(10);
         let mut held = Vec::new();
         for i in 0..10 * REPLAY_WINDOW as u32 {
             let plain = [i as u8; 48];
@@ -714,7 +552,7 @@ mod tests {
 
     #[test]
     fn a_forged_generation_is_refused_and_derives_once() {
-        let (mut c, mut s, _) = pair(None, None, 1000);
+        let (mut c, mut s) = pair(1000);
         let (ct, mut seal) = sealed(&mut c, 0, &[1; 48]);
         seal[seal::GENERATION].copy_from_slice(&3u32.to_be_bytes());
         for _ in 0..3 {

@@ -203,6 +203,9 @@ impl Network {
                     external_min: link.external_min,
                 };
                 let mut c = cfg.clone();
+                // Every host a node of its own: its own identity key.
+                c.identity =
+                    Arc::new(crate::identity::Identity::generate().expect("the OS random source"));
                 c.local = NodeAddr {
                     mac,
                     ip: [10, 0, 0, i as u8 + 1],

@@ -231,8 +231,10 @@ fn spoofed_request(
         mac,
         // Half of them with a guessed cookie.
         cookie: if r & 1 == 0 { 0 } else { rng.next_u64() },
-        // A quarter asking for a secure connection.
-        public: (r & 2 == 0).then_some([r as u8; 32]),
+        // Half asking for a secure connection, a quarter with a handshake.
+        secure: r & 2 == 0,
+        ephemeral: [r as u8; 32],
+        handshake: (r & 4 == 0).then_some([(r >> 8) as u8; 64]),
     };
     let underlay = UnderlayRepr {
         src_mac: mac,

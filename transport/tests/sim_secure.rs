@@ -8,7 +8,7 @@ use std::cell::RefCell;
 use std::rc::Rc;
 
 use common::*;
-use deposit_transport::cm::{ConnectOptions, RejectReason, Security};
+use deposit_transport::cm::{ConnectOptions, PeerTrust, RejectReason, Security};
 use deposit_transport::connection::ConnState;
 use deposit_transport::node::NodeConfig;
 use deposit_transport::oplogic::DropReason;
@@ -18,9 +18,11 @@ use deposit_transport::wire::{
     UNDERLAY_LEN,
 };
 
+/// Sealed, the listener's key taken on first use (its challenge is the first it hears).
 fn secure() -> ConnectOptions {
     ConnectOptions {
         secure: Security::On,
+        peer_key: PeerTrust::FirstUse,
         ..ConnectOptions::default()
     }
 }
@@ -237,20 +239,15 @@ fn an_on_path_attacker_gets_every_frame_refused_and_counted_and_the_data_verifie
             node.handle_frame(&f, now);
             replays += 1;
         }
-        // 5. A disconnect request naming the server's connection and its key (both in
-        // every header): a secure connection closes only with its close key.
-        let target = net.hosts[1]
-            .node
-            .conns
-            .iter()
-            .next()
-            .map(|c| (c.number, c.key));
-        if let Some((target, key)) = target {
+        // 5. A disconnect request naming the server's connection (in every header):
+        // a connection closes only with a MAC under its CM key.
+        let target = net.hosts[1].node.conns.iter().next().map(|c| c.number);
+        if let Some(target) = target {
             let dreq = deposit_transport::cm::CmMessage::DisconnectReq {
                 target,
-                key,
                 sender: 1,
                 ack: 0,
+                mac: [0x5a; 16],
             };
             let underlay = wire::UnderlayRepr {
                 src_mac: net.hosts[0].addr().mac,
@@ -292,8 +289,8 @@ fn an_on_path_attacker_gets_every_frame_refused_and_counted_and_the_data_verifie
     println!(
         "injected: {replays} replays, {modified} modified, {forged} forged sealed, {plain} \
          forged plain; refused: replayed {replayed}, auth_failed {auth}, not_sealed {not_sealed}, \
-         wrong_key {}",
-        drops(&net, 1, DropReason::WrongKey)
+         cm_forged {}",
+        drops(&net, 1, DropReason::CmForged)
     );
     assert!(replays > 100 && modified > 300 && forged > 100);
     assert_eq!(replayed, replays, "every replay refused (one copy of each)");
@@ -302,7 +299,7 @@ fn an_on_path_attacker_gets_every_frame_refused_and_counted_and_the_data_verifie
     assert_eq!(auth + (replayed - replays), modified + forged);
     assert_eq!(not_sealed, plain);
     assert!(
-        drops(&net, 1, DropReason::WrongKey) > 10,
+        drops(&net, 1, DropReason::CmForged) > 10,
         "forged disconnects refused"
     );
 }
@@ -311,6 +308,7 @@ fn an_on_path_attacker_gets_every_frame_refused_and_counted_and_the_data_verifie
 fn a_different_pre_shared_key_fails_the_connect_and_the_same_one_connects() {
     let psk = |k| ConnectOptions {
         secure: Security::Psk([k; 32]),
+        peer_key: PeerTrust::FirstUse,
         ..ConnectOptions::default()
     };
     let (mut net, eps) = network(2, &NodeConfig::default(), LinkConfig::default(), 3);
@@ -327,18 +325,16 @@ fn a_different_pre_shared_key_fails_the_connect_and_the_same_one_connects() {
         .unwrap();
     net.run_until(5 * HZ, |_| c.state() != ConnState::Connecting);
     assert_eq!(c.state(), ConnState::Failed);
-    assert_eq!(reason(&c), RejectReason::Confirmation);
-    assert_eq!(drops(&net, 0, DropReason::AuthFailed), 1);
-    assert_eq!(net.hosts[0].node.conns.len(), 0);
-    // The listener made a connection for the request (it could not tell), but never
-    // shows it: no sealed frame of the requester's opened; its keepalive ends it.
     assert!(
-        queue.pop().is_none(),
-        "an unconfirmed connection reached accept"
+        net.now < HZ,
+        "refused at once, by a REJECT the client verified"
     );
-    net.run_for(60 * HZ);
+    assert_eq!(reason(&c), RejectReason::Confirmation);
+    assert_eq!(drops(&net, 1, DropReason::AuthFailed), 1);
+    assert_eq!(net.hosts[0].node.conns.len(), 0);
+    // The listener learns it from the request (IKpsk1): it makes nothing.
     assert!(queue.pop().is_none());
-    assert_eq!(net.hosts[1].node.conns.len(), 0, "the orphan timed out");
+    assert_eq!(net.hosts[1].node.conns.len(), 0);
     // The same key: up, sealed.
     let now = net.now;
     net.hosts[0].node.set_now(now);
@@ -366,7 +362,10 @@ fn a_secure_listener_refuses_a_plain_request_and_a_plain_one_takes_a_secure_requ
         .listen(8, eb, cb, &ConnectOptions::default(), 8)
         .unwrap();
     let peer = net.hosts[1].addr();
-    let plain = ConnectOptions::default();
+    let plain = ConnectOptions {
+        peer_key: PeerTrust::FirstUse,
+        ..ConnectOptions::default()
+    };
     let c = net.hosts[0]
         .node
         .connect(peer, 7, ea, ca.clone(), &plain)
@@ -394,19 +393,20 @@ fn a_secure_connection_closes_on_both_sides() {
     assert_eq!(
         b.conn.state(),
         ConnState::Closed,
-        "the close key opened the close"
+        "the close's MAC verified"
     );
     net.run_until(5 * HZ, |n| n.hosts[0].node.conns.is_empty());
     assert_eq!(net.hosts[0].node.conns.len(), 0);
 }
 
 #[test]
-fn a_confirmed_connection_waits_for_room_in_a_full_backlog() {
+fn unconfirmed_connections_count_against_the_backlog_and_a_second_client_waits_its_turn() {
     let (mut net, eps) = network(3, &NodeConfig::default(), LinkConfig::default(), 6);
     let (es, cs) = eps[0].clone();
     let queue = net.hosts[0].node.listen(7, es, cs, &secure(), 1).unwrap();
     let peer = net.hosts[0].addr();
-    // Both ask before either is confirmed: both pass the backlog check.
+    // Both ask at once: the first takes the one place (unconfirmed, then waiting for
+    // accept); the second is left unanswered, and retries.
     let now = net.now;
     let mut clients = Vec::new();
     for (h, (e, c)) in eps.iter().cloned().enumerate().skip(1) {
@@ -422,20 +422,21 @@ fn a_confirmed_connection_waits_for_room_in_a_full_backlog() {
             conn,
         });
     }
-    net.run_until(5 * HZ, |_| {
-        clients
-            .iter()
-            .all(|c| c.conn.state() != ConnState::Connecting)
-    });
-    assert!(clients.iter().all(live));
-    net.run_for(HZ / 1000);
-    // The first took the one place; the second's confirmation found the queue full.
+    net.run_for(HZ / 2);
+    assert_eq!(clients[0].conn.state(), ConnState::Normal);
+    assert_eq!(clients[1].conn.state(), ConnState::Connecting);
+    assert!(drops(&net, 0, DropReason::BacklogFull) >= 1);
+    assert_eq!(
+        net.hosts[0].node.conns.len(),
+        1,
+        "no connection for the second yet"
+    );
     let first = queue.pop().expect("the first client");
     assert!(queue.pop().is_none());
-    assert!(drops(&net, 0, DropReason::BacklogFull) >= 1);
-    drop(first);
-    // Its next sealed frame confirms it again, now with room.
-    post_all(&clients[1], [write(1, &clients[1], 0, 64, 0)]);
-    all_ok(&complete(&mut net, &clients[1], 1, 5));
+    // Room again: the second's next retry gets in.
+    net.run_until(5 * HZ, |_| clients[1].conn.state() != ConnState::Connecting);
+    assert_eq!(clients[1].conn.state(), ConnState::Normal);
+    net.run_for(HZ / 1000);
     assert!(queue.pop().is_some(), "the second client reached accept");
+    drop(first);
 }

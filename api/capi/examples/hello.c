@@ -1,7 +1,8 @@
 /* hello.c: deposit from C. Two nodes in one process (the two sides of an in-process
  * ring pair, no setup), then: a 4 KiB write checked at the receiver, a read of it
  * back, a fetch-and-add, a write the receiver refuses (its completion names the
- * receiver's reason), and the device counters.
+ * receiver's reason), a secure connection to the server's pinned identity key, and the
+ * device counters.
  *
  *   scripts/capi.sh        # builds libdeposit and this example, and runs it
  *   gcc hello.c $(pkg-config --cflags --libs deposit) -o hello
@@ -12,10 +13,12 @@
  * rdma_cm's part. Every call returns DD_OK or a negative DD_ERR_* code, and
  * dd_last_error() says why.
  */
+#define _POSIX_C_SOURCE 200809L /* mkdtemp, rmdir */
 #include <deposit.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define LEN 4096
 #define SERVICE 1
@@ -54,16 +57,42 @@ static void print_counter(const char *name, uint64_t value, void *arg) {
         printf("hello.c:   %s = %llu\n", name, (unsigned long long)value);
 }
 
+/* Prints a device's identity key as its operator would hand it out. */
+static void print_identity(const char *who, const uint8_t key[DD_KEY_LEN]) {
+    char text[DD_KEY_BASE64_LEN];
+    CHECK(dd_key_to_base64(key, text, sizeof text));
+    printf("hello.c: %s identity key %s\n", who, text);
+}
+
 int main(void) {
+    /* The server keeps its identity key pair in a file (made, mode 0600, when
+     * missing), as a node whose key clients pin does; the client gets a fresh one. */
+    char dir[] = "/tmp/deposit-hello.XXXXXX", key_file[64];
+    if (!mkdtemp(dir))
+        fail("mkdtemp");
+    snprintf(key_file, sizeof key_file, "%s/identity", dir);
     struct dd_device_config cfg;
     struct dd_device *server, *client;
     CHECK(dd_device_config_init(&cfg));
     cfg.port = "ring:chello:a";
     memcpy(cfg.ip, (uint8_t[4]){10, 0, 0, 1}, 4);
+    cfg.identity_path = key_file;
     CHECK(dd_device_open(&cfg, &server));
     cfg.port = "ring:chello:b";
     cfg.ip[3] = 2;
+    cfg.identity_path = NULL;
     CHECK(dd_device_open(&cfg, &client));
+    uint8_t server_key[DD_KEY_LEN], client_key[DD_KEY_LEN], key[DD_KEY_LEN];
+    CHECK(dd_device_identity(server, server_key));
+    CHECK(dd_device_identity(client, client_key));
+    print_identity("server", server_key);
+    print_identity("client", client_key);
+    /* Text and back (what a configuration file or command line gives). */
+    char text[DD_KEY_BASE64_LEN];
+    CHECK(dd_key_to_base64(server_key, text, sizeof text));
+    CHECK(dd_key_from_base64(text, key));
+    if (memcmp(key, server_key, DD_KEY_LEN) != 0)
+        fail("the server's key does not come back from its base64");
 
     /* Server: an endpoint peers may write, read and run atomics on. */
     struct dd_endpoint *sep, *cep, *ro;
@@ -167,7 +196,8 @@ int main(void) {
     printf("hello.c: past the end: %s\n", dd_last_error());
 
     /* A secure connection: every frame sealed (AES-256-GCM), keys agreed at connect
-     * with a pre-shared key both sides hold. */
+     * with a pre-shared key both sides hold, and the server's identity key pinned by
+     * the client (as an operator hands it out: here, from the same process). */
     uint8_t psk[DD_PSK_LEN], other[DD_PSK_LEN];
     for (int i = 0; i < (int)DD_PSK_LEN; i++) {
         psk[i] = (uint8_t)(i * 7 + 1);
@@ -179,10 +209,23 @@ int main(void) {
     struct dd_listener *sl;
     struct dd_conn *sconn, *saccepted, *bad;
     CHECK(dd_listen(server, SERVICE + 2, sep, scq, &sopts, &sl));
+    /* Without the server's key (pinned, in a known-peers file, or taken on first
+     * use) a secure connect is refused at once: nothing would prove who answered. */
+    if (dd_connect(client, server_ip, SERVICE + 2, cep, ccq, &sopts, &bad) != DD_ERR_INVALID)
+        fail("a secure connect without the server's key was not DD_ERR_INVALID");
+    printf("hello.c: a secure connect without the server's key: %s\n", dd_last_error());
+    sopts.peer_key = server_key;
     CHECK(dd_connect(client, server_ip, SERVICE + 2, cep, ccq, &sopts, &sconn));
     CHECK(dd_accept(sl, T_MS, &saccepted));
     if (!dd_conn_is_secure(sconn) || !dd_conn_is_secure(saccepted))
         fail("the connection is not sealed");
+    CHECK(dd_conn_peer_key(sconn, key));
+    if (memcmp(key, server_key, DD_KEY_LEN) != 0 || !dd_conn_peer_key_verified(sconn))
+        fail("the client's connection does not hold the server's verified key");
+    CHECK(dd_conn_peer_key(saccepted, key));
+    if (memcmp(key, client_key, DD_KEY_LEN) != 0)
+        fail("the server's connection does not hold the client's key");
+    printf("hello.c: the handshake proved the server's pinned key, and the client's\n");
     for (int i = 0; i < LEN; i++)
         data[i] = (uint8_t)(i * 13 + 3);
     CHECK(dd_endpoint_write(cep, 0, data, LEN));
@@ -224,6 +267,8 @@ int main(void) {
     dd_endpoint_free(cep);
     dd_device_close(client);
     dd_device_close(server);
+    remove(key_file);
+    rmdir(dir);
     printf("hello.c: OK\n");
     return 0;
 }

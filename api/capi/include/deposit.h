@@ -25,7 +25,9 @@
 // The connection is not in a state that allows posting.
 #define DD_ERR_NOT_CONNECTED -4
 
-// The peer refused the connection.
+// The peer refused the connection, or the handshake did not verify: another
+// pre-shared key, a listener whose identity key is not the one pinned for it, a
+// client whose key the listener does not authorise (`dd_last_error` says which).
 #define DD_ERR_REJECTED -5
 
 // The DPDK port failed (open, start, configuration).
@@ -75,6 +77,12 @@
 
 // Bytes of a pre-shared key.
 #define DD_PSK_LEN 32
+
+// Bytes of an identity key (an X25519 public key).
+#define DD_KEY_LEN 32
+
+// Bytes of an identity key in base64 (`dd_key_to_base64`), with the terminating NUL.
+#define DD_KEY_BASE64_LEN 45
 
 // Most bytes of private data (`PRIVATE_DATA_MAX`; a literal, for cbindgen).
 #define DD_PRIVATE_DATA_MAX 192
@@ -209,7 +217,7 @@ struct dd_instr_window;
 struct dd_listener;
 
 // How to open a device. `dd_device_config_init` fills the defaults; 0 in a numeric
-// field means the default.
+// field means the default, NULL in a path none.
 struct dd_device_config {
   // Port spec: `ring`, `ring:NAME:a|b`, `null`, `memif:PATH:server|client`,
   // `af_packet:IF`, `af_xdp:IF`, a PCI address.
@@ -235,6 +243,18 @@ struct dd_device_config {
   // retransmissions and connection management go on while the program computes or
   // waits elsewhere (0: none, the default: the device moves only in calls).
   uint32_t progress_guard_us;
+  // The file of this node's identity key pair (its private key in base64, as `wg
+  // genkey` writes it), which every connection's handshake proves to the peer:
+  // read, or made (mode 0600) when missing; a file group or others can read is
+  // refused. A node whose key peers pin, as a server usually is, keeps one. NULL: a
+  // fresh key pair for this device, forgotten when it closes. `dd_device_identity`
+  // gives the public key.
+  const char *identity_path;
+  // Known peers (as OpenSSH's `known_hosts`: `<peer-ip> <base64 key>` lines): a
+  // connect to a listed peer pins its key to the listed one (`dd_conn_options`'
+  // `peer_key` wins over it), and a key taken on first use is added to the file.
+  // NULL: none (keys taken on first use are reported on standard error, not kept).
+  const char *known_peers_path;
 };
 
 // A window of address registers: `len` registers from absolute index `base`.
@@ -286,6 +306,24 @@ struct dd_conn_options {
   // A pre-shared key of `DD_PSK_LEN` bytes mixed into the keys (implies `secure`;
   // both sides must hold the same, or the connect fails). NULL: none.
   const uint8_t *psk;
+  // Connecting: the listener's identity key, `DD_KEY_LEN` bytes, pinned (its
+  // `dd_device_identity`, as its operator printed it). The handshake then proves
+  // the listener holds it: a node answering with another key gets no connection
+  // (`DD_ERR_REJECTED` if no other answer came). NULL: the key listed for the peer
+  // in the device's known-peers file, if any.
+  const uint8_t *peer_key;
+  // Connecting with no pinned key: take the key the listener names and report it
+  // (on standard error, and in the known-peers file when there is one), as SSH does
+  // for a new host; it protects later connects, not this one. A secure connect
+  // (`secure` or `psk`) needs a pinned key or this, else it fails with
+  // `DD_ERR_INVALID`.
+  bool trust_on_first_use;
+  // Listening: a file of the identity keys of the clients that may connect (as
+  // OpenSSH's `authorized_keys`: a base64 key a line, then an optional comment; `#`
+  // starts a comment line); a request from any other client is refused and counted
+  // (`unauthorized`). Read once, by `dd_listen`: a missing, unreadable or malformed
+  // file is `DD_ERR_INVALID`. NULL: any client.
+  const char *authorized_keys_path;
 };
 
 // A register operation: `dst ← dst op src` (`op`: 0 none, then deposit's codes:
@@ -426,9 +464,23 @@ bool dd_device_link_up(const struct dd_device *dev);
 // The most data one message carries on this port.
 uint32_t dd_device_segment_max(const struct dd_device *dev);
 
+// This node's identity key (its public half, `DD_KEY_LEN` bytes, into `out`): what a
+// peer pins (`dd_conn_options`' `peer_key`) or lists in its known-peers or
+// authorised-keys file.
+int dd_device_identity(const struct dd_device *dev, uint8_t *out);
+
 // Calls `each(name, value, arg)` for every counter of the device, then for every
 // refusal reason that counted (`drops.NAME`), in a fixed order.
 int dd_device_stats(const struct dd_device *dev, void (*each)(const char *name, uint64_t value, void *arg), void *arg);
+
+// Writes `key` (`DD_KEY_LEN` bytes) as padded base64, as `wg pubkey` and the key files
+// do: 44 characters and a NUL into `out`, which holds `len` bytes (at least
+// `DD_KEY_BASE64_LEN`; if fewer, `DD_ERR_INVALID` and `out` gets "" when `len` > 0).
+int dd_key_to_base64(const uint8_t *key, char *out, size_t len);
+
+// Reads a key in padded base64 (44 characters, nothing around them) into `out`
+// (`DD_KEY_LEN` bytes); `DD_ERR_INVALID` for text that is not a key.
+int dd_key_from_base64(const char *text, uint8_t *out);
 
 // Allocates a zeroed endpoint of `len` bytes with `rights` (`DD_REMOTE_*`).
 int dd_endpoint_alloc(const struct dd_device *dev, uint64_t len, uint32_t rights_bits, struct dd_endpoint **out);
@@ -533,6 +585,16 @@ uint32_t dd_conn_state(const struct dd_conn *c);
 
 // Whether the connection's frames are sealed (asked for by either side).
 bool dd_conn_is_secure(const struct dd_conn *c);
+
+// The peer's identity key (`DD_KEY_LEN` bytes, into `out`), as the connection's
+// handshake proved it (the peer holds its private half); `DD_ERR_NOT_CONNECTED` if
+// the handshake has not given one.
+int dd_conn_peer_key(const struct dd_conn *c, uint8_t *out);
+
+// Whether the peer's key was known before the handshake: pinned, listed in the
+// known peers, taken on first use, or (accepting) proven by the client. False for a
+// connect whose listener key came unverified from the listener's answer, or NULL.
+bool dd_conn_peer_key_verified(const struct dd_conn *c);
 
 // Messages that arrived on the connection (MINI's PDU count): a receiver learns of
 // deposits by watching it.

@@ -33,13 +33,16 @@
 
 use std::cell::RefCell;
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
+use std::os::unix::ffi::OsStrExt;
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use api::{
-    Cond, ConnOptions, Connection, Device, DeviceConfig, Endpoint, Error, EventKind, EventQueue,
-    InstrPtr, InstrWindow, Instruction, Listener, Operands, Order, Progress, RegOp, RegProt,
-    RegWindow, Registers, Rights, Src, Token, WorkRequest,
+    CmError, Cond, ConnOptions, Connection, Device, DeviceConfig, Endpoint, Error, EventKind,
+    EventQueue, Identity, IdentityKey, InstrPtr, InstrWindow, Instruction, Listener, Operands,
+    Order, Progress, RegOp, RegProt, RegWindow, Registers, Rights, Src, Token, WorkRequest,
 };
 
 // ---------------------------------------------------------------------------------
@@ -57,7 +60,9 @@ pub const DD_ERR_TIMEOUT: c_int = -2;
 pub const DD_ERR_AGAIN: c_int = -3;
 /// The connection is not in a state that allows posting.
 pub const DD_ERR_NOT_CONNECTED: c_int = -4;
-/// The peer refused the connection.
+/// The peer refused the connection, or the handshake did not verify: another
+/// pre-shared key, a listener whose identity key is not the one pinned for it, a
+/// client whose key the listener does not authorise (`dd_last_error` says which).
 pub const DD_ERR_REJECTED: c_int = -5;
 /// The DPDK port failed (open, start, configuration).
 pub const DD_ERR_PORT: c_int = -6;
@@ -93,6 +98,9 @@ fn code_of(e: &Error) -> c_int {
         Error::Port(_) => DD_ERR_PORT,
         Error::Memory(_) => DD_ERR_MEMORY,
         Error::Table(_) => DD_ERR_TABLE,
+        // The caller's options lack what a secure connect needs (a pinned key, or trust
+        // on first use): fixed by the arguments, as a bad one is.
+        Error::Cm(CmError::NoPeerKey) => DD_ERR_INVALID,
         Error::Cm(_) | Error::ForeignEndpoint => DD_ERR_CM,
         Error::Rejected(api::RejectReason::Timeout) | Error::Timeout(..) => DD_ERR_TIMEOUT,
         Error::Rejected(_) => DD_ERR_REJECTED,
@@ -110,7 +118,16 @@ struct Fail(c_int, String);
 
 impl From<Error> for Fail {
     fn from(e: Error) -> Fail {
-        Fail(code_of(&e), e.to_string())
+        let msg = match e {
+            // The Rust message names Rust's options.
+            Error::Cm(CmError::NoPeerKey) => "a secure connection needs the listener's identity \
+                 key: pin it (dd_conn_options.peer_key, a known-peers file: \
+                 dd_device_config.known_peers_path) or ask for trust on first use \
+                 (dd_conn_options.trust_on_first_use)"
+                .to_string(),
+            _ => e.to_string(),
+        };
+        Fail(code_of(&e), msg)
     }
 }
 
@@ -153,6 +170,18 @@ unsafe fn put<T>(out: *mut T, v: T, what: &str) -> Result<(), Fail> {
     Ok(())
 }
 
+/// A path from C: `None` for NULL, an error naming `what` for "".
+unsafe fn path(p: *const c_char, what: &str) -> Result<Option<PathBuf>, Fail> {
+    if p.is_null() {
+        return Ok(None);
+    }
+    let b = CStr::from_ptr(p).to_bytes();
+    if b.is_empty() {
+        return Err(invalid(format!("{what} is empty")));
+    }
+    Ok(Some(std::ffi::OsStr::from_bytes(b).into()))
+}
+
 /// A handle for C.
 fn boxed<T>(v: T) -> *mut T {
     Box::into_raw(Box::new(v))
@@ -181,7 +210,7 @@ pub const DD_PROGRESS_INLINE: u32 = 0;
 pub const DD_PROGRESS_DEDICATED: u32 = 1;
 
 /// How to open a device. `dd_device_config_init` fills the defaults; 0 in a numeric
-/// field means the default.
+/// field means the default, NULL in a path none.
 #[repr(C)]
 pub struct dd_device_config {
     /// Port spec: `ring`, `ring:NAME:a|b`, `null`, `memif:PATH:server|client`,
@@ -208,6 +237,18 @@ pub struct dd_device_config {
     /// retransmissions and connection management go on while the program computes or
     /// waits elsewhere (0: none, the default: the device moves only in calls).
     pub progress_guard_us: u32,
+    /// The file of this node's identity key pair (its private key in base64, as `wg
+    /// genkey` writes it), which every connection's handshake proves to the peer:
+    /// read, or made (mode 0600) when missing; a file group or others can read is
+    /// refused. A node whose key peers pin, as a server usually is, keeps one. NULL: a
+    /// fresh key pair for this device, forgotten when it closes. `dd_device_identity`
+    /// gives the public key.
+    pub identity_path: *const c_char,
+    /// Known peers (as OpenSSH's `known_hosts`: `<peer-ip> <base64 key>` lines): a
+    /// connect to a listed peer pins its key to the listed one (`dd_conn_options`'
+    /// `peer_key` wins over it), and a key taken on first use is added to the file.
+    /// NULL: none (keys taken on first use are reported on standard error, not kept).
+    pub known_peers_path: *const c_char,
 }
 
 /// Fills `cfg` with the defaults (port and address still to set).
@@ -226,6 +267,8 @@ pub unsafe extern "C" fn dd_device_config_init(cfg: *mut dd_device_config) -> c_
             retry_timeout_us: d.retry_timeout.as_micros() as u32,
             retry_count: d.retry_count,
             progress_guard_us: 0,
+            identity_path: std::ptr::null(),
+            known_peers_path: std::ptr::null(),
         };
         put(cfg, c, "cfg")
     })
@@ -272,6 +315,12 @@ pub unsafe extern "C" fn dd_device_open(
         if c.retry_count != 0 {
             d.retry_count = c.retry_count;
         }
+        if let Some(p) = path(c.identity_path, "cfg->identity_path")? {
+            let (id, _made) = Identity::load_or_generate(&p)
+                .map_err(|e| invalid(format!("cfg->identity_path: {e}")))?;
+            d.identity = Some(Arc::new(id));
+        }
+        d.known_peers = path(c.known_peers_path, "cfg->known_peers_path")?;
         let dev = Device::open(d)?;
         put(out, boxed(dd_device(dev)), "out")
     })
@@ -303,6 +352,14 @@ pub unsafe extern "C" fn dd_device_segment_max(dev: *const dd_device) -> u32 {
     dev.as_ref().map_or(0, |d| d.0.segment_max())
 }
 
+/// This node's identity key (its public half, `DD_KEY_LEN` bytes, into `out`): what a
+/// peer pins (`dd_conn_options`' `peer_key`) or lists in its known-peers or
+/// authorised-keys file.
+#[no_mangle]
+pub unsafe extern "C" fn dd_device_identity(dev: *const dd_device, out: *mut u8) -> c_int {
+    guard(|| put_key(out, obj(dev, "dev")?.0.identity(), "out"))
+}
+
 /// Calls `each(name, value, arg)` for every counter of the device, then for every
 /// refusal reason that counted (`drops.NAME`), in a fixed order.
 #[no_mangle]
@@ -324,6 +381,53 @@ pub unsafe extern "C" fn dd_device_stats(
             call(format!("drops.{}", r.name()), n);
         }
         Ok(())
+    })
+}
+
+// ---------------------------------------------------------------------------------
+// Identity keys as text.
+
+/// Writes `key` (`DD_KEY_LEN` bytes) as padded base64, as `wg pubkey` and the key files
+/// do: 44 characters and a NUL into `out`, which holds `len` bytes (at least
+/// `DD_KEY_BASE64_LEN`; if fewer, `DD_ERR_INVALID` and `out` gets "" when `len` > 0).
+#[no_mangle]
+pub unsafe extern "C" fn dd_key_to_base64(key: *const u8, out: *mut c_char, len: usize) -> c_int {
+    guard(|| {
+        if out.is_null() {
+            return Err(invalid("out is NULL"));
+        }
+        if len > 0 {
+            out.write(0);
+        }
+        let k = key_at(key, "key")?;
+        let text = CString::new(k.to_string()).map_err(|_| invalid("key text"))?;
+        let b = text.as_bytes_with_nul();
+        if len < b.len() {
+            return Err(invalid(format!(
+                "out holds {len} bytes, a key's base64 needs {}",
+                b.len()
+            )));
+        }
+        std::ptr::copy_nonoverlapping(b.as_ptr().cast::<c_char>(), out, b.len());
+        Ok(())
+    })
+}
+
+/// Reads a key in padded base64 (44 characters, nothing around them) into `out`
+/// (`DD_KEY_LEN` bytes); `DD_ERR_INVALID` for text that is not a key.
+#[no_mangle]
+pub unsafe extern "C" fn dd_key_from_base64(text: *const c_char, out: *mut u8) -> c_int {
+    guard(|| {
+        if text.is_null() {
+            return Err(invalid("text is NULL"));
+        }
+        let t = CStr::from_ptr(text)
+            .to_str()
+            .map_err(|_| invalid("text is not a key (not UTF-8)"))?;
+        let k: IdentityKey = t
+            .parse()
+            .map_err(|e: api::IdentityError| invalid(e.to_string()))?;
+        put_key(out, k, "out")
     })
 }
 
@@ -481,6 +585,21 @@ pub unsafe extern "C" fn dd_endpoint_load_u8(
         let v = obj(ep, "ep")?.0.load_u8(off)?;
         put(out, v, "out")
     })
+}
+
+/// Stores a key's `DD_KEY_LEN` bytes where C asked for them.
+unsafe fn put_key(out: *mut u8, k: IdentityKey, what: &str) -> Result<(), Fail> {
+    if out.is_null() {
+        return Err(invalid(format!("{what} is NULL")));
+    }
+    std::ptr::copy_nonoverlapping(k.0.as_ptr(), out, k.0.len());
+    Ok(())
+}
+
+/// The `DD_KEY_LEN` bytes of a key at `p`.
+unsafe fn key_at(p: *const u8, what: &str) -> Result<IdentityKey, Fail> {
+    let k = bytes(p.cast(), DD_KEY_LEN as usize, what)?;
+    Ok(IdentityKey(k.try_into().expect("DD_KEY_LEN bytes")))
 }
 
 unsafe fn bytes<'a>(p: *const c_void, len: usize, what: &str) -> Result<&'a [u8], Fail> {
@@ -826,10 +945,34 @@ pub struct dd_conn_options {
     /// A pre-shared key of `DD_PSK_LEN` bytes mixed into the keys (implies `secure`;
     /// both sides must hold the same, or the connect fails). NULL: none.
     pub psk: *const u8,
+    /// Connecting: the listener's identity key, `DD_KEY_LEN` bytes, pinned (its
+    /// `dd_device_identity`, as its operator printed it). The handshake then proves
+    /// the listener holds it: a node answering with another key gets no connection
+    /// (`DD_ERR_REJECTED` if no other answer came). NULL: the key listed for the peer
+    /// in the device's known-peers file, if any.
+    pub peer_key: *const u8,
+    /// Connecting with no pinned key: take the key the listener names and report it
+    /// (on standard error, and in the known-peers file when there is one), as SSH does
+    /// for a new host; it protects later connects, not this one. A secure connect
+    /// (`secure` or `psk`) needs a pinned key or this, else it fails with
+    /// `DD_ERR_INVALID`.
+    pub trust_on_first_use: bool,
+    /// Listening: a file of the identity keys of the clients that may connect (as
+    /// OpenSSH's `authorized_keys`: a base64 key a line, then an optional comment; `#`
+    /// starts a comment line); a request from any other client is refused and counted
+    /// (`unauthorized`). Read once, by `dd_listen`: a missing, unreadable or malformed
+    /// file is `DD_ERR_INVALID`. NULL: any client.
+    pub authorized_keys_path: *const c_char,
 }
 
 /// Bytes of a pre-shared key.
 pub const DD_PSK_LEN: u32 = 32;
+
+/// Bytes of an identity key (an X25519 public key).
+pub const DD_KEY_LEN: u32 = 32;
+
+/// Bytes of an identity key in base64 (`dd_key_to_base64`), with the terminating NUL.
+pub const DD_KEY_BASE64_LEN: u32 = 45;
 
 /// Most bytes of private data (`PRIVATE_DATA_MAX`; a literal, for cbindgen).
 pub const DD_PRIVATE_DATA_MAX: u32 = 192;
@@ -851,6 +994,15 @@ unsafe fn conn_options(o: *const dd_conn_options) -> Result<ConnOptions, Fail> {
     if !o.psk.is_null() {
         let k = bytes(o.psk.cast(), DD_PSK_LEN as usize, "psk")?;
         opts.psk = Some(k.try_into().expect("DD_PSK_LEN bytes"));
+    }
+    if !o.peer_key.is_null() {
+        opts.peer_key = Some(key_at(o.peer_key, "peer_key")?);
+    }
+    opts.trust_on_first_use = o.trust_on_first_use;
+    if let Some(p) = path(o.authorized_keys_path, "authorized_keys_path")? {
+        let keys = api::load_authorized_keys(&p)
+            .map_err(|e| invalid(format!("authorized_keys_path: {e}")))?;
+        opts.authorized_keys = Some(keys);
     }
     opts.private_data =
         bytes(o.private_data, o.private_data_len as usize, "private_data")?.to_vec();
@@ -957,6 +1109,28 @@ pub unsafe extern "C" fn dd_conn_state(c: *const dd_conn) -> u32 {
 #[no_mangle]
 pub unsafe extern "C" fn dd_conn_is_secure(c: *const dd_conn) -> bool {
     c.as_ref().is_some_and(|c| c.0.is_secure())
+}
+
+/// The peer's identity key (`DD_KEY_LEN` bytes, into `out`), as the connection's
+/// handshake proved it (the peer holds its private half); `DD_ERR_NOT_CONNECTED` if
+/// the handshake has not given one.
+#[no_mangle]
+pub unsafe extern "C" fn dd_conn_peer_key(c: *const dd_conn, out: *mut u8) -> c_int {
+    guard(|| match obj(c, "conn")?.0.peer_key() {
+        Some(k) => put_key(out, k, "out"),
+        None => Err(Fail(
+            DD_ERR_NOT_CONNECTED,
+            "the connection has no peer key (its handshake has not completed)".into(),
+        )),
+    })
+}
+
+/// Whether the peer's key was known before the handshake: pinned, listed in the
+/// known peers, taken on first use, or (accepting) proven by the client. False for a
+/// connect whose listener key came unverified from the listener's answer, or NULL.
+#[no_mangle]
+pub unsafe extern "C" fn dd_conn_peer_key_verified(c: *const dd_conn) -> bool {
+    c.as_ref().is_some_and(|c| c.0.peer_key_verified())
 }
 
 /// Messages that arrived on the connection (MINI's PDU count): a receiver learns of
@@ -1510,6 +1684,106 @@ mod tests {
         assert_eq!(DD_PRIVATE_DATA_MAX as usize, api::PRIVATE_DATA_MAX);
         assert_eq!(DD_CONN_EXCEPTIONED, api::ConnState::Exceptioned as u32);
         assert_eq!(DD_CONN_NORMAL, api::ConnState::Normal as u32);
+    }
+
+    #[test]
+    fn keys_go_to_base64_and_back() {
+        assert_eq!(DD_KEY_LEN as usize, std::mem::size_of::<IdentityKey>());
+        let k = Identity::generate().unwrap().public();
+        assert_eq!(DD_KEY_BASE64_LEN as usize, k.to_string().len() + 1);
+        unsafe {
+            let mut text = [0 as c_char; DD_KEY_BASE64_LEN as usize];
+            assert_eq!(
+                dd_key_to_base64(k.0.as_ptr(), text.as_mut_ptr(), text.len()),
+                DD_OK
+            );
+            let s = CStr::from_ptr(text.as_ptr()).to_str().unwrap();
+            assert_eq!(s, k.to_string());
+            let mut back = [0u8; DD_KEY_LEN as usize];
+            assert_eq!(dd_key_from_base64(text.as_ptr(), back.as_mut_ptr()), DD_OK);
+            assert_eq!(back, k.0);
+            // Too small a buffer: an error, and an empty string.
+            assert_eq!(
+                dd_key_to_base64(k.0.as_ptr(), text.as_mut_ptr(), 44),
+                DD_ERR_INVALID
+            );
+            assert_eq!(text[0], 0);
+            let msg = CStr::from_ptr(dd_last_error()).to_str().unwrap();
+            assert!(msg.contains("44 bytes"), "{msg}");
+            let bad = CString::new("not a key").unwrap();
+            assert_eq!(
+                dd_key_from_base64(bad.as_ptr(), back.as_mut_ptr()),
+                DD_ERR_INVALID
+            );
+            let msg = CStr::from_ptr(dd_last_error()).to_str().unwrap();
+            assert!(msg.contains("not a key"), "{msg}");
+            assert_eq!(
+                dd_key_to_base64(std::ptr::null(), text.as_mut_ptr(), text.len()),
+                DD_ERR_INVALID
+            );
+            assert_eq!(
+                dd_conn_peer_key(std::ptr::null(), back.as_mut_ptr()),
+                DD_ERR_INVALID
+            );
+            assert_eq!(
+                dd_device_identity(std::ptr::null(), back.as_mut_ptr()),
+                DD_ERR_INVALID
+            );
+            assert!(!dd_conn_peer_key_verified(std::ptr::null()));
+        }
+    }
+
+    #[test]
+    fn key_options_are_read_and_their_files_named_when_bad() {
+        let dir = std::env::temp_dir().join(format!("deposit-capi-keys-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let a = Identity::generate().unwrap().public();
+        let b = Identity::generate().unwrap().public();
+        let file = dir.join("authorized_keys");
+        std::fs::write(&file, format!("# clients\n{a} one\n{b}\n")).unwrap();
+        let cfile = CString::new(file.as_os_str().as_bytes()).unwrap();
+        let missing = CString::new(dir.join("missing").as_os_str().as_bytes()).unwrap();
+        let empty = CString::new("").unwrap();
+        let mut o: dd_conn_options = unsafe { std::mem::zeroed() };
+        unsafe {
+            let opts = conn_options(&o).ok().unwrap();
+            assert_eq!(opts.peer_key, None);
+            assert!(!opts.trust_on_first_use);
+            assert_eq!(opts.authorized_keys, None);
+            o.peer_key = a.0.as_ptr();
+            o.trust_on_first_use = true;
+            o.authorized_keys_path = cfile.as_ptr();
+            let opts = conn_options(&o).ok().unwrap();
+            assert_eq!(opts.peer_key, Some(a));
+            assert!(opts.trust_on_first_use);
+            assert_eq!(opts.authorized_keys, Some(vec![a, b]));
+            o.authorized_keys_path = missing.as_ptr();
+            assert!(matches!(conn_options(&o),
+                Err(Fail(DD_ERR_INVALID, m)) if m.contains("authorized_keys_path") && m.contains("missing")));
+            o.authorized_keys_path = empty.as_ptr();
+            assert!(matches!(conn_options(&o),
+                Err(Fail(DD_ERR_INVALID, m)) if m.contains("authorized_keys_path is empty")));
+            std::fs::write(&file, "garbage\n").unwrap();
+            o.authorized_keys_path = cfile.as_ptr();
+            assert!(matches!(conn_options(&o),
+                Err(Fail(DD_ERR_INVALID, m)) if m.contains("authorized_keys") && m.contains("line 1")));
+            let mut cfg: dd_device_config = std::mem::zeroed();
+            assert_eq!(dd_device_config_init(&mut cfg), DD_OK);
+            assert!(cfg.identity_path.is_null() && cfg.known_peers_path.is_null());
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn key_failures_map_to_codes() {
+        use api::RejectReason as R;
+        let Fail(code, msg) = Error::Cm(CmError::NoPeerKey).into();
+        assert_eq!(code, DD_ERR_INVALID);
+        assert!(msg.contains("dd_conn_options.peer_key"), "{msg}");
+        assert_eq!(code_of(&Error::Cm(CmError::NoConnection(1))), DD_ERR_CM);
+        for r in [R::Confirmation, R::Unauthorized, R::PeerKey, R::Insecure] {
+            assert_eq!(code_of(&Error::Rejected(r)), DD_ERR_REJECTED);
+        }
     }
 
     #[test]

@@ -274,6 +274,7 @@ impl World {
                 102,
                 &ConnectOptions {
                     secure: Security::On,
+                    peer_key: crate::cm::PeerTrust::FirstUse,
                     ..ConnectOptions::default()
                 },
             )

@@ -241,31 +241,33 @@ fn cm_messages() -> Vec<CmMessage> {
         let c = control(opcode, 0, operand, index, payload.len() as u32);
         CmMessage::parse(&c, payload).expect("a CM message")
     };
-    // Version 11: a request's fields are 67 bytes (flags at 34, a public key after),
-    // a reply's 73 (flags at 24, public key, confirmation).
-    let mut req = data(67, 9);
+    // Version 13: a request's fields are 131 bytes (flags at 34: 1 sealed, 2 handshake;
+    // the ephemeral key; the handshake, zero without its flag), a reply's 73 (flags at
+    // 24, ephemeral key, tag).
+    let mut req = data(131, 9);
     req[20..26].copy_from_slice(&[2, 0, 0, 0, 0, 1]);
     let mut secure_req = req.clone();
-    secure_req[34] = 1;
-    req[34..].fill(0); // plain: no key
+    secure_req[34] = 3;
+    req[34] = 0;
+    req[67..].fill(0); // no handshake yet (the first request)
     let mut secure_rep = data(73, 4);
     secure_rep[24] = 1;
     let mut rep = data(73, 4);
-    rep[24..].fill(0);
+    rep[24] = 0;
     vec![
         parse(op::CM_CONNECT_REQ, 7, 101, &req),
         parse(op::CM_CONNECT_REQ, 8, 101, &secure_req),
         parse(op::CM_CONNECT_REP, 7, 0, &rep),
         parse(op::CM_CONNECT_REP, 8, 0, &secure_rep),
-        parse(op::CM_CHALLENGE, 7, 0, &data(12, 5)),
+        parse(op::CM_CHALLENGE, 7, 0, &data(44, 5)),
         parse(
             op::CM_REJECT,
             7,
             RejectReason::NoListener as u32,
-            &data(4, 6),
+            &data(20, 6),
         ),
-        parse(op::CM_DISCONNECT_REQ, 0, 0, &data(20, 7)),
-        parse(op::CM_DISCONNECT_REP, 0, 0, &data(4, 8)),
+        parse(op::CM_DISCONNECT_REQ, 0, 0, &data(28, 7)),
+        parse(op::CM_DISCONNECT_REP, 0, 0, &data(20, 8)),
     ]
 }
 

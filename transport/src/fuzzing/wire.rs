@@ -450,8 +450,8 @@ pub fn cm(data: &[u8]) {
                 length: needed as u32,
                 ..c
             };
-            // (Zeros padded into a plain message's key leave what the input put in its
-            // first bytes: a key without the secure flag is another refusal.)
+            // (Zeros padded into a request's handshake leave what the input put in its
+            // first bytes: handshake bytes without their flag are another refusal.)
             assert!(
                 matches!(
                     CmMessage::parse(&c, &longer),
@@ -472,8 +472,8 @@ pub fn cm(data: &[u8]) {
             return;
         }
         Err(CmWireError::BadFlags(f)) => {
-            // A request's (byte 34) or reply's (byte 24) flags: with the secure flag
-            // alone, whatever the key bytes hold, it parses.
+            // A request's (byte 34) or reply's (byte 24) flags: with the known flags
+            // set, whatever the handshake bytes hold, it parses.
             let at = match opcode {
                 op::CM_CONNECT_REQ => 34,
                 op::CM_CONNECT_REP => 24,
@@ -481,7 +481,7 @@ pub fn cm(data: &[u8]) {
             };
             assert_eq!(payload[at], f);
             let mut fixed = payload.to_vec();
-            fixed[at] = 1;
+            fixed[at] = if opcode == op::CM_CONNECT_REQ { 3 } else { 1 };
             assert!(CmMessage::parse(&c, &fixed).is_ok(), "flags {f:#04x}");
             return;
         }
@@ -522,12 +522,28 @@ pub fn cm(data: &[u8]) {
     assert!(msgs.next().is_none() && v.next_section().is_none());
     assert_eq!(CmMessage::parse(&got.control, got.payload), Ok(m));
     assert_eq!(m.private_data(got.payload), private);
-    // A cookie is cleared, nothing else.
-    let cleared = m.without_cookie();
-    assert_eq!(cleared.without_cookie(), cleared);
+    // What authenticates it is cleared, nothing else: what it signs is the same as
+    // the cleared message's, and only those fields differ.
+    let cleared = m.unauthenticated();
+    assert_eq!(cleared.unauthenticated(), cleared);
+    let mut a = [0u8; crate::wire::cm::SIGNED_MAX];
+    let mut b = [0u8; crate::wire::cm::SIGNED_MAX];
+    let (na, nb) = (m.signed(private, &mut a), cleared.signed(private, &mut b));
+    assert_eq!(&a[..na], &b[..nb]);
     match (m, cleared) {
-        (CmMessage::ConnectReq { .. }, CmMessage::ConnectReq { cookie, .. }) => {
-            assert_eq!(cookie, 0)
+        (
+            CmMessage::ConnectReq { .. },
+            CmMessage::ConnectReq {
+                cookie, handshake, ..
+            },
+        ) => assert_eq!((cookie, handshake), (0, None)),
+        (CmMessage::ConnectRep { .. }, CmMessage::ConnectRep { ephemeral, tag, .. }) => {
+            assert_eq!((ephemeral, tag), ([0; 32], [0; 16]))
+        }
+        (CmMessage::Reject { .. }, CmMessage::Reject { tag, .. })
+        | (CmMessage::DisconnectReq { .. }, CmMessage::DisconnectReq { mac: tag, .. })
+        | (CmMessage::DisconnectRep { .. }, CmMessage::DisconnectRep { mac: tag, .. }) => {
+            assert_eq!(tag, [0; 16])
         }
         _ => assert_eq!(cleared, m),
     }

@@ -7,16 +7,16 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use crate::cm::{
-    Action, CmError, CmMessage, CmWireError, Confirm, ConnectOptions, Ignored, PeerParams,
-    PrivateData, PublicKey, Registers, RejectReason,
+    Action, CmError, CmMessage, CmWireError, ConnectOptions, Ignored, PeerParams, PrivateData,
+    Registers, RejectReason,
 };
 use crate::connection::{
     random_u32, random_u64, ConnContext, ConnShared, ConnState, CqShared, WcStatus,
     MAX_PENDING_NAKS,
 };
+use crate::handshake::{Received, SessionKeys};
 use crate::oplogic::{DropReason, RemoteStatus};
 use crate::reliability::{Receiver, Sender, SeqBits};
-use crate::secure::{Side, Transcript};
 use crate::tables::{EndpointId, NodeAddr, NodeId, RegWindow};
 use crate::wake::WaitQueue;
 use crate::wire::{self, FrameView, UnderlayRepr};
@@ -124,8 +124,10 @@ impl Node {
         }
         self.cm.forget(number);
         self.peer_private.remove(&number);
-        self.handshakes.remove(&number);
-        self.unconfirmed.remove(&number);
+        self.unconfirm(number);
+        if let Some(ip) = self.accepted_source.remove(&number) {
+            self.source_count(ip, |s| s.conns = s.conns.saturating_sub(1));
+        }
         for wc in &c.unreported {
             c.shared.cq.push_or_lose(*wc);
         }
@@ -184,17 +186,11 @@ impl Node {
             self.ring.ring().clone(),
         );
         let c = self.new_connection(endpoint, peer_id, shared.clone(), opts)?;
-        let public = if opts.secure.is_on() {
-            let h = crate::secure::Handshake::new(opts.secure.psk().copied())?;
-            let public = h.public();
-            self.handshakes.insert(shared.number, h);
-            Some(public)
-        } else {
-            None
-        };
+        // What we ask for; the reply must grant the same.
+        shared.secure.store(opts.secure.is_on(), Ordering::Relaxed);
         let (key, isn) = (c.key, c.isn);
         self.insert_connection(c);
-        self.cm.connect(
+        let started = self.cm.connect(
             shared.number,
             key,
             isn,
@@ -202,9 +198,12 @@ impl Node {
             to,
             service,
             self.now,
-            opts.private_data.clone(),
-            public,
+            opts,
         );
+        if let Err(e) = started {
+            self.remove_connection(shared.number);
+            return Err(e);
+        }
         Ok(shared)
     }
 
@@ -230,6 +229,7 @@ impl Node {
                 cq,
                 opts: opts.clone(),
                 accepted: accepted.clone(),
+                unconfirmed: 0,
             },
         );
         Ok(accepted)
@@ -265,19 +265,14 @@ impl Node {
             self.remove_connection(number);
             return Ok(());
         }
-        // Never acknowledge past a refusal the peer may not know of. A secure
-        // connection's peer takes its close key, not the connection key.
-        let peer_key = conn
-            .secure
-            .as_ref()
-            .map_or(conn.peer_key, |s| s.peer_close_key());
+        // Never acknowledge past a refusal the peer may not know of.
         let (peer_conn, ack) = (conn.peer_conn, conn.ack_point());
         let Some(to) = self.nodes.get(conn.peer).copied() else {
             self.remove_connection(number);
             return Ok(());
         };
-        self.cm
-            .close(number, to, peer_conn, peer_key, ack, self.now);
+        self.cm.close(number, to, peer_conn, ack, self.now);
+        self.apply_cm_actions();
         Ok(())
     }
 
@@ -302,6 +297,11 @@ impl Node {
                         Err(Ignored::WrongKey) => self.stats.drop_for(DropReason::WrongKey),
                         Err(Ignored::BadCookie) => self.stats.drop_for(DropReason::BadCookie),
                         Err(Ignored::RateLimited) => self.stats.drop_for(DropReason::CmRateLimited),
+                        Err(Ignored::Forged | Ignored::Unverified) => {
+                            self.stats.drop_for(DropReason::CmForged)
+                        }
+                        Err(Ignored::PeerKey) => self.stats.drop_for(DropReason::PeerKey),
+                        Err(Ignored::SourceCap) => self.stats.drop_for(DropReason::SourceCap),
                     }
                 }
                 Err(CmWireError::NotCm(_)) => self.stats.drop_for(DropReason::UnknownOpcode),
@@ -322,34 +322,37 @@ impl Node {
                     request,
                     service,
                     peer,
-                } => self.accept_incoming(from, request, service, peer),
-                Action::Established { conn, peer } => {
+                    mut handshake,
+                } => self.accept_incoming(from, request, service, peer, &mut handshake),
+                Action::Established {
+                    conn,
+                    peer,
+                    keys,
+                    verified,
+                } => {
                     let Some(slot) = self.conns.slot_of(conn) else {
                         continue;
                     };
                     let c = self.conns.get_mut(slot).expect("slot");
-                    let h = self.handshakes.remove(&conn);
-                    match client_session(c, h, &peer, self.cfg.rekey_after) {
-                        Ok(Some(close_key)) => self.cm.set_close_key(conn, close_key),
-                        Ok(None) => {}
-                        Err(reason) => {
-                            // Not up: the peer's connection times out unheard.
-                            self.stats.drop_for(match reason {
-                                RejectReason::Confirmation => DropReason::AuthFailed,
-                                _ => DropReason::NotSealed,
-                            });
-                            self.cm.forget(conn);
-                            self.fail_connect(conn, reason);
-                            continue;
-                        }
+                    if let Err(reason) = client_session(c, &keys, &peer, self.cfg.rekey_after) {
+                        // Not up: the peer's connection times out unheard.
+                        self.stats.drop_for(DropReason::NotSealed);
+                        self.cm.forget(conn);
+                        self.fail_connect(conn, reason);
+                        continue;
                     }
-                    let c = self.conns.get_mut(slot).expect("slot");
+                    let _ = c
+                        .shared
+                        .peer_identity
+                        .set(Box::new((peer.identity, verified)));
                     establish(c, &peer);
-                    if c.secure.is_some() && !c.ack_pending {
-                        // A sealed frame at once: the listener shows the connection to
-                        // its application when one of ours opens.
+                    if !c.ack_pending {
+                        // A frame at once, in this turn's transmission (not held a turn
+                        // for a reply to carry it: the application may not drive the
+                        // device again soon): the listener shows the connection to its
+                        // application when one of ours passes (opens, when sealed).
                         c.ack_pending = true;
-                        self.ack_new.push(slot);
+                        self.ack_list.push(slot);
                     }
                     self.rearm(slot); // keepalive from now
                     if let Some(p) = peer.private {
@@ -365,17 +368,88 @@ impl Node {
         }
     }
 
-    /// Connection `number`'s peer showed it holds the keys (a sealed frame of it
-    /// opened): an accepted connection waiting for that reaches the listener's queue.
+    /// Connection `number`'s peer showed it finished the handshake (a frame of the
+    /// connection passed its checks; a sealed one opened): an accepted connection
+    /// waiting for that reaches the listener's queue.
     pub(crate) fn confirmed(&mut self, number: u32) {
-        let Some((queue, a)) = self.unconfirmed.remove(&number) else {
+        let Some(u) = self.unconfirmed.get(&number) else {
             return;
         };
-        if let Err(a) = queue.push(a) {
-            // The application has not accepted the earlier ones yet: the next sealed
-            // frame of the peer tries again.
-            self.stats.drop_for(DropReason::BacklogFull);
-            self.unconfirmed.insert(number, (queue, a));
+        if u.queue.is_full() {
+            // The application has not accepted the earlier ones yet (a backlog it
+            // shrank meanwhile): the peer's next frame tries again.
+            return self.stats.drop_for(DropReason::BacklogFull);
+        }
+        if let Some(u) = self.unconfirm(number) {
+            let _ = u.queue.push(u.accepted);
+        }
+    }
+
+    /// Takes connection `number` off the unconfirmed ones (its listener's and its
+    /// source's counts with it).
+    fn unconfirm(&mut self, number: u32) -> Option<super::Unconfirmed> {
+        let u = self.unconfirmed.remove(&number)?;
+        if let Some(l) = self.listeners.get_mut(&u.service) {
+            if Arc::ptr_eq(&l.accepted, &u.queue) {
+                l.unconfirmed = l.unconfirmed.saturating_sub(1);
+            }
+        }
+        if let Some(&ip) = self.accepted_source.get(&number) {
+            self.source_count(ip, |s| s.unconfirmed = s.unconfirmed.saturating_sub(1));
+        }
+        Some(u)
+    }
+
+    /// Changes source `ip`'s count (an entry back at zero goes), and tells the CM
+    /// machine whether the source is at its cap of unconfirmed connections (its
+    /// requests are then ignored before their handshake costs a key agreement).
+    fn source_count(&mut self, ip: [u8; 4], change: impl FnOnce(&mut super::SourceCount)) {
+        let s = self.sources.entry(ip).or_default();
+        change(s);
+        let cap = self.cfg.cm_limits.per_source_unconfirmed;
+        self.cm.set_capped(ip, cap != 0 && s.unconfirmed >= cap);
+        if s.conns == 0 && s.unconfirmed == 0 {
+            self.sources.remove(&ip);
+            if self.sources.capacity() > 64 && self.sources.len() < self.sources.capacity() / 4 {
+                self.sources.shrink_to_fit();
+            }
+        }
+    }
+
+    /// Removes the unconfirmed connections whose CM timeout passed (their peers never
+    /// finished the handshake), and asks the others' peers for a frame once a CM retry
+    /// period (the one that would have confirmed may have been lost).
+    pub(crate) fn expire_unconfirmed(&mut self, now: u64) {
+        if now >= self.unconfirmed_probe {
+            for number in self.unconfirmed.keys() {
+                if let Some(slot) = self.conns.slot_of(*number) {
+                    self.probe_list.push(slot);
+                }
+            }
+            self.unconfirmed_probe = if self.unconfirmed.is_empty() {
+                u64::MAX
+            } else {
+                now + self.cm.timing().retry
+            };
+        }
+        while let Some(&(until, number)) = self.unconfirmed_queue.front() {
+            if until > now {
+                break;
+            }
+            self.unconfirmed_queue.pop_front();
+            if self
+                .unconfirmed
+                .get(&number)
+                .is_some_and(|u| u.until == until)
+            {
+                self.stats.handshakes_expired += 1;
+                if let Some(c) = self.remove_connection(number) {
+                    c.shared.set_state(ConnState::Closed);
+                }
+            }
+        }
+        if self.unconfirmed_queue.is_empty() && self.unconfirmed_queue.capacity() > 64 {
+            self.unconfirmed_queue.shrink_to_fit();
         }
     }
 
@@ -387,33 +461,101 @@ impl Node {
         }
     }
 
-    /// A peer's request for `service`: a connection made for it on the listener's
-    /// endpoint, or a refusal.
-    fn accept_incoming(&mut self, from: NodeAddr, request: u32, service: u32, peer: PeerParams) {
-        let refuse = |node: &mut Node, reason: RejectReason, why: DropReason| {
+    /// A peer's request for `service`, its handshake read up to the pre-shared key: a
+    /// connection made for it on the listener's endpoint, or a refusal.
+    fn accept_incoming(
+        &mut self,
+        from: NodeAddr,
+        request: u32,
+        service: u32,
+        peer: PeerParams,
+        handshake: &mut Received,
+    ) {
+        let refuse = |node: &mut Node, reason: RejectReason, why: DropReason, h: &Received| {
             node.stats.drop_for(why);
-            node.cm.refuse(from, request, peer.conn, reason);
+            node.cm.refuse(from, request, peer.conn, reason, h);
         };
         let Some(l) = self.listeners.get(&service) else {
-            return refuse(self, RejectReason::NoListener, DropReason::NoListener);
+            return refuse(
+                self,
+                RejectReason::NoListener,
+                DropReason::NoListener,
+                handshake,
+            );
         };
         if let Some(need) = &l.opts.require_private_data {
             if !peer.private.as_deref().is_some_and(|p| p.starts_with(need)) {
                 // As if no listener were there: the service is not revealed.
-                return refuse(self, RejectReason::NoListener, DropReason::WrongKey);
+                return refuse(
+                    self,
+                    RejectReason::NoListener,
+                    DropReason::WrongKey,
+                    handshake,
+                );
             }
         }
-        if l.opts.secure.is_on() && peer.public.is_none() {
-            return refuse(self, RejectReason::Insecure, DropReason::NotSealed);
+        if !handshake.check_psk(l.opts.secure.psk()) {
+            // A different pre-shared key (or the request's last tag changed on the way:
+            // then the client does not take this REJECT, which names its own tag).
+            return refuse(
+                self,
+                RejectReason::Confirmation,
+                DropReason::AuthFailed,
+                handshake,
+            );
         }
-        if l.accepted.is_full() {
-            // Transient: the application has not accepted the earlier ones yet. No
-            // answer, so the requester retries (a refusal would be final).
+        if let Some(keys) = &l.opts.authorized_keys {
+            if !keys.contains(&peer.identity) {
+                return refuse(
+                    self,
+                    RejectReason::Unauthorized,
+                    DropReason::Unauthorized,
+                    handshake,
+                );
+            }
+        }
+        if l.opts.secure.is_on() && !peer.secure {
+            return refuse(
+                self,
+                RejectReason::Insecure,
+                DropReason::NotSealed,
+                handshake,
+            );
+        }
+        if l.accepted.len() + l.unconfirmed >= l.accepted.capacity() {
+            // Transient: the application has not accepted the earlier ones yet, or
+            // their peers have not confirmed. No answer, so the requester retries (a
+            // refusal would be final).
             self.stats.drop_for(DropReason::BacklogFull);
             return;
         }
+        let held = self.sources.get(&from.ip).copied().unwrap_or_default();
+        let limits = self.cfg.cm_limits;
+        // One source holds at most half of a backlog unconfirmed: another source's
+        // client always finds room.
+        let share = (l.accepted.capacity() / 2).max(1) as u32;
+        if limits.per_source_unconfirmed != 0
+            && held.unconfirmed >= limits.per_source_unconfirmed.min(share)
+        {
+            // Transient too: the source's handshakes finish or expire.
+            self.stats.drop_for(DropReason::SourceCap);
+            return;
+        }
+        if limits.per_source_connections != 0 && held.conns >= limits.per_source_connections {
+            return refuse(
+                self,
+                RejectReason::Resources,
+                DropReason::SourceCap,
+                handshake,
+            );
+        }
         if self.conns.len() >= self.cfg.max_connections {
-            return refuse(self, RejectReason::Resources, DropReason::CmResources);
+            return refuse(
+                self,
+                RejectReason::Resources,
+                DropReason::CmResources,
+                handshake,
+            );
         }
         let (endpoint, cq, lopts, accepted) =
             (l.endpoint, l.cq.clone(), l.opts.clone(), l.accepted.clone());
@@ -425,71 +567,76 @@ impl Node {
             self.ring.ring().clone(),
         );
         let Ok(mut c) = self.new_connection(endpoint, peer_id, shared.clone(), &lopts) else {
-            return refuse(self, RejectReason::Resources, DropReason::CmResources);
+            return refuse(
+                self,
+                RejectReason::Resources,
+                DropReason::CmResources,
+                handshake,
+            );
         };
-        let secure = match peer.public {
-            None => None,
-            Some(public) => match self.secure_server(&mut c, &peer, public, &lopts) {
-                Ok(s) => Some(s),
-                Err(_) => {
-                    if let Some(w) = c.owned_regs {
-                        let _ = self.regs.free(w); // made for it, never used
-                    }
-                    return refuse(self, RejectReason::Resources, DropReason::CmResources);
-                }
-            },
-        };
-        establish(&mut c, &peer);
         let (number, key, isn) = (c.number, c.key, c.isn);
-        let close_key = c.secure.as_ref().map(|s| s.own_close_key());
+        let private = lopts.private_data.clone();
+        let keys = match self.cm.accepted(
+            from,
+            request,
+            peer.conn,
+            number,
+            key,
+            isn,
+            private,
+            peer.secure,
+            handshake,
+        ) {
+            Ok(keys) => keys,
+            Err(_) => {
+                if let Some(w) = c.owned_regs {
+                    let _ = self.regs.free(w); // made for it, never used
+                }
+                self.cm.forget(number);
+                return refuse(
+                    self,
+                    RejectReason::Resources,
+                    DropReason::CmResources,
+                    handshake,
+                );
+            }
+        };
+        if peer.secure {
+            let secrets = crate::secure::Secrets::new(keys.c2s, keys.s2c);
+            c.secure = Some(Box::new(secrets.session(false, self.cfg.rekey_after)));
+        }
+        let _ = c.shared.peer_identity.set(Box::new((peer.identity, true)));
+        establish(&mut c, &peer);
         self.insert_connection(c);
         let a = Accepted {
             shared,
             private: peer.private,
         };
-        if close_key.is_some() {
-            // Visible to accept once the peer's first sealed frame opens: a requester
-            // without the pre-shared key never takes a place.
-            self.unconfirmed.insert(number, (accepted, a));
-        } else {
-            let _ = accepted.push(a);
-        }
-        let private = lopts.private_data.clone();
-        self.cm
-            .accepted(from, request, peer.conn, number, key, isn, private, secure);
-        if let Some(k) = close_key {
-            self.cm.set_close_key(number, k);
-        }
-    }
-
-    /// The listener's side of a secure request: a key pair of ours, the session made
-    /// into `c`; returns what the reply carries (our public key, the confirmation).
-    fn secure_server(
-        &self,
-        c: &mut ConnContext,
-        peer: &PeerParams,
-        public: PublicKey,
-        lopts: &ConnectOptions,
-    ) -> Result<(PublicKey, Confirm), crate::secure::SecureError> {
-        let h = crate::secure::Handshake::new(lopts.secure.psk().copied())?;
-        let ours = h.public();
-        let transcript = Transcript {
-            client: Side {
-                public,
-                conn: peer.conn,
-                key: peer.key,
-                isn: peer.isn,
+        // Visible to accept once the peer's first frame of it passes (opens, when
+        // sealed): a requester that does not finish the handshake never reaches the
+        // application, and its connection goes after a CM timeout.
+        let until = self.now + self.cm.timing().timeout;
+        self.unconfirmed.insert(
+            number,
+            super::Unconfirmed {
+                service,
+                queue: accepted,
+                accepted: a,
+                until,
             },
-            server: Side {
-                public: ours,
-                conn: c.number,
-                key: c.key,
-                isn: c.isn,
-            },
-        };
-        let secrets = h.agree(&public, &transcript)?;
-        c.secure = Some(Box::new(secrets.session(false, self.cfg.rekey_after)));
-        Ok((ours, secrets.confirm))
+        );
+        self.unconfirmed_queue.push_back((until, number));
+        if self.unconfirmed_probe == u64::MAX {
+            self.unconfirmed_probe = self.now + self.cm.timing().retry;
+        }
+        if let Some(l) = self.listeners.get_mut(&service) {
+            l.unconfirmed += 1;
+        }
+        self.accepted_source.insert(number, from.ip);
+        self.source_count(from.ip, |s| {
+            s.conns += 1;
+            s.unconfirmed += 1;
+        });
     }
 
     /// The peer closed `conn`: what ran there completes, the rest is flushed.
@@ -550,47 +697,24 @@ impl Node {
     }
 }
 
-/// The secure side of a reply to our connect `c`: with our key pair (`handshake`), the peer's
-/// public key and a key confirmation that matches ours make the session; returns the
-/// close key the peer's disconnect must carry (`None`: a plain connection). A reply
-/// without them to a secure request, or one whose confirmation differs, fails the
-/// connection.
+/// The sealing of our connect `c` as the verified reply grants it: the session made
+/// from the handshake's traffic secrets when both sides seal. A reply that does not
+/// grant the sealing we asked for (or grants one we did not) fails the connection.
 fn client_session(
     c: &mut ConnContext,
-    handshake: Option<crate::secure::Handshake>,
+    keys: &SessionKeys,
     peer: &PeerParams,
     rekey_after: u64,
-) -> Result<Option<u64>, RejectReason> {
-    let Some(h) = handshake else {
-        return Ok(None);
-    };
-    let Some(public) = peer.public else {
+) -> Result<(), RejectReason> {
+    let asked = c.shared.secure.load(Ordering::Relaxed);
+    if asked != peer.secure {
         return Err(RejectReason::Insecure);
-    };
-    let transcript = Transcript {
-        client: Side {
-            public: h.public(),
-            conn: c.number,
-            key: c.key,
-            isn: c.isn,
-        },
-        server: Side {
-            public,
-            conn: peer.conn,
-            key: peer.key,
-            isn: peer.isn,
-        },
-    };
-    let secrets = h
-        .agree(&public, &transcript)
-        .map_err(|_| RejectReason::Confirmation)?;
-    if !crate::secure::same(&secrets.confirm, &peer.confirm) {
-        return Err(RejectReason::Confirmation);
     }
-    let session = secrets.session(true, rekey_after);
-    let close_key = session.own_close_key();
-    c.secure = Some(Box::new(session));
-    Ok(Some(close_key))
+    if asked {
+        let secrets = crate::secure::Secrets::new(keys.c2s, keys.s2c);
+        c.secure = Some(Box::new(secrets.session(true, rekey_after)));
+    }
+    Ok(())
 }
 
 /// The peer's parameters into a connection, which is then up.

@@ -103,6 +103,10 @@ pub struct NodeConfig {
     pub rekey_after: u64,
     /// Rates of connect requests answered, per source and node-wide (`crate::cm`).
     pub cm_limits: crate::cm::CmLimits,
+    /// This node's long-term identity key pair (`crate::identity`): every connection's
+    /// handshake proves it to the peer. The shards of a device share one. The default
+    /// is a fresh key pair, forgotten with the node.
+    pub identity: std::sync::Arc<crate::identity::Identity>,
     /// Most unacknowledged messages per connection (at most [`MAX_WINDOW`]).
     pub window: u32,
     /// Most unacknowledged bytes of first transmissions per connection (a
@@ -148,6 +152,9 @@ impl Default for NodeConfig {
             cm_retry_us: 50_000,
             cm_timeout_us: 5_000_000,
             cm_limits: crate::cm::CmLimits::default(),
+            identity: std::sync::Arc::new(
+                crate::identity::Identity::generate().expect("the OS random source"),
+            ),
             rekey_after: crate::secure::DEFAULT_REKEY_AFTER,
             window: 4096,
             max_inflight_bytes: 1 << 20,
@@ -280,6 +287,9 @@ pub struct ListenEntry {
     pub opts: crate::cm::ConnectOptions,
     /// Connections accepted by the node, waiting for the application's `accept`.
     pub accepted: Arc<crate::wake::WaitQueue<Accepted>>,
+    /// Connections made for it whose peer has not confirmed yet (they count against
+    /// the backlog, the capacity of `accepted`).
+    pub unconfirmed: usize,
 }
 
 /// A connection the node accepted, with the private data of the request that made it.
@@ -373,11 +383,36 @@ pub struct Node {
     pub(crate) credits: u16,
     /// Where a secure connection's sealed cells are opened (a frame's worth).
     opened: Vec<u8>,
-    /// Our key pairs of secure connections being made, by connection (until the reply).
-    handshakes: HashMap<u32, crate::secure::Handshake>,
-    /// Secure connections accepted here whose peer has not yet shown it holds the keys
-    /// (its first sealed frame opens): they reach the listener's queue then.
-    unconfirmed: HashMap<u32, (Arc<crate::wake::WaitQueue<Accepted>>, Accepted)>,
+    /// Connections accepted here whose peer has not yet shown that it finished the
+    /// handshake (a first frame of the connection that passes its checks — for a
+    /// sealed one, that opens): they reach the listener's queue then, count against
+    /// its backlog meanwhile, and go after a CM timeout.
+    pub(crate) unconfirmed: HashMap<u32, Unconfirmed>,
+    /// Unconfirmed connections in the order they expire.
+    pub(crate) unconfirmed_queue: std::collections::VecDeque<(u64, u32)>,
+    /// When the unconfirmed connections' peers are next asked for a frame (their
+    /// first may have been lost; `u64::MAX`: none unconfirmed).
+    pub(crate) unconfirmed_probe: u64,
+    /// Connections accepted here by the source address that asked for them, and how
+    /// many of them are unconfirmed (`crate::cm::CmLimits` caps both per source).
+    pub(crate) sources: HashMap<[u8; 4], SourceCount>,
+    /// The source of each connection accepted here.
+    pub(crate) accepted_source: HashMap<u32, [u8; 4]>,
+}
+
+/// An accepted connection waiting for its peer's first frame.
+pub(crate) struct Unconfirmed {
+    pub service: u32,
+    pub queue: Arc<crate::wake::WaitQueue<Accepted>>,
+    pub accepted: Accepted,
+    pub until: u64,
+}
+
+/// What one source address holds at a listener.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct SourceCount {
+    pub conns: u32,
+    pub unconfirmed: u32,
 }
 
 /// Largest payload of one message in a frame of `max_frame` bytes.
@@ -424,6 +459,7 @@ impl Node {
             timing,
             &cfg.cm_limits,
             hz,
+            cfg.identity.clone(),
         );
         let keepalive_ticks = ticks(cfg.keepalive_us);
         let ring = RingConsumer::new(cfg.submit_ring);
@@ -452,8 +488,11 @@ impl Node {
             segment_max,
             bulk_segment,
             opened: vec![0; caps.max_frame],
-            handshakes: HashMap::new(),
             unconfirmed: HashMap::new(),
+            unconfirmed_queue: std::collections::VecDeque::new(),
+            unconfirmed_probe: u64::MAX,
+            sources: HashMap::new(),
+            accepted_source: HashMap::new(),
             timers: timers::TimerQueue::new(timer_tick),
             timers_due: Vec::new(),
             keepalive_ticks,
@@ -493,6 +532,10 @@ impl Node {
     /// This node's address.
     pub fn local(&self) -> NodeAddr {
         self.cfg.local
+    }
+    /// This node's identity key (what its peers pin).
+    pub fn identity(&self) -> crate::identity::IdentityKey {
+        self.cfg.identity.public()
     }
     pub fn config(&self) -> &NodeConfig {
         &self.cfg
@@ -596,7 +639,12 @@ impl Node {
     /// holds.
     #[inline]
     pub fn next_timer(&self) -> u64 {
-        let t = self.timers.next().min(self.cm.next_timeout());
+        let expiry = self.unconfirmed_queue.front().map_or(u64::MAX, |u| u.0);
+        let t = self
+            .timers
+            .next()
+            .min(self.cm.next_timeout())
+            .min(expiry.min(self.unconfirmed_probe));
         if self.held_frames.is_empty() {
             t
         } else {
@@ -644,6 +692,7 @@ impl Node {
             self.release_held(now);
         }
         self.run_timers(now);
+        self.expire_unconfirmed(now);
         if self.cm.next_timeout() <= now {
             self.cm.handle_timeout(now);
             self.apply_cm_actions();

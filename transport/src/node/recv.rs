@@ -145,7 +145,12 @@ impl Node {
         // Step 3, a secure connection's seal: nothing of the section is looked at
         // before it opens.
         let frame = match (conn.secure.as_mut(), frame.seal()) {
-            (None, None) => *frame,
+            (None, None) => {
+                if !self.unconfirmed.is_empty() {
+                    confirmed = Some(conn.number);
+                }
+                *frame
+            }
             (Some(session), Some(seal)) => {
                 let n = frame.cells().len();
                 match session.open(frame.head(), frame.cells(), seal, &mut self.opened[..n]) {

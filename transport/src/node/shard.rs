@@ -82,7 +82,7 @@ impl Node {
             CmMessage::Challenge { client_conn, .. } => shard_of_conn(client_conn),
             CmMessage::Reject { client_conn, .. } => shard_of_conn(client_conn),
             CmMessage::DisconnectReq { target, .. } => shard_of_conn(target),
-            CmMessage::DisconnectRep { sender } => shard_of_conn(sender),
+            CmMessage::DisconnectRep { sender, .. } => shard_of_conn(sender),
         })
     }
 

@@ -106,6 +106,9 @@ counters! {
     /// peer stayed silent (half-open).
     keepalive_probes,
     keepalive_failures,
+    /// Connections accepted here whose peer never finished the handshake (sent no
+    /// frame of them) within a CM timeout: removed.
+    handshakes_expired,
     /// Messages kept because they arrived ahead of a gap.
     reordered,
     /// Of those, segments placed on arrival (no copy kept).

@@ -407,11 +407,21 @@ pub enum DropReason {
     /// A message of a connection whose held message waits for the host's repair
     /// (exceptioned): not run; the sender is told again and resends after the resume.
     HeldBack,
+    /// A connection-management message whose tag or MAC does not verify: a forged or
+    /// modified handshake, reply, REJECT or disconnect (`crate::handshake`).
+    CmForged,
+    /// A listener's challenge naming another identity key than the one pinned for it.
+    PeerKey,
+    /// A connection request from an identity key the listener does not authorise.
+    Unauthorized,
+    /// A connection request over its source's cap on connections, or on handshakes
+    /// not yet finished (`crate::cm::CmLimits`).
+    SourceCap,
 }
 
 impl DropReason {
     /// Number of reasons.
-    pub const COUNT: usize = 40;
+    pub const COUNT: usize = 44;
 
     /// Every reason, in counter-index order.
     pub const ALL: [DropReason; DropReason::COUNT] = [
@@ -455,6 +465,10 @@ impl DropReason {
         DropReason::NoListener,
         DropReason::CmResources,
         DropReason::HeldBack,
+        DropReason::CmForged,
+        DropReason::PeerKey,
+        DropReason::Unauthorized,
+        DropReason::SourceCap,
     ];
 
     /// The reason of counter index (and wire code) `code`; `None` past the last.
@@ -529,6 +543,18 @@ impl DropReason {
             DropReason::HeldBack => {
                 "a message behind one held for the host's repair (resent after the resume)"
             }
+            DropReason::CmForged => {
+                "a connection-management message whose tag or MAC does not verify (forged)"
+            }
+            DropReason::PeerKey => {
+                "a listener's challenge naming another identity key than the one pinned"
+            }
+            DropReason::Unauthorized => {
+                "a connection request from an identity key the listener does not authorise"
+            }
+            DropReason::SourceCap => {
+                "a connection request over its source's cap on connections or unfinished handshakes"
+            }
         }
     }
 
@@ -575,6 +601,10 @@ impl DropReason {
             DropReason::NoListener => "no_listener",
             DropReason::CmResources => "cm_resources",
             DropReason::HeldBack => "held_back",
+            DropReason::CmForged => "cm_forged",
+            DropReason::PeerKey => "peer_key",
+            DropReason::Unauthorized => "unauthorized",
+            DropReason::SourceCap => "cm_source_cap",
         }
     }
 }
@@ -718,6 +748,6 @@ mod tests {
         assert_eq!(DropReason::OrphanSegment as usize, 30);
         assert_eq!(DropReason::CmRateLimited as usize, 33);
         assert_eq!(DropReason::Replayed as usize, 36);
-        assert_eq!(DropReason::HeldBack as usize, DropReason::COUNT - 1);
+        assert_eq!(DropReason::SourceCap as usize, DropReason::COUNT - 1);
     }
 }

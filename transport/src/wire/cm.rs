@@ -5,19 +5,20 @@
 //! CONNECT_REQ     operand = request id, index = service
 //!                  0..4 client conn | 4..12 client key | 12..16 client ISN
 //!                 16..20 max frame  | 20..26 client MAC | 26..34 cookie
-//!                 34 flags (1: secure) | 35..67 client X25519 public key (secure)
-//!                 67.. private data
+//!                 34 flags (1: sealed frames, 2: handshake) | 35..67 client ephemeral key
+//!                 67..131 handshake: client identity key encrypted (48) | tag (16)
+//!                 131.. private data
 //! CHALLENGE       operand = request id
-//!                  0..4 client conn | 4..12 cookie
+//!                  0..4 client conn | 4..12 cookie | 12..44 listener's identity key
 //! CONNECT_REP     operand = request id
 //!                  0..4 server conn | 4..12 server key | 12..16 server ISN
-//!                 16..20 max frame  | 20..24 client conn | 24 flags (1: secure)
-//!                 25..57 server X25519 public key | 57..73 key confirmation
+//!                 16..20 max frame  | 20..24 client conn | 24 flags (1: sealed frames)
+//!                 25..57 server ephemeral key | 57..73 tag
 //!                 73.. private data
 //! REJECT          operand = request id, index = reason
-//!                  0..4 client conn
-//! DISCONNECT_REQ   0..4 target conn | 4..12 target key | 12..16 sender conn | 16..20 ack
-//! DISCONNECT_REP   0..4 sender conn
+//!                  0..4 client conn | 4..20 tag
+//! DISCONNECT_REQ   0..4 target conn | 4..8 sender conn | 8..12 ack | 12..28 MAC
+//! DISCONNECT_REP   0..4 sender conn | 4..20 MAC
 //! ```
 //! All fields big endian. The payload is covered by the frame's CRC32C, the Ethernet
 //! header is not (a NIC checks and strips its FCS): so the requester's MAC, which the
@@ -27,9 +28,17 @@
 //! CHALLENGE carrying it, and keeps nothing; only a request that echoes it makes a
 //! connection (`crate::cm`). 0: none.
 //!
-//! Secure connections (version 11, `crate::secure`): a request flagged secure carries
-//! the client's ephemeral public key, the reply the server's and its key confirmation;
-//! a plain request or reply carries zeros there.
+//! The handshake (version 13, `crate::handshake`): every request carries the client's
+//! ephemeral X25519 key; the challenge carries the listener's identity key; the request
+//! that echoes the cookie carries Noise IK's first message (flag 2; zeros without it),
+//! the reply IK's second (the server's ephemeral key and a tag over the reply's fields).
+//! A REJECT carries a tag only the listener that read the request can compute, and a
+//! disconnect request and its answer a MAC under the connection's CM key of the sender's
+//! direction. What each covers is [`CmMessage::signed`]: the message with its cookie,
+//! handshake, reply ephemeral key, tag and MAC fields cleared, its opcode, operand and
+//! index before it.
+//! Flag 1 asks for (request) or grants (reply) sealed frames (`crate::secure`); the
+//! handshake runs either way.
 //!
 //! Private data (version 9, rdma_cm's `private_data`): the application's bytes after a
 //! request's or a reply's fields, up to [`PRIVATE_DATA_MAX`], their length what the
@@ -52,8 +61,9 @@ mod field {
         pub const MAC: Field = 20..26;
         pub const COOKIE: Field = 26..34;
         pub const FLAGS: usize = 34;
-        pub const PUBLIC: Field = 35..67;
-        pub const LEN: usize = 67;
+        pub const EPHEMERAL: Field = 35..67;
+        pub const HANDSHAKE: Field = 67..131;
+        pub const LEN: usize = 131;
     }
     pub mod rep {
         use super::Field;
@@ -63,33 +73,36 @@ mod field {
         pub const MAX_FRAME: Field = 16..20;
         pub const CLIENT_CONN: Field = 20..24;
         pub const FLAGS: usize = 24;
-        pub const PUBLIC: Field = 25..57;
-        pub const CONFIRM: Field = 57..73;
+        pub const EPHEMERAL: Field = 25..57;
+        pub const TAG: Field = 57..73;
         pub const LEN: usize = 73;
     }
     pub mod challenge {
         use super::Field;
         pub const CLIENT_CONN: Field = 0..4;
         pub const COOKIE: Field = 4..12;
-        pub const LEN: usize = 12;
+        pub const LISTENER: Field = 12..44;
+        pub const LEN: usize = 44;
     }
     pub mod reject {
         use super::Field;
         pub const CLIENT_CONN: Field = 0..4;
-        pub const LEN: usize = 4;
+        pub const TAG: Field = 4..20;
+        pub const LEN: usize = 20;
     }
     pub mod dreq {
         use super::Field;
         pub const TARGET: Field = 0..4;
-        pub const KEY: Field = 4..12;
-        pub const SENDER: Field = 12..16;
-        pub const ACK: Field = 16..20;
-        pub const LEN: usize = 20;
+        pub const SENDER: Field = 4..8;
+        pub const ACK: Field = 8..12;
+        pub const MAC: Field = 12..28;
+        pub const LEN: usize = 28;
     }
     pub mod drep {
         use super::Field;
         pub const SENDER: Field = 0..4;
-        pub const LEN: usize = 4;
+        pub const MAC: Field = 4..20;
+        pub const LEN: usize = 20;
     }
 }
 
@@ -104,16 +117,27 @@ pub const CM_PAYLOAD_MAX: usize = if field::req::LEN > field::rep::LEN {
     field::rep::LEN
 } + PRIVATE_DATA_MAX;
 
-/// Bit of a request's or reply's flags byte: a secure connection (a public key follows).
-const SECURE: u8 = 0x01;
+/// Largest [`CmMessage::signed`]: the opcode, operand and index, then the payload.
+pub const SIGNED_MAX: usize = 9 + CM_PAYLOAD_MAX;
 
-/// An X25519 public key (`crate::secure`).
+/// Bit of a request's or reply's flags byte: sealed frames.
+const SECURE: u8 = 0x01;
+/// Bit of a request's flags byte: the handshake follows the ephemeral key.
+const HANDSHAKE: u8 = 0x02;
+
+/// An X25519 public key (an ephemeral key, or a node's identity key).
 pub type PublicKey = [u8; 32];
 
-/// A listener's key confirmation (`crate::secure`).
-pub type Confirm = [u8; 16];
+/// A tag or a MAC (`crate::handshake`).
+pub type Tag = [u8; 16];
 
-/// Why a connection request was refused.
+/// Bytes of a request's handshake (`crate::handshake::REQUEST_LEN`).
+pub const HANDSHAKE_LEN: usize = 64;
+
+/// A request's handshake: the client's identity key encrypted, and a tag.
+pub type HandshakeBlock = [u8; HANDSHAKE_LEN];
+
+/// Why a connection request was refused, or failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[repr(u8)]
 pub enum RejectReason {
@@ -130,10 +154,21 @@ pub enum RejectReason {
     #[error("the listener accepts secure connections only (ask with ConnOptions::secure)")]
     Insecure = 3,
     #[error(
-        "the peer's key confirmation does not match: a different pre-shared key, or the \
-         reply was modified on the way"
+        "the handshake does not verify: the listener's pre-shared key differs from ours, or \
+         the only replies came from a node without the listener's identity key"
     )]
     Confirmation = 4,
+    #[error(
+        "the listener does not authorise this node's identity key (add it to the listener's \
+         authorised keys)"
+    )]
+    Unauthorized = 5,
+    #[error(
+        "the listener's identity key is not the one pinned for it (a node that is not the \
+         peer answered, or the peer's key changed: check the known-peers file or the pinned \
+         key)"
+    )]
+    PeerKey = 6,
 }
 
 impl RejectReason {
@@ -143,6 +178,8 @@ impl RejectReason {
             2 => RejectReason::Resources,
             3 => RejectReason::Insecure,
             4 => RejectReason::Confirmation,
+            5 => RejectReason::Unauthorized,
+            6 => RejectReason::PeerKey,
             _ => RejectReason::Timeout,
         }
     }
@@ -153,9 +190,9 @@ impl RejectReason {
 pub enum CmWireError {
     #[error("opcode {0:#04x} is not a connection-management message")]
     NotCm(u8),
-    /// A connect request's or reply's flags byte with unknown bits, or a plain one
-    /// whose key (and confirmation) bytes are not zero.
-    #[error("connect flags {0:#04x}: unknown bits, or key bytes without the secure flag")]
+    /// A connect request's or reply's flags byte with unknown bits, or a request
+    /// without the handshake flag whose handshake bytes are not zero.
+    #[error("connect flags {0:#04x}: unknown bits, or handshake bytes without its flag")]
     BadFlags(u8),
     #[error(transparent)]
     Wire(#[from] WireError),
@@ -175,13 +212,19 @@ pub enum CmMessage {
         mac: [u8; 6],
         /// The listener's cookie echoed (0: none yet).
         cookie: u64,
-        /// The client's public key: it asks for a secure connection.
-        public: Option<PublicKey>,
+        /// Sealed frames asked for.
+        secure: bool,
+        /// The client's ephemeral key.
+        ephemeral: PublicKey,
+        /// Noise IK's first message (with the cookie).
+        handshake: Option<HandshakeBlock>,
     },
     Challenge {
         request: u32,
         client_conn: u32,
         cookie: u64,
+        /// The listener's identity key.
+        listener: PublicKey,
     },
     ConnectRep {
         request: u32,
@@ -190,23 +233,28 @@ pub enum CmMessage {
         isn: u32,
         max_frame: u32,
         client_conn: u32,
-        /// The server's public key and key confirmation: the connection is secure.
-        secure: Option<(PublicKey, Confirm)>,
+        /// Sealed frames.
+        secure: bool,
+        /// The server's ephemeral key and Noise IK's tag.
+        ephemeral: PublicKey,
+        tag: Tag,
     },
     Reject {
         request: u32,
         reason: RejectReason,
         client_conn: u32,
+        tag: Tag,
     },
     DisconnectReq {
         target: u32,
-        key: u64,
         sender: u32,
         /// Everything the target sent before this sequence number ran at the sender.
         ack: u32,
+        mac: Tag,
     },
     DisconnectRep {
         sender: u32,
+        mac: Tag,
     },
 }
 
@@ -227,17 +275,17 @@ impl CmMessage {
                 payload: fixed + PRIVATE_DATA_MAX,
             }));
         }
-        // A plain request or reply carries zeros where a secure one has its key.
-        let flags_ok = |at: usize, key: Field| {
-            let f = p[at];
-            (f & !SECURE == 0 && (f & SECURE != 0 || p[key].iter().all(|&b| b == 0)))
-                .then_some(())
-                .ok_or(CmWireError::BadFlags(f))
-        };
+        let tag = |f: Field| -> Tag { super::array(p, f) };
         Ok(match c.opcode {
             op::CM_CONNECT_REQ => {
                 check_len(p, req::LEN)?;
-                flags_ok(req::FLAGS, req::PUBLIC)?;
+                let f = p[req::FLAGS];
+                let with = f & HANDSHAKE != 0;
+                if f & !(SECURE | HANDSHAKE) != 0
+                    || (!with && p[req::HANDSHAKE].iter().any(|&b| b != 0))
+                {
+                    return Err(CmWireError::BadFlags(f));
+                }
                 CmMessage::ConnectReq {
                     request: c.operand,
                     service: c.index,
@@ -247,7 +295,9 @@ impl CmMessage {
                     max_frame: get_u32(p, req::MAX_FRAME),
                     mac: p[req::MAC].try_into().expect("6 bytes"),
                     cookie: get_u64(p, req::COOKIE),
-                    public: (p[req::FLAGS] & SECURE != 0).then(|| super::array(p, req::PUBLIC)),
+                    secure: f & SECURE != 0,
+                    ephemeral: super::array(p, req::EPHEMERAL),
+                    handshake: with.then(|| super::array(p, req::HANDSHAKE)),
                 }
             }
             op::CM_CHALLENGE => {
@@ -256,11 +306,15 @@ impl CmMessage {
                     request: c.operand,
                     client_conn: get_u32(p, challenge::CLIENT_CONN),
                     cookie: get_u64(p, challenge::COOKIE),
+                    listener: super::array(p, challenge::LISTENER),
                 }
             }
             op::CM_CONNECT_REP => {
                 check_len(p, rep::LEN)?;
-                flags_ok(rep::FLAGS, rep::PUBLIC.start..rep::CONFIRM.end)?;
+                let f = p[rep::FLAGS];
+                if f & !SECURE != 0 {
+                    return Err(CmWireError::BadFlags(f));
+                }
                 CmMessage::ConnectRep {
                     request: c.operand,
                     conn: get_u32(p, rep::CONN),
@@ -268,8 +322,9 @@ impl CmMessage {
                     isn: get_u32(p, rep::ISN),
                     max_frame: get_u32(p, rep::MAX_FRAME),
                     client_conn: get_u32(p, rep::CLIENT_CONN),
-                    secure: (p[rep::FLAGS] & SECURE != 0)
-                        .then(|| (super::array(p, rep::PUBLIC), super::array(p, rep::CONFIRM))),
+                    secure: f & SECURE != 0,
+                    ephemeral: super::array(p, rep::EPHEMERAL),
+                    tag: tag(rep::TAG),
                 }
             }
             op::CM_REJECT => {
@@ -278,21 +333,23 @@ impl CmMessage {
                     request: c.operand,
                     reason: RejectReason::from_u8(c.index as u8),
                     client_conn: get_u32(p, reject::CLIENT_CONN),
+                    tag: tag(reject::TAG),
                 }
             }
             op::CM_DISCONNECT_REQ => {
                 check_len(p, dreq::LEN)?;
                 CmMessage::DisconnectReq {
                     target: get_u32(p, dreq::TARGET),
-                    key: get_u64(p, dreq::KEY),
                     sender: get_u32(p, dreq::SENDER),
                     ack: get_u32(p, dreq::ACK),
+                    mac: tag(dreq::MAC),
                 }
             }
             op::CM_DISCONNECT_REP => {
                 check_len(p, drep::LEN)?;
                 CmMessage::DisconnectRep {
                     sender: get_u32(p, drep::SENDER),
+                    mac: tag(drep::MAC),
                 }
             }
             other => return Err(CmWireError::NotCm(other)),
@@ -310,12 +367,42 @@ impl CmMessage {
         p.get(fixed..).unwrap_or(&[])
     }
 
-    /// The same message with its cookie cleared (what a cookie is computed over).
-    pub fn without_cookie(mut self) -> CmMessage {
-        if let CmMessage::ConnectReq { cookie, .. } = &mut self {
-            *cookie = 0;
+    /// The same message with what authenticates it cleared: a request's cookie and
+    /// handshake, a reply's ephemeral key and tag, a REJECT's tag, a disconnect
+    /// message's MAC.
+    pub fn unauthenticated(mut self) -> CmMessage {
+        match &mut self {
+            CmMessage::ConnectReq {
+                cookie, handshake, ..
+            } => {
+                *cookie = 0;
+                *handshake = None;
+            }
+            CmMessage::ConnectRep { ephemeral, tag, .. } => {
+                // The handshake binds the ephemeral key itself.
+                *ephemeral = [0; 32];
+                *tag = [0; 16];
+            }
+            CmMessage::Reject { tag, .. } => *tag = [0; 16],
+            CmMessage::DisconnectReq { mac, .. } | CmMessage::DisconnectRep { mac, .. } => {
+                *mac = [0; 16]
+            }
+            CmMessage::Challenge { .. } => {}
         }
         self
+    }
+
+    /// What a cookie, a tag or a MAC of this message covers, written into `out`: its
+    /// opcode, operand and index, then its payload with `private` data, as
+    /// [`CmMessage::unauthenticated`] emits them. Returns the length.
+    pub fn signed(&self, private: &[u8], out: &mut [u8; SIGNED_MAX]) -> usize {
+        let mut p = [0u8; CM_PAYLOAD_MAX];
+        let (c, len) = self.unauthenticated().emit(private, &mut p);
+        out[0] = c.opcode;
+        out[1..5].copy_from_slice(&c.operand.to_be_bytes());
+        out[5..9].copy_from_slice(&c.index.to_be_bytes());
+        out[9..9 + len].copy_from_slice(&p[..len]);
+        9 + len
     }
 
     /// Writes the whole frame of this message with `private` data into `buf` (at most
@@ -383,7 +470,9 @@ impl CmMessage {
                 max_frame,
                 mac,
                 cookie,
-                public,
+                secure,
+                ephemeral,
+                handshake,
                 ..
             } => {
                 set_u32(p, req::CONN, conn);
@@ -392,17 +481,21 @@ impl CmMessage {
                 set_u32(p, req::MAX_FRAME, max_frame);
                 p[req::MAC].copy_from_slice(&mac);
                 set_u64(p, req::COOKIE, cookie);
-                p[req::FLAGS] = if public.is_some() { SECURE } else { 0 };
-                p[req::PUBLIC].copy_from_slice(&public.unwrap_or_default());
+                p[req::FLAGS] = if secure { SECURE } else { 0 }
+                    | if handshake.is_some() { HANDSHAKE } else { 0 };
+                p[req::EPHEMERAL].copy_from_slice(&ephemeral);
+                p[req::HANDSHAKE].copy_from_slice(&handshake.unwrap_or([0; HANDSHAKE_LEN]));
                 req::LEN
             }
             CmMessage::Challenge {
                 client_conn,
                 cookie,
+                listener,
                 ..
             } => {
                 set_u32(p, challenge::CLIENT_CONN, client_conn);
                 set_u64(p, challenge::COOKIE, cookie);
+                p[challenge::LISTENER].copy_from_slice(&listener);
                 challenge::LEN
             }
             CmMessage::ConnectRep {
@@ -412,6 +505,8 @@ impl CmMessage {
                 max_frame,
                 client_conn,
                 secure,
+                ephemeral,
+                tag,
                 ..
             } => {
                 set_u32(p, rep::CONN, conn);
@@ -419,30 +514,33 @@ impl CmMessage {
                 set_u32(p, rep::ISN, isn);
                 set_u32(p, rep::MAX_FRAME, max_frame);
                 set_u32(p, rep::CLIENT_CONN, client_conn);
-                let (public, confirm) = secure.unwrap_or_default();
-                p[rep::FLAGS] = if secure.is_some() { SECURE } else { 0 };
-                p[rep::PUBLIC].copy_from_slice(&public);
-                p[rep::CONFIRM].copy_from_slice(&confirm);
+                p[rep::FLAGS] = if secure { SECURE } else { 0 };
+                p[rep::EPHEMERAL].copy_from_slice(&ephemeral);
+                p[rep::TAG].copy_from_slice(&tag);
                 rep::LEN
             }
-            CmMessage::Reject { client_conn, .. } => {
+            CmMessage::Reject {
+                client_conn, tag, ..
+            } => {
                 set_u32(p, reject::CLIENT_CONN, client_conn);
+                p[reject::TAG].copy_from_slice(&tag);
                 reject::LEN
             }
             CmMessage::DisconnectReq {
                 target,
-                key,
                 sender,
                 ack,
+                mac,
             } => {
                 set_u32(p, dreq::TARGET, target);
-                set_u64(p, dreq::KEY, key);
                 set_u32(p, dreq::SENDER, sender);
                 set_u32(p, dreq::ACK, ack);
+                p[dreq::MAC].copy_from_slice(&mac);
                 dreq::LEN
             }
-            CmMessage::DisconnectRep { sender } => {
+            CmMessage::DisconnectRep { sender, mac } => {
                 set_u32(p, drep::SENDER, sender);
+                p[drep::MAC].copy_from_slice(&mac);
                 drep::LEN
             }
         }
@@ -454,27 +552,39 @@ mod tests {
     use super::*;
 
     #[rustfmt::skip]
-    const REQ: [u8; 67] = [
+    const REQ: [u8; 131] = [
         0xde, 0xad, 0xbe, 0xef,                         // client conn
         0x01, 0x23, 0x45, 0x67, 0x89, 0xab, 0xcd, 0xef, // client key
         0x00, 0x00, 0x00, 0x2a,                         // ISN 42
         0x00, 0x00, 0x23, 0x36,                         // max frame 9014
         0x02, 0x00, 0x0a, 0x00, 0x00, 0x02,             // MAC
         0x10, 0x32, 0x54, 0x76, 0x98, 0xba, 0xdc, 0xfe, // cookie
-        0x01,                                           // flags: secure
-        1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, // public key
+        0x03,                                           // flags: secure, handshake
+        1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, // ephemeral key
         17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32,
+        0xa0, 0xa1, 0xa2, 0xa3, 0xa4, 0xa5, 0xa6, 0xa7, // handshake (64 bytes)
+        0xa8, 0xa9, 0xaa, 0xab, 0xac, 0xad, 0xae, 0xaf,
+        0xb0, 0xb1, 0xb2, 0xb3, 0xb4, 0xb5, 0xb6, 0xb7,
+        0xb8, 0xb9, 0xba, 0xbb, 0xbc, 0xbd, 0xbe, 0xbf,
+        0xc0, 0xc1, 0xc2, 0xc3, 0xc4, 0xc5, 0xc6, 0xc7,
+        0xc8, 0xc9, 0xca, 0xcb, 0xcc, 0xcd, 0xce, 0xcf,
+        0xd0, 0xd1, 0xd2, 0xd3, 0xd4, 0xd5, 0xd6, 0xd7,
+        0xd8, 0xd9, 0xda, 0xdb, 0xdc, 0xdd, 0xde, 0xdf,
     ];
 
     fn public() -> PublicKey {
         core::array::from_fn(|i| i as u8 + 1)
     }
 
-    fn req() -> CmMessage {
-        req_with(Some(public()))
+    fn block() -> HandshakeBlock {
+        core::array::from_fn(|i| 0xa0 + i as u8)
     }
 
-    fn req_with(public: Option<PublicKey>) -> CmMessage {
+    fn req() -> CmMessage {
+        req_with(true, Some(block()))
+    }
+
+    fn req_with(secure: bool, handshake: Option<HandshakeBlock>) -> CmMessage {
         CmMessage::ConnectReq {
             request: 7,
             service: 18515,
@@ -484,7 +594,9 @@ mod tests {
             max_frame: 9014,
             mac: [2, 0, 10, 0, 0, 2],
             cookie: 0x1032_5476_98ba_dcfe,
-            public,
+            secure,
+            ephemeral: public(),
+            handshake,
         }
     }
 
@@ -496,7 +608,9 @@ mod tests {
             isn: 3,
             max_frame: 1514,
             client_conn: 4,
-            secure: Some((public(), [0xc0; 16])),
+            secure: true,
+            ephemeral: public(),
+            tag: [0xc0; 16],
         }
     }
 
@@ -506,7 +620,7 @@ mod tests {
             opcode: op::CM_CONNECT_REQ,
             operand: 7,
             index: 18515,
-            length: 67,
+            length: 131,
             ..Default::default()
         };
         assert_eq!(CmMessage::parse(&c, &REQ), Ok(req()));
@@ -520,24 +634,29 @@ mod tests {
         let msgs = [
             req(),
             rep(),
-            req_with(None),
+            req_with(false, None),
             CmMessage::Challenge {
                 request: 3,
                 client_conn: 8,
                 cookie: u64::MAX - 5,
+                listener: [9; 32],
             },
             CmMessage::Reject {
                 request: 9,
                 reason: RejectReason::NoListener,
                 client_conn: 5,
+                tag: [1; 16],
             },
             CmMessage::DisconnectReq {
                 target: 1,
-                key: 2,
                 sender: 3,
                 ack: 4,
+                mac: [2; 16],
             },
-            CmMessage::DisconnectRep { sender: 3 },
+            CmMessage::DisconnectRep {
+                sender: 3,
+                mac: [3; 16],
+            },
         ];
         for m in msgs {
             let mut p = [0u8; CM_PAYLOAD_MAX];
@@ -557,29 +676,60 @@ mod tests {
     }
 
     #[test]
-    fn a_key_without_the_secure_flag_or_unknown_flags_are_refused() {
+    fn handshake_bytes_without_the_flag_or_unknown_flags_are_refused() {
         let c = |opcode, length| ControlRepr {
             opcode,
             length,
             ..Default::default()
         };
         let mut p = REQ;
-        assert!(CmMessage::parse(&c(op::CM_CONNECT_REQ, 67), &p).is_ok());
-        p[34] = 0; // a plain request carrying a key
-        let e = CmMessage::parse(&c(op::CM_CONNECT_REQ, 67), &p);
-        assert_eq!(e, Err(CmWireError::BadFlags(0)));
-        p[35..67].fill(0);
-        assert!(CmMessage::parse(&c(op::CM_CONNECT_REQ, 67), &p).is_ok());
+        assert!(CmMessage::parse(&c(op::CM_CONNECT_REQ, 131), &p).is_ok());
+        p[34] = 0x01; // a handshake's bytes without its flag
+        let e = CmMessage::parse(&c(op::CM_CONNECT_REQ, 131), &p);
+        assert_eq!(e, Err(CmWireError::BadFlags(0x01)));
+        p[67..131].fill(0);
+        assert!(CmMessage::parse(&c(op::CM_CONNECT_REQ, 131), &p).is_ok());
         p[34] = 0x81;
-        let e = CmMessage::parse(&c(op::CM_CONNECT_REQ, 67), &p);
+        let e = CmMessage::parse(&c(op::CM_CONNECT_REQ, 131), &p);
         assert_eq!(e, Err(CmWireError::BadFlags(0x81)));
         let mut r = [0u8; CM_PAYLOAD_MAX];
         let (rc, n) = rep().emit(&[], &mut r);
-        r[24] = 0; // a plain reply with a confirmation
+        r[24] = 0x02; // no such flag in a reply
         assert_eq!(
             CmMessage::parse(&rc, &r[..n]),
-            Err(CmWireError::BadFlags(0))
+            Err(CmWireError::BadFlags(0x02))
         );
+    }
+
+    #[test]
+    fn what_is_signed_leaves_out_what_authenticates_and_keeps_everything_else() {
+        let sign = |m: &CmMessage, private: &[u8]| {
+            let mut out = [0u8; SIGNED_MAX];
+            let n = m.signed(private, &mut out);
+            out[..n].to_vec()
+        };
+        // A request with and without its cookie and handshake signs the same bytes
+        // (so its cookie can be checked and its prologue rebuilt).
+        assert_eq!(sign(&req(), b"pd"), sign(&req_with(true, None), b"pd"));
+        let mut other = req();
+        if let CmMessage::ConnectReq { cookie, .. } = &mut other {
+            *cookie = 1;
+        }
+        assert_eq!(sign(&req(), &[]), sign(&other, &[]));
+        // Every other field, the private data, the opcode and the operand count.
+        assert_ne!(sign(&req(), b"pd"), sign(&req(), b"pe"));
+        assert_ne!(sign(&req(), &[]), sign(&req_with(false, None), &[]));
+        let mut r2 = rep();
+        if let CmMessage::ConnectRep { tag, .. } = &mut r2 {
+            *tag = [0; 16];
+        }
+        assert_eq!(sign(&rep(), &[]), sign(&r2, &[]));
+        if let CmMessage::ConnectRep { request, .. } = &mut r2 {
+            *request = 8;
+        }
+        assert_ne!(sign(&rep(), &[]), sign(&r2, &[]));
+        let s = sign(&rep(), &[]);
+        assert_eq!((s[0], s.len()), (op::CM_CONNECT_REP, 9 + 73));
     }
 
     #[test]
@@ -606,9 +756,12 @@ mod tests {
         }
         // The other messages carry none.
         let mut p = [0u8; CM_PAYLOAD_MAX];
-        let d = CmMessage::DisconnectRep { sender: 3 };
+        let d = CmMessage::DisconnectRep {
+            sender: 3,
+            mac: [0; 16],
+        };
         let (_, len) = d.emit(&data[..8], &mut p);
-        assert_eq!(len, 4);
+        assert_eq!(len, 20);
     }
 
     #[test]

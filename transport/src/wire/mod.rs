@@ -109,7 +109,9 @@
 //! 9: private data in connect requests and replies; 10: connect cookies and the
 //! `CHALLENGE` message; 11: sealed sections, [`hflags::SEALED`] and the seal cell of
 //! `crate::secure`, public keys in connect requests and replies; 12: a frame whose
-//! every section is sealed ends with a zero trailer, not its CRC32C).
+//! every section is sealed ends with a zero trailer, not its CRC32C; 13: the Noise IK
+//! handshake in connect requests and replies, the listener's identity key in the
+//! challenge, authenticated REJECT and DISCONNECT messages, `crate::handshake`).
 
 use core::ops::Range;
 
@@ -135,7 +137,7 @@ pub use header::{hflags, TransportPacket, TransportRepr};
 pub use underlay::{UnderlayPacket, UnderlayRepr};
 
 /// Transport protocol version carried in byte 0 of the transport header.
-pub const VERSION: u8 = 12;
+pub const VERSION: u8 = 13;
 /// UDP destination port of every deposit frame.
 pub const UDP_PORT: u16 = 18515;
 /// Ethernet II (14) + IPv4 without options (20) + UDP (8).
@@ -346,6 +348,6 @@ mod tests {
         let e = WireError::BadUdpPort(80);
         assert_eq!(e.to_string(), "UDP destination port 80 is not 18515");
         let e = WireError::BadVersion(6);
-        assert_eq!(e.to_string(), "transport version 6 is not 12");
+        assert_eq!(e.to_string(), "transport version 6 is not 13");
     }
 }

@@ -1103,9 +1103,11 @@ fn spoof_flood(port: &str, n: u64) {
             max_frame: 1514,
             mac,
             cookie: if i % 2 == 0 { 0 } else { rng.next_u64() },
-            // Some asking for a secure connection (a key agreement per request, were it
-            // answered: it is not before the cookie).
-            public: (i % 3 == 0).then_some([r as u8; 32]),
+            // Some asking for a secure connection, some with a handshake (a key
+            // agreement per request, were it read: it is not before the cookie).
+            secure: i % 3 == 0,
+            ephemeral: [r as u8; 32],
+            handshake: (i % 4 == 1).then_some([(r >> 8) as u8; 64]),
         };
         let underlay = UnderlayRepr {
             src_mac: mac,

@@ -26,7 +26,7 @@ const LEN: usize = 4 << 20;
 const ADDS: u64 = 256;
 const COUNTER: u32 = (LEN - 8) as u32;
 /// What starts every write: the attacker looks for it on the wire.
-const MARKER: &[u8; 32] = b"secret deposit plaintext marker!";
+pub(super) const MARKER: &[u8; 32] = b"secret deposit plaintext marker!";
 
 /// Write `i`'s bytes: the marker, then a pattern of `i`.
 fn data(i: u64) -> Vec<u8> {
@@ -45,6 +45,8 @@ fn offset(i: u64) -> usize {
 fn secure_opts() -> ConnOptions {
     ConnOptions {
         secure: true,
+        // The tap only injects after the handshake: the first use is the real server.
+        trust_on_first_use: true,
         ..ConnOptions::default()
     }
 }
@@ -97,7 +99,7 @@ pub fn secure_server(port: &str) {
         DropReason::AuthFailed,
         DropReason::Replayed,
         DropReason::NotSealed,
-        DropReason::WrongKey,
+        DropReason::CmForged,
     ] {
         println!("{} {}", r.name(), s.dropped(r));
     }
@@ -148,7 +150,7 @@ pub fn secure_client(port: &str) {
 }
 
 /// A raw packet socket on `port`, every frame of the segment (promiscuous).
-fn raw_socket(port: &str) -> libc::c_int {
+pub(super) fn raw_socket(port: &str) -> libc::c_int {
     let name = std::ffi::CString::new(port).unwrap_or_else(|e| fail(e));
     // SAFETY: plain libc calls on a socket this function owns; the structures are
     // zero-initialised C structs of the sizes passed.
@@ -191,7 +193,7 @@ fn raw_socket(port: &str) -> libc::c_int {
 }
 
 /// Receives one frame that another host sent (not one of ours), or `None` on time out.
-fn recv(fd: libc::c_int, buf: &mut [u8]) -> Option<usize> {
+pub(super) fn recv(fd: libc::c_int, buf: &mut [u8]) -> Option<usize> {
     // SAFETY: `buf` and `sll` are valid for the lengths passed.
     unsafe {
         let mut sll: libc::sockaddr_ll = std::mem::zeroed();
@@ -208,7 +210,7 @@ fn recv(fd: libc::c_int, buf: &mut [u8]) -> Option<usize> {
     }
 }
 
-fn send(fd: libc::c_int, f: &[u8]) {
+pub(super) fn send(fd: libc::c_int, f: &[u8]) {
     // SAFETY: `f` is valid for its length.
     unsafe {
         libc::send(fd, f.as_ptr().cast(), f.len(), 0);
@@ -308,11 +310,14 @@ pub fn secure_tap(port: &str, n: u64) {
                 plain += 1;
             }
         }
+        // A disconnect naming the connection (and, in vain, its key as the MAC).
+        let mut mac = [0u8; 16];
+        mac[..8].copy_from_slice(&key.to_be_bytes());
         let dreq = CmMessage::DisconnectReq {
             target: conn,
-            key,
             sender: v.header.src_conn,
             ack: v.header.ack,
+            mac,
         };
         let mut out = vec![0u8; 1514];
         let len = dreq
