@@ -8,6 +8,11 @@
  *    (OMPI_COMM_WORLD_RANK, PMIX_RANK or PMI_RANK; 0 without one), and without
  *    DEPOSIT_FI_IP the address is 10.77.0.(rank + 1). So mpirun needs no wrapper.
  *    DEPOSIT_FI_STATS: the device's counters and refusals on stderr when it closes.
+ *    Identity (docs/design.md §10): DEPOSIT_FI_IDENTITY, the node's identity key file
+ *    (made with mode 0600 if missing; "%r" as above; unset: a fresh key per process);
+ *    DEPOSIT_FI_KNOWN_PEERS, a known-peers file ("<ip> <key>" lines): connects to a
+ *    listed peer are pinned to its key; DEPOSIT_FI_AUTHORIZED_KEYS, a file of the keys
+ *    whose nodes may connect to this process's endpoints (others are refused).
  *  - An endpoint is a deposit endpoint holding a receive ring of RING_SLOTS slots of
  *    SLOT bytes, and a listener. Its name (fi_getname) is its node's IPv4 address and
  *    its service number. Peers connect to it on first use; accepted connections are
@@ -161,6 +166,13 @@ static int device_get(void) {
     struct dd_device_config cfg;
     dd_device_config_init(&cfg);
     cfg.port = port;
+    char identity[256];
+    const char *id = getenv("DEPOSIT_FI_IDENTITY");
+    if (id) {
+        subst(id, identity, sizeof identity);
+        cfg.identity_path = identity;
+    }
+    cfg.known_peers_path = getenv("DEPOSIT_FI_KNOWN_PEERS");
     cfg.ip[0] = (uint8_t)a, cfg.ip[1] = (uint8_t)b, cfg.ip[2] = (uint8_t)c, cfg.ip[3] = (uint8_t)d;
     /* Progress is manual (FI_PROGRESS_MANUAL), but a consumer may stop calling for
      * long — an MPI rank computing, fi_pingpong blocked in its control socket right
@@ -1437,6 +1449,7 @@ static int ep_enable(struct ep *ep) {
     o.isolated = true;
     o.private_data = pd;
     o.private_data_len = sizeof pd;
+    o.authorized_keys_path = getenv("DEPOSIT_FI_AUTHORIZED_KEYS");
     ep->service = BASE_SERVICE + (uint32_t)next_service++;
     const char *s = getenv("DEPOSIT_FI_SERVICE");
     if (s)

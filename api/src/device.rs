@@ -242,6 +242,8 @@ pub(crate) struct DeviceInner {
     next_shard: AtomicUsize,
     /// This node's identity key (its public half).
     identity: IdentityKey,
+    /// The connection manager's timeout (what a connect waits for at most).
+    cm_timeout: Duration,
     /// Listener keys by peer address: read at connect, added to on first use (the
     /// application's threads only; no worker takes it).
     known_peers: Mutex<KnownPeers>,
@@ -653,6 +655,7 @@ impl Device {
             next_shard: AtomicUsize::new(0),
             identity,
             known_peers: Mutex::new(known_peers),
+            cm_timeout: cfg.cm_timeout,
         });
         DEVICES.add(&inner);
         crate::telemetry::register_commands();
@@ -918,7 +921,7 @@ impl Device {
             (None, None) if opts.trust_on_first_use => PeerTrust::FirstUse,
             (None, None) => PeerTrust::Unverified,
         };
-        let first_use = topts.peer_key == PeerTrust::FirstUse;
+        let (first_use, trust) = (topts.peer_key == PeerTrust::FirstUse, topts.peer_key);
         let shared = self.inner.call_on(ep.0.shard, move |w| {
             let peer = w
                 .nodes
@@ -941,6 +944,9 @@ impl Device {
                     if first_use {
                         self.trusted_on_first_use(&peer_name, &shared);
                     }
+                    if !self.inner.is_dedicated() {
+                        self.await_heard(&shared, ep.0.shard);
+                    }
                     let number = shared.number;
                     let private = self
                         .inner
@@ -954,11 +960,43 @@ impl Device {
                     ));
                 }
                 ConnState::Failed => {
-                    return Err(Error::Rejected(RejectReason::from_u8(
-                        shared.fail_reason.load(Ordering::Relaxed),
-                    )))
+                    let reason = RejectReason::from_u8(shared.fail_reason.load(Ordering::Relaxed));
+                    let offered = shared.peer_identity.get().map(|b| b.0);
+                    return Err(match (reason, trust, offered) {
+                        (RejectReason::PeerKey, PeerTrust::Pinned(pinned), Some(offered)) => {
+                            Error::PeerKeyMismatch {
+                                peer: Ipv4Addr::from(peer_ip),
+                                pinned,
+                                offered,
+                            }
+                        }
+                        _ => Error::Rejected(reason),
+                    });
                 }
                 s => return Err(Error::NotConnected(s)),
+            }
+        }
+    }
+
+    /// An inline device's connect that is up: drives the device until the listener has
+    /// answered the connection's first frame (it shows the connection to its
+    /// application only then; a lost one is sent again every CM retry period, since
+    /// nothing drives this device once the call returns), for at most the CM timeout.
+    fn await_heard(&self, shared: &Arc<ConnShared>, shard: u8) {
+        const AGAIN: Duration = Duration::from_millis(50);
+        let start = Instant::now();
+        let mut next = start + AGAIN;
+        let mut backoff = Backoff::new();
+        while !shared.heard.load(Ordering::Relaxed) && start.elapsed() < self.inner.cm_timeout {
+            if self.inner.progress_waiting() == 0 {
+                backoff.snooze();
+            } else {
+                backoff.reset();
+            }
+            if Instant::now() >= next {
+                let number = shared.number;
+                self.inner.call_on(shard, move |w| w.reconfirm(number));
+                next += AGAIN;
             }
         }
     }

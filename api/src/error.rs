@@ -19,6 +19,19 @@ pub enum Error {
     Cm(#[from] CmError),
     #[error("connection refused: {0}")]
     Rejected(RejectReason),
+    /// The listener at `peer` named another identity key than the one pinned for it
+    /// (`ConnOptions::peer_key` or the known-peers file), and nothing answered with
+    /// the pinned one before the CM timeout: another node answered, or the peer's key
+    /// changed.
+    #[error(
+        "{peer}'s identity key is {offered}, not the pinned {pinned}: another node answered \
+         for it, or its key changed (if it did, update the known-peers file or the pinned key)"
+    )]
+    PeerKeyMismatch {
+        peer: std::net::Ipv4Addr,
+        pinned: deposit_transport::identity::IdentityKey,
+        offered: deposit_transport::identity::IdentityKey,
+    },
     #[error("timed out after {0:?} waiting for {1}")]
     Timeout(std::time::Duration, &'static str),
     #[error(

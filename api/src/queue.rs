@@ -305,9 +305,12 @@ impl Connection {
     pub fn peer_key(&self) -> Option<crate::IdentityKey> {
         self.shared.peer_identity.get().map(|b| b.0)
     }
-    /// Whether the peer's key was known before the handshake: pinned, listed in the
-    /// known peers, taken on first use, or (accepting) proven by the client. False for
-    /// a connect whose listener key came unverified from the listener's challenge.
+    /// Whether the peer's key was known before the handshake: pinned
+    /// ([`ConnOptions::peer_key`](crate::ConnOptions) or the known peers) on the
+    /// connecting side; always on the accepting side (the client proved its key, which
+    /// [`ConnOptions::authorized_keys`](crate::ConnOptions) may restrict). False for a
+    /// connect whose listener key was taken on first use or unverified from the
+    /// listener's challenge.
     pub fn peer_key_verified(&self) -> bool {
         self.shared.peer_identity.get().is_some_and(|b| b.1)
     }

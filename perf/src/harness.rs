@@ -180,6 +180,9 @@ pub struct Side {
     pub peer_offer: u64,
     /// Server: data arrivals before the current round's first message.
     pub base: std::cell::Cell<u64>,
+    /// Client: how long the control connection took to come up (the connection
+    /// manager's handshake: challenge, Noise IK, the first frame).
+    pub connect_time: Option<Duration>,
 }
 
 impl Side {
@@ -581,6 +584,7 @@ fn meet<B: Bench>(
         ..ConnOptions::default()
     };
     let eps = shard_endpoints(&dev, p, &ep, rights, &su.opts)?;
+    let mut connect_time = None;
     let (conn, peer_offer, conns) = match peer {
         None => {
             let control = dev.listen_with(p.service, &cep, &ccq, &hi)?;
@@ -641,9 +645,11 @@ fn meet<B: Bench>(
                 e => e.into(),
             }
             };
+            let t0 = std::time::Instant::now();
             let c = dev
                 .connect_with(peer, p.service, &cep, &ccq, &hi)
                 .map_err(timeout)?;
+            connect_time = Some(t0.elapsed());
             let offer = check_hello(p, c.private_data(), "server")?;
             // From the endpoints of every shard in turn (see `shard_endpoints`).
             let conns = (0..p.qps as usize)
@@ -672,6 +678,7 @@ fn meet<B: Bench>(
         ctrl,
         peer_offer,
         base: 0.into(),
+        connect_time,
     })
 }
 
@@ -805,6 +812,20 @@ fn reporter<B: Bench>(b: &B, p: &Params, s: &Side, ports: &str, enabled: bool) -
     rep.info("Worker", format!("{:?}", p.progress));
     if s.conns.iter().all(|c| c.is_secure()) && !s.conns.is_empty() {
         rep.secure(p.psk.is_some());
+    }
+    if let Some(key) = s.ctrl.conn.peer_key() {
+        let how = if !s.ctrl.conn.peer_key_verified() {
+            "unverified: taken from the peer's challenge"
+        } else if s.connect_time.is_none() {
+            "proven by the client's handshake"
+        } else {
+            "pinned or trusted on first use"
+        };
+        let took = s
+            .connect_time
+            .map(|t| format!("; connected in {:.0} us", t.as_secs_f64() * 1e6))
+            .unwrap_or_default();
+        rep.info("Peer key", format!("{key} ({how}){took}"));
     }
     rep.queues(p.workers, s.conns.len());
     if !p.test.is_lat() {

@@ -320,7 +320,7 @@ impl Reporter {
         let psk = if psk { " and a pre-shared key" } else { "" };
         self.info(
             "Security",
-            format!("sealed: AES-256-GCM per frame, keys from X25519{psk}"),
+            format!("sealed: AES-256-GCM per frame, keys from the Noise IK handshake{psk}"),
         );
     }
 

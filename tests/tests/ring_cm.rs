@@ -446,7 +446,14 @@ fn resource_limits_are_refused_with_a_clear_error_not_a_crash() {
     let a = pair.client.connect([10, 0, 0, 1], 9, &cep, &ccq).unwrap();
     let b = pair.client.connect([10, 0, 0, 1], 9, &cep, &ccq).unwrap();
     let (_sa, _sb) = (l.accept(T).unwrap(), l.accept(T).unwrap());
-    let third = pair.client.connect([10, 0, 0, 1], 9, &cep, &ccq);
+    // Pinned: the listener's REJECT verifies and fails the connect at once.
+    let pinned = ConnOptions {
+        peer_key: Some(pair.server.identity()),
+        ..ConnOptions::default()
+    };
+    let third = pair
+        .client
+        .connect_with([10, 0, 0, 1], 9, &cep, &ccq, &pinned);
     assert!(
         matches!(third, Err(Error::Rejected(RejectReason::Resources))),
         "{:?}",
@@ -497,11 +504,6 @@ fn connect_accept_and_teardown_survive_loss_and_duplication() {
             c.cm_timeout = Duration::from_secs(20);
             c.retry_timeout = Duration::from_millis(5);
             c.retry_count = 12;
-            // The listener shows a connection to accept once the client's first frame
-            // of it arrives; when that frame is lost, the listener asks again, and an
-            // inline client answers only while driven: this thread drives the server
-            // in accept, so a guard drives the client.
-            c.progress_guard = Some(Duration::from_millis(1));
         },
     );
     let sep = pair

@@ -255,15 +255,21 @@ pub enum Action {
         handshake: Box<Received>,
     },
     /// Our request was accepted: connection `conn` is up, with the session's keys;
-    /// `verified`: the listener's key was pinned or taken on first use.
+    /// `verified`: the listener's key was pinned (known before the handshake).
     Established {
         conn: u32,
         peer: PeerParams,
         keys: Box<SessionKeys>,
         verified: bool,
     },
-    /// Our request was refused, or went unanswered until the timeout.
-    Failed { conn: u32, reason: RejectReason },
+    /// Our request was refused, or went unanswered until the timeout; `offered`: the
+    /// key a listener's challenge named instead of the pinned one
+    /// ([`RejectReason::PeerKey`]).
+    Failed {
+        conn: u32,
+        reason: RejectReason,
+        offered: Option<IdentityKey>,
+    },
     /// The peer closed `conn`: what ran at the peer (before `ack`) completes, the rest
     /// is flushed, the entry goes.
     PeerClosed { conn: u32, ack: u32 },
@@ -407,6 +413,8 @@ struct Connecting {
     /// verified: a challenge with another key than the pinned one, a reply that did
     /// not verify, or an unverified REJECT's reason.
     hint: Option<RejectReason>,
+    /// The last listener key a challenge named instead of the pinned one.
+    offered: Option<IdentityKey>,
 }
 
 /// Listener keys whose first messages a connect keeps.
@@ -419,6 +427,9 @@ const SENT_KEPT: usize = 4;
 struct Known {
     keys: Option<CmKeys>,
     accepted_from: Option<([u8; 4], u32)>,
+    /// Ours that connected: the tag of the reply that made it (a repeat of that reply
+    /// is a duplicate; another reply or a REJECT for it, a forgery).
+    reply_tag: Option<Tag>,
 }
 
 /// One connection's CM keys: what we send under, what the peer sends under.
@@ -608,6 +619,7 @@ impl Cm {
             Known {
                 keys: None,
                 accepted_from: None,
+                reply_tag: None,
             },
         );
         let connecting = Connecting {
@@ -615,6 +627,7 @@ impl Cm {
             trust: opts.peer_key,
             sent: Vec::new(),
             hint: None,
+            offered: None,
         };
         self.request(
             conn,
@@ -721,6 +734,7 @@ impl Cm {
             Known {
                 keys: Some(CmKeys::of(&keys, false)),
                 accepted_from: Some(at),
+                reply_tag: None,
             },
         );
         self.out.push_back((from, rep, private));
@@ -756,6 +770,10 @@ impl Cm {
         self.forget_accepted(conn);
         self.known.remove(&conn);
         self.pending.remove(&conn);
+        // What a flood of connections grew goes back once they are gone.
+        shrink_sparse(&mut self.known);
+        shrink_sparse(&mut self.pending);
+        shrink_sparse(&mut self.accepted);
     }
 
     fn forget_accepted(&mut self, conn: u32) {
@@ -929,8 +947,17 @@ impl Cm {
         if let PeerTrust::Pinned(k) = c.trust {
             if k != listener {
                 c.hint.get_or_insert(RejectReason::PeerKey);
+                c.offered = Some(listener);
                 return Err(Ignored::PeerKey);
             }
+        }
+        let latest = c.sent.last().map(|(s, _)| s.listener);
+        if latest == Some(listener)
+            && matches!(p.msg, CmMessage::ConnectReq { cookie: k, .. } if k == cookie)
+        {
+            // A second challenge to a repeat of the first request (its first retry
+            // goes early): the request with this cookie is on its way already.
+            return Ok(());
         }
         let block = match c.sent.iter().position(|(s, _)| s.listener == listener) {
             Some(i) => {
@@ -1000,7 +1027,7 @@ impl Cm {
             return Ok(());
         };
         if !self.answers(client_conn, request) {
-            return Ok(());
+            return self.late_answer(client_conn, Some(tag));
         }
         let identity = self.identity.clone();
         let p = self.pending.get_mut(&client_conn).expect("answers");
@@ -1019,10 +1046,11 @@ impl Cm {
             c.hint = Some(RejectReason::Confirmation);
             return Err(Ignored::Forged);
         };
-        let verified = c.trust != PeerTrust::Unverified;
+        let verified = matches!(c.trust, PeerTrust::Pinned(_));
         self.pending.remove(&client_conn);
         if let Some(k) = self.known.get_mut(&client_conn) {
             k.keys = Some(CmKeys::of(&keys, true));
+            k.reply_tag = Some(tag);
         }
         let peer = PeerParams {
             conn,
@@ -1056,7 +1084,7 @@ impl Cm {
             return Ok(());
         };
         if !self.answers(client_conn, request) {
-            return Ok(());
+            return self.late_answer(client_conn, None);
         }
         let p = self.pending.get_mut(&client_conn).expect("answers");
         let c = p.connect.as_deref_mut().expect("a connect");
@@ -1080,6 +1108,7 @@ impl Cm {
         self.actions.push_back(Action::Failed {
             conn: client_conn,
             reason,
+            offered: None,
         });
         Ok(())
     }
@@ -1165,6 +1194,18 @@ impl Cm {
         Ok(())
     }
 
+    /// An answer to a connect of ours that is no longer waiting: for one that is up, a
+    /// repeat of the reply that made it (`tag`) is a duplicate; any other reply, or a
+    /// REJECT (`None`: the listener answers a repeat of a request it accepted with
+    /// its reply), is a forgery. For one we no longer know, a stale answer.
+    fn late_answer(&self, conn: u32, tag: Option<Tag>) -> Result<(), Ignored> {
+        match self.known.get(&conn).and_then(|k| k.reply_tag) {
+            Some(t) if tag.is_some_and(|g| crate::handshake::same(&g, &t)) => Ok(()),
+            Some(_) => Err(Ignored::Forged),
+            None => Ok(()),
+        }
+    }
+
     /// Whether a connect answer for `conn` answers its pending request (not a
     /// duplicate, not a stale one).
     fn answers(&self, conn: u32, request: u32) -> bool {
@@ -1191,6 +1232,12 @@ impl Cm {
                 self.lingering.remove(&conn);
             }
         }
+        shrink_sparse(&mut self.lingering);
+        if self.linger_queue.capacity() > 64
+            && self.linger_queue.len() < self.linger_queue.capacity() / 4
+        {
+            self.linger_queue.shrink_to_fit();
+        }
         while let Some(&Reverse((when, conn))) = self.timers.peek() {
             if when > now {
                 break;
@@ -1209,11 +1256,18 @@ impl Cm {
                     .as_ref()
                     .and_then(|c| c.hint)
                     .unwrap_or(RejectReason::Timeout);
+                let offered = p.connect.as_ref().and_then(|c| c.offered);
                 self.forget(conn);
                 self.actions.push_back(if closing {
                     Action::Closed { conn }
                 } else {
-                    Action::Failed { conn, reason }
+                    Action::Failed {
+                        conn,
+                        reason,
+                        offered: (reason == RejectReason::PeerKey)
+                            .then_some(offered)
+                            .flatten(),
+                    }
                 });
                 continue;
             }
@@ -1247,6 +1301,14 @@ impl Cm {
     /// Connections with a request under way.
     pub fn pending(&self) -> usize {
         self.pending.len()
+    }
+}
+
+/// Gives back most of a map's room once it holds under a quarter of it (a flood's
+/// connections gone), keeping a little for the next ones.
+pub(crate) fn shrink_sparse<K: std::hash::Hash + Eq, V>(m: &mut HashMap<K, V>) {
+    if m.capacity() > 64 && m.len() < m.capacity() / 4 {
+        m.shrink_to(m.len() * 2);
     }
 }
 
@@ -1458,7 +1520,8 @@ mod tests {
                     c.poll_action(),
                     Some(Action::Failed {
                         conn: 2,
-                        reason: RejectReason::NoListener
+                        reason: RejectReason::NoListener,
+                        offered: None,
                     })
                 );
             } else {
@@ -1476,11 +1539,13 @@ mod tests {
             let mut want = vec![Action::Failed {
                 conn: 1,
                 reason: RejectReason::Timeout,
+                offered: None,
             }];
             if trust == PeerTrust::Unverified {
                 want.push(Action::Failed {
                     conn: 2,
                     reason: RejectReason::NoListener,
+                    offered: None,
                 });
             }
             assert_eq!(failed, want, "{trust:?}");
@@ -1547,6 +1612,12 @@ mod tests {
             c.poll_action(),
             Some(Action::Established { peer, verified: true, .. }) if peer.conn == 80
         ));
+        // Late: a repeat of the real reply is a duplicate; the bystander's reply and
+        // REJECT are still forgeries, and counted as such.
+        assert_eq!(c.handle(addr(1), rep, &[], 0), Ok(()));
+        assert_eq!(c.handle(addr(1), forged_rep, &[], 0), Err(Ignored::Forged));
+        assert_eq!(c.handle(addr(1), reject, &[], 0), Err(Ignored::Forged));
+        assert_eq!(c.poll_action(), None);
         // Pinned to a key nobody answers with: fails naming that.
         let mut d = Cm::new([2; 6], 1514, T);
         d.connect(
@@ -1569,9 +1640,31 @@ mod tests {
             d.poll_action(),
             Some(Action::Failed {
                 conn: 2,
-                reason: RejectReason::PeerKey
+                reason: RejectReason::PeerKey,
+                offered: Some(s.identity()),
             })
         );
+    }
+
+    #[test]
+    fn a_second_challenge_with_the_same_cookie_sends_nothing_more() {
+        let (mut c, mut s) = (Cm::new([2; 6], 1514, T), Cm::new([3; 6], 1514, T));
+        c.connect(1, 1, 1, 9, addr(1), 5, 0, &opts(PeerTrust::Unverified))
+            .unwrap();
+        c.handle_timeout(10); // the early first retry: the request twice
+        let reqs = sent(&mut c);
+        assert_eq!(reqs.len(), 2);
+        for r in &reqs {
+            s.handle(addr(2), *r, &[], 0).unwrap();
+        }
+        let chs = sent(&mut s);
+        assert_eq!(chs.len(), 2, "each challenged");
+        for ch in &chs {
+            c.handle(addr(1), *ch, &[], 0).unwrap();
+        }
+        // One request with the cookie and the handshake, not two (each would cost the
+        // listener a key agreement).
+        assert_eq!(sent(&mut c).len(), 1);
     }
 
     #[test]

@@ -384,11 +384,17 @@ pub struct ConnShared {
     /// Whether the connection's frames are sealed (`crate::secure`), set before it
     /// turns Normal.
     pub secure: std::sync::atomic::AtomicBool,
+    /// A frame of the peer's on this connection, not a probe, passed its checks here:
+    /// on the connecting side, the listener has answered the client's first frame, so
+    /// the listener's application sees the connection.
+    pub heard: std::sync::atomic::AtomicBool,
     /// Peer's connection number, valid once Normal.
     pub peer_conn: AtomicU64,
     /// The peer's identity key as the handshake proved it, and whether it was known
-    /// beforehand (pinned, or taken on first use) rather than taken unverified from
-    /// the listener's challenge; set before the connection turns Normal.
+    /// beforehand (pinned; accepting: always) rather than taken from the listener's
+    /// challenge (on first use, or unverified); set before the connection turns
+    /// Normal. On a connect that failed with `RejectReason::PeerKey`: the key the
+    /// listener named instead of the pinned one.
     pub peer_identity: std::sync::OnceLock<Box<(crate::identity::IdentityKey, bool)>>,
     /// The key peers must present on this connection (set at creation).
     pub key: AtomicU64,
@@ -417,6 +423,7 @@ impl ConnShared {
             state: AtomicU8::new(ConnState::Connecting as u8),
             fail_reason: AtomicU8::new(0),
             secure: std::sync::atomic::AtomicBool::new(false),
+            heard: std::sync::atomic::AtomicBool::new(false),
             peer_conn: AtomicU64::new(0),
             peer_identity: std::sync::OnceLock::new(),
             key: AtomicU64::new(0),
@@ -569,6 +576,9 @@ pub struct ConnContext {
     pub sendq: VecDeque<Wqe>,
     /// On the node's list of connections with something to send (`Node::ready`).
     pub ready: bool,
+    /// A frame of the peer's on this connection passed its checks (mirrored once in
+    /// [`ConnShared::heard`]).
+    pub heard: bool,
     pub inflight: VecDeque<Pending>,
     /// Most messages in flight (unacknowledged).
     pub window: u32,

@@ -591,9 +591,10 @@ bool dd_conn_is_secure(const struct dd_conn *c);
 // the handshake has not given one.
 int dd_conn_peer_key(const struct dd_conn *c, uint8_t *out);
 
-// Whether the peer's key was known before the handshake: pinned, listed in the
-// known peers, taken on first use, or (accepting) proven by the client. False for a
-// connect whose listener key came unverified from the listener's answer, or NULL.
+// Whether the peer's key was known before the handshake: pinned (`peer_key`, or
+// listed in the known peers) on the connecting side; always on the accepting side (the
+// client proved its key). False for a connect that took the listener's key on first
+// use or unverified from its challenge, or NULL.
 bool dd_conn_peer_key_verified(const struct dd_conn *c);
 
 // Messages that arrived on the connection (MINI's PDU count): a receiver learns of

@@ -103,7 +103,7 @@ fn code_of(e: &Error) -> c_int {
         Error::Cm(CmError::NoPeerKey) => DD_ERR_INVALID,
         Error::Cm(_) | Error::ForeignEndpoint => DD_ERR_CM,
         Error::Rejected(api::RejectReason::Timeout) | Error::Timeout(..) => DD_ERR_TIMEOUT,
-        Error::Rejected(_) => DD_ERR_REJECTED,
+        Error::Rejected(_) | Error::PeerKeyMismatch { .. } => DD_ERR_REJECTED,
         Error::SendQueueFull { .. }
         | Error::CompletionQueueFull { .. }
         | Error::SubmitRingFull { .. } => DD_ERR_AGAIN,
@@ -1125,9 +1125,10 @@ pub unsafe extern "C" fn dd_conn_peer_key(c: *const dd_conn, out: *mut u8) -> c_
     })
 }
 
-/// Whether the peer's key was known before the handshake: pinned, listed in the
-/// known peers, taken on first use, or (accepting) proven by the client. False for a
-/// connect whose listener key came unverified from the listener's answer, or NULL.
+/// Whether the peer's key was known before the handshake: pinned (`peer_key`, or
+/// listed in the known peers) on the connecting side; always on the accepting side (the
+/// client proved its key). False for a connect that took the listener's key on first
+/// use or unverified from its challenge, or NULL.
 #[no_mangle]
 pub unsafe extern "C" fn dd_conn_peer_key_verified(c: *const dd_conn) -> bool {
     c.as_ref().is_some_and(|c| c.0.peer_key_verified())

@@ -86,6 +86,7 @@ impl Node {
             // about 576 KiB per connection); given back when the connection goes quiet.
             sendq: std::collections::VecDeque::new(),
             ready: false,
+            heard: false,
             inflight: std::collections::VecDeque::new(),
             window: self.cfg.window,
             rnr_until: 0,
@@ -128,6 +129,10 @@ impl Node {
         if let Some(ip) = self.accepted_source.remove(&number) {
             self.source_count(ip, |s| s.conns = s.conns.saturating_sub(1));
         }
+        // What a flood of connections grew goes back once they are gone.
+        crate::cm::shrink_sparse(&mut self.accepted_source);
+        crate::cm::shrink_sparse(&mut self.unconfirmed);
+        crate::cm::shrink_sparse(&mut self.peer_private);
         for wc in &c.unreported {
             c.shared.cq.push_or_lose(*wc);
         }
@@ -346,25 +351,49 @@ impl Node {
                         .peer_identity
                         .set(Box::new((peer.identity, verified)));
                     establish(c, &peer);
-                    if !c.ack_pending {
-                        // A frame at once, in this turn's transmission (not held a turn
-                        // for a reply to carry it: the application may not drive the
-                        // device again soon): the listener shows the connection to its
-                        // application when one of ours passes (opens, when sealed).
-                        c.ack_pending = true;
-                        self.ack_list.push(slot);
-                    }
+                    // A frame at once, in this turn's transmission: the listener shows
+                    // the connection to its application when one of ours passes (opens,
+                    // when sealed). It asks for an answer, so that this side knows it
+                    // arrived ([`ConnShared::heard`]); until then `reconfirm` sends it
+                    // again.
+                    self.probe_list.push(slot);
                     self.rearm(slot); // keepalive from now
                     if let Some(p) = peer.private {
                         self.peer_private.insert(conn, p);
                     }
                 }
-                Action::Failed { conn, reason } => self.fail_connect(conn, reason),
+                Action::Failed {
+                    conn,
+                    reason,
+                    offered,
+                } => {
+                    if let Some(key) = offered {
+                        // What the listener named instead of the pinned key, for the
+                        // error the application sees.
+                        if let Some(c) = self.conns.slot_of(conn).and_then(|s| self.conns.get(s)) {
+                            let _ = c.shared.peer_identity.set(Box::new((key, false)));
+                        }
+                    }
+                    self.fail_connect(conn, reason)
+                }
                 Action::PeerClosed { conn, ack } => self.peer_closed(conn, ack),
                 Action::Closed { conn } => {
                     self.remove_connection(conn);
                 }
             }
+        }
+    }
+
+    /// Our connection `number` is up but its listener has not answered our first frame
+    /// yet ([`ConnShared::heard`]): it goes again (the first may have been lost, and a
+    /// listener asks only while the application drives this device).
+    pub fn reconfirm(&mut self, number: u32) {
+        let Some(slot) = self.conns.slot_of(number) else {
+            return;
+        };
+        let c = self.conns.get(slot).expect("slot");
+        if c.state == ConnState::Normal && !c.heard && !self.probe_list.contains(&slot) {
+            self.probe_list.push(slot);
         }
     }
 

@@ -170,6 +170,15 @@ impl Node {
         let frame = &frame;
         conn.last_rx = now;
         conn.probes_unanswered = 0;
+        // Heard: the peer answered (a frame of its own that is not a probe: a new
+        // listener asks for our first frame until it has it, so its probe says nothing
+        // of whether ours arrived).
+        if !conn.heard && frame.header.flags & hflags::ACK_REQ == 0 {
+            conn.heard = true;
+            conn.shared
+                .heard
+                .store(true, std::sync::atomic::Ordering::Relaxed);
+        }
         let mut ex = Exec {
             endpoints: &self.endpoints,
             regs: &mut self.regs,

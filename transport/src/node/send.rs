@@ -194,7 +194,9 @@ impl Node {
             seal(conn, &mut w, &mut self.stats);
             let len = w.finish();
             mbuf.set_len(len);
-            self.stats.keepalive_probes += 1;
+            if conn.heard {
+                self.stats.keepalive_probes += 1;
+            } // else: asking a new connection's peer for its first frame (or answer)
             self.stats.bytes_tx += len as u64;
             // When the queue is full the next period retries.
             if !link.full(false) && link.push(mbuf, false) {

@@ -74,6 +74,44 @@
 //!                                          disconnects with the right connection and key
 //!                                          (a raw packet socket), "sent ...",
 //!                                          "plaintext N", "tapped"; until "exit"
+//! testnode trust-server <port> <plain|secure|psk> <identity-file|-> <0|1>
+//!                                          node 10.0.0.1: listens (service 34) as the
+//!                                          identity in the file (created if missing; -:
+//!                                          a fresh one), "key <base64>" first; accepts
+//!                                          0 or 1 connection, "client_key ..", checks
+//!                                          its writes and adds, "verified"; on "report"
+//!                                          its state and refusals, "stats"; until "exit"
+//! testnode trust-client <port> <plain|secure|psk> <pinned:KEY|file:PATH|tofu:PATH>
+//!          <cm-timeout-ms>                 node 10.0.0.2: connects knowing the server's
+//!                                          key so, "server_key ..", "connected" (or
+//!                                          "error ..", "failed"), writes and adds,
+//!                                          "completed"; on "report" as the server
+//! testnode bystander <port>               node 10.0.0.3 on a hub: answers every connect
+//!                                          request and data frame between .1 and .2 with
+//!                                          forged challenges, REJECTs, replies and
+//!                                          disconnects (a raw packet socket); on "stop"
+//!                                          "sent ..", "seen ..", "plaintext N", "counts";
+//!                                          until "exit"
+//! testnode flood-server <port> <cm-timeout-ms>
+//!                                          node 10.0.0.1: listens (service 35, backlog
+//!                                          64) as a generic application, accepting and
+//!                                          keeping every connection; "key ..", its memory
+//!                                          when idle ("rss_kib N"), "ready"; on "report"
+//!                                          memory, connections and counters, "stats";
+//!                                          "verify", "trim"; until "exit"
+//! testnode flood-client <port> <server-key>
+//!                                          node 10.0.0.2: connects pinned ("connect_us
+//!                                          N", "connected"), writes and reads back,
+//!                                          "completed"; until "exit"
+//! testnode flood-half <port> <n> [server-key]
+//!                                          node 10.0.0.3 without a device: n connects
+//!                                          by the transport's CM machine over a raw
+//!                                          packet socket, never finishing any it gets,
+//!                                          "midway", counts, "flooded"; until "exit"
+//! testnode flood-full <port> <n> <server-key>
+//!                                          node 10.0.0.3: n pinned connects kept, "ok
+//!                                          N", "refused_<reason> N", "flooded"; "close"
+//!                                          closes them all, "closed"; until "exit"
 //! testnode churn-server <socket>          a memif server streaming writes to every
 //!                                          client it accepts (`churn`)
 //! testnode churn-client <socket>          a memif client that connects, then exits,
@@ -81,10 +119,13 @@
 //! ```
 //! Every wait is bounded; failures print one line on stderr and exit 1.
 
+mod bystander;
 mod churn;
+mod flood;
 mod ip_receiver;
 mod secure;
 mod token_relay;
+mod trust;
 
 use std::process::exit;
 use std::time::Duration;
@@ -275,6 +316,33 @@ fn main() {
         Some("secure-tap") if args.len() == 4 => {
             secure::secure_tap(&args[2], args[3].parse().unwrap_or_else(|e| fail(e)))
         }
+        Some("trust-server") if args.len() == 6 => trust::trust_server(
+            &args[2],
+            &args[3],
+            &args[4],
+            args[5].parse().unwrap_or_else(|e| fail(e)),
+        ),
+        Some("trust-client") if args.len() == 6 => trust::trust_client(
+            &args[2],
+            &args[3],
+            &args[4],
+            args[5].parse().unwrap_or_else(|e| fail(e)),
+        ),
+        Some("bystander") if args.len() == 3 => bystander::bystander(&args[2]),
+        Some("flood-server") if args.len() == 4 => {
+            flood::flood_server(&args[2], args[3].parse().unwrap_or_else(|e| fail(e)))
+        }
+        Some("flood-client") if args.len() == 4 => flood::flood_client(&args[2], &args[3]),
+        Some("flood-half") if args.len() == 4 || args.len() == 5 => flood::flood_half(
+            &args[2],
+            args[3].parse().unwrap_or_else(|e| fail(e)),
+            args.get(4).map_or("-", String::as_str),
+        ),
+        Some("flood-full") if args.len() == 5 => flood::flood_full(
+            &args[2],
+            args[3].parse().unwrap_or_else(|e| fail(e)),
+            &args[4],
+        ),
         Some("churn-server") if args.len() == 3 => churn::churn_server(&args[2]),
         Some("churn-client") if args.len() == 3 => churn::churn_client(&args[2]),
         Some("stream-client") if args.len() == 5 => stream_client(
@@ -291,7 +359,13 @@ fn main() {
              | soak-server <socket> <seed> <ops> <faults|none> \
              | ip-receiver <socket> <priority|refusals|tokens> | token-node <port> <a|b|c> \
              | churn-server <socket> | churn-client <socket> \
-             | spoof-server <port> | spoof-client <port> | spoof-flood <port> <n>",
+             | spoof-server <port> | spoof-client <port> | spoof-flood <port> <n> \
+             | secure-server <port> | secure-client <port> | secure-tap <port> <n> \
+             | trust-server <port> <plain|secure|psk> <identity-file|-> <0|1> \
+             | trust-client <port> <plain|secure|psk> <pinned:KEY|file:PATH|tofu:PATH> \
+               <cm-timeout-ms> | bystander <port> | flood-server <port> <cm-timeout-ms> \
+             | flood-client <port> <server-key> | flood-half <port> <n> [server-key] \
+             | flood-full <port> <n> <server-key>",
         ),
     }
 }

@@ -18,28 +18,109 @@ use super::{await_exit, await_go, await_line, fail, netns_device, stdin_lines, T
 
 /// Service of the secure test.
 const SERVICE: u32 = 33;
-/// Writes of the client, each `WRITE` bytes.
-pub const WRITES: u64 = 512;
-const WRITE: usize = 4096;
-const LEN: usize = 4 << 20;
-/// Fetch-and-adds of 1 on the server's word at `COUNTER`.
-const ADDS: u64 = 256;
-const COUNTER: u32 = (LEN - 8) as u32;
+/// What this test's client sends and its server checks.
+const LOAD: Workload = Workload {
+    writes: 512,
+    adds: 256,
+    len: 4 << 20,
+};
 /// What starts every write: the attacker looks for it on the wire.
 pub(super) const MARKER: &[u8; 32] = b"secret deposit plaintext marker!";
 
-/// Write `i`'s bytes: the marker, then a pattern of `i`.
-fn data(i: u64) -> Vec<u8> {
-    let mut d: Vec<u8> = (0..WRITE as u64)
-        .map(|k| (k.wrapping_mul(131) ^ i.wrapping_mul(7)) as u8)
-        .collect();
-    d[..MARKER.len()].copy_from_slice(MARKER);
-    d
+/// A client's writes of [`Workload::WRITE`] bytes (each the marker, then a pattern of
+/// its number; each its own place) and fetch-and-adds of 1 on the server's last word,
+/// every completion checked; its server checks every byte and the word.
+pub(super) struct Workload {
+    pub writes: u64,
+    pub adds: u64,
+    /// Bytes of each side's endpoint.
+    pub len: usize,
 }
 
-/// Where write `i` lands (each its own place: 2 MiB for all of them).
-fn offset(i: u64) -> usize {
-    i as usize * WRITE
+impl Workload {
+    pub const WRITE: usize = 4096;
+
+    /// Write `i`'s bytes.
+    fn data(i: u64) -> Vec<u8> {
+        let mut d: Vec<u8> = (0..Self::WRITE as u64)
+            .map(|k| (k.wrapping_mul(131) ^ i.wrapping_mul(7)) as u8)
+            .collect();
+        d[..MARKER.len()].copy_from_slice(MARKER);
+        d
+    }
+
+    /// Where write `i` lands.
+    fn offset(i: u64) -> usize {
+        i as usize * Self::WRITE
+    }
+
+    /// The word the adds go to.
+    fn counter(&self) -> u32 {
+        (self.len - 8) as u32
+    }
+
+    /// The client's side on `conn` (its endpoint `ep`, completions on `cq`).
+    pub fn send(&self, conn: &Connection, ep: &Endpoint, cq: &CompletionQueue) {
+        let check = |n| {
+            for wc in wait_completions(cq, n, T) {
+                if wc.status != WcStatus::Success {
+                    fail(format!("completed {wc:?}"));
+                }
+            }
+        };
+        // The adds spread over the writes.
+        let every = (self.writes / self.adds.max(1)).max(1);
+        let mut added = 0;
+        for i in 0..self.writes {
+            let off = Self::offset(i);
+            ep.write(off as u64, &Self::data(i))
+                .unwrap_or_else(|e| fail(e));
+            let wr = WorkRequest::write(i, ep, off as u64, Self::WRITE as u32, off as u32);
+            conn.post(&wr.signaled()).unwrap_or_else(|e| fail(e));
+            if (i + 1) % 16 == 0 {
+                check(16);
+            }
+            if i % every == 0 && added < self.adds {
+                let result = (self.len - 16) as u64;
+                let wr = WorkRequest::fetch_add(1 << 32 | i, ep, result, self.counter(), 1);
+                conn.post(&wr.signaled()).unwrap_or_else(|e| fail(e));
+                check(1);
+                added += 1;
+            }
+        }
+        check((self.writes % 16) as usize);
+    }
+
+    /// The server's side: every request arrived on `conn`, every write's bytes and the
+    /// word in `ep` as sent; says "verified".
+    pub fn verify(&self, dev: &Device, conn: &Connection, ep: &Endpoint) {
+        let all = self.writes + self.adds;
+        if !wait_until(dev, T, || conn.arrivals() >= all) {
+            fail(format!(
+                "only {} of {all} requests arrived",
+                conn.arrivals()
+            ));
+        }
+        let mut got = vec![0u8; Self::WRITE];
+        for i in 0..self.writes {
+            ep.read(Self::offset(i) as u64, &mut got)
+                .unwrap_or_else(|e| fail(e));
+            if got != Self::data(i) {
+                fail(format!("write {i} holds other bytes"));
+            }
+        }
+        let mut word = [0u8; 8];
+        ep.read(u64::from(self.counter()), &mut word)
+            .unwrap_or_else(|e| fail(e));
+        let counter = u64::from_ne_bytes(word);
+        if counter != self.adds {
+            fail(format!(
+                "the counter is {counter}, not {}: an add ran twice or never",
+                self.adds
+            ));
+        }
+        println!("verified");
+    }
 }
 
 fn secure_opts() -> ConnOptions {
@@ -57,7 +138,10 @@ pub fn secure_server(port: &str) {
     let lines = stdin_lines();
     let dev = netns_device(port, [10, 0, 0, 1], 1514);
     let ep = dev
-        .alloc_endpoint(LEN as u64, Rights::REMOTE_WRITE | Rights::REMOTE_ATOMIC)
+        .alloc_endpoint(
+            LOAD.len as u64,
+            Rights::REMOTE_WRITE | Rights::REMOTE_ATOMIC,
+        )
         .unwrap_or_else(|e| fail(e));
     let cq = dev.create_cq(64);
     let l = dev
@@ -68,31 +152,7 @@ pub fn secure_server(port: &str) {
     if !conn.is_secure() {
         fail("the accepted connection is not sealed");
     }
-    if !wait_until(&dev, T, || conn.arrivals() >= WRITES + ADDS) {
-        fail(format!(
-            "only {} of {} requests arrived",
-            conn.arrivals(),
-            WRITES + ADDS
-        ));
-    }
-    let mut got = vec![0u8; WRITE];
-    for i in 0..WRITES {
-        ep.read(offset(i) as u64, &mut got)
-            .unwrap_or_else(|e| fail(e));
-        if got != data(i) {
-            fail(format!("write {i} holds other bytes"));
-        }
-    }
-    let mut word = [0u8; 8];
-    ep.read(u64::from(COUNTER), &mut word)
-        .unwrap_or_else(|e| fail(e));
-    let counter = u64::from_ne_bytes(word);
-    if counter != ADDS {
-        fail(format!(
-            "the counter is {counter}, not {ADDS}: an add ran twice or never"
-        ));
-    }
-    println!("verified");
+    LOAD.verify(&dev, &conn, &ep);
     let s = dev.stats();
     println!("connections {}", dev.connections());
     for r in [
@@ -109,13 +169,13 @@ pub fn secure_server(port: &str) {
     drop(conn);
 }
 
-/// Node 10.0.0.2: connects securely, writes `WRITES` buffers and runs `ADDS`
-/// fetch-and-adds, every completion checked.
+/// Node 10.0.0.2: connects securely and sends [`LOAD`] (writes and fetch-and-adds,
+/// every completion checked).
 pub fn secure_client(port: &str) {
     let lines = stdin_lines();
     let dev = netns_device(port, [10, 0, 0, 2], 1514);
     let ep = dev
-        .alloc_endpoint(LEN as u64, Rights::REMOTE_WRITE)
+        .alloc_endpoint(LOAD.len as u64, Rights::REMOTE_WRITE)
         .unwrap_or_else(|e| fail(e));
     let cq = dev.create_cq(256);
     await_go(&dev, &lines);
@@ -123,27 +183,7 @@ pub fn secure_client(port: &str) {
         .connect_with([10, 0, 0, 1], SERVICE, &ep, &cq, &secure_opts())
         .unwrap_or_else(|e| fail(e));
     println!("connected");
-    let check = |n| {
-        for wc in wait_completions(&cq, n, T) {
-            if wc.status != WcStatus::Success {
-                fail(format!("completed {wc:?}"));
-            }
-        }
-    };
-    for i in 0..WRITES {
-        let off = offset(i);
-        ep.write(off as u64, &data(i)).unwrap_or_else(|e| fail(e));
-        let wr = WorkRequest::write(i, &ep, off as u64, WRITE as u32, off as u32);
-        conn.post(&wr.signaled()).unwrap_or_else(|e| fail(e));
-        if (i + 1) % 32 == 0 {
-            check(32);
-        }
-        if i % 2 == 0 && i / 2 < ADDS {
-            let wr = WorkRequest::fetch_add(1 << 32 | i, &ep, (LEN - 16) as u64, COUNTER, 1);
-            conn.post(&wr.signaled()).unwrap_or_else(|e| fail(e));
-            check(1);
-        }
-    }
+    LOAD.send(&conn, &ep, &cq);
     println!("completed");
     await_exit(&lines);
     drop(conn);
