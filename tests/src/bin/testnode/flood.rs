@@ -162,16 +162,17 @@ fn server_report(dev: &Device, held: &Mutex<Vec<Connection>>, accepted: &AtomicU
     }
     println!("accepted {}", accepted.load(Ordering::Relaxed));
     let s = dev.stats();
-    for r in [
-        DropReason::SourceCap,
-        DropReason::BacklogFull,
-        DropReason::BadCookie,
-        DropReason::CmRateLimited,
-        DropReason::CmResources,
-        DropReason::CmForged,
-    ] {
-        println!("{} {}", r.name(), s.dropped(r));
-    }
+    super::print_drops(
+        dev,
+        &[
+            DropReason::SourceCap,
+            DropReason::BacklogFull,
+            DropReason::BadCookie,
+            DropReason::CmRateLimited,
+            DropReason::CmResources,
+            DropReason::CmForged,
+        ],
+    );
     println!("handshakes_expired {}", s.handshakes_expired);
     println!("challenges {}", s.cm_challenges);
     println!("frames_rx {}", s.frames_rx);

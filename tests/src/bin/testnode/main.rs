@@ -139,6 +139,14 @@ use deposit_tests::*;
 
 const T: Duration = Duration::from_secs(20);
 
+/// Prints `dev`'s count of each of `reasons` ("auth_failed N", ...).
+fn print_drops(dev: &Device, reasons: &[DropReason]) {
+    let s = dev.stats();
+    for r in reasons {
+        println!("{} {}", r.name(), s.dropped(*r));
+    }
+}
+
 fn fail(msg: impl std::fmt::Display) -> ! {
     eprintln!("testnode: {msg}");
     exit(1)

@@ -155,14 +155,15 @@ pub fn secure_server(port: &str) {
     LOAD.verify(&dev, &conn, &ep);
     let s = dev.stats();
     println!("connections {}", dev.connections());
-    for r in [
-        DropReason::AuthFailed,
-        DropReason::Replayed,
-        DropReason::NotSealed,
-        DropReason::CmForged,
-    ] {
-        println!("{} {}", r.name(), s.dropped(r));
-    }
+    super::print_drops(
+        &dev,
+        &[
+            DropReason::AuthFailed,
+            DropReason::Replayed,
+            DropReason::NotSealed,
+            DropReason::CmForged,
+        ],
+    );
     println!("opened_rx {}", s.opened_rx);
     println!("stats");
     await_exit(&lines);

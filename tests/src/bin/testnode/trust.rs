@@ -65,20 +65,21 @@ fn device(
 /// Prints the counters of what `dev` refused that the test looks at, `NAME N` a line.
 fn print_refusals(dev: &Device) {
     let s = dev.stats();
-    for r in [
-        DropReason::CmForged,
-        DropReason::PeerKey,
-        DropReason::AuthFailed,
-        DropReason::NotSealed,
-        DropReason::Replayed,
-        DropReason::WrongKey,
-        DropReason::Unauthorized,
-        DropReason::BadCookie,
-        DropReason::SourceCap,
-        DropReason::UnknownConnection,
-    ] {
-        println!("{} {}", r.name(), s.dropped(r));
-    }
+    super::print_drops(
+        dev,
+        &[
+            DropReason::CmForged,
+            DropReason::PeerKey,
+            DropReason::AuthFailed,
+            DropReason::NotSealed,
+            DropReason::Replayed,
+            DropReason::WrongKey,
+            DropReason::Unauthorized,
+            DropReason::BadCookie,
+            DropReason::SourceCap,
+            DropReason::UnknownConnection,
+        ],
+    );
     println!("challenges {}", s.cm_challenges);
 }
 
