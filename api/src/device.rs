@@ -916,12 +916,11 @@ impl Device {
             .lock()
             .map_err(|_| Error::InvalidArgument("known peers: poisoned".into()))?
             .get(&peer_name);
-        topts.peer_key = match (opts.peer_key, listed) {
-            (Some(k), _) | (None, Some(k)) => PeerTrust::Pinned(k),
-            (None, None) if opts.trust_on_first_use => PeerTrust::FirstUse,
-            (None, None) => PeerTrust::Unverified,
-        };
-        let (first_use, trust) = (topts.peer_key == PeerTrust::FirstUse, topts.peer_key);
+        // A key given in the options wins ([`ConnOptions::transport`]); else a listed one.
+        if let (None, Some(k)) = (opts.peer_key, listed) {
+            topts.peer_key = PeerTrust::Pinned(k);
+        }
+        let trust = topts.peer_key;
         let shared = self.inner.call_on(ep.0.shard, move |w| {
             let peer = w
                 .nodes
@@ -941,7 +940,7 @@ impl Device {
                     }
                 }
                 ConnState::Normal => {
-                    if first_use {
+                    if trust == PeerTrust::FirstUse {
                         self.trusted_on_first_use(&peer_name, &shared);
                     }
                     if !self.inner.is_dedicated() {
@@ -1397,7 +1396,8 @@ impl ConnOptions {
                 None if self.secure => Security::On,
                 None => Security::Off,
             },
-            // Resolved against the known peers at connect ([`Device::connect_with`]).
+            // A key listed in the known peers is pinned at connect, unless one is given
+            // here ([`Device::connect_with`]).
             peer_key: match self.peer_key {
                 Some(k) => PeerTrust::Pinned(k),
                 None if self.trust_on_first_use => PeerTrust::FirstUse,

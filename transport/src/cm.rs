@@ -68,7 +68,7 @@ use crate::handshake::{HandshakeError, Initiator, Received, Sent, SessionKeys, P
 use crate::identity::{Identity, IdentityKey};
 use crate::reliability::SACK_BITS;
 use crate::tables::{NodeAddr, RegWindow};
-use crate::wire::cm::{HandshakeBlock, Tag, HANDSHAKE_LEN, SIGNED_MAX};
+use crate::wire::cm::{HandshakeBlock, Tag, HANDSHAKE_LEN};
 
 pub use crate::wire::cm::{CmMessage, CmWireError, PublicKey, RejectReason};
 
@@ -460,11 +460,15 @@ impl CmKeys {
         }
     }
 
-    /// The MAC of `msg` under `key`.
-    fn mac(key: &[u8; 32], msg: &CmMessage) -> Tag {
-        let mut b = [0u8; SIGNED_MAX];
-        let n = msg.signed(&[], &mut b);
-        crate::handshake::cm_mac(key, &[&b[..n]])
+    /// `msg` with the MAC of our direction.
+    fn sign(&self, msg: CmMessage) -> CmMessage {
+        msg.authenticated(crate::handshake::cm_mac(&self.tx, &[&msg.signed(&[])]))
+    }
+
+    /// Whether `mac` is the peer's direction's MAC of `msg`.
+    fn verifies(&self, msg: &CmMessage, mac: &Tag) -> bool {
+        let want = crate::handshake::cm_mac(&self.rx, &[&msg.signed(&[])]);
+        crate::secure::same(&want, mac)
     }
 }
 
@@ -566,8 +570,8 @@ impl Cm {
     pub fn set_capped(&mut self, ip: [u8; 4], capped: bool) {
         if capped {
             self.capped.insert(ip);
-        } else if self.capped.remove(&ip) && self.capped.is_empty() {
-            self.capped.shrink_to_fit();
+        } else if self.capped.remove(&ip) {
+            shrink_sparse(&mut self.capped);
         }
     }
 
@@ -649,16 +653,12 @@ impl Cm {
             self.actions.push_back(Action::Closed { conn });
             return;
         };
-        let mut msg = CmMessage::DisconnectReq {
+        let msg = keys.sign(CmMessage::DisconnectReq {
             target: peer_conn,
             sender: conn,
             ack,
             mac: [0; 16],
-        };
-        let m = CmKeys::mac(&keys.tx, &msg);
-        if let CmMessage::DisconnectReq { mac, .. } = &mut msg {
-            *mac = m;
-        }
+        });
         // A repeat of the request that made it is still answered from memory until
         // the entry goes (a new connection for it would be a ghost).
         self.request(conn, to, msg, None, now, None);
@@ -720,13 +720,11 @@ impl Cm {
         let data = private.as_deref().unwrap_or(&[]);
         // The reply's fields but its key and tag are bound into the handshake; the
         // ephemeral key is bound by the handshake itself.
-        let mut b = [0u8; SIGNED_MAX];
-        let n = rep.signed(data, &mut b);
-        let (e, t, keys) = handshake.write_reply(&[&b[..n]])?;
-        if let CmMessage::ConnectRep { ephemeral, tag, .. } = &mut rep {
+        let (e, t, keys) = handshake.write_reply(&[&rep.signed(data)])?;
+        if let CmMessage::ConnectRep { ephemeral, .. } = &mut rep {
             *ephemeral = e.0;
-            *tag = t;
         }
+        let rep = rep.authenticated(t);
         let at = (from.ip, peer_conn);
         self.accepted.insert(at, (conn, rep, private.clone()));
         self.known.insert(
@@ -751,18 +749,14 @@ impl Cm {
         reason: RejectReason,
         handshake: &Received,
     ) {
-        let mut msg = CmMessage::Reject {
+        let msg = CmMessage::Reject {
             request,
             reason,
             client_conn: peer_conn,
             tag: [0; 16],
         };
-        let mut b = [0u8; SIGNED_MAX];
-        let n = msg.signed(&[], &mut b);
-        if let CmMessage::Reject { tag, .. } = &mut msg {
-            *tag = handshake.reject_tag(&[&b[..n]]);
-        }
-        self.out.push_back((from, msg, None));
+        let tag = handshake.reject_tag(&[&msg.signed(&[])]);
+        self.out.push_back((from, msg.authenticated(tag), None));
     }
 
     /// The node removed connection `conn`: nothing more is said of it.
@@ -814,12 +808,10 @@ impl Cm {
     /// (never 0): over what the request signs ([`CmMessage::signed`]: every field but
     /// the cookie and the handshake, and its private data).
     fn cookie(&self, from: &NodeAddr, msg: &CmMessage, private: &[u8], epoch: u64) -> u64 {
-        let mut bytes = [0u8; SIGNED_MAX];
-        let len = msg.signed(private, &mut bytes);
         let mut h = SipHasher24::new_with_keys(self.secret.0, self.secret.1);
         h.write_u64(epoch);
         h.write(&from.ip);
-        h.write(&bytes[..len]);
+        h.write(&msg.signed(private));
         h.finish().max(1)
     }
 
@@ -892,10 +884,9 @@ impl Cm {
         let Some(block) = handshake else {
             return Err(Ignored::Forged);
         };
-        let prologue = prologue(&msg, private);
         let received = Received::read(
             &self.identity,
-            &[&prologue.0[..prologue.1]],
+            &[PROLOGUE_LABEL, &msg.signed(private)],
             IdentityKey(ephemeral),
             &block,
         )
@@ -968,14 +959,13 @@ impl Cm {
             }
             None => {
                 let private = p.private.as_deref().unwrap_or(&[]);
-                let prologue = prologue(&p.msg, private);
                 let mut block = [0u8; HANDSHAKE_LEN];
                 let sent = c
                     .initiator
                     .write_request(
                         &identity,
                         listener,
-                        &[&prologue.0[..prologue.1]],
+                        &[PROLOGUE_LABEL, &p.msg.signed(private)],
                         &mut block,
                     )
                     // A listener key no X25519 agreement takes (a low-order point).
@@ -1032,13 +1022,12 @@ impl Cm {
         let identity = self.identity.clone();
         let p = self.pending.get_mut(&client_conn).expect("answers");
         let c = p.connect.as_deref_mut().expect("a connect");
-        let mut b = [0u8; SIGNED_MAX];
-        let n = msg.signed(private, &mut b);
+        let signed = msg.signed(private);
         let e = IdentityKey(ephemeral);
         let verified = c.sent.iter().rev().find_map(|(sent, _)| {
             let keys = c
                 .initiator
-                .read_reply(&identity, sent, &e, &[&b[..n]], &tag)
+                .read_reply(&identity, sent, &e, &[&signed], &tag)
                 .ok()?;
             Some((sent.listener, keys))
         });
@@ -1088,12 +1077,11 @@ impl Cm {
         }
         let p = self.pending.get_mut(&client_conn).expect("answers");
         let c = p.connect.as_deref_mut().expect("a connect");
-        let mut b = [0u8; SIGNED_MAX];
-        let n = msg.signed(&[], &mut b);
+        let signed = msg.signed(&[]);
         let verified = c
             .sent
             .iter()
-            .any(|(sent, _)| c.initiator.verify_reject(sent, &[&b[..n]], &tag));
+            .any(|(sent, _)| c.initiator.verify_reject(sent, &[&signed], &tag));
         if !verified || c.trust == PeerTrust::Unverified {
             if c.hint.is_none() || verified {
                 c.hint = Some(reason);
@@ -1141,7 +1129,7 @@ impl Cm {
                 None => return Err(Ignored::WrongKey),
             },
         };
-        if !crate::handshake::same(&CmKeys::mac(&keys.rx, &msg), &mac) {
+        if !keys.verifies(&msg, &mac) {
             return Err(Ignored::Forged);
         }
         if self.known.contains_key(&target) {
@@ -1158,14 +1146,10 @@ impl Cm {
             self.actions
                 .push_back(Action::PeerClosed { conn: target, ack });
         }
-        let mut rep = CmMessage::DisconnectRep {
+        let rep = keys.sign(CmMessage::DisconnectRep {
             sender,
             mac: [0; 16],
-        };
-        let m = CmKeys::mac(&keys.tx, &rep);
-        if let CmMessage::DisconnectRep { mac, .. } = &mut rep {
-            *mac = m;
-        }
+        });
         self.out.push_back((from, rep, None));
         Ok(())
     }
@@ -1180,7 +1164,7 @@ impl Cm {
         else {
             return Ok(());
         };
-        if !crate::handshake::same(&CmKeys::mac(&keys.rx, &msg), &mac) {
+        if !keys.verifies(&msg, &mac) {
             return Err(Ignored::Forged);
         }
         let closing = self
@@ -1200,7 +1184,7 @@ impl Cm {
     /// its reply), is a forgery. For one we no longer know, a stale answer.
     fn late_answer(&self, conn: u32, tag: Option<Tag>) -> Result<(), Ignored> {
         match self.known.get(&conn).and_then(|k| k.reply_tag) {
-            Some(t) if tag.is_some_and(|g| crate::handshake::same(&g, &t)) => Ok(()),
+            Some(t) if tag.is_some_and(|g| crate::secure::same(&g, &t)) => Ok(()),
             Some(_) => Err(Ignored::Forged),
             None => Ok(()),
         }
@@ -1233,11 +1217,7 @@ impl Cm {
             }
         }
         shrink_sparse(&mut self.lingering);
-        if self.linger_queue.capacity() > 64
-            && self.linger_queue.len() < self.linger_queue.capacity() / 4
-        {
-            self.linger_queue.shrink_to_fit();
-        }
+        shrink_sparse(&mut self.linger_queue);
         while let Some(&Reverse((when, conn))) = self.timers.peek() {
             if when > now {
                 break;
@@ -1304,22 +1284,47 @@ impl Cm {
     }
 }
 
-/// Gives back most of a map's room once it holds under a quarter of it (a flood's
-/// connections gone), keeping a little for the next ones.
-pub(crate) fn shrink_sparse<K: std::hash::Hash + Eq, V>(m: &mut HashMap<K, V>) {
-    if m.capacity() > 64 && m.len() < m.capacity() / 4 {
-        m.shrink_to(m.len() * 2);
+/// Gives back most of a collection's room once it holds under a quarter of it (a
+/// flood's connections gone), keeping a little for the next ones.
+pub(crate) fn shrink_sparse(c: &mut impl Room) {
+    let (len, capacity) = c.room();
+    if capacity > 64 && len < capacity / 4 {
+        c.shrink(len * 2);
     }
 }
 
-/// A request's prologue (`crate::handshake`): the label, then what the request signs.
-fn prologue(msg: &CmMessage, private: &[u8]) -> ([u8; PROLOGUE_LABEL.len() + SIGNED_MAX], usize) {
-    let mut b = [0u8; PROLOGUE_LABEL.len() + SIGNED_MAX];
-    b[..PROLOGUE_LABEL.len()].copy_from_slice(PROLOGUE_LABEL);
-    let mut rest = [0u8; SIGNED_MAX];
-    let n = msg.signed(private, &mut rest);
-    b[PROLOGUE_LABEL.len()..PROLOGUE_LABEL.len() + n].copy_from_slice(&rest[..n]);
-    (b, PROLOGUE_LABEL.len() + n)
+/// What [`shrink_sparse`] needs of a collection.
+pub(crate) trait Room {
+    /// Its length and capacity.
+    fn room(&self) -> (usize, usize);
+    fn shrink(&mut self, to: usize);
+}
+
+impl<K: std::hash::Hash + Eq, V> Room for HashMap<K, V> {
+    fn room(&self) -> (usize, usize) {
+        (self.len(), self.capacity())
+    }
+    fn shrink(&mut self, to: usize) {
+        self.shrink_to(to);
+    }
+}
+
+impl<T: std::hash::Hash + Eq> Room for std::collections::HashSet<T> {
+    fn room(&self) -> (usize, usize) {
+        (self.len(), self.capacity())
+    }
+    fn shrink(&mut self, to: usize) {
+        self.shrink_to(to);
+    }
+}
+
+impl<T> Room for VecDeque<T> {
+    fn room(&self) -> (usize, usize) {
+        (self.len(), self.capacity())
+    }
+    fn shrink(&mut self, to: usize) {
+        self.shrink_to(to);
+    }
 }
 
 #[cfg(test)]

@@ -116,12 +116,9 @@ fn hmac_sha256(key: &[u8], parts: &[&[u8]]) -> [u8; HASHLEN] {
 fn hkdf<const N: usize>(ck: &[u8; HASHLEN], ikm: &[u8]) -> [[u8; HASHLEN]; N] {
     let temp = hmac_sha256(ck, &[ikm]);
     let mut out = [[0; HASHLEN]; N];
-    let mut prev: &[u8] = &[];
-    let mut last;
-    for (i, o) in out.iter_mut().enumerate() {
-        last = hmac_sha256(&temp, &[prev, &[i as u8 + 1]]);
-        *o = last;
-        prev = o;
+    for i in 0..N {
+        let prev: &[u8] = if i == 0 { &[] } else { &out[i - 1] };
+        out[i] = hmac_sha256(&temp, &[prev, &[i as u8 + 1]]);
     }
     out
 }
@@ -265,11 +262,6 @@ pub fn cm_mac(key: &[u8; 32], parts: &[&[u8]]) -> [u8; TAG_LEN] {
     truncate(hmac_sha256(key, parts))
 }
 
-/// Compares in time independent of where they differ.
-pub fn same(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |d, (x, y)| d | (x ^ y)) == 0
-}
-
 /// The client's side, from the first request to the reply.
 #[derive(Clone)]
 pub struct Initiator {
@@ -346,7 +338,7 @@ impl Initiator {
 
     /// Whether `tag` is the listener's REJECT of the request `sent` for `reason`.
     pub fn verify_reject(&self, sent: &Sent, fields: &[&[u8]], tag: &[u8; TAG_LEN]) -> bool {
-        same(&sent.before_psk.mac(&sent.tag, fields), tag)
+        crate::secure::same(&sent.before_psk.mac(&sent.tag, fields), tag)
     }
 
     /// The listener's reply to `sent`: its ephemeral key `e`, its fields (bound by

@@ -5,7 +5,7 @@
 //!
 //! The connection's handshake (`crate::handshake`, Noise IK between the two nodes'
 //! identity keys, an optional pre-shared key mixed in) leaves one traffic secret per
-//! direction, client to server and server to client; [`Secrets::new`] takes them.
+//! direction, client to server and server to client; [`Session::new`] takes them.
 //! Closing a connection and every other CM message about it is authenticated by the
 //! handshake's CM keys (`crate::cm`), not here.
 //!
@@ -103,35 +103,14 @@ fn expand<const N: usize>(prk: &hkdf::Prk, label: &[u8], context: &[u8]) -> [u8;
     out
 }
 
-/// A connection's secrets, as the handshake left them.
-#[derive(Clone)]
-pub struct Secrets {
-    c2s: [u8; 32],
-    s2c: [u8; 32],
-}
-
-impl std::fmt::Debug for Secrets {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Secrets(..)")
-    }
-}
-
-impl Secrets {
-    /// The traffic secrets of the two directions (client to server, server to client).
-    pub fn new(c2s: [u8; 32], s2c: [u8; 32]) -> Secrets {
-        Secrets { c2s, s2c }
-    }
-
-    /// The session of one side (`client`: the side that connected), sealing with
-    /// `rekey_after` sections per key generation (at least [`REPLAY_WINDOW`], so that
-    /// every section the replay window still takes is of the receiver's current
-    /// generation or the one before, whose keys it keeps).
-    pub fn session(&self, client: bool, rekey_after: u64) -> Session {
-        let (tx, rx) = if client {
-            (&self.c2s, &self.s2c)
-        } else {
-            (&self.s2c, &self.c2s)
-        };
+impl Session {
+    /// The session of one side (`client`: the side that connected) from the
+    /// handshake's traffic secrets of the two directions (client to server, server to
+    /// client), sealing with `rekey_after` sections per key generation (at least
+    /// [`REPLAY_WINDOW`], so that every section the replay window still takes is of the
+    /// receiver's current generation or the one before, whose keys it keeps).
+    pub fn new(c2s: &[u8; 32], s2c: &[u8; 32], client: bool, rekey_after: u64) -> Session {
+        let (tx, rx) = if client { (c2s, s2c) } else { (s2c, c2s) };
         let rx = Keys::new(*rx, 0);
         Session {
             tx: TxState {
@@ -414,7 +393,7 @@ impl Session {
     }
 }
 
-/// Equality in constant time, for keys and confirmations.
+/// Equality in constant time, for keys, tags and MACs.
 pub fn same(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
@@ -431,8 +410,8 @@ mod tests {
         rekey: u64,
     ) -> (Session, Session) {
         (
-            Secrets::new(client.0, client.1).session(true, rekey),
-            Secrets::new(server.0, server.1).session(false, rekey),
+            Session::new(&client.0, &client.1, true, rekey),
+            Session::new(&server.0, &server.1, false, rekey),
         )
     }
 

@@ -439,9 +439,7 @@ impl Node {
         self.cm.set_capped(ip, cap != 0 && s.unconfirmed >= cap);
         if s.conns == 0 && s.unconfirmed == 0 {
             self.sources.remove(&ip);
-            if self.sources.capacity() > 64 && self.sources.len() < self.sources.capacity() / 4 {
-                self.sources.shrink_to_fit();
-            }
+            crate::cm::shrink_sparse(&mut self.sources);
         }
     }
 
@@ -477,9 +475,7 @@ impl Node {
                 }
             }
         }
-        if self.unconfirmed_queue.is_empty() && self.unconfirmed_queue.capacity() > 64 {
-            self.unconfirmed_queue.shrink_to_fit();
-        }
+        crate::cm::shrink_sparse(&mut self.unconfirmed_queue);
     }
 
     /// Our connect `conn` failed for `reason`: the entry goes, the application sees it.
@@ -631,8 +627,9 @@ impl Node {
             }
         };
         if peer.secure {
-            let secrets = crate::secure::Secrets::new(keys.c2s, keys.s2c);
-            c.secure = Some(Box::new(secrets.session(false, self.cfg.rekey_after)));
+            let session =
+                crate::secure::Session::new(&keys.c2s, &keys.s2c, false, self.cfg.rekey_after);
+            c.secure = Some(Box::new(session));
         }
         let _ = c.shared.peer_identity.set(Box::new((peer.identity, true)));
         establish(&mut c, &peer);
@@ -740,8 +737,12 @@ fn client_session(
         return Err(RejectReason::Insecure);
     }
     if asked {
-        let secrets = crate::secure::Secrets::new(keys.c2s, keys.s2c);
-        c.secure = Some(Box::new(secrets.session(true, rekey_after)));
+        c.secure = Some(Box::new(crate::secure::Session::new(
+            &keys.c2s,
+            &keys.s2c,
+            true,
+            rekey_after,
+        )));
     }
     Ok(())
 }

@@ -141,25 +141,14 @@ impl Node {
             return;
         };
         let conn = self.conns.get_mut(slot).expect("slot from lookup");
-        let mut confirmed = None;
         // Step 3, a secure connection's seal: nothing of the section is looked at
         // before it opens.
         let frame = match (conn.secure.as_mut(), frame.seal()) {
-            (None, None) => {
-                if !self.unconfirmed.is_empty() {
-                    confirmed = Some(conn.number);
-                }
-                *frame
-            }
+            (None, None) => *frame,
             (Some(session), Some(seal)) => {
                 let n = frame.cells().len();
                 match session.open(frame.head(), frame.cells(), seal, &mut self.opened[..n]) {
-                    Ok(()) => {
-                        self.stats.opened_rx += 1;
-                        if !self.unconfirmed.is_empty() {
-                            confirmed = Some(conn.number);
-                        }
-                    }
+                    Ok(()) => self.stats.opened_rx += 1,
                     Err(Refusal::Auth) => return self.stats.drop_for(DropReason::AuthFailed),
                     Err(Refusal::Replay) => return self.stats.drop_for(DropReason::Replayed),
                 }
@@ -167,6 +156,9 @@ impl Node {
             }
             _ => return self.stats.drop_for(DropReason::NotSealed),
         };
+        // A frame that passed (opened, when sealed) confirms a connection accepted
+        // here whose peer had not shown it finished the handshake.
+        let confirmed = (!self.unconfirmed.is_empty()).then_some(conn.number);
         let frame = &frame;
         conn.last_rx = now;
         conn.probes_unanswered = 0;

@@ -120,6 +120,19 @@ pub const CM_PAYLOAD_MAX: usize = if field::req::LEN > field::rep::LEN {
 /// Largest [`CmMessage::signed`]: the opcode, operand and index, then the payload.
 pub const SIGNED_MAX: usize = 9 + CM_PAYLOAD_MAX;
 
+/// What [`CmMessage::signed`] gives: the bytes a cookie, tag or MAC covers.
+pub struct Signed {
+    bytes: [u8; SIGNED_MAX],
+    len: usize,
+}
+
+impl std::ops::Deref for Signed {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.bytes[..self.len]
+    }
+}
+
 /// Bit of a request's or reply's flags byte: sealed frames.
 const SECURE: u8 = 0x01;
 /// Bit of a request's flags byte: the handshake follows the ephemeral key.
@@ -392,17 +405,33 @@ impl CmMessage {
         self
     }
 
-    /// What a cookie, a tag or a MAC of this message covers, written into `out`: its
-    /// opcode, operand and index, then its payload with `private` data, as
-    /// [`CmMessage::unauthenticated`] emits them. Returns the length.
-    pub fn signed(&self, private: &[u8], out: &mut [u8; SIGNED_MAX]) -> usize {
+    /// The same message with `tag` where [`CmMessage::unauthenticated`] clears a tag or
+    /// a MAC: a reply's or a REJECT's tag, a disconnect message's MAC (a request and a
+    /// challenge have none: unchanged).
+    pub fn authenticated(mut self, t: Tag) -> CmMessage {
+        match &mut self {
+            CmMessage::ConnectRep { tag, .. } | CmMessage::Reject { tag, .. } => *tag = t,
+            CmMessage::DisconnectReq { mac, .. } | CmMessage::DisconnectRep { mac, .. } => *mac = t,
+            CmMessage::ConnectReq { .. } | CmMessage::Challenge { .. } => {}
+        }
+        self
+    }
+
+    /// What a cookie, a tag or a MAC of this message covers: its opcode, operand and
+    /// index, then its payload with `private` data, as [`CmMessage::unauthenticated`]
+    /// emits them.
+    pub fn signed(&self, private: &[u8]) -> Signed {
         let mut p = [0u8; CM_PAYLOAD_MAX];
         let (c, len) = self.unauthenticated().emit(private, &mut p);
-        out[0] = c.opcode;
-        out[1..5].copy_from_slice(&c.operand.to_be_bytes());
-        out[5..9].copy_from_slice(&c.index.to_be_bytes());
-        out[9..9 + len].copy_from_slice(&p[..len]);
-        9 + len
+        let mut out = Signed {
+            bytes: [0; SIGNED_MAX],
+            len: 9 + len,
+        };
+        out.bytes[0] = c.opcode;
+        out.bytes[1..5].copy_from_slice(&c.operand.to_be_bytes());
+        out.bytes[5..9].copy_from_slice(&c.index.to_be_bytes());
+        out.bytes[9..9 + len].copy_from_slice(&p[..len]);
+        out
     }
 
     /// Writes the whole frame of this message with `private` data into `buf` (at most
@@ -703,11 +732,7 @@ mod tests {
 
     #[test]
     fn what_is_signed_leaves_out_what_authenticates_and_keeps_everything_else() {
-        let sign = |m: &CmMessage, private: &[u8]| {
-            let mut out = [0u8; SIGNED_MAX];
-            let n = m.signed(private, &mut out);
-            out[..n].to_vec()
-        };
+        let sign = |m: &CmMessage, private: &[u8]| m.signed(private).to_vec();
         // A request with and without its cookie and handshake signs the same bytes
         // (so its cookie can be checked and its prologue rebuilt).
         assert_eq!(sign(&req(), b"pd"), sign(&req_with(true, None), b"pd"));

@@ -27,7 +27,7 @@ use deposit_tests::{check_pattern, fill_pattern, wait_completions};
 use deposit_transport::cm::{Action, Cm, CmMessage, CmTiming, PeerTrust};
 use deposit_transport::wire::{hflags, FrameView, UnderlayRepr, UDP_PORT};
 
-use super::secure::{raw_socket, send};
+use super::secure::{raw_socket, recv_frame, send};
 use super::{await_exit, await_go, await_line, fail, stdin_lines, T};
 
 /// Service of the flood test.
@@ -368,25 +368,9 @@ fn big_buffers(fd: libc::c_int) {
 /// Receives one frame another host sent, without waiting (`None`: nothing there).
 fn recv_now(fd: libc::c_int, buf: &mut [u8]) -> Option<usize> {
     loop {
-        // SAFETY: `buf` and `sll` are valid for the lengths passed.
-        let (n, outgoing) = unsafe {
-            let mut sll: libc::sockaddr_ll = std::mem::zeroed();
-            let mut len = std::mem::size_of::<libc::sockaddr_ll>() as u32;
-            let n = libc::recvfrom(
-                fd,
-                buf.as_mut_ptr().cast(),
-                buf.len(),
-                libc::MSG_DONTWAIT,
-                (&mut sll as *mut libc::sockaddr_ll).cast(),
-                &mut len,
-            );
-            (n, sll.sll_pkttype == libc::PACKET_OUTGOING)
-        };
-        if n <= 0 {
-            return None;
-        }
-        if !outgoing {
-            return Some(n as usize);
+        let (n, ours) = recv_frame(fd, buf, libc::MSG_DONTWAIT)?;
+        if !ours {
+            return Some(n);
         }
     }
 }

@@ -235,6 +235,12 @@ pub(super) fn raw_socket(port: &str) -> libc::c_int {
 
 /// Receives one frame that another host sent (not one of ours), or `None` on time out.
 pub(super) fn recv(fd: libc::c_int, buf: &mut [u8]) -> Option<usize> {
+    recv_frame(fd, buf, 0).and_then(|(n, ours)| (!ours).then_some(n))
+}
+
+/// Receives one frame with `recvfrom`'s `flags`: its length and whether this host sent
+/// it (a packet socket sees its own frames too); `None` when none came.
+pub(super) fn recv_frame(fd: libc::c_int, buf: &mut [u8], flags: i32) -> Option<(usize, bool)> {
     // SAFETY: `buf` and `sll` are valid for the lengths passed.
     unsafe {
         let mut sll: libc::sockaddr_ll = std::mem::zeroed();
@@ -243,11 +249,11 @@ pub(super) fn recv(fd: libc::c_int, buf: &mut [u8]) -> Option<usize> {
             fd,
             buf.as_mut_ptr().cast(),
             buf.len(),
-            0,
+            flags,
             (&mut sll as *mut libc::sockaddr_ll).cast(),
             &mut len,
         );
-        (n > 0 && sll.sll_pkttype != libc::PACKET_OUTGOING).then_some(n as usize)
+        (n > 0).then_some((n as usize, sll.sll_pkttype == libc::PACKET_OUTGOING))
     }
 }
 
