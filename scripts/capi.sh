@@ -5,7 +5,8 @@
 # api/capi/include/deposit.h with cbindgen (with --check: fails instead when the
 # checked-in header differs from what the source gives), then builds every C example
 # of api/capi/examples with gcc — against the shared library through pkg-config, and
-# hello.c against the static one too — and runs them.
+# hello.c against the static one too — and runs them (epoll.c sleeps in epoll_wait on
+# the devices' wait fds and fails when its idle process uses 5 % of a core or more).
 #
 # A C program elsewhere:
 #   export PKG_CONFIG_PATH=$PWD/target/release/pkgconfig

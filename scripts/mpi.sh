@@ -1,31 +1,51 @@
 #!/usr/bin/env bash
-# Usage: scripts/mpi.sh [-np N] [--over deposit|tcp|vader] [--bridge | --hosts] [--mtu M]
-#                      [--check] [-- DDMPI_ARGS...]
+# Usage: scripts/mpi.sh [-np N] [--over deposit|tcp|vader] [--pml cm|ob1] [--bridge | --hosts]
+#                      [--mtu M] [--check | --probes | --fi-peek] [-- PROGRAM_ARGS...]
 # Builds mpi/ddmpi.c (the project's MPI benchmark and check: ping-pong latency,
 # streaming and multi-pair bandwidth, MPI_Allreduce, MPI_Alltoall and a halo exchange
 # checked for correctness; it does not know which network carries it) with mpicc, and
 # runs it with Open MPI:
-#   --over deposit  Open MPI's libfabric MTL on the deposit provider (scripts/fabric.sh
-#                   builds it): --mca pml cm --mca mtl ofi --mca
-#                   mtl_ofi_provider_include deposit; each rank's port is
-#                   DEPOSIT_FI_DEV with the rank substituted: memif between 2 ranks,
-#                   and with more ranks (or --bridge) af_packet on one veth per rank
-#                   whose peers are ports of a Linux bridge, all in the root namespace
-#                   so that mpirun's own channel works (root; removed at the end);
+#   --over deposit  the deposit provider (scripts/fabric.sh builds it) under Open MPI's
+#                   libfabric MTL: --mca pml cm --mca mtl ofi --mca
+#                   mtl_ofi_provider_include deposit (--pml cm, the default: MPI
+#                   matching is the provider's tagged receives and probes); or with
+#                   --pml ob1 under its libfabric BTL: --mca pml ob1 --mca btl self,ofi
+#                   --mca btl_ofi_provider_include deposit --mca btl_ofi_mode 2 (ob1
+#                   matches; the BTL sends untagged messages and, for large ones, RMA
+#                   reads and writes; its default mode 0 is one-sided only, no path
+#                   between ranks). Each rank's port is DEPOSIT_FI_DEV with the rank
+#                   substituted: memif between 2 ranks, and with more ranks (or
+#                   --bridge) af_packet on one veth per rank whose peers are ports of a
+#                   Linux bridge, all in the root namespace so that mpirun's own channel
+#                   works (root; removed at the end);
 #   --over tcp      kernel TCP, --mca pml ob1 --mca btl self,tcp (the default);
 #   --over vader    shared memory, the on-node reference.
+# `--probes` builds and runs mpi/probes.c instead: MPI matching checked (MPI_Iprobe,
+# MPI_Probe, MPI_Improbe/MPI_Mprobe + MPI_Mrecv, wildcards and non-overtaking order,
+# expected and unexpected messages, truncation, MPI_Cancel of receives; 0 bytes to
+# 384 KiB); over pml cm without MPI_Mrecv of MPI_Issend messages, which Open MPI 4.1's
+# ofi MTL never acknowledges (--no-ssend-mrecv, see mpi/probes.c).
+# `--fi-peek` builds and runs mpi/fi_peek.c on 2 ranks: the provider's FI_PEEK,
+# FI_CLAIM, FI_DISCARD and fi_cancel checked through libfabric itself (the completion
+# entries, discarding, 1 MiB messages still arriving); MPI (--over tcp or vader) only
+# starts the ranks and carries their endpoint names; they open the deposit provider
+# themselves, joined by memif.
 # `--hosts` (root) makes every rank a "host" of its own: a network namespace ddmh<r>
 # whose veth ddmv<r> (10.89.0.<r+1>) is a port of the bridge, the daemons started in
 # them by scripts/netns-rsh as mpirun's remote shell and reached over the bridge, so
 # that kernel TCP between ranks crosses the same bridge as deposit's af_packet (without
 # it TCP between ranks goes over loopback). `--mtu M` sets the bridge's and the veths'
 # MTU (af_packet sizes its frames from it).
-# `--check` runs the checks only; DDMPI_PROG=PROGRAM runs another MPI program instead.
+# `--check` runs ddmpi's checks only; DDMPI_PROG=PROGRAM runs another MPI program
+# instead (with PROGRAM_ARGS).
 # As root, mpirun gets --allow-run-as-root; more ranks than cores are oversubscribed.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 np=2
 over=tcp
+pml=
+prog=ddmpi
+check=0
 bridge=0
 hosts=
 mtu=1500
@@ -34,13 +54,17 @@ while (($#)); do
     case $1 in
         -np) np=${2:?}; shift 2 ;;
         --over) over=${2:?}; shift 2 ;;
-        --check) args+=(--no-bench); shift ;;
+        --pml) pml=${2:?}; shift 2 ;;
+        --check) check=1; shift ;;
+        --probes) prog=probes; shift ;;
+        --fi-peek) prog=fi_peek; shift ;;
         --bridge) bridge=1; shift ;;
         --hosts) bridge=1; hosts=hosts; shift ;;
         --mtu) mtu=${2:?}; shift 2 ;;
         --) shift; args+=("$@"); break ;;
         *)
-            echo "usage: $0 [-np N] [--over deposit|tcp|vader] [--bridge | --hosts] [--mtu M] [--check] [-- DDMPI_ARGS...]" >&2
+            echo "usage: $0 [-np N] [--over deposit|tcp|vader] [--pml cm|ob1] [--bridge | --hosts] [--mtu M]" \
+                "[--check | --probes | --fi-peek] [-- PROGRAM_ARGS...]" >&2
             exit 2
             ;;
     esac
@@ -48,13 +72,28 @@ done
 scripts/deps.sh
 out=target/mpi
 mkdir -p "$out"
-mpicc -std=c11 -O2 -Wall -Wextra -Werror mpi/ddmpi.c -o "$out/ddmpi"
+((check)) && [[ $prog != ddmpi ]] && { echo "mpi: --check is ddmpi's" >&2; exit 2; }
+((check)) && args=(--no-bench "${args[@]}")
 run=(mpirun -np "$np" --oversubscribe)
 sock=
 case $over in
     tcp | vader | deposit) ;;
     *) echo "mpi: --over deposit, tcp or vader" >&2; exit 2 ;;
 esac
+case $over/$pml in
+    deposit/ | deposit/cm) pml=cm ;;
+    deposit/ob1 | tcp/ | tcp/ob1 | vader/ | vader/ob1) pml=ob1 ;;
+    deposit/*) echo "mpi: --pml cm or ob1" >&2; exit 2 ;;
+    *) echo "mpi: --pml: --over $over runs pml ob1 only" >&2; exit 2 ;;
+esac
+libs=()
+if [[ $prog == fi_peek ]]; then
+    [[ $over != deposit && -z $hosts ]] && ((np == 2 && !bridge)) ||
+        { echo "mpi: --fi-peek: 2 ranks, MPI over tcp or vader (the ranks open deposit themselves)" >&2; exit 2; }
+    libs=(-lfabric)
+fi
+mpicc -std=c11 -O2 -Wall -Wextra -Werror "mpi/$prog.c" "${libs[@]}" -o "$out/$prog"
+[[ $prog == probes && $pml == cm ]] && args=(--no-ssend-mrecv "${args[@]}")
 [[ -n $hosts && $over == vader ]] && { echo "mpi: vader is shared memory: not between --hosts" >&2; exit 2; }
 if [[ -n $hosts ]] || { [[ $over == deposit ]] && ((np > 2 || bridge)); }; then
     (($(id -u) == 0)) || { echo "mpi: a bridge of veths needs root" >&2; exit 2; }
@@ -80,23 +119,30 @@ fi
 case $over in
     tcp | vader) run+=(--mca pml ob1 --mca btl "self,$over") ;;
     deposit)
-        scripts/fabric.sh --build
-        export FI_PROVIDER_PATH=$PWD/target/release
-        if ((np > 2 || bridge)); then
-            export DEPOSIT_FI_DEV=af_packet:ddmv%r
+        if [[ $pml == cm ]]; then
+            run+=(--mca pml cm --mca mtl ofi --mca mtl_ofi_provider_include deposit)
         else
-            sock=$(mktemp -u /tmp/deposit-mpi.XXXXXX)
-            export DEPOSIT_FI_DEV=memif:$sock:%r
+            run+=(--mca pml ob1 --mca btl self,ofi --mca btl_ofi_provider_include deposit --mca btl_ofi_mode 2)
         fi
-        run+=(--mca pml cm --mca mtl ofi --mca mtl_ofi_provider_include deposit
-            -x FI_PROVIDER_PATH -x DEPOSIT_FI_DEV)
-        # DPDK's own log, when asked for (DEPOSIT_EAL_ARGS=--log-level=*:info).
-        [[ -n ${DEPOSIT_EAL_ARGS:-} ]] && run+=(-x DEPOSIT_EAL_ARGS)
         ;;
 esac
+if [[ $over == deposit || $prog == fi_peek ]]; then
+    scripts/fabric.sh --build
+    export FI_PROVIDER_PATH=$PWD/target/release
+    if ((np > 2 || bridge)); then
+        export DEPOSIT_FI_DEV=af_packet:ddmv%r
+    else
+        sock=$(mktemp -u /tmp/deposit-mpi.XXXXXX)
+        export DEPOSIT_FI_DEV=memif:$sock:%r
+    fi
+    run+=(-x FI_PROVIDER_PATH -x DEPOSIT_FI_DEV)
+    # DPDK's own log, when asked for (DEPOSIT_EAL_ARGS=--log-level=*:info).
+    [[ -n ${DEPOSIT_EAL_ARGS:-} ]] && run+=(-x DEPOSIT_EAL_ARGS)
+fi
 (($(id -u) == 0)) && run+=(--allow-run-as-root)
-echo "== ${run[*]} $out/ddmpi ${args[*]}"
+prog=${DDMPI_PROG:-$out/$prog}
+echo "== ${run[*]} $prog ${args[*]}"
 rc=0
-timeout 600 "${run[@]}" "${DDMPI_PROG:-$out/ddmpi}" "${args[@]}" || rc=$?
+timeout 600 "${run[@]}" "$prog" "${args[@]}" || rc=$?
 [[ -n $sock ]] && rm -f "$sock"
 exit "$rc"

@@ -1,6 +1,6 @@
 /* The libfabric provider "deposit" (libdeposit-fi.so): FI_EP_RDM endpoints with FI_MSG
  * and FI_TAGGED over deposit's C ABI, so that libfabric applications and MPI (Open
- * MPI's mtl ofi) run over deposit.
+ * MPI's mtl ofi, or its btl ofi under pml ob1) run over deposit.
  *
  * How it maps:
  *  - A domain is one deposit device per process. Its port is DEPOSIT_FI_DEV, its
@@ -28,7 +28,18 @@
  *    source must not change until acknowledged) and the send completes when the last
  *    fragment is acknowledged (FI_TRANSMIT_COMPLETE).
  *  - Receives match posted buffers in order (FI_MSG: any; FI_TAGGED: tag and ignore
- *    mask; both optionally by source), else the message waits in an unexpected list.
+ *    mask; both optionally by source), else the message waits in an unexpected list
+ *    (whole, or still gathering its fragments) for the first receive that matches it.
+ *    A receive cancelled (fi_cancel) before a message matched it completes with
+ *    FI_ECANCELED; once matched it cannot be (-FI_ENOENT).
+ *  - Probes (fi_trecvmsg flags, what MPI_Iprobe, MPI_Improbe and MPI_Mrecv use): FI_PEEK
+ *    looks for the unexpected message a receive would take and completes with its
+ *    length, tag, CQ data and source (whole, even while fragments are still coming;
+ *    its data too if the peek gives a buffer and it is whole), or with an FI_ENOMSG
+ *    error completion; with FI_CLAIM the message is then the peek's, invisible to other
+ *    receives and peeks, until the FI_CLAIM receive with the same context takes it
+ *    (copied as it completes, like any unexpected message); FI_DISCARD with FI_PEEK or
+ *    FI_CLAIM drops the message instead (the peek's completion, or one of 0 bytes).
  *  - Progress is manual: reading a completion queue (or sending) drives the device,
  *    accepts connections, consumes the ring and retires completions.
  *  - RMA and atomics (FI_RMA, FI_ATOMIC): a memory region with remote access is the
@@ -48,7 +59,9 @@
  *    not allow, completes with FI_EACCES and writes nothing.
  * Not provided (-FI_ENOSYS): counters, wait sets, scalable endpoints, shared contexts,
  * passive endpoints, RMA with remote CQ data and event queues (an RDM endpoint needs
- * none).
+ * none); FI_PEEK, FI_CLAIM and FI_DISCARD on untagged receives (fi_recvmsg). Not
+ * provided either: buffered and multi-receive (FI_BUFFERED_RECV, FI_MULTI_RECV), and
+ * cancelling a send.
  */
 #include <deposit.h>
 #include <errno.h>
@@ -80,6 +93,7 @@
 #define BASE_SERVICE 18700
 #define MAX_MSG (1ull << 32)
 #define CQ_DEPTH 65536
+#define CQ_ERR_DEPTH 256
 
 enum { T_DATA = 1, T_CREDIT = 2 };
 /* What a request is: a message, or one of the one-sided operations. */
@@ -337,7 +351,7 @@ struct cq {
     struct fi_cq_tagged_entry *ring;
     fi_addr_t *src;
     size_t head, tail;
-    struct fi_cq_err_entry err[64];
+    struct fi_cq_err_entry err[CQ_ERR_DEPTH];
     size_t err_head, err_tail;
     struct ep *eps[8];
     int neps;
@@ -358,12 +372,20 @@ static void cq_push(struct cq *cq, void *ctx, uint64_t flags, size_t len, void *
     cq->tail++;
 }
 
-static void cq_push_err(struct cq *cq, void *ctx, uint64_t flags, int err, size_t len, size_t olen, uint64_t tag) {
-    if (!cq || cq->err_tail - cq->err_head == 64)
+/* An error completion; for a receive, the message's tag and CQ data (Open MPI's MTL
+ * takes a truncated message's source from them). */
+static void cq_push_err(struct cq *cq, void *ctx, uint64_t flags, int err, size_t len, size_t olen, uint64_t tag,
+                        uint64_t data) {
+    if (!cq)
         return;
-    struct fi_cq_err_entry *e = &cq->err[cq->err_tail++ % 64];
+    if (cq->err_tail - cq->err_head == CQ_ERR_DEPTH) {
+        fprintf(stderr, "deposit-fi: completion queue overrun (errors)\n");
+        return;
+    }
+    struct fi_cq_err_entry *e = &cq->err[cq->err_tail++ % CQ_ERR_DEPTH];
     memset(e, 0, sizeof *e);
     e->op_context = ctx, e->flags = flags, e->len = len, e->olen = olen, e->err = err, e->tag = tag;
+    e->data = data;
     e->prov_errno = err;
 }
 
@@ -383,8 +405,13 @@ struct unexp {
     int peer, tagged, complete;
     uint64_t tag, data, total;
     size_t got;
-    uint8_t *buf;
+    uint8_t *buf;  /* NULL once discarded */
     struct rx *rx; /* a receive that matched it before it was whole */
+    /* Claimed by a peek (FI_PEEK | FI_CLAIM) with this context: only the FI_CLAIM
+     * receive with the same context takes it. Discarded (FI_DISCARD) before it was
+     * whole: its fragments are dropped, the entry freed at the last one. */
+    void *claim_ctx;
+    int claimed, discarded;
 };
 
 struct tx {
@@ -764,7 +791,7 @@ static void tx_done(struct ep *ep, struct tx *t) {
     };
     uint64_t flags = t->kind == K_MSG ? (t->tagged ? FI_TAGGED : FI_MSG) | FI_SEND : kind_flags[t->kind];
     if (t->err)
-        cq_push_err(ep->txcq, t->ctx, flags, t->err, 0, 0, 0);
+        cq_push_err(ep->txcq, t->ctx, flags, t->err, 0, 0, 0, 0);
     else if (!t->inject)
         cq_push(ep->txcq, t->ctx, flags, 0, NULL, 0, 0, FI_ADDR_NOTAVAIL);
     free(t->copy);
@@ -776,7 +803,7 @@ static void deliver_done(struct ep *ep, struct rx *rx, int peer, size_t got, siz
                          uint64_t data, int tagged, int has_data) {
     uint64_t flags = (tagged ? FI_TAGGED : FI_MSG) | FI_RECV | (has_data ? FI_REMOTE_CQ_DATA : 0);
     if (total > rx->len)
-        cq_push_err(ep->rxcq, rx->ctx, flags, FI_ETRUNC, rx->len, total - rx->len, tag);
+        cq_push_err(ep->rxcq, rx->ctx, flags, FI_ETRUNC, rx->len, total - rx->len, tag, data);
     else
         cq_push(ep->rxcq, rx->ctx, flags, got, rx->buf, data, tag, fi_addr_of(ep, peer));
     free(rx);
@@ -801,6 +828,42 @@ static struct rx *take_posted(struct ep *ep, int peer, int tagged, uint64_t tag)
             return r;
         }
     return NULL;
+}
+
+static void unexp_unlink(struct ep *ep, struct unexp *u) {
+    struct unexp **pp = &ep->unexp;
+    while (*pp != u)
+        pp = &(*pp)->next;
+    *pp = u->next;
+}
+
+/* Receive `rx` takes unexpected message `u`: at once if it is whole, else when its last
+ * fragment comes (consume). */
+static void unexp_take(struct ep *ep, struct unexp *u, struct rx *rx) {
+    if (!u->complete) {
+        u->rx = rx;
+        return;
+    }
+    size_t n = u->total < rx->len ? u->total : rx->len;
+    if (n)
+        memcpy(rx->buf, u->buf, n);
+    unexp_unlink(ep, u);
+    deliver_done(ep, rx, u->peer, n, u->total, u->tag, u->data, u->tagged, 1);
+    free(u->buf);
+    free(u);
+}
+
+/* Drops unexpected message `u` (FI_DISCARD): now if it is whole, else as the rest of it
+ * comes (consume). */
+static void unexp_discard(struct ep *ep, struct unexp *u) {
+    free(u->buf);
+    u->buf = NULL;
+    if (u->complete) {
+        unexp_unlink(ep, u);
+        free(u);
+    } else {
+        u->discarded = 1;
+    }
 }
 
 /* One message of the ring. */
@@ -851,7 +914,7 @@ static void consume(struct ep *ep, const uint8_t *slot) {
             size_t n = h.frag_len < rx->len - p->cur_got ? h.frag_len : rx->len - p->cur_got;
             memcpy((uint8_t *)rx->buf + p->cur_got, data, n);
         }
-    } else if (p->cur_unexp) {
+    } else if (p->cur_unexp && p->cur_unexp->buf) {
         memcpy(p->cur_unexp->buf + p->cur_got, data, h.frag_len);
     }
     p->cur_got += h.frag_len;
@@ -863,14 +926,15 @@ static void consume(struct ep *ep, const uint8_t *slot) {
             struct unexp *u = p->cur_unexp;
             u->got = p->cur_got;
             u->complete = 1;
-            if (u->rx) { /* matched while incomplete */
+            if (u->discarded) {
+                unexp_unlink(ep, u);
+                free(u);
+            } else if (u->rx) { /* matched while incomplete */
                 struct rx *rx = u->rx;
                 size_t n = u->total < rx->len ? u->total : rx->len;
-                memcpy(rx->buf, u->buf, n);
-                struct unexp **pp = &ep->unexp;
-                while (*pp != u)
-                    pp = &(*pp)->next;
-                *pp = u->next;
+                if (n)
+                    memcpy(rx->buf, u->buf, n);
+                unexp_unlink(ep, u);
                 deliver_done(ep, rx, u->peer, n, u->total, u->tag, u->data, u->tagged, 1);
                 free(u->buf);
                 free(u);
@@ -992,23 +1056,13 @@ static ssize_t do_recv(struct fid_ep *fep, void *buf, size_t len, fi_addr_t src,
         return -FI_ENOMEM;
     rx->buf = buf, rx->len = len, rx->ctx = ctx, rx->tagged = tagged, rx->tag = tag, rx->ignore = ignore;
     rx->src = (ep->info->caps & FI_DIRECTED_RECV) ? src : FI_ADDR_UNSPEC;
-    /* An unexpected message first, in arrival order. */
-    for (struct unexp **pp = &ep->unexp; *pp; pp = &(*pp)->next) {
-        struct unexp *u = *pp;
-        if (u->rx || !matches(ep, rx, u->peer, u->tagged, u->tag))
-            continue;
-        if (!u->complete) {
-            u->rx = rx;
+    /* An unexpected message first, in arrival order (not one that a receive or a peek
+     * already has). */
+    for (struct unexp *u = ep->unexp; u; u = u->next)
+        if (!u->rx && !u->claimed && !u->discarded && matches(ep, rx, u->peer, u->tagged, u->tag)) {
+            unexp_take(ep, u, rx);
             return 0;
         }
-        size_t n = u->total < len ? u->total : len;
-        memcpy(buf, u->buf, n);
-        *pp = u->next;
-        deliver_done(ep, rx, u->peer, n, u->total, u->tag, u->data, u->tagged, 1);
-        free(u->buf);
-        free(u);
-        return 0;
-    }
     struct rx **pp = tagged ? &ep->tag_rx : &ep->msg_rx;
     while (*pp)
         pp = &(*pp)->next;
@@ -1058,7 +1112,8 @@ static ssize_t msg_sendmsg(struct fid_ep *e, const struct fi_msg *m, uint64_t fl
                    !!(flags & FI_INJECT) && !(flags & FI_COMPLETION));
 }
 static ssize_t msg_recvmsg(struct fid_ep *e, const struct fi_msg *m, uint64_t flags) {
-    (void)flags;
+    if (flags & (FI_PEEK | FI_CLAIM | FI_DISCARD))
+        return -FI_ENOSYS; /* tagged receives only: not a receive without a buffer */
     if (m->iov_count > 1)
         return -FI_EINVAL;
     return do_recv(e, m->iov_count ? m->msg_iov[0].iov_base : NULL, m->iov_count ? m->msg_iov[0].iov_len : 0,
@@ -1109,9 +1164,71 @@ static ssize_t tag_sendmsg(struct fid_ep *e, const struct fi_msg_tagged *m, uint
     return do_send(e, b, l, m->addr, m->context, 1, m->tag, (flags & FI_REMOTE_CQ_DATA) ? m->data : 0,
                    !!(flags & FI_INJECT) && !(flags & FI_COMPLETION));
 }
+/* FI_PEEK: the unexpected message that a tagged receive with this tag, ignore mask and
+ * source would take now (arrival order; not one a receive or a claim already has),
+ * reported whole (its length, tag, CQ data, source) even while its fragments are still
+ * coming; its data too when the peek gives a buffer and the message is whole. Else an
+ * FI_ENOMSG error completion. With FI_CLAIM the message is the peek's: no other
+ * receive or peek sees it, the FI_CLAIM receive with the same context takes it. With
+ * FI_DISCARD it is dropped (the peek's completion still describes it). */
+static ssize_t tag_peek(struct ep *ep, const struct fi_msg_tagged *m, uint64_t flags) {
+    progress(ep); /* what has arrived is there to be seen */
+    struct rx want = {.tagged = 1, .tag = m->tag, .ignore = m->ignore};
+    want.src = (ep->info->caps & FI_DIRECTED_RECV) ? m->addr : FI_ADDR_UNSPEC;
+    struct unexp *u = ep->unexp;
+    while (u && (u->rx || u->claimed || u->discarded || !matches(ep, &want, u->peer, u->tagged, u->tag)))
+        u = u->next;
+    if (!u) {
+        cq_push_err(ep->rxcq, m->context, FI_TAGGED | FI_RECV, FI_ENOMSG, 0, 0, m->tag, 0);
+        return 0;
+    }
+    void *buf = NULL;
+    if (!(flags & FI_DISCARD) && u->complete && m->iov_count == 1 && m->msg_iov[0].iov_base) {
+        size_t n = u->total < m->msg_iov[0].iov_len ? u->total : m->msg_iov[0].iov_len;
+        memcpy(m->msg_iov[0].iov_base, u->buf, n);
+        buf = m->msg_iov[0].iov_base;
+    }
+    cq_push(ep->rxcq, m->context, FI_TAGGED | FI_RECV | FI_REMOTE_CQ_DATA, u->total, buf, u->data, u->tag,
+            fi_addr_of(ep, u->peer));
+    if (flags & FI_DISCARD) {
+        unexp_discard(ep, u);
+    } else if (flags & FI_CLAIM) {
+        u->claimed = 1;
+        u->claim_ctx = m->context;
+    }
+    return 0;
+}
+
+/* FI_CLAIM without FI_PEEK: the message claimed by the peek with this context, into
+ * the buffer given (or, with FI_DISCARD, dropped: a completion of 0 bytes). */
+static ssize_t tag_claim(struct ep *ep, const struct fi_msg_tagged *m, uint64_t flags) {
+    struct unexp *u = ep->unexp;
+    while (u && !(u->claimed && u->claim_ctx == m->context && !u->rx && !u->discarded))
+        u = u->next;
+    if (!u)
+        return -FI_EINVAL; /* nothing claimed with that context */
+    if (flags & FI_DISCARD) {
+        cq_push(ep->rxcq, m->context, FI_TAGGED | FI_RECV | FI_REMOTE_CQ_DATA, 0, NULL, u->data, u->tag,
+                fi_addr_of(ep, u->peer));
+        unexp_discard(ep, u);
+        return 0;
+    }
+    struct rx *rx = calloc(1, sizeof *rx);
+    if (!rx)
+        return -FI_ENOMEM;
+    rx->buf = m->iov_count ? m->msg_iov[0].iov_base : NULL, rx->len = m->iov_count ? m->msg_iov[0].iov_len : 0;
+    rx->ctx = m->context, rx->tagged = 1, rx->tag = u->tag, rx->src = FI_ADDR_UNSPEC;
+    unexp_take(ep, u, rx);
+    return 0;
+}
+
 static ssize_t tag_recvmsg(struct fid_ep *e, const struct fi_msg_tagged *m, uint64_t flags) {
-    if (m->iov_count > 1 || (flags & (FI_PEEK | FI_CLAIM)))
-        return -FI_ENOSYS;
+    if (m->iov_count > 1)
+        return -FI_EINVAL;
+    if (flags & FI_PEEK)
+        return tag_peek(ep_of(e), m, flags);
+    if (flags & FI_CLAIM)
+        return tag_claim(ep_of(e), m, flags);
     return do_recv(e, m->iov_count ? m->msg_iov[0].iov_base : NULL, m->iov_count ? m->msg_iov[0].iov_len : 0,
                    m->addr, m->context, 1, m->tag, m->ignore);
 }
@@ -1496,7 +1613,7 @@ static ssize_t ep_cancel(fid_t f, void *ctx) {
             if ((*pp)->ctx == ctx) {
                 struct rx *r = *pp;
                 *pp = r->next;
-                cq_push_err(ep->rxcq, ctx, (t ? FI_TAGGED : FI_MSG) | FI_RECV, FI_ECANCELED, 0, 0, r->tag);
+                cq_push_err(ep->rxcq, ctx, (t ? FI_TAGGED : FI_MSG) | FI_RECV, FI_ECANCELED, 0, 0, r->tag, 0);
                 free(r);
                 return 0;
             }
@@ -1584,7 +1701,7 @@ static ssize_t cq_readerr(struct fid_cq *f, struct fi_cq_err_entry *buf, uint64_
     struct cq *cq = (struct cq *)f;
     if (cq->err_head == cq->err_tail)
         return -FI_EAGAIN;
-    *buf = cq->err[cq->err_head++ % 64];
+    *buf = cq->err[cq->err_head++ % CQ_ERR_DEPTH];
     return 1;
 }
 

@@ -1,5 +1,6 @@
 //! Devices: one DPDK port plus its worker.
 
+use std::os::fd::BorrowedFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -14,16 +15,16 @@ use deposit_transport::events::EventRing as Queue;
 use deposit_transport::identity::{Identity, IdentityKey, KnownPeers};
 use deposit_transport::mem::EndpointMemory;
 use deposit_transport::node::{Accepted, MAX_SHARDS};
-use deposit_transport::port::{self, EalInfo, Port, PortConfig, PortSpec};
+use deposit_transport::port::{self, Doorbell, EalInfo, Port, PortConfig, PortSpec};
 use deposit_transport::submit::SubmitRing;
 use deposit_transport::tables::{EndpointEntry, NodeAddr, RegProt, RegWindow, Rights};
-use deposit_transport::wake::WaitQueue;
+use deposit_transport::wake::{WaitFd, WaitQueue};
 use deposit_transport::wire::{self, cm::PRIVATE_DATA_MAX};
 use deposit_transport::worker::{ShardLinks, Worker, WorkerConfig};
 use std::net::Ipv4Addr;
 
 use crate::endpoint::EpInner;
-use crate::idle::{wait_for, Backoff};
+use crate::idle::{armed_nap, wait_for, Backoff};
 use crate::queue::{CompletionQueue, Connection};
 use crate::{DeviceStats, Endpoint, Error, MulticastGroup, RejectReason};
 
@@ -91,7 +92,15 @@ pub struct DeviceConfig {
     pub retry_count: u32,
     /// Floor of the adaptive retransmission timeout (default 100 us).
     pub min_retry_timeout: Duration,
+    /// Connection management: how long a connect waits for its listener's answer
+    /// (with retries) and a close for its peer's. Default 5 s.
     pub cm_timeout: Duration,
+    /// Most connections of each shard (its connection table: connecting, up, or
+    /// closing and not yet answered; with [`DeviceConfig::workers`] shards a device
+    /// holds that many times as many). Beyond it a connect fails with
+    /// [`CmError::TooManyConnections`](crate::CmError) and a listener refuses requests
+    /// ([`RejectReason::Resources`](crate::RejectReason), counted `cm_resources`).
+    /// Default 4096.
     pub max_connections: usize,
     /// Address registers in the node-wide file.
     pub registers: u32,
@@ -223,12 +232,17 @@ struct Core {
     /// Inline turns taken by the application's calls (the progress guard's clock;
     /// written only by the thread holding `here`).
     turns: AtomicU64,
+    /// The doorbells of the shard's receive queues (ring ports): the inline wait-fd
+    /// helper marks them around its sleeps ([`Core::drive_while_armed`]).
+    bells: Vec<Arc<Doorbell>>,
 }
 
 pub(crate) struct DeviceInner {
     /// One per shard, in shard order.
     shards: Vec<Arc<Core>>,
-    event_queue_depth: usize,
+    pub(crate) event_queue_depth: usize,
+    /// [`DeviceConfig::max_connections`].
+    pub(crate) max_connections: usize,
     threads: Mutex<Vec<JoinHandle<()>>>,
     local: NodeAddr,
     max_frame: usize,
@@ -247,6 +261,12 @@ pub(crate) struct DeviceInner {
     /// Listener keys by peer address: read at connect, added to on first use (the
     /// application's threads only; no worker takes it).
     known_peers: Mutex<KnownPeers>,
+    /// The device's wait fd ([`Device::wait_fd`]): every completion queue, event queue
+    /// and listener of the device signals it when armed.
+    pub(crate) wait_fd: Arc<WaitFd>,
+    /// Inline devices: whether the wait-fd helper threads run (started by the first
+    /// [`Device::arm_wait_fd`]).
+    wait_helpers: Mutex<bool>,
 }
 
 impl DeviceInner {
@@ -393,12 +413,38 @@ impl DeviceInner {
             .push(h);
         Ok(())
     }
+    /// Inline devices: starts the wait-fd helper threads, one per shard, unless they
+    /// run already ([`Core::drive_while_armed`]).
+    fn start_wait_helpers(&self) -> Result<(), Error> {
+        let mut started = self.wait_helpers.lock().unwrap_or_else(|e| e.into_inner());
+        if *started || self.is_dedicated() {
+            return Ok(());
+        }
+        let n = self.shards.len();
+        for (k, core) in self.shards.iter().enumerate() {
+            let (core, fd) = (core.clone(), self.wait_fd.clone());
+            let name = if n == 1 {
+                "deposit-waitfd".to_string()
+            } else {
+                format!("deposit-waitfd{k}")
+            };
+            let h = std::thread::Builder::new()
+                .name(name)
+                .spawn(move || core.drive_while_armed(&fd));
+            self.keep_thread(h, "the wait-fd helper thread")?;
+        }
+        *started = true;
+        Ok(())
+    }
     /// Stops the worker threads and joins them (they leave their workers behind).
     fn stop_threads(&self) {
         for c in &self.shards {
-            c.stop.store(true, Ordering::Relaxed);
+            // Sequentially consistent: a wait-fd helper about to block reads it after
+            // registering as a waiter (`WaitFd::wait_armed`).
+            c.stop.store(true, Ordering::SeqCst);
             c.ring.nudge();
         }
+        self.wait_fd.wake_waiters();
         let threads = std::mem::take(&mut *self.threads.lock().unwrap_or_else(|e| e.into_inner()));
         for h in threads {
             let _ = h.join();
@@ -467,6 +513,79 @@ impl Core {
             }
             None => 0,
         }
+    }
+
+    /// Inline mode: turns until one moves nothing (at most 16), the first one with
+    /// the clock read and the timers due run ([`Worker::poll_ticked`]: it follows a
+    /// sleep); the frames moved.
+    fn turns_until_quiet(&self) -> usize {
+        let mut moved = 0;
+        for k in 0..16 {
+            let n = if k == 0 {
+                self.progress_ticked()
+            } else {
+                self.progress()
+            };
+            moved += n;
+            if n == 0 {
+                break;
+            }
+        }
+        moved
+    }
+
+    /// [`Core::progress`] with [`Worker::poll_ticked`].
+    fn progress_ticked(&self) -> usize {
+        port::register_thread();
+        match self.here.try_lock() {
+            Some(mut w) => {
+                let t = self.turns.load(Ordering::Relaxed);
+                self.turns.store(t.wrapping_add(1), Ordering::Relaxed);
+                w.as_mut().map_or(0, |w| w.poll_ticked())
+            }
+            None => 0,
+        }
+    }
+
+    /// An inline device's wait-fd helper, one per shard ([`Device::arm_wait_fd`]).
+    /// While the device's wait fd is armed it drives the shard for the application
+    /// sleeping on the fd: turns while they move frames (its turns are the
+    /// application's: never beside another thread's, counted for the progress guard),
+    /// then a sleep on the submission ring with the shard's doorbells marked, which a
+    /// post, a frame on a ring port or the end of a nap ends ([`armed_nap`]: the longer
+    /// the quiet, the longer the nap, up to `LONG_NAP`, or `DOORBELL_NAP` where frames
+    /// ring a doorbell). Once the fd is signalled it finishes the batch of turns that
+    /// signalled it — the acknowledgement owed for what it received goes out — and
+    /// blocks until the next arm: between arms it takes no turn (the application's
+    /// calls and the progress guard drive the device, as without it).
+    fn drive_while_armed(&self, fd: &WaitFd) {
+        port::register_thread();
+        let stop = || self.stop.load(Ordering::SeqCst);
+        let mark = |sleeping: bool| {
+            for b in &self.bells {
+                b.set_sleeping(sleeping);
+            }
+        };
+        let mut quiet_since = Instant::now();
+        while !stop() {
+            // The doorbells are marked before the turns, so that a frame sent after the
+            // last turn looked ends the sleep below (one turn per wake: on this
+            // project's VM a turn after a timed wake costs as much as the wake). A
+            // frame sent during the turns rings too, which ends the next sleep at once.
+            mark(true);
+            let moved = self.turns_until_quiet();
+            if !fd.is_armed() {
+                mark(false);
+                fd.wait_armed(stop);
+                quiet_since = Instant::now();
+            } else if moved != 0 {
+                quiet_since = Instant::now();
+            } else {
+                let nap = armed_nap(quiet_since.elapsed(), !self.bells.is_empty());
+                self.ring.sleep_until(Instant::now() + nap);
+            }
+        }
+        mark(false);
     }
 
     /// The dedicated worker thread: owns `w`, runs control calls between turns, and
@@ -639,12 +758,16 @@ impl Device {
                     stop: AtomicBool::new(false),
                     progress: cfg.progress,
                     turns: AtomicU64::new(0),
+                    bells: w.doorbells(),
                 })
             })
             .collect();
+        let wait_fd = WaitFd::new()
+            .map_err(|e| Error::InvalidArgument(format!("cannot make the wait fd: {e}")))?;
         let inner = Arc::new(DeviceInner {
             shards: shards.clone(),
             event_queue_depth: cfg.event_queue_depth,
+            max_connections: cfg.max_connections,
             threads: Mutex::new(Vec::new()),
             local,
             max_frame,
@@ -656,6 +779,8 @@ impl Device {
             identity,
             known_peers: Mutex::new(known_peers),
             cm_timeout: cfg.cm_timeout,
+            wait_fd,
+            wait_helpers: Mutex::new(false),
         });
         DEVICES.add(&inner);
         crate::telemetry::register_commands();
@@ -697,6 +822,120 @@ impl Device {
         self.inner.progress()
     }
 
+    /// The device's wait file descriptor: readable when, after
+    /// [`Device::arm_wait_fd`], a completion, an event or a connection to accept is
+    /// ready on any of the device's completion queues, event queues (an endpoint's
+    /// events and exceptions) or listeners — the verbs completion channel's role, for
+    /// the whole device, so that an application can put deposit in its own `epoll`
+    /// (or `poll`, `select`, an async runtime's reactor) loop.
+    ///
+    /// It is a Linux `eventfd(2)` (non-blocking, close-on-exec), one per device, open
+    /// as long as the device is (any handle to it: the device, an endpoint, a queue, a
+    /// connection); wait on it for readability only. The contract:
+    ///
+    /// 1. **Drain, arm, sleep.** Poll the queues until they are empty, then call
+    ///    [`Device::arm_wait_fd`]: it empties the fd, arms it and looks at every queue
+    ///    of the device once more. If something is ready already it returns `true` and
+    ///    the fd is readable at once — drain again instead of sleeping (an arm never
+    ///    misses what came before it). Else it returns `false`: sleep on the fd.
+    /// 2. **Signalled once per arm.** The first completion, event or accepted
+    ///    connection queued after the arm makes the fd readable (one 8-byte write of
+    ///    the eventfd) and disarms it; later ones do not touch it. It stays readable —
+    ///    level-triggered `epoll` keeps reporting it — until the next arm, which
+    ///    empties it (reading the counter yourself is allowed, never needed).
+    /// 3. **After a wake**: drain the queues (a wake may find them empty: another
+    ///    thread drained them, or a signal of an earlier arm landed late), then arm
+    ///    again before sleeping again.
+    ///
+    /// **Progress while the application sleeps.** With a dedicated worker
+    /// ([`Progress::Dedicated`]) the worker thread queues the completion and signals
+    /// the fd. An inline device ([`Progress::Inline`]) moves only when some thread
+    /// drives it, so its first arm starts a helper thread per shard
+    /// (`deposit-waitfd`) that drives it while the fd is armed: turns while frames
+    /// move, then sleeps that a post, a frame on a ring port (its doorbell) or the end
+    /// of a nap ends — naps that grow with the quiet, from 50 us to 2 ms (10 ms on ring
+    /// ports, where they only time the timers), so an idle wait costs about 1 % of a
+    /// core or less and a frame on a port without doorbells (memif, af_packet, af_xdp)
+    /// is noticed within a quarter of the quiet before it.
+    /// Once the fd is signalled the helper finishes what its last turns started (the
+    /// acknowledgement owed goes out) and sleeps until the next arm; between arms the
+    /// device is driven by the application's calls and the progress guard
+    /// ([`DeviceConfig::progress_guard`]), as before.
+    ///
+    /// Completions are pushed by the worker and signal the fd without a system call
+    /// while it is not armed (one load of a line only the arm and the signal write):
+    /// posting and polling cost what they cost without it. What the fd does not
+    /// report: arrivals that queue nothing ([`Connection::arrivals`] of plain writes
+    /// into an endpoint) — ask the sender for an interrupt (an event) to be woken by
+    /// one.
+    ///
+    /// ```
+    /// use std::os::fd::AsRawFd;
+    /// use std::time::Duration;
+    /// use deposit::{Device, DeviceConfig, Progress, Rights, WcStatus, WorkRequest};
+    /// # fn main() -> Result<(), deposit::Error> {
+    /// // The server has a worker thread of its own; the client is inline: while it
+    /// // sleeps on its fd, its wait-fd helper drives it.
+    /// let server = Device::open(
+    ///     DeviceConfig::new("ring:waitfd:a", [10, 0, 0, 1]).progress(Progress::Dedicated),
+    /// )?;
+    /// let client = Device::open(DeviceConfig::new("ring:waitfd:b", [10, 0, 0, 2]))?;
+    /// let sep = server.alloc_endpoint(4096, Rights::REMOTE_WRITE)?;
+    /// let scq = server.create_cq(16);
+    /// let listener = server.listen(1, &sep, &scq)?;
+    /// let cep = client.alloc_endpoint(4096, Rights::REMOTE_WRITE)?;
+    /// let ccq = client.create_cq(16);
+    /// let conn = client.connect([10, 0, 0, 1], 1, &cep, &ccq)?;
+    /// let _accepted = listener.accept(Duration::from_secs(5))?;
+    ///
+    /// conn.post(&WorkRequest::write(7, &cep, 0, 64, 0).signaled())?;
+    /// let mut pfd = libc::pollfd {
+    ///     fd: client.wait_fd().as_raw_fd(),
+    ///     events: libc::POLLIN,
+    ///     revents: 0,
+    /// };
+    /// let wc = loop {
+    ///     // Drain, arm, sleep.
+    ///     if let Some(wc) = ccq.poll_one() {
+    ///         break wc;
+    ///     }
+    ///     if client.arm_wait_fd()? {
+    ///         continue; // something came meanwhile: the fd is readable, drain again
+    ///     }
+    ///     // SAFETY: one live pollfd.
+    ///     let n = unsafe { libc::poll(&mut pfd, 1, 5000) };
+    ///     assert_eq!(n, 1, "woken by the completion, not the 5 s timeout");
+    /// };
+    /// assert_eq!((wc.wr_id, wc.status), (7, WcStatus::Success));
+    /// # Ok(()) }
+    /// ```
+    pub fn wait_fd(&self) -> BorrowedFd<'_> {
+        self.inner.wait_fd.fd()
+    }
+
+    /// Arms the wait fd ([`Device::wait_fd`], whose documentation states the
+    /// contract): empties it, arms it, then looks at every completion queue, event
+    /// queue and listener of the device. Returns `true` when one holds something
+    /// already — the fd is readable at once; drain instead of sleeping — and `false`
+    /// when nothing is ready: sleep on the fd, which the next completion, event or
+    /// connection to accept makes readable. libfabric's `fi_trywait` (`true`:
+    /// `-FI_EAGAIN`), verbs' `ibv_req_notify_cq` with the check for completions that
+    /// came before it built in.
+    ///
+    /// On an inline device the first call starts the wait-fd helper threads (an error
+    /// if they cannot be spawned), and each arm that returns `false` wakes them to
+    /// drive the device while the application sleeps. Costs an `eventfd` read and a
+    /// look at each queue of the device: call it before sleeping, not on every poll.
+    pub fn arm_wait_fd(&self) -> Result<bool, Error> {
+        self.inner.start_wait_helpers()?;
+        Ok(self.inner.wait_fd.arm())
+    }
+
+    /// Times the device signalled its wait fd (at most one per [`Device::arm_wait_fd`]).
+    pub fn wait_fd_signals(&self) -> u64 {
+        self.inner.wait_fd.signals()
+    }
+
     /// This node's address.
     pub fn local_addr(&self) -> NodeAddr {
         self.inner.local
@@ -735,7 +974,7 @@ impl Device {
     }
 
     /// The shard the next endpoint goes to (round-robin).
-    fn next_shard(&self) -> u8 {
+    pub(crate) fn next_shard(&self) -> u8 {
         let n = self.inner.shards();
         (self.inner.next_shard.fetch_add(1, Ordering::Relaxed) % n) as u8
     }
@@ -759,9 +998,31 @@ impl Device {
         len: usize,
         rights: Rights,
     ) -> Result<Endpoint, Error> {
+        self.add_endpoint_with(
+            shard,
+            mem,
+            offset,
+            len,
+            rights,
+            self.inner.event_queue_depth,
+        )
+    }
+
+    /// [`Device::add_endpoint`] with event queues of `depth` entries.
+    pub(crate) fn add_endpoint_with(
+        &self,
+        shard: u8,
+        mem: Arc<EndpointMemory>,
+        offset: usize,
+        len: usize,
+        rights: Rights,
+        depth: usize,
+    ) -> Result<Endpoint, Error> {
         let entry = EndpointEntry::new(mem.clone(), offset, len, rights)?;
-        let events = Arc::new(Queue::new(self.inner.event_queue_depth));
-        let exceptions = Arc::new(Queue::new(self.inner.event_queue_depth));
+        let events = Arc::new(Queue::new(depth));
+        let exceptions = Arc::new(Queue::new(depth));
+        events.signal_to(&self.inner.wait_fd);
+        exceptions.signal_to(&self.inner.wait_fd);
         let (ev, ex) = (events.clone(), exceptions.clone());
         let id = self.inner.call_on(shard, move |w| {
             let id = w.endpoints.insert(entry);
@@ -819,9 +1080,27 @@ impl Device {
         len: usize,
         rights: Rights,
     ) -> Result<Endpoint, Error> {
+        let shard = self.next_shard();
+        // SAFETY: forwarded to the caller's contract.
+        unsafe { self.register_endpoint_on(usize::from(shard), ptr, len, rights) }
+    }
+
+    /// [`Device::register_endpoint`] on shard `shard` (its connections, tokens and the
+    /// reads that land in it are that shard's worker's).
+    ///
+    /// # Safety
+    /// As [`Device::register_endpoint`].
+    pub unsafe fn register_endpoint_on(
+        &self,
+        shard: usize,
+        ptr: *mut u8,
+        len: usize,
+        rights: Rights,
+    ) -> Result<Endpoint, Error> {
+        let shard = self.check_shard(shard)?;
         // SAFETY: forwarded to the caller's contract.
         let mem = Arc::new(unsafe { EndpointMemory::register(ptr, len)? });
-        self.add_endpoint(self.next_shard(), mem, 0, len, rights)
+        self.add_endpoint(shard, mem, 0, len, rights)
     }
 
     /// A nested endpoint: `len` bytes of `parent` from `offset` (page aligned), with its
@@ -907,6 +1186,32 @@ impl Device {
         cq: &CompletionQueue,
         opts: &ConnOptions,
     ) -> Result<Connection, Error> {
+        let pending = self.connect_start(peer_ip, service, ep, cq, opts)?;
+        let mut backoff = Backoff::new();
+        while pending.shared.state() == ConnState::Connecting {
+            if self.inner.progress_waiting() == 0 {
+                backoff.snooze();
+            } else {
+                backoff.reset();
+            }
+        }
+        if pending.shared.state() == ConnState::Normal && !self.inner.is_dedicated() {
+            self.await_heard(&pending.shared, ep.0.shard);
+        }
+        pending.finish(self)
+    }
+
+    /// Starts a connect and returns at once: [`Connecting::finish`] makes the
+    /// connection once its state is no longer `Connecting` (the device's progress, or
+    /// the caller's, moves it).
+    pub(crate) fn connect_start(
+        &self,
+        peer_ip: [u8; 4],
+        service: u32,
+        ep: &Endpoint,
+        cq: &CompletionQueue,
+        opts: &ConnOptions,
+    ) -> Result<Connecting, Error> {
         self.check_ep(ep)?;
         let (ep_id, cq_shared, mut topts) = (ep.0.id, cq.shared.clone(), opts.transport()?);
         let peer_name = Ipv4Addr::from(peer_ip).to_string();
@@ -929,52 +1234,13 @@ impl Device {
                 .unwrap_or(NodeAddr::from_ip(peer_ip, wire::UDP_PORT));
             w.connect(peer, service, ep_id, cq_shared, &topts)
         })?;
-        let mut backoff = Backoff::new();
-        loop {
-            match shared.state() {
-                ConnState::Connecting => {
-                    if self.inner.progress_waiting() == 0 {
-                        backoff.snooze();
-                    } else {
-                        backoff.reset();
-                    }
-                }
-                ConnState::Normal => {
-                    if trust == PeerTrust::FirstUse {
-                        self.trusted_on_first_use(&peer_name, &shared);
-                    }
-                    if !self.inner.is_dedicated() {
-                        self.await_heard(&shared, ep.0.shard);
-                    }
-                    let number = shared.number;
-                    let private = self
-                        .inner
-                        .call_on(ep.0.shard, move |w| w.take_peer_private(number));
-                    return Ok(Connection::new(
-                        self.inner.clone(),
-                        shared,
-                        ep.clone(),
-                        cq.clone(),
-                        private,
-                    ));
-                }
-                ConnState::Failed => {
-                    let reason = RejectReason::from_u8(shared.fail_reason.load(Ordering::Relaxed));
-                    let offered = shared.peer_identity.get().map(|b| b.0);
-                    return Err(match (reason, trust, offered) {
-                        (RejectReason::PeerKey, PeerTrust::Pinned(pinned), Some(offered)) => {
-                            Error::PeerKeyMismatch {
-                                peer: Ipv4Addr::from(peer_ip),
-                                pinned,
-                                offered,
-                            }
-                        }
-                        _ => Error::Rejected(reason),
-                    });
-                }
-                s => return Err(Error::NotConnected(s)),
-            }
-        }
+        Ok(Connecting {
+            shared,
+            trust,
+            peer_ip,
+            ep: ep.clone(),
+            cq: cq.clone(),
+        })
     }
 
     /// An inline device's connect that is up: drives the device until the listener has
@@ -1060,6 +1326,7 @@ impl Device {
         let q = self.inner.call_on(shard, move |w| {
             w.listen(service, ep_id, cq_shared, &topts, backlog)
         })?;
+        q.signal_to(&self.inner.wait_fd);
         if self.inner.shards() > 1 {
             // Every shard learns where requests for the service go.
             self.inner
@@ -1267,7 +1534,34 @@ pub(crate) fn live_devices() -> Vec<Arc<DeviceInner>> {
     l.iter().filter_map(|(w, _)| w.upgrade()).collect()
 }
 
-/// What the peer of a connection may do here (the receiving side's settings).
+/// Options of this side of a connection ([`Device::connect_with`],
+/// [`Device::listen_with`]; each side gives its own, and each applies where it says).
+///
+/// - What the peer may do here, as the receiving side: [`registers`],
+///   [`allow_forced_interrupts`], [`report_traps`], [`receive_window`],
+///   [`instructions`], [`isolated`].
+/// - How this side sends: [`sq_depth`], [`priority`].
+/// - Connection management and security: [`private_data`],
+///   [`require_private_data`], [`backlog`] (listening), [`secure`], [`psk`],
+///   [`peer_key`], [`trust_on_first_use`] (connecting), [`authorized_keys`]
+///   (listening).
+///
+/// [`registers`]: ConnOptions::registers
+/// [`allow_forced_interrupts`]: ConnOptions::allow_forced_interrupts
+/// [`report_traps`]: ConnOptions::report_traps
+/// [`receive_window`]: ConnOptions::receive_window
+/// [`instructions`]: ConnOptions::instructions
+/// [`isolated`]: ConnOptions::isolated
+/// [`sq_depth`]: ConnOptions::sq_depth
+/// [`priority`]: ConnOptions::priority
+/// [`private_data`]: ConnOptions::private_data
+/// [`require_private_data`]: ConnOptions::require_private_data
+/// [`backlog`]: ConnOptions::backlog
+/// [`secure`]: ConnOptions::secure
+/// [`psk`]: ConnOptions::psk
+/// [`peer_key`]: ConnOptions::peer_key
+/// [`trust_on_first_use`]: ConnOptions::trust_on_first_use
+/// [`authorized_keys`]: ConnOptions::authorized_keys
 #[derive(Debug, Clone)]
 pub struct ConnOptions {
     /// The register window the peer's messages name (what they may do with each
@@ -1277,7 +1571,10 @@ pub struct ConnOptions {
     pub allow_forced_interrupts: bool,
     /// Whether refused messages are also reported on the endpoint's event queue.
     pub report_traps: bool,
-    /// Depth of the connection's send queue.
+    /// Depth of this side's send queue: the most work requests posted on the
+    /// connection and not yet taken into flight by the worker (posting one more fails
+    /// with [`Error::SendQueueFull`]); the worker takes them as the connection's window
+    /// of unacknowledged messages allows. Default 4096 (0 is taken as 1).
     pub sq_depth: usize,
     /// Send priority of this side's work requests: [`Priority::High`] messages
     /// overtake low-priority bulk transfers of the same device between frames.
@@ -1288,7 +1585,13 @@ pub struct ConnOptions {
     /// The instruction window the peer's instruction pointers name.
     pub instructions: Option<crate::InstrWindow>,
     /// Isolation mode: every message from the peer that is not an instruction pointer
-    /// is refused, so the peer names no register or address of ours.
+    /// or a token's write or read ([`WorkRequest::write_with_token`],
+    /// [`WorkRequest::read_with_token`]) is refused, so the peer names no register or
+    /// address of ours: a token is a capability this side handed out, and names only
+    /// the range it was made for.
+    ///
+    /// [`WorkRequest::write_with_token`]: crate::WorkRequest::write_with_token
+    /// [`WorkRequest::read_with_token`]: crate::WorkRequest::read_with_token
     pub isolated: bool,
     /// Bytes for the peer, as rdma_cm's `private_data`: in the connect request
     /// ([`Device::connect_with`]) or in the reply to every request a listener accepts
@@ -1448,6 +1751,18 @@ impl Listener {
             a.private,
         ))
     }
+    /// The next accepted connection, if one waits (no progress driven, no wait).
+    pub(crate) fn try_accept(&self) -> Option<Connection> {
+        let a = self.accepted.pop()?;
+        Some(Connection::new(
+            self.dev.inner.clone(),
+            a.shared,
+            self.ep.clone(),
+            self.cq.clone(),
+            a.private,
+        ))
+    }
+
     /// The service number.
     pub fn service(&self) -> u32 {
         self.service
@@ -1467,6 +1782,56 @@ impl Drop for Listener {
 }
 
 /// Tests that bring up the EAL: each runs in its own process under `cargo nextest`.
+/// A connect under way ([`Device::connect_start`]).
+pub(crate) struct Connecting {
+    pub(crate) shared: Arc<ConnShared>,
+    trust: PeerTrust,
+    peer_ip: [u8; 4],
+    ep: Endpoint,
+    cq: CompletionQueue,
+}
+
+impl Connecting {
+    /// The connection, once the peer accepted (its reply's private data taken, a key
+    /// trusted on first use recorded); the typed refusal once it failed.
+    pub(crate) fn finish(self, dev: &Device) -> Result<Connection, Error> {
+        let shared = self.shared;
+        match shared.state() {
+            ConnState::Normal => {
+                if self.trust == PeerTrust::FirstUse {
+                    dev.trusted_on_first_use(&Ipv4Addr::from(self.peer_ip).to_string(), &shared);
+                }
+                let number = shared.number;
+                let private = dev
+                    .inner
+                    .call_on(self.ep.0.shard, move |w| w.take_peer_private(number));
+                Ok(Connection::new(
+                    dev.inner.clone(),
+                    shared,
+                    self.ep,
+                    self.cq,
+                    private,
+                ))
+            }
+            ConnState::Failed => {
+                let reason = RejectReason::from_u8(shared.fail_reason.load(Ordering::Relaxed));
+                let offered = shared.peer_identity.get().map(|b| b.0);
+                Err(match (reason, self.trust, offered) {
+                    (RejectReason::PeerKey, PeerTrust::Pinned(pinned), Some(offered)) => {
+                        Error::PeerKeyMismatch {
+                            peer: Ipv4Addr::from(self.peer_ip),
+                            pinned,
+                            offered,
+                        }
+                    }
+                    _ => Error::Rejected(reason),
+                })
+            }
+            s => Err(Error::NotConnected(s)),
+        }
+    }
+}
+
 #[cfg(test)]
 mod shard_tests {
     use super::*;

@@ -32,6 +32,24 @@ pub const LONG_QUIET: Duration = Duration::from_secs(1);
 /// Nap length after a long quiet.
 pub const LONG_NAP: Duration = Duration::from_millis(2);
 
+/// Longest nap of an inline device's wait-fd helper on a port whose frames ring a
+/// doorbell (ring ports): its naps end for a frame or a post at once, so their length
+/// only bounds how late a timer (a retransmission, a keepalive) runs.
+pub const DOORBELL_NAP: Duration = Duration::from_millis(10);
+
+/// How long an inline device's wait-fd helper naps after `quiet` without a frame
+/// while the application sleeps on the fd (`Device::wait_fd`): a quarter of the
+/// quiet, from [`SHORT_NAP`] to [`LONG_NAP`] — about 20 naps to reach the longest,
+/// then 500 a second — or to [`DOORBELL_NAP`] (100 a second) on a port with
+/// `doorbells`. An idle wait so costs a few milliseconds of CPU a second where
+/// [`Backoff`]'s second of short naps costs a fifth of a core. A frame on a ring port
+/// (its doorbell) or a post ends a nap at once; on other ports a frame waits at most
+/// a quarter of the quiet before it (2 ms at most).
+pub(crate) fn armed_nap(quiet: Duration, doorbells: bool) -> Duration {
+    let longest = if doorbells { DOORBELL_NAP } else { LONG_NAP };
+    (quiet / 4).clamp(SHORT_NAP, longest)
+}
+
 /// The waiting state of one poll loop.
 #[derive(Debug)]
 pub(crate) struct Backoff {

@@ -42,7 +42,8 @@
 //! The remote offset of a direct-mode request is its 32-bit operand, so direct
 //! addressing reaches the first 4 GiB of an endpoint and the register modes
 //! ([`WorkRequest::indexed`], [`WorkRequest::indirect`]) reach the rest through 64-bit
-//! address registers. A host buffer given to [`Device::register_endpoint`] is a
+//! address registers; a read token's offset ([`WorkRequest::read_with_token`]) is 64-bit.
+//! A host buffer given to [`Device::register_endpoint`] is a
 //! pointer and a `usize`, as `ibv_reg_mr` takes one.
 //!
 //! Progress: a device runs its worker either on a dedicated thread
@@ -58,6 +59,7 @@ mod endpoint;
 mod error;
 mod events;
 mod idle;
+pub mod mailbox;
 mod multicast;
 mod program;
 pub mod protection;
@@ -69,6 +71,10 @@ pub use device::{ConnOptions, Device, DeviceConfig, Listener, Progress, DEFAULT_
 pub use endpoint::Endpoint;
 pub use error::Error;
 pub use events::EventQueue;
+pub use mailbox::{
+    Mailbox, MailboxConfig, MsgInfo, PeerAddr, PeerId, Selector, TagCompletion, TagOp, TagStats,
+    TagStatus,
+};
 pub use multicast::MulticastGroup;
 pub use program::{InstrPtr, InstrWindow, Instruction, Operands, Token, MAX_SEQUENCE};
 pub use queue::{CompletionQueue, Connection, INLINE_DOORBELL};

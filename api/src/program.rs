@@ -13,6 +13,9 @@
 //!
 //! Tokens: [`Device::create_token`] registers a buffer and returns a [`Token`] (a `u64`
 //! any node may carry); [`WorkRequest::write_with_token`] deposits into it once.
+//! [`Device::create_read_token`] returns a read token over a range, which any node
+//! holding it reads with [`WorkRequest::read_with_token`], as often as it likes, until
+//! [`Device::cancel_token`] (verbs' rkey, or a memory window, over one range).
 
 use deposit_transport::connection::{Remote, WrOpcode};
 use deposit_transport::tables::{RegWindow, StoredInstruction as Ins, GLOBAL_IP};
@@ -217,6 +220,18 @@ impl Device {
             .call_for_instructions(w.0, move |wk| wk.instructions.set(w.0, at, ins))?)
     }
 
+    /// Stores `ins`, as instruction memory holds it, at slot `at` of `w`.
+    pub(crate) fn program_stored(
+        &self,
+        w: InstrWindow,
+        at: u32,
+        ins: deposit_transport::tables::StoredInstruction,
+    ) -> Result<(), Error> {
+        Ok(self
+            .inner
+            .call_for_instructions(w.0, move |wk| wk.instructions.set(w.0, at, Some(ins)))?)
+    }
+
     /// Stores `chain` as global instructions from index `at`: usable from every
     /// connection, and they must take every operand from the message
     /// ([`Operands::ALL`]; anything else is refused here).
@@ -252,7 +267,44 @@ impl Device {
         })?)
     }
 
-    /// Cancels a token: it (and every copy) is refused from now on.
+    /// Registers `len` bytes at `offset` of `ep` as a **read token**: any node that
+    /// holds the returned [`Token`] may read any part of the range
+    /// ([`WorkRequest::read_with_token`]), over any of its connections to this device
+    /// whose endpoint is on `ep`'s shard (with one worker, every connection), isolated
+    /// ones ([`crate::ConnOptions::isolated`]) included, any number of times, until
+    /// [`Device::cancel_token`]. Reads are checked as plain reads are: inside the range
+    /// and `ep`, against `ep`'s remote-read right and page map (a page not present is a
+    /// fault the host repairs) — so `ep` should permit remote reads
+    /// ([`crate::Rights::REMOTE_READ`]); the token grants no write. Nothing is told
+    /// to this side of the reads (no event); a forged key or a cancelled token reads
+    /// nothing, is counted (`token_key`, `bad_token`) and completes with
+    /// `WcStatus::RemoteAccessError` at the reader.
+    ///
+    /// The token shares its shard's payload table (4096 entries) with write tokens
+    /// ([`Device::create_token`]) and, like them, goes when `ep` is released. The
+    /// range should not change while a read may run: a read that ran is answered from
+    /// memory as it is when the answer is sent (as a plain read).
+    ///
+    /// The zero-copy rendezvous: the sender registers its buffer as an endpoint
+    /// ([`Device::register_endpoint`]), creates a read token over it and sends the token
+    /// in a small message; the receiver reads the whole message with it straight into
+    /// its own buffer, then tells the sender, who cancels the token.
+    pub fn create_read_token(&self, ep: &Endpoint, offset: u64, len: u64) -> Result<Token, Error> {
+        if offset.checked_add(len).is_none_or(|end| end > ep.len()) {
+            return Err(Error::InvalidArgument(format!(
+                "read token range {offset}+{len} outside endpoint of {} bytes",
+                ep.len()
+            )));
+        }
+        let key = deposit_transport::connection::random_u32();
+        let id = ep.0.id;
+        Ok(self.inner.call_on(ep.0.shard, move |worker| {
+            worker.tokens.insert_read(id, offset, len, key)
+        })?)
+    }
+
+    /// Cancels a token, a write or a read one: it (and every copy) is refused from now
+    /// on (a read that already ran is still answered).
     pub fn cancel_token(&self, token: Token) -> Result<(), Error> {
         // The token is in its endpoint's shard's table (the others refuse it).
         let mut r = self
@@ -361,6 +413,32 @@ impl WorkRequest {
     ) -> Self {
         let mut w = WorkRequest::write(wr_id, local, local_offset, len, 0);
         w.wr.opcode = WrOpcode::TokenWrite { token: token.0 };
+        w
+    }
+
+    /// Reads `len` bytes at `remote_offset` of the range read token `token` names
+    /// ([`Device::create_read_token`] at the peer) into `local` at `local_offset`. One
+    /// request message whatever `len` (the token, the 64-bit offset and the reply's
+    /// control part fill its one cell); the answer comes in as many messages as it
+    /// needs and lands in `local` directly, as a [`WorkRequest::read`]'s, and the
+    /// request completes when all of it arrived. A token that is not the peer's
+    /// outstanding read token (forged key, cancelled, a write token), or bytes outside
+    /// its range, complete with `WcStatus::RemoteAccessError` and
+    /// [`Completion::remote_reason`](crate::Completion) `TokenKey`, `BadToken`,
+    /// `TokenKind` or `OutOfBounds`; nothing is written to `local`.
+    pub fn read_with_token(
+        wr_id: u64,
+        token: Token,
+        remote_offset: u64,
+        local: &Endpoint,
+        local_offset: u64,
+        len: u32,
+    ) -> Self {
+        let mut w = WorkRequest::read(wr_id, local, local_offset, len, 0);
+        w.wr.opcode = WrOpcode::TokenRead {
+            token: token.0,
+            offset: remote_offset,
+        };
         w
     }
 

@@ -15,7 +15,7 @@
 //! | operation at the receiver | needs on the bytes it touches |
 //! |---|---|
 //! | write, masked write, the data of a compound write, a payload-token deposit | `REMOTE_WRITE` |
-//! | read (the bytes read) | `REMOTE_READ` |
+//! | read, a read with a read token (the bytes read) | `REMOTE_READ` |
 //! | fetch-and-add, compare-and-swap on memory | `REMOTE_ATOMIC` |
 //! | register operations, conditionals, exceptions (no memory) | nothing |
 //!
@@ -48,7 +48,11 @@
 //! instruction takes from the message ([`crate::Operands`]) is checked as above.
 //! Memory rights apply to what an instruction touches as to any message. An isolated
 //! connection ([`crate::ConnOptions::isolated`]) refuses every message that is not an
-//! instruction pointer.
+//! instruction pointer or a token's write or read.
+//!
+//! **Tokens** ([`crate::Device::create_token`], [`crate::Device::create_read_token`])
+//! name a range of one endpoint; each use is checked against that endpoint's rights and
+//! pages as in the table above, and a token is refused for the other kind's operation.
 //!
 //! # The seed's priority queue
 //!

@@ -23,10 +23,9 @@ pub struct CompletionQueue {
 
 impl CompletionQueue {
     pub(crate) fn new(dev: Arc<DeviceInner>, depth: usize) -> Self {
-        CompletionQueue {
-            dev,
-            shared: CqShared::new(depth),
-        }
+        // Its pushes signal the device's wait fd when armed ([`crate::Device::wait_fd`]).
+        let shared = CqShared::with_wait_fd(depth, &dev.wait_fd);
+        CompletionQueue { dev, shared }
     }
 
     /// Takes up to `out.len()` completions; drives progress first in inline mode.
@@ -102,14 +101,53 @@ impl CompletionQueue {
         self.shared.capacity()
     }
 
-    /// Completions that found the queue full and waited in their connection (the
-    /// completions of failed unsignaled requests, which reserve no room): they are
-    /// reported, in order, as polling frees room.
+    /// Completions that found the queue full and waited for room, each counted (also
+    /// those that queued behind one already waiting). Only a failed unsignaled
+    /// request, which reserves no room, fills the queue past what was promised: its
+    /// completion, and those after it (signaled ones too), wait — in their
+    /// connection, or in the device once the connection is gone — and are reported,
+    /// in order, as polling frees room. Never dropped.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use deposit::{Device, DeviceConfig, Rights, WcStatus, WorkRequest};
+    /// # fn main() -> Result<(), deposit::Error> {
+    /// # let server = Device::open(DeviceConfig::new("ring:waits:a", [10, 0, 0, 1]))?;
+    /// # let client = Device::open(DeviceConfig::new("ring:waits:b", [10, 0, 0, 2]))?;
+    /// # let sep = server.alloc_endpoint(4096, Rights::REMOTE_WRITE)?;
+    /// # let scq = server.create_cq(16);
+    /// # let listener = server.listen(1, &sep, &scq)?;
+    /// # let cep = client.alloc_endpoint(4096, Rights::REMOTE_WRITE)?;
+    /// let cq = client.create_cq(2);
+    /// let conn = client.connect([10, 0, 0, 1], 1, &cep, &cq)?;
+    /// # let _accepted = listener.accept(Duration::from_secs(5))?;
+    /// // Five unsignaled writes past the end of the peer's 4096 bytes: each fails, and
+    /// // a failed request completes, signaled or not.
+    /// for id in 0..5 {
+    ///     conn.post(&WorkRequest::write_inline(id, &[1; 8], 4092)?)?;
+    /// }
+    /// // Nothing polled: two fit, and each of the other three waits.
+    /// let t0 = std::time::Instant::now();
+    /// while cq.waits() < 3 && t0.elapsed() < Duration::from_secs(5) {
+    ///     client.progress();
+    ///     server.progress();
+    /// }
+    /// assert_eq!(cq.waits(), 3);
+    /// // Polled, they all come, in order.
+    /// let got: Vec<_> =
+    ///     std::iter::from_fn(|| cq.wait_one(Duration::from_secs(1))).take(5).collect();
+    /// assert_eq!(got.iter().map(|c| c.wr_id).collect::<Vec<_>>(), [0, 1, 2, 3, 4]);
+    /// assert!(got.iter().all(|c| c.status == WcStatus::RemoteAccessError && !c.signaled));
+    /// # Ok(()) }
+    /// ```
     pub fn waits(&self) -> u64 {
         self.shared.waits.load(Ordering::Relaxed)
     }
 
-    /// Completions lost: their connection was destroyed while they waited for room.
+    /// Completions dropped: always 0 while the application holds the queue (a
+    /// completion that finds it full waits until polling makes room, also after its
+    /// connection is gone). It counts completions that waited after their connection
+    /// went and whose queue then lost every handle, which nothing could poll.
     pub fn overflows(&self) -> u64 {
         self.shared.overflows.load(Ordering::Relaxed)
     }
@@ -250,7 +288,7 @@ pub(crate) fn check_request(req: &WorkRequest) -> Result<(), Error> {
         }
         if matches!(
             wr.opcode,
-            WrOpcode::Invoke { .. } | WrOpcode::TokenWrite { .. }
+            WrOpcode::Invoke { .. } | WrOpcode::TokenWrite { .. } | WrOpcode::TokenRead { .. }
         ) && (wr.remote.compound.is_some() || wr.remote.mode_flags != 0)
         {
             // The receiver's instruction (or token) decides the operation.
@@ -343,7 +381,16 @@ impl Connection {
             .call_on(shard_of_conn(number), move |w| w.resume(number))?)
     }
 
-    /// Closes the connection: outstanding work completes as flushed, the peer is told.
+    /// Closes the connection, and tells the peer (whose outstanding requests then
+    /// complete the same way).
+    ///
+    /// Every request still outstanding completes at once on the completion queue,
+    /// signaled or not: [`WcStatus::Unacknowledged`](crate::WcStatus) when a message of
+    /// it was transmitted — the peer may have run it, wholly or in part —, and
+    /// [`WcStatus::Flushed`](crate::WcStatus) when none was (posted, not yet sent: it
+    /// certainly did not run). Those the peer had acknowledged completed already, as
+    /// usual. Later posts fail with [`Error::NotConnected`]. Keep the completion
+    /// queue to poll them: they wait there (never dropped) however full it is.
     pub fn close(&self) {
         let number = self.shared.number;
         let _ = self
@@ -354,7 +401,10 @@ impl Connection {
 
 impl Drop for Connection {
     fn drop(&mut self) {
-        if matches!(self.shared.state(), ConnState::Normal | ConnState::Error) {
+        if matches!(
+            self.shared.state(),
+            ConnState::Normal | ConnState::Exceptioned | ConnState::Error
+        ) {
             self.close();
         }
     }

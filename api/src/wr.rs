@@ -18,7 +18,16 @@
 //! ```
 //!
 //! Register names: `0..=127` are the connection's register window at the receiver,
-//! [`global`]`(n)` the target endpoint's global register `n`.
+//! [`global`]`(n)` (`128 + n`, `n` from 0 to 127) the target endpoint's global
+//! register `n`.
+//!
+//! Byte order: the values a work request carries — operands, the addend and the
+//! compare and swap values of atomics, register values — are plain integers of the
+//! poster's (the wire carries them big-endian; nothing to convert). An atomic acts on
+//! the 8-byte word in the target endpoint as the target's CPU reads it (its native
+//! order, little-endian on x86-64 and arm64), and the old value it returns lands in the
+//! result range as 8 little-endian bytes: on those hosts, a native `u64`
+//! ([`Endpoint::load_u64`](crate::Endpoint::load_u64) reads it).
 
 use deposit_transport::connection::{Remote, Source, Wqe as Wr, WrOpcode, WR_SIGNALED};
 use deposit_transport::wire::cell::{flags, AddrMode};
@@ -28,8 +37,22 @@ pub use deposit_transport::wire::compound::{Cond, Order, RegOp};
 
 use crate::{Endpoint, Error};
 
-/// The name of global register `n` of the target endpoint (`n < 127`).
+/// The name of global register `n` of the target endpoint: `128 + n`, for `n` from 0
+/// to 127 (the names 128 to 255; which of them exist is the window
+/// [`Endpoint::set_global_registers`](crate::Endpoint::set_global_registers) gave).
+/// Panics for `n` > 127 (a compile error in a constant).
+///
+/// ```
+/// assert_eq!(deposit::global(0), 128);
+/// assert_eq!(deposit::global(127), 255);
+/// ```
+///
+/// ```should_panic
+/// let n = std::hint::black_box(128);
+/// deposit::global(n); // no such name
+/// ```
 pub const fn global(n: u8) -> u8 {
+    assert!(n < 128, "global register names reach registers 0 to 127");
     128 + n
 }
 
@@ -149,6 +172,13 @@ pub struct WorkRequest {
     compound: Option<CompoundRepr>,
 }
 
+impl WorkRequest {
+    /// A work request the transport's own layers built (the tagged layer's).
+    pub(crate) fn from_wqe(wr: Wr) -> WorkRequest {
+        WorkRequest { wr, compound: None }
+    }
+}
+
 fn endpoint_source(ep: &Endpoint, offset: u64) -> Source {
     Source::Endpoint {
         id: ep.0.id,
@@ -232,8 +262,9 @@ impl WorkRequest {
     }
 
     /// Fetch-and-add on the 8-byte remote word at `remote_offset` (8-aligned, remote
-    /// atomic rights); the old value lands in `result` at `result_offset` (8 bytes,
-    /// native order).
+    /// atomic rights), wrapping; the old value lands in `result` at `result_offset`
+    /// (8 bytes, little-endian: a native `u64` on x86-64 and arm64; byte order in
+    /// the module documentation).
     pub fn fetch_add(
         wr_id: u64,
         result: &Endpoint,
@@ -247,8 +278,10 @@ impl WorkRequest {
         w
     }
 
-    /// Compare-and-swap on the 8-byte remote word at `remote_offset`: stores `swap` if
-    /// it holds `compare`; the old value lands in `result` at `result_offset`.
+    /// Compare-and-swap on the 8-byte remote word at `remote_offset` (8-aligned,
+    /// remote atomic rights): stores `swap` if it holds `compare`; the old value lands
+    /// in `result` at `result_offset` (8 bytes, little-endian, as
+    /// [`WorkRequest::fetch_add`]'s).
     pub fn cmp_swap(
         wr_id: u64,
         result: &Endpoint,
@@ -295,7 +328,12 @@ impl WorkRequest {
         (&mut self.wr.remote, &mut self.compound)
     }
 
-    /// Ask for a completion on success too (errors always complete).
+    /// Ask for a completion on success too. A request that fails always completes,
+    /// signaled or not (as in verbs), also when its connection closes or fails before
+    /// it completed ([`WcStatus::Flushed`](crate::WcStatus),
+    /// [`WcStatus::Unacknowledged`](crate::WcStatus)); an unsignaled one reserves no
+    /// room in the completion queue, and its completion waits for room there if it
+    /// must ([`CompletionQueue::waits`](crate::CompletionQueue::waits)).
     pub fn signaled(mut self) -> Self {
         self.wr.flags |= WR_SIGNALED;
         self

@@ -127,7 +127,9 @@ pub struct ConnectOptions {
     /// The instruction window the peer's instruction pointers name (from
     /// `Node::instructions`; empty: none).
     pub instructions: RegWindow,
-    /// Isolation mode: only instruction-pointer messages are taken from the peer.
+    /// Isolation mode: only instruction-pointer messages and payload-token writes and
+    /// reads are taken from the peer (they name none of this side's registers or
+    /// addresses; a token is a capability this node handed out).
     pub isolated: bool,
     /// Messages kept when they arrive ahead of a gap (selective repeat; at most
     /// `reliability::SACK_BITS`; 0: refused, the sender goes back to the gap).

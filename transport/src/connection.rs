@@ -24,30 +24,67 @@ use crate::submit::SubmitRing;
 use crate::tables::{EndpointId, NodeId};
 
 /// Status of a completed work request (verbs names where the idea is the same).
+///
+/// A request that fails always completes, signaled or not (as in verbs): an unsignaled
+/// request completes only when it fails, and its completion is never dropped — one
+/// that finds the completion queue full waits (in its connection, or in the node once
+/// the connection is gone) until polling makes room.
+///
+/// When a connection closes (this side's close, or the peer's) or fails, every
+/// request still outstanding on it completes: those the peer had acknowledged (and,
+/// for reads and atomics, answered) as usual, and those it had refused with their
+/// error; on a failure, the oldest one with the failure's status (`RetryExceeded`,
+/// `RnrRetryExceeded`); every other one `Unacknowledged` when it was transmitted and
+/// `Flushed` when it never was.
+///
+/// The `u8` value of each status is its code in the C ABI (`DD_WC_*`); a new status
+/// takes the next value, existing ones never move.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
 pub enum WcStatus {
     Success = 0,
-    /// Local source range outside its endpoint.
-    LocalProtectionError,
+    /// A local range (the source of a write, the result range of a read or atomic)
+    /// lies outside its endpoint. Nothing was sent.
+    LocalProtectionError = 1,
     /// Bounds or rights violation at the receiver.
-    RemoteAccessError,
+    RemoteAccessError = 2,
     /// The receiver could not execute the operation (unknown opcode, bad length, bad
     /// check byte).
-    RemoteOperationError,
+    RemoteOperationError = 3,
     /// The receiver refused the request as malformed.
-    RemoteInvalidRequest,
+    RemoteInvalidRequest = 4,
     /// The receiver hit a fault its host must repair (page not present).
-    RemotePageFault,
-    /// No acknowledgement after the configured number of retransmissions.
-    RetryExceeded,
-    /// The connection went to error or was closed before this request ran.
-    Flushed,
-    /// The request does not fit what the connection can carry (e.g. an indirectly
-    /// addressed write larger than one message).
-    LocalLengthError,
-    /// The receiver stayed not ready (exceptioned) past the RNR retry limit.
-    RnrRetryExceeded,
+    RemotePageFault = 5,
+    /// No acknowledgement after the configured number of retransmissions (the oldest
+    /// outstanding request of a connection that failed so; its peer may or may not
+    /// have run it). Also a connection whose peer left its liveness probes unanswered.
+    RetryExceeded = 6,
+    /// The request certainly did not run at the peer: no message of it was ever
+    /// transmitted. The connection closed or failed first, or the post raced the close
+    /// (the worker took it after the connection was gone). Posting it again on a new
+    /// connection runs it once.
+    Flushed = 7,
+    /// The request does not fit in what one message of the connection carries, and it
+    /// must travel as one message: a write with register operations or a conditional
+    /// (its compound descriptor, 8 bytes, goes in its first message), an
+    /// instruction-pointer invoke or a payload-token deposit whose data, with the 8
+    /// bytes of register names or token ahead of it, is longer than one message of the
+    /// connection (the device's `segment_max`, less 48 bytes on a secure connection,
+    /// less again when the peer's frames are smaller). Nothing was sent. (Plain writes
+    /// and sends, in any address mode, and reads of any length are split into as many
+    /// messages as they need.)
+    LocalLengthError = 8,
+    /// The receiver stayed not ready (exceptioned) past the RNR retry limit (the oldest
+    /// outstanding request of the connection, which failed so).
+    RnrRetryExceeded = 9,
+    /// The request was transmitted, but the connection closed or failed before its
+    /// completion came (the peer's acknowledgement and, for a read or an atomic, its
+    /// answer): it may have run at the peer — wholly or, a request of several messages,
+    /// in part — or not; a read's or atomic's result range may hold all, part or none
+    /// of the answer. verbs' flush error leaves this unknown; this status says so,
+    /// where `Flushed` says the request never left. Find out from the peer's memory,
+    /// or make the request idempotent, before posting it again.
+    Unacknowledged = 10,
 }
 
 impl WcStatus {
@@ -92,6 +129,10 @@ pub enum WrOpcode {
     Invoke { ip: u32, mask: u8, returns: bool },
     /// Deposit `len` bytes from the source into the buffer payload token `token` names.
     TokenWrite { token: u64 },
+    /// Read `len` bytes at `offset` of the range read token `token` names into the
+    /// local result range (one request message, `op::TOKEN_READ`; the answer comes as a
+    /// `Read`'s does, in as many messages as it needs).
+    TokenRead { token: u64, offset: u64 },
     /// Internal: the reply to a peer's read or atomic (never posted by applications).
     Reply {
         /// The peer's request sequence number.
@@ -105,6 +146,7 @@ impl WrOpcode {
         matches!(
             self,
             WrOpcode::Read
+                | WrOpcode::TokenRead { .. }
                 | WrOpcode::FetchAdd { .. }
                 | WrOpcode::CmpSwap { .. }
                 | WrOpcode::Invoke { returns: true, .. }
@@ -223,22 +265,27 @@ impl Completion {
 ///
 /// No completion is ever dropped for lack of room: a signaled request reserves its slot
 /// when it is posted ([`CqShared::reserve_n`]; posting fails with a clear error when the
-/// queue has no room left), and the completions of failed unsignaled requests, which
-/// reserve nothing, wait in their connection until the application polls
-/// ([`ConnContext::unreported`]).
+/// queue has no room left), and a completion that finds the queue full (those of failed
+/// unsignaled requests reserve nothing, and take slots signaled ones were promised)
+/// waits in its connection until the application polls ([`ConnContext::unreported`]),
+/// or, once the connection is gone, in its node (`Node::stranded`).
 pub struct CqShared {
     queue: ArrayQueue<Completion>,
     /// Slots promised to signaled requests posted and not yet polled. Written by the
     /// application's threads only: on a line of its own, so that those writes do not
     /// take from the worker the line of the queue it pushes into.
     reserved: crossbeam::utils::CachePadded<AtomicUsize>,
-    /// Completions that waited in their connection because the queue was full.
+    /// Completions that found the queue full and waited for room (each one counted,
+    /// also those that queued behind one already waiting).
     pub waits: AtomicU64,
-    /// Completions lost: their connection was destroyed while they waited for room, or
-    /// a post raced its close and found the queue full.
+    /// Completions dropped because nothing could poll them any more: they waited for
+    /// room after their connection was gone, and every handle of the queue went too.
+    /// (While the application holds the queue, none is dropped.)
     pub overflows: AtomicU64,
     /// Where the application sleeps while the queue is empty ([`CqShared::wait_pop`]).
     wake: crate::wake::Wake,
+    /// The device's wait fd, signalled at a push when armed ([`CqShared::with_wait_fd`]).
+    wait_fd: Option<Arc<crate::wake::WaitFd>>,
 }
 
 impl CqShared {
@@ -249,7 +296,17 @@ impl CqShared {
             waits: AtomicU64::new(0),
             overflows: AtomicU64::new(0),
             wake: crate::wake::Wake::new(),
+            wait_fd: None,
         })
+    }
+
+    /// [`CqShared::new`] for a queue whose pushes signal `fd` when it is armed (and
+    /// which `fd` watches: [`crate::wake::WaitFd`]).
+    pub fn with_wait_fd(depth: usize, fd: &Arc<crate::wake::WaitFd>) -> Arc<CqShared> {
+        let mut cq = CqShared::new(depth);
+        Arc::get_mut(&mut cq).expect("a new queue").wait_fd = Some(fd.clone());
+        fd.watch(&cq);
+        cq
     }
 
     /// Entries the queue holds.
@@ -285,15 +342,10 @@ impl CqShared {
     pub fn push(&self, c: Completion) -> Result<(), Completion> {
         self.queue.push(c)?;
         self.wake.notify();
-        Ok(())
-    }
-
-    /// The last chance of a completion whose connection is gone (it cannot wait there
-    /// for room): queued, or counted in [`CqShared::overflows`] when the queue is full.
-    pub fn push_or_lose(&self, c: Completion) {
-        if self.push(c).is_err() {
-            self.overflows.fetch_add(1, Ordering::Relaxed);
+        if let Some(fd) = &self.wait_fd {
+            fd.notify();
         }
+        Ok(())
     }
 
     /// Whether no completion is queued (two plain loads, no fence).
@@ -530,7 +582,8 @@ pub struct ConnContext {
     pub report_traps: bool,
     /// The instruction window the peer's instruction pointers name.
     pub instructions: crate::tables::RegWindow,
-    /// Isolation mode: every message that is not an instruction pointer is refused.
+    /// Isolation mode: every message that is not an instruction pointer or a payload
+    /// token's write or read is refused (`Trap::Isolated`).
     pub isolated: bool,
     /// The message a fault keeps (state Exceptioned).
     pub held: Option<Box<Held>>,

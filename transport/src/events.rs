@@ -80,9 +80,18 @@ impl EventRing {
         !self.queue.is_full()
     }
 
-    /// Queues an event and wakes a blocked waiter; gives it back when full.
+    /// Queues an event and wakes a blocked waiter (and the device's wait fd, when
+    /// armed); gives it back when full.
     pub fn push(&self, e: Event) -> Result<(), Event> {
         self.queue.push(e)
+    }
+
+    /// Makes every later push signal `fd` when it is armed, and `fd` watch this queue
+    /// ([`crate::wake::WaitFd`]).
+    pub fn signal_to(self: &std::sync::Arc<Self>, fd: &std::sync::Arc<crate::wake::WaitFd>) {
+        if self.queue.attach_wait_fd(fd) {
+            fd.watch(self);
+        }
     }
 
     /// Takes the next event, if any.
@@ -107,6 +116,12 @@ impl EventRing {
     /// instead, see `deposit::EventQueue::wait`).
     pub fn wait(&self, timeout: Duration) -> Option<Event> {
         self.queue.wait_pop(Instant::now() + timeout)
+    }
+}
+
+impl crate::wake::Ready for EventRing {
+    fn is_ready(&self) -> bool {
+        !self.queue.is_empty()
     }
 }
 

@@ -34,6 +34,7 @@ pub mod secure;
 pub mod sim;
 pub mod submit;
 pub mod tables;
+pub mod tagged;
 pub mod tlb;
 pub mod wake;
 pub mod wire;

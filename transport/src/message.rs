@@ -15,12 +15,14 @@
 //! WRITE         data bytes of this segment
 //! WRITE_MASKED  the 32-byte block
 //! READ          the control part (16 B) of the reply write the receiver sends back
+//! TOKEN_READ    the read token (8 B, BE), the offset in its range (8 B, BE), then the
+//!               reply write's control part as READ's (16 B): one cell in all
 //! FETCH_ADD     add value (u64, BE)
 //! CMP_SWAP      compare (u64, BE), swap (u64, BE)
 //! REG_OP, EXCEPTION  nothing more
 //! reply         the read data segment, or the old value of an atomic (8 B, LE)
 //! ```
-//! A reply's control part is the one the requester sent (READ) or a WRITE of 8 bytes
+//! A reply's control part is the one the requester sent (READ, TOKEN_READ) or a WRITE of 8 bytes
 //! (atomics), with the REPLY flag, `index` = the request's sequence number and
 //! `operand` = the byte offset of this segment within the result.
 
@@ -71,6 +73,7 @@ fn body_len(wr: &Wqe, seg_len: u32) -> u32 {
         WrOpcode::Invoke { .. } if invoke_names_registers(wr) => PREFIX_LEN + seg_len,
         WrOpcode::Invoke { .. } => seg_len,
         WrOpcode::TokenWrite { .. } => PREFIX_LEN + seg_len,
+        WrOpcode::TokenRead { .. } => crate::oplogic::TOKEN_READ_LEN as u32,
     }
 }
 
@@ -173,6 +176,14 @@ fn set_opcode(c: &mut ControlRepr, wr: &Wqe, last: bool, seg_off: u32) {
         WrOpcode::TokenWrite { .. } => {
             c.flags = flags::LAST;
             op::TOKEN_WRITE
+        }
+        WrOpcode::TokenRead { .. } => {
+            // The token, offset and reply control part travel in the payload; nothing
+            // else of the control part is used.
+            c.flags = flags::LAST;
+            c.operand = 0;
+            c.index = 0;
+            op::TOKEN_READ
         }
         WrOpcode::Reply { request } => {
             c.flags = flags::REPLY | last_flag(last);
@@ -288,6 +299,12 @@ pub fn fill_payload(
         }
         WrOpcode::Read => {
             let mut p = ControlPacket::new_unchecked(&mut body[..wire::CONTROL_LEN]);
+            read_reply_control(wr.len).emit(&mut p);
+        }
+        WrOpcode::TokenRead { token, offset } => {
+            body[..8].copy_from_slice(&token.to_be_bytes());
+            body[8..16].copy_from_slice(&offset.to_be_bytes());
+            let mut p = ControlPacket::new_unchecked(&mut body[16..16 + wire::CONTROL_LEN]);
             read_reply_control(wr.len).emit(&mut p);
         }
         WrOpcode::FetchAdd { add } => body[..8].copy_from_slice(&add.to_be_bytes()),

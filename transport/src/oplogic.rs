@@ -15,9 +15,10 @@
 //! connection's register window and the endpoint, calls [`plan`], checks it has room for
 //! the event and the reply, then [`commit`]s, posts the event and sends the reply.
 //!
-//! Two operations keep their own plan and commit: a deposit with a payload token
+//! Three operations keep their own plan and commit: a deposit with a payload token
 //! ([`plan_token`], [`commit_token`]: the target is the buffer the token names, not the
-//! connection's endpoint), and a reply to one of our reads or atomics ([`plan_reply`],
+//! connection's endpoint), a read with a read token ([`plan_token_read`]: checked as a
+//! read of the token's endpoint, answered as one; nothing to commit), and a reply to one of our reads or atomics ([`plan_reply`],
 //! [`commit_reply`]: placed in the request's result range). What a committed read or
 //! atomic sends back is [`reply_request`]; a read's answer is built from endpoint
 //! memory when sent, so later stores into its range wait ([`ReadReplies`]) until the
@@ -48,7 +49,10 @@ pub use sequence::{
     commit_sequence, invoke_regs, plan_invoke, plan_invoke_one, Code, SeqPlan, INVOKE_REGS_LEN,
     MAX_SEQUENCE,
 };
-pub use token::{commit_token, plan_token, TokenEvent, TokenPlan, TokenTrap, TOKEN_LEN};
+pub use token::{
+    commit_token, plan_token, plan_token_read, TokenEvent, TokenPlan, TokenReadPlan, TokenTrap,
+    TOKEN_LEN, TOKEN_READ_LEN,
+};
 pub use trap::{DropReason, Nak, RemoteStatus, Trap};
 
 #[cfg(test)]

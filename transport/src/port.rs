@@ -217,6 +217,13 @@ impl Port {
         }
     }
 
+    /// The doorbells of this handle's receive queues (none but on ring ports), for a
+    /// thread that sleeps for the owner without holding the handle (an inline device's
+    /// wait-fd helper: [`Doorbell::set_sleeping`] around its sleep).
+    pub fn doorbells(&self) -> Vec<std::sync::Arc<Doorbell>> {
+        self.own_bells().to_vec()
+    }
+
     /// The owner of this handle's queues is going to sleep (true) or awake (false).
     pub fn set_sleeping(&self, sleeping: bool) {
         for b in self.own_bells() {

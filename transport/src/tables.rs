@@ -22,7 +22,7 @@ mod tokens;
 
 pub use instructions::{InstructionMemory, Operands, StoredInstruction, GLOBAL_IP, REG_OPERANDS};
 pub use registers::{RegProt, RegWindow, RegisterFile};
-pub use tokens::{PayloadTable, Token, TokenEntry, TokenMatch};
+pub use tokens::{PayloadTable, Token, TokenEntry, TokenKind, TokenMatch};
 
 use std::collections::HashMap;
 use std::net::Ipv4Addr;

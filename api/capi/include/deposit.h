@@ -72,8 +72,222 @@
 // A sender may use it as an address, and post-increment it, without learning it.
 #define DD_REG_INDIRECT 4
 
+// The last global register a name reaches (`dd_global`).
+#define DD_GLOBAL_MAX 127
+
 // A completion's status: success.
 #define DD_WC_SUCCESS 0
+
+// A local range (the source of a write, where a read or atomic puts its answer) is
+// outside its endpoint. Nothing was sent.
+#define DD_WC_LOCAL_PROTECTION_ERROR 1
+
+// The receiver refused it: bounds, rights, register protection or name, a refused
+// forced interrupt (`remote_reason` says which).
+#define DD_WC_REMOTE_ACCESS_ERROR 2
+
+// The receiver could not execute it: unknown opcode, bad length, check byte,
+// compound descriptor or flags.
+#define DD_WC_REMOTE_OPERATION_ERROR 3
+
+// The receiver refused it as malformed (a payload shorter than its length, a
+// misaligned atomic).
+#define DD_WC_REMOTE_INVALID_REQUEST 4
+
+// The receiver hit a fault its host must repair (page not present).
+#define DD_WC_REMOTE_PAGE_FAULT 5
+
+// No acknowledgement after the configured retransmissions: the connection failed
+// (this is its oldest outstanding request; the peer may or may not have run it).
+#define DD_WC_RETRY_EXCEEDED 6
+
+// Certainly not run: the connection closed or failed before any message of the
+// request was transmitted. Posting it again on a new connection runs it once.
+#define DD_WC_FLUSHED 7
+
+// It must travel as one message and does not fit in one: a write with register
+// operations or a conditional, an invoke or a token deposit longer than
+// `dd_device_segment_max` less 8 bytes (less 48 more on a secure connection). Nothing
+// was sent. Plain writes and sends of any length, in any address mode, are split.
+#define DD_WC_LOCAL_LENGTH_ERROR 8
+
+// The receiver stayed not ready (a fault its host did not repair) past the RNR retry
+// limit: the connection failed (this is its oldest outstanding request).
+#define DD_WC_RNR_RETRY_EXCEEDED 9
+
+// Transmitted, but the connection closed or failed before its completion came (the
+// peer's acknowledgement, and a read's or atomic's answer): it may have run at the
+// peer, wholly or in part (a request of several messages), or not, and a read's or
+// atomic's local range may hold all, part or none of the answer. (`DD_WC_FLUSHED`
+// says it never left.)
+#define DD_WC_UNACKNOWLEDGED 10
+
+// No reason given (`dd_completion.remote_reason` of a request the peer did not refuse).
+#define DD_DROP_NONE -1
+
+// Frame CRC32C mismatch.
+#define DD_DROP_BAD_CRC 0
+
+// Control-part check byte mismatch.
+#define DD_DROP_BAD_CHECK 1
+
+// Frame or cell shorter than its headers say.
+#define DD_DROP_TRUNCATED 2
+
+// Not addressed to this node / not our protocol.
+#define DD_DROP_NOT_OURS 3
+
+// Unsupported transport version.
+#define DD_DROP_BAD_VERSION 4
+
+// No such connection.
+#define DD_DROP_UNKNOWN_CONNECTION 5
+
+// Connection key mismatch.
+#define DD_DROP_WRONG_KEY 6
+
+// Sequence number outside the receive window.
+#define DD_DROP_OUT_OF_SEQUENCE 7
+
+// Unknown opcode.
+#define DD_DROP_UNKNOWN_OPCODE 8
+
+// Outside the endpoint.
+#define DD_DROP_OUT_OF_BOUNDS 9
+
+// Endpoint or page rights refuse the access.
+#define DD_DROP_ACCESS_DENIED 10
+
+// Page not present.
+#define DD_DROP_PAGE_NOT_PRESENT 11
+
+// Length not valid for the opcode.
+#define DD_DROP_BAD_LENGTH 12
+
+// No receive buffer (mbuf) available.
+#define DD_DROP_NO_BUFFER 13
+
+// Register name outside the window or the global registers.
+#define DD_DROP_BAD_REGISTER 14
+
+// Register protection refuses the use.
+#define DD_DROP_REGISTER_PROTECTION 15
+
+// Misaligned atomic.
+#define DD_DROP_MISALIGNED 16
+
+// Sender-forced interrupt refused.
+#define DD_DROP_FORCED_INTERRUPT_REFUSED 17
+
+// Bad compound descriptor.
+#define DD_DROP_BAD_COMPOUND 18
+
+// Control flags not valid for the opcode.
+#define DD_DROP_BAD_FLAGS 19
+
+// A message held because the endpoint's event queue was full (fault).
+#define DD_DROP_EVENT_QUEUE_FULL 20
+
+// A reply that matches no outstanding read or atomic of ours.
+#define DD_DROP_BAD_REPLY 21
+
+// A message that is not an instruction pointer or a token's write or read on a
+// connection in isolation mode.
+#define DD_DROP_ISOLATED 22
+
+// An instruction pointer outside the instruction window or global table.
+#define DD_DROP_INSTRUCTION_WINDOW 23
+
+// An instruction pointer to an instruction that is not an entry point.
+#define DD_DROP_NOT_ENTRY_POINT 24
+
+// An instruction slot not loaded (fault).
+#define DD_DROP_INSTRUCTION_NOT_LOADED 25
+
+// An instruction chain beyond the sequencer's bounds.
+#define DD_DROP_SEQUENCE_BOUNDS 26
+
+// A global instruction using a receiver-supplied operand.
+#define DD_DROP_GLOBAL_OPERANDS 27
+
+// A payload token that is not outstanding.
+#define DD_DROP_BAD_TOKEN 28
+
+// A payload token with a wrong key (payload dropped, nothing read).
+#define DD_DROP_TOKEN_KEY 29
+
+// A later segment of a work request whose first segment did not run.
+#define DD_DROP_ORPHAN_SEGMENT 30
+
+// A connection request left unanswered: the listener's accept queue is full (the
+// requester retries, as a TCP client does when its SYN meets a full backlog).
+#define DD_DROP_BACKLOG_FULL 31
+
+// A connection request whose cookie is not the listener's (forged, or older than two
+// CM timeouts): challenged anew, nothing made.
+#define DD_DROP_BAD_COOKIE 32
+
+// A connection request over the rate allowed to its source, or a first request over
+// the node's rate of challenges: left unanswered (the requester retries).
+#define DD_DROP_CM_RATE_LIMITED 33
+
+// A plain section on a secure connection, or a sealed one on a plain connection.
+#define DD_DROP_NOT_SEALED 34
+
+// A sealed section whose authentication tag does not verify under the connection's
+// keys (forged or modified), or whose key generation is unknown.
+#define DD_DROP_AUTH_FAILED 35
+
+// A sealed section whose packet number was already taken or is older than the replay
+// window (a replay).
+#define DD_DROP_REPLAYED 36
+
+// A connection request for a service nobody listens on (refused).
+#define DD_DROP_NO_LISTENER 37
+
+// A connection request refused for want of resources at the listener (the connection
+// limit, a register window, the key agreement).
+#define DD_DROP_CM_RESOURCES 38
+
+// A message of a connection whose held message waits for the host's repair
+// (exceptioned): not run; the sender is told again and resends after the resume.
+#define DD_DROP_HELD_BACK 39
+
+// A connection-management message whose tag or MAC does not verify: a forged or
+// modified handshake, reply, REJECT or disconnect (the handshake).
+#define DD_DROP_CM_FORGED 40
+
+// A listener's challenge naming another identity key than the one pinned for it.
+#define DD_DROP_PEER_KEY 41
+
+// A connection request from an identity key the listener does not authorise.
+#define DD_DROP_UNAUTHORIZED 42
+
+// A connection request over its source's cap on connections, or on handshakes not yet
+// finished (the device's CM limits).
+#define DD_DROP_SOURCE_CAP 43
+
+// A valid payload token of the other kind: a read token named by a write, or a write
+// token by a read (wire version 14).
+#define DD_DROP_TOKEN_KIND 44
+
+// Executed (not the status of a trap).
+#define DD_REMOTE_STATUS_OK 0
+
+// Bounds, rights or register protection, a bad register name, a refused forced
+// interrupt (the sender gets `DD_WC_REMOTE_ACCESS_ERROR`).
+#define DD_REMOTE_STATUS_ACCESS_ERROR 1
+
+// Unknown opcode, bad length, check byte, compound descriptor or flags
+// (`DD_WC_REMOTE_OPERATION_ERROR`).
+#define DD_REMOTE_STATUS_OPERATION_ERROR 2
+
+// A malformed message (`DD_WC_REMOTE_INVALID_REQUEST`).
+#define DD_REMOTE_STATUS_INVALID_REQUEST 3
+
+// A fault the receiving host must repair (page not present; the sender is told to
+// wait, and gets `DD_WC_RNR_RETRY_EXCEEDED` if the repair does not come).
+#define DD_REMOTE_STATUS_PAGE_FAULT 4
 
 // Bytes of a pre-shared key.
 #define DD_PSK_LEN 32
@@ -112,11 +326,15 @@
 // Read `length` remote bytes into `local` at `local_offset`.
 #define DD_OP_READ 4
 
-// Fetch-and-add `add` on the remote 8-byte word; the old value to `local` at
-// `local_offset`.
+// Fetch-and-add `add` on the remote 8-byte word (8-aligned, wrapping); the old value
+// to `local` at `local_offset`. Byte order: `add` is a plain `uint64_t` (the library
+// converts for the wire); the remote word is read and written in the target host's
+// native order (little-endian on x86-64 and arm64); the old value lands as 8
+// little-endian bytes (a native `uint64_t` there: `dd_endpoint_load_u64` reads it).
 #define DD_OP_FETCH_ADD 5
 
-// Compare-and-swap (`compare`, `swap`) on the remote word; the old value to `local`.
+// Compare-and-swap (`compare`, `swap`) on the remote 8-byte word (8-aligned); the old
+// value to `local` at `local_offset`. Byte order as `DD_OP_FETCH_ADD`'s.
 #define DD_OP_CMP_SWAP 6
 
 // Register operations (and conditional) only, no memory.
@@ -142,10 +360,28 @@
 // Deposit `length` bytes of `local` with payload token `token`.
 #define DD_OP_WRITE_TOKEN 13
 
-// `dd_wr.flags`: ask for a completion.
+// Read `length` bytes at offset `token_offset` (64 bits) of the range the peer's read
+// token `token` names (`dd_create_read_token` at the peer) into `local` at
+// `local_offset`: one request message whatever the length, the answer placed in
+// `local` as a `DD_OP_READ`'s, in as many messages as it needs. Takes no addressing
+// (`addr` zero, no `DD_WR_OPERAND`/`DD_WR_NAMES`); `remote_offset` is ignored. A
+// token that is not the peer's outstanding read token (a forged key, a cancelled
+// token, a write token) or bytes outside its range complete with
+// `DD_WC_REMOTE_ACCESS_ERROR` and `remote_reason` `token_key`, `bad_token`,
+// `token_kind` or `out_of_bounds` (`dd_drop_reason_str`); nothing is written to
+// `local`. Works on isolated connections too.
+#define DD_OP_READ_TOKEN 14
+
+// `dd_wr.flags`: ask for a completion on success too. A request that fails always
+// completes, signaled or not, as in verbs — also when its connection closes first
+// (`DD_WC_FLUSHED`, `DD_WC_UNACKNOWLEDGED`). An unsignaled one reserves no room in
+// the completion queue: its completion, if it fails, waits for room there (never
+// dropped) until polling makes some.
 #define DD_WR_SIGNALED 1
 
-// `dd_wr.flags`: the operand is `addr.operand` (after the address mode).
+// `dd_wr.flags`: the message's operand is `addr.operand`, not `remote_offset` (see
+// `dd_wr.remote_offset`). In the direct mode the operand is the remote offset, so
+// with this flag the request goes to `addr.operand`.
 #define DD_WR_OPERAND 2
 
 // `dd_wr.flags`: the register names are `addr.names` (after the address mode and
@@ -194,6 +430,44 @@
 
 #define DD_EVENT_TOKEN 3
 
+// Send and receive flag: a tagged message (`FI_TAGGED`); untagged ones (`FI_MSG`)
+// match untagged receives only.
+#define DD_MB_TAGGED 1
+
+// Send flag: `imm` is the sender's immediate data (delivered with the receive's
+// completion, `DD_MB_DATA` in its flags).
+#define DD_MB_DATA 2
+
+// Send flag: copy the bytes before returning (the buffer is free at once).
+#define DD_MB_INJECT 4
+
+// A receive's or probe's source: any peer.
+#define DD_MB_ANY_SOURCE UINT32_MAX
+
+// A completion's operation.
+#define DD_MB_OP_SEND 0
+
+#define DD_MB_OP_RECV 1
+
+// Completion status: the whole message.
+#define DD_MB_SUCCESS 0
+
+// The message was longer than the receive's buffer: `len` bytes landed, `olen` says
+// how long it was.
+#define DD_MB_TRUNCATED 1
+
+// The receive was cancelled before a message took it.
+#define DD_MB_CANCELLED 2
+
+// The peer could not be reached (`dd_mailbox_peer_error` says why).
+#define DD_MB_UNREACHABLE 3
+
+// The transport failed the transfer: `wc_status` is its `DD_WC_*` status.
+#define DD_MB_TRANSPORT 4
+
+// The receiver refused the message (its read of it failed).
+#define DD_MB_REFUSED 5
+
 // A connection (a queue pair).
 struct dd_conn;
 
@@ -216,27 +490,35 @@ struct dd_instr_window;
 // A listener for connections to one service.
 struct dd_listener;
 
-// How to open a device. `dd_device_config_init` fills the defaults; 0 in a numeric
-// field means the default, NULL in a path none.
+// A mailbox (`dd_mailbox_open`); used from one thread at a time.
+struct dd_mailbox;
+
+// How to open a device. `dd_device_config_init` fills the defaults (it says which);
+// 0 in a numeric field means the default, NULL in a path none.
 struct dd_device_config {
   // Port spec: `ring`, `ring:NAME:a|b`, `null`, `memif:PATH:server|client`,
   // `af_packet:IF`, `af_xdp:IF`, a PCI address.
   const char *port;
-  // This node's IPv4 address.
+  // This node's IPv4 address, in address order: 10.0.0.1 is `{10, 0, 0, 1}` (network
+  // byte order, the bytes of a `struct in_addr`).
   uint8_t ip[4];
-  // `DD_PROGRESS_INLINE` or `DD_PROGRESS_DEDICATED`.
+  // `DD_PROGRESS_INLINE` (the default: the application's calls drive the device,
+  // which has no thread of its own) or `DD_PROGRESS_DEDICATED`.
   uint32_t progress;
-  // Worker shards (1 to 64).
+  // Worker shards (1 to 64; default 1, or `DEPOSIT_WORKERS` from the environment).
   uint32_t workers;
   // Largest frame on the port (0: the port's largest, jumbo where it allows).
   uint32_t max_frame;
-  // Connection-management timeout in milliseconds.
+  // Connection-management timeout in milliseconds: how long `dd_connect` waits for
+  // the listener (with retries), a close for the peer's answer (default 5000).
   uint32_t cm_timeout_ms;
-  // Most connections.
+  // Most connections of each worker shard, connecting, up or closing (default
+  // 4096); beyond it `dd_connect` fails (`DD_ERR_CM`) and listeners refuse.
   uint32_t max_connections;
-  // Retransmission timeout (the adaptive one's ceiling) in microseconds.
+  // Retransmission timeout (the adaptive one's ceiling) in microseconds (default
+  // 20000).
   uint32_t retry_timeout_us;
-  // Retransmissions of the same data before a connection fails.
+  // Retransmissions of the same data before a connection fails (default 7).
   uint32_t retry_count;
   // Inline progress: a thread of the device's own takes a turn whenever no call has
   // taken one for this many microseconds, so that acknowledgements owed,
@@ -263,12 +545,14 @@ struct dd_regwin {
   uint32_t len;
 };
 
-// One completion.
+// One completion: of every signaled request, and of every request that failed,
+// signaled or not (see `DD_WR_SIGNALED`).
 struct dd_completion {
   uint64_t wr_id;
-  // `DD_WC_SUCCESS` or an error status (`dd_wc_status_str` names it).
+  // `DD_WC_SUCCESS` or an error status, `DD_WC_*` (`dd_wc_status_str` names it).
   int32_t status;
-  // The refusal reason the peer gave (`dd_drop_reason_str`), or -1.
+  // With a `DD_WC_REMOTE_*` status, the refusal reason the peer gave, `DD_DROP_*`
+  // (`dd_drop_reason_str` names it); else `DD_DROP_NONE` (-1).
   int32_t remote_reason;
   // The operation (`DD_OP_*`: inline writes and sends complete as `DD_OP_WRITE`,
   // inline invokes as `DD_OP_INVOKE`).
@@ -277,6 +561,8 @@ struct dd_completion {
   // This side's number of the connection, and the peer's.
   uint32_t conn;
   uint32_t peer_conn;
+  // Whether the request had `DD_WR_SIGNALED` (an unsignaled one completes only when
+  // it failed).
   bool signaled;
 };
 
@@ -286,7 +572,8 @@ struct dd_conn_options {
   struct dd_regwin registers;
   // The instruction window the peer's messages may invoke (NULL: none).
   const struct dd_instr_window *instructions;
-  // Isolated: the peer may only invoke instructions, never name memory.
+  // Isolated: the peer may only invoke instructions and use tokens this side handed
+  // out (`DD_OP_WRITE_TOKEN`, `DD_OP_READ_TOKEN`), never name memory.
   bool isolated;
   // Bytes for the peer (at most `DD_PRIVATE_DATA_MAX`): in the connect request, or
   // in every reply of a listener.
@@ -355,7 +642,9 @@ struct dd_addressing {
   uint8_t ra;
   // When the conditional runs: 0 first, 1 after op1, 2 last.
   uint8_t order;
-  // The operand (with `DD_WR_OPERAND`; the indexed mode's offset).
+  // The operand: with `DD_WR_OPERAND` it replaces `dd_wr.remote_offset` (and
+  // `dd_instr.remote_offset`) as the message's operand, whatever the mode; in
+  // `DD_ADDR_INDEXED` it is the offset added to `<ra>` (flag or not).
   uint32_t operand;
   // Register names ra, rb, rc, rd (with `DD_WR_NAMES`).
   uint8_t names[4];
@@ -372,12 +661,20 @@ struct dd_wr {
   // `DD_WR_*`.
   uint32_t flags;
   // The local endpoint: the source of writes, sends, invokes and token deposits;
-  // where reads and atomics put what they return.
+  // where reads (token reads too) and atomics put what they return.
   const struct dd_endpoint *local;
   uint64_t local_offset;
   uint32_t length;
-  // The remote offset of the direct mode (32 bits: the register modes reach further);
-  // the operand of invokes and exceptions.
+  // The message's operand, unless `DD_WR_OPERAND` is set (then `addr.operand` is,
+  // and this is ignored) or the mode is `DD_ADDR_INDEXED` (then `addr.operand` is the
+  // offset, and this is ignored). What the operand is depends on the mode: in the
+  // direct mode (`DD_ADDR_DEFAULT`, `DD_ADDR_DIRECT`) the remote offset the request
+  // reads or writes (32 bits: the register modes reach further); in the indirect and
+  // post-increment modes no address (the register holds it) but the value register
+  // operations and conditionals with the operand as source see; the operand of
+  // invokes and exceptions. `DD_OP_SEND*`, `DD_OP_REG_OP` and the token operations
+  // ignore it (their operand is 0 unless `DD_WR_OPERAND` sets one; a token read's
+  // offset is `token_offset`).
   uint32_t remote_offset;
   // Inline data (the `*_INLINE` operations, up to 32 bytes; `DD_OP_MASKED`: the
   // 32-byte block).
@@ -389,9 +686,13 @@ struct dd_wr {
   uint8_t queue;
   // `DD_OP_INVOKE*`: the peer's instruction pointer.
   uint32_t ip;
-  // `DD_OP_WRITE_TOKEN`: the payload token.
+  // `DD_OP_WRITE_TOKEN`: the payload token; `DD_OP_READ_TOKEN`: the read token.
   uint64_t token;
-  // `DD_OP_FETCH_ADD`: the addend; `DD_OP_CMP_SWAP`: `compare` and `swap`.
+  // `DD_OP_READ_TOKEN`: the offset of the first byte to read in the token's range
+  // (64 bits, unlike `remote_offset`).
+  uint64_t token_offset;
+  // `DD_OP_FETCH_ADD`: the addend; `DD_OP_CMP_SWAP`: `compare` and `swap`. Plain
+  // values in the host's order (byte order: `DD_OP_FETCH_ADD`).
   uint64_t add;
   uint64_t compare;
   uint64_t swap;
@@ -405,7 +706,9 @@ struct dd_instr {
   uint32_t opcode;
   // `DD_WR_OPERAND` and `DD_WR_NAMES` as in `dd_wr`.
   uint32_t flags;
-  // The remote offset (write, masked, atomics) or operand (exception).
+  // The operand, as `dd_wr.remote_offset`: the remote offset in the direct mode
+  // (write, masked, atomics), the exception's operand; `addr.operand` instead with
+  // `DD_WR_OPERAND`, or in `DD_ADDR_INDEXED`.
   uint32_t remote_offset;
   uint8_t mask;
   uint8_t from_message;
@@ -416,8 +719,10 @@ struct dd_instr {
 struct dd_event {
   // `DD_EVENT_*`.
   uint32_t kind;
-  // Traps: the status the sender got and why (`dd_drop_reason_str`); tokens: the
-  // token's index and whether its key was right.
+  // Traps: what the receiver told the sender, `DD_REMOTE_STATUS_*` (the sender's
+  // completion has the matching `DD_WC_REMOTE_*`), and why, `DD_DROP_*`
+  // (`dd_drop_reason_str`); `DD_REMOTE_STATUS_OK` and `DD_DROP_NONE` for other
+  // kinds. Tokens: the token's index and whether its key was right.
   int32_t status;
   int32_t reason;
   uint32_t token_index;
@@ -436,6 +741,90 @@ struct dd_event {
   uint64_t timestamp;
 };
 
+// How a mailbox is made (`dd_mailbox_config_init` fills in the defaults).
+struct dd_mailbox_config {
+  // The service number its listener takes (what peers name it by, with the node's
+  // IPv4 address).
+  uint32_t service;
+  // Bytes per ring slot, a power of two (0, the default: the largest up to 8 KiB
+  // one message of the device carries).
+  uint32_t slot;
+  // Ring slots, a power of two (default 1024): what all senders together may have
+  // outstanding.
+  uint32_t slots;
+  // Most slots one sender holds at once (default 32).
+  uint32_t burst;
+  // Messages up to this many bytes go through the ring, longer ones by rendezvous
+  // (0, the default: `slot` - 64).
+  uint32_t eager_max;
+  // Staging slots for what it sends (default 256).
+  uint32_t stage;
+  // Its connections are secure (sealed), both ways (default false).
+  bool secure;
+  // Connecting: a peer's identity key not pinned by the device's known-peers file is
+  // taken on first use (default false: such a secure connect fails).
+  bool trust_on_first_use;
+  // A file of the identity keys whose nodes may connect (others are refused); NULL
+  // (the default): any.
+  const char *authorized_keys_path;
+};
+
+// What a probe saw of a waiting message.
+struct dd_msg_info {
+  // The sender's peer number.
+  uint32_t src;
+  // `DD_MB_DATA` when `data` holds the sender's immediate data.
+  uint32_t flags;
+  uint64_t tag;
+  // The whole message's length.
+  uint64_t len;
+  uint64_t data;
+};
+
+// A send's or receive's completion.
+struct dd_tag_completion {
+  // The context the send or receive was posted with.
+  uint64_t context;
+  // `DD_MB_OP_SEND` or `DD_MB_OP_RECV`.
+  uint32_t op;
+  // `DD_MB_TAGGED` (a tagged message), `DD_MB_DATA` (`data` holds the sender's
+  // immediate data).
+  uint32_t flags;
+  // `DD_MB_SUCCESS` .. `DD_MB_REFUSED`.
+  int32_t status;
+  // With `DD_MB_TRANSPORT`: the transport's `DD_WC_*` status (else 0).
+  int32_t wc_status;
+  // Bytes sent, or placed in the receive's buffer.
+  uint64_t len;
+  // Receives: the message's length (more than `len` when truncated).
+  uint64_t olen;
+  uint64_t tag;
+  uint64_t data;
+  // Receives: the sender's peer number (`DD_MB_ANY_SOURCE` for sends).
+  uint32_t src;
+};
+
+// The mailbox's counters.
+struct dd_mailbox_stats {
+  // Ring slots consumed; eager messages and rendezvous announcements received.
+  uint64_t slots;
+  uint64_t eager_rx;
+  uint64_t rndv_rx;
+  // Slots refused: a bad header, an unknown connection, a sequence that does not
+  // follow (a peer past its credit, or writing garbage).
+  uint64_t bad_header;
+  uint64_t bad_source;
+  uint64_t bad_sequence;
+  // Rendezvous completions naming no send of ours.
+  uint64_t bad_fin;
+  // Connections refused: a malformed hello, a full credit-table bucket.
+  uint64_t bad_hello;
+  uint64_t credit_table_full;
+  // Credit reads posted, and those that found no new credit.
+  uint64_t credit_reads;
+  uint64_t credit_stalls;
+};
+
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
@@ -444,7 +833,14 @@ extern "C" {
 // thread's next failing call.
 const char *dd_last_error(void);
 
-// Fills `cfg` with the defaults (port and address still to set).
+// Fills `cfg` with the defaults; `port` (NULL) and `ip` (0.0.0.0) are still to set.
+// The defaults: `DD_PROGRESS_INLINE` — no thread of the device's own: it moves only
+// while the application is in one of its calls (`dd_device_progress`, `dd_cq_poll`,
+// the waits), so poll or wait, or set `progress_guard_us`, or choose
+// `DD_PROGRESS_DEDICATED` —; 1 worker (or `DEPOSIT_WORKERS`); the port's largest
+// frame; a CM timeout of 5000 ms; 4096 connections a shard; retransmissions after
+// at most 20000 us, 7 of them; no progress guard; a fresh identity key; no
+// known-peers file.
 int dd_device_config_init(struct dd_device_config *cfg);
 
 // Opens a device; `*out` gets its handle.
@@ -457,6 +853,53 @@ void dd_device_close(struct dd_device *dev);
 // Inline progress: one turn of the worker loop. Returns the frames it moved (0 with
 // a dedicated worker, or on a NULL device).
 size_t dd_device_progress(const struct dd_device *dev);
+
+// The device's wait file descriptor (a non-negative fd, or `DD_ERR_INVALID` for a
+// NULL device): readable when, after `dd_device_arm_fd`, a completion, an event or a
+// connection to accept is ready on any of the device's completion queues, event
+// queues or listeners — the verbs completion channel's role for the whole device, so
+// that a program can sleep on it in its own `epoll`/`poll`/`select` loop. It is a
+// Linux eventfd, open as long as the device is (until its last handle — device,
+// endpoint, queue, connection — is released); do not close it. Wait on it for
+// readability only.
+//
+// The contract:
+//
+// 1. Drain, arm, sleep: poll the queues until they are empty, then call
+//    `dd_device_arm_fd`. It returns 1 when something is ready already (the fd is
+//    readable at once: drain again instead of sleeping) and 0 when not: sleep on the
+//    fd.
+// 2. The first completion, event or accepted connection queued after the arm makes
+//    the fd readable and disarms it; it stays readable (level-triggered `epoll`
+//    keeps reporting it) until the next arm empties it. Reading its 8-byte counter
+//    yourself is allowed, never needed.
+// 3. After a wake, drain the queues (a wake may find them empty), then arm again
+//    before sleeping again.
+//
+// Progress while the program sleeps: a device with a dedicated worker
+// (`DD_PROGRESS_DEDICATED`) queues completions and signals the fd from its worker
+// thread. An inline device's first arm starts a helper thread per shard that drives
+// the device while the fd is armed (turns while frames move, then sleeps that a post,
+// a frame on a ring port or a nap of at most 2 ms — 10 ms on ring ports — ends: an
+// idle wait costs about 1 % of a core or less); between arms the program's calls and
+// the progress guard (`progress_guard_us`) drive it, as before. Posting and polling
+// make no system call for it while the fd is not armed.
+//
+// Plain writes into an endpoint queue nothing and do not make the fd readable (ask
+// the sender for an interrupt: an event). libfabric's `FI_WAIT_FD` with
+// `fi_trywait` is the same protocol.
+int dd_device_fd(const struct dd_device *dev);
+
+// Arms the device's wait fd (`dd_device_fd`, whose documentation states the
+// contract): empties it, arms it, then looks at every completion queue, event queue
+// and listener of the device. Returns 1 when one holds something already — the fd is
+// readable at once; drain instead of sleeping — 0 when nothing is ready (sleep on the
+// fd: the next completion, event or connection to accept makes it readable), or a
+// negative `DD_ERR_*` (a NULL device; an inline device's helper threads could not be
+// started). As `fi_trywait` (1: `-FI_EAGAIN`), or `ibv_req_notify_cq` with the
+// check for completions that came before it built in. Costs an eventfd read and a
+// look at each queue: call it before sleeping, not on every poll.
+int dd_device_arm_fd(const struct dd_device *dev);
 
 // Whether the port's link is up (memif: the peer process has connected).
 bool dd_device_link_up(const struct dd_device *dev);
@@ -529,11 +972,16 @@ int dd_write_register(const struct dd_device *dev, struct dd_regwin w, uint32_t 
 // Sets what senders may do with register `i` of `w` (`DD_REG_*`).
 int dd_set_register_protection(const struct dd_device *dev, struct dd_regwin w, uint32_t i, uint32_t prot);
 
-// Makes `w` the endpoint's global registers: every connection into it names them as
-// `DD_GLOBAL(i)`.
+// Makes `w` the endpoint's global registers: every connection into it names register
+// `i` of `w` as `dd_global(i)` (128 + `i`; `i` from 0 to 127: a window longer than
+// 128 registers is reachable only up to there). The window must be of the endpoint's
+// shard (`dd_alloc_registers` on it).
 int dd_set_global_registers(const struct dd_endpoint *ep, struct dd_regwin w);
 
-// The name of global register `i` (0 to 15) in a work request or instruction.
+// The name of global register `i` in a work request or instruction (`dd_addressing`'s
+// `ra`, `names`, a register operation's or conditional's register): 128 + `i`, for
+// `i` from 0 to `DD_GLOBAL_MAX` (127). A larger `i` has no name: it gives
+// `dd_global(DD_GLOBAL_MAX)` (255).
 uint8_t dd_global(uint8_t i);
 
 // Creates a completion queue of `depth` entries.
@@ -553,18 +1001,27 @@ int dd_cq_poll(const struct dd_cq *cq, struct dd_completion *out, uint32_t n);
 // sends it in a frame of its own).
 int dd_cq_take(const struct dd_cq *cq, struct dd_completion *out, uint32_t n);
 
-// Waits up to `timeout_ms` for one completion into `out` (`DD_ERR_TIMEOUT` if none
-// came). The thread sleeps while the device has a dedicated worker.
+// Waits up to `timeout_ms` for one completion and stores it in `*out`. Returns
+// `DD_OK` (0) when it did — not a count, as `dd_cq_poll` returns —, `DD_ERR_TIMEOUT`
+// if none came (`*out` untouched), `DD_ERR_INVALID` for a NULL argument. The thread
+// sleeps while the device has a dedicated worker; inline, the wait drives it.
 int dd_cq_wait(const struct dd_cq *cq, struct dd_completion *out, uint32_t timeout_ms);
 
-// The name of a completion status (`dd_completion.status`).
+// The name of a completion status (`dd_completion.status`, `DD_WC_*`): the name of
+// the Rust API's `WcStatus` (`DD_WC_UNACKNOWLEDGED` is "Unacknowledged"), "unknown"
+// for another value.
 const char *dd_wc_status_str(int32_t status);
 
-// The name of a refusal reason (`dd_completion.remote_reason`, `dd_event.reason`).
+// The name of a refusal reason (`dd_completion.remote_reason`, `dd_event.reason`,
+// `DD_DROP_*`): its counter's name (`dd_device_stats`' `drops.NAME`), "none" for
+// `DD_DROP_NONE` or another value.
 const char *dd_drop_reason_str(int32_t reason);
 
 // Connects to `service` at `ip` from endpoint `ep`, completions to `cq`, with `opts`
-// (NULL: none). Waits for the answer (the device's connection-management timeout).
+// (NULL: none). `ip` points to the listener's IPv4 address: 4 bytes in address
+// order, 10.0.0.1 being `{10, 0, 0, 1}` (network byte order, as `dd_device_config.ip`
+// and the bytes of a `struct in_addr`). Waits for the answer, up to the device's
+// connection-management timeout (`cm_timeout_ms`).
 int dd_connect(const struct dd_device *dev, const uint8_t *ip, uint32_t service, const struct dd_endpoint *ep, const struct dd_cq *cq, const struct dd_conn_options *opts, struct dd_conn **out);
 
 // Listens for connections to `service` into endpoint `ep`, completions to `cq`;
@@ -577,7 +1034,13 @@ int dd_accept(const struct dd_listener *l, uint32_t timeout_ms, struct dd_conn *
 // Stops listening and releases the handle.
 void dd_listener_close(struct dd_listener *l);
 
-// Closes the connection (the peer is told) and releases the handle.
+// Closes the connection (the peer is told, and its outstanding requests end the same
+// way) and releases the handle. Every request still outstanding on it completes at
+// once on its completion queue, signaled or not: `DD_WC_UNACKNOWLEDGED` when a
+// message of it was transmitted (the peer may have run it, wholly or in part),
+// `DD_WC_FLUSHED` when none was (it certainly did not run). Those the peer had
+// acknowledged completed already, as usual. Keep the `dd_cq` to poll them: they wait
+// there, never dropped, however full it is.
 void dd_conn_close(struct dd_conn *c);
 
 // The connection's state (`DD_CONN_*`; `DD_CONN_FAILED` for NULL).
@@ -628,6 +1091,16 @@ int dd_program(const struct dd_device *dev, const struct dd_instr_window *w, uin
 // Creates a payload token for `len` bytes of `ep` at `off` (single use, keyed).
 int dd_create_token(const struct dd_device *dev, const struct dd_endpoint *ep, uint64_t off, uint64_t len, uint64_t *out);
 
+// Creates a read token over `len` bytes of `ep` at `off`: `*out` gets the token (a
+// `u64` to hand to peers). Any peer holding it may read any part of the range
+// (`DD_OP_READ_TOKEN`) over any of its connections to this device (isolated ones
+// included), any number of times, until `dd_cancel_token`. Each read is checked as a
+// plain read is: inside the range and `ep`, against `ep`'s remote-read right
+// (`DD_REMOTE_READ`) and page map; the token grants no write. `DD_ERR_INVALID` when the
+// range lies outside `ep`; `DD_ERR_TABLE` when the payload table (shared with
+// `dd_create_token`'s tokens) is full.
+int dd_create_read_token(const struct dd_device *dev, const struct dd_endpoint *ep, uint64_t off, uint64_t len, uint64_t *out);
+
 // Cancels an unused token.
 int dd_cancel_token(const struct dd_device *dev, uint64_t token);
 
@@ -640,8 +1113,87 @@ void dd_eventq_release(struct dd_eventq *q);
 // Takes one event into `out`: 1 if there was one, 0 if not, a negative `DD_ERR_*`.
 int dd_eventq_poll(const struct dd_eventq *q, struct dd_event *out);
 
-// Waits up to `timeout_ms` for an event (`DD_ERR_TIMEOUT` if none came).
+// Waits up to `timeout_ms` for an event and stores it in `*out`. Returns `DD_OK` (0)
+// when it did — not a count, unlike `dd_eventq_poll`'s 1 —, `DD_ERR_TIMEOUT` if none
+// came (`*out` untouched), `DD_ERR_INVALID` for a NULL argument.
 int dd_eventq_wait(const struct dd_eventq *q, struct dd_event *out, uint32_t timeout_ms);
+
+// Fills `cfg` with the defaults, listening on `service`. Returns `DD_OK`.
+int dd_mailbox_config_init(struct dd_mailbox_config *cfg, uint32_t service);
+
+// Opens a mailbox on `dev` (its ring in an endpoint of its own, a listener on
+// `cfg->service`) into `*out`. Returns `DD_OK` or a `DD_ERR_*` code.
+int dd_mailbox_open(const struct dd_device *dev, const struct dd_mailbox_config *cfg, struct dd_mailbox **out);
+
+// Closes a mailbox (NULL: nothing). Sends and receives not completed are dropped:
+// poll them first.
+void dd_mailbox_close(struct dd_mailbox *m);
+
+// The mailbox's address: the node's IPv4 address (4 bytes, network order) into
+// `ip` and its service into `*service`.
+int dd_mailbox_addr(const struct dd_mailbox *m, uint8_t *ip, uint32_t *service);
+
+// Bytes up to which a message goes eager (through the ring); longer ones go by
+// rendezvous.
+uint32_t dd_mailbox_eager_max(const struct dd_mailbox *m);
+
+// The peer number of the mailbox at `ip` (4 bytes, network order) and `service`
+// into `*peer` (the same number for the same address; connected on first use).
+int dd_mailbox_peer(struct dd_mailbox *m, const uint8_t *ip, uint32_t service, uint32_t *peer);
+
+// The address of peer number `peer` (as `dd_mailbox_addr`).
+int dd_mailbox_peer_addr(const struct dd_mailbox *m, uint32_t peer, uint8_t *ip, uint32_t *service);
+
+// Why peer `peer` cannot be reached (a NUL-terminated message, valid until this
+// thread's next failing call), or NULL when it can (or no reason was given).
+const char *dd_mailbox_peer_error(const struct dd_mailbox *m, uint32_t peer);
+
+// Sends `len` bytes at `buf` to peer `peer`: tagged with `tag` (`DD_MB_TAGGED`) or
+// not, with immediate data `imm` (`DD_MB_DATA`), copied at once (`DD_MB_INJECT`) or
+// zero copy — then the bytes must stay valid and unchanged until the send's
+// completion is polled. Its completion carries `context`. Returns `DD_OK` or a
+// `DD_ERR_*` code (nothing queued).
+int dd_mailbox_send(struct dd_mailbox *m, uint32_t peer, uint64_t tag, uint64_t imm, const void *buf, size_t len, uint64_t context, uint32_t flags);
+
+// Posts a receive of at most `len` bytes into `buf` for messages from peer `src`
+// (`DD_MB_ANY_SOURCE`: any) whose tag equals `tag` in the bits not set in `ignore`;
+// tagged (`DD_MB_TAGGED` in `flags`) or untagged (tag and ignore unused). A waiting
+// message is taken at once. The bytes at `buf` stay valid, and the caller neither
+// reads nor writes them, until the receive's completion is polled.
+int dd_mailbox_recv(struct dd_mailbox *m, uint32_t src, uint64_t tag, uint64_t ignore, void *buf, size_t len, uint64_t context, uint32_t flags);
+
+// Looks for a waiting message as `dd_mailbox_recv` would select it, and leaves it
+// waiting (`MPI_Iprobe`, `FI_PEEK`). Returns 1 (found: `*out` says what it is), 0
+// (none), or a `DD_ERR_*` code.
+int dd_mailbox_peek(struct dd_mailbox *m, uint32_t src, uint64_t tag, uint64_t ignore, uint32_t flags, struct dd_msg_info *out);
+
+// `dd_mailbox_peek`, and the message found is claimed for `context`: no receive or
+// probe sees it until `dd_mailbox_recv_claimed` or `dd_mailbox_discard` with that
+// context (`MPI_Improbe`, `FI_PEEK | FI_CLAIM`). Returns 1, 0 or a `DD_ERR_*` code.
+int dd_mailbox_claim(struct dd_mailbox *m, uint32_t src, uint64_t tag, uint64_t ignore, uint32_t flags, uint64_t context, struct dd_msg_info *out);
+
+// Receives the message claimed for `context` into `buf` (as `dd_mailbox_recv`);
+// its completion carries `context` (`MPI_Mrecv`, `FI_CLAIM`).
+int dd_mailbox_recv_claimed(struct dd_mailbox *m, uint64_t context, void *buf, size_t len);
+
+// Drops the message claimed for `context` (`FI_DISCARD`); what it was into `*out`
+// (may be NULL). Its sender's send completes as if it had been received.
+int dd_mailbox_discard(struct dd_mailbox *m, uint64_t context, struct dd_msg_info *out);
+
+// Cancels the posted receive with `context`: it completes `DD_MB_CANCELLED`. Returns
+// 1 (cancelled), 0 (no receive posted with it: it matched already) or a `DD_ERR_*`.
+int dd_mailbox_cancel(struct dd_mailbox *m, uint64_t context);
+
+// One turn of progress (new connections, arrivals, the device's completions, queued
+// sends). Returns `DD_OK`.
+int dd_mailbox_progress(struct dd_mailbox *m);
+
+// Takes up to `n` completions into `out` after a turn of progress. Returns how many
+// (0 when none), or a `DD_ERR_*` code.
+int dd_mailbox_poll(struct dd_mailbox *m, struct dd_tag_completion *out, uint32_t n);
+
+// The mailbox's counters into `*out`.
+int dd_mailbox_stats(const struct dd_mailbox *m, struct dd_mailbox_stats *out);
 
 #ifdef __cplusplus
 } // extern "C"

@@ -31,6 +31,9 @@
 // Debian 12's cbindgen (0.24) cannot parse `c"..."` literals.
 #![allow(clippy::manual_c_str_literals)]
 
+mod mailbox;
+pub use mailbox::*;
+
 use std::cell::RefCell;
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
 use std::os::unix::ffi::OsStrExt;
@@ -209,28 +212,33 @@ pub const DD_PROGRESS_INLINE: u32 = 0;
 /// A worker thread of the device's own (it sleeps when idle).
 pub const DD_PROGRESS_DEDICATED: u32 = 1;
 
-/// How to open a device. `dd_device_config_init` fills the defaults; 0 in a numeric
-/// field means the default, NULL in a path none.
+/// How to open a device. `dd_device_config_init` fills the defaults (it says which);
+/// 0 in a numeric field means the default, NULL in a path none.
 #[repr(C)]
 pub struct dd_device_config {
     /// Port spec: `ring`, `ring:NAME:a|b`, `null`, `memif:PATH:server|client`,
     /// `af_packet:IF`, `af_xdp:IF`, a PCI address.
     pub port: *const c_char,
-    /// This node's IPv4 address.
+    /// This node's IPv4 address, in address order: 10.0.0.1 is `{10, 0, 0, 1}` (network
+    /// byte order, the bytes of a `struct in_addr`).
     pub ip: [u8; 4],
-    /// `DD_PROGRESS_INLINE` or `DD_PROGRESS_DEDICATED`.
+    /// `DD_PROGRESS_INLINE` (the default: the application's calls drive the device,
+    /// which has no thread of its own) or `DD_PROGRESS_DEDICATED`.
     pub progress: u32,
-    /// Worker shards (1 to 64).
+    /// Worker shards (1 to 64; default 1, or `DEPOSIT_WORKERS` from the environment).
     pub workers: u32,
     /// Largest frame on the port (0: the port's largest, jumbo where it allows).
     pub max_frame: u32,
-    /// Connection-management timeout in milliseconds.
+    /// Connection-management timeout in milliseconds: how long `dd_connect` waits for
+    /// the listener (with retries), a close for the peer's answer (default 5000).
     pub cm_timeout_ms: u32,
-    /// Most connections.
+    /// Most connections of each worker shard, connecting, up or closing (default
+    /// 4096); beyond it `dd_connect` fails (`DD_ERR_CM`) and listeners refuse.
     pub max_connections: u32,
-    /// Retransmission timeout (the adaptive one's ceiling) in microseconds.
+    /// Retransmission timeout (the adaptive one's ceiling) in microseconds (default
+    /// 20000).
     pub retry_timeout_us: u32,
-    /// Retransmissions of the same data before a connection fails.
+    /// Retransmissions of the same data before a connection fails (default 7).
     pub retry_count: u32,
     /// Inline progress: a thread of the device's own takes a turn whenever no call has
     /// taken one for this many microseconds, so that acknowledgements owed,
@@ -251,7 +259,14 @@ pub struct dd_device_config {
     pub known_peers_path: *const c_char,
 }
 
-/// Fills `cfg` with the defaults (port and address still to set).
+/// Fills `cfg` with the defaults; `port` (NULL) and `ip` (0.0.0.0) are still to set.
+/// The defaults: `DD_PROGRESS_INLINE` — no thread of the device's own: it moves only
+/// while the application is in one of its calls (`dd_device_progress`, `dd_cq_poll`,
+/// the waits), so poll or wait, or set `progress_guard_us`, or choose
+/// `DD_PROGRESS_DEDICATED` —; 1 worker (or `DEPOSIT_WORKERS`); the port's largest
+/// frame; a CM timeout of 5000 ms; 4096 connections a shard; retransmissions after
+/// at most 20000 us, 7 of them; no progress guard; a fresh identity key; no
+/// known-peers file.
 #[no_mangle]
 pub unsafe extern "C" fn dd_device_config_init(cfg: *mut dd_device_config) -> c_int {
     guard(|| {
@@ -338,6 +353,77 @@ pub unsafe extern "C" fn dd_device_close(dev: *mut dd_device) {
 #[no_mangle]
 pub unsafe extern "C" fn dd_device_progress(dev: *const dd_device) -> usize {
     dev.as_ref().map_or(0, |d| d.0.progress())
+}
+
+/// The device's wait file descriptor (a non-negative fd, or `DD_ERR_INVALID` for a
+/// NULL device): readable when, after `dd_device_arm_fd`, a completion, an event or a
+/// connection to accept is ready on any of the device's completion queues, event
+/// queues or listeners — the verbs completion channel's role for the whole device, so
+/// that a program can sleep on it in its own `epoll`/`poll`/`select` loop. It is a
+/// Linux eventfd, open as long as the device is (until its last handle — device,
+/// endpoint, queue, connection — is released); do not close it. Wait on it for
+/// readability only.
+///
+/// The contract:
+///
+/// 1. Drain, arm, sleep: poll the queues until they are empty, then call
+///    `dd_device_arm_fd`. It returns 1 when something is ready already (the fd is
+///    readable at once: drain again instead of sleeping) and 0 when not: sleep on the
+///    fd.
+/// 2. The first completion, event or accepted connection queued after the arm makes
+///    the fd readable and disarms it; it stays readable (level-triggered `epoll`
+///    keeps reporting it) until the next arm empties it. Reading its 8-byte counter
+///    yourself is allowed, never needed.
+/// 3. After a wake, drain the queues (a wake may find them empty), then arm again
+///    before sleeping again.
+///
+/// Progress while the program sleeps: a device with a dedicated worker
+/// (`DD_PROGRESS_DEDICATED`) queues completions and signals the fd from its worker
+/// thread. An inline device's first arm starts a helper thread per shard that drives
+/// the device while the fd is armed (turns while frames move, then sleeps that a post,
+/// a frame on a ring port or a nap of at most 2 ms — 10 ms on ring ports — ends: an
+/// idle wait costs about 1 % of a core or less); between arms the program's calls and
+/// the progress guard (`progress_guard_us`) drive it, as before. Posting and polling
+/// make no system call for it while the fd is not armed.
+///
+/// Plain writes into an endpoint queue nothing and do not make the fd readable (ask
+/// the sender for an interrupt: an event). libfabric's `FI_WAIT_FD` with
+/// `fi_trywait` is the same protocol.
+#[no_mangle]
+pub unsafe extern "C" fn dd_device_fd(dev: *const dd_device) -> c_int {
+    let mut fd = -1;
+    let rc = guard(|| {
+        fd = std::os::fd::AsRawFd::as_raw_fd(&obj(dev, "dev")?.0.wait_fd());
+        Ok(())
+    });
+    if rc == DD_OK {
+        fd
+    } else {
+        rc
+    }
+}
+
+/// Arms the device's wait fd (`dd_device_fd`, whose documentation states the
+/// contract): empties it, arms it, then looks at every completion queue, event queue
+/// and listener of the device. Returns 1 when one holds something already — the fd is
+/// readable at once; drain instead of sleeping — 0 when nothing is ready (sleep on the
+/// fd: the next completion, event or connection to accept makes it readable), or a
+/// negative `DD_ERR_*` (a NULL device; an inline device's helper threads could not be
+/// started). As `fi_trywait` (1: `-FI_EAGAIN`), or `ibv_req_notify_cq` with the
+/// check for completions that came before it built in. Costs an eventfd read and a
+/// look at each queue: call it before sleeping, not on every poll.
+#[no_mangle]
+pub unsafe extern "C" fn dd_device_arm_fd(dev: *const dd_device) -> c_int {
+    let mut ready = false;
+    let rc = guard(|| {
+        ready = obj(dev, "dev")?.0.arm_wait_fd()?;
+        Ok(())
+    });
+    if rc == DD_OK {
+        c_int::from(ready)
+    } else {
+        rc
+    }
 }
 
 /// Whether the port's link is up (memif: the peer process has connected).
@@ -713,18 +799,26 @@ pub unsafe extern "C" fn dd_set_register_protection(
     })
 }
 
-/// Makes `w` the endpoint's global registers: every connection into it names them as
-/// `DD_GLOBAL(i)`.
+/// Makes `w` the endpoint's global registers: every connection into it names register
+/// `i` of `w` as `dd_global(i)` (128 + `i`; `i` from 0 to 127: a window longer than
+/// 128 registers is reachable only up to there). The window must be of the endpoint's
+/// shard (`dd_alloc_registers` on it).
 #[no_mangle]
 pub unsafe extern "C" fn dd_set_global_registers(ep: *const dd_endpoint, w: dd_regwin) -> c_int {
     guard(|| Ok(obj(ep, "ep")?.0.set_global_registers(regwin(w))?))
 }
 
-/// The name of global register `i` (0 to 15) in a work request or instruction.
+/// The name of global register `i` in a work request or instruction (`dd_addressing`'s
+/// `ra`, `names`, a register operation's or conditional's register): 128 + `i`, for
+/// `i` from 0 to `DD_GLOBAL_MAX` (127). A larger `i` has no name: it gives
+/// `dd_global(DD_GLOBAL_MAX)` (255).
 #[no_mangle]
 pub extern "C" fn dd_global(i: u8) -> u8 {
-    api::global(i.min(15))
+    api::global(i.min(DD_GLOBAL_MAX))
 }
+
+/// The last global register a name reaches (`dd_global`).
+pub const DD_GLOBAL_MAX: u8 = 127;
 
 // ---------------------------------------------------------------------------------
 // Completion queues.
@@ -732,14 +826,16 @@ pub extern "C" fn dd_global(i: u8) -> u8 {
 /// A completion queue.
 pub struct dd_cq(api::CompletionQueue);
 
-/// One completion.
+/// One completion: of every signaled request, and of every request that failed,
+/// signaled or not (see `DD_WR_SIGNALED`).
 #[repr(C)]
 #[derive(Clone, Copy, Default)]
 pub struct dd_completion {
     pub wr_id: u64,
-    /// `DD_WC_SUCCESS` or an error status (`dd_wc_status_str` names it).
+    /// `DD_WC_SUCCESS` or an error status, `DD_WC_*` (`dd_wc_status_str` names it).
     pub status: i32,
-    /// The refusal reason the peer gave (`dd_drop_reason_str`), or -1.
+    /// With a `DD_WC_REMOTE_*` status, the refusal reason the peer gave, `DD_DROP_*`
+    /// (`dd_drop_reason_str` names it); else `DD_DROP_NONE` (-1).
     pub remote_reason: i32,
     /// The operation (`DD_OP_*`: inline writes and sends complete as `DD_OP_WRITE`,
     /// inline invokes as `DD_OP_INVOKE`).
@@ -748,19 +844,75 @@ pub struct dd_completion {
     /// This side's number of the connection, and the peer's.
     pub conn: u32,
     pub peer_conn: u32,
+    /// Whether the request had `DD_WR_SIGNALED` (an unsignaled one completes only when
+    /// it failed).
     pub signaled: bool,
 }
 
+// Completion statuses (`dd_completion.status`): `WcStatus`'s values, one for one.
+
 /// A completion's status: success.
 pub const DD_WC_SUCCESS: i32 = 0;
+/// A local range (the source of a write, where a read or atomic puts its answer) is
+/// outside its endpoint. Nothing was sent.
+pub const DD_WC_LOCAL_PROTECTION_ERROR: i32 = 1;
+/// The receiver refused it: bounds, rights, register protection or name, a refused
+/// forced interrupt (`remote_reason` says which).
+pub const DD_WC_REMOTE_ACCESS_ERROR: i32 = 2;
+/// The receiver could not execute it: unknown opcode, bad length, check byte,
+/// compound descriptor or flags.
+pub const DD_WC_REMOTE_OPERATION_ERROR: i32 = 3;
+/// The receiver refused it as malformed (a payload shorter than its length, a
+/// misaligned atomic).
+pub const DD_WC_REMOTE_INVALID_REQUEST: i32 = 4;
+/// The receiver hit a fault its host must repair (page not present).
+pub const DD_WC_REMOTE_PAGE_FAULT: i32 = 5;
+/// No acknowledgement after the configured retransmissions: the connection failed
+/// (this is its oldest outstanding request; the peer may or may not have run it).
+pub const DD_WC_RETRY_EXCEEDED: i32 = 6;
+/// Certainly not run: the connection closed or failed before any message of the
+/// request was transmitted. Posting it again on a new connection runs it once.
+pub const DD_WC_FLUSHED: i32 = 7;
+/// It must travel as one message and does not fit in one: a write with register
+/// operations or a conditional, an invoke or a token deposit longer than
+/// `dd_device_segment_max` less 8 bytes (less 48 more on a secure connection). Nothing
+/// was sent. Plain writes and sends of any length, in any address mode, are split.
+pub const DD_WC_LOCAL_LENGTH_ERROR: i32 = 8;
+/// The receiver stayed not ready (a fault its host did not repair) past the RNR retry
+/// limit: the connection failed (this is its oldest outstanding request).
+pub const DD_WC_RNR_RETRY_EXCEEDED: i32 = 9;
+/// Transmitted, but the connection closed or failed before its completion came (the
+/// peer's acknowledgement, and a read's or atomic's answer): it may have run at the
+/// peer, wholly or in part (a request of several messages), or not, and a read's or
+/// atomic's local range may hold all, part or none of the answer. (`DD_WC_FLUSHED`
+/// says it never left.)
+pub const DD_WC_UNACKNOWLEDGED: i32 = 10;
+
+/// The `DD_WC_*` code of a status (exhaustive: a new status needs its constant).
+fn wc_code(s: api::WcStatus) -> i32 {
+    use api::WcStatus as W;
+    match s {
+        W::Success => DD_WC_SUCCESS,
+        W::LocalProtectionError => DD_WC_LOCAL_PROTECTION_ERROR,
+        W::RemoteAccessError => DD_WC_REMOTE_ACCESS_ERROR,
+        W::RemoteOperationError => DD_WC_REMOTE_OPERATION_ERROR,
+        W::RemoteInvalidRequest => DD_WC_REMOTE_INVALID_REQUEST,
+        W::RemotePageFault => DD_WC_REMOTE_PAGE_FAULT,
+        W::RetryExceeded => DD_WC_RETRY_EXCEEDED,
+        W::Flushed => DD_WC_FLUSHED,
+        W::LocalLengthError => DD_WC_LOCAL_LENGTH_ERROR,
+        W::RnrRetryExceeded => DD_WC_RNR_RETRY_EXCEEDED,
+        W::Unacknowledged => DD_WC_UNACKNOWLEDGED,
+    }
+}
 
 impl From<api::Completion> for dd_completion {
     fn from(c: api::Completion) -> dd_completion {
         use api::WrOpcode as W;
         dd_completion {
             wr_id: c.wr_id,
-            status: c.status as i32,
-            remote_reason: c.remote_reason.map_or(-1, |r| r as i32),
+            status: wc_code(c.status),
+            remote_reason: c.remote_reason.map_or(DD_DROP_NONE, drop_code),
             opcode: match c.opcode {
                 W::Write => DD_OP_WRITE,
                 W::WriteMasked { .. } => DD_OP_MASKED,
@@ -771,6 +923,7 @@ impl From<api::Completion> for dd_completion {
                 W::Exception => DD_OP_EXCEPTION,
                 W::Invoke { .. } => DD_OP_INVOKE,
                 W::TokenWrite { .. } => DD_OP_WRITE_TOKEN,
+                W::TokenRead { .. } => DD_OP_READ_TOKEN,
                 W::Reply { .. } => 0,
             },
             byte_len: c.byte_len,
@@ -850,8 +1003,10 @@ unsafe fn cq_take(cq: *const dd_cq, out: *mut dd_completion, n: u32, drive: bool
     }
 }
 
-/// Waits up to `timeout_ms` for one completion into `out` (`DD_ERR_TIMEOUT` if none
-/// came). The thread sleeps while the device has a dedicated worker.
+/// Waits up to `timeout_ms` for one completion and stores it in `*out`. Returns
+/// `DD_OK` (0) when it did — not a count, as `dd_cq_poll` returns —, `DD_ERR_TIMEOUT`
+/// if none came (`*out` untouched), `DD_ERR_INVALID` for a NULL argument. The thread
+/// sleeps while the device has a dedicated worker; inline, the wait drives it.
 #[no_mangle]
 pub unsafe extern "C" fn dd_cq_wait(
     cq: *const dd_cq,
@@ -870,10 +1025,12 @@ pub unsafe extern "C" fn dd_cq_wait(
     })
 }
 
-/// The name of a completion status (`dd_completion.status`).
+/// The name of a completion status (`dd_completion.status`, `DD_WC_*`): the name of
+/// the Rust API's `WcStatus` (`DD_WC_UNACKNOWLEDGED` is "Unacknowledged"), "unknown"
+/// for another value.
 #[no_mangle]
 pub extern "C" fn dd_wc_status_str(status: i32) -> *const c_char {
-    static NAMES: [&[u8]; 10] = [
+    static NAMES: [&[u8]; 11] = [
         b"Success\0",
         b"LocalProtectionError\0",
         b"RemoteAccessError\0",
@@ -884,6 +1041,7 @@ pub extern "C" fn dd_wc_status_str(status: i32) -> *const c_char {
         b"Flushed\0",
         b"LocalLengthError\0",
         b"RnrRetryExceeded\0",
+        b"Unacknowledged\0",
     ];
     usize::try_from(status)
         .ok()
@@ -892,7 +1050,9 @@ pub extern "C" fn dd_wc_status_str(status: i32) -> *const c_char {
         .cast()
 }
 
-/// The name of a refusal reason (`dd_completion.remote_reason`, `dd_event.reason`).
+/// The name of a refusal reason (`dd_completion.remote_reason`, `dd_event.reason`,
+/// `DD_DROP_*`): its counter's name (`dd_device_stats`' `drops.NAME`), "none" for
+/// `DD_DROP_NONE` or another value.
 #[no_mangle]
 pub extern "C" fn dd_drop_reason_str(reason: i32) -> *const c_char {
     static NAMES: std::sync::OnceLock<Vec<CString>> = std::sync::OnceLock::new();
@@ -906,6 +1066,197 @@ pub extern "C" fn dd_drop_reason_str(reason: i32) -> *const c_char {
         .ok()
         .and_then(|i| names.get(i))
         .map_or(b"none\0".as_ptr().cast(), |s| s.as_ptr())
+}
+
+// Refusal reasons (`dd_completion.remote_reason`, `dd_event.reason`): `DropReason`'s
+// values, one for one; also the counters `dd_device_stats` reports as `drops.NAME`.
+
+/// No reason given (`dd_completion.remote_reason` of a request the peer did not refuse).
+pub const DD_DROP_NONE: i32 = -1;
+/// Frame CRC32C mismatch.
+pub const DD_DROP_BAD_CRC: i32 = 0;
+/// Control-part check byte mismatch.
+pub const DD_DROP_BAD_CHECK: i32 = 1;
+/// Frame or cell shorter than its headers say.
+pub const DD_DROP_TRUNCATED: i32 = 2;
+/// Not addressed to this node / not our protocol.
+pub const DD_DROP_NOT_OURS: i32 = 3;
+/// Unsupported transport version.
+pub const DD_DROP_BAD_VERSION: i32 = 4;
+/// No such connection.
+pub const DD_DROP_UNKNOWN_CONNECTION: i32 = 5;
+/// Connection key mismatch.
+pub const DD_DROP_WRONG_KEY: i32 = 6;
+/// Sequence number outside the receive window.
+pub const DD_DROP_OUT_OF_SEQUENCE: i32 = 7;
+/// Unknown opcode.
+pub const DD_DROP_UNKNOWN_OPCODE: i32 = 8;
+/// Outside the endpoint.
+pub const DD_DROP_OUT_OF_BOUNDS: i32 = 9;
+/// Endpoint or page rights refuse the access.
+pub const DD_DROP_ACCESS_DENIED: i32 = 10;
+/// Page not present.
+pub const DD_DROP_PAGE_NOT_PRESENT: i32 = 11;
+/// Length not valid for the opcode.
+pub const DD_DROP_BAD_LENGTH: i32 = 12;
+/// No receive buffer (mbuf) available.
+pub const DD_DROP_NO_BUFFER: i32 = 13;
+/// Register name outside the window or the global registers.
+pub const DD_DROP_BAD_REGISTER: i32 = 14;
+/// Register protection refuses the use.
+pub const DD_DROP_REGISTER_PROTECTION: i32 = 15;
+/// Misaligned atomic.
+pub const DD_DROP_MISALIGNED: i32 = 16;
+/// Sender-forced interrupt refused.
+pub const DD_DROP_FORCED_INTERRUPT_REFUSED: i32 = 17;
+/// Bad compound descriptor.
+pub const DD_DROP_BAD_COMPOUND: i32 = 18;
+/// Control flags not valid for the opcode.
+pub const DD_DROP_BAD_FLAGS: i32 = 19;
+/// A message held because the endpoint's event queue was full (fault).
+pub const DD_DROP_EVENT_QUEUE_FULL: i32 = 20;
+/// A reply that matches no outstanding read or atomic of ours.
+pub const DD_DROP_BAD_REPLY: i32 = 21;
+/// A message that is not an instruction pointer or a token's write or read on a
+/// connection in isolation mode.
+pub const DD_DROP_ISOLATED: i32 = 22;
+/// An instruction pointer outside the instruction window or global table.
+pub const DD_DROP_INSTRUCTION_WINDOW: i32 = 23;
+/// An instruction pointer to an instruction that is not an entry point.
+pub const DD_DROP_NOT_ENTRY_POINT: i32 = 24;
+/// An instruction slot not loaded (fault).
+pub const DD_DROP_INSTRUCTION_NOT_LOADED: i32 = 25;
+/// An instruction chain beyond the sequencer's bounds.
+pub const DD_DROP_SEQUENCE_BOUNDS: i32 = 26;
+/// A global instruction using a receiver-supplied operand.
+pub const DD_DROP_GLOBAL_OPERANDS: i32 = 27;
+/// A payload token that is not outstanding.
+pub const DD_DROP_BAD_TOKEN: i32 = 28;
+/// A payload token with a wrong key (payload dropped, nothing read).
+pub const DD_DROP_TOKEN_KEY: i32 = 29;
+/// A later segment of a work request whose first segment did not run.
+pub const DD_DROP_ORPHAN_SEGMENT: i32 = 30;
+/// A connection request left unanswered: the listener's accept queue is full (the
+/// requester retries, as a TCP client does when its SYN meets a full backlog).
+pub const DD_DROP_BACKLOG_FULL: i32 = 31;
+/// A connection request whose cookie is not the listener's (forged, or older than two
+/// CM timeouts): challenged anew, nothing made.
+pub const DD_DROP_BAD_COOKIE: i32 = 32;
+/// A connection request over the rate allowed to its source, or a first request over
+/// the node's rate of challenges: left unanswered (the requester retries).
+pub const DD_DROP_CM_RATE_LIMITED: i32 = 33;
+/// A plain section on a secure connection, or a sealed one on a plain connection.
+pub const DD_DROP_NOT_SEALED: i32 = 34;
+/// A sealed section whose authentication tag does not verify under the connection's
+/// keys (forged or modified), or whose key generation is unknown.
+pub const DD_DROP_AUTH_FAILED: i32 = 35;
+/// A sealed section whose packet number was already taken or is older than the replay
+/// window (a replay).
+pub const DD_DROP_REPLAYED: i32 = 36;
+/// A connection request for a service nobody listens on (refused).
+pub const DD_DROP_NO_LISTENER: i32 = 37;
+/// A connection request refused for want of resources at the listener (the connection
+/// limit, a register window, the key agreement).
+pub const DD_DROP_CM_RESOURCES: i32 = 38;
+/// A message of a connection whose held message waits for the host's repair
+/// (exceptioned): not run; the sender is told again and resends after the resume.
+pub const DD_DROP_HELD_BACK: i32 = 39;
+/// A connection-management message whose tag or MAC does not verify: a forged or
+/// modified handshake, reply, REJECT or disconnect (the handshake).
+pub const DD_DROP_CM_FORGED: i32 = 40;
+/// A listener's challenge naming another identity key than the one pinned for it.
+pub const DD_DROP_PEER_KEY: i32 = 41;
+/// A connection request from an identity key the listener does not authorise.
+pub const DD_DROP_UNAUTHORIZED: i32 = 42;
+/// A connection request over its source's cap on connections, or on handshakes not yet
+/// finished (the device's CM limits).
+pub const DD_DROP_SOURCE_CAP: i32 = 43;
+/// A valid payload token of the other kind: a read token named by a write, or a write
+/// token by a read (wire version 14).
+pub const DD_DROP_TOKEN_KIND: i32 = 44;
+
+/// The `DD_DROP_*` code of a reason (exhaustive: a new reason needs its constant).
+fn drop_code(r: api::DropReason) -> i32 {
+    use api::DropReason as D;
+    match r {
+        D::BadCrc => DD_DROP_BAD_CRC,
+        D::BadCheck => DD_DROP_BAD_CHECK,
+        D::Truncated => DD_DROP_TRUNCATED,
+        D::NotOurs => DD_DROP_NOT_OURS,
+        D::BadVersion => DD_DROP_BAD_VERSION,
+        D::UnknownConnection => DD_DROP_UNKNOWN_CONNECTION,
+        D::WrongKey => DD_DROP_WRONG_KEY,
+        D::OutOfSequence => DD_DROP_OUT_OF_SEQUENCE,
+        D::UnknownOpcode => DD_DROP_UNKNOWN_OPCODE,
+        D::OutOfBounds => DD_DROP_OUT_OF_BOUNDS,
+        D::AccessDenied => DD_DROP_ACCESS_DENIED,
+        D::PageNotPresent => DD_DROP_PAGE_NOT_PRESENT,
+        D::BadLength => DD_DROP_BAD_LENGTH,
+        D::NoBuffer => DD_DROP_NO_BUFFER,
+        D::BadRegister => DD_DROP_BAD_REGISTER,
+        D::RegisterProtection => DD_DROP_REGISTER_PROTECTION,
+        D::Misaligned => DD_DROP_MISALIGNED,
+        D::ForcedInterruptRefused => DD_DROP_FORCED_INTERRUPT_REFUSED,
+        D::BadCompound => DD_DROP_BAD_COMPOUND,
+        D::BadFlags => DD_DROP_BAD_FLAGS,
+        D::EventQueueFull => DD_DROP_EVENT_QUEUE_FULL,
+        D::BadReply => DD_DROP_BAD_REPLY,
+        D::Isolated => DD_DROP_ISOLATED,
+        D::InstructionWindow => DD_DROP_INSTRUCTION_WINDOW,
+        D::NotEntryPoint => DD_DROP_NOT_ENTRY_POINT,
+        D::InstructionNotLoaded => DD_DROP_INSTRUCTION_NOT_LOADED,
+        D::SequenceBounds => DD_DROP_SEQUENCE_BOUNDS,
+        D::GlobalOperands => DD_DROP_GLOBAL_OPERANDS,
+        D::BadToken => DD_DROP_BAD_TOKEN,
+        D::TokenKey => DD_DROP_TOKEN_KEY,
+        D::OrphanSegment => DD_DROP_ORPHAN_SEGMENT,
+        D::BacklogFull => DD_DROP_BACKLOG_FULL,
+        D::BadCookie => DD_DROP_BAD_COOKIE,
+        D::CmRateLimited => DD_DROP_CM_RATE_LIMITED,
+        D::NotSealed => DD_DROP_NOT_SEALED,
+        D::AuthFailed => DD_DROP_AUTH_FAILED,
+        D::Replayed => DD_DROP_REPLAYED,
+        D::NoListener => DD_DROP_NO_LISTENER,
+        D::CmResources => DD_DROP_CM_RESOURCES,
+        D::HeldBack => DD_DROP_HELD_BACK,
+        D::CmForged => DD_DROP_CM_FORGED,
+        D::PeerKey => DD_DROP_PEER_KEY,
+        D::Unauthorized => DD_DROP_UNAUTHORIZED,
+        D::SourceCap => DD_DROP_SOURCE_CAP,
+        D::TokenKind => DD_DROP_TOKEN_KIND,
+    }
+}
+
+// Remote statuses (`dd_event.status` of a `DD_EVENT_TRAP`): what the receiver told the
+// sender, `RemoteStatus`'s values. The sender's completion has the matching
+// `DD_WC_REMOTE_*` status.
+
+/// Executed (not the status of a trap).
+pub const DD_REMOTE_STATUS_OK: i32 = 0;
+/// Bounds, rights or register protection, a bad register name, a refused forced
+/// interrupt (the sender gets `DD_WC_REMOTE_ACCESS_ERROR`).
+pub const DD_REMOTE_STATUS_ACCESS_ERROR: i32 = 1;
+/// Unknown opcode, bad length, check byte, compound descriptor or flags
+/// (`DD_WC_REMOTE_OPERATION_ERROR`).
+pub const DD_REMOTE_STATUS_OPERATION_ERROR: i32 = 2;
+/// A malformed message (`DD_WC_REMOTE_INVALID_REQUEST`).
+pub const DD_REMOTE_STATUS_INVALID_REQUEST: i32 = 3;
+/// A fault the receiving host must repair (page not present; the sender is told to
+/// wait, and gets `DD_WC_RNR_RETRY_EXCEEDED` if the repair does not come).
+pub const DD_REMOTE_STATUS_PAGE_FAULT: i32 = 4;
+
+/// The `DD_REMOTE_STATUS_*` code of a remote status.
+fn remote_status_code(s: api::RemoteStatus) -> i32 {
+    use api::RemoteStatus as R;
+    match s {
+        R::Ok => DD_REMOTE_STATUS_OK,
+        R::RemoteAccessError => DD_REMOTE_STATUS_ACCESS_ERROR,
+        R::RemoteOperationError => DD_REMOTE_STATUS_OPERATION_ERROR,
+        R::RemoteInvalidRequest => DD_REMOTE_STATUS_INVALID_REQUEST,
+        R::PageFault => DD_REMOTE_STATUS_PAGE_FAULT,
+        // A status of a later version: read as the sender's completion reads it.
+        _ => DD_REMOTE_STATUS_INVALID_REQUEST,
+    }
 }
 
 // ---------------------------------------------------------------------------------
@@ -925,7 +1276,8 @@ pub struct dd_conn_options {
     pub registers: dd_regwin,
     /// The instruction window the peer's messages may invoke (NULL: none).
     pub instructions: *const dd_instr_window,
-    /// Isolated: the peer may only invoke instructions, never name memory.
+    /// Isolated: the peer may only invoke instructions and use tokens this side handed
+    /// out (`DD_OP_WRITE_TOKEN`, `DD_OP_READ_TOKEN`), never name memory.
     pub isolated: bool,
     /// Bytes for the peer (at most `DD_PRIVATE_DATA_MAX`): in the connect request, or
     /// in every reply of a listener.
@@ -1016,7 +1368,10 @@ unsafe fn conn_options(o: *const dd_conn_options) -> Result<ConnOptions, Fail> {
 }
 
 /// Connects to `service` at `ip` from endpoint `ep`, completions to `cq`, with `opts`
-/// (NULL: none). Waits for the answer (the device's connection-management timeout).
+/// (NULL: none). `ip` points to the listener's IPv4 address: 4 bytes in address
+/// order, 10.0.0.1 being `{10, 0, 0, 1}` (network byte order, as `dd_device_config.ip`
+/// and the bytes of a `struct in_addr`). Waits for the answer, up to the device's
+/// connection-management timeout (`cm_timeout_ms`).
 #[no_mangle]
 pub unsafe extern "C" fn dd_connect(
     dev: *const dd_device,
@@ -1082,7 +1437,13 @@ pub unsafe extern "C" fn dd_listener_close(l: *mut dd_listener) {
     release(l)
 }
 
-/// Closes the connection (the peer is told) and releases the handle.
+/// Closes the connection (the peer is told, and its outstanding requests end the same
+/// way) and releases the handle. Every request still outstanding on it completes at
+/// once on its completion queue, signaled or not: `DD_WC_UNACKNOWLEDGED` when a
+/// message of it was transmitted (the peer may have run it, wholly or in part),
+/// `DD_WC_FLUSHED` when none was (it certainly did not run). Those the peer had
+/// acknowledged completed already, as usual. Keep the `dd_cq` to poll them: they wait
+/// there, never dropped, however full it is.
 #[no_mangle]
 pub unsafe extern "C" fn dd_conn_close(c: *mut dd_conn) {
     if let Some(c) = c.as_ref() {
@@ -1180,10 +1541,14 @@ pub const DD_OP_WRITE_INLINE: u32 = 2;
 pub const DD_OP_MASKED: u32 = 3;
 /// Read `length` remote bytes into `local` at `local_offset`.
 pub const DD_OP_READ: u32 = 4;
-/// Fetch-and-add `add` on the remote 8-byte word; the old value to `local` at
-/// `local_offset`.
+/// Fetch-and-add `add` on the remote 8-byte word (8-aligned, wrapping); the old value
+/// to `local` at `local_offset`. Byte order: `add` is a plain `uint64_t` (the library
+/// converts for the wire); the remote word is read and written in the target host's
+/// native order (little-endian on x86-64 and arm64); the old value lands as 8
+/// little-endian bytes (a native `uint64_t` there: `dd_endpoint_load_u64` reads it).
 pub const DD_OP_FETCH_ADD: u32 = 5;
-/// Compare-and-swap (`compare`, `swap`) on the remote word; the old value to `local`.
+/// Compare-and-swap (`compare`, `swap`) on the remote 8-byte word (8-aligned); the old
+/// value to `local` at `local_offset`. Byte order as `DD_OP_FETCH_ADD`'s.
 pub const DD_OP_CMP_SWAP: u32 = 6;
 /// Register operations (and conditional) only, no memory.
 pub const DD_OP_REG_OP: u32 = 7;
@@ -1201,10 +1566,27 @@ pub const DD_OP_INVOKE: u32 = 11;
 pub const DD_OP_INVOKE_INLINE: u32 = 12;
 /// Deposit `length` bytes of `local` with payload token `token`.
 pub const DD_OP_WRITE_TOKEN: u32 = 13;
+/// Read `length` bytes at offset `token_offset` (64 bits) of the range the peer's read
+/// token `token` names (`dd_create_read_token` at the peer) into `local` at
+/// `local_offset`: one request message whatever the length, the answer placed in
+/// `local` as a `DD_OP_READ`'s, in as many messages as it needs. Takes no addressing
+/// (`addr` zero, no `DD_WR_OPERAND`/`DD_WR_NAMES`); `remote_offset` is ignored. A
+/// token that is not the peer's outstanding read token (a forged key, a cancelled
+/// token, a write token) or bytes outside its range complete with
+/// `DD_WC_REMOTE_ACCESS_ERROR` and `remote_reason` `token_key`, `bad_token`,
+/// `token_kind` or `out_of_bounds` (`dd_drop_reason_str`); nothing is written to
+/// `local`. Works on isolated connections too.
+pub const DD_OP_READ_TOKEN: u32 = 14;
 
-/// `dd_wr.flags`: ask for a completion.
+/// `dd_wr.flags`: ask for a completion on success too. A request that fails always
+/// completes, signaled or not, as in verbs — also when its connection closes first
+/// (`DD_WC_FLUSHED`, `DD_WC_UNACKNOWLEDGED`). An unsignaled one reserves no room in
+/// the completion queue: its completion, if it fails, waits for room there (never
+/// dropped) until polling makes some.
 pub const DD_WR_SIGNALED: u32 = 1;
-/// `dd_wr.flags`: the operand is `addr.operand` (after the address mode).
+/// `dd_wr.flags`: the message's operand is `addr.operand`, not `remote_offset` (see
+/// `dd_wr.remote_offset`). In the direct mode the operand is the remote offset, so
+/// with this flag the request goes to `addr.operand`.
 pub const DD_WR_OPERAND: u32 = 2;
 /// `dd_wr.flags`: the register names are `addr.names` (after the address mode and
 /// register operations).
@@ -1258,7 +1640,9 @@ pub struct dd_addressing {
     pub ra: u8,
     /// When the conditional runs: 0 first, 1 after op1, 2 last.
     pub order: u8,
-    /// The operand (with `DD_WR_OPERAND`; the indexed mode's offset).
+    /// The operand: with `DD_WR_OPERAND` it replaces `dd_wr.remote_offset` (and
+    /// `dd_instr.remote_offset`) as the message's operand, whatever the mode; in
+    /// `DD_ADDR_INDEXED` it is the offset added to `<ra>` (flag or not).
     pub operand: u32,
     /// Register names ra, rb, rc, rd (with `DD_WR_NAMES`).
     pub names: [u8; 4],
@@ -1276,12 +1660,20 @@ pub struct dd_wr {
     /// `DD_WR_*`.
     pub flags: u32,
     /// The local endpoint: the source of writes, sends, invokes and token deposits;
-    /// where reads and atomics put what they return.
+    /// where reads (token reads too) and atomics put what they return.
     pub local: *const dd_endpoint,
     pub local_offset: u64,
     pub length: u32,
-    /// The remote offset of the direct mode (32 bits: the register modes reach further);
-    /// the operand of invokes and exceptions.
+    /// The message's operand, unless `DD_WR_OPERAND` is set (then `addr.operand` is,
+    /// and this is ignored) or the mode is `DD_ADDR_INDEXED` (then `addr.operand` is the
+    /// offset, and this is ignored). What the operand is depends on the mode: in the
+    /// direct mode (`DD_ADDR_DEFAULT`, `DD_ADDR_DIRECT`) the remote offset the request
+    /// reads or writes (32 bits: the register modes reach further); in the indirect and
+    /// post-increment modes no address (the register holds it) but the value register
+    /// operations and conditionals with the operand as source see; the operand of
+    /// invokes and exceptions. `DD_OP_SEND*`, `DD_OP_REG_OP` and the token operations
+    /// ignore it (their operand is 0 unless `DD_WR_OPERAND` sets one; a token read's
+    /// offset is `token_offset`).
     pub remote_offset: u32,
     /// Inline data (the `*_INLINE` operations, up to 32 bytes; `DD_OP_MASKED`: the
     /// 32-byte block).
@@ -1293,9 +1685,13 @@ pub struct dd_wr {
     pub queue: u8,
     /// `DD_OP_INVOKE*`: the peer's instruction pointer.
     pub ip: u32,
-    /// `DD_OP_WRITE_TOKEN`: the payload token.
+    /// `DD_OP_WRITE_TOKEN`: the payload token; `DD_OP_READ_TOKEN`: the read token.
     pub token: u64,
-    /// `DD_OP_FETCH_ADD`: the addend; `DD_OP_CMP_SWAP`: `compare` and `swap`.
+    /// `DD_OP_READ_TOKEN`: the offset of the first byte to read in the token's range
+    /// (64 bits, unlike `remote_offset`).
+    pub token_offset: u64,
+    /// `DD_OP_FETCH_ADD`: the addend; `DD_OP_CMP_SWAP`: `compare` and `swap`. Plain
+    /// values in the host's order (byte order: `DD_OP_FETCH_ADD`).
     pub add: u64,
     pub compare: u64,
     pub swap: u64,
@@ -1382,6 +1778,9 @@ unsafe fn work_request(w: &dd_wr) -> Result<WorkRequest, Fail> {
         DD_OP_INVOKE => WorkRequest::invoke_from(id, InstrPtr(w.ip), roff, local()?, loff, len),
         DD_OP_INVOKE_INLINE => WorkRequest::invoke(id, InstrPtr(w.ip), roff, inline()?)?,
         DD_OP_WRITE_TOKEN => WorkRequest::write_with_token(id, Token(w.token), local()?, loff, len),
+        DD_OP_READ_TOKEN => {
+            WorkRequest::read_with_token(id, Token(w.token), w.token_offset, local()?, loff, len)
+        }
         op => return Err(invalid(format!("wr->opcode {op}"))),
     };
     let mut req = apply_addressing!(req, &w.addr, w.flags);
@@ -1425,7 +1824,9 @@ pub struct dd_instr {
     pub opcode: u32,
     /// `DD_WR_OPERAND` and `DD_WR_NAMES` as in `dd_wr`.
     pub flags: u32,
-    /// The remote offset (write, masked, atomics) or operand (exception).
+    /// The operand, as `dd_wr.remote_offset`: the remote offset in the direct mode
+    /// (write, masked, atomics), the exception's operand; `addr.operand` instead with
+    /// `DD_WR_OPERAND`, or in `DD_ADDR_INDEXED`.
     pub remote_offset: u32,
     pub mask: u8,
     pub from_message: u8,
@@ -1541,6 +1942,30 @@ pub unsafe extern "C" fn dd_create_token(
     })
 }
 
+/// Creates a read token over `len` bytes of `ep` at `off`: `*out` gets the token (a
+/// `u64` to hand to peers). Any peer holding it may read any part of the range
+/// (`DD_OP_READ_TOKEN`) over any of its connections to this device (isolated ones
+/// included), any number of times, until `dd_cancel_token`. Each read is checked as a
+/// plain read is: inside the range and `ep`, against `ep`'s remote-read right
+/// (`DD_REMOTE_READ`) and page map; the token grants no write. `DD_ERR_INVALID` when the
+/// range lies outside `ep`; `DD_ERR_TABLE` when the payload table (shared with
+/// `dd_create_token`'s tokens) is full.
+#[no_mangle]
+pub unsafe extern "C" fn dd_create_read_token(
+    dev: *const dd_device,
+    ep: *const dd_endpoint,
+    off: u64,
+    len: u64,
+    out: *mut u64,
+) -> c_int {
+    guard(|| {
+        let t = obj(dev, "dev")?
+            .0
+            .create_read_token(&obj(ep, "ep")?.0, off, len)?;
+        put(out, t.0, "out")
+    })
+}
+
 /// Cancels an unused token.
 #[no_mangle]
 pub unsafe extern "C" fn dd_cancel_token(dev: *const dd_device, token: u64) -> c_int {
@@ -1566,8 +1991,10 @@ pub const DD_EVENT_TOKEN: u32 = 3;
 pub struct dd_event {
     /// `DD_EVENT_*`.
     pub kind: u32,
-    /// Traps: the status the sender got and why (`dd_drop_reason_str`); tokens: the
-    /// token's index and whether its key was right.
+    /// Traps: what the receiver told the sender, `DD_REMOTE_STATUS_*` (the sender's
+    /// completion has the matching `DD_WC_REMOTE_*`), and why, `DD_DROP_*`
+    /// (`dd_drop_reason_str`); `DD_REMOTE_STATUS_OK` and `DD_DROP_NONE` for other
+    /// kinds. Tokens: the token's index and whether its key was right.
     pub status: i32,
     pub reason: i32,
     pub token_index: u32,
@@ -1597,7 +2024,7 @@ impl From<api::Event> for dd_event {
             ea: e.ea,
             len: e.len,
             timestamp: e.timestamp,
-            reason: -1,
+            reason: DD_DROP_NONE,
             ..dd_event::default()
         };
         match e.kind {
@@ -1605,8 +2032,8 @@ impl From<api::Event> for dd_event {
             EventKind::Exception => d.kind = DD_EVENT_EXCEPTION,
             EventKind::Trap { status, reason } => {
                 d.kind = DD_EVENT_TRAP;
-                d.status = status as i32;
-                d.reason = reason as i32;
+                d.status = remote_status_code(status);
+                d.reason = drop_code(reason);
             }
             EventKind::Token { index, key_ok } => {
                 d.kind = DD_EVENT_TOKEN;
@@ -1660,7 +2087,9 @@ pub unsafe extern "C" fn dd_eventq_poll(q: *const dd_eventq, out: *mut dd_event)
     }
 }
 
-/// Waits up to `timeout_ms` for an event (`DD_ERR_TIMEOUT` if none came).
+/// Waits up to `timeout_ms` for an event and stores it in `*out`. Returns `DD_OK` (0)
+/// when it did — not a count, unlike `dd_eventq_poll`'s 1 —, `DD_ERR_TIMEOUT` if none
+/// came (`*out` untouched), `DD_ERR_INVALID` for a NULL argument.
 #[no_mangle]
 pub unsafe extern "C" fn dd_eventq_wait(
     q: *const dd_eventq,
@@ -1787,6 +2216,279 @@ mod tests {
         }
     }
 
+    /// Every status, reason and remote status the C ABI hands out has its constant in
+    /// the header, equal to the Rust value's code (`wc_code`, `drop_code` and
+    /// `remote_status_code` are exhaustive matches: a new variant does not compile
+    /// without its constant).
+    #[test]
+    fn every_status_and_reason_has_a_constant_equal_to_the_rust_code() {
+        use api::WcStatus as W;
+        let all = [
+            W::Success,
+            W::LocalProtectionError,
+            W::RemoteAccessError,
+            W::RemoteOperationError,
+            W::RemoteInvalidRequest,
+            W::RemotePageFault,
+            W::RetryExceeded,
+            W::Flushed,
+            W::LocalLengthError,
+            W::RnrRetryExceeded,
+            W::Unacknowledged,
+        ];
+        for (i, s) in all.into_iter().enumerate() {
+            assert_eq!(s as usize, i, "{s:?}: the statuses are numbered in order");
+            assert_eq!(wc_code(s), s as i32, "{s:?}");
+            let name = unsafe { CStr::from_ptr(dd_wc_status_str(wc_code(s))) };
+            assert_eq!(name.to_str().unwrap(), format!("{s:?}"));
+        }
+        let past = unsafe { CStr::from_ptr(dd_wc_status_str(all.len() as i32)) };
+        assert_eq!(
+            past.to_str().unwrap(),
+            "unknown",
+            "a name for every status, no more"
+        );
+        assert_eq!(
+            (DD_WC_FLUSHED, DD_WC_UNACKNOWLEDGED),
+            (W::Flushed as i32, W::Unacknowledged as i32)
+        );
+        assert_eq!(api::DropReason::ALL.len(), api::DropReason::COUNT);
+        for r in api::DropReason::ALL {
+            assert_eq!(drop_code(r), r as i32, "{r:?}");
+        }
+        assert_eq!(DD_DROP_OUT_OF_BOUNDS, api::DropReason::OutOfBounds as i32);
+        assert_eq!(DD_DROP_NONE, -1);
+        let none = unsafe { CStr::from_ptr(dd_drop_reason_str(DD_DROP_NONE)) };
+        assert_eq!(none.to_str().unwrap(), "none");
+        let mut remote = 0;
+        for code in 0..=u8::MAX {
+            if let Some(s) = api::RemoteStatus::from_u8(code) {
+                assert_eq!(remote_status_code(s), i32::from(code), "{s:?}");
+                remote += 1;
+            }
+        }
+        assert_eq!(remote, 5);
+        assert_eq!(
+            DD_REMOTE_STATUS_PAGE_FAULT,
+            api::RemoteStatus::PageFault as i32
+        );
+        // A completion and an event carry them so.
+        let wc = dd_completion::from(api::Completion {
+            status: W::RemoteAccessError,
+            remote_reason: Some(api::DropReason::RegisterProtection),
+            ..api::Completion::EMPTY
+        });
+        assert_eq!(
+            (wc.status, wc.remote_reason),
+            (DD_WC_REMOTE_ACCESS_ERROR, DD_DROP_REGISTER_PROTECTION)
+        );
+        let wc = dd_completion::from(api::Completion::EMPTY);
+        assert_eq!((wc.status, wc.remote_reason), (DD_WC_SUCCESS, DD_DROP_NONE));
+    }
+
+    #[test]
+    fn config_init_gives_the_documented_defaults() {
+        let mut cfg: dd_device_config = unsafe { std::mem::zeroed() };
+        cfg.progress = 99;
+        assert_eq!(unsafe { dd_device_config_init(&mut cfg) }, DD_OK);
+        assert_eq!(cfg.progress, DD_PROGRESS_INLINE);
+        assert_eq!(
+            (
+                cfg.cm_timeout_ms,
+                cfg.max_connections,
+                cfg.retry_timeout_us,
+                cfg.retry_count,
+                cfg.progress_guard_us,
+                cfg.max_frame
+            ),
+            (5000, 4096, 20000, 7, 0, 0)
+        );
+        assert!(cfg.workers >= 1 && cfg.port.is_null() && cfg.ip == [0; 4]);
+    }
+
+    #[test]
+    fn global_register_names_reach_registers_0_to_127() {
+        assert_eq!(dd_global(0), 128);
+        assert_eq!(dd_global(15), 143);
+        assert_eq!(dd_global(DD_GLOBAL_MAX), 255);
+        assert_eq!(dd_global(200), 255, "past the last: the last");
+        for i in 0..=DD_GLOBAL_MAX {
+            assert_eq!(dd_global(i), api::global(i));
+        }
+    }
+
+    /// Two devices through the C ABI, as its documentation says they behave: the
+    /// address bytes of `dd_connect`, what `dd_cq_wait` returns, which field is the
+    /// remote offset, the byte order of atomics, a failed unsignaled request's
+    /// completion, and what `dd_conn_close` does to requests outstanding.
+    #[test]
+    fn the_c_abi_behaves_as_its_documentation_says() {
+        unsafe fn open(port: &CStr, ip: [u8; 4]) -> *mut dd_device {
+            let mut cfg: dd_device_config = std::mem::zeroed();
+            assert_eq!(dd_device_config_init(&mut cfg), DD_OK);
+            cfg.port = port.as_ptr();
+            cfg.ip = ip;
+            let mut dev = std::ptr::null_mut();
+            assert_eq!(dd_device_open(&cfg, &mut dev), DD_OK, "{:?}", last());
+            dev
+        }
+        fn last() -> String {
+            unsafe { CStr::from_ptr(dd_last_error()) }
+                .to_string_lossy()
+                .into_owned()
+        }
+        unsafe fn wait(cq: *const dd_cq) -> dd_completion {
+            let mut wc = dd_completion::default();
+            // Success is DD_OK, 0: not a count.
+            assert_eq!(dd_cq_wait(cq, &mut wc, 5000), 0, "{:?}", last());
+            wc
+        }
+        fn wr(id: u64, opcode: u32, flags: u32) -> dd_wr {
+            dd_wr {
+                wr_id: id,
+                opcode,
+                flags,
+                local: std::ptr::null(),
+                local_offset: 0,
+                length: 0,
+                remote_offset: 0,
+                inline_data: std::ptr::null(),
+                inline_len: 0,
+                mask: 0,
+                queue: 0,
+                ip: 0,
+                token: 0,
+                token_offset: 0,
+                add: 0,
+                compare: 0,
+                swap: 0,
+                addr: dd_addressing::default(),
+            }
+        }
+        unsafe {
+            let server = open(
+                CStr::from_bytes_with_nul(b"ring:capi-doc:a\0").unwrap(),
+                [10, 0, 0, 1],
+            );
+            let client = open(
+                CStr::from_bytes_with_nul(b"ring:capi-doc:b\0").unwrap(),
+                [10, 0, 0, 2],
+            );
+            let all = DD_REMOTE_READ | DD_REMOTE_WRITE | DD_REMOTE_ATOMIC;
+            let (mut sep, mut cep) = (std::ptr::null_mut(), std::ptr::null_mut());
+            assert_eq!(dd_endpoint_alloc(server, 4096, all, &mut sep), DD_OK);
+            assert_eq!(dd_endpoint_alloc(client, 4096, all, &mut cep), DD_OK);
+            let (mut scq, mut ccq) = (std::ptr::null_mut(), std::ptr::null_mut());
+            assert_eq!(dd_cq_create(server, 16, &mut scq), DD_OK);
+            assert_eq!(dd_cq_create(client, 16, &mut ccq), DD_OK);
+            let mut l = std::ptr::null_mut();
+            let none = std::ptr::null();
+            assert_eq!(dd_listen(server, 7, sep, scq, none, &mut l), DD_OK);
+            // 10.0.0.1 is {10, 0, 0, 1}.
+            let ip = [10u8, 0, 0, 1];
+            let mut conn = std::ptr::null_mut();
+            assert_eq!(
+                dd_connect(client, ip.as_ptr(), 7, cep, ccq, none, &mut conn),
+                DD_OK,
+                "{:?}",
+                last()
+            );
+            let mut accepted = std::ptr::null_mut();
+            assert_eq!(dd_accept(l, 5000, &mut accepted), DD_OK);
+            let mut wc = dd_completion::default();
+            assert_eq!(dd_cq_wait(ccq, &mut wc, 10), DD_ERR_TIMEOUT);
+
+            // The direct mode's remote offset: `remote_offset`, or `addr.operand` with
+            // DD_WR_OPERAND.
+            let (a, b) = (*b"at-remote_offset", *b"at-addr.operand!");
+            let mut w = wr(1, DD_OP_WRITE_INLINE, DD_WR_SIGNALED);
+            w.remote_offset = 64;
+            w.inline_data = a.as_ptr().cast();
+            w.inline_len = 16;
+            assert_eq!(dd_post(conn, &w), DD_OK);
+            assert_eq!(wait(ccq).status, DD_WC_SUCCESS);
+            w.wr_id = 2;
+            w.inline_data = b.as_ptr().cast();
+            w.flags |= DD_WR_OPERAND;
+            w.addr.operand = 128;
+            assert_eq!(dd_post(conn, &w), DD_OK);
+            assert_eq!(wait(ccq).wr_id, 2);
+            let mut got = [0u8; 16];
+            assert_eq!(
+                dd_endpoint_read(sep, 64, got.as_mut_ptr().cast(), 16),
+                DD_OK
+            );
+            assert_eq!(got, a);
+            assert_eq!(
+                dd_endpoint_read(sep, 128, got.as_mut_ptr().cast(), 16),
+                DD_OK
+            );
+            assert_eq!(got, b);
+
+            // Atomics: `add` a plain value, the remote word native, the old value
+            // little-endian.
+            let old = 0x0102_0304_0506_0708u64;
+            let word = old.to_ne_bytes();
+            assert_eq!(dd_endpoint_write(sep, 256, word.as_ptr().cast(), 8), DD_OK);
+            let mut f = wr(3, DD_OP_FETCH_ADD, DD_WR_SIGNALED);
+            f.local = cep;
+            f.local_offset = 512;
+            f.remote_offset = 256;
+            f.add = 0x10;
+            assert_eq!(dd_post(conn, &f), DD_OK);
+            assert_eq!(wait(ccq).status, DD_WC_SUCCESS);
+            let mut v = 0u64;
+            assert_eq!(dd_endpoint_load_u64(sep, 256, &mut v), DD_OK);
+            assert_eq!(v, old + 0x10);
+            let mut back = [0u8; 8];
+            assert_eq!(
+                dd_endpoint_read(cep, 512, back.as_mut_ptr().cast(), 8),
+                DD_OK
+            );
+            assert_eq!(back, old.to_le_bytes());
+
+            // A failed unsignaled request completes, with the peer's reason.
+            let mut bad = wr(4, DD_OP_WRITE_INLINE, 0);
+            bad.remote_offset = 4092;
+            bad.inline_data = a.as_ptr().cast();
+            bad.inline_len = 8;
+            assert_eq!(dd_post(conn, &bad), DD_OK);
+            let wc = wait(ccq);
+            assert_eq!(
+                (wc.wr_id, wc.status, wc.remote_reason, wc.signaled),
+                (4, DD_WC_REMOTE_ACCESS_ERROR, DD_DROP_OUT_OF_BOUNDS, false)
+            );
+
+            // Requests posted and not yet sent when the connection closes: each
+            // completes, unsignaled ones too, flushed (none was transmitted).
+            for id in 10..15 {
+                let mut w = wr(
+                    id,
+                    DD_OP_WRITE_INLINE,
+                    if id == 10 { DD_WR_SIGNALED } else { 0 },
+                );
+                w.inline_data = a.as_ptr().cast();
+                w.inline_len = 8;
+                assert_eq!(dd_post(conn, &w), DD_OK);
+            }
+            dd_conn_close(conn);
+            for id in 10..15 {
+                let wc = wait(ccq);
+                assert_eq!((wc.wr_id, wc.status), (id, DD_WC_FLUSHED));
+            }
+            let mut rest = dd_completion::default();
+            assert_eq!(dd_cq_wait(ccq, &mut rest, 10), DD_ERR_TIMEOUT);
+            dd_conn_close(accepted);
+            dd_listener_close(l);
+            dd_cq_destroy(ccq);
+            dd_cq_destroy(scq);
+            dd_endpoint_free(cep);
+            dd_endpoint_free(sep);
+            dd_device_close(client);
+            dd_device_close(server);
+        }
+    }
+
     #[test]
     fn names_of_statuses_and_reasons_match_the_rust_ones() {
         use api::WcStatus as W;
@@ -1828,6 +2530,7 @@ mod tests {
                 queue: 0,
                 ip: 0,
                 token: 0,
+                token_offset: 0,
                 add: 0,
                 compare: 0,
                 swap: 0,

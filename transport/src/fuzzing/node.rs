@@ -8,8 +8,8 @@
 //!
 //! ```text
 //! memory M (6 pages):  | page 0 | E: A's endpoint, pages 1..4 | P: pages 4..6 |
-//!                                 E page 0: every right
-//!                                 E page 1: remote read only
+//!                                 E page 0: every right          a read token's range:
+//!                                 E page 1: remote read only     P at 100, 4596 bytes
 //!                                 E page 2: not present (until the input has the host map it)
 //! T: one page, a payload token's 200-byte buffer at 512     E2: B's endpoint
 //! registers: A's window 8..24 and E's globals 32..40, some inside read-only or
@@ -18,20 +18,24 @@
 //!
 //! The input is a sequence of steps into the server: frames built from its bytes for
 //! connection A (its number and key, sequence numbers near the expected one, messages of
-//! every opcode, a second section), raw frames (optionally given a valid underlay,
+//! every opcode — token writes and reads with either token, right or forged —, a second
+//! section), raw frames (optionally given a valid underlay,
 //! lengths, check bytes and CRC), the client's own frames for A mutated on the way,
 //! connection-management frames, clock steps (the simulated link carries everything
-//! both ways meanwhile), host calls (either side posts on A — the server's reads
-//! and atomics put their results in E, where forged replies may aim —, the server's
+//! both ways meanwhile), host calls (either side posts on A — the client token reads
+//! too; the server's reads and atomics put their results in E, where forged replies may
+//! aim —, the server's
 //! host maps the missing page and resumes A, drains E's events, closes A), and B's
 //! sealed frames on the path: the client writes E2's own bytes back into E2 on B (from
 //! an endpoint of its own that no peer can write), and
 //! the input changes, drops, replays (now or later) and re-seals the CRC of its frames
 //! before the server sees them — none of it may open, so E2 never changes.
 //!
-//! Checked: every register outside A's rights is as set up, and the token's buffer no
-//! longer changes once the token is used up (after every step); memory outside E (page
-//! 0 of M, and P), E's read-only page, E's missing page while it is missing, T outside
+//! Checked: every register outside A's rights is as set up, the token's buffer no
+//! longer changes once the token is used up, and the read token is never used up
+//! (after every step); memory outside E (page
+//! 0 of M, and P, which the read token lets A's peer read but nothing write), E's
+//! read-only page, E's missing page while it is missing, T outside
 //! the token's buffer and E2 are as set up (at the end: nothing can write them, so
 //! nothing can change them and back). Then B completes a write, verified byte for byte.
 //! Nothing may panic on the way.
@@ -156,6 +160,8 @@ struct World {
     e20: Vec<u8>,
     regs0: Vec<u64>,
     token: Token,
+    /// A read token over 4596 bytes of P (never used up: nothing cancels it).
+    read_token: Token,
     /// The token's buffer once the token was used up.
     token_done: Option<Vec<u8>>,
     /// Whether the host mapped E's missing page.
@@ -206,6 +212,10 @@ impl World {
         let p = EndpointEntry::new(m.clone(), 4 * PAGE, 2 * PAGE, Rights::ALL).expect("P");
         let p = node.endpoints.insert(p);
         node.set_endpoint_queues(p, Arc::new(EventRing::new(4)), Arc::new(EventRing::new(4)));
+        let read_token = node
+            .tokens
+            .insert_read(p, 100, PAGE as u64 + 500, 0x0ead_070c)
+            .expect("read token");
         // T, with a token's buffer; E2, B's endpoint.
         let t_id = net.hosts[SERVER].endpoint(PAGE, Rights::ALL, 4);
         let t = net.hosts[SERVER].memory[t_id.0 as usize].clone();
@@ -299,6 +309,7 @@ impl World {
             e_events,
             regs0,
             token,
+            read_token,
             token_done: None,
             mapped: false,
             posted: 0,
@@ -473,7 +484,7 @@ impl World {
     /// A message from the input: an opcode of every kind, operands aimed at E's pages
     /// and A's registers, a payload of the length the operation takes (mostly).
     fn message(&self, input: &mut Input<'_>) -> (ControlRepr, Vec<u8>) {
-        const OPS: [u8; 12] = [
+        const OPS: [u8; 13] = [
             op::WRITE,
             op::WRITE_MASKED,
             op::READ,
@@ -486,6 +497,7 @@ impl World {
             op::NAK,
             op::SACK,
             op::WRITE,
+            op::TOKEN_READ,
         ];
         let pick = input.u8();
         let opcode = if pick < 0xf0 {
@@ -548,14 +560,34 @@ impl World {
                 usize::from(input.u8() % 64)
             }
             op::TOKEN_WRITE => {
-                let t = if shape & 2 != 0 {
-                    self.token.0 ^ u64::from(input.u32())
-                } else {
-                    self.token.0
-                };
+                // Mostly the write token; sometimes the read token (refused: a read
+                // token never writes P), either maybe forged.
+                let t = self.pick_token(shape & 4 != 0, shape & 2 != 0, input);
                 payload.extend_from_slice(&t.to_be_bytes());
                 fl &= flags::LAST;
                 usize::from(input.u8())
+            }
+            op::TOKEN_READ => {
+                // Mostly the read token; sometimes the write token (refused), either
+                // maybe forged; an offset near its range, the reply's control part.
+                let t = self.pick_token(shape & 4 == 0, shape & 2 != 0, input);
+                payload.extend_from_slice(&t.to_be_bytes());
+                let offset = match input.u8() {
+                    b @ 0..=0xef => u64::from(b) * 32,
+                    _ => input.u64(),
+                };
+                payload.extend_from_slice(&offset.to_be_bytes());
+                let reply = ControlRepr {
+                    opcode: op::WRITE,
+                    flags: flags::REPLY,
+                    length: u32::from(input.u16() % 6000),
+                    ..ControlRepr::default()
+                };
+                let mut b = [0u8; 16];
+                reply.emit(&mut crate::wire::ControlPacket::new_unchecked(&mut b[..]));
+                payload.extend_from_slice(&b);
+                fl &= flags::LAST;
+                0
             }
             _ => usize::from(input.u8()) * 4,
         };
@@ -576,6 +608,17 @@ impl World {
             length: payload.len() as u32,
         };
         (control, payload)
+    }
+
+    /// The read token (`read`) or the write token, its key changed by the input when
+    /// `forged`.
+    fn pick_token(&self, read: bool, forged: bool, input: &mut Input<'_>) -> u64 {
+        let t = if read { self.read_token } else { self.token };
+        if forged {
+            t.0 ^ u64::from(input.u32())
+        } else {
+            t.0
+        }
     }
 
     /// A raw frame from the input, maybe with the right underlay and sealed.
@@ -684,11 +727,21 @@ impl World {
             remote,
         );
         wr.flags = WR_SIGNALED;
-        match kind % 4 {
+        match kind % 5 {
             0 => {}
             1 => {
                 wr.opcode = WrOpcode::Read;
                 wr.source = Source::None;
+                wr.result = Some((self.client_ep, 2 * PAGE as u64 + local % PAGE as u64));
+            }
+            4 => {
+                let token = self.pick_token(kind & 0x80 == 0, kind & 0x40 != 0, input);
+                wr.opcode = WrOpcode::TokenRead {
+                    token,
+                    offset: u64::from(remote % (2 * PAGE as u32)),
+                };
+                wr.source = Source::None;
+                wr.len = len.min(PAGE as u32);
                 wr.result = Some((self.client_ep, 2 * PAGE as u64 + local % PAGE as u64));
             }
             2 => {
@@ -789,8 +842,9 @@ impl World {
         buf
     }
 
-    /// Asserts the token's buffer is as it was, or as left by the token's one use, and
-    /// that no register outside A's rights changed: after every step.
+    /// Asserts the token's buffer is as it was, or as left by the token's one use, that
+    /// the read token is still outstanding, and that no register outside A's rights
+    /// changed: after every step.
     fn check_step(&mut self) {
         let end = TOKEN_AT + TOKEN_LEN;
         let mut buf = [0u8; TOKEN_LEN];
@@ -801,6 +855,11 @@ impl World {
             None if used => self.token_done = Some(buf.to_vec()),
             None => same(&buf, &self.t0[TOKEN_AT..end], "the unused token's buffer"),
         }
+        let tokens = &self.net.hosts[SERVER].node.tokens;
+        assert!(
+            matches!(tokens.lookup(self.read_token), TokenMatch::Valid(_)),
+            "the read token was used up"
+        );
         let regs = &self.net.hosts[SERVER].node.regs;
         for abs in 0..64u32 {
             if !writable_reg(abs) {

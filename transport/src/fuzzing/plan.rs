@@ -3,10 +3,12 @@
 //! The input builds a register file (a connection window and an endpoint's global
 //! registers anywhere in it, each register's protection and value), an endpoint (its
 //! length, place in a larger memory, rights, pages present and their rights) and one
-//! message, then plans it one of five ways: [`oplogic::plan`],
+//! message, then plans it one of six ways: [`oplogic::plan`],
 //! [`oplogic::plan_in_frame`] and [`oplogic::plan_into`] (with a frame's descriptor),
 //! an instruction pointer ([`oplogic::plan_invoke`] and [`oplogic::plan_invoke_one`]
-//! against instructions the input loads) or a payload token ([`oplogic::plan_token`]).
+//! against instructions the input loads), a payload-token deposit
+//! ([`oplogic::plan_token`]) or a read with a read token ([`oplogic::plan_token_read`]),
+//! against a payload table of both kinds of token the input fills.
 //!
 //! Properties, whatever the message:
 //!
@@ -23,13 +25,16 @@
 //!   written from the documentation (`wire::cell`, `wire::compound`, `oplogic::plan`)
 //!   accepts it, and then leaves memory, registers, reply and interrupt as the model
 //!   says. A single-instruction `INVOKE` plans the same with both entry points; a token
-//!   deposit lands in its buffer, once, or not at all.
+//!   deposit lands in its buffer, once, or not at all; a token read is accepted exactly
+//!   when the model says (a read token, its key, its range, the endpoint's bounds,
+//!   rights and pages as for a read), answers the bytes the model says, stores nothing
+//!   and leaves its token outstanding. A token of the wrong kind is refused for it.
 
 use super::Input;
 use crate::oplogic::{self, Access, EndpointAccess, Plan, RegContext, Reply, SeqPlan, Trap};
 use crate::tables::{
     EndpointId, InstructionMemory, Operands, PayloadTable, RegProt, RegWindow, RegisterFile,
-    Rights, StoredInstruction, TokenMatch, GLOBAL_IP, PAGE_SIZE,
+    Rights, StoredInstruction, TokenKind, TokenMatch, GLOBAL_IP, PAGE_SIZE,
 };
 use crate::wire::cell::{flags, op, regs_of, AddrMode};
 use crate::wire::compound::{
@@ -362,14 +367,15 @@ impl Rig {
 pub fn plan(data: &[u8]) {
     let mut input = Input::new(data);
     let rig = Rig::from_input(&mut input);
-    match input.u8() % 5 {
+    match input.u8() % 6 {
         way @ 0..=2 => {
             let frame_desc = input.bool().then(|| input.array());
             let (control, payload) = message(&mut input);
             check_message(&rig, &control, &payload, frame_desc.as_ref(), way);
         }
         3 => invoke(rig, &mut input),
-        _ => token(rig, &mut input),
+        4 => token(rig, &mut input),
+        _ => token_read(rig, &mut input),
     }
 }
 
@@ -952,24 +958,43 @@ fn invoke(rig: Rig, input: &mut Input<'_>) {
     after.assert_register_changes(&rig.values(), false);
 }
 
-/// A payload-token deposit against a table the input fills.
-fn token(rig: Rig, input: &mut Input<'_>) {
+/// A payload table of up to three entries of either kind the input describes, and the
+/// tokens issued.
+fn token_table(input: &mut Input<'_>) -> (PayloadTable, Vec<crate::tables::Token>) {
     let mut tokens = PayloadTable::new(4);
     let mut issued = Vec::new();
     for _ in 0..1 + input.below(3) {
-        let endpoint = EndpointId(u32::from(input.below(3)));
+        let b = input.u8();
+        let kind = if b & 0x40 != 0 {
+            TokenKind::Read
+        } else {
+            TokenKind::Write
+        };
+        let endpoint = EndpointId(u32::from(b & 0x3f) % 3);
         let offset = u64::from(operand(input));
         let len = u64::from(input.u16());
-        if let Ok(t) = tokens.insert(endpoint, offset, len, input.u32()) {
+        if let Ok(t) = tokens.insert_kind(kind, endpoint, offset, len, input.u32()) {
             issued.push(t);
         }
     }
+    (tokens, issued)
+}
+
+/// A token from the input: one issued, one issued with its key or index changed, or
+/// any value.
+fn pick_token(input: &mut Input<'_>, issued: &[crate::tables::Token]) -> u64 {
     let pick = input.u8();
-    let token = match issued.get(usize::from(pick % 4)) {
+    match issued.get(usize::from(pick % 4)) {
         Some(t) if pick & 0x80 == 0 => t.0,
         Some(t) => t.0 ^ u64::from(input.u32()),
         None => input.u64(),
-    };
+    }
+}
+
+/// A payload-token deposit against a table the input fills.
+fn token(rig: Rig, input: &mut Input<'_>) {
+    let (mut tokens, issued) = token_table(input);
+    let token = pick_token(input, &issued);
     let flags_byte = if input.bool() {
         input.u8()
     } else {
@@ -992,11 +1017,12 @@ fn token(rig: Rig, input: &mut Input<'_>) {
     let planned = oplogic::plan_token(&control, &payload, &tokens, |id| {
         (id == EndpointId(0)).then_some(Borrowed(&mut mem))
     });
-    // The reference: a valid token into endpoint 0 whose buffer holds the data, on
-    // pages that allow it, with flags LAST at most and the token in the payload.
+    // The reference: a valid write token into endpoint 0 whose buffer holds the data,
+    // on pages that allow it, with flags LAST at most and the token in the payload.
     let expect = match found {
         TokenMatch::Valid(e)
-            if control.flags & !flags::LAST == 0
+            if e.kind == TokenKind::Write
+                && control.flags & !flags::LAST == 0
                 && control.length as usize >= COMPOUND_LEN
                 && e.endpoint == EndpointId(0)
                 && data.len() as u64 <= e.len
@@ -1026,15 +1052,173 @@ fn token(rig: Rig, input: &mut Input<'_>) {
         }
         (Err(t), None) => {
             assert_eq!(mem.bytes, rig.mem.bytes, "a refused token deposit wrote");
+            // Only a wrong key on a write token's index tells the buffer's owner.
+            let owed = matches!(found, TokenMatch::WrongKey(e) if e.kind == TokenKind::Write);
             if t.trap == Trap::TokenKey {
-                assert!(matches!(found, TokenMatch::WrongKey(_)) && t.event.is_some());
+                assert!(matches!(found, TokenMatch::WrongKey(_)));
+                assert_eq!(t.event.is_some(), owed, "the event of a wrong key");
             } else {
                 assert!(t.event.is_none(), "an event with {:?}", t.trap);
             }
+            if t.trap == Trap::TokenKind {
+                assert!(
+                    matches!(found, TokenMatch::Valid(e) if e.kind == TokenKind::Read),
+                    "{found:?} refused for its kind"
+                );
+            }
+            assert_eq!(
+                tokens.lookup(crate::tables::Token(token)),
+                found,
+                "refused, used"
+            );
         }
         (got, want) => panic!(
             "token {token:#x} ({found:?}), {control:?}: planned {:?}, the model {want:?}",
             got.map(|(p, _)| p)
+        ),
+    }
+}
+
+/// A read with a read token against a table the input fills: the message mostly as a
+/// sender builds it (token, offset, reply control part), sometimes of another shape.
+fn token_read(rig: Rig, input: &mut Input<'_>) {
+    let (tokens, issued) = token_table(input);
+    let token = pick_token(input, &issued);
+    let shape = input.u8();
+    let flags_byte = if shape & 1 != 0 {
+        input.u8()
+    } else {
+        flags::LAST
+    };
+    let offset = match (shape >> 1) & 3 {
+        0 => input.u64(),
+        _ => u64::from(input.u16()),
+    };
+    let len = u32::from(input.u16()) % (PAGES as u32 * PAGE_SIZE as u32 + 8);
+    let reply = ControlRepr {
+        opcode: op::WRITE,
+        flags: flags::REPLY,
+        length: len,
+        ..ControlRepr::default()
+    };
+    let mut payload = token.to_be_bytes().to_vec();
+    payload.extend_from_slice(&offset.to_be_bytes());
+    let mut rc = [0u8; 16];
+    reply.emit(&mut crate::wire::ControlPacket::new_unchecked(&mut rc[..]));
+    payload.extend_from_slice(&rc);
+    // Another length than the payload's, or a payload cut short.
+    let length = match shape >> 6 {
+        0 | 1 => payload.len() as u32,
+        2 => (payload.len() as u32)
+            .wrapping_add(u32::from(input.u8() % 9))
+            .wrapping_sub(4),
+        _ => {
+            payload.truncate(usize::from(input.below(33)));
+            32
+        }
+    };
+    let control = ControlRepr {
+        opcode: op::TOKEN_READ,
+        flags: flags_byte,
+        length,
+        ..ControlRepr::default()
+    };
+    payload.extend_from_slice(&[0xee; 5]); // padding of the cell
+    let mut mem = rig.mem.clone();
+    let planned = oplogic::plan_token_read(&control, &payload, &tokens, |id| {
+        (id == EndpointId(0)).then_some(Borrowed(&mut mem))
+    });
+    // The reference, from the layout of `op::TOKEN_READ`: flags LAST at most, 32 bytes
+    // announced and present — the token (0..8), the offset (8..16) and the reply's
+    // control part (16..32, its length at 28..32), all big endian — then a valid read
+    // token into endpoint 0 whose range holds the bytes asked for, which the endpoint
+    // lets be read.
+    let shaped = control.flags & !flags::LAST == 0 && control.length == 32 && payload.len() >= 32;
+    let be = |r: std::ops::Range<usize>| {
+        payload
+            .get(r)
+            .map_or(0, |b| b.iter().fold(0u64, |v, &x| v << 8 | u64::from(x)))
+    };
+    let (token, offset, len) = (be(0..8), be(8..16), be(28..32) as u32);
+    let reply = ControlRepr {
+        opcode: be(16..17) as u8,
+        mask: be(17..18) as u8,
+        flags: be(18..19) as u8,
+        operand: be(20..24) as u32,
+        index: be(24..28) as u32,
+        length: len,
+    };
+    let found = tokens.lookup(crate::tables::Token(token));
+    let expect = match found {
+        TokenMatch::Valid(e)
+            if shaped
+                && e.kind == TokenKind::Read
+                && e.endpoint == EndpointId(0)
+                && offset
+                    .checked_add(u64::from(len))
+                    .is_some_and(|end| end <= e.len)
+                && rig
+                    .mem
+                    .allows(e.offset + offset, u64::from(len), Access::Read)
+                    .is_ok() =>
+        {
+            Some(e)
+        }
+        _ => None,
+    };
+    assert_eq!(mem.stores, 0, "planning a token read stored");
+    assert_eq!(
+        mem.bytes, rig.mem.bytes,
+        "planning a token read changed memory"
+    );
+    assert_eq!(
+        tokens.lookup(crate::tables::Token(token)),
+        found,
+        "planning a token read changed its token"
+    );
+    match (planned, expect) {
+        (Ok(p), Some(e)) => {
+            let Reply::Read {
+                ea,
+                len: n,
+                reply_control,
+            } = p.reply
+            else {
+                panic!("a token read planned {:?}", p.reply)
+            };
+            assert_eq!(
+                (p.endpoint, p.token.0, ea, n, reply_control),
+                (e.endpoint, token, e.offset + offset, len, reply)
+            );
+            // The bytes it will answer were checked readable.
+            if len > 0 {
+                mem.covered("the answer", ea, len as usize, |a| a == Access::Read);
+            }
+        }
+        (Err(t), None) => {
+            if shaped {
+                let why = match found {
+                    TokenMatch::None => Some(Trap::BadToken),
+                    TokenMatch::WrongKey(_) => Some(Trap::TokenKey),
+                    TokenMatch::Valid(e) if e.kind == TokenKind::Write => Some(Trap::TokenKind),
+                    TokenMatch::Valid(e) if e.endpoint != EndpointId(0) => Some(Trap::BadToken),
+                    TokenMatch::Valid(_) => None,
+                };
+                if let Some(why) = why {
+                    assert_eq!(t, why, "token {token:#x} ({found:?})");
+                }
+            } else {
+                assert!(
+                    matches!(
+                        t,
+                        Trap::BadFlags { .. } | Trap::BadLength { .. } | Trap::PayloadTruncated { .. }
+                    ),
+                    "{control:?} refused with {t:?}"
+                );
+            }
+        }
+        (got, want) => panic!(
+            "token read {token:#x} ({found:?}) at {offset:#x} of {len}, {control:?}: planned {got:?}, the model {want:?}"
         ),
     }
 }

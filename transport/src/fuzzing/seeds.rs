@@ -106,6 +106,10 @@ fn frames() -> Vec<Vec<u8>> {
             compound,
         ),
         (control(op::SACK, 0, 0, 0xffff_0000, 0), Vec::new()),
+        (
+            control(op::TOKEN_READ, flags::LAST, 0, 0, 32),
+            token_read(7, 96, 1000),
+        ),
     ];
     let one = frame_of(&[(header(17, hflags::ACK), msgs.clone())]);
     let three = frame_of(&[
@@ -156,6 +160,7 @@ fn cells() -> Vec<Vec<u8>> {
             40,
         ),
         control(op::CM_CONNECT_REQ, 0, 7, 18515, u32::MAX),
+        control(op::TOKEN_READ, flags::LAST, 0, 0, 32),
     ];
     for (i, c) in controls.iter().enumerate() {
         let mut b = [0u8; 32];
@@ -172,6 +177,18 @@ fn cells() -> Vec<Vec<u8>> {
         out.push(b[..16].to_vec());
     }
     out
+}
+
+/// The payload of a `TOKEN_READ`: the token, the offset in its range, the reply's
+/// control part asking for `len` bytes.
+fn token_read(token: u64, offset: u64, len: u32) -> Vec<u8> {
+    let mut p = token.to_be_bytes().to_vec();
+    p.extend_from_slice(&offset.to_be_bytes());
+    let reply = control(op::WRITE, flags::REPLY, 0, 0, len);
+    let mut b = [0u8; 16];
+    reply.emit(&mut ControlPacket::new_unchecked(&mut b[..]));
+    p.extend_from_slice(&b);
+    p
 }
 
 fn descriptors() -> Vec<CompoundRepr> {
@@ -332,6 +349,20 @@ fn plans() -> Vec<Vec<u8>> {
     ]);
     b.extend(data(40, 2));
     out.push(b);
+    // Token reads (way 5): one token of 4096 bytes at 256 of endpoint 0 — a read token
+    // (byte 0x40) read at 64 for 2048 bytes; a write token read (refused for its kind);
+    // and a read token named by a deposit (way 4, refused for its kind).
+    for kind in [0x40, 0x00] {
+        let mut b = rig(true);
+        b.extend([
+            5, 0, kind, 0x20, 0x10, 0x00, 1, 2, 3, 4, 0, 0x02, 0x00, 0x40, 0x08, 0x00,
+        ]);
+        out.push(b);
+    }
+    let mut b = rig(false);
+    b.extend([4, 0, 0x40, 0x20, 0x10, 0x00, 1, 2, 3, 4, 0, 0, 0, 40]);
+    b.extend(data(40, 5));
+    out.push(b);
     out
 }
 
@@ -347,7 +378,7 @@ fn nodes() -> Vec<Vec<u8>> {
         all.extend(data(24, k));
     }
     out.push(all);
-    for pick in 0..12u8 {
+    for pick in 0..13u8 {
         let mut s = vec![
             0,
             0x02,
@@ -432,6 +463,89 @@ fn nodes() -> Vec<Vec<u8>> {
     ]);
     out.push(vec![
         13, 2, 0, 8, 0, 64, 0, 0, 0, 0, 0, 0, 0, 0, 0, 5, 10, 100,
+    ]);
+    // Token reads: in a frame of A (the read token, 1000 bytes at 96 of its range), and
+    // posted by the client — the read token at 16 for 2000 bytes, forged, and the
+    // write token (refused for its kind); a deposit naming the read token (refused:
+    // P never changes). The clock runs between.
+    out.push(vec![
+        13,
+        4,
+        0x07,
+        0xd0,
+        0x00,
+        0x10,
+        0x00,
+        0x00,
+        10,
+        150,
+        13,
+        0x40,
+        0x07,
+        0xd0,
+        0x00,
+        0x10,
+        0x00,
+        0x00,
+        0xde,
+        0xad,
+        0xbe,
+        0xef,
+        10,
+        150,
+        13,
+        0x81,
+        0x00,
+        0x40,
+        0x00,
+        0x10,
+        0x00,
+        0x00,
+        10,
+        150,
+        0,
+        0x02,
+        0,
+        0,
+        0x00,
+        0x40,
+        0x80,
+        1,
+        1, // a structured frame of one message
+        12,
+        0x00,
+        flags::LAST,
+        0,
+        0,
+        0,
+        0,
+        0,
+        0,
+        0x03,
+        0x03,
+        0xe8,
+        0, // TOKEN_READ
+        10,
+        50,
+        0,
+        0x02,
+        0,
+        0,
+        0x00,
+        0x40,
+        0x80,
+        1,
+        1,
+        8,
+        0x04,
+        flags::LAST,
+        0,
+        0,
+        0,
+        0,
+        0,
+        0,
+        64, // TOKEN_WRITE with the read token
     ]);
     out
 }

@@ -11,8 +11,7 @@ use crate::cm::{
     Registers, RejectReason,
 };
 use crate::connection::{
-    random_u32, random_u64, ConnContext, ConnShared, ConnState, CqShared, WcStatus,
-    MAX_PENDING_NAKS,
+    random_u32, random_u64, ConnContext, ConnShared, ConnState, CqShared, MAX_PENDING_NAKS,
 };
 use crate::handshake::{Received, SessionKeys};
 use crate::oplogic::{DropReason, RemoteStatus};
@@ -133,8 +132,12 @@ impl Node {
         crate::cm::shrink_sparse(&mut self.accepted_source);
         crate::cm::shrink_sparse(&mut self.unconfirmed);
         crate::cm::shrink_sparse(&mut self.peer_private);
-        for wc in &c.unreported {
-            c.shared.cq.push_or_lose(*wc);
+        if !c.unreported.is_empty() {
+            // Completions waiting for room: they wait in the node now (they were
+            // counted in `waits` when they began to).
+            self.stranded
+                .extend(c.unreported.iter().map(|wc| (c.shared.cq.clone(), *wc)));
+            self.report_stranded();
         }
         if let Some(w) = c.owned_regs {
             let _ = self.regs.free(w);
@@ -251,8 +254,11 @@ impl Node {
         self.listeners.remove(&service);
     }
 
-    /// Closes a connection: outstanding work is flushed, the peer is told (with
-    /// retries), and the entry goes when the peer answers or the CM timeout passes.
+    /// Closes a connection: every request outstanding on it completes at once — those
+    /// the peer acknowledged already did; the others `Unacknowledged` when they were
+    /// transmitted (they may have run there), `Flushed` when they never were — the
+    /// peer is told (with retries), and the entry goes when the peer answers or the CM
+    /// timeout passes.
     pub fn close(&mut self, number: u32) -> Result<(), CmError> {
         self.ack_now();
         let slot = self
@@ -260,9 +266,11 @@ impl Node {
             .slot_of(number)
             .ok_or(CmError::NoConnection(number))?;
         let conn = self.conns.get_mut(slot).expect("slot");
-        let was_normal = conn.state == ConnState::Normal;
-        if conn.state == ConnState::Normal || conn.state == ConnState::Error {
-            fail_connection(conn, WcStatus::Flushed);
+        // Exceptioned is the receive side's state (a message of the peer's held for
+        // the host): the connection is up, and sends, as a normal one.
+        let was_normal = matches!(conn.state, ConnState::Normal | ConnState::Exceptioned);
+        if was_normal || conn.state == ConnState::Error {
+            fail_connection(conn, None);
         }
         conn.state = ConnState::Closed;
         conn.shared.set_state(ConnState::Closed);
@@ -675,7 +683,7 @@ impl Node {
             process_ack(c, ack, &SeqBits::default(), self.now);
             complete_ready(c);
         }
-        fail_connection(c, WcStatus::Flushed);
+        fail_connection(c, None);
         c.state = ConnState::Closed;
         c.shared.set_state(ConnState::Closed);
         self.remove_connection(conn);

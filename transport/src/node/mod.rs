@@ -378,6 +378,12 @@ pub struct Node {
     /// is flushed through its connection's completion queue (see `take_submissions`).
     /// An entry goes once nothing but this list holds the connection.
     pub(crate) departed: Vec<Arc<crate::connection::ConnShared>>,
+    /// Completions whose connection went while they waited for room in their queue
+    /// (a request that failed, unsignaled, and found the queue full; a post that raced
+    /// the close), oldest first: retried every timer tick, in order per queue, until
+    /// the application polls room free (`Node::report_stranded`). Never dropped while
+    /// the application holds the queue.
+    pub(crate) stranded: send::Stranded,
     /// Frames of our receive queue each connection's peer may have unacknowledged
     /// (advertised in every header; recomputed at the timer tick).
     pub(crate) credits: u16,
@@ -508,6 +514,7 @@ impl Node {
             rr_next: 0,
             probe_list: Vec::new(),
             departed: Vec::new(),
+            stranded: send::Stranded::new(),
             credits: u16::MAX,
         }
     }
@@ -645,7 +652,7 @@ impl Node {
             .next()
             .min(self.cm.next_timeout())
             .min(expiry.min(self.unconfirmed_probe));
-        if self.held_frames.is_empty() {
+        if self.held_frames.is_empty() && self.stranded.is_empty() {
             t
         } else {
             t.min(self.now + self.timer_tick)
@@ -690,6 +697,9 @@ impl Node {
         self.now = now;
         if !self.held_frames.is_empty() {
             self.release_held(now);
+        }
+        if !self.stranded.is_empty() {
+            self.report_stranded();
         }
         self.run_timers(now);
         self.expire_unconfirmed(now);

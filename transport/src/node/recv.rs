@@ -717,7 +717,10 @@ fn note_request(conn: &mut ConnContext, seq: u32, control: &ControlRepr, plan: &
 /// yet ([`oplogic::ReadReplies`]).
 #[inline(always)]
 fn blocked_by_read_reply(conn: &mut ConnContext, plan: &Plan<'_>) -> bool {
-    !conn.read_replies.is_empty() && conn.read_replies.blocks_store(&plan.store, &conn.tx)
+    !conn.read_replies.is_empty()
+        && conn
+            .read_replies
+            .blocks_store(conn.endpoint, &plan.store, &conn.tx)
 }
 
 /// Plans, checks and commits one message of `conn`.
@@ -729,10 +732,14 @@ fn run_message(
     frame_desc: Option<&[u8; COMPOUND_LEN]>,
     ex: &mut Exec<'_>,
 ) -> Ran {
+    // A token is a capability this node handed out: naming it reveals none of the
+    // receiver's state (registers, layout), which is what isolation keeps private, so
+    // isolated connections take token writes and reads as well as instruction pointers.
     match control.opcode {
         op::INVOKE => {}
-        _ if conn.isolated => return refuse(conn, seq, control, Trap::Isolated, ex),
         op::TOKEN_WRITE => return run_token(conn, seq, control, payload, ex),
+        op::TOKEN_READ => return run_token_read(conn, seq, control, payload, ex),
+        _ if conn.isolated => return refuse(conn, seq, control, Trap::Isolated, ex),
         _ => {}
     }
     let Some(ep) = ex.endpoints.get(conn.endpoint) else {
@@ -949,17 +956,52 @@ fn run_token(
             return ran;
         }
     };
-    let queue = match admit(ex.queues, plan.endpoint, false, true) {
+    let store = oplogic::Store::Bytes {
+        ea: plan.ea,
+        data: plan.data,
+    };
+    let blocked = !conn.read_replies.is_empty()
+        && conn
+            .read_replies
+            .blocks_store(plan.endpoint, &store, &conn.tx);
+    let queue = match admit(ex.queues, plan.endpoint, blocked, true) {
         Admit::Go(q) => q,
-        Admit::Wait | Admit::Full => {
-            return hold(conn, seq, control, payload, None, Trap::EventQueueFull, ex)
-        }
+        Admit::Wait => return wait_in_order(conn, seq, control, payload, None),
+        Admit::Full => return hold(conn, seq, control, payload, None, Trap::EventQueueFull, ex),
     };
     oplogic::commit_token(&plan, ex.tokens, &mut mem);
     ex.stats.bytes_deposited += plan.data.len() as u64;
     if let Some(q) = queue {
         let ev = token_event(conn, control, &plan.event(), ex.now);
         post_event(q, ev, ex.stats);
+    }
+    Ran::Done
+}
+
+/// A read with a read token ([`oplogic::plan_token_read`]): checked as a read of the
+/// token's endpoint (whatever endpoint the connection reaches), answered exactly as a
+/// `READ` — the answer built from the token's endpoint when sent, its range kept from
+/// this connection's later stores until acknowledged. Refusals and faults as a read's;
+/// no event, and the token stays for further reads.
+#[inline(never)]
+fn run_token_read(
+    conn: &mut ConnContext,
+    seq: u32,
+    control: &ControlRepr,
+    payload: &[u8],
+    ex: &mut Exec<'_>,
+) -> Ran {
+    let (endpoints, tlb) = (ex.endpoints, &mut *ex.tlb);
+    let target = move |id| endpoints.get(id).map(move |ep| TlbAccess::new(id, ep, tlb));
+    let plan = match oplogic::plan_token_read(control, payload, ex.tokens, target) {
+        Ok(p) => p,
+        Err(t) if t.is_fault() => return hold(conn, seq, control, payload, None, t, ex),
+        Err(t) => return refuse(conn, seq, control, t, ex),
+    };
+    if let Some(wr) = oplogic::reply_request(seq, plan.endpoint, &plan.reply) {
+        let (first, end) = push_reply(conn, wr, ex);
+        conn.read_replies
+            .record(plan.endpoint, &plan.reply, first, end);
     }
     Ran::Done
 }
@@ -1007,7 +1049,8 @@ fn after_commit(
     }
     if let Some(wr) = oplogic::reply_request(seq, conn.endpoint, &plan.reply) {
         let (first, end) = push_reply(conn, wr, ex);
-        conn.read_replies.record(&plan.reply, first, end);
+        conn.read_replies
+            .record(conn.endpoint, &plan.reply, first, end);
     }
     if plan.interrupt {
         if let Some(q) = queue {

@@ -8,8 +8,8 @@
 //! atomics, its reply has arrived).
 
 use crate::connection::{
-    seq_lt, Completion, ConnContext, ConnState, Dest, Pending, Priority, Source, WcStatus, Wqe,
-    WrOpcode, WR_SIGNALED,
+    seq_lt, Completion, ConnContext, ConnState, CqShared, Dest, Pending, Priority, Source,
+    WcStatus, Wqe, WrOpcode, WR_SIGNALED,
 };
 use crate::message;
 use crate::oplogic::{DropReason, Nak, RemoteStatus};
@@ -18,6 +18,7 @@ use crate::tables::{EndpointTable, NodeAddr, NodeTable};
 use crate::wire::{self, hflags, op, ControlRepr, FrameWriter, TransportRepr, UnderlayRepr};
 
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 use super::{External, FrameBuf, Link, Node, Stats};
 
@@ -311,7 +312,7 @@ impl Node {
         } else {
             unheld_departed(&self.departed)
         };
-        let departed = &self.departed;
+        let (departed, stranded) = (&self.departed, &mut self.stranded);
         loop {
             if let Some(slot) = ahead
                 .then(|| self.ring.slot_ahead(2))
@@ -340,7 +341,7 @@ impl Node {
                     _ => {
                         stats.posts_orphaned += 1;
                         if let Some(d) = departed.iter().find(|d| d.number == s.number) {
-                            flush_orphan(d, &s.wr);
+                            flush_orphan(d, &s.wr, stranded);
                         }
                     }
                 }
@@ -1080,7 +1081,7 @@ pub(super) fn apply_nak(conn: &mut ConnContext, seq: u32, code: u32, now: u64, s
         }
         conn.rnr_retries += 1;
         if conn.rnr_retries > conn.rnr_retry_limit {
-            fail_connection(conn, WcStatus::RnrRetryExceeded);
+            fail_connection(conn, Some(WcStatus::RnrRetryExceeded));
             return;
         }
         let backoff = conn.rnr_timeout << conn.rnr_retries.min(6);
@@ -1149,14 +1150,90 @@ fn unheld_departed(departed: &[std::sync::Arc<crate::connection::ConnShared>]) -
 /// A request posted on a connection that was removed before the worker took it: its
 /// place in the send queue is given back and it completes `Flushed` on the
 /// connection's completion queue (a signaled one into the slot it reserved; an
-/// unsignaled one, which reserved none, if there is room, else counted as an
-/// overflow), as a request queued at the close would have.
+/// unsignaled one, which reserved none, waits for room in the node's `stranded` list
+/// when there is none), as a request queued at the close would have.
 #[cold]
-fn flush_orphan(conn: &crate::connection::ConnShared, wr: &Wqe) {
+fn flush_orphan(conn: &crate::connection::ConnShared, wr: &Wqe, stranded: &mut Stranded) {
     conn.dequeued(1);
     let peer = conn.peer_conn.load(Ordering::Relaxed) as u32;
     if let Some(wc) = completion_for(wr, WcStatus::Flushed, (conn.number, peer)) {
-        conn.cq.push_or_lose(wc);
+        strand(stranded, &conn.cq, wc);
+    }
+}
+
+/// Completions whose connection is gone, waiting for room in their queues, oldest
+/// first (`Node::stranded`).
+pub(crate) type Stranded = std::collections::VecDeque<(Arc<CqShared>, Completion)>;
+
+/// Reports a completion whose connection is gone: onto its queue, or — when the queue
+/// is full, or completions of that queue already wait — behind them in `stranded`,
+/// which the node's timer retries ([`Node::report_stranded`]).
+#[cold]
+pub(crate) fn strand(stranded: &mut Stranded, cq: &Arc<CqShared>, wc: Completion) {
+    let behind = stranded.iter().any(|(q, _)| Arc::ptr_eq(q, cq));
+    let wc = if behind {
+        wc
+    } else {
+        match cq.push(wc) {
+            Ok(()) => return,
+            Err(wc) => wc,
+        }
+    };
+    cq.waits.fetch_add(1, Ordering::Relaxed);
+    stranded.push_back((cq.clone(), wc));
+}
+
+impl Node {
+    /// Moves the completions in `stranded` onto their queues, in order per queue, as
+    /// far as each has room. The completions of a queue that nothing but this list
+    /// holds any more (the application let go of it and of its connections) are
+    /// dropped and counted in its `overflows`: nothing could poll them.
+    #[cold]
+    pub(crate) fn report_stranded(&mut self) {
+        let all = std::mem::take(&mut self.stranded);
+        // Per queue: the entries of it still held here, and whether it has taken
+        // every one of them so far this pass.
+        let mut queues: Vec<(*const CqShared, usize, bool)> = Vec::new();
+        for (cq, _) in &all {
+            let p = Arc::as_ptr(cq);
+            match queues.iter_mut().find(|q| q.0 == p) {
+                Some(q) => q.1 += 1,
+                None => queues.push((p, 1, true)),
+            }
+        }
+        for (cq, wc) in all {
+            let q = queues
+                .iter_mut()
+                .find(|q| q.0 == Arc::as_ptr(&cq))
+                .expect("counted above");
+            if Arc::strong_count(&cq) <= q.1 {
+                cq.overflows.fetch_add(1, Ordering::Relaxed);
+                drop(cq);
+                q.1 -= 1;
+                continue;
+            }
+            if q.2 {
+                match cq.push(wc) {
+                    Ok(()) => {
+                        drop(cq);
+                        q.1 -= 1;
+                        continue;
+                    }
+                    Err(wc) => {
+                        q.2 = false;
+                        self.stranded.push_back((cq, wc));
+                    }
+                }
+            } else {
+                self.stranded.push_back((cq, wc));
+            }
+        }
+    }
+
+    /// Completions waiting for room in their queues after their connections went
+    /// (retried every timer tick).
+    pub fn stranded_completions(&self) -> usize {
+        self.stranded.len()
     }
 }
 
@@ -1189,15 +1266,20 @@ fn completion_for(wr: &Wqe, status: WcStatus, conn: (u32, u32)) -> Option<Comple
     })
 }
 
-/// Puts a completion on the connection's queue, or behind those waiting for room.
+/// Puts a completion on the connection's queue, or behind those waiting for room
+/// (each one that waits is counted in the queue's `waits`).
 #[inline]
 fn report(conn: &mut ConnContext, wc: Completion) {
-    if !conn.unreported.is_empty() {
-        conn.unreported.push_back(wc);
-    } else if let Err(wc) = conn.shared.cq.push(wc) {
-        conn.shared.cq.waits.fetch_add(1, Ordering::Relaxed);
-        conn.unreported.push_back(wc);
-    }
+    let wc = if conn.unreported.is_empty() {
+        match conn.shared.cq.push(wc) {
+            Ok(()) => return,
+            Err(wc) => wc,
+        }
+    } else {
+        wc
+    };
+    conn.shared.cq.waits.fetch_add(1, Ordering::Relaxed);
+    conn.unreported.push_back(wc);
 }
 
 /// Moves the completions that waited for room onto the completion queue, in order, as
@@ -1212,10 +1294,36 @@ pub(crate) fn report_waiting(conn: &mut ConnContext) {
     }
 }
 
-/// Completes everything still queued on a connection that is no longer usable.
+/// The status of a request outstanding on a connection that can no longer complete
+/// it: the error a NAK of the peer's gave it already (it completes as it would have),
+/// else `Unacknowledged` when a message of it was transmitted (it may have run at the
+/// peer) and `Flushed` when none ever was (it certainly did not).
+#[inline]
+fn outstanding_status(conn: &ConnContext, p: &Pending) -> (WcStatus, Option<DropReason>) {
+    if p.status != WcStatus::Success {
+        (p.status, p.reason)
+    } else if seq_lt(p.first_seq, conn.tx_sent_high) {
+        (WcStatus::Unacknowledged, None)
+    } else {
+        (WcStatus::Flushed, None)
+    }
+}
+
+/// Completes everything still queued on a connection that is no longer usable: the
+/// requests in flight as [`outstanding_status`] says, those not yet taken into flight
+/// `Flushed`.
 fn flush_queue(conn: &mut ConnContext) {
     while let Some(p) = conn.inflight.pop_front() {
-        complete(conn, &p.wr, WcStatus::Flushed);
+        let (status, reason) = outstanding_status(conn, &p);
+        if let Some(wc) = completion_for(&p.wr, status, (conn.number, conn.peer_conn)) {
+            report(
+                conn,
+                Completion {
+                    remote_reason: reason,
+                    ..wc
+                },
+            );
+        }
     }
     let queued = conn.sendq.len() as u32;
     while let Some(wr) = conn.sendq.pop_front() {
@@ -1226,13 +1334,18 @@ fn flush_queue(conn: &mut ConnContext) {
     }
 }
 
-/// Moves a connection to error: the request that failed completes with `status`,
-/// everything else outstanding is flushed.
-pub(crate) fn fail_connection(conn: &mut ConnContext, status: WcStatus) {
+/// Moves a connection to error and completes everything outstanding on it: with
+/// `failed` (the connection failed: retries or receiver-not-ready back-offs ran out)
+/// the oldest request completes with that status; every other one (all of them
+/// without: a close) as [`flush_queue`] says — `Unacknowledged` when it was
+/// transmitted, `Flushed` when it never was.
+pub(crate) fn fail_connection(conn: &mut ConnContext, failed: Option<WcStatus>) {
     conn.state = ConnState::Error;
     conn.shared.set_state(ConnState::Error);
-    if let Some(p) = conn.inflight.pop_front() {
-        complete(conn, &p.wr, status);
+    if let Some(status) = failed {
+        if let Some(p) = conn.inflight.pop_front() {
+            complete(conn, &p.wr, status);
+        }
     }
     flush_queue(conn);
 }

@@ -127,7 +127,7 @@ counters! {
     tx_stalls,
     /// Posted work requests whose connection went before the worker took them (a post
     /// that raced the close): each completes `Flushed` on the connection's completion
-    /// queue while the application still holds the connection.
+    /// queue (waiting for room there, as any completion does).
     posts_orphaned,
     /// Sections sent in a frame after its first: messages or acknowledgements of another
     /// connection to the same peer that shared the frame (cell trains across

@@ -258,7 +258,7 @@ impl Node {
                 release_idle_memory(conn);
                 if conn.probes_unanswered >= self.cfg.keepalive_count {
                     self.stats.keepalive_failures += 1;
-                    fail_connection(conn, WcStatus::RetryExceeded);
+                    fail_connection(conn, Some(WcStatus::RetryExceeded));
                     let number = conn.number;
                     if self.unconfirmed.contains_key(&number) {
                         // No application holds it: a secure requester that never
@@ -274,7 +274,7 @@ impl Node {
             }
         } else if now >= conn.rnr_until {
             match conn.tx.on_timer(now) {
-                Timeout::GiveUp => fail_connection(conn, WcStatus::RetryExceeded),
+                Timeout::GiveUp => fail_connection(conn, Some(WcStatus::RetryExceeded)),
                 Timeout::Retransmit => self.stats.timeouts += 1,
                 Timeout::Idle => {}
             }

@@ -984,10 +984,10 @@ fn masked_span(ea: u64, mask: u8) -> (Option<u64>, u64) {
     (ea.checked_add(lo * WORD), (hi - lo + 1) * WORD)
 }
 
-/// The reply control part carried by a READ (its check byte is not verified: the frame
-/// CRC covers the payload).
+/// The reply control part carried by a READ (or a `TOKEN_READ`; its check byte is not
+/// verified: the frame CRC covers the payload).
 #[inline]
-fn reply_control(body: &[u8]) -> Option<ControlRepr> {
+pub(super) fn reply_control(body: &[u8]) -> Option<ControlRepr> {
     let c = ControlPacket::new_checked(body).ok()?;
     Some(ControlRepr {
         opcode: c.opcode(),

@@ -25,7 +25,8 @@ use crate::wire::cell::flags;
 use crate::wire::ControlRepr;
 
 /// The work request that answers the peer's request `seq` whose plan returns `reply`:
-/// a read's bytes are read from `endpoint` (the connection's) when the answer is sent,
+/// a read's bytes are read from `endpoint` (the connection's; for a `TOKEN_READ`, the
+/// token's) when the answer is sent,
 /// an atomic's old value travels inline (8 bytes, little endian). `None`: the message
 /// returns nothing.
 #[inline]
@@ -54,36 +55,42 @@ pub fn reply_request(seq: u32, endpoint: EndpointId, reply: &Reply) -> Option<Wq
 /// message of the connection may store into its range — else the read would return
 /// bytes written after it, against in-order execution (docs/design.md §5). Such a message
 /// waits (kept, not acknowledged) until those acknowledgements arrive.
+///
+/// A range is of an endpoint: the connection's for a `READ`, the token's for a
+/// `TOKEN_READ` (which may be another), and only stores into that endpoint wait for it.
 #[derive(Debug, Clone, Default)]
 pub struct ReadReplies {
-    /// `(first sequence number, one past the last, first byte, end)`, oldest first.
-    ranges: VecDeque<(u32, u32, u64, u64)>,
+    /// `(first sequence number, one past the last, endpoint, first byte, end)`, oldest
+    /// first.
+    ranges: VecDeque<(u32, u32, EndpointId, u64, u64)>,
 }
 
 impl ReadReplies {
-    /// A read reply of `len` bytes at `start` on sequence numbers `first..seq_end`.
-    pub fn push(&mut self, first: u32, seq_end: u32, start: u64, len: u32) {
+    /// A read reply of `len` bytes at `start` of `endpoint` on sequence numbers
+    /// `first..seq_end`.
+    pub fn push(&mut self, first: u32, seq_end: u32, endpoint: EndpointId, start: u64, len: u32) {
         if len > 0 {
             self.ranges
-                .push_back((first, seq_end, start, start + u64::from(len)));
+                .push_back((first, seq_end, endpoint, start, start + u64::from(len)));
         }
     }
 
-    /// The answer to `reply` went out on sequence numbers `first..seq_end`: a read's
-    /// range is kept from later stores until they are acknowledged (an atomic's old
-    /// value travels inline and keeps nothing).
+    /// The answer to `reply`, read from `endpoint`, went out on sequence numbers
+    /// `first..seq_end`: a read's range is kept from later stores until they are
+    /// acknowledged (an atomic's old value travels inline and keeps nothing).
     #[inline]
-    pub fn record(&mut self, reply: &Reply, first: u32, seq_end: u32) {
+    pub fn record(&mut self, endpoint: EndpointId, reply: &Reply, first: u32, seq_end: u32) {
         if let Reply::Read { ea, len, .. } = *reply {
-            self.push(first, seq_end, ea, len);
+            self.push(first, seq_end, endpoint, ea, len);
         }
     }
 
-    /// Whether a store of `len` bytes at `start` must wait: it overlaps a reply with a
-    /// message `is_acked` does not confirm yet. Forgets replies acknowledged up to the
-    /// cumulative point `acked` first.
+    /// Whether a store of `len` bytes at `start` of `endpoint` must wait: it overlaps a
+    /// reply from that endpoint with a message `is_acked` does not confirm yet. Forgets
+    /// replies acknowledged up to the cumulative point `acked` first.
     pub fn blocks(
         &mut self,
+        endpoint: EndpointId,
         start: u64,
         len: u32,
         acked: u32,
@@ -97,21 +104,22 @@ impl ReadReplies {
         }
         let end = start + u64::from(len);
         len > 0
-            && self.ranges.iter().any(|&(first, last, s, e)| {
-                start < e
+            && self.ranges.iter().any(|&(first, last, ep, s, e)| {
+                ep == endpoint
+                    && start < e
                     && s < end
                     && (0..last.wrapping_sub(first)).any(|i| !is_acked(first.wrapping_add(i)))
             })
     }
 
-    /// Whether a planned `store` must wait for the acknowledgement of a read reply
-    /// `tx` (the connection's send side) has not had acknowledged yet.
+    /// Whether a planned `store` into `endpoint` must wait for the acknowledgement of a
+    /// read reply `tx` (the connection's send side) has not had acknowledged yet.
     #[inline]
-    pub fn blocks_store(&mut self, store: &Store<'_>, tx: &Sender) -> bool {
+    pub fn blocks_store(&mut self, endpoint: EndpointId, store: &Store<'_>, tx: &Sender) -> bool {
         let Some((start, len)) = store.span() else {
             return false;
         };
-        !self.is_empty() && self.blocks(start, len, tx.acked(), |s| tx.is_acked(s))
+        !self.is_empty() && self.blocks(endpoint, start, len, tx.acked(), |s| tx.is_acked(s))
     }
 
     /// Whether no reply is owed.
@@ -204,27 +212,36 @@ mod tests {
     #[test]
     fn a_store_waits_only_for_overlapping_unacknowledged_read_replies() {
         let mut r = ReadReplies::default();
+        let (ep, other) = (EndpointId(1), EndpointId(2));
         // Reply A: bytes 100..200 on messages 10..12; reply B: 1000..1008 on 12.
-        r.push(10, 12, 100, 100);
-        r.push(12, 13, 1000, 8);
+        r.push(10, 12, ep, 100, 100);
+        r.push(12, 13, ep, 1000, 8);
         let none = |_: u32| false;
-        assert!(r.blocks(150, 1, 10, none));
-        assert!(r.blocks(0, 101, 10, none), "overlaps the first byte");
-        assert!(!r.blocks(0, 100, 10, none), "ends where the reply starts");
-        assert!(!r.blocks(200, 800, 10, none), "between the replies");
-        assert!(r.blocks(1007, 4, 10, none));
-        assert!(!r.blocks(150, 0, 10, none), "stores nothing");
+        assert!(r.blocks(ep, 150, 1, 10, none));
+        assert!(
+            !r.blocks(other, 150, 1, 10, none),
+            "another endpoint's bytes"
+        );
+        assert!(r.blocks(ep, 0, 101, 10, none), "overlaps the first byte");
+        assert!(
+            !r.blocks(ep, 0, 100, 10, none),
+            "ends where the reply starts"
+        );
+        assert!(!r.blocks(ep, 200, 800, 10, none), "between the replies");
+        assert!(r.blocks(ep, 1007, 4, 10, none));
+        assert!(!r.blocks(ep, 150, 0, 10, none), "stores nothing");
         // Selectively acknowledged: only once every message of the reply is.
-        assert!(r.blocks(150, 1, 10, |s| s == 10));
-        assert!(!r.blocks(150, 1, 10, |s| s == 10 || s == 11));
+        assert!(r.blocks(ep, 150, 1, 10, |s| s == 10));
+        assert!(!r.blocks(ep, 150, 1, 10, |s| s == 10 || s == 11));
         // Cumulatively acknowledged replies are forgotten (with sequence wrap).
-        assert!(!r.blocks(150, 1, 12, none));
-        assert!(r.blocks(1000, 8, 12, none));
-        assert!(!r.blocks(1000, 8, 13, none));
+        assert!(!r.blocks(ep, 150, 1, 12, none));
+        assert!(r.blocks(ep, 1000, 8, 12, none));
+        assert!(!r.blocks(ep, 1000, 8, 13, none));
         assert!(r.is_empty());
-        r.push(u32::MAX - 1, 1, 0, 64);
-        assert!(r.blocks(0, 64, u32::MAX, none));
-        assert!(!r.blocks(0, 64, 1, none));
+        r.push(u32::MAX - 1, 1, other, 0, 64);
+        assert!(r.blocks(other, 0, 64, u32::MAX, none));
+        assert!(!r.blocks(ep, 0, 64, u32::MAX, none));
+        assert!(!r.blocks(other, 0, 64, 1, none));
     }
 
     fn write(operand: u32, len: u32) -> ControlRepr {
@@ -250,26 +267,37 @@ mod tests {
             len: 64,
             reply_control: ControlRepr::default(),
         };
+        let ep = EndpointId(0);
         let first = tx.assign(2);
-        replies.record(&read, first, first + 2);
+        replies.record(ep, &read, first, first + 2);
         // An atomic's answer keeps nothing.
-        replies.record(&Reply::Value(7), tx.assign(1), first + 3);
+        replies.record(ep, &Reply::Value(7), tx.assign(1), first + 3);
 
         let data = [9u8; 16];
         let inside = plan(&write(300, 16), &data, &ctx, &mut mem).unwrap();
         let beside = plan(&write(320, 16), &data, &ctx, &mut mem).unwrap();
         let nothing = plan(&write(256, 0), &[], &ctx, &mut mem).unwrap();
-        assert!(replies.blocks_store(&inside.store, &tx));
-        assert!(!replies.blocks_store(&beside.store, &tx), "past the range");
-        assert!(!replies.blocks_store(&nothing.store, &tx), "stores nothing");
-        assert!(!replies.blocks_store(&Store::None, &tx));
+        assert!(replies.blocks_store(ep, &inside.store, &tx));
+        assert!(
+            !replies.blocks_store(EndpointId(5), &inside.store, &tx),
+            "into another endpoint"
+        );
+        assert!(
+            !replies.blocks_store(ep, &beside.store, &tx),
+            "past the range"
+        );
+        assert!(
+            !replies.blocks_store(ep, &nothing.store, &tx),
+            "stores nothing"
+        );
+        assert!(!replies.blocks_store(ep, &Store::None, &tx));
 
         // Half the answer acknowledged: still waits.
         tx.on_ack(101, &SeqBits::default(), 0);
-        assert!(replies.blocks_store(&inside.store, &tx));
+        assert!(replies.blocks_store(ep, &inside.store, &tx));
         // All of it: released, and the reply forgotten.
         tx.on_ack(102, &SeqBits::default(), 0);
-        assert!(!replies.blocks_store(&inside.store, &tx));
+        assert!(!replies.blocks_store(ep, &inside.store, &tx));
         assert!(replies.is_empty());
     }
 

@@ -104,8 +104,9 @@ pub enum Trap {
     #[error("event queue full")]
     EventQueueFull,
     /// A message that names an operation on a connection in isolation mode (only
-    /// instruction pointers are taken).
-    #[error("connection in isolation mode takes instruction pointers only")]
+    /// instruction pointers and payload-token writes and reads are taken: they name no
+    /// state of the receiver's).
+    #[error("connection in isolation mode takes instruction pointers and tokens only")]
     Isolated,
     /// An instruction pointer outside the connection's instruction window (or the
     /// global table).
@@ -144,9 +145,14 @@ pub enum Trap {
     #[error("payload token not outstanding")]
     BadToken,
     /// A payload token with a wrong key: the payload is dropped (the receiver still
-    /// gets the control part, with length 0).
+    /// gets the control part, with length 0; a read with a wrong key reads nothing).
     #[error("payload token key mismatch")]
     TokenKey,
+    /// A valid token of the other kind: a read token named by a `TOKEN_WRITE`, or a
+    /// write (payload) token by a `TOKEN_READ` (`crate::tables::TokenKind`). Nothing is
+    /// written or read, and the token stays as it was.
+    #[error("payload token of the other kind (read token written, or write token read)")]
+    TokenKind,
     /// A later segment placed relative to its work request's address when the request's
     /// first segment did not run here (refused, or never sent): there is no address to
     /// place it at.
@@ -172,7 +178,8 @@ impl Trap {
             | Trap::NotEntryPoint { .. }
             | Trap::GlobalOperands { .. }
             | Trap::BadToken
-            | Trap::TokenKey => RemoteStatus::RemoteAccessError,
+            | Trap::TokenKey
+            | Trap::TokenKind => RemoteStatus::RemoteAccessError,
             Trap::SequenceBounds { .. } | Trap::OrphanSegment { .. } => {
                 RemoteStatus::RemoteOperationError
             }
@@ -214,6 +221,7 @@ impl Trap {
             Trap::GlobalOperands { .. } => DropReason::GlobalOperands,
             Trap::BadToken => DropReason::BadToken,
             Trap::TokenKey => DropReason::TokenKey,
+            Trap::TokenKind => DropReason::TokenKind,
             Trap::OrphanSegment { .. } => DropReason::OrphanSegment,
         }
     }
@@ -364,7 +372,8 @@ pub enum DropReason {
     EventQueueFull,
     /// A reply that matches no outstanding read or atomic of ours.
     BadReply,
-    /// A non-instruction-pointer message on a connection in isolation mode.
+    /// A message naming the receiver's memory or registers (not an instruction pointer
+    /// or a token write or read) on a connection in isolation mode.
     Isolated,
     /// An instruction pointer outside the instruction window or global table.
     InstructionWindow,
@@ -378,7 +387,7 @@ pub enum DropReason {
     GlobalOperands,
     /// A payload token that is not outstanding.
     BadToken,
-    /// A payload token with a wrong key (payload dropped).
+    /// A payload token with a wrong key (payload dropped, nothing read).
     TokenKey,
     /// A later segment of a work request whose first segment did not run.
     OrphanSegment,
@@ -417,11 +426,14 @@ pub enum DropReason {
     /// A connection request over its source's cap on connections, or on handshakes
     /// not yet finished (`crate::cm::CmLimits`).
     SourceCap,
+    /// A valid payload token of the other kind: a read token named by a write, or a
+    /// write token by a read (wire version 14).
+    TokenKind,
 }
 
 impl DropReason {
     /// Number of reasons.
-    pub const COUNT: usize = 44;
+    pub const COUNT: usize = 45;
 
     /// Every reason, in counter-index order.
     pub const ALL: [DropReason; DropReason::COUNT] = [
@@ -469,6 +481,7 @@ impl DropReason {
         DropReason::PeerKey,
         DropReason::Unauthorized,
         DropReason::SourceCap,
+        DropReason::TokenKind,
     ];
 
     /// The reason of counter index (and wire code) `code`; `None` past the last.
@@ -504,7 +517,7 @@ impl DropReason {
             }
             DropReason::BadReply => "a reply that matches no outstanding read or atomic of ours",
             DropReason::Isolated => {
-                "a non-instruction-pointer message on a connection in isolation mode"
+                "a message that is not an instruction pointer or token on an isolated connection"
             }
             DropReason::InstructionWindow => {
                 "an instruction pointer outside the instruction window or global table"
@@ -516,7 +529,9 @@ impl DropReason {
             DropReason::SequenceBounds => "an instruction chain beyond the sequencer's bounds",
             DropReason::GlobalOperands => "a global instruction using a receiver-supplied operand",
             DropReason::BadToken => "a payload token that is not outstanding",
-            DropReason::TokenKey => "a payload token with a wrong key (payload dropped)",
+            DropReason::TokenKey => {
+                "a payload token with a wrong key (payload dropped, nothing read)"
+            }
             DropReason::OrphanSegment => {
                 "a later segment of a work request whose first segment did not run"
             }
@@ -554,6 +569,9 @@ impl DropReason {
             }
             DropReason::SourceCap => {
                 "a connection request over its source's cap on connections or unfinished handshakes"
+            }
+            DropReason::TokenKind => {
+                "a payload token of the other kind (a read token written, a write token read)"
             }
         }
     }
@@ -605,6 +623,7 @@ impl DropReason {
             DropReason::PeerKey => "peer_key",
             DropReason::Unauthorized => "unauthorized",
             DropReason::SourceCap => "cm_source_cap",
+            DropReason::TokenKind => "token_kind",
         }
     }
 }
@@ -748,6 +767,7 @@ mod tests {
         assert_eq!(DropReason::OrphanSegment as usize, 30);
         assert_eq!(DropReason::CmRateLimited as usize, 33);
         assert_eq!(DropReason::Replayed as usize, 36);
-        assert_eq!(DropReason::SourceCap as usize, DropReason::COUNT - 1);
+        assert_eq!(DropReason::SourceCap as usize, 43);
+        assert_eq!(DropReason::TokenKind as usize, DropReason::COUNT - 1);
     }
 }

@@ -2,11 +2,21 @@
 //! table, seed 004).
 //!
 //! The receiver registers a buffer (an endpoint range) and gets a [`Token`]: the entry's
-//! index and a random key. Any node holding the token may deposit into the buffer once:
-//! the entry is cancelled on the first match, so a dangling or duplicated token is
-//! refused. A token with the right index but a wrong key matches nothing: the payload is
-//! dropped (the control part still reaches the receiver, with length 0) and the entry
-//! stays for its rightful holder. The receiver may cancel an entry at any time.
+//! index and a random key. Entries are of two kinds ([`TokenKind`]), in the same table,
+//! with the same token format and the same [`PayloadTable::cancel`]:
+//!
+//! * **write** (payload) tokens: any node holding the token may deposit into the
+//!   buffer once (`TOKEN_WRITE`): the entry is cancelled on the first match, so a
+//!   dangling or duplicated token is refused. A token with the right index but a wrong
+//!   key matches nothing: the payload is dropped (the control part still reaches the
+//!   receiver, with length 0) and the entry stays for its rightful holder.
+//! * **read** tokens: any node holding the token may read any part of the range
+//!   (`TOKEN_READ`), over any of its connections to the node, as often as it likes,
+//!   until the receiver cancels the entry (verbs' rkey or memory window over one
+//!   range). A wrong key reads nothing.
+//!
+//! A token of one kind is refused for the other's operation (`Trap::TokenKind`). The
+//! receiver may cancel an entry of either kind at any time.
 //!
 //! A token is a plain `u64` (index in the high half, key in the low half), so
 //! applications pass it to other nodes inside ordinary messages. Keys come from the OS
@@ -33,7 +43,17 @@ impl Token {
     }
 }
 
-/// A registered buffer: `len` bytes at `offset` of `endpoint`.
+/// What a token lets its holder do with its range.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Hash)]
+pub enum TokenKind {
+    /// Deposit into the buffer once (`TOKEN_WRITE`); used up on its first match.
+    Write,
+    /// Read any part of the range (`TOKEN_READ`), any number of times, until cancelled.
+    Read,
+}
+
+/// A registered buffer: `len` bytes at `offset` of `endpoint`, and what a token
+/// holder may do with it.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub struct TokenEntry {
     /// The endpoint holding the buffer.
@@ -42,6 +62,8 @@ pub struct TokenEntry {
     pub offset: u64,
     /// The buffer's length.
     pub len: u64,
+    /// Write once, or read until cancelled.
+    pub kind: TokenKind,
     key: u32,
 }
 
@@ -73,10 +95,35 @@ impl PayloadTable {
         }
     }
 
-    /// Registers `len` bytes at `offset` of `endpoint` with `key` (the caller draws it
-    /// from the OS random source; 0 is replaced by 1) and returns its token.
+    /// Registers `len` bytes at `offset` of `endpoint` for one deposit (a write token)
+    /// with `key` (the caller draws it from the OS random source; 0 is replaced by 1)
+    /// and returns its token.
     pub fn insert(
         &mut self,
+        endpoint: EndpointId,
+        offset: u64,
+        len: u64,
+        key: u32,
+    ) -> Result<Token, TableError> {
+        self.insert_kind(TokenKind::Write, endpoint, offset, len, key)
+    }
+
+    /// Registers `len` bytes at `offset` of `endpoint` for reads until cancelled (a
+    /// read token) with `key`, as [`PayloadTable::insert`] does.
+    pub fn insert_read(
+        &mut self,
+        endpoint: EndpointId,
+        offset: u64,
+        len: u64,
+        key: u32,
+    ) -> Result<Token, TableError> {
+        self.insert_kind(TokenKind::Read, endpoint, offset, len, key)
+    }
+
+    /// Registers an entry of `kind` (see [`PayloadTable::insert`]).
+    pub fn insert_kind(
+        &mut self,
+        kind: TokenKind,
         endpoint: EndpointId,
         offset: u64,
         len: u64,
@@ -90,6 +137,7 @@ impl PayloadTable {
             endpoint,
             offset,
             len,
+            kind,
             key,
         });
         Ok(Token::new(index, key))
@@ -104,8 +152,8 @@ impl PayloadTable {
         }
     }
 
-    /// Cancels the entry of `token` (used on match, or by the receiver): the token and
-    /// every copy of it are refused from now on.
+    /// Cancels the entry of `token`, of either kind (a write token on its match, or
+    /// either by the receiver): the token and every copy of it are refused from now on.
     pub fn cancel(&mut self, token: Token) -> Result<TokenEntry, TableError> {
         match self.lookup(token) {
             TokenMatch::Valid(e) => {
@@ -149,7 +197,10 @@ mod tests {
         let TokenMatch::Valid(e) = t.lookup(tok) else {
             panic!("valid token")
         };
-        assert_eq!((e.endpoint, e.offset, e.len), (ep, 4096, 100));
+        assert_eq!(
+            (e.endpoint, e.offset, e.len, e.kind),
+            (ep, 4096, 100, TokenKind::Write)
+        );
         t.cancel(tok).unwrap();
         assert_eq!(t.lookup(tok), TokenMatch::None);
         assert_eq!(t.cancel(tok), Err(TableError::NoSuchToken(tok.0)));
@@ -175,5 +226,27 @@ mod tests {
         assert_eq!(t.outstanding(), 1);
         assert_eq!(Token::new(u32::MAX, 5).index(), u32::MAX);
         assert_eq!(Token(u64::MAX).key(), u32::MAX);
+    }
+
+    #[test]
+    fn read_tokens_share_the_table_the_format_and_the_cancel() {
+        let mut t = PayloadTable::new(3);
+        let w = t.insert(EndpointId(1), 0, 8, 5).unwrap();
+        let r = t.insert_read(EndpointId(1), 64, 1 << 20, 6).unwrap();
+        let TokenMatch::Valid(e) = t.lookup(r) else {
+            panic!("valid read token")
+        };
+        assert_eq!((e.kind, e.offset, e.len), (TokenKind::Read, 64, 1 << 20));
+        assert!(matches!(t.lookup(w), TokenMatch::Valid(e) if e.kind == TokenKind::Write));
+        assert_eq!(r, Token::new(r.index(), 6), "index << 32 | key");
+        // Looking a read token up never uses it; only a cancel ends it.
+        assert!(matches!(t.lookup(r), TokenMatch::Valid(_)));
+        assert_eq!(t.cancel(r).map(|e| e.kind), Ok(TokenKind::Read));
+        assert_eq!(t.lookup(r), TokenMatch::None);
+        assert_eq!(t.outstanding(), 1);
+        // Released endpoints take their read tokens with them.
+        let r2 = t.insert_read(EndpointId(2), 0, 8, 7).unwrap();
+        t.cancel_endpoint(EndpointId(2));
+        assert_eq!(t.lookup(r2), TokenMatch::None);
     }
 }

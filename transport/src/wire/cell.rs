@@ -75,6 +75,19 @@ pub mod op {
     /// Deposit with a payload token: the payload starts with the token (u64 big
     /// endian); the rest is stored in the buffer the token names, once.
     pub const TOKEN_WRITE: u8 = 0x09;
+    /// Read with a read token (wire version 14): the payload is exactly 32 bytes, the
+    /// control cell's data block — the token (u64 big endian), the offset in the
+    /// token's range (u64 big endian), then the 16-byte control part of the reply
+    /// write, as [`READ`] carries it (its `length`: the bytes to read). Flags `LAST`
+    /// only; operand, index and mask are not used (zero on emit). Answered exactly as a
+    /// `READ` of those bytes of the token's endpoint.
+    ///
+    /// ```text
+    ///  0..8    token: index << 32 | key
+    ///  8..16   offset in the token's range
+    /// 16..32   control part of the reply write (opcode WRITE, flags REPLY, length)
+    /// ```
+    pub const TOKEN_READ: u8 = 0x0A;
     /// Connection management on connection 0 (see `cm`): connect request.
     pub const CM_CONNECT_REQ: u8 = 0xE0;
     /// Connection management: connect reply (accept).

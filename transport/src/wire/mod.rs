@@ -111,7 +111,8 @@
 //! `crate::secure`, public keys in connect requests and replies; 12: a frame whose
 //! every section is sealed ends with a zero trailer, not its CRC32C; 13: the Noise IK
 //! handshake in connect requests and replies, the listener's identity key in the
-//! challenge, authenticated REJECT and DISCONNECT messages, `crate::handshake`).
+//! challenge, authenticated REJECT and DISCONNECT messages, `crate::handshake`; 14:
+//! read tokens, [`op::TOKEN_READ`]).
 
 use core::ops::Range;
 
@@ -137,7 +138,7 @@ pub use header::{hflags, TransportPacket, TransportRepr};
 pub use underlay::{UnderlayPacket, UnderlayRepr};
 
 /// Transport protocol version carried in byte 0 of the transport header.
-pub const VERSION: u8 = 13;
+pub const VERSION: u8 = 14;
 /// UDP destination port of every deposit frame.
 pub const UDP_PORT: u16 = 18515;
 /// Ethernet II (14) + IPv4 without options (20) + UDP (8).
@@ -348,6 +349,6 @@ mod tests {
         let e = WireError::BadUdpPort(80);
         assert_eq!(e.to_string(), "UDP destination port 80 is not 18515");
         let e = WireError::BadVersion(6);
-        assert_eq!(e.to_string(), "transport version 6 is not 13");
+        assert_eq!(e.to_string(), "transport version 6 is not 14");
     }
 }

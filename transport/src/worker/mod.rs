@@ -444,6 +444,22 @@ impl Worker {
         self.io.port.set_sleeping(false);
     }
 
+    /// [`Worker::poll`] that reads the clock and runs the timers due whatever the turn
+    /// finds (an idle turn reads it every 64th time only): the first turn after a
+    /// timed sleep, whose timers may have fallen due meanwhile.
+    pub fn poll_ticked(&mut self) -> usize {
+        // `poll` ticks when its turn counter reaches a multiple of 64.
+        self.turn |= 63;
+        self.poll()
+    }
+
+    /// The doorbells of this worker's receive queues (ring ports; none elsewhere): a
+    /// thread that sleeps on the submission ring in the worker's stead marks them
+    /// around its sleep, as [`Worker::sleep_until`] does, so that a frame wakes it.
+    pub fn doorbells(&self) -> Vec<std::sync::Arc<crate::port::Doorbell>> {
+        self.io.port.doorbells()
+    }
+
     /// Reads the clock into the node before a host-side call that starts timers.
     fn sync_clock(&mut self) {
         self.now = rdtsc();

@@ -915,7 +915,8 @@ fn stream_client(port: &str, retry_ms: u64, retries: u32) {
         .connect([10, 0, 0, 1], SINK_SERVICE, &ep, &cq)
         .unwrap_or_else(|e| fail(e));
     let mbufs_before = dev.stats().mbufs_used();
-    let (mut posted, mut ok, mut retry_exceeded, mut flushed, mut other) = (0u64, 0, 0, 0, 0);
+    let (mut posted, mut ok, mut retry_exceeded) = (0u64, 0, 0);
+    let (mut unacknowledged, mut flushed, mut other) = (0, 0, 0);
     let mut last_ok = std::time::Instant::now();
     let mut failed_after: Option<Duration> = None;
     let mut said_streaming = false;
@@ -923,7 +924,7 @@ fn stream_client(port: &str, retry_ms: u64, retries: u32) {
     // Stream until the connection fails, then collect every outstanding completion.
     loop {
         while failed_after.is_none()
-            && posted - (ok + retry_exceeded + flushed + other) < STREAM_DEPTH
+            && posted - (ok + retry_exceeded + unacknowledged + flushed + other) < STREAM_DEPTH
         {
             let off = (posted as usize * STREAM_WRITE) % SINK_LEN;
             let wr = WorkRequest::write(posted, &ep, off as u64, STREAM_WRITE as u32, off as u32)
@@ -945,6 +946,9 @@ fn stream_client(port: &str, retry_ms: u64, retries: u32) {
                     retry_exceeded += 1;
                     failed_after.get_or_insert(last_ok.elapsed());
                 }
+                // Sent, not acknowledged when the connection failed (it may have run).
+                WcStatus::Unacknowledged => unacknowledged += 1,
+                // Never sent.
                 WcStatus::Flushed => flushed += 1,
                 _ => {
                     other += 1;
@@ -956,13 +960,15 @@ fn stream_client(port: &str, retry_ms: u64, retries: u32) {
             println!("streaming");
             said_streaming = true;
         }
-        if failed_after.is_some() && ok + retry_exceeded + flushed + other == posted {
+        if failed_after.is_some()
+            && ok + retry_exceeded + unacknowledged + flushed + other == posted
+        {
             break;
         }
         if start.elapsed() > 3 * T {
             fail(format!(
                 "still {} of {posted} outstanding after {:?} (state {:?})",
-                posted - (ok + retry_exceeded + flushed + other),
+                posted - (ok + retry_exceeded + unacknowledged + flushed + other),
                 start.elapsed(),
                 conn.state()
             ));
@@ -979,9 +985,9 @@ fn stream_client(port: &str, retry_ms: u64, retries: u32) {
     }
     let mbufs_after = dev.stats().mbufs_used();
     println!(
-        "result posted={posted} ok={ok} retry_exceeded={retry_exceeded} flushed={flushed} \
-         other={other} detect_ms={} refused={refused} mbufs_before={mbufs_before} \
-         mbufs_after={mbufs_after}",
+        "result posted={posted} ok={ok} retry_exceeded={retry_exceeded} \
+         unacknowledged={unacknowledged} flushed={flushed} other={other} detect_ms={} \
+         refused={refused} mbufs_before={mbufs_before} mbufs_after={mbufs_after}",
         failed_after.map_or(u128::MAX, |d| d.as_millis())
     );
     println!("done");

@@ -1,0 +1,594 @@
+//! Mailboxes in C: tagged and untagged two-sided messaging with matching
+//! (`deposit::Mailbox`). Peers are numbered by the mailbox (`dd_mailbox_peer`);
+//! buffers are the caller's, zero copy unless `DD_MB_INJECT` says otherwise.
+
+use std::ffi::{c_char, c_int, c_void};
+
+use api::{Mailbox, MailboxConfig, PeerAddr, PeerId, Selector, TagCompletion, TagOp, TagStatus};
+
+use crate::{dd_device, guard, invalid, obj, path, put, Fail};
+
+/// A mailbox (`dd_mailbox_open`); used from one thread at a time.
+pub struct dd_mailbox(Mailbox);
+
+/// How a mailbox is made (`dd_mailbox_config_init` fills in the defaults).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct dd_mailbox_config {
+    /// The service number its listener takes (what peers name it by, with the node's
+    /// IPv4 address).
+    pub service: u32,
+    /// Bytes per ring slot, a power of two (0, the default: the largest up to 8 KiB
+    /// one message of the device carries).
+    pub slot: u32,
+    /// Ring slots, a power of two (default 1024): what all senders together may have
+    /// outstanding.
+    pub slots: u32,
+    /// Most slots one sender holds at once (default 32).
+    pub burst: u32,
+    /// Messages up to this many bytes go through the ring, longer ones by rendezvous
+    /// (0, the default: `slot` - 64).
+    pub eager_max: u32,
+    /// Staging slots for what it sends (default 256).
+    pub stage: u32,
+    /// Its connections are secure (sealed), both ways (default false).
+    pub secure: bool,
+    /// Connecting: a peer's identity key not pinned by the device's known-peers file is
+    /// taken on first use (default false: such a secure connect fails).
+    pub trust_on_first_use: bool,
+    /// A file of the identity keys whose nodes may connect (others are refused); NULL
+    /// (the default): any.
+    pub authorized_keys_path: *const c_char,
+}
+
+/// Send and receive flag: a tagged message (`FI_TAGGED`); untagged ones (`FI_MSG`)
+/// match untagged receives only.
+pub const DD_MB_TAGGED: u32 = 1;
+/// Send flag: `imm` is the sender's immediate data (delivered with the receive's
+/// completion, `DD_MB_DATA` in its flags).
+pub const DD_MB_DATA: u32 = 2;
+/// Send flag: copy the bytes before returning (the buffer is free at once).
+pub const DD_MB_INJECT: u32 = 4;
+/// A receive's or probe's source: any peer.
+pub const DD_MB_ANY_SOURCE: u32 = u32::MAX;
+
+/// A completion's operation.
+pub const DD_MB_OP_SEND: u32 = 0;
+pub const DD_MB_OP_RECV: u32 = 1;
+
+/// Completion status: the whole message.
+pub const DD_MB_SUCCESS: i32 = 0;
+/// The message was longer than the receive's buffer: `len` bytes landed, `olen` says
+/// how long it was.
+pub const DD_MB_TRUNCATED: i32 = 1;
+/// The receive was cancelled before a message took it.
+pub const DD_MB_CANCELLED: i32 = 2;
+/// The peer could not be reached (`dd_mailbox_peer_error` says why).
+pub const DD_MB_UNREACHABLE: i32 = 3;
+/// The transport failed the transfer: `wc_status` is its `DD_WC_*` status.
+pub const DD_MB_TRANSPORT: i32 = 4;
+/// The receiver refused the message (its read of it failed).
+pub const DD_MB_REFUSED: i32 = 5;
+
+/// A send's or receive's completion.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct dd_tag_completion {
+    /// The context the send or receive was posted with.
+    pub context: u64,
+    /// `DD_MB_OP_SEND` or `DD_MB_OP_RECV`.
+    pub op: u32,
+    /// `DD_MB_TAGGED` (a tagged message), `DD_MB_DATA` (`data` holds the sender's
+    /// immediate data).
+    pub flags: u32,
+    /// `DD_MB_SUCCESS` .. `DD_MB_REFUSED`.
+    pub status: i32,
+    /// With `DD_MB_TRANSPORT`: the transport's `DD_WC_*` status (else 0).
+    pub wc_status: i32,
+    /// Bytes sent, or placed in the receive's buffer.
+    pub len: u64,
+    /// Receives: the message's length (more than `len` when truncated).
+    pub olen: u64,
+    pub tag: u64,
+    pub data: u64,
+    /// Receives: the sender's peer number (`DD_MB_ANY_SOURCE` for sends).
+    pub src: u32,
+}
+
+/// What a probe saw of a waiting message.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct dd_msg_info {
+    /// The sender's peer number.
+    pub src: u32,
+    /// `DD_MB_DATA` when `data` holds the sender's immediate data.
+    pub flags: u32,
+    pub tag: u64,
+    /// The whole message's length.
+    pub len: u64,
+    pub data: u64,
+}
+
+fn info(i: &api::MsgInfo) -> dd_msg_info {
+    dd_msg_info {
+        src: i.src.0,
+        flags: if i.data.is_some() { DD_MB_DATA } else { 0 },
+        tag: i.tag,
+        len: i.len,
+        data: i.data.unwrap_or(0),
+    }
+}
+
+fn completion(c: &TagCompletion) -> dd_tag_completion {
+    let (status, wc) = match c.status {
+        TagStatus::Success => (DD_MB_SUCCESS, 0),
+        TagStatus::Truncated => (DD_MB_TRUNCATED, 0),
+        TagStatus::Cancelled => (DD_MB_CANCELLED, 0),
+        TagStatus::Unreachable => (DD_MB_UNREACHABLE, 0),
+        TagStatus::Transport(s) => (DD_MB_TRANSPORT, crate::wc_code(s)),
+        TagStatus::Refused => (DD_MB_REFUSED, 0),
+    };
+    dd_tag_completion {
+        context: c.context,
+        op: match c.op {
+            TagOp::Send => DD_MB_OP_SEND,
+            TagOp::Recv => DD_MB_OP_RECV,
+        },
+        flags: if c.tagged { DD_MB_TAGGED } else { 0 }
+            | if c.data.is_some() { DD_MB_DATA } else { 0 },
+        status,
+        wc_status: wc,
+        len: c.len,
+        olen: c.olen,
+        tag: c.tag,
+        data: c.data.unwrap_or(0),
+        src: c.src.map_or(DD_MB_ANY_SOURCE, |p| p.0),
+    }
+}
+
+fn selector(src: u32, tag: u64, ignore: u64) -> Selector {
+    Selector {
+        src: (src != DD_MB_ANY_SOURCE).then_some(PeerId(src)),
+        tag,
+        ignore,
+    }
+}
+
+unsafe fn mb<'a>(m: *mut dd_mailbox) -> Result<&'a mut Mailbox, Fail> {
+    m.as_mut()
+        .map(|m| &mut m.0)
+        .ok_or_else(|| invalid("mailbox is NULL"))
+}
+
+/// Fills `cfg` with the defaults, listening on `service`. Returns `DD_OK`.
+#[no_mangle]
+pub unsafe extern "C" fn dd_mailbox_config_init(
+    cfg: *mut dd_mailbox_config,
+    service: u32,
+) -> c_int {
+    let d = MailboxConfig::new(service);
+    guard(|| {
+        put(
+            cfg,
+            dd_mailbox_config {
+                service,
+                slot: d.slot,
+                slots: d.slots,
+                burst: d.burst,
+                eager_max: d.eager_max,
+                stage: d.stage,
+                secure: false,
+                trust_on_first_use: false,
+                authorized_keys_path: std::ptr::null(),
+            },
+            "cfg",
+        )
+    })
+}
+
+/// Opens a mailbox on `dev` (its ring in an endpoint of its own, a listener on
+/// `cfg->service`) into `*out`. Returns `DD_OK` or a `DD_ERR_*` code.
+#[no_mangle]
+pub unsafe extern "C" fn dd_mailbox_open(
+    dev: *const dd_device,
+    cfg: *const dd_mailbox_config,
+    out: *mut *mut dd_mailbox,
+) -> c_int {
+    guard(|| {
+        let dev = &obj(dev, "dev")?.0;
+        let c = *obj(cfg, "cfg")?;
+        let mut conn = api::ConnOptions {
+            secure: c.secure,
+            trust_on_first_use: c.trust_on_first_use,
+            ..api::ConnOptions::default()
+        };
+        if let Some(p) = path(c.authorized_keys_path, "cfg->authorized_keys_path")? {
+            conn.authorized_keys = Some(
+                api::load_authorized_keys(&p)
+                    .map_err(|e| invalid(format!("authorized keys {}: {e}", p.display())))?,
+            );
+        }
+        let m = dev.mailbox(&MailboxConfig {
+            service: c.service,
+            slot: c.slot,
+            slots: c.slots,
+            burst: c.burst,
+            eager_max: c.eager_max,
+            stage: c.stage,
+            conn,
+        })?;
+        put(out, Box::into_raw(Box::new(dd_mailbox(m))), "out")
+    })
+}
+
+/// Closes a mailbox (NULL: nothing). Sends and receives not completed are dropped:
+/// poll them first.
+#[no_mangle]
+pub unsafe extern "C" fn dd_mailbox_close(m: *mut dd_mailbox) {
+    crate::release(m);
+}
+
+/// The mailbox's address: the node's IPv4 address (4 bytes, network order) into
+/// `ip` and its service into `*service`.
+#[no_mangle]
+pub unsafe extern "C" fn dd_mailbox_addr(
+    m: *const dd_mailbox,
+    ip: *mut u8,
+    service: *mut u32,
+) -> c_int {
+    guard(|| {
+        let a = obj(m, "mailbox")?.0.addr();
+        if ip.is_null() {
+            return Err(invalid("ip is NULL"));
+        }
+        std::ptr::copy_nonoverlapping(a.ip.as_ptr(), ip, 4);
+        put(service, a.service, "service")
+    })
+}
+
+/// Bytes up to which a message goes eager (through the ring); longer ones go by
+/// rendezvous.
+#[no_mangle]
+pub unsafe extern "C" fn dd_mailbox_eager_max(m: *const dd_mailbox) -> u32 {
+    m.as_ref().map_or(0, |m| m.0.eager_max())
+}
+
+/// The peer number of the mailbox at `ip` (4 bytes, network order) and `service`
+/// into `*peer` (the same number for the same address; connected on first use).
+#[no_mangle]
+pub unsafe extern "C" fn dd_mailbox_peer(
+    m: *mut dd_mailbox,
+    ip: *const u8,
+    service: u32,
+    peer: *mut u32,
+) -> c_int {
+    guard(|| {
+        let m = mb(m)?;
+        if ip.is_null() {
+            return Err(invalid("ip is NULL"));
+        }
+        let mut a = [0u8; 4];
+        std::ptr::copy_nonoverlapping(ip, a.as_mut_ptr(), 4);
+        let p = m.peer(PeerAddr { ip: a, service });
+        put(peer, p.0, "peer")
+    })
+}
+
+/// The address of peer number `peer` (as `dd_mailbox_addr`).
+#[no_mangle]
+pub unsafe extern "C" fn dd_mailbox_peer_addr(
+    m: *const dd_mailbox,
+    peer: u32,
+    ip: *mut u8,
+    service: *mut u32,
+) -> c_int {
+    guard(|| {
+        let a = obj(m, "mailbox")?
+            .0
+            .peer_addr(PeerId(peer))
+            .ok_or_else(|| invalid(format!("no peer {peer}")))?;
+        if ip.is_null() {
+            return Err(invalid("ip is NULL"));
+        }
+        std::ptr::copy_nonoverlapping(a.ip.as_ptr(), ip, 4);
+        put(service, a.service, "service")
+    })
+}
+
+/// Why peer `peer` cannot be reached (a NUL-terminated message, valid until this
+/// thread's next failing call), or NULL when it can (or no reason was given).
+#[no_mangle]
+pub unsafe extern "C" fn dd_mailbox_peer_error(m: *const dd_mailbox, peer: u32) -> *const c_char {
+    match m.as_ref().and_then(|m| m.0.peer_error(PeerId(peer))) {
+        Some(e) => {
+            crate::set_last(e.to_string());
+            crate::dd_last_error()
+        }
+        None => std::ptr::null(),
+    }
+}
+
+/// Sends `len` bytes at `buf` to peer `peer`: tagged with `tag` (`DD_MB_TAGGED`) or
+/// not, with immediate data `imm` (`DD_MB_DATA`), copied at once (`DD_MB_INJECT`) or
+/// zero copy — then the bytes must stay valid and unchanged until the send's
+/// completion is polled. Its completion carries `context`. Returns `DD_OK` or a
+/// `DD_ERR_*` code (nothing queued).
+#[no_mangle]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn dd_mailbox_send(
+    m: *mut dd_mailbox,
+    peer: u32,
+    tag: u64,
+    imm: u64,
+    buf: *const c_void,
+    len: usize,
+    context: u64,
+    flags: u32,
+) -> c_int {
+    guard(|| {
+        let m = mb(m)?;
+        if buf.is_null() && len > 0 {
+            return Err(invalid("buf is NULL"));
+        }
+        if flags & !(DD_MB_TAGGED | DD_MB_DATA | DD_MB_INJECT) != 0 {
+            return Err(invalid(format!("send flags {flags:#x}")));
+        }
+        let tag = (flags & DD_MB_TAGGED != 0).then_some(tag);
+        let imm = (flags & DD_MB_DATA != 0).then_some(imm);
+        let b = if len == 0 {
+            [0u8; 1].as_ptr()
+        } else {
+            buf as *const u8
+        };
+        // SAFETY: the caller's contract (above).
+        Ok(m.send_raw(
+            PeerId(peer),
+            tag,
+            imm,
+            b,
+            len,
+            context,
+            flags & DD_MB_INJECT != 0,
+        )?)
+    })
+}
+
+/// Posts a receive of at most `len` bytes into `buf` for messages from peer `src`
+/// (`DD_MB_ANY_SOURCE`: any) whose tag equals `tag` in the bits not set in `ignore`;
+/// tagged (`DD_MB_TAGGED` in `flags`) or untagged (tag and ignore unused). A waiting
+/// message is taken at once. The bytes at `buf` stay valid, and the caller neither
+/// reads nor writes them, until the receive's completion is polled.
+#[no_mangle]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn dd_mailbox_recv(
+    m: *mut dd_mailbox,
+    src: u32,
+    tag: u64,
+    ignore: u64,
+    buf: *mut c_void,
+    len: usize,
+    context: u64,
+    flags: u32,
+) -> c_int {
+    guard(|| {
+        let m = mb(m)?;
+        if buf.is_null() && len > 0 {
+            return Err(invalid("buf is NULL"));
+        }
+        let tagged = flags & DD_MB_TAGGED != 0;
+        let sel = if tagged {
+            selector(src, tag, ignore)
+        } else {
+            selector(src, 0, u64::MAX)
+        };
+        // SAFETY: the caller's contract (above).
+        Ok(m.recv(sel, tagged, buf as *mut u8, len, context)?)
+    })
+}
+
+/// Looks for a waiting message as `dd_mailbox_recv` would select it, and leaves it
+/// waiting (`MPI_Iprobe`, `FI_PEEK`). Returns 1 (found: `*out` says what it is), 0
+/// (none), or a `DD_ERR_*` code.
+#[no_mangle]
+pub unsafe extern "C" fn dd_mailbox_peek(
+    m: *mut dd_mailbox,
+    src: u32,
+    tag: u64,
+    ignore: u64,
+    flags: u32,
+    out: *mut dd_msg_info,
+) -> c_int {
+    let mut found = 0;
+    let rc = guard(|| {
+        let m = mb(m)?;
+        if let Some(i) = m.peek(&selector(src, tag, ignore), flags & DD_MB_TAGGED != 0) {
+            put(out, info(&i), "out")?;
+            found = 1;
+        }
+        Ok(())
+    });
+    if rc < 0 {
+        rc
+    } else {
+        found
+    }
+}
+
+/// `dd_mailbox_peek`, and the message found is claimed for `context`: no receive or
+/// probe sees it until `dd_mailbox_recv_claimed` or `dd_mailbox_discard` with that
+/// context (`MPI_Improbe`, `FI_PEEK | FI_CLAIM`). Returns 1, 0 or a `DD_ERR_*` code.
+#[no_mangle]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn dd_mailbox_claim(
+    m: *mut dd_mailbox,
+    src: u32,
+    tag: u64,
+    ignore: u64,
+    flags: u32,
+    context: u64,
+    out: *mut dd_msg_info,
+) -> c_int {
+    let mut found = 0;
+    let rc = guard(|| {
+        let m = mb(m)?;
+        let sel = selector(src, tag, ignore);
+        if let Some(i) = m.claim(&sel, flags & DD_MB_TAGGED != 0, context) {
+            put(out, info(&i), "out")?;
+            found = 1;
+        }
+        Ok(())
+    });
+    if rc < 0 {
+        rc
+    } else {
+        found
+    }
+}
+
+/// Receives the message claimed for `context` into `buf` (as `dd_mailbox_recv`);
+/// its completion carries `context` (`MPI_Mrecv`, `FI_CLAIM`).
+#[no_mangle]
+pub unsafe extern "C" fn dd_mailbox_recv_claimed(
+    m: *mut dd_mailbox,
+    context: u64,
+    buf: *mut c_void,
+    len: usize,
+) -> c_int {
+    guard(|| {
+        let m = mb(m)?;
+        if buf.is_null() && len > 0 {
+            return Err(invalid("buf is NULL"));
+        }
+        // SAFETY: the caller's contract (dd_mailbox_recv's).
+        Ok(m.recv_claimed(context, buf as *mut u8, len)?)
+    })
+}
+
+/// Drops the message claimed for `context` (`FI_DISCARD`); what it was into `*out`
+/// (may be NULL). Its sender's send completes as if it had been received.
+#[no_mangle]
+pub unsafe extern "C" fn dd_mailbox_discard(
+    m: *mut dd_mailbox,
+    context: u64,
+    out: *mut dd_msg_info,
+) -> c_int {
+    guard(|| {
+        let i = mb(m)?.discard(context)?;
+        if !out.is_null() {
+            out.write(info(&i));
+        }
+        Ok(())
+    })
+}
+
+/// Cancels the posted receive with `context`: it completes `DD_MB_CANCELLED`. Returns
+/// 1 (cancelled), 0 (no receive posted with it: it matched already) or a `DD_ERR_*`.
+#[no_mangle]
+pub unsafe extern "C" fn dd_mailbox_cancel(m: *mut dd_mailbox, context: u64) -> c_int {
+    let mut done = 0;
+    let rc = guard(|| {
+        done = c_int::from(mb(m)?.cancel(context));
+        Ok(())
+    });
+    if rc < 0 {
+        rc
+    } else {
+        done
+    }
+}
+
+/// One turn of progress (new connections, arrivals, the device's completions, queued
+/// sends). Returns `DD_OK`.
+#[no_mangle]
+pub unsafe extern "C" fn dd_mailbox_progress(m: *mut dd_mailbox) -> c_int {
+    guard(|| {
+        mb(m)?.progress();
+        Ok(())
+    })
+}
+
+/// Takes up to `n` completions into `out` after a turn of progress. Returns how many
+/// (0 when none), or a `DD_ERR_*` code.
+#[no_mangle]
+pub unsafe extern "C" fn dd_mailbox_poll(
+    m: *mut dd_mailbox,
+    out: *mut dd_tag_completion,
+    n: u32,
+) -> c_int {
+    let mut got = 0;
+    let rc = guard(|| {
+        let m = mb(m)?;
+        if out.is_null() && n > 0 {
+            return Err(invalid("out is NULL"));
+        }
+        let mut buf = [api::mailbox::EMPTY; 32];
+        while got < n as usize {
+            let want = (n as usize - got).min(buf.len());
+            let k = m.poll(&mut buf[..want]);
+            for (i, c) in buf[..k].iter().enumerate() {
+                out.add(got + i).write(completion(c));
+            }
+            got += k;
+            if k < want {
+                break;
+            }
+        }
+        Ok(())
+    });
+    if rc < 0 {
+        rc
+    } else {
+        got as c_int
+    }
+}
+
+/// The mailbox's counters.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct dd_mailbox_stats {
+    /// Ring slots consumed; eager messages and rendezvous announcements received.
+    pub slots: u64,
+    pub eager_rx: u64,
+    pub rndv_rx: u64,
+    /// Slots refused: a bad header, an unknown connection, a sequence that does not
+    /// follow (a peer past its credit, or writing garbage).
+    pub bad_header: u64,
+    pub bad_source: u64,
+    pub bad_sequence: u64,
+    /// Rendezvous completions naming no send of ours.
+    pub bad_fin: u64,
+    /// Connections refused: a malformed hello, a full credit-table bucket.
+    pub bad_hello: u64,
+    pub credit_table_full: u64,
+    /// Credit reads posted, and those that found no new credit.
+    pub credit_reads: u64,
+    pub credit_stalls: u64,
+}
+
+/// The mailbox's counters into `*out`.
+#[no_mangle]
+pub unsafe extern "C" fn dd_mailbox_stats(
+    m: *const dd_mailbox,
+    out: *mut dd_mailbox_stats,
+) -> c_int {
+    guard(|| {
+        let s = obj(m, "mailbox")?.0.stats();
+        put(
+            out,
+            dd_mailbox_stats {
+                slots: s.slots,
+                eager_rx: s.eager_rx,
+                rndv_rx: s.rndv_rx,
+                bad_header: s.bad_header,
+                bad_source: s.bad_source,
+                bad_sequence: s.bad_sequence,
+                bad_fin: s.bad_fin,
+                bad_hello: s.bad_hello,
+                credit_table_full: s.credit_table_full,
+                credit_reads: s.credit_reads,
+                credit_stalls: s.credit_stalls,
+            },
+            "out",
+        )
+    })
+}

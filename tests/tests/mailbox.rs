@@ -1,0 +1,185 @@
+//! Mailboxes (tagged messaging) over a real PMD: two devices on an in-process ring
+//! port, one with a dedicated worker, one inline. Eager and rendezvous sizes up to
+//! 4 MiB land byte-exact, whichever side posts first; probes, claims and cancels; a
+//! secure pair; the sender's buffer is read in place (zero copy) for rendezvous.
+
+use std::time::{Duration, Instant};
+
+use deposit::*;
+use deposit_tests::*;
+
+const T: Duration = Duration::from_secs(20);
+
+fn pattern(n: usize, seed: u8) -> Vec<u8> {
+    (0..n)
+        .map(|i| (i as u8).wrapping_mul(29).wrapping_add(seed))
+        .collect()
+}
+
+struct Pair {
+    _ring: RingPair,
+    a: Mailbox,
+    b: Mailbox,
+}
+
+fn pair(name: &str, conn: ConnOptions) -> Pair {
+    let ring = RingPair::new(name);
+    let cfg = MailboxConfig {
+        conn,
+        ..MailboxConfig::new(40)
+    };
+    let a = ring.client.mailbox(&cfg).expect("mailbox a");
+    let b = ring.server.mailbox(&cfg).expect("mailbox b");
+    Pair { _ring: ring, a, b }
+}
+
+/// Drives both mailboxes until `b` (or `a`, with `on_a`) yields the completion with
+/// `context` and `op`.
+fn wait_for(p: &mut Pair, on_a: bool, op: TagOp, context: u64) -> TagCompletion {
+    let deadline = Instant::now() + T;
+    let mut out = [deposit::mailbox::EMPTY; 16];
+    let mut seen = Vec::new();
+    while Instant::now() < deadline {
+        let (this, other) = if on_a {
+            (&mut p.a, &mut p.b)
+        } else {
+            (&mut p.b, &mut p.a)
+        };
+        other.progress();
+        let n = this.poll(&mut out);
+        for c in &out[..n] {
+            if c.context == context && c.op == op {
+                return *c;
+            }
+            seen.push(*c);
+        }
+    }
+    panic!(
+        "no {op:?} completion {context} in {T:?}; saw {seen:?}; a {:?} b {:?}",
+        p.a, p.b
+    );
+}
+
+#[test]
+fn eager_and_rendezvous_messages_land_whole_either_way_round() {
+    let mut p = pair("mbox1", ConnOptions::default());
+    let to_b = p.a.peer(p.b.addr());
+    let eager = p.a.eager_max() as usize;
+    assert!(eager >= 960, "eager messages up to {eager} bytes");
+    for (k, n) in [0, 1, eager, eager + 1, 65536, 1 << 20, 4 << 20]
+        .into_iter()
+        .enumerate()
+    {
+        let k = k as u64;
+        let msg = pattern(n, k as u8);
+        // The receive first.
+        let mut got = vec![0u8; n];
+        // SAFETY: `got` lives until the completion below.
+        unsafe {
+            p.b.recv(Selector::tag(k), true, got.as_mut_ptr(), n, 10 + k)
+        }
+        .unwrap();
+        // SAFETY: `msg` lives until the send's completion below (zero copy).
+        unsafe {
+            p.a.send_raw(to_b, Some(k), None, msg.as_ptr(), n, 20 + k, false)
+        }
+        .unwrap();
+        let c = wait_for(&mut p, false, TagOp::Recv, 10 + k);
+        assert_eq!(
+            (c.status, c.len, c.olen),
+            (TagStatus::Success, n as u64, n as u64)
+        );
+        assert!(got == msg, "{n} bytes, receive posted first");
+        assert_eq!(
+            wait_for(&mut p, true, TagOp::Send, 20 + k).status,
+            TagStatus::Success
+        );
+        // The message first (unexpected: copied out of the ring, or announced).
+        p.a.send(to_b, Some(k), &msg, 30 + k).unwrap();
+        let deadline = Instant::now() + T;
+        while p.b.peek(&Selector::tag(k), true).is_none() {
+            p.a.progress();
+            assert!(Instant::now() < deadline, "{n} bytes never arrived");
+        }
+        let mut got = vec![0u8; n];
+        // SAFETY: as above.
+        unsafe {
+            p.b.recv(Selector::tag(k), true, got.as_mut_ptr(), n, 40 + k)
+        }
+        .unwrap();
+        let c = wait_for(&mut p, false, TagOp::Recv, 40 + k);
+        assert_eq!((c.status, c.len), (TagStatus::Success, n as u64));
+        assert!(got == msg, "{n} bytes, message first");
+        assert_eq!(
+            wait_for(&mut p, true, TagOp::Send, 30 + k).status,
+            TagStatus::Success
+        );
+    }
+    let s = p.b.stats();
+    assert!(s.rndv_rx >= 6 && s.eager_rx >= 6, "{s:?}");
+    assert_eq!(
+        (s.bad_header, s.bad_source, s.bad_sequence, s.bad_fin),
+        (0, 0, 0, 0)
+    );
+}
+
+#[test]
+fn probes_claims_and_cancels() {
+    let mut p = pair("mbox2", ConnOptions::default());
+    let to_b = p.a.peer(p.b.addr());
+    let sel = Selector::tag(5);
+    assert!(p.b.peek(&sel, true).is_none());
+    let mut never = [0u8; 8];
+    // SAFETY: `never` lives until the cancel's completion below.
+    unsafe { p.b.recv(Selector::tag(99), true, never.as_mut_ptr(), 8, 1) }.unwrap();
+    p.a.send(to_b, Some(5), &pattern(100, 1), 2).unwrap();
+    p.a.send(to_b, Some(5), &pattern(300_000, 2), 3).unwrap();
+    let deadline = Instant::now() + T;
+    while p.b.queued().1 < 2 {
+        p.a.progress();
+        p.b.progress();
+        assert!(Instant::now() < deadline);
+    }
+    let info = p.b.claim(&sel, true, 7).expect("claimed");
+    assert_eq!(info.len, 100);
+    assert_eq!(p.b.peek(&sel, true).expect("the next").len, 300_000);
+    assert_eq!(p.b.discard(7).expect("claimed").len, 100);
+    let info = p.b.claim(&sel, true, 8).expect("the big one");
+    assert_eq!((info.len, info.tag), (300_000, 5));
+    let mut got = vec![0u8; 300_000];
+    // SAFETY: `got` lives until the completion below.
+    unsafe { p.b.recv_claimed(8, got.as_mut_ptr(), got.len()) }.unwrap();
+    assert_eq!(wait_for(&mut p, false, TagOp::Recv, 8).len, 300_000);
+    assert!(got == pattern(300_000, 2));
+    assert!(p.b.cancel(1));
+    assert_eq!(
+        wait_for(&mut p, false, TagOp::Recv, 1).status,
+        TagStatus::Cancelled
+    );
+    for ctx in [2, 3] {
+        assert_eq!(
+            wait_for(&mut p, true, TagOp::Send, ctx).status,
+            TagStatus::Success
+        );
+    }
+}
+
+#[test]
+fn secure_mailboxes_carry_the_same_bytes() {
+    let conn = ConnOptions {
+        secure: true,
+        trust_on_first_use: true,
+        ..ConnOptions::default()
+    };
+    let mut p = pair("mbox3", conn);
+    let to_b = p.a.peer(p.b.addr());
+    for (k, n) in [(1u64, 700usize), (2, 2 << 20)] {
+        let msg = pattern(n, 9);
+        let mut got = vec![0u8; n];
+        // SAFETY: `got` lives until the completion below.
+        unsafe { p.b.recv(Selector::ANY, true, got.as_mut_ptr(), n, k) }.unwrap();
+        p.a.send(to_b, Some(k), &msg, k).unwrap();
+        assert_eq!(wait_for(&mut p, false, TagOp::Recv, k).len, n as u64);
+        assert!(got == msg);
+    }
+}

@@ -1,0 +1,1636 @@
+//! The tagged layer's protocol: eager messages through a receive ring, rendezvous by
+//! a read straight into the posted buffer, credits read from the receiver's memory.
+//!
+//! # The receive ring
+//!
+//! Every engine owns one endpoint: a ring of `slots` slots of `slot` bytes, staging
+//! slots for what it sends, and a table of credit words. Its listener accepts isolated
+//! connections (design §3): a peer can only invoke the ring's one instruction, "write
+//! the message at r0, advance r0 by the stride, wrap it, and tell the host" — it names
+//! no state of ours. All peers append to the one ring and the worker serialises them;
+//! each message posts an event on the endpoint's event queue (a condition the receiver
+//! set, not one the sender forces) naming the connection it came on, where it landed
+//! and its length. So the engine learns of arrivals from one queue however many peers
+//! there are, in slot order, and knows each slot's sender from the transport, not from
+//! what the sender wrote.
+//!
+//! # Messages
+//!
+//! A message of at most `eager_max` bytes goes whole in one slot after a 64-byte header
+//! ([`super::wire`]): copied once at the sender into a staging slot, deposited by the
+//! transport into the receiver's ring, copied once into the posted buffer (or, when no
+//! receive is posted yet, into the unexpected list). A longer message is announced by
+//! an RTS carrying a read token over the sender's buffer (registered for the time of
+//! the send); the receiver, once a receive takes it, reads it with that token straight
+//! into the posted buffer — the only copy at the receiving host is the transport's own
+//! deposit — then sends a FIN, and the sender's send completes. The receiver drives the
+//! whole transfer; the sender's application need not call in meanwhile (its worker
+//! answers the read).
+//!
+//! # Credits
+//!
+//! A peer may have at most as many slots outstanding (sent, not yet consumed) as the
+//! receiver granted. The receiver writes, per accepted connection, the total number of
+//! slots that connection may have sent (consumed + grant) into its credit word, which
+//! every peer may read through a read token named in the listener's reply; a sender
+//! reads its word (8 bytes, one round trip, no work for the receiver's application)
+//! when it runs low. No credit ever travels in the ring, so no credit message can be
+//! stuck behind the credits it returns. A receiver shares its ring among the peers
+//! that connected: each gets up to `burst` slots while the ring has room, and a peer
+//! gets at least one slot as soon as one is consumed. Per peer the engine keeps a few
+//! hundred bytes and two connections; there is no limit on peers but the ring's slots
+//! (a peer that holds a credit keeps it).
+//!
+//! # Trust
+//!
+//! The connections are the transport's (authenticated, and sealed when secure), and a
+//! slot's sender is the connection its event names. A connected peer can still write
+//! garbage into its slots: headers are checked ([`super::wire::Header::decode`]), and
+//! a slot whose sequence does not follow that peer's count, or that it sent beyond its
+//! credit, is refused and counted, never acted on. A peer that ignores its credits can
+//! still overwrite slots not yet consumed (other peers' messages) — the ring is shared,
+//! as a verbs shared receive queue is — but it is caught doing so (`bad_sequence`).
+
+use std::collections::{HashMap, HashSet, VecDeque};
+
+use super::matching::{Matcher, MsgId, MsgInfo, PeerId, Posted, Selector};
+use super::wire::{self, Header, Kind, HEADER};
+use crate::connection::WR_SIGNALED;
+use crate::connection::{Completion, ConnState, Remote, Source, WcStatus, Wqe, WrOpcode};
+use crate::tables::{EndpointId, StoredInstruction};
+use crate::wire::cell::{op, AddrMode};
+use crate::wire::compound::{CompoundRepr, Cond, CondRepr, OpSource, RegOp, RegOpRepr};
+
+/// A tagged endpoint's address: its node and its service number.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub struct PeerAddr {
+    pub ip: [u8; 4],
+    pub service: u32,
+}
+
+impl std::fmt::Display for PeerAddr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let [a, b, c, d] = self.ip;
+        write!(f, "{a}.{b}.{c}.{d}:{}", self.service)
+    }
+}
+
+/// The ring's shape and the engine's limits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Config {
+    /// Bytes per ring slot: a power of two, at least 128, at most what one message of
+    /// the device carries.
+    pub slot: u32,
+    /// Ring slots: a power of two.
+    pub slots: u32,
+    /// Staging slots for what this engine sends (eager messages and RTS until
+    /// acknowledged, FINs, credit reads).
+    pub stage: u32,
+    /// Most slots one peer holds at once.
+    pub burst: u32,
+    /// Messages up to this many bytes go eager (at most `slot` - 64); longer ones by
+    /// rendezvous.
+    pub eager_max: u32,
+    /// Buckets of the credit table (a power of two; 4 entries of 16 bytes each). A
+    /// peer's entry is found from its connection's number; with half as many buckets
+    /// as the device has connections a bucket is full (the peer is refused, counted)
+    /// about never.
+    pub credit_buckets: u32,
+}
+
+impl Config {
+    /// Slots of `slot` bytes (eager up to `slot` - 64), `slots` of them, 256 staging
+    /// slots, 32 slots per peer at most, a credit table for a device of
+    /// `max_connections` connections.
+    pub fn new(slot: u32, slots: u32, max_connections: u32) -> Config {
+        Config {
+            slot,
+            slots,
+            stage: 256,
+            burst: 32,
+            eager_max: slot.saturating_sub(HEADER as u32),
+            credit_buckets: (max_connections / 2).next_power_of_two().max(64),
+        }
+    }
+
+    fn check(&self) -> Result<(), String> {
+        if !self.slot.is_power_of_two() || self.slot < 128 {
+            return Err(format!(
+                "slot of {} bytes: a power of two >= 128",
+                self.slot
+            ));
+        }
+        if !self.slots.is_power_of_two() || self.slots < 2 {
+            return Err(format!("{} ring slots: a power of two >= 2", self.slots));
+        }
+        if self.stage == 0 || self.burst == 0 || !self.credit_buckets.is_power_of_two() {
+            return Err("no staging slots, burst or connections".into());
+        }
+        if self.eager_max as usize > self.slot as usize - HEADER {
+            return Err(format!(
+                "eager messages of {} bytes do not fit slots of {}",
+                self.eager_max, self.slot
+            ));
+        }
+        Ok(())
+    }
+
+    fn ring_len(&self) -> u64 {
+        u64::from(self.slots) * u64::from(self.slot)
+    }
+
+    fn stage_off(&self, s: u32) -> u64 {
+        self.ring_len() + u64::from(s) * u64::from(self.slot)
+    }
+
+    fn credits_off(&self) -> u64 {
+        self.stage_off(self.stage)
+    }
+
+    /// Bytes of the engine's endpoint.
+    pub fn endpoint_len(&self) -> u64 {
+        self.credits_off() + self.credits_len()
+    }
+
+    fn credits_len(&self) -> u64 {
+        u64::from(self.credit_buckets) * CREDIT_BUCKET as u64
+    }
+
+    /// The credit table's bucket for connection `number` (its offset in the table).
+    fn bucket(&self, number: u32) -> u64 {
+        let h = number.wrapping_mul(0x9e37_79b9) >> 8;
+        u64::from(h & (self.credit_buckets - 1)) * CREDIT_BUCKET as u64
+    }
+}
+
+/// A message that arrived in the ring: the event its instruction posted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Arrival {
+    /// Our number for the connection it came on.
+    pub conn: u32,
+    /// Where it landed: its offset in the engine's endpoint.
+    pub ea: u64,
+    /// Its length.
+    pub len: u32,
+}
+
+/// A connection the engine's listener accepted.
+#[derive(Debug)]
+pub struct Accepted<C> {
+    pub conn: C,
+    /// The connect request's private data.
+    pub hello: Vec<u8>,
+    /// Our number for the connection (its credit word's index).
+    pub number: u32,
+}
+
+/// What the engine needs of a device: the `deposit` crate's `Device`, or a `sim` host.
+///
+/// Every endpoint and connection it makes must be served by the same worker (shard) as
+/// the engine's endpoint, since tokens and read results are that worker's.
+pub trait Fabric {
+    /// A connection (dropping it closes it).
+    type Conn;
+    /// A registered buffer (dropping it without [`Fabric::deregister`] leaks nothing
+    /// but the registration).
+    type Mem;
+    /// Why a control call failed.
+    type Error: std::fmt::Display;
+
+    /// Makes the engine's endpoint of `len` bytes (zeroed; rights to remote writes, for
+    /// the ring instruction, and reads, for the credit table's read token — its only
+    /// connections are isolated, so nothing else reaches it; an event queue of at
+    /// least `2 * slots` entries), a window of
+    /// three registers set to [`ring_registers`] and the [`ring_instruction`] in an
+    /// instruction window of one. Returns the endpoint, the memory's first byte and the
+    /// instruction pointer.
+    fn open(
+        &mut self,
+        len: u64,
+        slot: u32,
+        slots: u32,
+    ) -> Result<(Self::Mem, *mut u8, u32), Self::Error>;
+    /// Listens on `service` into the engine's endpoint: isolated connections whose
+    /// only entry point is the ring instruction, answered with `reply`.
+    fn listen(&mut self, service: u32, reply: &[u8]) -> Result<(), Self::Error>;
+    /// The next connection the listener accepted.
+    fn accept(&mut self) -> Option<Accepted<Self::Conn>>;
+    /// Starts connecting to `to` from the engine's endpoint with `hello` as the
+    /// request's private data (it may return before the peer answered).
+    fn connect(&mut self, to: PeerAddr, hello: &[u8]) -> Result<Self::Conn, Self::Error>;
+    fn state(&self, c: &Self::Conn) -> ConnState;
+    /// The listener's reply private data (once `Normal`: the connection is then made
+    /// usable for [`Fabric::post`]).
+    fn reply(&mut self, c: &mut Self::Conn) -> Vec<u8>;
+    /// The peer's number for the connection.
+    fn remote_number(&self, c: &Self::Conn) -> u32;
+    /// The next event of the engine's endpoint, as an arrival (events of other kinds
+    /// are skipped).
+    fn arrival(&mut self) -> Option<Arrival>;
+    /// Posts a work request (sources and results in the engine's endpoint or in
+    /// buffers it registered); `false`: no room now, nothing posted.
+    fn post(&mut self, c: &Self::Conn, wr: &Wqe) -> bool;
+    /// Completions of the engine's connections.
+    fn poll(&mut self, out: &mut Vec<Completion>);
+    /// Registers `len` bytes at `ptr` (for a read token over it, or as a read's
+    /// result).
+    ///
+    /// # Safety
+    /// The bytes stay valid until [`Fabric::deregister`].
+    unsafe fn register(&mut self, ptr: *mut u8, len: usize) -> Result<Self::Mem, Self::Error>;
+    fn mem_id(&self, m: &Self::Mem) -> EndpointId;
+    fn deregister(&mut self, m: Self::Mem);
+    /// A read token over `len` bytes at `offset` of `m`.
+    fn read_token(&mut self, m: &Self::Mem, offset: u64, len: u64) -> Result<u64, Self::Error>;
+    fn cancel_token(&mut self, token: u64);
+    /// Nanoseconds of a clock that only moves forward.
+    fn now(&self) -> u64;
+    /// Drives the device when progress is the application's (nothing otherwise).
+    fn drive(&mut self) {}
+}
+
+/// The ring's one instruction, as every [`Fabric`] programs it (slot 0 of a window of
+/// one, an entry point): write the message at r0, then r0 += r1 (the stride) and
+/// r0 &= r2 (the ring's length less one), and post an event (r0 >= 0: a condition of
+/// the receiver's that always holds), with r0..r2 a window of three registers the
+/// listener's connections share, holding 0, `slot` and `slot * slots - 1`.
+pub fn ring_instruction() -> StoredInstruction {
+    let compound = CompoundRepr {
+        op1: RegOpRepr {
+            op: RegOp::And,
+            src: OpSource::Reg(2),
+        },
+        cond: CondRepr {
+            cond: Cond::Ge,
+            rhs: OpSource::Operand,
+        },
+        ..CompoundRepr::NONE
+    };
+    StoredInstruction {
+        opcode: op::WRITE,
+        flags: AddrMode::PostIncrement.to_flags(),
+        regs: [0, 0, 0, 0],
+        compound: Some(compound.to_bytes()),
+        entry: true,
+        ..StoredInstruction::default()
+    }
+}
+
+/// The ring's registers r0..r2: its write pointer, stride and wrap mask.
+pub fn ring_registers(slot: u32, slots: u32) -> [u64; 3] {
+    [0, u64::from(slot), u64::from(slot) * u64::from(slots) - 1]
+}
+
+/// How a send or a receive ended.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum TagStatus {
+    /// Done: the whole message.
+    Success,
+    /// The message was longer than the receive's buffer: its first bytes landed
+    /// (`len`), `olen` says how long it was.
+    Truncated,
+    /// The receive was cancelled before any message took it.
+    Cancelled,
+    /// The peer could not be reached (its connection failed or was refused).
+    Unreachable,
+    /// The transport failed the transfer with this status.
+    Transport(WcStatus),
+    /// The receiver refused the message (its read failed).
+    Refused,
+}
+
+/// Which side a completion is.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum TagOp {
+    Send,
+    Recv,
+}
+
+/// A send's or a receive's completion.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct TagCompletion {
+    /// The caller's context of the send or receive.
+    pub context: u64,
+    pub op: TagOp,
+    /// A tagged message (else untagged: `FI_MSG`).
+    pub tagged: bool,
+    pub status: TagStatus,
+    /// Bytes sent, or placed in the receive's buffer.
+    pub len: u64,
+    /// Receives: the message's length (more than `len` when truncated).
+    pub olen: u64,
+    pub tag: u64,
+    /// The sender's immediate data, when it sent some.
+    pub data: Option<u64>,
+    /// Receives: the sender.
+    pub src: Option<PeerId>,
+}
+
+/// Why a call was refused at once.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub enum TagError {
+    /// An unknown peer, claim or argument.
+    Invalid(String),
+    /// The device refused a control call.
+    Fabric(String),
+}
+
+impl std::fmt::Display for TagError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            TagError::Invalid(s) => write!(f, "invalid: {s}"),
+            TagError::Fabric(s) => write!(f, "device: {s}"),
+        }
+    }
+}
+
+impl std::error::Error for TagError {}
+
+/// Counters of what the engine refused or met.
+#[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
+pub struct TagStats {
+    /// Ring slots consumed.
+    pub slots: u64,
+    /// Eager messages and RTS received.
+    pub eager_rx: u64,
+    pub rndv_rx: u64,
+    /// Slots refused: a bad header, an unknown source or a sequence that does not
+    /// follow (forged or misattributed).
+    pub bad_header: u64,
+    pub bad_source: u64,
+    pub bad_sequence: u64,
+    /// A FIN naming no send of ours to that peer.
+    pub bad_fin: u64,
+    /// Connect requests to our listener refused (no or malformed hello).
+    pub bad_hello: u64,
+    /// Peers refused because their credit-table bucket was full.
+    pub credit_table_full: u64,
+    /// Credit reads posted, and how many found no new credit.
+    pub credit_reads: u64,
+    pub credit_stalls: u64,
+}
+
+const HELLO_MAGIC: u32 = 0x6464_7467; // "ddtg"
+/// Bytes of a credit-table bucket: 4 entries of (connection number u32, zero u32,
+/// total granted u64).
+const CREDIT_BUCKET: usize = 64;
+const WR_STAGE: u64 = 1 << 56;
+const WR_READ: u64 = 2 << 56;
+const WR_CREDIT: u64 = 3 << 56;
+const WR_KIND: u64 = 0xff << 56;
+/// Credit reads that found nothing new are retried after this, doubling up to
+/// [`CREDIT_BACKOFF_MAX`].
+const CREDIT_BACKOFF_MIN: u64 = 1_000;
+const CREDIT_BACKOFF_MAX: u64 = 200_000;
+
+/// A receive: where the message goes.
+#[derive(Clone, Copy, Debug)]
+struct Recv {
+    context: u64,
+    buf: *mut u8,
+    len: u64,
+}
+
+/// An unexpected message: its bytes, or where to read them.
+#[derive(Debug)]
+enum Parked {
+    Eager(Vec<u8>),
+    Rts { token: u64, cookie: u64 },
+}
+
+struct Send {
+    context: u64,
+    dest: PeerId,
+    tagged: bool,
+    tag: u64,
+    data: Option<u64>,
+    buf: *const u8,
+    len: u64,
+    /// An injected message's own copy.
+    owned: Option<Vec<u8>>,
+    /// Rendezvous: the registration and token, once made.
+    rndv: Option<(u64, Option<usize>)>,
+}
+
+/// What a staging slot holds until its request completes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Stage {
+    Free,
+    Eager(u64),
+    Rts(u64),
+    Fin,
+    Credit(PeerId),
+}
+
+/// A rendezvous read in flight (or waiting for the connection).
+struct Read {
+    peer: PeerId,
+    recv: Recv,
+    info: MsgInfo,
+    tagged: bool,
+    token: u64,
+    cookie: u64,
+    /// Bytes read: min(message, buffer).
+    n: u64,
+    mem: Option<usize>,
+}
+
+/// What waits for a peer's credit, in sending order.
+#[derive(Clone, Copy, Debug)]
+enum Tx {
+    Send(u64),
+    Fin { cookie: u64, status: u64, took: u64 },
+}
+
+struct Peer<C> {
+    addr: PeerAddr,
+    /// Our connection to its ring, and what its listener told us.
+    out: Option<C>,
+    ready: bool,
+    failed: bool,
+    /// Why it cannot be reached, when the device said.
+    error: Option<String>,
+    ring_ip: u32,
+    credit_token: u64,
+    /// Its number for our connection (our entry in its credit table).
+    credit_number: u32,
+    /// Slots we sent it, and the total its credit word allowed when last read.
+    sent: u64,
+    limit: u64,
+    credit_inflight: bool,
+    credit_at: u64,
+    credit_backoff: u64,
+    txq: VecDeque<Tx>,
+    /// Reads waiting for `out`.
+    reads: Vec<u64>,
+    /// Its connection to our ring: our number for it, slots consumed, total granted.
+    inbound: Option<C>,
+    in_number: u32,
+    /// Its entry in our credit table (offset in the endpoint).
+    credit_entry: u64,
+    consumed: u64,
+    granted: u64,
+}
+
+/// One tagged endpoint: sends, receives, probes and cancels over a [`Fabric`].
+pub struct Engine<F: Fabric> {
+    fab: F,
+    cfg: Config,
+    local: PeerAddr,
+    ep: EndpointId,
+    base: *mut u8,
+    /// The endpoint (kept: dropping it would free the ring).
+    _ring: F::Mem,
+    peers: Vec<Peer<F::Conn>>,
+    by_addr: HashMap<PeerAddr, PeerId>,
+    /// Peers with something queued, connecting or waiting for credit.
+    busy: HashSet<PeerId>,
+    /// Peers by our number for their connection to our ring.
+    inbound: HashMap<u32, PeerId>,
+    tagged: Matcher<Recv, Parked>,
+    untagged: Matcher<Recv, Parked>,
+    /// Claimed messages by the claimer's context (`FI_CLAIM`).
+    claims: HashMap<u64, (bool, MsgId)>,
+    consumed: u64,
+    /// Slots granted and not consumed, over all peers.
+    outstanding: u64,
+    starving: VecDeque<PeerId>,
+    stage: Vec<Stage>,
+    stage_free: Vec<u32>,
+    sends: HashMap<u64, Send>,
+    next_send: u64,
+    reads: HashMap<u64, Read>,
+    next_read: u64,
+    mems: Vec<Option<F::Mem>>,
+    mems_free: Vec<usize>,
+    done: VecDeque<TagCompletion>,
+    wcs: Vec<Completion>,
+    stats: TagStats,
+}
+
+impl<F: Fabric> std::fmt::Debug for Engine<F> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine")
+            .field("local", &self.local)
+            .field("peers", &self.peers.len())
+            .field("stats", &self.stats)
+            .finish()
+    }
+}
+
+fn fabric<E: std::fmt::Display>(e: E) -> TagError {
+    TagError::Fabric(e.to_string())
+}
+
+impl<F: Fabric> Engine<F> {
+    /// Opens a tagged endpoint at `local` (the node's address and a service number
+    /// nothing else listens on).
+    pub fn new(mut fab: F, cfg: Config, local: PeerAddr) -> Result<Engine<F>, TagError> {
+        cfg.check().map_err(TagError::Invalid)?;
+        let (ring, base, ip) = fab
+            .open(cfg.endpoint_len(), cfg.slot, cfg.slots)
+            .map_err(fabric)?;
+        let ep = fab.mem_id(&ring);
+        let credits = fab
+            .read_token(&ring, cfg.credits_off(), cfg.credits_len())
+            .map_err(fabric)?;
+        let mut reply = Vec::with_capacity(20);
+        reply.extend_from_slice(&HELLO_MAGIC.to_le_bytes());
+        reply.extend_from_slice(&ip.to_le_bytes());
+        reply.extend_from_slice(&cfg.slot.to_le_bytes());
+        reply.extend_from_slice(&credits.to_le_bytes());
+        fab.listen(local.service, &reply).map_err(fabric)?;
+        Ok(Engine {
+            fab,
+            cfg,
+            local,
+            ep,
+            base,
+            _ring: ring,
+            peers: Vec::new(),
+            by_addr: HashMap::new(),
+            busy: HashSet::new(),
+            inbound: HashMap::new(),
+            tagged: Matcher::new(),
+            untagged: Matcher::new(),
+            claims: HashMap::new(),
+            consumed: 0,
+            outstanding: 0,
+            starving: VecDeque::new(),
+            stage: vec![Stage::Free; cfg.stage as usize],
+            stage_free: (0..cfg.stage).rev().collect(),
+            sends: HashMap::new(),
+            next_send: 1,
+            reads: HashMap::new(),
+            next_read: 1,
+            mems: Vec::new(),
+            mems_free: Vec::new(),
+            done: VecDeque::new(),
+            wcs: Vec::new(),
+            stats: TagStats::default(),
+        })
+    }
+
+    /// This endpoint's address.
+    pub fn local(&self) -> PeerAddr {
+        self.local
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.cfg
+    }
+
+    pub fn stats(&self) -> TagStats {
+        self.stats
+    }
+
+    pub fn fabric(&self) -> &F {
+        &self.fab
+    }
+
+    pub fn fabric_mut(&mut self) -> &mut F {
+        &mut self.fab
+    }
+
+    /// Peers known (inserted or heard from).
+    pub fn peers(&self) -> usize {
+        self.peers.len()
+    }
+
+    /// Receives posted and messages waiting (tagged and untagged together).
+    pub fn queued(&self) -> (usize, usize) {
+        (
+            self.tagged.posted() + self.untagged.posted(),
+            self.tagged.unexpected() + self.untagged.unexpected(),
+        )
+    }
+
+    /// The peer at `addr` (entered on first use; connections are made when needed).
+    pub fn peer(&mut self, addr: PeerAddr) -> PeerId {
+        if let Some(&p) = self.by_addr.get(&addr) {
+            return p;
+        }
+        let id = PeerId(self.peers.len() as u32);
+        self.peers.push(Peer {
+            addr,
+            out: None,
+            ready: false,
+            failed: false,
+            error: None,
+            ring_ip: 0,
+            credit_token: 0,
+            credit_number: 0,
+            sent: 0,
+            limit: 0,
+            credit_inflight: false,
+            credit_at: 0,
+            credit_backoff: CREDIT_BACKOFF_MIN,
+            txq: VecDeque::new(),
+            reads: Vec::new(),
+            inbound: None,
+            in_number: 0,
+            credit_entry: 0,
+            consumed: 0,
+            granted: 0,
+        });
+        self.by_addr.insert(addr, id);
+        id
+    }
+
+    /// The address of a peer.
+    pub fn peer_addr(&self, p: PeerId) -> Option<PeerAddr> {
+        self.peers.get(p.0 as usize).map(|p| p.addr)
+    }
+
+    /// Why a peer cannot be reached (its sends complete `Unreachable`): `None` while it
+    /// can, or when the device gave no reason.
+    pub fn peer_error(&self, p: PeerId) -> Option<&str> {
+        self.peers.get(p.0 as usize)?.error.as_deref()
+    }
+
+    /// Sends `len` bytes at `buf` to `dest`, tagged (`Some(tag)`) or not, with the
+    /// sender's immediate `data` if any; `context` names it in its completion.
+    /// `inject`: the bytes are copied before this returns (the buffer is free at once).
+    ///
+    /// # Safety
+    /// Without `inject`, the `len` bytes at `buf` stay valid and unchanged until the
+    /// send completes.
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn send(
+        &mut self,
+        dest: PeerId,
+        tag: Option<u64>,
+        data: Option<u64>,
+        buf: *const u8,
+        len: u64,
+        context: u64,
+        inject: bool,
+    ) -> Result<(), TagError> {
+        if dest.0 as usize >= self.peers.len() {
+            return Err(TagError::Invalid(format!("no peer {}", dest.0)));
+        }
+        if len > u64::from(u32::MAX) {
+            return Err(TagError::Invalid(format!("a message of {len} bytes")));
+        }
+        if self.peers[dest.0 as usize].failed {
+            return Err(TagError::Fabric(format!(
+                "{} cannot be reached",
+                self.peers[dest.0 as usize].addr
+            )));
+        }
+        let owned = inject.then(|| {
+            // SAFETY: the caller's contract: `len` bytes at `buf`.
+            unsafe { std::slice::from_raw_parts(buf, len as usize) }.to_vec()
+        });
+        let id = self.next_send;
+        self.next_send += 1;
+        self.sends.insert(
+            id,
+            Send {
+                context,
+                dest,
+                tagged: tag.is_some(),
+                tag: tag.unwrap_or(0),
+                data,
+                buf,
+                len,
+                owned,
+                rndv: None,
+            },
+        );
+        self.peers[dest.0 as usize].txq.push_back(Tx::Send(id));
+        self.busy.insert(dest);
+        self.push(dest);
+        Ok(())
+    }
+
+    /// Posts a receive of at most `len` bytes into `buf` for what `sel` selects,
+    /// tagged or untagged; it takes a waiting message at once if one is selected.
+    ///
+    /// # Safety
+    /// The `len` bytes at `buf` stay valid, and are not read or written by the caller,
+    /// until the receive completes.
+    pub unsafe fn recv(
+        &mut self,
+        sel: Selector,
+        tagged: bool,
+        buf: *mut u8,
+        len: u64,
+        context: u64,
+    ) -> Result<(), TagError> {
+        let r = Recv { context, buf, len };
+        let m = if tagged {
+            &mut self.tagged
+        } else {
+            &mut self.untagged
+        };
+        if let Posted::Matched(m) = m.post(sel, r) {
+            self.deliver(m.recv, m.info, tagged, m.msg);
+        }
+        Ok(())
+    }
+
+    /// The first waiting message `sel` selects, left waiting (`FI_PEEK`,
+    /// `MPI_Iprobe`).
+    pub fn peek(&self, sel: &Selector, tagged: bool) -> Option<MsgInfo> {
+        let m = if tagged { &self.tagged } else { &self.untagged };
+        m.peek(sel).map(|(_, info, _)| *info)
+    }
+
+    /// The first waiting message `sel` selects, claimed for `context`: only
+    /// [`Engine::recv_claimed`] or [`Engine::discard`] with that context take it
+    /// (`FI_PEEK | FI_CLAIM`, `MPI_Improbe`).
+    pub fn claim(&mut self, sel: &Selector, tagged: bool, context: u64) -> Option<MsgInfo> {
+        if self.claims.contains_key(&context) {
+            return None;
+        }
+        let m = if tagged {
+            &mut self.tagged
+        } else {
+            &mut self.untagged
+        };
+        let (id, info) = m.claim(sel)?;
+        self.claims.insert(context, (tagged, id));
+        Some(info)
+    }
+
+    /// Receives the message claimed for `context` into `buf` (`FI_CLAIM`,
+    /// `MPI_Mrecv`); its completion carries `context`.
+    ///
+    /// # Safety
+    /// As [`Engine::recv`].
+    pub unsafe fn recv_claimed(
+        &mut self,
+        context: u64,
+        buf: *mut u8,
+        len: u64,
+    ) -> Result<(), TagError> {
+        let (tagged, id) = self
+            .claims
+            .remove(&context)
+            .ok_or_else(|| TagError::Invalid("no message claimed with that context".into()))?;
+        let m = if tagged {
+            &mut self.tagged
+        } else {
+            &mut self.untagged
+        };
+        let (info, msg) = m.take_claimed(id).expect("claimed");
+        self.deliver(Recv { context, buf, len }, info, tagged, msg);
+        Ok(())
+    }
+
+    /// Drops the message claimed for `context` (`FI_CLAIM | FI_DISCARD`): its sender's
+    /// send completes as if it had been received. Returns its header.
+    pub fn discard(&mut self, context: u64) -> Result<MsgInfo, TagError> {
+        let (tagged, id) = self
+            .claims
+            .remove(&context)
+            .ok_or_else(|| TagError::Invalid("no message claimed with that context".into()))?;
+        let m = if tagged {
+            &mut self.tagged
+        } else {
+            &mut self.untagged
+        };
+        let (info, msg) = m.take_claimed(id).expect("claimed");
+        if let Parked::Rts { cookie, .. } = msg {
+            self.queue_fin(info.src, cookie, 0, 0);
+        }
+        Ok(info)
+    }
+
+    /// Cancels the posted receive with `context`: it completes `Cancelled`. False when
+    /// no posted receive has that context (it matched already, or never was).
+    pub fn cancel(&mut self, context: u64) -> bool {
+        for tagged in [true, false] {
+            let m = if tagged {
+                &mut self.tagged
+            } else {
+                &mut self.untagged
+            };
+            if let Some(r) = m.cancel_where(|r| r.context == context) {
+                self.done.push_back(TagCompletion {
+                    context: r.context,
+                    op: TagOp::Recv,
+                    tagged,
+                    status: TagStatus::Cancelled,
+                    len: 0,
+                    olen: 0,
+                    tag: 0,
+                    data: None,
+                    src: None,
+                });
+                return true;
+            }
+        }
+        false
+    }
+
+    /// Takes up to `out.len()` completions (after a turn of progress).
+    pub fn poll(&mut self, out: &mut [TagCompletion]) -> usize {
+        self.progress();
+        let n = out.len().min(self.done.len());
+        for (o, c) in out.iter_mut().zip(self.done.drain(..n)) {
+            *o = c;
+        }
+        n
+    }
+
+    /// Completions waiting to be polled.
+    pub fn ready(&self) -> usize {
+        self.done.len()
+    }
+
+    /// One turn: new connections, the ring, the device's completions, queued sends.
+    pub fn progress(&mut self) {
+        self.fab.drive();
+        self.accept_all();
+        self.consume_ring();
+        self.completions();
+        let busy: Vec<PeerId> = self.busy.iter().copied().collect();
+        for p in busy {
+            self.push(p);
+        }
+    }
+
+    // ---- receiving --------------------------------------------------------------
+
+    fn accept_all(&mut self) {
+        while let Some(a) = self.fab.accept() {
+            let h = &a.hello;
+            if h.len() < 12 || h[..4] != HELLO_MAGIC.to_le_bytes() {
+                self.stats.bad_hello += 1;
+                continue;
+            }
+            let addr = PeerAddr {
+                ip: h[4..8].try_into().expect("4 bytes"),
+                service: u32::from_le_bytes(h[8..12].try_into().expect("4 bytes")),
+            };
+            // Its entry in the credit table: a free one of its bucket.
+            let bucket = self.cfg.credits_off() + self.cfg.bucket(a.number);
+            let Some(entry) = (0..4)
+                .map(|i| bucket + 16 * i)
+                .find(|&e| self.load_u64(e) == 0)
+            else {
+                self.stats.credit_table_full += 1;
+                continue;
+            };
+            let p = self.peer(addr);
+            // A peer that connects again starts over (it restarted): what the old
+            // connection held is given back.
+            if self.peers[p.0 as usize].inbound.is_some() {
+                let old = &self.peers[p.0 as usize];
+                let (held, number, at) =
+                    (old.granted - old.consumed, old.in_number, old.credit_entry);
+                self.outstanding -= held;
+                self.inbound.remove(&number);
+                self.store_u64(at, 0);
+                self.store_u64(at + 8, 0);
+            }
+            let peer = &mut self.peers[p.0 as usize];
+            self.inbound.insert(a.number, p);
+            peer.inbound = Some(a.conn);
+            peer.in_number = a.number;
+            peer.credit_entry = entry;
+            peer.consumed = 0;
+            peer.granted = 0;
+            self.store_u64(entry + 8, 0);
+            self.store_u64(entry, u64::from(a.number));
+            self.grant(p);
+        }
+    }
+
+    /// Slots each connected peer may hold: the ring shared out, at least one.
+    fn share(&self) -> u64 {
+        let n = self.inbound.len().max(1) as u64;
+        (u64::from(self.cfg.slots) / n).clamp(1, u64::from(self.cfg.burst))
+    }
+
+    /// Tops up `p`'s grant to its share while the ring has room; else it waits in line.
+    fn grant(&mut self, p: PeerId) {
+        let share = self.share();
+        let room = u64::from(self.cfg.slots) - self.outstanding;
+        let peer = &mut self.peers[p.0 as usize];
+        let held = peer.granted - peer.consumed;
+        if held >= share {
+            return;
+        }
+        let give = (share - held).min(room);
+        if give == 0 {
+            if held == 0 && !self.starving.contains(&p) {
+                self.starving.push_back(p);
+            }
+            return;
+        }
+        peer.granted += give;
+        self.outstanding += give;
+        self.write_credit(p);
+    }
+
+    fn write_credit(&mut self, p: PeerId) {
+        let peer = &self.peers[p.0 as usize];
+        self.store_u64(peer.credit_entry + 8, peer.granted);
+    }
+
+    /// The 8-byte word at `at` of the engine's endpoint (8-aligned, inside it).
+    fn load_u64(&self, at: u64) -> u64 {
+        debug_assert!(at % 8 == 0 && at + 8 <= self.cfg.endpoint_len());
+        // SAFETY: an aligned word inside the engine's endpoint (callers pass offsets of
+        // the credit table); the worker only reads it, whole.
+        unsafe {
+            (*(self.base.add(at as usize) as *const std::sync::atomic::AtomicU64))
+                .load(std::sync::atomic::Ordering::Acquire)
+        }
+    }
+
+    fn store_u64(&self, at: u64, v: u64) {
+        debug_assert!(at % 8 == 0 && at + 8 <= self.cfg.endpoint_len());
+        // SAFETY: as `load_u64`; an aligned store a peer's read sees whole.
+        unsafe {
+            (*(self.base.add(at as usize) as *const std::sync::atomic::AtomicU64))
+                .store(v, std::sync::atomic::Ordering::Release)
+        }
+    }
+
+    fn consume_ring(&mut self) {
+        let (ring, stride) = (self.cfg.ring_len(), u64::from(self.cfg.slot));
+        while let Some(a) = self.fab.arrival() {
+            self.consumed += 1;
+            self.stats.slots += 1;
+            if a.ea >= ring || a.ea % stride != 0 || u64::from(a.len) > stride {
+                // Not the ring instruction's doing: nothing to read.
+                self.stats.bad_header += 1;
+                continue;
+            }
+            let p = match self.inbound.get(&a.conn) {
+                Some(&p) => p,
+                None => {
+                    // Accepted since our last look.
+                    self.accept_all();
+                    match self.inbound.get(&a.conn) {
+                        Some(&p) => p,
+                        None => {
+                            self.stats.bad_source += 1;
+                            continue;
+                        }
+                    }
+                }
+            };
+            // SAFETY: a slot inside the engine's endpoint; its message completed (its
+            // event came after the store) and nobody writes it until it is granted
+            // again, after this.
+            let slot =
+                unsafe { std::slice::from_raw_parts(self.base.add(a.ea as usize), a.len as usize) };
+            self.consume_slot(p, slot);
+        }
+    }
+
+    fn consume_slot(&mut self, p: PeerId, slot: &[u8]) {
+        let stride = self.cfg.slot as usize;
+        let h = match Header::decode(slot, stride) {
+            Ok(h) if h.kind != Kind::Eager || HEADER as u64 + h.len == slot.len() as u64 => h,
+            _ => {
+                self.stats.bad_header += 1;
+                return;
+            }
+        };
+        let peer = &mut self.peers[p.0 as usize];
+        if h.seq != peer.consumed as u32 || peer.consumed >= peer.granted {
+            self.stats.bad_sequence += 1;
+            return;
+        }
+        peer.consumed += 1;
+        self.outstanding -= 1;
+        let tagged = h.flags & wire::TAGGED != 0;
+        let info = MsgInfo {
+            src: p,
+            tag: if tagged { h.tag } else { 0 },
+            len: h.len,
+            data: (h.flags & wire::DATA != 0).then_some(h.data),
+        };
+        match h.kind {
+            Kind::Eager => {
+                self.stats.eager_rx += 1;
+                let payload = &slot[HEADER..HEADER + h.len as usize];
+                let m = if tagged {
+                    &mut self.tagged
+                } else {
+                    &mut self.untagged
+                };
+                match m.take_posted(&info) {
+                    Some(r) => self.place_eager(r, info, tagged, payload),
+                    None => {
+                        m.park(info, Parked::Eager(payload.to_vec()));
+                    }
+                }
+            }
+            Kind::Rts => {
+                self.stats.rndv_rx += 1;
+                let msg = Parked::Rts {
+                    token: h.token,
+                    cookie: h.cookie,
+                };
+                let m = if tagged {
+                    &mut self.tagged
+                } else {
+                    &mut self.untagged
+                };
+                match m.take_posted(&info) {
+                    Some(r) => self.deliver(r, info, tagged, msg),
+                    None => {
+                        m.park(info, msg);
+                    }
+                }
+            }
+            Kind::Fin => self.fin(p, h.cookie, h.token),
+        }
+        // The slot is read: the peer may use it again (or one waiting in line).
+        while let Some(&q) = self.starving.front() {
+            if self.outstanding >= u64::from(self.cfg.slots) {
+                break;
+            }
+            self.starving.pop_front();
+            self.grant(q);
+        }
+        self.grant(p);
+    }
+
+    /// A receive takes a message: copies an eager one, reads a rendezvous one.
+    fn deliver(&mut self, r: Recv, info: MsgInfo, tagged: bool, msg: Parked) {
+        match msg {
+            Parked::Eager(bytes) => {
+                self.place_eager(r, info, tagged, &bytes);
+            }
+            Parked::Rts { token, cookie } => {
+                let id = self.next_read;
+                self.next_read += 1;
+                let n = info.len.min(r.len);
+                self.reads.insert(
+                    id,
+                    Read {
+                        peer: info.src,
+                        recv: r,
+                        info,
+                        tagged,
+                        token,
+                        cookie,
+                        n,
+                        mem: None,
+                    },
+                );
+                if n == 0 {
+                    self.read_done(id, WcStatus::Success);
+                    return;
+                }
+                self.peers[info.src.0 as usize].reads.push(id);
+                self.busy.insert(info.src);
+                self.push(info.src);
+            }
+        }
+    }
+
+    fn place_eager(&mut self, r: Recv, info: MsgInfo, tagged: bool, payload: &[u8]) {
+        let n = (payload.len() as u64).min(r.len) as usize;
+        if n > 0 {
+            // SAFETY: the receive's contract: `r.len` bytes at `r.buf` are ours.
+            unsafe { std::ptr::copy_nonoverlapping(payload.as_ptr(), r.buf, n) };
+        }
+        self.done.push_back(TagCompletion {
+            context: r.context,
+            op: TagOp::Recv,
+            tagged,
+            status: if (n as u64) < info.len {
+                TagStatus::Truncated
+            } else {
+                TagStatus::Success
+            },
+            len: n as u64,
+            olen: info.len,
+            tag: info.tag,
+            data: info.data,
+            src: Some(info.src),
+        });
+    }
+
+    fn read_done(&mut self, id: u64, status: WcStatus) {
+        let Some(rd) = self.reads.remove(&id) else {
+            return;
+        };
+        if let Some(m) = rd.mem {
+            self.release_mem(m);
+        }
+        let ok = status == WcStatus::Success;
+        self.done.push_back(TagCompletion {
+            context: rd.recv.context,
+            op: TagOp::Recv,
+            tagged: rd.tagged,
+            status: match status {
+                WcStatus::Success if rd.n < rd.info.len => TagStatus::Truncated,
+                WcStatus::Success => TagStatus::Success,
+                s => TagStatus::Transport(s),
+            },
+            len: if ok { rd.n } else { 0 },
+            olen: rd.info.len,
+            tag: rd.info.tag,
+            data: rd.info.data,
+            src: Some(rd.peer),
+        });
+        self.queue_fin(rd.peer, rd.cookie, u64::from(!ok), rd.n);
+    }
+
+    fn queue_fin(&mut self, p: PeerId, cookie: u64, status: u64, took: u64) {
+        // A FIN goes ahead of queued sends: it frees the peer's buffer.
+        self.peers[p.0 as usize].txq.push_front(Tx::Fin {
+            cookie,
+            status,
+            took,
+        });
+        self.busy.insert(p);
+        self.push(p);
+    }
+
+    /// A FIN from `p` for our send `cookie`.
+    fn fin(&mut self, p: PeerId, cookie: u64, status: u64) {
+        let ok = self
+            .sends
+            .get(&cookie)
+            .is_some_and(|s| s.dest == p && s.rndv.is_some());
+        if !ok {
+            self.stats.bad_fin += 1;
+            return;
+        }
+        let s = self.sends.remove(&cookie).expect("checked");
+        if let Some((token, mem)) = s.rndv {
+            self.fab.cancel_token(token);
+            if let Some(m) = mem {
+                self.release_mem(m);
+            }
+        }
+        let status = if status == 0 {
+            TagStatus::Success
+        } else {
+            TagStatus::Refused
+        };
+        self.complete_send(&s, status);
+    }
+
+    fn complete_send(&mut self, s: &Send, status: TagStatus) {
+        self.done.push_back(TagCompletion {
+            context: s.context,
+            op: TagOp::Send,
+            tagged: s.tagged,
+            status,
+            len: if status == TagStatus::Success {
+                s.len
+            } else {
+                0
+            },
+            olen: s.len,
+            tag: s.tag,
+            data: s.data,
+            src: None,
+        });
+    }
+
+    // ---- the device's completions ---------------------------------------------
+
+    fn completions(&mut self) {
+        let mut wcs = std::mem::take(&mut self.wcs);
+        wcs.clear();
+        self.fab.poll(&mut wcs);
+        for wc in &wcs {
+            let v = wc.wr_id & !WR_KIND;
+            match wc.wr_id & WR_KIND {
+                WR_STAGE => self.stage_done(v as u32, wc.status),
+                WR_CREDIT => self.credit_done(v as u32, wc.status),
+                WR_READ => self.read_done(v, wc.status),
+                _ => {}
+            }
+        }
+        self.wcs = wcs;
+    }
+
+    fn stage_done(&mut self, s: u32, status: WcStatus) {
+        let Some(&what) = self.stage.get(s as usize) else {
+            return;
+        };
+        self.stage[s as usize] = Stage::Free;
+        self.stage_free.push(s);
+        match what {
+            Stage::Eager(id) => {
+                if let Some(send) = self.sends.remove(&id) {
+                    let st = match status {
+                        WcStatus::Success => TagStatus::Success,
+                        s => TagStatus::Transport(s),
+                    };
+                    self.complete_send(&send, st);
+                }
+            }
+            Stage::Rts(id) if status != WcStatus::Success => {
+                if let Some(send) = self.sends.remove(&id) {
+                    if let Some((token, mem)) = send.rndv {
+                        self.fab.cancel_token(token);
+                        if let Some(m) = mem {
+                            self.release_mem(m);
+                        }
+                    }
+                    self.complete_send(&send, TagStatus::Transport(status));
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn credit_done(&mut self, s: u32, status: WcStatus) {
+        let Some(&Stage::Credit(p)) = self.stage.get(s as usize) else {
+            return;
+        };
+        let off = self.cfg.stage_off(s);
+        // Our entry of the bucket read: the one with our connection's number.
+        let number = u64::from(self.peers[p.0 as usize].credit_number);
+        let v = (0..4)
+            .map(|i| off + 16 * i)
+            .find(|&e| self.load_u64(e) == number)
+            .map_or(0, |e| self.load_u64(e + 8));
+        self.stage[s as usize] = Stage::Free;
+        self.stage_free.push(s);
+        let now = self.fab.now();
+        let slots = u64::from(self.cfg.slots);
+        let peer = &mut self.peers[p.0 as usize];
+        peer.credit_inflight = false;
+        // A grant never runs more than a ring ahead of what we sent.
+        if status == WcStatus::Success && v > peer.limit && v <= peer.sent + slots {
+            peer.limit = v;
+            peer.credit_backoff = CREDIT_BACKOFF_MIN;
+        } else {
+            self.stats.credit_stalls += 1;
+            peer.credit_at = now + peer.credit_backoff;
+            peer.credit_backoff = (peer.credit_backoff * 2).min(CREDIT_BACKOFF_MAX);
+        }
+        self.busy.insert(p);
+    }
+
+    // ---- sending ------------------------------------------------------------------
+
+    /// Moves what `p` has queued as far as its connection, credits and our staging
+    /// slots allow.
+    fn push(&mut self, p: PeerId) {
+        if !self.connect(p) {
+            return;
+        }
+        self.post_reads(p);
+        while let Some(&tx) = self.peers[p.0 as usize].txq.front() {
+            let peer = &self.peers[p.0 as usize];
+            if peer.sent >= peer.limit {
+                self.read_credit(p);
+                return;
+            }
+            let Some(s) = self.stage_free.pop() else {
+                return;
+            };
+            if !self.post_slot(p, s, tx) {
+                self.stage_free.push(s);
+                return;
+            }
+            let peer = &mut self.peers[p.0 as usize];
+            peer.txq.pop_front();
+            peer.sent += 1;
+        }
+        let peer = &self.peers[p.0 as usize];
+        if peer.txq.is_empty() && peer.reads.is_empty() {
+            // Read ahead while half the grant is left and more may come? Not needed:
+            // the next send reads when it finds none.
+            self.busy.remove(&p);
+        }
+    }
+
+    /// Whether `p`'s connection is usable; starts it, or notes its failure.
+    fn connect(&mut self, p: PeerId) -> bool {
+        let i = p.0 as usize;
+        if self.peers[i].ready {
+            return true;
+        }
+        if self.peers[i].failed {
+            self.fail_peer(p);
+            return false;
+        }
+        if self.peers[i].out.is_none() {
+            let mut hello = Vec::with_capacity(12);
+            hello.extend_from_slice(&HELLO_MAGIC.to_le_bytes());
+            hello.extend_from_slice(&self.local.ip);
+            hello.extend_from_slice(&self.local.service.to_le_bytes());
+            match self.fab.connect(self.peers[i].addr, &hello) {
+                Ok(c) => self.peers[i].out = Some(c),
+                Err(e) => {
+                    self.peers[i].error = Some(e.to_string());
+                    self.peers[i].failed = true;
+                    self.fail_peer(p);
+                    return false;
+                }
+            }
+        }
+        let c = self.peers[i].out.as_mut().expect("made");
+        match self.fab.state(c) {
+            ConnState::Normal => {}
+            ConnState::Connecting => return false,
+            _ => {
+                self.peers[i].failed = true;
+                self.fail_peer(p);
+                return false;
+            }
+        }
+        let reply = self.fab.reply(c);
+        let remote = self.fab.remote_number(c);
+        if reply.len() < 20 || reply[..4] != HELLO_MAGIC.to_le_bytes() {
+            self.peers[i].failed = true;
+            self.fail_peer(p);
+            return false;
+        }
+        let u32_at = |a: usize| u32::from_le_bytes(reply[a..a + 4].try_into().expect("4"));
+        let peer = &mut self.peers[i];
+        peer.ring_ip = u32_at(4);
+        let slot = u32_at(8);
+        peer.credit_token = u64::from_le_bytes(reply[12..20].try_into().expect("8"));
+        peer.credit_number = remote;
+        if slot < self.cfg.slot {
+            // Its slots are smaller than ours: we cannot send it eager messages of our
+            // size. Every engine of a job uses one configuration; refuse the peer.
+            peer.failed = true;
+            self.fail_peer(p);
+            return false;
+        }
+        peer.ready = true;
+        true
+    }
+
+    /// Everything queued for an unreachable peer fails.
+    fn fail_peer(&mut self, p: PeerId) {
+        let peer = &mut self.peers[p.0 as usize];
+        let txq: Vec<Tx> = peer.txq.drain(..).collect();
+        let reads: Vec<u64> = std::mem::take(&mut peer.reads);
+        for tx in txq {
+            if let Tx::Send(id) = tx {
+                if let Some(s) = self.sends.remove(&id) {
+                    self.complete_send(&s, TagStatus::Unreachable);
+                }
+            }
+        }
+        for id in reads {
+            if let Some(rd) = self.reads.remove(&id) {
+                self.done.push_back(TagCompletion {
+                    context: rd.recv.context,
+                    op: TagOp::Recv,
+                    tagged: rd.tagged,
+                    status: TagStatus::Unreachable,
+                    len: 0,
+                    olen: rd.info.len,
+                    tag: rd.info.tag,
+                    data: None,
+                    src: Some(rd.peer),
+                });
+            }
+        }
+        self.busy.remove(&p);
+    }
+
+    /// Reads `p`'s credit word (unless a read is in flight or backing off).
+    fn read_credit(&mut self, p: PeerId) {
+        let now = self.fab.now();
+        let peer = &self.peers[p.0 as usize];
+        if peer.credit_inflight || now < peer.credit_at {
+            return;
+        }
+        let Some(s) = self.stage_free.pop() else {
+            return;
+        };
+        let wr = Wqe {
+            wr_id: WR_CREDIT | u64::from(s),
+            opcode: WrOpcode::TokenRead {
+                token: peer.credit_token,
+                offset: self.cfg.bucket(peer.credit_number),
+            },
+            flags: WR_SIGNALED,
+            remote: Remote::default(),
+            len: CREDIT_BUCKET as u32,
+            source: Source::None,
+            result: Some((self.ep, self.cfg.stage_off(s))),
+        };
+        let c = peer.out.as_ref().expect("ready");
+        if !self.fab.post(c, &wr) {
+            self.stage_free.push(s);
+            return;
+        }
+        self.stage[s as usize] = Stage::Credit(p);
+        self.peers[p.0 as usize].credit_inflight = true;
+        self.stats.credit_reads += 1;
+    }
+
+    /// Posts the rendezvous reads waiting for `p`'s connection.
+    fn post_reads(&mut self, p: PeerId) {
+        let ids = std::mem::take(&mut self.peers[p.0 as usize].reads);
+        let mut left = Vec::new();
+        for id in ids {
+            if !self.post_read(p, id) {
+                left.push(id);
+            }
+        }
+        self.peers[p.0 as usize].reads = left;
+    }
+
+    fn post_read(&mut self, p: PeerId, id: u64) -> bool {
+        let Some(rd) = self.reads.get(&id) else {
+            return true;
+        };
+        let (buf, n, token) = (rd.recv.buf, rd.n, rd.token);
+        let m = match rd.mem {
+            Some(m) => m,
+            None => {
+                // SAFETY: the receive's contract: its buffer is ours until it completes,
+                // and the registration goes before that (read_done).
+                match unsafe { self.fab.register(buf, n as usize) } {
+                    Ok(mem) => {
+                        let m = self.keep_mem(mem);
+                        self.reads.get_mut(&id).expect("there").mem = Some(m);
+                        m
+                    }
+                    Err(_) => {
+                        self.read_done(id, WcStatus::LocalProtectionError);
+                        return true;
+                    }
+                }
+            }
+        };
+        let local = self.fab.mem_id(self.mems[m].as_ref().expect("kept"));
+        let wr = Wqe {
+            wr_id: WR_READ | id,
+            opcode: WrOpcode::TokenRead { token, offset: 0 },
+            flags: WR_SIGNALED,
+            remote: Remote::default(),
+            len: n as u32,
+            source: Source::None,
+            result: Some((local, 0)),
+        };
+        let c = self.peers[p.0 as usize].out.as_ref().expect("ready");
+        self.fab.post(c, &wr)
+    }
+
+    /// Fills staging slot `s` with `tx` and posts it to `p`'s ring.
+    fn post_slot(&mut self, p: PeerId, s: u32, tx: Tx) -> bool {
+        let off = self.cfg.stage_off(s) as usize;
+        let seq = self.peers[p.0 as usize].sent as u32;
+        let mut h = Header {
+            kind: Kind::Fin,
+            flags: 0,
+            service: self.local.service,
+            ip: self.local.ip,
+            seq,
+            tag: 0,
+            data: 0,
+            len: 0,
+            token: 0,
+            cookie: 0,
+        };
+        let mut payload: Option<(*const u8, usize)> = None;
+        let stage = match tx {
+            Tx::Fin {
+                cookie,
+                status,
+                took,
+            } => {
+                h.cookie = cookie;
+                h.token = status;
+                h.len = took;
+                Stage::Fin
+            }
+            Tx::Send(id) => {
+                let eager_max = u64::from(self.cfg.eager_max);
+                let send = self.sends.get_mut(&id).expect("queued");
+                h.flags = if send.tagged { wire::TAGGED } else { 0 }
+                    | if send.data.is_some() { wire::DATA } else { 0 };
+                h.tag = send.tag;
+                h.data = send.data.unwrap_or(0);
+                h.len = send.len;
+                if send.len <= eager_max {
+                    h.kind = Kind::Eager;
+                    let src = send.owned.as_ref().map_or(send.buf, |v| v.as_ptr());
+                    payload = Some((src, send.len as usize));
+                    Stage::Eager(id)
+                } else {
+                    h.kind = Kind::Rts;
+                    h.cookie = id;
+                    if send.rndv.is_none() {
+                        let (buf, len) = (
+                            send.owned.as_ref().map_or(send.buf, |v| v.as_ptr()),
+                            send.len,
+                        );
+                        // SAFETY: the send's contract: its bytes stay until it
+                        // completes, and the registration goes before that.
+                        let mem = match unsafe { self.fab.register(buf as *mut u8, len as usize) } {
+                            Ok(m) => m,
+                            Err(_) => return self.fail_send(p, id),
+                        };
+                        let token = match self.fab.read_token(&mem, 0, len) {
+                            Ok(t) => t,
+                            Err(_) => {
+                                self.fab.deregister(mem);
+                                return self.fail_send(p, id);
+                            }
+                        };
+                        let m = self.keep_mem(mem);
+                        self.sends.get_mut(&id).expect("queued").rndv = Some((token, Some(m)));
+                    }
+                    h.token = self.sends[&id].rndv.expect("made").0;
+                    Stage::Rts(id)
+                }
+            }
+        };
+        // SAFETY: the staging slot lies inside the engine's endpoint and is ours until
+        // its request completes; an eager payload is at most `slot` - 64 bytes.
+        let slot =
+            unsafe { std::slice::from_raw_parts_mut(self.base.add(off), self.cfg.slot as usize) };
+        h.encode(slot);
+        let mut len = HEADER;
+        if let Some((src, n)) = payload {
+            if n > 0 {
+                // SAFETY: the send's bytes (its contract, or our own copy).
+                unsafe { std::ptr::copy_nonoverlapping(src, slot[HEADER..].as_mut_ptr(), n) };
+            }
+            len += n;
+        }
+        let peer = &self.peers[p.0 as usize];
+        let wr = Wqe {
+            wr_id: WR_STAGE | u64::from(s),
+            opcode: WrOpcode::Invoke {
+                ip: peer.ring_ip,
+                mask: 0,
+                returns: false,
+            },
+            flags: WR_SIGNALED,
+            remote: Remote::default(),
+            len: len as u32,
+            source: Source::Endpoint {
+                id: self.ep,
+                offset: off as u64,
+            },
+            result: None,
+        };
+        let c = peer.out.as_ref().expect("ready");
+        if !self.fab.post(c, &wr) {
+            return false;
+        }
+        self.stage[s as usize] = stage;
+        true
+    }
+
+    /// A send that cannot start (its buffer cannot be registered): it fails, and the
+    /// slot it would have taken is not used. Returns false (nothing posted) after
+    /// taking it off the queue.
+    fn fail_send(&mut self, p: PeerId, id: u64) -> bool {
+        let peer = &mut self.peers[p.0 as usize];
+        if let Some(at) = peer
+            .txq
+            .iter()
+            .position(|t| matches!(t, Tx::Send(i) if *i == id))
+        {
+            peer.txq.remove(at);
+        }
+        if let Some(s) = self.sends.remove(&id) {
+            self.complete_send(&s, TagStatus::Transport(WcStatus::LocalProtectionError));
+        }
+        false
+    }
+
+    fn keep_mem(&mut self, m: F::Mem) -> usize {
+        match self.mems_free.pop() {
+            Some(i) => {
+                self.mems[i] = Some(m);
+                i
+            }
+            None => {
+                self.mems.push(Some(m));
+                self.mems.len() - 1
+            }
+        }
+    }
+
+    fn release_mem(&mut self, i: usize) {
+        if let Some(m) = self.mems.get_mut(i).and_then(Option::take) {
+            self.fab.deregister(m);
+            self.mems_free.push(i);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_peer_costs_a_few_hundred_bytes_beside_its_connections() {
+        type C = std::sync::Arc<crate::connection::ConnShared>;
+        let peer = std::mem::size_of::<Peer<C>>();
+        // Its entry in the address map and the inbound map, with hash-map overhead.
+        let maps = 2 * (std::mem::size_of::<(PeerAddr, PeerId)>() + 8);
+        println!("a peer costs {peer} + {maps} B");
+        assert!(peer + maps <= 320, "a peer costs {peer} + {maps} B");
+    }
+}

@@ -1,0 +1,806 @@
+//! Tagged messaging over simulated hosts, no DPDK: each host runs a tagged engine over a
+//! `sim` node (its `Fabric`), the network steps between the engines' turns. Eager and
+//! rendezvous, matching order per source and tag, wildcards, truncation, probes and
+//! claims, cancel, receives posted before and after arrival, credits shared among many
+//! peers, a lossy link.
+
+use std::cell::RefCell;
+use std::rc::Rc;
+use std::sync::Arc;
+
+use deposit_transport::cm::{private_data, ConnectOptions, Registers};
+use deposit_transport::connection::{random_u32, Completion, ConnShared, ConnState, CqShared, Wqe};
+use deposit_transport::events::{EventKind, EventRing};
+use deposit_transport::mem::EndpointMemory;
+use deposit_transport::node::{Accepted as NodeAccepted, NodeConfig};
+use deposit_transport::sim::{LinkConfig, Network};
+use deposit_transport::tables::{EndpointEntry, EndpointId, RegWindow, Rights, Token};
+use deposit_transport::tagged::engine::{ring_instruction, ring_registers};
+use deposit_transport::tagged::{
+    Accepted, Arrival, Config, Engine, Fabric, PeerAddr, PeerId, Selector, TagCompletion, TagOp,
+    TagStatus,
+};
+use deposit_transport::wake::WaitQueue;
+
+/// One host's side of the simulated network, as a tagged engine sees a device.
+struct SimFabric {
+    net: Rc<RefCell<Network>>,
+    host: usize,
+    ep: EndpointId,
+    cq: Arc<CqShared>,
+    regs: RegWindow,
+    code: RegWindow,
+    accepted: Option<Arc<WaitQueue<NodeAccepted>>>,
+    events: Arc<EventRing>,
+}
+
+impl SimFabric {
+    fn new(net: &Rc<RefCell<Network>>, host: usize) -> SimFabric {
+        SimFabric {
+            net: net.clone(),
+            host,
+            ep: EndpointId(u32::MAX),
+            cq: CqShared::new(1 << 16),
+            regs: RegWindow { base: 0, len: 0 },
+            code: RegWindow { base: 0, len: 0 },
+            accepted: None,
+            events: Arc::new(EventRing::new(1)),
+        }
+    }
+
+    fn options(&self, private: &[u8]) -> ConnectOptions {
+        ConnectOptions {
+            registers: Registers::Window(self.regs),
+            instructions: self.code,
+            isolated: true,
+            private_data: private_data(private),
+            sq_depth: 4096,
+            ..ConnectOptions::default()
+        }
+    }
+}
+
+impl Fabric for SimFabric {
+    type Conn = Arc<ConnShared>;
+    type Mem = EndpointId;
+    type Error = String;
+
+    fn open(
+        &mut self,
+        len: u64,
+        slot: u32,
+        slots: u32,
+    ) -> Result<(EndpointId, *mut u8, u32), String> {
+        let mut net = self.net.borrow_mut();
+        let h = &mut net.hosts[self.host];
+        let mem =
+            Arc::new(EndpointMemory::alloc_ordinary(len as usize).map_err(|e| e.to_string())?);
+        let base = mem.as_ptr();
+        let entry = EndpointEntry::new(
+            mem.clone(),
+            0,
+            len as usize,
+            Rights::REMOTE_WRITE | Rights::REMOTE_READ,
+        )
+        .map_err(|e| e.to_string())?;
+        self.ep = h.node.endpoints.insert(entry);
+        self.events = Arc::new(EventRing::new(2 * slots as usize));
+        h.node
+            .set_endpoint_queues(self.ep, self.events.clone(), Arc::new(EventRing::new(64)));
+        h.memory.push(mem);
+        self.regs = h.node.regs.alloc(3).map_err(|e| e.to_string())?;
+        for (i, v) in ring_registers(slot, slots).into_iter().enumerate() {
+            h.node
+                .regs
+                .set(self.regs.base + i as u32, v)
+                .map_err(|e| e.to_string())?;
+        }
+        self.code = h.node.instructions.alloc(1).map_err(|e| e.to_string())?;
+        h.node
+            .instructions
+            .set(self.code, 0, Some(ring_instruction()))
+            .map_err(|e| e.to_string())?;
+        Ok((self.ep, base, 0))
+    }
+
+    fn listen(&mut self, service: u32, reply: &[u8]) -> Result<(), String> {
+        let opts = self.options(reply);
+        let mut net = self.net.borrow_mut();
+        let q = net.hosts[self.host]
+            .node
+            .listen(service, self.ep, self.cq.clone(), &opts, 4096)
+            .map_err(|e| e.to_string())?;
+        self.accepted = Some(q);
+        Ok(())
+    }
+
+    fn accept(&mut self) -> Option<Accepted<Arc<ConnShared>>> {
+        let a = self.accepted.as_ref()?.pop()?;
+        Some(Accepted {
+            number: a.shared.number,
+            hello: a.private.as_deref().unwrap_or(&[]).to_vec(),
+            conn: a.shared,
+        })
+    }
+
+    fn connect(&mut self, to: PeerAddr, hello: &[u8]) -> Result<Arc<ConnShared>, String> {
+        let opts = ConnectOptions {
+            registers: Registers::None,
+            instructions: RegWindow { base: 0, len: 0 },
+            ..self.options(hello)
+        };
+        let mut net = self.net.borrow_mut();
+        let now = net.now;
+        let addr = net
+            .hosts
+            .iter()
+            .map(|h| h.addr())
+            .find(|a| a.ip == to.ip)
+            .ok_or_else(|| format!("no host {to}"))?;
+        let node = &mut net.hosts[self.host].node;
+        node.set_now(now);
+        node.connect(addr, to.service, self.ep, self.cq.clone(), &opts)
+            .map_err(|e| e.to_string())
+    }
+
+    fn state(&self, c: &Arc<ConnShared>) -> ConnState {
+        c.state()
+    }
+
+    fn reply(&mut self, c: &mut Arc<ConnShared>) -> Vec<u8> {
+        let mut net = self.net.borrow_mut();
+        let p = net.hosts[self.host].node.take_peer_private(c.number);
+        p.as_deref().unwrap_or(&[]).to_vec()
+    }
+
+    fn remote_number(&self, c: &Arc<ConnShared>) -> u32 {
+        c.peer_conn.load(std::sync::atomic::Ordering::Relaxed) as u32
+    }
+
+    fn arrival(&mut self) -> Option<Arrival> {
+        loop {
+            let e = self.events.pop()?;
+            if e.kind == EventKind::Interrupt {
+                return Some(Arrival {
+                    conn: e.conn,
+                    ea: e.ea,
+                    len: e.len,
+                });
+            }
+        }
+    }
+
+    fn post(&mut self, c: &Arc<ConnShared>, wr: &Wqe) -> bool {
+        c.post(wr).is_ok()
+    }
+
+    fn poll(&mut self, out: &mut Vec<Completion>) {
+        while let Some(c) = self.cq.pop() {
+            out.push(c);
+        }
+    }
+
+    unsafe fn register(&mut self, ptr: *mut u8, len: usize) -> Result<EndpointId, String> {
+        // SAFETY: forwarded to the caller's contract.
+        let mem =
+            Arc::new(unsafe { EndpointMemory::register(ptr, len) }.map_err(|e| e.to_string())?);
+        let entry =
+            EndpointEntry::new(mem, 0, len, Rights::REMOTE_READ).map_err(|e| e.to_string())?;
+        let mut net = self.net.borrow_mut();
+        Ok(net.hosts[self.host].node.endpoints.insert(entry))
+    }
+
+    fn mem_id(&self, m: &EndpointId) -> EndpointId {
+        *m
+    }
+
+    fn deregister(&mut self, m: EndpointId) {
+        let mut net = self.net.borrow_mut();
+        let node = &mut net.hosts[self.host].node;
+        node.tokens.cancel_endpoint(m);
+        node.endpoints.remove(m);
+    }
+
+    fn read_token(&mut self, ep: &EndpointId, offset: u64, len: u64) -> Result<u64, String> {
+        let mut net = self.net.borrow_mut();
+        let t = net.hosts[self.host]
+            .node
+            .tokens
+            .insert_read(*ep, offset, len, random_u32())
+            .map_err(|e| e.to_string())?;
+        Ok(t.0)
+    }
+
+    fn cancel_token(&mut self, token: u64) {
+        let mut net = self.net.borrow_mut();
+        let _ = net.hosts[self.host].node.tokens.cancel(Token(token));
+    }
+
+    fn now(&self) -> u64 {
+        self.net.borrow().now
+    }
+}
+
+const SERVICE: u32 = 18700;
+
+struct Job {
+    net: Rc<RefCell<Network>>,
+    engines: Vec<Engine<SimFabric>>,
+    /// Completions taken so far, per engine.
+    done: Vec<Vec<TagCompletion>>,
+}
+
+impl Job {
+    fn new(n: usize, link: LinkConfig, seed: u64, cfg: Config) -> Job {
+        let node = NodeConfig {
+            max_connections: 4 * n + 16,
+            ..NodeConfig::default()
+        };
+        let net = Rc::new(RefCell::new(Network::new(n, &node, link, seed)));
+        let engines = (0..n)
+            .map(|h| {
+                let ip = net.borrow().hosts[h].addr().ip;
+                Engine::new(
+                    SimFabric::new(&net, h),
+                    cfg,
+                    PeerAddr {
+                        ip,
+                        service: SERVICE,
+                    },
+                )
+                .expect("engine")
+            })
+            .collect();
+        Job {
+            net,
+            engines,
+            done: vec![Vec::new(); n],
+        }
+    }
+
+    fn addr(&self, h: usize) -> PeerAddr {
+        self.engines[h].local()
+    }
+
+    /// `h`'s id for host `to`.
+    fn peer(&mut self, h: usize, to: usize) -> PeerId {
+        let a = self.addr(to);
+        self.engines[h].peer(a)
+    }
+
+    /// One network step and a turn of every engine.
+    fn turn(&mut self) {
+        self.net.borrow_mut().step();
+        for (e, done) in self.engines.iter_mut().zip(&mut self.done) {
+            let mut out = [TagCompletion {
+                context: 0,
+                op: TagOp::Send,
+                tagged: false,
+                status: TagStatus::Success,
+                len: 0,
+                olen: 0,
+                tag: 0,
+                data: None,
+                src: None,
+            }; 64];
+            loop {
+                let n = e.poll(&mut out);
+                done.extend_from_slice(&out[..n]);
+                if n < out.len() {
+                    break;
+                }
+            }
+        }
+        let next = {
+            let net = self.net.borrow();
+            let t = net
+                .hosts
+                .iter()
+                .map(|h| h.node.next_timeout())
+                .min()
+                .unwrap_or(u64::MAX);
+            // Engines poll at least every microsecond of simulated time.
+            t.min(net.now + 1_000).max(net.now + 100)
+        };
+        self.net.borrow_mut().now = next;
+    }
+
+    /// Turns until `done` holds or `limit_ns` of simulated time passed.
+    fn run(&mut self, limit_ns: u64, mut done: impl FnMut(&Job) -> bool) -> bool {
+        let end = self.net.borrow().now + limit_ns;
+        while self.net.borrow().now < end {
+            self.turn();
+            if done(self) {
+                return true;
+            }
+        }
+        false
+    }
+
+    /// The completion of `h` with `context`, once it came.
+    fn completion(&self, h: usize, op: TagOp, context: u64) -> Option<TagCompletion> {
+        self.done[h]
+            .iter()
+            .find(|c| c.context == context && c.op == op)
+            .copied()
+    }
+
+    fn wait(&mut self, h: usize, op: TagOp, context: u64) -> TagCompletion {
+        let got = self.run(200_000_000, |j| j.completion(h, op, context).is_some());
+        assert!(
+            got,
+            "host {h}: no {op:?} completion for {context:#x} in 200 ms simulated: {:?}",
+            self.engines
+                .iter()
+                .map(|e| (e.stats(), e.queued()))
+                .collect::<Vec<_>>()
+        );
+        self.completion(h, op, context).expect("came")
+    }
+}
+
+fn pattern(n: usize, seed: u8) -> Vec<u8> {
+    (0..n)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+        .collect()
+}
+
+fn cfg() -> Config {
+    Config::new(1024, 64, 64)
+}
+
+/// Sends `msg` from `from` to `to` with `tag` (inject: our copy goes at once).
+fn send(j: &mut Job, from: usize, to: usize, tag: Option<u64>, msg: &[u8], ctx: u64) {
+    let p = j.peer(from, to);
+    // SAFETY: injected: copied before this returns.
+    unsafe { j.engines[from].send(p, tag, None, msg.as_ptr(), msg.len() as u64, ctx, true) }
+        .expect("send");
+}
+
+/// Posts a receive of `buf` at `h`.
+fn recv(j: &mut Job, h: usize, sel: Selector, tagged: bool, buf: &mut [u8], ctx: u64) {
+    // SAFETY: every test keeps its buffers until the completions it waits for came.
+    unsafe { j.engines[h].recv(sel, tagged, buf.as_mut_ptr(), buf.len() as u64, ctx) }
+        .expect("recv");
+}
+
+#[test]
+fn eager_and_rendezvous_land_whole_posted_before_and_after_arrival() {
+    let mut j = Job::new(2, LinkConfig::default(), 1, cfg());
+    for (k, &n) in [0usize, 1, 959, 960, 961, 4096, 100_000, 1 << 20]
+        .iter()
+        .enumerate()
+    {
+        let msg = pattern(n, k as u8);
+        let k = k as u64;
+        // Posted before: the receive waits for the message.
+        let mut a = vec![0u8; n];
+        recv(&mut j, 1, Selector::tag(k), true, &mut a, 100 + k);
+        send(&mut j, 0, 1, Some(k), &msg, 200 + k);
+        let c = j.wait(1, TagOp::Recv, 100 + k);
+        assert_eq!(
+            (c.status, c.len, c.olen, c.tag),
+            (TagStatus::Success, n as u64, n as u64, k)
+        );
+        assert_eq!(c.src, Some(j.peer(1, 0)));
+        assert!(a == msg, "{n} bytes posted before arrival");
+        assert_eq!(j.wait(0, TagOp::Send, 200 + k).status, TagStatus::Success);
+        // Posted after: the message waits (eager copied out, rendezvous announced).
+        send(&mut j, 0, 1, Some(k), &msg, 300 + k);
+        j.run(50_000_000, |j| j.engines[1].queued().1 == 1);
+        let mut b = vec![0u8; n];
+        recv(&mut j, 1, Selector::tag(k), true, &mut b, 400 + k);
+        let c = j.wait(1, TagOp::Recv, 400 + k);
+        assert_eq!((c.status, c.len), (TagStatus::Success, n as u64));
+        assert!(b == msg, "{n} bytes posted after arrival");
+        assert_eq!(j.wait(0, TagOp::Send, 300 + k).status, TagStatus::Success);
+    }
+    let s = j.engines[1].stats();
+    assert!(s.eager_rx >= 8 && s.rndv_rx >= 8, "{s:?}");
+    assert_eq!((s.bad_header, s.bad_source, s.bad_sequence), (0, 0, 0));
+}
+
+#[test]
+fn one_source_and_tag_match_in_sending_order_with_wildcards() {
+    let mut j = Job::new(3, LinkConfig::default(), 2, cfg());
+    // Host 0 sends 20 messages with tag 5, mixing eager and rendezvous sizes; host 2
+    // sends 5 with tag 6. Host 1 takes them all with wildcards afterwards.
+    for i in 0..20u8 {
+        let n = if i % 3 == 0 { 3000 } else { 16 };
+        send(&mut j, 0, 1, Some(5), &pattern(n, i), u64::from(i));
+    }
+    for i in 0..5u8 {
+        send(
+            &mut j,
+            2,
+            1,
+            Some(6),
+            &pattern(8, 100 + i),
+            1000 + u64::from(i),
+        );
+    }
+    j.run(100_000_000, |j| j.engines[1].queued().1 == 25);
+    assert_eq!(j.engines[1].queued().1, 25);
+    // From host 0, any tag: its messages in its order.
+    let from0 = j.peer(1, 0);
+    let mut bufs: Vec<Vec<u8>> = (0..20).map(|_| vec![0u8; 4096]).collect();
+    for (i, b) in bufs.iter_mut().enumerate() {
+        let sel = Selector {
+            src: Some(from0),
+            tag: 0,
+            ignore: u64::MAX,
+        };
+        recv(&mut j, 1, sel, true, b, 10_000 + i as u64);
+    }
+    for (i, b) in bufs.iter().enumerate() {
+        let c = j.wait(1, TagOp::Recv, 10_000 + i as u64);
+        let n = if i % 3 == 0 { 3000 } else { 16 };
+        assert_eq!((c.status, c.len, c.tag), (TagStatus::Success, n as u64, 5));
+        assert!(
+            b[..n] == pattern(n, i as u8)[..],
+            "message {i} out of order"
+        );
+    }
+    // Any source, tag 6: host 2's, in order.
+    for i in 0..5u8 {
+        let mut b = [0u8; 8];
+        recv(
+            &mut j,
+            1,
+            Selector::tag(6),
+            true,
+            &mut b,
+            20_000 + u64::from(i),
+        );
+        let c = j.wait(1, TagOp::Recv, 20_000 + u64::from(i));
+        assert_eq!((c.src, c.tag), (Some(j.peer(1, 2)), 6));
+        assert_eq!(b[..], pattern(8, 100 + i)[..]);
+    }
+    assert_eq!(j.engines[1].queued(), (0, 0));
+}
+
+#[test]
+fn truncation_says_how_long_the_message_was() {
+    let mut j = Job::new(2, LinkConfig::default(), 3, cfg());
+    for (k, n) in [(1u64, 500usize), (2, 200_000)] {
+        let msg = pattern(n, 7);
+        let mut b = vec![0u8; 100];
+        recv(&mut j, 1, Selector::tag(k), true, &mut b, k);
+        send(&mut j, 0, 1, Some(k), &msg, k);
+        let c = j.wait(1, TagOp::Recv, k);
+        assert_eq!(
+            (c.status, c.len, c.olen),
+            (TagStatus::Truncated, 100, n as u64)
+        );
+        assert_eq!(b[..], msg[..100]);
+        // The sender's send completes all the same.
+        assert_eq!(j.wait(0, TagOp::Send, k).status, TagStatus::Success);
+    }
+}
+
+#[test]
+fn peek_claim_receive_and_discard() {
+    let mut j = Job::new(2, LinkConfig::default(), 4, cfg());
+    let sel = Selector::tag(9);
+    assert!(j.engines[1].peek(&sel, true).is_none());
+    send(&mut j, 0, 1, Some(9), &pattern(64, 1), 1);
+    send(&mut j, 0, 1, Some(9), &pattern(50_000, 2), 2);
+    send(&mut j, 0, 1, Some(9), &pattern(70_000, 3), 3);
+    j.run(50_000_000, |j| j.engines[1].queued().1 == 3);
+    let p = j.engines[1].peek(&sel, true).expect("waiting");
+    assert_eq!((p.len, p.tag), (64, 9));
+    // Claim the first: a receive posted now takes the second, the claim the first.
+    let c = j.engines[1].claim(&sel, true, 77).expect("claimed");
+    assert_eq!(c.len, 64);
+    assert_eq!(j.engines[1].peek(&sel, true).expect("next").len, 50_000);
+    let mut second = vec![0u8; 50_000];
+    recv(&mut j, 1, sel, true, &mut second, 5);
+    let mut first = vec![0u8; 64];
+    // SAFETY: kept until its completion.
+    unsafe { j.engines[1].recv_claimed(77, first.as_mut_ptr(), 64) }.expect("claimed");
+    assert_eq!(j.wait(1, TagOp::Recv, 77).len, 64);
+    assert_eq!(first, pattern(64, 1));
+    assert_eq!(j.wait(1, TagOp::Recv, 5).len, 50_000);
+    assert!(second == pattern(50_000, 2));
+    // Claim and discard the rendezvous one: its sender completes, nothing is read.
+    assert_eq!(
+        j.engines[1].claim(&sel, true, 88).expect("third").len,
+        70_000
+    );
+    assert_eq!(j.engines[1].discard(88).expect("claimed").len, 70_000);
+    assert!(j.engines[1].discard(88).is_err(), "discarded once");
+    assert_eq!(j.wait(0, TagOp::Send, 3).status, TagStatus::Success);
+    assert_eq!(j.engines[1].queued(), (0, 0));
+}
+
+#[test]
+fn cancel_takes_back_a_receive_that_nothing_matched() {
+    let mut j = Job::new(2, LinkConfig::default(), 5, cfg());
+    let mut a = [0u8; 16];
+    let mut b = [0u8; 16];
+    recv(&mut j, 1, Selector::tag(1), true, &mut a, 1);
+    recv(&mut j, 1, Selector::tag(2), true, &mut b, 2);
+    send(&mut j, 0, 1, Some(2), b"matched", 9);
+    assert_eq!(j.wait(1, TagOp::Recv, 2).status, TagStatus::Success);
+    assert!(
+        !j.engines[1].cancel(2),
+        "a matched receive is not cancelled"
+    );
+    assert!(j.engines[1].cancel(1));
+    assert_eq!(j.wait(1, TagOp::Recv, 1).status, TagStatus::Cancelled);
+    // A message with the cancelled receive's tag now waits.
+    send(&mut j, 0, 1, Some(1), b"late", 10);
+    j.run(50_000_000, |j| j.engines[1].queued().1 == 1);
+    assert_eq!(j.engines[1].queued(), (0, 1));
+}
+
+#[test]
+fn untagged_and_tagged_messages_match_their_own_receives() {
+    let mut j = Job::new(2, LinkConfig::default(), 6, cfg());
+    send(&mut j, 0, 1, Some(0), b"tagged", 1);
+    send(&mut j, 0, 1, None, b"untagged", 2);
+    let mut u = [0u8; 8];
+    recv(&mut j, 1, Selector::ANY, false, &mut u, 3);
+    let c = j.wait(1, TagOp::Recv, 3);
+    assert_eq!((c.tagged, c.len, &u), (false, 8, b"untagged"));
+    let mut t = [0u8; 6];
+    recv(&mut j, 1, Selector::ANY, true, &mut t, 4);
+    assert_eq!(&t, b"tagged");
+}
+
+#[test]
+fn many_senders_share_one_ring_by_credits() {
+    // 24 senders into one receiver whose ring has 16 slots: each gets a slot or so at a
+    // time, and every message arrives, in order per sender.
+    let n = 25;
+    let cfg = Config {
+        burst: 4,
+        ..Config::new(1024, 16, 256)
+    };
+    let mut j = Job::new(n, LinkConfig::default(), 7, cfg);
+    let per = 30u64;
+    for s in 1..n {
+        for i in 0..per {
+            let size = if i % 10 == 9 { 5000 } else { 100 };
+            send(
+                &mut j,
+                s,
+                0,
+                Some(i),
+                &pattern(size, (s as u8) ^ (i as u8)),
+                i,
+            );
+        }
+    }
+    let mut bufs: Vec<Vec<u8>> = Vec::new();
+    for s in 1..n {
+        let src = j.peer(0, s);
+        for i in 0..per {
+            bufs.push(vec![0u8; 5000]);
+            let b = bufs.last_mut().expect("pushed");
+            recv(
+                &mut j,
+                0,
+                Selector::tag(i).from(src),
+                true,
+                b,
+                (s as u64) << 32 | i,
+            );
+        }
+    }
+    let total = (n - 1) * per as usize;
+    let ok = j.run(20_000_000_000, |j| {
+        j.done[0].iter().filter(|c| c.op == TagOp::Recv).count() == total
+    });
+    assert!(ok, "{} of {total} received", j.done[0].len());
+    let mut k = 0;
+    for s in 1..n {
+        for i in 0..per {
+            let size = if i % 10 == 9 { 5000 } else { 100 };
+            let c = j
+                .completion(0, TagOp::Recv, (s as u64) << 32 | i)
+                .expect("came");
+            assert_eq!((c.status, c.len), (TagStatus::Success, size as u64));
+            assert!(bufs[k][..size] == pattern(size, (s as u8) ^ (i as u8))[..]);
+            k += 1;
+        }
+    }
+    let st = j.engines[0].stats();
+    assert_eq!((st.bad_sequence, st.bad_source), (0, 0), "{st:?}");
+    let credit_reads: u64 = j.engines.iter().map(|e| e.stats().credit_reads).sum();
+    assert!(credit_reads > 0, "senders read their credits");
+    for s in 1..n {
+        for i in 0..per {
+            assert_eq!(j.wait(s, TagOp::Send, i).status, TagStatus::Success);
+        }
+    }
+}
+
+#[test]
+fn a_lossy_link_delays_but_never_corrupts() {
+    let mut j = Job::new(2, LinkConfig::lossy(0.02), 8, cfg());
+    let mut bufs = Vec::new();
+    for i in 0..40u64 {
+        let n = [10usize, 900, 3000, 70_000][i as usize % 4];
+        bufs.push(vec![0u8; n]);
+        let b = bufs.last_mut().expect("pushed");
+        recv(&mut j, 1, Selector::tag(i), true, b, i);
+        send(&mut j, 0, 1, Some(i), &pattern(n, i as u8), i);
+    }
+    for (i, b) in bufs.iter().enumerate() {
+        let c = j.wait(1, TagOp::Recv, i as u64);
+        assert_eq!(c.status, TagStatus::Success, "message {i}");
+        assert!(b[..] == pattern(b.len(), i as u8)[..], "message {i}");
+    }
+}
+
+#[test]
+fn a_hundred_senders_into_one_receiver() {
+    let n = 101;
+    let cfg = Config {
+        burst: 8,
+        ..Config::new(1024, 128, 512)
+    };
+    let mut j = Job::new(n, LinkConfig::default(), 10, cfg);
+    for s in 1..n {
+        for i in 0..3u64 {
+            let size = if i == 2 { 4000 } else { 64 };
+            send(
+                &mut j,
+                s,
+                0,
+                Some(s as u64),
+                &pattern(size, (s + i as usize) as u8),
+                i,
+            );
+        }
+    }
+    let mut bufs = vec![vec![0u8; 4000]; 3 * (n - 1)];
+    for (k, b) in bufs.iter_mut().enumerate() {
+        let s = 1 + k / 3;
+        let src = j.peer(0, s);
+        recv(
+            &mut j,
+            0,
+            Selector::tag(s as u64).from(src),
+            true,
+            b,
+            k as u64,
+        );
+    }
+    let ok = j.run(2_000_000_000, |j| {
+        j.done[0].iter().filter(|c| c.op == TagOp::Recv).count() == 3 * (n - 1)
+    });
+    assert!(ok, "{} received", j.done[0].len());
+    for (k, b) in bufs.iter().enumerate() {
+        let (s, i) = (1 + k / 3, k % 3);
+        let size = if i == 2 { 4000 } else { 64 };
+        let c = j.completion(0, TagOp::Recv, k as u64).expect("came");
+        assert_eq!((c.status, c.len), (TagStatus::Success, size as u64));
+        assert!(
+            b[..size] == pattern(size, (s + i) as u8)[..],
+            "sender {s} message {i}"
+        );
+    }
+    assert_eq!(j.engines[0].peers(), n - 1);
+}
+
+#[test]
+fn a_peer_that_writes_garbage_is_counted_and_cannot_pose_as_another() {
+    let mut j = Job::new(3, LinkConfig::default(), 11, cfg());
+    // Host 0 talks properly to host 1.
+    send(&mut j, 0, 1, Some(1), b"first", 1);
+    let mut a = [0u8; 5];
+    recv(&mut j, 1, Selector::tag(1), true, &mut a, 1);
+    j.wait(1, TagOp::Recv, 1);
+    // Host 2 opens a connection of its own to host 1's ring and writes what it likes
+    // with the ring instruction: garbage, a header naming host 0 as its source, and
+    // more slots than its credit.
+    let (raw_ep, conn, cq) = {
+        let mut net = j.net.borrow_mut();
+        let now = net.now;
+        let to = net.hosts[1].addr();
+        let h = &mut net.hosts[2];
+        let ep = h.endpoint(1 << 16, Rights::REMOTE_WRITE, 16);
+        let cq = CqShared::new(1024);
+        let mut hello = Vec::new();
+        hello.extend_from_slice(&0x6464_7467u32.to_le_bytes());
+        hello.extend_from_slice(&[10, 0, 0, 3]);
+        hello.extend_from_slice(&999u32.to_le_bytes());
+        let opts = ConnectOptions {
+            private_data: private_data(&hello),
+            ..ConnectOptions::default()
+        };
+        h.node.set_now(now);
+        let c = h
+            .node
+            .connect(to, SERVICE, ep, cq.clone(), &opts)
+            .expect("connect");
+        (ep, c, cq)
+    };
+    assert!(j.run(100_000_000, |_| conn.state() == ConnState::Normal));
+    j.run(1_000_000, |_| false); // host 1 accepts and grants
+    let forged = {
+        use deposit_transport::tagged::wire::{Header, Kind, TAGGED};
+        let mut slot = vec![0u8; 68];
+        Header {
+            kind: Kind::Eager,
+            flags: TAGGED,
+            service: SERVICE,
+            ip: j.addr(0).ip,
+            seq: 0,
+            tag: 1,
+            data: 0,
+            len: 4,
+            token: 0,
+            cookie: 0,
+        }
+        .encode(&mut slot);
+        slot[64..].copy_from_slice(b"evil");
+        slot
+    };
+    {
+        let net = j.net.borrow();
+        let mem = net.hosts[2].mem(raw_ep);
+        mem.write(0, &[0xee; 64]).expect("garbage");
+        mem.write(1024, &forged).expect("forged");
+    }
+    let invoke = |id: u64, off: u64, len: u32| Wqe {
+        wr_id: id,
+        opcode: deposit_transport::connection::WrOpcode::Invoke {
+            ip: 0,
+            mask: 0,
+            returns: false,
+        },
+        flags: deposit_transport::connection::WR_SIGNALED,
+        remote: Default::default(),
+        len,
+        source: deposit_transport::connection::Source::Endpoint {
+            id: raw_ep,
+            offset: off,
+        },
+        result: None,
+    };
+    assert!(conn.post(&invoke(1, 0, 64)).is_ok());
+    assert!(conn.post(&invoke(2, 1024, 68)).is_ok());
+    let before = j.engines[1].stats();
+    assert!(j.run(100_000_000, |j| j.engines[1].stats().slots
+        >= before.slots + 2));
+    let s = j.engines[1].stats();
+    assert_eq!(s.bad_header, before.bad_header + 1, "{s:?}");
+    // The forged slot is the raw connection's (its first good one, seq 0): it waits
+    // as a message from that peer, not from host 0.
+    let mut b = [0u8; 4];
+    let from0 = j.peer(1, 0);
+    recv(&mut j, 1, Selector::tag(1).from(from0), true, &mut b, 2);
+    j.run(10_000_000, |_| false);
+    assert!(
+        j.completion(1, TagOp::Recv, 2).is_none(),
+        "taken as host 0's"
+    );
+    let (_, waiting) = j.engines[1].queued();
+    assert_eq!(waiting, 1, "the forged message waits, as the raw peer's");
+    let forger = j.engines[1].peer(PeerAddr {
+        ip: [10, 0, 0, 3],
+        service: 999,
+    });
+    let info = j.engines[1]
+        .peek(&Selector::tag(1).from(forger), true)
+        .expect("its");
+    assert_eq!(info.src, forger);
+    // Past its credit: refused slot by slot.
+    for k in 0..40 {
+        let _ = conn.post(&invoke(10 + k, 1024, 68));
+    }
+    j.run(100_000_000, |_| false);
+    assert!(
+        j.engines[1].stats().bad_sequence > 0,
+        "{:?}",
+        j.engines[1].stats()
+    );
+    drop(cq);
+    // Host 0's messages still arrive.
+    send(&mut j, 0, 1, Some(1), b"real", 3);
+    assert_eq!(j.wait(1, TagOp::Recv, 2).len, 4);
+    assert_eq!(&b, b"real");
+}
