@@ -159,6 +159,20 @@ fn guard(f: impl FnOnce() -> Result<(), Fail>) -> c_int {
     }
 }
 
+/// [`guard`] for a call that answers a count or a value (`>= 0`) when it succeeds.
+fn guard_count(f: impl FnOnce() -> Result<c_int, Fail>) -> c_int {
+    let mut v = 0;
+    let rc = guard(|| {
+        v = f()?;
+        Ok(())
+    });
+    if rc == DD_OK {
+        v
+    } else {
+        rc
+    }
+}
+
 /// The object behind a handle, or an error naming the argument.
 unsafe fn obj<'a, T>(p: *const T, what: &str) -> Result<&'a T, Fail> {
     p.as_ref().ok_or_else(|| invalid(format!("{what} is NULL")))
@@ -391,16 +405,11 @@ pub unsafe extern "C" fn dd_device_progress(dev: *const dd_device) -> usize {
 /// `fi_trywait` is the same protocol.
 #[no_mangle]
 pub unsafe extern "C" fn dd_device_fd(dev: *const dd_device) -> c_int {
-    let mut fd = -1;
-    let rc = guard(|| {
-        fd = std::os::fd::AsRawFd::as_raw_fd(&obj(dev, "dev")?.0.wait_fd());
-        Ok(())
-    });
-    if rc == DD_OK {
-        fd
-    } else {
-        rc
-    }
+    guard_count(|| {
+        Ok(std::os::fd::AsRawFd::as_raw_fd(
+            &obj(dev, "dev")?.0.wait_fd(),
+        ))
+    })
 }
 
 /// Arms the device's wait fd (`dd_device_fd`, whose documentation states the
@@ -414,16 +423,7 @@ pub unsafe extern "C" fn dd_device_fd(dev: *const dd_device) -> c_int {
 /// look at each queue: call it before sleeping, not on every poll.
 #[no_mangle]
 pub unsafe extern "C" fn dd_device_arm_fd(dev: *const dd_device) -> c_int {
-    let mut ready = false;
-    let rc = guard(|| {
-        ready = obj(dev, "dev")?.0.arm_wait_fd()?;
-        Ok(())
-    });
-    if rc == DD_OK {
-        c_int::from(ready)
-    } else {
-        rc
-    }
+    guard_count(|| Ok(c_int::from(obj(dev, "dev")?.0.arm_wait_fd()?)))
 }
 
 /// Whether the port's link is up (memif: the peer process has connected).
@@ -972,8 +972,8 @@ pub unsafe extern "C" fn dd_cq_take(cq: *const dd_cq, out: *mut dd_completion, n
 
 /// `dd_cq_poll` (`drive`) and `dd_cq_take`.
 unsafe fn cq_take(cq: *const dd_cq, out: *mut dd_completion, n: u32, drive: bool) -> c_int {
-    let mut got = 0;
-    let rc = guard(|| {
+    guard_count(|| {
+        let mut got = 0;
         let q = obj(cq, "cq")?;
         if n > 0 && out.is_null() {
             return Err(invalid("out is NULL"));
@@ -994,13 +994,8 @@ unsafe fn cq_take(cq: *const dd_cq, out: *mut dd_completion, n: u32, drive: bool
                 break;
             }
         }
-        Ok(())
-    });
-    if rc == DD_OK {
-        got as c_int
-    } else {
-        rc
-    }
+        Ok(got as c_int)
+    })
 }
 
 /// Waits up to `timeout_ms` for one completion and stores it in `*out`. Returns
@@ -2072,19 +2067,10 @@ pub unsafe extern "C" fn dd_eventq_release(q: *mut dd_eventq) {
 /// Takes one event into `out`: 1 if there was one, 0 if not, a negative `DD_ERR_*`.
 #[no_mangle]
 pub unsafe extern "C" fn dd_eventq_poll(q: *const dd_eventq, out: *mut dd_event) -> c_int {
-    let mut got = 0;
-    let rc = guard(|| {
-        if let Some(e) = obj(q, "q")?.0.poll() {
-            put(out, e.into(), "out")?;
-            got = 1;
-        }
-        Ok(())
-    });
-    if rc == DD_OK {
-        got
-    } else {
-        rc
-    }
+    guard_count(|| match obj(q, "q")?.0.poll() {
+        Some(e) => put(out, e.into(), "out").map(|()| 1),
+        None => Ok(0),
+    })
 }
 
 /// Waits up to `timeout_ms` for an event and stores it in `*out`. Returns `DD_OK` (0)

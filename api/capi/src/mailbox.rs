@@ -6,7 +6,7 @@ use std::ffi::{c_char, c_int, c_void};
 
 use api::{Mailbox, MailboxConfig, PeerAddr, PeerId, Selector, TagCompletion, TagOp, TagStatus};
 
-use crate::{dd_device, guard, invalid, obj, path, put, Fail};
+use crate::{dd_device, guard, guard_count, invalid, obj, path, put, Fail};
 
 /// A mailbox (`dd_mailbox_open`); used from one thread at a time.
 pub struct dd_mailbox(Mailbox);
@@ -143,6 +143,14 @@ fn completion(c: &TagCompletion) -> dd_tag_completion {
         tag: c.tag,
         data: c.data.unwrap_or(0),
         src: c.src.map_or(DD_MB_ANY_SOURCE, |p| p.0),
+    }
+}
+
+/// A probe's answer: 1 with what it found in `*out`, 0 for nothing.
+unsafe fn found(i: Option<api::MsgInfo>, out: *mut dd_msg_info) -> Result<c_int, Fail> {
+    match i {
+        Some(i) => put(out, info(&i), "out").map(|()| 1),
+        None => Ok(0),
     }
 }
 
@@ -398,20 +406,13 @@ pub unsafe extern "C" fn dd_mailbox_peek(
     flags: u32,
     out: *mut dd_msg_info,
 ) -> c_int {
-    let mut found = 0;
-    let rc = guard(|| {
+    guard_count(|| {
         let m = mb(m)?;
-        if let Some(i) = m.peek(&selector(src, tag, ignore), flags & DD_MB_TAGGED != 0) {
-            put(out, info(&i), "out")?;
-            found = 1;
-        }
-        Ok(())
-    });
-    if rc < 0 {
-        rc
-    } else {
-        found
-    }
+        found(
+            m.peek(&selector(src, tag, ignore), flags & DD_MB_TAGGED != 0),
+            out,
+        )
+    })
 }
 
 /// `dd_mailbox_peek`, and the message found is claimed for `context`: no receive or
@@ -428,21 +429,11 @@ pub unsafe extern "C" fn dd_mailbox_claim(
     context: u64,
     out: *mut dd_msg_info,
 ) -> c_int {
-    let mut found = 0;
-    let rc = guard(|| {
+    guard_count(|| {
         let m = mb(m)?;
         let sel = selector(src, tag, ignore);
-        if let Some(i) = m.claim(&sel, flags & DD_MB_TAGGED != 0, context) {
-            put(out, info(&i), "out")?;
-            found = 1;
-        }
-        Ok(())
-    });
-    if rc < 0 {
-        rc
-    } else {
-        found
-    }
+        found(m.claim(&sel, flags & DD_MB_TAGGED != 0, context), out)
+    })
 }
 
 /// Receives the message claimed for `context` into `buf` (as `dd_mailbox_recv`);
@@ -485,16 +476,7 @@ pub unsafe extern "C" fn dd_mailbox_discard(
 /// 1 (cancelled), 0 (no receive posted with it: it matched already) or a `DD_ERR_*`.
 #[no_mangle]
 pub unsafe extern "C" fn dd_mailbox_cancel(m: *mut dd_mailbox, context: u64) -> c_int {
-    let mut done = 0;
-    let rc = guard(|| {
-        done = c_int::from(mb(m)?.cancel(context));
-        Ok(())
-    });
-    if rc < 0 {
-        rc
-    } else {
-        done
-    }
+    guard_count(|| Ok(c_int::from(mb(m)?.cancel(context))))
 }
 
 /// One turn of progress (new connections, arrivals, the device's completions, queued
@@ -515,8 +497,8 @@ pub unsafe extern "C" fn dd_mailbox_poll(
     out: *mut dd_tag_completion,
     n: u32,
 ) -> c_int {
-    let mut got = 0;
-    let rc = guard(|| {
+    guard_count(|| {
+        let mut got = 0;
         let m = mb(m)?;
         if out.is_null() && n > 0 {
             return Err(invalid("out is NULL"));
@@ -533,13 +515,8 @@ pub unsafe extern "C" fn dd_mailbox_poll(
                 break;
             }
         }
-        Ok(())
-    });
-    if rc < 0 {
-        rc
-    } else {
-        got as c_int
-    }
+        Ok(got as c_int)
+    })
 }
 
 /// The mailbox's counters.
