@@ -503,10 +503,12 @@ impl Fabric for DevFabric {
 
     unsafe fn register(&mut self, ptr: *mut u8, len: usize) -> Result<Endpoint, Error> {
         // SAFETY: forwarded to the caller's contract.
-        unsafe {
-            self.dev
-                .register_endpoint_on(self.shard, ptr, len.max(1), Rights::REMOTE_READ)
-        }
+        let mem = Arc::new(unsafe { EndpointMemory::register(ptr, len.max(1))? });
+        // Event queues of one entry: nothing posts events to a buffer a token reads or
+        // a read's answer lands in, and a registration per message must stay cheap
+        // (the device's default depth allocated 2 x 1 024 entries each time).
+        self.dev
+            .add_endpoint_with(self.shard as u8, mem, 0, len.max(1), Rights::REMOTE_READ, 1)
     }
 
     fn mem_id(&self, m: &Endpoint) -> EndpointId {
