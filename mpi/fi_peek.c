@@ -18,10 +18,11 @@
  *     same tag: the next receive gets E; nothing left.
  *  5. FI_PEEK | FI_CLAIM, then FI_CLAIM | FI_DISCARD: a completion of 0 bytes with the
  *     message's tag; nothing left; the context claims nothing any more.
- *  6. 1 MiB messages (many more fragments than the sender's 40 slots of credit: the
- *     peek finds the first of them still arriving): FI_PEEK | FI_CLAIM reports the
- *     whole length, FI_CLAIM delivers every byte; FI_PEEK | FI_DISCARD of the second
- *     one still arriving, then a small third one with the same tag: received intact.
+ *  6. 1 MiB messages (rendezvous: the peek finds the first of them announced, its bytes
+ *     still at the sender): FI_PEEK | FI_CLAIM reports the whole length, FI_CLAIM
+ *     delivers every byte; FI_PEEK | FI_DISCARD of the second one (the sender's send
+ *     completes all the same), then a small third one with the same tag: received
+ *     intact.
  *  7. A receive too small, posted and claimed: FI_ETRUNC with len, olen, tag and data.
  *  8. fi_cancel of a posted receive: FI_ECANCELED; again: -FI_ENOENT; a message with
  *     its tag then goes to the next receive.

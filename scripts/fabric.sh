@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # Usage: scripts/fabric.sh [--build | --check | --bridge] [FI_PINGPONG_ARGS...]
-# Builds the libfabric provider "deposit" (api/fabric/deposit_fi.c over the C ABI):
-# target/release/libdeposit-fi.so, which libfabric loads from FI_PROVIDER_PATH. Then
-# `fi_info -p deposit` must list it, and fi_pingpong runs between two processes over
-# memif (FI_EP_RDM): with --check, with data checks (-c) in FI_MSG and FI_TAGGED mode
-# over every size (-S all) with few iterations, then RMA and atomics checked byte for
-# byte (api/fabric/rma_check.c); otherwise with the given arguments
+# Builds the libfabric provider "deposit" (api/fabric/dfi_*.c over the C ABI; dfi.h
+# says which file is which): target/release/libdeposit-fi.so, which libfabric loads
+# from FI_PROVIDER_PATH. Then `fi_info -p deposit` must list it, and fi_pingpong runs
+# between two processes over memif (FI_EP_RDM): with --check, with data checks (-c)
+# in FI_MSG and FI_TAGGED mode over every size (-S all) with few iterations, then RMA
+# and atomics checked byte for byte (api/fabric/rma_check.c), then wait objects,
+# counters and iovecs (api/fabric/wait_check.c: fi_cq_sread asleep on FI_WAIT_FD,
+# the FI_GETWAIT fd in epoll with fi_trywait, fi_cntr, fi_sendv/fi_recvv); otherwise
+# with the given arguments
 # (default: fi_pingpong's sizes, 10000 iterations), printing its table. --build only
 # builds it. --bridge (root) runs fi_pingpong between two network namespaces whose
 # veths are ports of one Linux bridge, for -p deposit (af_packet on the veth), -p tcp
@@ -25,7 +28,7 @@ scripts/deps.sh
 cargo build --release -q -p deposit-capi
 lib=$PWD/target/release
 gcc -std=gnu11 -shared -fPIC -O2 -Wall -Wextra -Werror -Wno-strict-prototypes -Wno-old-style-definition \
-    -I api/capi/include api/fabric/deposit_fi.c -L "$lib" -ldeposit -Wl,-rpath,"$lib" -lfabric \
+    -I api/capi/include api/fabric/dfi_*.c -L "$lib" -ldeposit -Wl,-rpath,"$lib" -lfabric -lpthread \
     -o "$lib/libdeposit-fi.so"
 ((build_only)) && exit 0
 export FI_PROVIDER_PATH=$lib
@@ -102,6 +105,13 @@ elif ((check)); then
         rm -f "$s"
         ((rc == 0)) || { echo "fabric: rma_check $mode failed" >&2; exit 1; }
     done
+    gcc -std=gnu11 -O2 -Wall -Wextra -Werror api/fabric/wait_check.c -lfabric -o "$lib/wait_check"
+    s=$(mktemp -u /tmp/deposit-wait.XXXXXX.sock)
+    echo "== wait_check (FI_WAIT_FD: fi_cq_sread, epoll + fi_trywait; fi_cntr; iovecs)"
+    rc=0
+    timeout 120 "$lib/wait_check" "$s" || rc=$?
+    rm -f "$s"
+    ((rc == 0)) || { echo "fabric: wait_check failed" >&2; exit 1; }
 else
     (($#)) || set -- -I 10000
     echo "== fi_pingpong -p deposit -e rdm $* (two processes, memif)"

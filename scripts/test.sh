@@ -327,8 +327,10 @@ step "MPI checks, 4 ranks (tcp)" scripts/mpi.sh -np 4 --check
 step "MPI probes, 2 ranks (tcp)" scripts/mpi.sh -np 2 --probes
 step "MPI probes, 4 ranks (tcp)" scripts/mpi.sh -np 4 --probes
 # The libfabric provider: fi_info lists it, fi_pingpong (FI_MSG and FI_TAGGED, every
-# byte checked) between two processes over memif; its probes (FI_PEEK, FI_CLAIM,
-# FI_DISCARD, fi_cancel) through libfabric itself; then the MPI program on 2 ranks over
+# byte checked) between two processes over memif, RMA and atomics (rma_check), wait
+# objects, counters and iovecs (wait_check: fi_cq_sread asleep on FI_WAIT_FD, the fd
+# in epoll); its probes (FI_PEEK, FI_CLAIM, FI_DISCARD, fi_cancel) through libfabric
+# itself; then the MPI program on 2 ranks over
 # it: Open MPI's mtl ofi (pml cm: the provider matches and probes), the same checks and
 # the MPI matching checks, and ddmpi's checks under pml ob1 (its btl ofi).
 step "libfabric provider" scripts/fabric.sh --check
@@ -336,17 +338,19 @@ step "libfabric probes (memif)" scripts/mpi.sh --fi-peek
 step "MPI over deposit, 2 ranks (memif)" scripts/mpi.sh -np 2 --over deposit -- -n 200 -m 65536
 step "MPI probes over deposit, 2 ranks (memif)" scripts/mpi.sh -np 2 --over deposit --probes
 step "MPI over deposit, pml ob1, 2 ranks (memif)" scripts/mpi.sh -np 2 --over deposit --pml ob1 --check
-# 4 ranks on an L2 switch: one veth per rank on a Linux bridge, af_packet on each (root).
-# Then 2 ranks as 2 hosts: each rank in a network namespace of its own on the bridge,
-# started by mpirun through scripts/netns-rsh, over deposit and over kernel TCP (which
-# then crosses the bridge too).
+# 4 ranks on an L2 switch: one veth per rank on a Linux bridge, af_packet on each (root);
+# 64 ranks so (oversubscribed: about a minute on 2 cores), the provider having no limit
+# on peers. Then 2 ranks as 2 hosts: each rank in a network namespace of its own on the
+# bridge, started by mpirun through scripts/netns-rsh, over deposit and over kernel TCP
+# (which then crosses the bridge too).
 if (($(id -u) == 0)); then
     step "MPI over deposit, 4 ranks (bridge)" scripts/mpi.sh -np 4 --over deposit -- -n 100 -m 16384
     step "MPI probes over deposit, 4 ranks (bridge)" scripts/mpi.sh -np 4 --over deposit --probes
+    step "MPI checks over deposit, 64 ranks (bridge)" scripts/mpi.sh -np 64 --over deposit --check
     step "MPI over deposit, 2 hosts (bridge)" scripts/mpi.sh -np 2 --hosts --over deposit -- -n 100 -m 16384
     step "MPI checks, 2 hosts (tcp)" scripts/mpi.sh -np 2 --hosts --check
 else
-    echo "== SKIPPED: MPI over deposit, 4 ranks and 2 hosts (bridge): a bridge of veths needs root"
+    echo "== SKIPPED: MPI over deposit, 4 and 64 ranks and 2 hosts (bridge): a bridge of veths needs root"
 fi
 step "ddperf --plot" plots
 step "smoke write_lat" smoke write_lat -s 32 -n 2000

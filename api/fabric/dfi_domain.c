@@ -1,0 +1,297 @@
+/* The domain: one deposit device per process, opened from the environment (so that
+ * mpirun needs no wrapper; "%r" in a value is the rank): DEPOSIT_FI_DEV, DEPOSIT_FI_IP,
+ * DEPOSIT_FI_IDENTITY, DEPOSIT_FI_KNOWN_PEERS, DEPOSIT_FI_STATS (docs/design.md §12).
+ * Also here: progress of every endpoint, with a guard thread that takes a turn when
+ * no call came for 1 ms (a mailbox may owe its peers a FIN, or a credit read, after
+ * the application saw its completion and stopped calling: fi_pingpong blocks in its
+ * control socket after its last receive); memory regions (the targets of RMA): the
+ * application's buffer registered as an endpoint behind a listener of its own, whose
+ * key (FI_MR_PROV_KEY) is a random service and a random secret the listener requires
+ * in the connect request, so that only its holders reach it; the listener's reply
+ * says the region's address and length. Its bounds and rights are this device's.
+ */
+#define _GNU_SOURCE /* PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP */
+#include "dfi.h"
+#include <sys/random.h>
+#include <time.h>
+
+struct dd_device *dfi_dev;
+uint8_t dfi_ip[4];
+struct dfi_ep *dfi_eps;
+int dfi_virt_addr, dfi_next_service;
+uint64_t dfi_events;
+pthread_mutex_t dfi_lock = PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP;
+unsigned dfi_calls;
+static int refs, guard_run;
+static pthread_t guard;
+
+static void *guard_main(void *arg) {
+    (void)arg;
+    for (unsigned seen = 0, now; __atomic_load_n(&guard_run, __ATOMIC_RELAXED); seen = now) {
+        nanosleep(&(struct timespec){0, 1000 * 1000}, NULL);
+        now = __atomic_load_n(&dfi_calls, __ATOMIC_RELAXED);
+        if (now == seen && pthread_mutex_trylock(&dfi_lock) == 0) {
+            dfi_progress();
+            now = dfi_calls;
+            pthread_mutex_unlock(&dfi_lock);
+        }
+    }
+    return NULL;
+}
+
+static int env_int(const char *const *names, int n, int dflt) {
+    for (int i = 0; i < n; i++)
+        if (getenv(names[i]))
+            return atoi(getenv(names[i]));
+    return dflt;
+}
+static int rank_of(void) { return env_int((const char *[]){"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK"}, 3, 0); }
+static int job_size(void) { return env_int((const char *[]){"OMPI_COMM_WORLD_SIZE", "PMIX_SIZE", "PMI_SIZE"}, 3, 1); }
+
+/* A mailbox's ring slots: DEPOSIT_FI_SLOTS, else 4 per rank, a power of two >= 1024. */
+int dfi_slots(void) {
+    int s = 1024;
+    while (s < 4 * job_size())
+        s *= 2;
+    return env_int((const char *[]){"DEPOSIT_FI_SLOTS"}, 1, s);
+}
+
+/* `s` with every "%r" replaced by the rank. */
+static void subst(const char *s, char *out, size_t n) {
+    size_t k = 0;
+    for (; *s && k + 12 < n; s++) {
+        if (s[0] == '%' && s[1] == 'r')
+            k += (size_t)snprintf(out + k, n - k, "%d", rank_of()), s++;
+        else
+            out[k++] = *s;
+    }
+    out[k] = 0;
+}
+
+static int device_get(void) {
+    if (dfi_dev) {
+        refs++;
+        return 0;
+    }
+    char port[256], ip[64], identity[256];
+    const char *p = getenv("DEPOSIT_FI_DEV"), *i = getenv("DEPOSIT_FI_IP"), *id = getenv("DEPOSIT_FI_IDENTITY");
+    subst(p ? p : "memif:/tmp/deposit-fi.sock:%r", port, sizeof port);
+    /* memif's role by rank: 0 serves, 1 connects (two ranks). */
+    char *role = strrchr(port, ':');
+    if (!strncmp(port, "memif:", 6) && role && (!strcmp(role, ":0") || !strcmp(role, ":1")))
+        strcpy(role + 1, role[1] == '0' ? "server" : "client");
+    int r = rank_of();
+    if (i)
+        subst(i, ip, sizeof ip);
+    else
+        snprintf(ip, sizeof ip, "10.77.%d.%d", (r + 1) >> 8, (r + 1) & 255);
+    unsigned a, b, c, d;
+    if (sscanf(ip, "%u.%u.%u.%u", &a, &b, &c, &d) != 4 || a > 255 || b > 255 || c > 255 || d > 255) {
+        fprintf(stderr, "deposit-fi: DEPOSIT_FI_IP %s is not an IPv4 address\n", ip);
+        return -FI_EINVAL;
+    }
+    struct dd_device_config cfg;
+    dd_device_config_init(&cfg);
+    cfg.port = port;
+    if (id)
+        subst(id, identity, sizeof identity), cfg.identity_path = identity;
+    cfg.known_peers_path = getenv("DEPOSIT_FI_KNOWN_PEERS");
+    cfg.ip[0] = (uint8_t)a, cfg.ip[1] = (uint8_t)b, cfg.ip[2] = (uint8_t)c, cfg.ip[3] = (uint8_t)d;
+    cfg.max_connections = 4 * (uint32_t)job_size() > 4096 ? 4 * (uint32_t)job_size() : 4096;
+    cfg.progress_guard_us = 1000; /* acknowledgements owed while the application calls not */
+    /* A memif client whose server (another rank) has not created its socket yet fails
+     * at once, and so, now and then, does af_packet on a veth made a moment ago: it
+     * tries again for up to 10 s (a port that fails gives back what it created). */
+    for (int tries = 0; dd_device_open(&cfg, &dfi_dev) < 0; tries++) {
+        if (tries == 200) {
+            fprintf(stderr, "deposit-fi: cannot open %s: %s\n", port, dd_last_error());
+            dfi_dev = NULL;
+            return -FI_ENODEV;
+        }
+        nanosleep(&(struct timespec){0, 50 * 1000 * 1000}, NULL);
+    }
+    memcpy(dfi_ip, cfg.ip, 4);
+    refs = guard_run = 1;
+    if (pthread_create(&guard, NULL, guard_main, NULL))
+        guard_run = 0;
+    return 0;
+}
+
+/* Stops the guard thread (at the domain's close, or libfabric's at exit). */
+void dfi_cleanup(void) {
+    if (guard_run && !(guard_run = 0))
+        pthread_join(guard, NULL);
+}
+
+static void stat_line(const char *name, uint64_t value, void *arg) {
+    if (value)
+        fprintf(stderr, "deposit-fi: rank %d %s %llu\n", *(int *)arg, name, (unsigned long long)value);
+}
+
+/* Every endpoint's progress; a look for initiators of the regions every 64 turns (it
+ * is a call through the API's wait). */
+void dfi_progress(void) {
+    LOCK;
+    static unsigned turns;
+    if ((turns++ & 63) == 0)
+        dfi_mr_accept();
+    for (struct dfi_ep *ep = dfi_eps; ep; ep = ep->next)
+        dfi_ep_progress(ep);
+}
+
+/* ---- memory regions -------------------------------------------------------------- */
+
+struct mr {
+    struct fid_mr fid;
+    struct mr *next;
+    struct dd_endpoint *dep; /* NULL: no remote access, nothing to reach */
+    struct dd_listener *listener;
+    struct dd_conn **conns; /* initiators admitted (kept: dropping one closes it) */
+    int nconns, capconns;
+};
+
+static struct mr *mrs;
+static struct dd_cq *mr_cq; /* the regions' connections post nothing; one queue for all */
+
+static void accept_one(struct mr *m) {
+    struct dd_conn *c;
+    while (m->listener && dd_accept(m->listener, 0, &c) == DD_OK) {
+        if (m->nconns == m->capconns) {
+            int cap = m->capconns ? 2 * m->capconns : 8;
+            struct dd_conn **n = realloc(m->conns, (size_t)cap * sizeof *n);
+            if (!n) {
+                dd_conn_close(c);
+                continue;
+            }
+            m->conns = n, m->capconns = cap;
+        }
+        m->conns[m->nconns++] = c;
+    }
+}
+
+void dfi_mr_accept(void) {
+    for (struct mr *m = mrs; m; m = m->next)
+        accept_one(m);
+}
+
+static int mr_close(struct fid *f) {
+    LOCK;
+    struct mr *m = (struct mr *)f, **pp = &mrs;
+    while (*pp && *pp != m)
+        pp = &(*pp)->next;
+    if (*pp)
+        *pp = m->next;
+    accept_one(m); /* so that what is queued closes too */
+    for (int i = 0; i < m->nconns; i++)
+        dd_conn_close(m->conns[i]);
+    free(m->conns);
+    if (m->listener)
+        dd_listener_close(m->listener);
+    if (m->dep)
+        dd_endpoint_free(m->dep);
+    free(m);
+    return 0;
+}
+
+static struct fi_ops mr_fi_ops = FI_OPS(mr_close, dfi_nosys, dfi_nosys);
+
+static int mr_reg(struct fid *dom, const void *buf, size_t len, uint64_t access, uint64_t offset,
+                  uint64_t requested_key, uint64_t flags, struct fid_mr **out, void *ctx) {
+    (void)dom, (void)offset, (void)requested_key;
+    LOCK;
+    if (flags)
+        return -FI_EBADFLAGS;
+    struct mr *m = calloc(1, sizeof *m);
+    if (!m)
+        return -FI_ENOMEM;
+    m->fid.fid.fclass = FI_CLASS_MR, m->fid.fid.context = ctx, m->fid.fid.ops = &mr_fi_ops, m->fid.mem_desc = m;
+    uint32_t rights = ((access & FI_REMOTE_READ) ? DD_REMOTE_READ : 0) |
+                      ((access & FI_REMOTE_WRITE) ? DD_REMOTE_WRITE | DD_REMOTE_ATOMIC : 0);
+    if (!rights || !len || !buf) { /* local use only: nothing for peers to reach */
+        *out = &m->fid;
+        return 0;
+    }
+    if ((!mr_cq && dd_cq_create(dfi_dev, 64, &mr_cq) < 0) ||
+        dd_endpoint_register(dfi_dev, (void *)buf, len, rights, &m->dep) < 0)
+        goto fail;
+    uint64_t reply[2] = {(uint64_t)(uintptr_t)buf, len};
+    for (int tries = 0; tries < 16 && !m->listener; tries++) {
+        uint32_t r[2];
+        if (getrandom(r, sizeof r, 0) != sizeof r)
+            break;
+        uint32_t service = 0x80000000u | r[0];
+        m->fid.key = (uint64_t)(r[1] | 1) << 32 | service;
+        struct dd_conn_options o = {0};
+        o.private_data = reply, o.private_data_len = sizeof reply;
+        o.require_private_data = &m->fid.key, o.require_private_data_len = sizeof m->fid.key;
+        if (dd_listen(dfi_dev, service, m->dep, mr_cq, &o, &m->listener) != DD_OK)
+            m->listener = NULL; /* that service is taken: another draw */
+    }
+    if (!m->listener)
+        goto fail;
+    m->next = mrs, mrs = m;
+    *out = &m->fid;
+    return 0;
+fail:
+    fprintf(stderr, "deposit-fi: memory registration: %s\n", dd_last_error());
+    if (m->dep)
+        dd_endpoint_free(m->dep);
+    free(m);
+    return -FI_ENOMEM;
+}
+
+static int mr_regv(struct fid *dom, const struct iovec *iov, size_t count, uint64_t access, uint64_t offset,
+                   uint64_t requested_key, uint64_t flags, struct fid_mr **out, void *ctx) {
+    if (count > 1)
+        return -FI_EINVAL;
+    return mr_reg(dom, count ? iov[0].iov_base : NULL, count ? iov[0].iov_len : 0, access, offset, requested_key,
+                  flags, out, ctx);
+}
+
+static int mr_regattr(struct fid *dom, const struct fi_mr_attr *a, uint64_t flags, struct fid_mr **out) {
+    return mr_regv(dom, a->mr_iov, a->iov_count, a->access, a->offset, a->requested_key, flags, out, a->context);
+}
+
+/* ---- the domain object ------------------------------------------------------------ */
+
+static int dom_close(struct fid *f) {
+    free(f);
+    if (dfi_dev && --refs == 0) {
+        dfi_cleanup();
+        if (getenv("DEPOSIT_FI_STATS")) {
+            int r = rank_of();
+            dd_device_stats(dfi_dev, stat_line, &r);
+        }
+        if (mr_cq)
+            dd_cq_destroy(mr_cq), mr_cq = NULL;
+        dd_device_close(dfi_dev);
+        dfi_dev = NULL;
+    }
+    return 0;
+}
+
+static struct fi_ops dom_fi_ops = FI_OPS(dom_close, dfi_nosys, dfi_nosys);
+static struct fi_ops_domain dom_ops = {
+    .size = sizeof(struct fi_ops_domain), .av_open = dfi_av_open, .cq_open = dfi_cq_open,
+    .endpoint = dfi_endpoint, .scalable_ep = (void *)dfi_nosys, .cntr_open = dfi_cntr_open,
+    .poll_open = (void *)dfi_nosys, .stx_ctx = (void *)dfi_nosys, .srx_ctx = (void *)dfi_nosys,
+    .query_atomic = dfi_query_atomic, .query_collective = (void *)dfi_nosys,
+};
+static struct fi_ops_mr mr_ops = {sizeof(struct fi_ops_mr), mr_reg, mr_regv, mr_regattr};
+
+int dfi_fabric_domain(struct fid_fabric *fab, struct fi_info *info, struct fid_domain **out, void *ctx) {
+    (void)fab;
+    dfi_virt_addr = info && info->domain_attr && (info->domain_attr->mr_mode & FI_MR_VIRT_ADDR);
+    int rc = device_get();
+    if (rc)
+        return rc;
+    struct fid_domain *d = calloc(1, sizeof *d);
+    if (!d) {
+        dom_close(NULL);
+        return -FI_ENOMEM;
+    }
+    d->fid.fclass = FI_CLASS_DOMAIN, d->fid.context = ctx, d->fid.ops = &dom_fi_ops;
+    d->ops = &dom_ops, d->mr = &mr_ops;
+    *out = d;
+    return 0;
+}
