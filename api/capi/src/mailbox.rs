@@ -146,6 +146,14 @@ fn completion(c: &TagCompletion) -> dd_tag_completion {
     }
 }
 
+/// A caller's buffer: NULL only when it is empty.
+fn check_buf(buf: *const c_void, len: usize) -> Result<(), Fail> {
+    if buf.is_null() && len > 0 {
+        return Err(invalid("buf is NULL"));
+    }
+    Ok(())
+}
+
 /// A probe's answer: 1 with what it found in `*out`, 0 for nothing.
 unsafe fn found(i: Option<api::MsgInfo>, out: *mut dd_msg_info) -> Result<c_int, Fail> {
     match i {
@@ -335,9 +343,7 @@ pub unsafe extern "C" fn dd_mailbox_send(
 ) -> c_int {
     guard(|| {
         let m = mb(m)?;
-        if buf.is_null() && len > 0 {
-            return Err(invalid("buf is NULL"));
-        }
+        check_buf(buf, len)?;
         if flags & !(DD_MB_TAGGED | DD_MB_DATA | DD_MB_INJECT) != 0 {
             return Err(invalid(format!("send flags {flags:#x}")));
         }
@@ -380,9 +386,7 @@ pub unsafe extern "C" fn dd_mailbox_recv(
 ) -> c_int {
     guard(|| {
         let m = mb(m)?;
-        if buf.is_null() && len > 0 {
-            return Err(invalid("buf is NULL"));
-        }
+        check_buf(buf as *const c_void, len)?;
         let tagged = flags & DD_MB_TAGGED != 0;
         let sel = if tagged {
             selector(src, tag, ignore)
@@ -447,9 +451,7 @@ pub unsafe extern "C" fn dd_mailbox_recv_claimed(
 ) -> c_int {
     guard(|| {
         let m = mb(m)?;
-        if buf.is_null() && len > 0 {
-            return Err(invalid("buf is NULL"));
-        }
+        check_buf(buf as *const c_void, len)?;
         // SAFETY: the caller's contract (dd_mailbox_recv's).
         Ok(m.recv_claimed(context, buf as *mut u8, len)?)
     })

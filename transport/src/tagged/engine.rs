@@ -719,11 +719,7 @@ impl<F: Fabric> Engine<F> {
         context: u64,
     ) -> Result<(), TagError> {
         let r = Recv { context, buf, len };
-        let m = if tagged {
-            &mut self.tagged
-        } else {
-            &mut self.untagged
-        };
+        let m = self.matcher(tagged);
         if let Posted::Matched(m) = m.post(sel, r) {
             self.deliver(m.recv, m.info, tagged, m.msg);
         }
@@ -744,11 +740,7 @@ impl<F: Fabric> Engine<F> {
         if self.claims.contains_key(&context) {
             return None;
         }
-        let m = if tagged {
-            &mut self.tagged
-        } else {
-            &mut self.untagged
-        };
+        let m = self.matcher(tagged);
         let (id, info) = m.claim(sel)?;
         self.claims.insert(context, (tagged, id));
         Some(info)
@@ -769,11 +761,7 @@ impl<F: Fabric> Engine<F> {
             .claims
             .remove(&context)
             .ok_or_else(|| TagError::Invalid("no message claimed with that context".into()))?;
-        let m = if tagged {
-            &mut self.tagged
-        } else {
-            &mut self.untagged
-        };
+        let m = self.matcher(tagged);
         let (info, msg) = m.take_claimed(id).expect("claimed");
         self.deliver(Recv { context, buf, len }, info, tagged, msg);
         Ok(())
@@ -786,11 +774,7 @@ impl<F: Fabric> Engine<F> {
             .claims
             .remove(&context)
             .ok_or_else(|| TagError::Invalid("no message claimed with that context".into()))?;
-        let m = if tagged {
-            &mut self.tagged
-        } else {
-            &mut self.untagged
-        };
+        let m = self.matcher(tagged);
         let (info, msg) = m.take_claimed(id).expect("claimed");
         if let Parked::Rts { cookie, .. } = msg {
             self.queue_fin(info.src, cookie, 0, 0);
@@ -802,11 +786,7 @@ impl<F: Fabric> Engine<F> {
     /// no posted receive has that context (it matched already, or never was).
     pub fn cancel(&mut self, context: u64) -> bool {
         for tagged in [true, false] {
-            let m = if tagged {
-                &mut self.tagged
-            } else {
-                &mut self.untagged
-            };
+            let m = self.matcher(tagged);
             if let Some(r) = m.cancel_where(|r| r.context == context) {
                 self.done.push_back(TagCompletion {
                     context: r.context,
@@ -823,6 +803,15 @@ impl<F: Fabric> Engine<F> {
             }
         }
         false
+    }
+
+    /// The tagged or the untagged messages' matcher.
+    fn matcher(&mut self, tagged: bool) -> &mut Matcher<Recv, Parked> {
+        if tagged {
+            &mut self.tagged
+        } else {
+            &mut self.untagged
+        }
     }
 
     /// Takes up to `out.len()` completions (after a turn of progress).
@@ -1011,11 +1000,7 @@ impl<F: Fabric> Engine<F> {
             Kind::Eager => {
                 self.stats.eager_rx += 1;
                 let payload = &slot[HEADER..HEADER + h.len as usize];
-                let m = if tagged {
-                    &mut self.tagged
-                } else {
-                    &mut self.untagged
-                };
+                let m = self.matcher(tagged);
                 match m.take_posted(&info) {
                     Some(r) => self.place_eager(r, info, tagged, payload),
                     None => {
@@ -1029,11 +1014,7 @@ impl<F: Fabric> Engine<F> {
                     token: h.token,
                     cookie: h.cookie,
                 };
-                let m = if tagged {
-                    &mut self.tagged
-                } else {
-                    &mut self.untagged
-                };
+                let m = self.matcher(tagged);
                 match m.take_posted(&info) {
                     Some(r) => self.deliver(r, info, tagged, msg),
                     None => {
