@@ -38,6 +38,11 @@
 # MTU (af_packet sizes its frames from it).
 # `--check` runs ddmpi's checks only; DDMPI_PROG=PROGRAM runs another MPI program
 # instead (with PROGRAM_ARGS).
+# `--compare [ROUNDS]` (2 ranks, memif) measures where MPI users look, rounds
+# interleaved (default 3): ddmpi's bandwidth (windows of 64) and latency at 1 MiB and
+# 4 MiB over deposit, beside `ddperf write_bw` at the same sizes on the same kind of
+# port (two processes over memif), Open MPI TCP (loopback) and shared memory (vader);
+# prints every round and the medians, with deposit's ratio to ddperf.
 # As root, mpirun gets --allow-run-as-root; more ranks than cores are oversubscribed.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -50,8 +55,14 @@ bridge=0
 hosts=
 mtu=1500
 args=()
+compare=0
 while (($#)); do
     case $1 in
+        --compare)
+            compare=3
+            [[ ${2:-} =~ ^[0-9]+$ ]] && { compare=$2; shift; }
+            shift
+            ;;
         -np) np=${2:?}; shift 2 ;;
         --over) over=${2:?}; shift 2 ;;
         --pml) pml=${2:?}; shift 2 ;;
@@ -64,11 +75,67 @@ while (($#)); do
         --) shift; args+=("$@"); break ;;
         *)
             echo "usage: $0 [-np N] [--over deposit|tcp|vader] [--pml cm|ob1] [--bridge | --hosts] [--mtu M]" \
-                "[--check | --probes | --fi-peek] [-- PROGRAM_ARGS...]" >&2
+                "[--check | --probes | --fi-peek | --compare [ROUNDS]] [-- PROGRAM_ARGS...]" >&2
             exit 2
             ;;
     esac
 done
+if ((compare)); then
+    # Each round: ddperf write_bw over memif at both sizes, then ddmpi over deposit, tcp
+    # and vader; one table at the end.
+    scripts/deps.sh
+    cargo build --release -q -p ddperf
+    dir=$(mktemp -d /tmp/deposit-mpicmp.XXXXXX)
+    trap 'rm -rf "$dir"' EXIT
+    for ((r = 1; r <= compare; r++)); do
+        for size in 1048576 4194304; do
+            s=$dir/memif.sock
+            rm -f "$s"
+            timeout 120 target/release/ddperf write_bw --server --dev "memif:$s:server" -s "$size" -n 2000 \
+                >/dev/null 2>&1 &
+            pid=$!
+            for _ in $(seq 100); do [[ -S $s ]] && break; sleep 0.05; done
+            timeout 120 target/release/ddperf write_bw --dev "memif:$s:client" -s "$size" -n 2000 --json \
+                10.0.0.1 2>/dev/null | sed "s/^/round $r ddperf /" >>"$dir/out" || true
+            wait "$pid" || true
+        done
+        for o in deposit tcp vader; do
+            "$0" -np 2 --over "$o" -- -n 200 -m 4194304 2>/dev/null | sed "s/^/round $r $o /" >>"$dir/out" ||
+                echo "mpi: round $r over $o failed" >&2
+        done
+    done
+    python3 - "$dir/out" <<'PY'
+import json, statistics, sys
+rows = {}
+for line in open(sys.argv[1]):
+    _, r, what, rest = line.split(" ", 3)
+    if what == "ddperf":
+        j = json.loads(rest)
+        rows.setdefault((what, "bw", j["bytes"]), []).append(j["bw_avg_mib_s"] * 1.048576)
+        continue
+    f = rest.split()
+    if rest.startswith("# bandwidth"):
+        rows["_mode"] = what + " bw"
+    elif rest.startswith("# latency"):
+        rows["_mode"] = what + " lat"
+    elif rest.startswith("# multi-pair") or rest.startswith("check"):
+        rows["_mode"] = None
+    elif len(f) >= 2 and f[0].isdigit() and (rows.get("_mode") or "").startswith(what):
+        kind = rows["_mode"].split()[1]
+        if int(f[0]) in (0, 8, 1048576, 4194304):
+            rows.setdefault((what, kind, int(f[0])), []).append(float(f[1]))
+med = lambda k: statistics.median(rows[k]) if k in rows else float("nan")
+print("# MPI ping-pong over memif (2 ranks) beside ddperf write_bw, %d rounds interleaved (medians)" % len([k for k in rows.get(("ddperf", "bw", 1048576), [])]))
+print("# %-10s %14s %14s %8s %14s %14s" % ("bytes", "deposit MB/s", "ddperf MB/s", "ratio", "tcp MB/s", "vader MB/s"))
+for size in (1048576, 4194304):
+    d, p = med(("deposit", "bw", size)), med(("ddperf", "bw", size))
+    print("  %-10d %14.0f %14.0f %8.2f %14.0f %14.0f" % (size, d, p, d / p, med(("tcp", "bw", size)), med(("vader", "bw", size))))
+print("# latency RTT/2 [us]: %s" % ", ".join("%s %s B %.2f" % (o, s, med((o, "lat", s))) for o in ("deposit", "tcp", "vader") for s in (0, 1048576)))
+for k in sorted(k for k in rows if k != "_mode"):
+    print("#   rounds %s %s %s: %s" % (k[0], k[1], k[2], " ".join("%.1f" % v for v in rows[k])))
+PY
+    exit 0
+fi
 scripts/deps.sh
 out=target/mpi
 mkdir -p "$out"
