@@ -503,13 +503,19 @@ impl Core {
             std::hint::spin_loop();
             return 0;
         }
+        self.turn(Worker::poll)
+    }
+
+    /// One turn of the worker, `poll` or `poll_ticked`, unless another thread holds it.
+    #[inline]
+    fn turn(&self, poll: impl FnOnce(&mut Worker) -> usize) -> usize {
         port::register_thread();
         match self.here.try_lock() {
             Some(mut w) => {
                 // Only the holder of `here` writes it: no locked increment.
                 let t = self.turns.load(Ordering::Relaxed);
                 self.turns.store(t.wrapping_add(1), Ordering::Relaxed);
-                w.as_mut().map_or(0, |w| w.poll())
+                w.as_mut().map_or(0, poll)
             }
             None => 0,
         }
@@ -536,15 +542,7 @@ impl Core {
 
     /// [`Core::progress`] with [`Worker::poll_ticked`].
     fn progress_ticked(&self) -> usize {
-        port::register_thread();
-        match self.here.try_lock() {
-            Some(mut w) => {
-                let t = self.turns.load(Ordering::Relaxed);
-                self.turns.store(t.wrapping_add(1), Ordering::Relaxed);
-                w.as_mut().map_or(0, |w| w.poll_ticked())
-            }
-            None => 0,
-        }
+        self.turn(Worker::poll_ticked)
     }
 
     /// An inline device's wait-fd helper, one per shard ([`Device::arm_wait_fd`]).

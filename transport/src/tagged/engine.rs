@@ -409,7 +409,7 @@ struct Send {
     /// An injected message's own copy.
     owned: Option<Vec<u8>>,
     /// Rendezvous: the registration and token, once made.
-    rndv: Option<(u64, Option<usize>)>,
+    rndv: Option<(u64, usize)>,
 }
 
 /// What a staging slot holds until its request completes.
@@ -1140,18 +1140,21 @@ impl<F: Fabric> Engine<F> {
             return;
         }
         let s = self.sends.remove(&cookie).expect("checked");
-        if let Some((token, mem)) = s.rndv {
-            self.fab.cancel_token(token);
-            if let Some(m) = mem {
-                self.release_mem(m);
-            }
-        }
+        self.end_rndv(&s);
         let status = if status == 0 {
             TagStatus::Success
         } else {
             TagStatus::Refused
         };
         self.complete_send(&s, status);
+    }
+
+    /// A rendezvous send is over: its token is cancelled, its buffer deregistered.
+    fn end_rndv(&mut self, s: &Send) {
+        if let Some((token, mem)) = s.rndv {
+            self.fab.cancel_token(token);
+            self.release_mem(mem);
+        }
     }
 
     fn complete_send(&mut self, s: &Send, status: TagStatus) {
@@ -1208,12 +1211,7 @@ impl<F: Fabric> Engine<F> {
             }
             Stage::Rts(id) if status != WcStatus::Success => {
                 if let Some(send) = self.sends.remove(&id) {
-                    if let Some((token, mem)) = send.rndv {
-                        self.fab.cancel_token(token);
-                        if let Some(m) = mem {
-                            self.release_mem(m);
-                        }
-                    }
+                    self.end_rndv(&send);
                     self.complete_send(&send, TagStatus::Transport(status));
                 }
             }
@@ -1517,7 +1515,7 @@ impl<F: Fabric> Engine<F> {
                             }
                         };
                         let m = self.keep_mem(mem);
-                        self.sends.get_mut(&id).expect("queued").rndv = Some((token, Some(m)));
+                        self.sends.get_mut(&id).expect("queued").rndv = Some((token, m));
                     }
                     h.token = self.sends[&id].rndv.expect("made").0;
                     Stage::Rts(id)
