@@ -505,6 +505,8 @@ pub struct Engine<F: Fabric> {
     mems_free: Vec<usize>,
     done: VecDeque<TagCompletion>,
     wcs: Vec<Completion>,
+    /// `progress`'s copy of `busy`.
+    scratch: Vec<PeerId>,
     stats: TagStats,
 }
 
@@ -567,6 +569,7 @@ impl<F: Fabric> Engine<F> {
             mems_free: Vec::new(),
             done: VecDeque::new(),
             wcs: Vec::new(),
+            scratch: Vec::new(),
             stats: TagStats::default(),
         })
     }
@@ -835,10 +838,15 @@ impl<F: Fabric> Engine<F> {
         self.accept_all();
         self.consume_ring();
         self.completions();
-        let busy: Vec<PeerId> = self.busy.iter().copied().collect();
-        for p in busy {
+        // The busy set changes as peers are pushed: walk a copy, kept between turns
+        // (no allocation a turn).
+        let mut busy = std::mem::take(&mut self.scratch);
+        busy.extend(self.busy.iter().copied());
+        for &p in &busy {
             self.push(p);
         }
+        busy.clear();
+        self.scratch = busy;
     }
 
     // ---- receiving --------------------------------------------------------------
