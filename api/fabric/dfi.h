@@ -1,8 +1,8 @@
 /* The libfabric provider "deposit" (libdeposit-fi.so): glue between libfabric's
  * objects and deposit's C ABI, so that libfabric programs and MPI (Open MPI's mtl ofi,
  * or its btl ofi under pml ob1) run over deposit. FI_EP_RDM; messages over the
- * library's mailboxes (dd_mailbox_*), RMA and atomics over regions registered as
- * endpoints behind keyed listeners. One file per libfabric object (as prov/udp):
+ * library's mailboxes (dd_mailbox_*), RMA and atomics as the mailboxes' one-sided
+ * operations on regions they expose (dd_mailbox_rma, dd_mailbox_expose). One file per libfabric object (as prov/udp):
  *   dfi_init.c    the provider, fi_getinfo's attributes, fabric, event queue
  *   dfi_domain.c  the device (from DEPOSIT_FI_*), domain, progress, memory regions
  *   dfi_av.c      address vectors        dfi_cq.c   completion queues, counters, waits
@@ -32,7 +32,6 @@
 #define API_VERSION FI_VERSION(1, 17)
 #define IOV_LIMIT 4     /* more than one: gathered into / scattered from a bounce copy */
 #define MAX_MSG UINT32_MAX
-#define RMA_SLOT 8192   /* bytes one RMA staging slot moves */
 #define MIN(a, b) ((a) < (b) ? (a) : (b))
 
 /* An endpoint's name (fi_getname, the AV's entries). */
@@ -71,7 +70,6 @@ struct dfi_av {
 };
 
 struct dfi_op;
-struct dfi_rma;
 
 struct dfi_ep {
     struct fid_ep fid;
@@ -88,8 +86,7 @@ struct dfi_ep {
     fi_addr_t *addr;
     size_t npeer, naddr;
     struct dfi_op *spare, *live; /* free records; posted receives, claims, held */
-    size_t sends, nheld;         /* sends not yet complete; held peeked messages */
-    struct dfi_rma *rma;         /* RMA state, made on first use */
+    size_t sends, nheld;         /* sends and RMA not yet complete; held peeked messages */
 };
 
 /* Every entry point holds the domain's lock (recursive) until it returns, and counts
@@ -112,7 +109,6 @@ extern int dfi_virt_addr, dfi_next_service;
 extern uint64_t dfi_events; /* completions retired so far (has progress found any?) */
 void dfi_progress(void);
 int dfi_fabric_domain(struct fid_fabric *fab, struct fi_info *info, struct fid_domain **out, void *ctx);
-void dfi_mr_accept(void);
 int dfi_slots(void);
 void dfi_cleanup(void);
 
@@ -133,12 +129,12 @@ int dfi_av_open(struct fid_domain *d, struct fi_av_attr *attr, struct fid_av **o
 int dfi_endpoint(struct fid_domain *d, struct fi_info *info, struct fid_ep **out, void *ctx);
 void dfi_ep_progress(struct dfi_ep *ep);
 const struct dfi_addr *dfi_av_entry(struct dfi_ep *ep, fi_addr_t a);
+int dfi_to_peer(struct dfi_ep *ep, fi_addr_t a, uint32_t *peer);
 
 /* dfi_rma.c */
 extern struct fi_ops_rma dfi_rma_ops;
 extern struct fi_ops_atomic dfi_atomic_ops;
-void dfi_rma_progress(struct dfi_ep *ep);
-void dfi_rma_close(struct dfi_ep *ep);
+void dfi_rma_retire(struct dfi_ep *ep, const struct dd_tag_completion *c);
 int dfi_query_atomic(struct fid_domain *d, enum fi_datatype dt, enum fi_op op, struct fi_atomic_attr *attr,
                      uint64_t flags);
 

@@ -5,14 +5,12 @@
  * no call came for 1 ms (a mailbox may owe its peers a FIN, or a credit read, after
  * the application saw its completion and stopped calling: fi_pingpong blocks in its
  * control socket after its last receive); memory regions (the targets of RMA): the
- * application's buffer registered as an endpoint behind a listener of its own, whose
- * key (FI_MR_PROV_KEY) is a random service and a random secret the listener requires
- * in the connect request, so that only its holders reach it; the listener's reply
- * says the region's address and length. Its bounds and rights are this device's.
+ * application's buffer exposed by a mailbox of the domain's (dd_mailbox_expose), whose
+ * key (FI_MR_PROV_KEY) is the library's, a random service and secret: only its holders
+ * reach the region. Its bounds and rights are this device's.
  */
 #define _GNU_SOURCE /* PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP */
 #include "dfi.h"
-#include <sys/random.h>
 #include <time.h>
 
 struct dd_device *dfi_dev;
@@ -23,6 +21,9 @@ uint64_t dfi_events;
 pthread_mutex_t dfi_lock = PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP;
 unsigned dfi_calls;
 static int refs, guard_run;
+/* The memory regions are exposed by one mailbox of the domain's own (a ring of two
+ * small slots: nothing is sent to it), so that they outlive any endpoint. */
+static struct dd_mailbox *regions;
 static pthread_t guard;
 
 static void *guard_main(void *arg) {
@@ -128,67 +129,28 @@ static void stat_line(const char *name, uint64_t value, void *arg) {
         fprintf(stderr, "deposit-fi: rank %d %s %llu\n", *(int *)arg, name, (unsigned long long)value);
 }
 
-/* Every endpoint's progress; a look for initiators of the regions every 64 turns (it
- * is a call through the API's wait). */
+/* Every endpoint's progress, and the regions' mailbox's (it keeps their initiators'
+ * connections). */
 void dfi_progress(void) {
     LOCK;
-    static unsigned turns;
-    if ((turns++ & 63) == 0)
-        dfi_mr_accept();
     for (struct dfi_ep *ep = dfi_eps; ep; ep = ep->next)
         dfi_ep_progress(ep);
+    if (regions)
+        dd_mailbox_progress(regions);
 }
 
 /* ---- memory regions -------------------------------------------------------------- */
 
 struct mr {
     struct fid_mr fid;
-    struct mr *next;
-    struct dd_endpoint *dep; /* NULL: no remote access, nothing to reach */
-    struct dd_listener *listener;
-    struct dd_conn **conns; /* initiators admitted (kept: dropping one closes it) */
-    int nconns, capconns;
+    int exposed;
 };
-
-static struct mr *mrs;
-static struct dd_cq *mr_cq; /* the regions' connections post nothing; one queue for all */
-
-static void accept_one(struct mr *m) {
-    struct dd_conn *c;
-    while (m->listener && dd_accept(m->listener, 0, &c) == DD_OK) {
-        if (m->nconns == m->capconns) {
-            int cap = m->capconns ? 2 * m->capconns : 8;
-            struct dd_conn **n = realloc(m->conns, (size_t)cap * sizeof *n);
-            if (!n) {
-                dd_conn_close(c);
-                continue;
-            }
-            m->conns = n, m->capconns = cap;
-        }
-        m->conns[m->nconns++] = c;
-    }
-}
-
-void dfi_mr_accept(void) {
-    for (struct mr *m = mrs; m; m = m->next)
-        accept_one(m);
-}
 
 static int mr_close(struct fid *f) {
     LOCK;
-    struct mr *m = (struct mr *)f, **pp = &mrs;
-    while (*pp && *pp != m)
-        pp = &(*pp)->next;
-    if (*pp)
-        *pp = m->next;
-    accept_one(m); /* so that what is queued closes too */
-    for (int i = 0; i < m->nconns; i++)
-        dd_conn_close(m->conns[i]);
-    free(m->conns);
-    if (m->listener)
-        dd_listener_close(m->listener);
-    if (m->dep)
-        dd_endpoint_free(m->dep);
+    struct mr *m = (struct mr *)f;
+    if (m->exposed)
+        dd_mailbox_unexpose(regions, m->fid.key);
     free(m);
     return 0;
 }
@@ -207,35 +169,19 @@ static int mr_reg(struct fid *dom, const void *buf, size_t len, uint64_t access,
     m->fid.fid.fclass = FI_CLASS_MR, m->fid.fid.context = ctx, m->fid.fid.ops = &mr_fi_ops, m->fid.mem_desc = m;
     uint32_t rights = ((access & FI_REMOTE_READ) ? DD_REMOTE_READ : 0) |
                       ((access & FI_REMOTE_WRITE) ? DD_REMOTE_WRITE | DD_REMOTE_ATOMIC : 0);
-    if (!rights || !len || !buf) { /* local use only: nothing for peers to reach */
-        *out = &m->fid;
-        return 0;
-    }
-    if ((!mr_cq && dd_cq_create(dfi_dev, 64, &mr_cq) < 0) ||
-        dd_endpoint_register(dfi_dev, (void *)buf, len, rights, &m->dep) < 0)
-        goto fail;
-    uint64_t reply[2] = {(uint64_t)(uintptr_t)buf, len};
-    for (int tries = 0; tries < 16 && !m->listener; tries++) {
-        uint32_t r[2];
-        if (getrandom(r, sizeof r, 0) != sizeof r)
-            break;
-        uint32_t service = 0x80000000u | r[0];
-        m->fid.key = (uint64_t)(r[1] | 1) << 32 | service;
-        struct dd_conn_options o = {0};
-        o.private_data = reply, o.private_data_len = sizeof reply;
-        o.require_private_data = &m->fid.key, o.require_private_data_len = sizeof m->fid.key;
-        if (dd_listen(dfi_dev, service, m->dep, mr_cq, &o, &m->listener) != DD_OK)
-            m->listener = NULL; /* that service is taken: another draw */
-    }
-    if (!m->listener)
-        goto fail;
-    m->next = mrs, mrs = m;
     *out = &m->fid;
-    return 0;
-fail:
+    if (!rights || !len || !buf) /* local use only: nothing for peers to reach */
+        return 0;
+    for (uint32_t s = 0x7fff0000u; !regions && s < 0x7fff0010u; s++) {
+        struct dd_mailbox_config c;
+        dd_mailbox_config_init(&c, s);
+        c.slot = 128, c.slots = 2, c.stage = 1, c.burst = 1;
+        if (dd_mailbox_open(dfi_dev, &c, &regions) < 0)
+            regions = NULL; /* that service is taken: the next */
+    }
+    if (regions && dd_mailbox_expose(regions, (void *)buf, len, rights, dfi_virt_addr, &m->fid.key) == DD_OK)
+        return m->exposed = 1, 0;
     fprintf(stderr, "deposit-fi: memory registration: %s\n", dd_last_error());
-    if (m->dep)
-        dd_endpoint_free(m->dep);
     free(m);
     return -FI_ENOMEM;
 }
@@ -262,8 +208,8 @@ static int dom_close(struct fid *f) {
             int r = rank_of();
             dd_device_stats(dfi_dev, stat_line, &r);
         }
-        if (mr_cq)
-            dd_cq_destroy(mr_cq), mr_cq = NULL;
+        dd_mailbox_close(regions);
+        regions = NULL;
         dd_device_close(dfi_dev);
         dfi_dev = NULL;
     }

@@ -81,7 +81,7 @@ static void sync_peers(struct dfi_ep *ep) {
     }
 }
 
-static int to_peer(struct dfi_ep *ep, fi_addr_t a, uint32_t *p) {
+int dfi_to_peer(struct dfi_ep *ep, fi_addr_t a, uint32_t *p) {
     if (a == FI_ADDR_UNSPEC)
         return *p = DD_MB_ANY_SOURCE, 0;
     if (a >= ep->npeer)
@@ -117,6 +117,10 @@ static int fi_err(int32_t status) {
 
 /* A mailbox completion: the record's receive or send. */
 static void retire(struct dfi_ep *ep, const struct dd_tag_completion *c) {
+    if (c->op >= DD_MB_OP_WRITE) {
+        dfi_rma_retire(ep, c);
+        return;
+    }
     struct dfi_op *o = (struct dfi_op *)(uintptr_t)c->context;
     int recv = c->op == DD_MB_OP_RECV;
     if (o->state == O_HELD)
@@ -153,8 +157,6 @@ void dfi_ep_progress(struct dfi_ep *ep) {
         for (int i = 0; i < n; i++)
             retire(ep, &c[i]);
     }
-    if (ep->rma)
-        dfi_rma_progress(ep);
 }
 
 /* ---- sends and receives ---------------------------------------------------------- */
@@ -183,7 +185,7 @@ static ssize_t tx(struct fid_ep *fep, int tagged, const struct iovec *iov, size_
     size_t len;
     if (!ep->mb)
         return -FI_EOPBADSTATE;
-    if (count > IOV_LIMIT || dest == FI_ADDR_UNSPEC || to_peer(ep, dest, &peer))
+    if (count > IOV_LIMIT || dest == FI_ADDR_UNSPEC || dfi_to_peer(ep, dest, &peer))
         return -FI_EINVAL;
     struct dfi_op *o = op_get(ep, ctx);
     const void *buf = o ? one_buffer(o, iov, count, &len, 1) : NULL;
@@ -318,7 +320,7 @@ static ssize_t rx(struct fid_ep *fep, int tagged, const struct iovec *iov, size_
         return -FI_EOPBADSTATE;
     if (!(ep->info->caps & FI_DIRECTED_RECV))
         from = FI_ADDR_UNSPEC;
-    if (count > IOV_LIMIT || (!(flags & FI_CLAIM) || (flags & FI_PEEK) ? to_peer(ep, from, &src) : 0))
+    if (count > IOV_LIMIT || (!(flags & FI_CLAIM) || (flags & FI_PEEK) ? dfi_to_peer(ep, from, &src) : 0))
         return -FI_EINVAL;
     if (flags & FI_PEEK)
         return probe(ep, tagged, iov, count, src, tag, ignore, ctx, flags);
@@ -464,7 +466,6 @@ static int ep_close(struct fid *f) {
                 (unsigned long long)s.eager_rx, (unsigned long long)s.rndv_rx, (unsigned long long)s.credit_reads,
                 (unsigned long long)s.credit_stalls,
                 (unsigned long long)(s.bad_header + s.bad_source + s.bad_sequence + s.bad_hello));
-    dfi_rma_close(ep);
     dd_mailbox_close(ep->mb);
     for (int l = 0; l < 2; l++)
         for (struct dfi_op *o = l ? ep->spare : ep->live, *n; o; o = n)

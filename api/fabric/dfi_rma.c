@@ -1,90 +1,32 @@
 /* RMA and atomics, the initiator's side (the regions are the domain's, dfi_domain.c):
- * deposit's own writes, reads, fetch-and-add and compare-and-swap on a connection to
- * the region's listener, opened on first use (blocking: the CM timeout) with the key
- * as private data; the reply gives the region's address and length (FI_MR_VIRT_ADDR:
- * remote addresses are virtual addresses, else offsets). Requests queue in order and
- * move through an endpoint's staging slots (made on first use, with a completion queue
- * of their own): writes are copied into them, reads and fetched values copied out.
- * Atomics: 64-bit integers, FI_SUM, FI_ATOMIC_READ (adding 0), FI_ATOMIC_WRITE (an
- * 8-byte write), FI_CSWAP. What the target refuses (bounds, rights, key) completes
- * FI_EACCES. Not provided: remote CQ data, remote counters, several iovecs.
+ * the library's one-sided operations (dd_mailbox_rma) on the endpoint's mailbox —
+ * it connects to the region on first use with the key, checks bounds against the
+ * region's reply (FI_MR_VIRT_ADDR: the region says its base), registers our buffer for
+ * the time of the operation (no staging copy) and completes in the mailbox's queue.
+ * Here: a record per request (an injected write's copy; for atomics of several words,
+ * one library operation per word). Atomics: 64-bit integers, FI_SUM, FI_ATOMIC_READ
+ * (adding 0), FI_ATOMIC_WRITE (an 8-byte write), FI_CSWAP. What the target refuses
+ * (bounds, rights, key) completes FI_EACCES. Not provided: remote CQ data, remote
+ * counters, several iovecs.
  */
 #include "dfi.h"
 
-#define STAGE 256
 enum { K_WRITE, K_READ, K_ATOMIC, K_FETCH, K_CSWAP };
 
 struct rtx {
-    struct rtx *next;
-    int kind, err, inject, frags; /* frags: slots posted, not yet completed */
-    enum fi_op aop;
-    fi_addr_t dest;
-    uint64_t key, raddr; /* raddr: an offset into the region once connected */
-    size_t len, off;
-    const uint8_t *buf;
-    uint8_t *copy, *result, *compare; /* copy: the operands (atomics, injected writes) */
-    struct dd_conn *conn;
+    int kind, err, inject, parts; /* parts: library operations not yet complete */
+    uint8_t *copy;                /* operands we own: an injected write, atomics' words */
+    uint64_t scratch;             /* where a non-fetching atomic's old value lands */
     void *ctx;
 };
 
-struct rmr { /* a region we reach */
-    fi_addr_t dest;
-    uint64_t key, base, len;
-    struct dd_conn *conn;
-};
-
-struct dfi_rma {
-    struct dd_endpoint *stage;
-    struct dd_cq *cq;
-    struct rtx *q, *tail;
-    struct rtx *owner[STAGE]; /* what each staging slot holds until it completes */
-    size_t at[STAGE];
-    uint32_t len[STAGE];
-    int nfree;
-    struct rmr *rmrs;
-    int n, cap;
-};
-
-static uint8_t *slot(struct dfi_rma *r, int s) { return (uint8_t *)dd_endpoint_ptr(r->stage) + (size_t)s * RMA_SLOT; }
-
-static struct rmr *rmr_get(struct dfi_ep *ep, fi_addr_t dest, uint64_t key) {
-    struct dfi_rma *r = ep->rma;
-    for (int i = 0; i < r->n; i++)
-        if (r->rmrs[i].dest == dest && r->rmrs[i].key == key)
-            return &r->rmrs[i];
-    const struct dfi_addr *a = dfi_av_entry(ep, dest);
-    if (r->n == r->cap) {
-        int cap = r->cap ? 2 * r->cap : 8;
-        struct rmr *n = realloc(r->rmrs, (size_t)cap * sizeof *n);
-        if (!n)
-            return NULL;
-        r->rmrs = n, r->cap = cap;
-    }
-    struct dd_conn_options o = {0};
-    o.private_data = &key, o.private_data_len = sizeof key;
-    struct dd_conn *c;
-    const void *pd;
-    uint32_t len;
-    if (!a || dd_connect(dfi_dev, a->ip, (uint32_t)key, r->stage, r->cq, &o, &c) < 0)
-        return NULL; /* refused: no region with that key there */
-    if (dd_conn_private_data(c, &pd, &len) < 0 || len < 16) {
-        dd_conn_close(c);
-        return NULL;
-    }
-    struct rmr *m = &r->rmrs[r->n++];
-    m->dest = dest, m->key = key, m->conn = c;
-    memcpy(&m->base, pd, 8);
-    memcpy(&m->len, (const uint8_t *)pd + 8, 8);
-    return m;
-}
-
-static void rtx_done(struct dfi_ep *ep, struct rtx *t) {
-    struct dfi_rma *r = ep->rma;
-    struct rtx **pp = &r->q, *prev = NULL;
-    while (*pp && *pp != t)
-        prev = *pp, pp = &(*pp)->next;
-    if (*pp)
-        *pp = t->next, r->tail = r->tail == t ? prev : r->tail;
+/* A library completion of one of the endpoint's RMA records. */
+void dfi_rma_retire(struct dfi_ep *ep, const struct dd_tag_completion *c) {
+    struct rtx *t = (struct rtx *)(uintptr_t)c->context;
+    if (c->status != DD_MB_SUCCESS && !t->err)
+        t->err = c->status == DD_MB_REFUSED ? FI_EACCES : FI_EIO;
+    if (--t->parts > 0)
+        return;
     static const uint64_t kind_flags[] = {
         [K_WRITE] = FI_RMA | FI_WRITE, [K_READ] = FI_RMA | FI_READ, [K_ATOMIC] = FI_ATOMIC | FI_WRITE,
         [K_FETCH] = FI_ATOMIC | FI_READ, [K_CSWAP] = FI_ATOMIC | FI_READ,
@@ -95,133 +37,57 @@ static void rtx_done(struct dfi_ep *ep, struct rtx *t) {
         dfi_fail(ep->txcq, cn, t->ctx, f, t->err, 0, 0, 0, 0);
     else
         dfi_complete(t->inject ? NULL : ep->txcq, cn, t->ctx, f, 0, NULL, 0, 0, FI_ADDR_NOTAVAIL);
-    free(t->copy), free(t->compare), free(t);
+    ep->sends--;
+    free(t->copy), free(t);
 }
 
-/* Moves as much of a request as staging allows. */
-static void push(struct dfi_ep *ep, struct dfi_rma *r, struct rtx *t) {
-    if (!t->conn && t->off < t->len) {
-        struct rmr *m = rmr_get(ep, t->dest, t->key);
-        uint64_t at = m ? t->raddr - (dfi_virt_addr ? m->base : 0) : 0;
-        if (!m)
-            t->err = FI_EACCES, t->off = t->len;
-        else if ((dfi_virt_addr && t->raddr < m->base) || at + t->len > UINT32_MAX)
-            t->err = FI_EINVAL, t->off = t->len;
-        else
-            t->raddr = at, t->conn = m->conn;
-    }
-    for (int s = 0; t->off < t->len && r->nfree > 0 && s < STAGE; s++) {
-        if (r->owner[s])
-            continue;
-        int atomic = t->kind >= K_ATOMIC;
-        size_t n = atomic ? 8 : MIN(t->len - t->off, RMA_SLOT);
-        uint64_t operand = 0;
-        if (atomic && t->copy)
-            memcpy(&operand, t->copy + t->off, 8);
-        struct dd_wr w = {.wr_id = (uint64_t)s, .flags = DD_WR_SIGNALED, .local = r->stage};
-        w.local_offset = (uint64_t)s * RMA_SLOT, w.length = (uint32_t)n;
-        w.remote_offset = (uint32_t)(t->raddr + t->off);
-        if (t->kind == K_WRITE || (t->kind == K_ATOMIC && t->aop == FI_ATOMIC_WRITE)) {
-            w.opcode = DD_OP_WRITE;
-            memcpy(slot(r, s), (t->kind == K_WRITE ? t->buf : t->copy) + t->off, n);
-        } else if (t->kind == K_READ) {
-            w.opcode = DD_OP_READ;
-        } else if (t->kind == K_CSWAP) {
-            w.opcode = DD_OP_CMP_SWAP, w.swap = operand;
-            memcpy(&w.compare, t->compare + t->off, 8);
-        } else { /* FI_SUM, and FI_ATOMIC_READ as adding 0 */
-            w.opcode = DD_OP_FETCH_ADD, w.add = t->aop == FI_SUM ? operand : 0;
-        }
-        int rc = dd_post(t->conn, &w);
-        if (rc < 0) {
-            if (rc != DD_ERR_AGAIN)
-                t->err = FI_EIO, t->off = t->len;
-            break;
-        }
-        r->owner[s] = t, r->at[s] = t->off, r->len[s] = (uint32_t)n, r->nfree--;
-        t->frags++, t->off += n;
-    }
-    if (t->off >= t->len && t->frags == 0)
-        rtx_done(ep, t);
-}
-
-void dfi_rma_progress(struct dfi_ep *ep) {
-    struct dfi_rma *r = ep->rma;
-    struct dd_completion wc[64];
-    int n;
-    while ((n = dd_cq_take(r->cq, wc, 64)) > 0) {
-        for (int i = 0; i < n; i++) {
-            int s = (int)wc[i].wr_id;
-            struct rtx *t = s >= 0 && s < STAGE ? r->owner[s] : NULL;
-            if (!t)
-                continue;
-            r->owner[s] = NULL, r->nfree++;
-            if (wc[i].status != DD_WC_SUCCESS) /* the target refused it: bounds, rights */
-                t->err = wc[i].remote_reason >= 0 ? FI_EACCES : FI_EIO, t->off = t->len;
-            else if (t->result) /* reads, fetching and compare atomics */
-                memcpy(t->result + r->at[s], slot(r, s), r->len[s]);
-            if (--t->frags == 0 && t->off >= t->len)
-                rtx_done(ep, t);
-        }
-    }
-    for (struct rtx *t = r->q, *next; t && r->nfree > 0; t = next)
-        next = t->next, push(ep, r, t);
-}
-
-void dfi_rma_close(struct dfi_ep *ep) {
-    struct dfi_rma *r = ep->rma;
-    if (!r)
-        return;
-    for (int i = 0; i < r->n; i++)
-        dd_conn_close(r->rmrs[i].conn);
-    for (struct rtx *t = r->q, *n; t; t = n)
-        n = t->next, free(t->copy), free(t->compare), free(t);
-    free(r->rmrs);
-    dd_cq_destroy(r->cq);
-    dd_endpoint_free(r->stage);
-    free(r);
-}
-
-/* Queues a one-sided request of `len` bytes (atomics: `len` / 8 words). */
+/* Starts a one-sided request of `len` bytes (atomics: `len` / 8 words). */
 static ssize_t rma(struct fid_ep *fep, int kind, const void *buf, size_t len, fi_addr_t dest, uint64_t addr,
                    uint64_t key, void *ctx, int inject, void *result, const void *compare, enum fi_op op) {
     LOCK;
     struct dfi_ep *ep = (struct dfi_ep *)fep;
+    uint32_t peer;
     if (!ep->mb)
         return -FI_EOPBADSTATE;
-    if (!dfi_av_entry(ep, dest))
+    if (dest == FI_ADDR_UNSPEC || dfi_to_peer(ep, dest, &peer))
         return -FI_EINVAL;
-    struct dfi_rma *r = ep->rma;
-    if (!r && (r = ep->rma = calloc(1, sizeof *r))) {
-        r->nfree = STAGE;
-        if (dd_endpoint_alloc(dfi_dev, (uint64_t)STAGE * RMA_SLOT, 0, &r->stage) < 0 ||
-            dd_cq_create(dfi_dev, 4 * STAGE, &r->cq) < 0) {
-            fprintf(stderr, "deposit-fi: RMA staging: %s\n", dd_last_error());
-            if (r->stage)
-                dd_endpoint_free(r->stage);
-            free(r), r = ep->rma = NULL;
+    struct rtx *t = calloc(1, sizeof *t);
+    int atomic = kind >= K_ATOMIC, own = (inject && kind == K_WRITE) || atomic;
+    if (t && own && (t->copy = malloc(len ? len : 1)) && buf)
+        memcpy(t->copy, buf, len);
+    if (!t || (own && !t->copy)) {
+        free(t);
+        return -FI_ENOMEM;
+    }
+    t->kind = kind, t->ctx = ctx, t->inject = inject;
+    size_t words = atomic ? len / 8 : 1;
+    t->parts = (int)words + 1; /* + 1 until every part is started */
+    ep->sends++;
+    for (size_t i = 0; i < words; i++) {
+        uint64_t operand = 0, cmp = 0;
+        if (atomic && buf)
+            memcpy(&operand, t->copy + 8 * i, 8);
+        if (compare)
+            memcpy(&cmp, (const uint8_t *)compare + 8 * i, 8);
+        uint32_t o = kind == K_WRITE || (kind == K_ATOMIC && op == FI_ATOMIC_WRITE) ? DD_RMA_WRITE
+                     : kind == K_READ                                               ? DD_RMA_READ
+                     : kind == K_CSWAP                                              ? DD_RMA_CMP_SWAP
+                                                                                    : DD_RMA_FETCH_ADD;
+        void *local = kind == K_READ    ? (void *)buf
+                      : o == DD_RMA_WRITE ? (own ? (void *)(t->copy + 8 * i) : (void *)buf)
+                      : result          ? (void *)((uint8_t *)result + 8 * i)
+                                        : (void *)&t->scratch; /* a FI_SUM's old value, unwanted */
+        if (o == DD_RMA_FETCH_ADD && op != FI_SUM)
+            operand = 0; /* FI_ATOMIC_READ */
+        if (dd_mailbox_rma(ep->mb, peer, o, key, addr + 8 * i, local, atomic ? 8 : len, operand, cmp,
+                           (uint64_t)(uintptr_t)t) < 0) {
+            t->err = FI_EINVAL;
+            t->parts -= (int)(words - i);
+            break;
         }
     }
-    struct rtx *t = r ? calloc(1, sizeof *t) : NULL;
-    if (!t)
-        return -FI_ENOMEM;
-    t->kind = kind, t->buf = buf, t->len = len, t->dest = dest, t->ctx = ctx, t->inject = inject;
-    t->raddr = addr, t->key = key, t->result = kind == K_READ ? (uint8_t *)buf : result, t->aop = op;
-    /* Operands are ours from now on (an inject's buffer is the caller's again at once). */
-    int own = (inject && kind == K_WRITE) || kind >= K_ATOMIC;
-    if (own && (t->copy = malloc(len ? len : 1)) && buf)
-        memcpy(t->copy, buf, len);
-    if (kind == K_WRITE && own)
-        t->buf = t->copy;
-    if (compare && (t->compare = malloc(len)))
-        memcpy(t->compare, compare, len);
-    if ((own && !t->copy) || (compare && !t->compare)) {
-        free(t->copy), free(t->compare), free(t);
-        return -FI_ENOMEM;
-    }
-    *(r->tail ? &r->tail->next : &r->q) = t;
-    r->tail = t;
-    push(ep, r, t);
+    struct dd_tag_completion last = {.context = (uint64_t)(uintptr_t)t, .status = DD_MB_SUCCESS};
+    dfi_rma_retire(ep, &last); /* the + 1: completes it if nothing was started */
     dd_device_progress(dfi_dev); /* a doorbell */
     return 0;
 }
@@ -340,7 +206,7 @@ static ssize_t at_compwritemsg(struct fid_ep *e, const struct fi_msg_atomic *m, 
 }
 
 static int valid(enum fi_datatype dt, enum fi_op op, size_t *count, int kind) {
-    *count = RMA_SLOT / 8;
+    *count = 1024;
     return atomic_ok(dt, op, kind) ? 0 : -FI_EOPNOTSUPP;
 }
 static int at_writevalid(struct fid_ep *e, enum fi_datatype dt, enum fi_op op, size_t *n) {

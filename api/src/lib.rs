@@ -72,8 +72,8 @@ pub use endpoint::Endpoint;
 pub use error::Error;
 pub use events::EventQueue;
 pub use mailbox::{
-    Mailbox, MailboxConfig, MsgInfo, PeerAddr, PeerId, Selector, TagCompletion, TagOp, TagStats,
-    TagStatus,
+    Mailbox, MailboxConfig, MsgInfo, PeerAddr, PeerId, RegionKey, RmaOp, Selector, TagCompletion,
+    TagOp, TagStats, TagStatus,
 };
 pub use multicast::MulticastGroup;
 pub use program::{InstrPtr, InstrWindow, Instruction, Operands, Token, MAX_SEQUENCE};

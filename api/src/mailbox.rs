@@ -5,8 +5,8 @@
 //! number of the device). Messages to it are sent with a tag (or untagged), matched
 //! against the receives posted — by source (one peer or any) and tag with an ignore
 //! mask, in posting order — or wait in the unexpected list until a receive or a probe
-//! takes them. A message of up to [`Mailbox::eager_max`] bytes travels whole through the
-//! ring (one copy out of it at the receiver); a longer one is announced, and the
+//! takes them. A message of up to [`Mailbox::eager_max`] bytes travels through the
+//! ring, in one slot or several (one copy out of it at the receiver); a longer one is announced, and the
 //! receiver reads it with a read token straight from the sender's buffer into the
 //! posted one: no copy at the receiving host but the transport's own deposit. Peers are
 //! named by [`PeerAddr`] (node address and service) and connected on first use; there
@@ -48,7 +48,8 @@ use deposit_transport::tagged::engine::{ring_instruction, ring_registers};
 use deposit_transport::tagged::{Accepted, Arrival, Config, Engine, Fabric};
 
 pub use deposit_transport::tagged::{
-    MsgInfo, PeerAddr, PeerId, Selector, TagCompletion, TagOp, TagStats, TagStatus,
+    MsgInfo, PeerAddr, PeerId, RegionKey, RmaOp, Selector, TagCompletion, TagOp, TagStats,
+    TagStatus,
 };
 
 use crate::device::Connecting;
@@ -70,8 +71,10 @@ pub struct MailboxConfig {
     pub slots: u32,
     /// Most slots one sender holds at once (default 32).
     pub burst: u32,
-    /// Messages up to this many bytes go eager through the ring, longer ones by
-    /// rendezvous (0: `slot` - 64, the most a slot holds).
+    /// Messages up to this many bytes go eager through the ring (in as many slots as
+    /// they need, at most 64), longer ones by rendezvous (0: whole slots carrying at
+    /// least 16 KiB: 24 512 bytes with 8 KiB slots). A sender uses the smaller of its
+    /// own and the receiver's.
     pub eager_max: u32,
     /// Staging slots for what this mailbox sends (default 256).
     pub stage: u32,
@@ -150,6 +153,7 @@ impl Device {
             code: None,
             opts: cfg.conn.clone(),
             start: Instant::now(),
+            nothing: None,
         };
         let local = PeerAddr {
             ip: self.local_addr().ip,
@@ -293,6 +297,68 @@ impl Mailbox {
         self.engine.cancel(context)
     }
 
+    /// Exposes `len` bytes at `ptr` to the peers the returned key is given to, with
+    /// `rights` ([`Rights::REMOTE_READ`], `REMOTE_WRITE`, `REMOTE_ATOMIC`): they reach
+    /// it with [`Mailbox::rma`]. `virt`: they address it by virtual address (its first
+    /// byte is `ptr`, libfabric's `FI_MR_VIRT_ADDR`), else by offset. The key — a
+    /// random service number of the device and a random secret — is the capability:
+    /// send it to peers in a message. The region is the device's own registration,
+    /// behind a listener of its own that admits only the key's holders; its bounds and
+    /// rights are checked on every access by this device.
+    ///
+    /// # Safety
+    /// The bytes stay valid until [`Mailbox::unexpose`] (or the mailbox's drop); peers
+    /// may write them at any time meanwhile.
+    pub unsafe fn expose(
+        &mut self,
+        ptr: *mut u8,
+        len: usize,
+        rights: Rights,
+        virt: bool,
+    ) -> Result<RegionKey, Error> {
+        // SAFETY: forwarded to the caller's contract.
+        unsafe { self.engine.expose(ptr, len as u64, rights, virt) }.map_err(tag_error)
+    }
+
+    /// Stops exposing the region of `key`: its listener and the connections peers made
+    /// to it close (their later operations fail). False when no region has that key.
+    pub fn unexpose(&mut self, key: RegionKey) -> bool {
+        self.engine.unexpose(key)
+    }
+
+    /// Starts a one-sided operation on `dest`'s region `key` at `addr` (an offset, or
+    /// a virtual address if it was exposed so): [`RmaOp::Write`] of the `len` bytes at
+    /// `buf`, [`RmaOp::Read`] of `len` bytes into `buf`, or an atomic on the 8-byte
+    /// word at `addr` (8-aligned) whose old value lands in the 8 bytes at `buf`
+    /// (native byte order). The first operation on a (peer, key) connects to the
+    /// region; later ones reuse it. No copy on either side: `buf` is registered for
+    /// the time of the operation. It completes with `context` in this mailbox's
+    /// completions ([`TagOp::Write`], [`TagOp::Read`], [`TagOp::Atomic`]):
+    /// `Success`, or `Refused` (a wrong key, no such region, out of its bounds, or a
+    /// right it lacks), or the transport's status.
+    ///
+    /// # Safety
+    /// The bytes at `buf` stay valid, and the caller neither writes them (nor, for a
+    /// read or an atomic, reads them) until the completion is polled.
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn rma(
+        &mut self,
+        dest: PeerId,
+        op: RmaOp,
+        key: RegionKey,
+        addr: u64,
+        buf: *mut u8,
+        len: usize,
+        context: u64,
+    ) -> Result<(), Error> {
+        // SAFETY: forwarded to the caller's contract.
+        unsafe {
+            self.engine
+                .rma(dest, op, key, addr, buf, len as u64, context)
+        }
+        .map_err(tag_error)
+    }
+
     /// One turn of progress: new connections, arrivals, the device's completions,
     /// queued sends.
     pub fn progress(&mut self) {
@@ -360,6 +426,16 @@ struct DevFabric {
     code: Option<crate::InstrWindow>,
     opts: ConnOptions,
     start: Instant,
+    /// The endpoint of no rights our connections to peers' regions come from.
+    nothing: Option<Endpoint>,
+}
+
+/// A region the mailbox exposes: its registration, its listener and the connections
+/// it accepted (dropped with it).
+struct DevRegion {
+    _ep: Endpoint,
+    listener: Listener,
+    conns: Vec<Connection>,
 }
 
 /// A mailbox's connection: under way, or made.
@@ -437,15 +513,7 @@ impl Fabric for DevFabric {
 
     fn connect(&mut self, to: PeerAddr, hello: &[u8]) -> Result<DevConn, Error> {
         let ep = self.ring()?;
-        let opts = ConnOptions {
-            private_data: hello.to_vec(),
-            sq_depth: 4096,
-            ..self.opts.clone()
-        };
-        let c = self
-            .dev
-            .connect_start(to.ip, to.service, &ep, &self.cq, &opts)?;
-        Ok(DevConn::Connecting(Some(c)))
+        self.dial(to, &ep, hello)
     }
 
     fn state(&self, c: &DevConn) -> ConnState {
@@ -534,9 +602,80 @@ impl Fabric for DevFabric {
     fn drive(&mut self) {
         self.dev.progress();
     }
+
+    type Region = DevRegion;
+
+    unsafe fn expose(
+        &mut self,
+        ptr: *mut u8,
+        len: usize,
+        rights: Rights,
+        service: u32,
+        secret: &[u8],
+        reply: &[u8],
+    ) -> Result<DevRegion, Error> {
+        // SAFETY: forwarded to the caller's contract.
+        let mem = Arc::new(unsafe { EndpointMemory::register(ptr, len)? });
+        // Nothing posts events to a region: an event queue of one entry.
+        let ep = self
+            .dev
+            .add_endpoint_with(self.shard as u8, mem, 0, len, rights, 1)?;
+        let opts = ConnOptions {
+            private_data: reply.to_vec(),
+            require_private_data: secret.to_vec(),
+            backlog: self.dev.inner.max_connections.max(64),
+            ..self.opts.clone()
+        };
+        let listener = self.dev.listen_with(service, &ep, &self.cq, &opts)?;
+        Ok(DevRegion {
+            _ep: ep,
+            listener,
+            conns: Vec::new(),
+        })
+    }
+
+    fn serve(&mut self, r: &mut DevRegion) {
+        while let Some(c) = r.listener.try_accept() {
+            r.conns.push(c);
+        }
+        r.conns.retain(|c| {
+            matches!(
+                c.shared().state(),
+                ConnState::Normal | ConnState::Connecting | ConnState::Exceptioned
+            )
+        });
+    }
+
+    fn connect_region(&mut self, to: PeerAddr, secret: &[u8]) -> Result<DevConn, Error> {
+        let ep = match &self.nothing {
+            Some(ep) => ep.clone(),
+            None => {
+                let mem = Arc::new(EndpointMemory::alloc(64)?);
+                let ep =
+                    self.dev
+                        .add_endpoint_with(self.shard as u8, mem, 0, 64, Rights::NONE, 1)?;
+                self.nothing = Some(ep.clone());
+                ep
+            }
+        };
+        self.dial(to, &ep, secret)
+    }
 }
 
 impl DevFabric {
+    /// Starts connecting to `to` from `ep` with `hello` as the private data.
+    fn dial(&self, to: PeerAddr, ep: &Endpoint, hello: &[u8]) -> Result<DevConn, Error> {
+        let opts = ConnOptions {
+            private_data: hello.to_vec(),
+            sq_depth: 4096,
+            ..self.opts.clone()
+        };
+        let c = self
+            .dev
+            .connect_start(to.ip, to.service, ep, &self.cq, &opts)?;
+        Ok(DevConn::Connecting(Some(c)))
+    }
+
     /// The mailbox's endpoint (the listener keeps it; before that, none).
     fn ring(&self) -> Result<Endpoint, Error> {
         self.ring

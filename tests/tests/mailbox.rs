@@ -183,3 +183,130 @@ fn secure_mailboxes_carry_the_same_bytes() {
         assert!(got == msg);
     }
 }
+
+/// Starts `op` from `a` on `b`'s region `key` at `addr` with `buf`.
+fn rma(p: &mut Pair, op: RmaOp, key: RegionKey, addr: u64, buf: &mut [u8], ctx: u64) {
+    let to = p.a.peer(p.b.addr());
+    // SAFETY: the test keeps `buf` until it waited for this operation's completion.
+    unsafe { p.a.rma(to, op, key, addr, buf.as_mut_ptr(), buf.len(), ctx) }.expect("rma");
+}
+
+#[test]
+fn one_sided_operations_reach_exposed_regions_and_nothing_else() {
+    let mut p = pair("mbox-rma", ConnOptions::default());
+    let mut region = vec![0u8; 5 << 20];
+    let mut ro = vec![7u8; 4096];
+    // SAFETY: both regions outlive the mailboxes' use of them (unexposed or the pair
+    // dropped first).
+    let key = unsafe {
+        p.b.expose(region.as_mut_ptr(), region.len(), Rights::ALL, false)
+    }
+    .expect("expose");
+    let rbase = ro.as_mut_ptr() as u64;
+    // SAFETY: as above.
+    let rkey = unsafe {
+        p.b.expose(ro.as_mut_ptr(), ro.len(), Rights::REMOTE_READ, true)
+    }
+    .expect("expose");
+    // Writes of every size class (the longest is several transport messages), then
+    // reads of the same bytes back, all zero copy.
+    let mut at = 0u64;
+    for (i, n) in [0usize, 1, 8, 8191, 65_537, 1 << 20, 4 << 20]
+        .into_iter()
+        .enumerate()
+    {
+        let i = i as u64;
+        let mut src = pattern(n, i as u8);
+        rma(&mut p, RmaOp::Write, key, at + 5, &mut src, 10 + i);
+        let c = wait_for(&mut p, true, TagOp::Write, 10 + i);
+        assert_eq!(
+            (c.status, c.len),
+            (TagStatus::Success, n as u64),
+            "write of {n}"
+        );
+        let o = at as usize + 5;
+        assert!(
+            region[o..o + n] == src[..],
+            "the write of {n} landed byte-exact"
+        );
+        let mut back = vec![0u8; n];
+        rma(&mut p, RmaOp::Read, key, at + 5, &mut back, 20 + i);
+        let c = wait_for(&mut p, true, TagOp::Read, 20 + i);
+        assert_eq!(
+            (c.status, c.len),
+            (TagStatus::Success, n as u64),
+            "read of {n}"
+        );
+        assert!(back == src, "the read of {n} brought the bytes back");
+        at = (at + n as u64 + 64) % (1 << 20);
+    }
+    // Atomics, native byte order both ways.
+    region[64..72].copy_from_slice(&100u64.to_ne_bytes());
+    let mut old = [0u8; 8];
+    rma(&mut p, RmaOp::FetchAdd(5), key, 64, &mut old, 30);
+    assert_eq!(
+        wait_for(&mut p, true, TagOp::Atomic, 30).status,
+        TagStatus::Success
+    );
+    assert_eq!(u64::from_ne_bytes(old), 100);
+    let swap = RmaOp::CmpSwap {
+        compare: 105,
+        swap: 1,
+    };
+    rma(&mut p, swap, key, 64, &mut old, 31);
+    assert_eq!(
+        wait_for(&mut p, true, TagOp::Atomic, 31).status,
+        TagStatus::Success
+    );
+    assert_eq!(u64::from_ne_bytes(region[64..72].try_into().expect("8")), 1);
+    // Refused: past the end, a write or an atomic on a read-only region; allowed: a
+    // read of it by virtual address.
+    let mut buf = vec![1u8; 64];
+    rma(&mut p, RmaOp::Write, key, (5 << 20) - 10, &mut buf, 40);
+    let c = wait_for(&mut p, true, TagOp::Write, 40);
+    assert_eq!(c.status, TagStatus::Refused, "past the end");
+    rma(&mut p, RmaOp::Write, rkey, rbase, &mut buf, 41);
+    assert_eq!(
+        wait_for(&mut p, true, TagOp::Write, 41).status,
+        TagStatus::Refused
+    );
+    rma(&mut p, RmaOp::FetchAdd(1), rkey, rbase + 8, &mut old, 42);
+    assert_eq!(
+        wait_for(&mut p, true, TagOp::Atomic, 42).status,
+        TagStatus::Refused
+    );
+    assert!(
+        ro.iter().all(|&b| b == 7),
+        "nothing landed in the read-only region"
+    );
+    rma(&mut p, RmaOp::Read, rkey, rbase + 100, &mut buf, 43);
+    assert_eq!(
+        wait_for(&mut p, true, TagOp::Read, 43).status,
+        TagStatus::Success
+    );
+    assert!(buf.iter().all(|&b| b == 7));
+    // Unexposed: the region's connections close and later operations fail.
+    assert!(p.b.unexpose(key));
+    let before = region.clone();
+    let deadline = Instant::now() + T;
+    let mut k = 50;
+    loop {
+        rma(&mut p, RmaOp::Write, key, 0, &mut buf, k);
+        let c = wait_for(&mut p, true, TagOp::Write, k);
+        if c.status != TagStatus::Success {
+            break;
+        }
+        // The close may not have reached `a` yet: that write still went in.
+        assert!(
+            Instant::now() < deadline,
+            "writes still succeed after unexpose"
+        );
+        k += 1;
+    }
+    let mut late = vec![9u8; 64];
+    rma(&mut p, RmaOp::Write, key, 128, &mut late, 99);
+    let c = wait_for(&mut p, true, TagOp::Write, 99);
+    assert_ne!(c.status, TagStatus::Success, "a write after unexpose");
+    assert!(region[128..192] == before[128..192]);
+    drop(p);
+}

@@ -449,6 +449,24 @@
 
 #define DD_MB_OP_RECV 1
 
+// One-sided operations (`dd_mailbox_rma`): a write, a read, an atomic.
+#define DD_MB_OP_WRITE 2
+
+#define DD_MB_OP_READ 3
+
+#define DD_MB_OP_ATOMIC 4
+
+// `dd_mailbox_rma`'s operations: write `len` bytes from `buf`; read `len` bytes into
+// `buf`; add `operand` to the 8-byte word; swap it for `operand` if it equals
+// `compare` (atomics: the old value into the 8 bytes at `buf`, native byte order).
+#define DD_RMA_WRITE 0
+
+#define DD_RMA_READ 1
+
+#define DD_RMA_FETCH_ADD 2
+
+#define DD_RMA_CMP_SWAP 3
+
 // Completion status: the whole message.
 #define DD_MB_SUCCESS 0
 
@@ -754,8 +772,9 @@ struct dd_mailbox_config {
   uint32_t slots;
   // Most slots one sender holds at once (default 32).
   uint32_t burst;
-  // Messages up to this many bytes go through the ring, longer ones by rendezvous
-  // (0, the default: `slot` - 64).
+  // Messages up to this many bytes go through the ring (in as many slots as they
+  // need, at most 64), longer ones by rendezvous (0, the default: whole slots
+  // carrying at least 16 KiB).
   uint32_t eager_max;
   // Staging slots for what it sends (default 256).
   uint32_t stage;
@@ -1183,6 +1202,29 @@ int dd_mailbox_discard(struct dd_mailbox *m, uint64_t context, struct dd_msg_inf
 // Cancels the posted receive with `context`: it completes `DD_MB_CANCELLED`. Returns
 // 1 (cancelled), 0 (no receive posted with it: it matched already) or a `DD_ERR_*`.
 int dd_mailbox_cancel(struct dd_mailbox *m, uint64_t context);
+
+// Exposes `len` bytes at `buf` to the peers the key written to `*key` is given to,
+// with `rights` (`DD_REMOTE_READ | DD_REMOTE_WRITE | DD_REMOTE_ATOMIC`); `virt`: they
+// address it by virtual address (its first byte is `buf`), else by offset from 0.
+// The key (a random service of the device and a random secret) is the capability:
+// whoever holds it reaches the region with `dd_mailbox_rma`, nobody else. The bytes
+// stay valid until `dd_mailbox_unexpose` or the mailbox's close; peers may write them
+// at any time meanwhile. Returns `DD_OK` or a `DD_ERR_*` code.
+int dd_mailbox_expose(struct dd_mailbox *m, void *buf, size_t len, uint32_t rights, bool virt, uint64_t *key);
+
+// Stops exposing the region of `key` (its peers' connections close). Returns 1, 0
+// (no region with that key) or a `DD_ERR_*` code.
+int dd_mailbox_unexpose(struct dd_mailbox *m, uint64_t key);
+
+// Starts a one-sided operation `op` (`DD_RMA_*`) on peer `peer`'s region `key` at
+// `addr` (an offset, or a virtual address if exposed so) with the local buffer `buf`
+// (`len` bytes; atomics: 8 bytes at an 8-aligned `addr`, `len` unused). No copy:
+// `buf` stays valid, and the caller neither writes it (nor, for a read or an atomic,
+// reads it) until the completion (`DD_MB_OP_WRITE`, `_READ`, `_ATOMIC`, carrying
+// `context`) is polled. It completes `DD_MB_SUCCESS`, or `DD_MB_REFUSED` (a wrong
+// key, out of bounds, a right the region lacks), or `DD_MB_TRANSPORT`. Returns
+// `DD_OK` or a `DD_ERR_*` code (nothing started).
+int dd_mailbox_rma(struct dd_mailbox *m, uint32_t peer, uint32_t op, uint64_t key, uint64_t addr, void *buf, size_t len, uint64_t operand, uint64_t compare, uint64_t context);
 
 // One turn of progress (new connections, arrivals, the device's completions, queued
 // sends). Returns `DD_OK`.

@@ -4,7 +4,10 @@
 
 use std::ffi::{c_char, c_int, c_void};
 
-use api::{Mailbox, MailboxConfig, PeerAddr, PeerId, Selector, TagCompletion, TagOp, TagStatus};
+use api::{
+    Mailbox, MailboxConfig, PeerAddr, PeerId, RegionKey, RmaOp, Selector, TagCompletion, TagOp,
+    TagStatus,
+};
 
 use crate::{dd_device, guard, guard_count, invalid, obj, path, put, Fail};
 
@@ -26,8 +29,9 @@ pub struct dd_mailbox_config {
     pub slots: u32,
     /// Most slots one sender holds at once (default 32).
     pub burst: u32,
-    /// Messages up to this many bytes go through the ring, longer ones by rendezvous
-    /// (0, the default: `slot` - 64).
+    /// Messages up to this many bytes go through the ring (in as many slots as they
+    /// need, at most 64), longer ones by rendezvous (0, the default: whole slots
+    /// carrying at least 16 KiB).
     pub eager_max: u32,
     /// Staging slots for what it sends (default 256).
     pub stage: u32,
@@ -55,6 +59,18 @@ pub const DD_MB_ANY_SOURCE: u32 = u32::MAX;
 /// A completion's operation.
 pub const DD_MB_OP_SEND: u32 = 0;
 pub const DD_MB_OP_RECV: u32 = 1;
+/// One-sided operations (`dd_mailbox_rma`): a write, a read, an atomic.
+pub const DD_MB_OP_WRITE: u32 = 2;
+pub const DD_MB_OP_READ: u32 = 3;
+pub const DD_MB_OP_ATOMIC: u32 = 4;
+
+/// `dd_mailbox_rma`'s operations: write `len` bytes from `buf`; read `len` bytes into
+/// `buf`; add `operand` to the 8-byte word; swap it for `operand` if it equals
+/// `compare` (atomics: the old value into the 8 bytes at `buf`, native byte order).
+pub const DD_RMA_WRITE: u32 = 0;
+pub const DD_RMA_READ: u32 = 1;
+pub const DD_RMA_FETCH_ADD: u32 = 2;
+pub const DD_RMA_CMP_SWAP: u32 = 3;
 
 /// Completion status: the whole message.
 pub const DD_MB_SUCCESS: i32 = 0;
@@ -133,6 +149,9 @@ fn completion(c: &TagCompletion) -> dd_tag_completion {
         op: match c.op {
             TagOp::Send => DD_MB_OP_SEND,
             TagOp::Recv => DD_MB_OP_RECV,
+            TagOp::Write => DD_MB_OP_WRITE,
+            TagOp::Read => DD_MB_OP_READ,
+            TagOp::Atomic => DD_MB_OP_ATOMIC,
         },
         flags: if c.tagged { DD_MB_TAGGED } else { 0 }
             | if c.data.is_some() { DD_MB_DATA } else { 0 },
@@ -479,6 +498,90 @@ pub unsafe extern "C" fn dd_mailbox_discard(
 #[no_mangle]
 pub unsafe extern "C" fn dd_mailbox_cancel(m: *mut dd_mailbox, context: u64) -> c_int {
     guard_count(|| Ok(c_int::from(mb(m)?.cancel(context))))
+}
+
+/// Exposes `len` bytes at `buf` to the peers the key written to `*key` is given to,
+/// with `rights` (`DD_REMOTE_READ | DD_REMOTE_WRITE | DD_REMOTE_ATOMIC`); `virt`: they
+/// address it by virtual address (its first byte is `buf`), else by offset from 0.
+/// The key (a random service of the device and a random secret) is the capability:
+/// whoever holds it reaches the region with `dd_mailbox_rma`, nobody else. The bytes
+/// stay valid until `dd_mailbox_unexpose` or the mailbox's close; peers may write them
+/// at any time meanwhile. Returns `DD_OK` or a `DD_ERR_*` code.
+#[no_mangle]
+pub unsafe extern "C" fn dd_mailbox_expose(
+    m: *mut dd_mailbox,
+    buf: *mut c_void,
+    len: usize,
+    rights: u32,
+    virt: bool,
+    key: *mut u64,
+) -> c_int {
+    guard(|| {
+        let m = mb(m)?;
+        if buf.is_null() {
+            return Err(invalid("buf is NULL"));
+        }
+        let r = crate::rights(rights)?;
+        // SAFETY: the caller's contract (above).
+        let k = m.expose(buf as *mut u8, len, r, virt)?;
+        put(key, k.0, "key")
+    })
+}
+
+/// Stops exposing the region of `key` (its peers' connections close). Returns 1, 0
+/// (no region with that key) or a `DD_ERR_*` code.
+#[no_mangle]
+pub unsafe extern "C" fn dd_mailbox_unexpose(m: *mut dd_mailbox, key: u64) -> c_int {
+    guard_count(|| Ok(c_int::from(mb(m)?.unexpose(RegionKey(key)))))
+}
+
+/// Starts a one-sided operation `op` (`DD_RMA_*`) on peer `peer`'s region `key` at
+/// `addr` (an offset, or a virtual address if exposed so) with the local buffer `buf`
+/// (`len` bytes; atomics: 8 bytes at an 8-aligned `addr`, `len` unused). No copy:
+/// `buf` stays valid, and the caller neither writes it (nor, for a read or an atomic,
+/// reads it) until the completion (`DD_MB_OP_WRITE`, `_READ`, `_ATOMIC`, carrying
+/// `context`) is polled. It completes `DD_MB_SUCCESS`, or `DD_MB_REFUSED` (a wrong
+/// key, out of bounds, a right the region lacks), or `DD_MB_TRANSPORT`. Returns
+/// `DD_OK` or a `DD_ERR_*` code (nothing started).
+#[no_mangle]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn dd_mailbox_rma(
+    m: *mut dd_mailbox,
+    peer: u32,
+    op: u32,
+    key: u64,
+    addr: u64,
+    buf: *mut c_void,
+    len: usize,
+    operand: u64,
+    compare: u64,
+    context: u64,
+) -> c_int {
+    guard(|| {
+        let m = mb(m)?;
+        let op = match op {
+            DD_RMA_WRITE => RmaOp::Write,
+            DD_RMA_READ => RmaOp::Read,
+            DD_RMA_FETCH_ADD => RmaOp::FetchAdd(operand),
+            DD_RMA_CMP_SWAP => RmaOp::CmpSwap {
+                compare,
+                swap: operand,
+            },
+            _ => return Err(invalid(format!("rma op {op}"))),
+        };
+        let atomic = !matches!(op, RmaOp::Write | RmaOp::Read);
+        check_buf(buf as *const c_void, if atomic { 8 } else { len })?;
+        // SAFETY: the caller's contract (above).
+        Ok(m.rma(
+            PeerId(peer),
+            op,
+            RegionKey(key),
+            addr,
+            buf as *mut u8,
+            len,
+            context,
+        )?)
+    })
 }
 
 /// One turn of progress (new connections, arrivals, the device's completions, queued

@@ -16,10 +16,15 @@
 //!
 //! # Messages
 //!
-//! A message of at most `eager_max` bytes goes whole in one slot after a 64-byte header
-//! ([`super::wire`]): copied once at the sender into a staging slot, deposited by the
+//! A message of at most `eager_max` bytes (by default whole slots carrying at least
+//! 16 KiB) goes eager: after a 64-byte header ([`super::wire`]) in its first slot, and in
+//! whole slots after that (no header: a sender's slots reach the ring in its order, and
+//! each takes a credit), copied once at the sender into staging slots, deposited by the
 //! transport into the receiver's ring, copied once into the posted buffer (or, when no
-//! receive is posted yet, into the unexpected list). A longer message is announced by
+//! receive is posted yet, into the unexpected list). A multi-slot message is matched at
+//! its first slot: a receive posted then gets every slot straight from the ring; if
+//! none is, the message is gathered and waits whole in the unexpected list (a receive
+//! posted meanwhile takes it when whole). A longer message is announced by
 //! an RTS carrying a read token over the sender's buffer (registered for the time of
 //! the send); the receiver, once a receive takes it, reads it with that token straight
 //! into the posted buffer — the only copy at the receiving host is the transport's own
@@ -57,9 +62,12 @@ use super::matching::{Matcher, MsgId, MsgInfo, PeerId, Posted, Selector};
 use super::wire::{self, Header, Kind, HEADER};
 use crate::connection::WR_SIGNALED;
 use crate::connection::{Completion, ConnState, Remote, Source, WcStatus, Wqe, WrOpcode};
-use crate::tables::{EndpointId, StoredInstruction};
+use crate::tables::{EndpointId, Rights, StoredInstruction};
 use crate::wire::cell::{op, AddrMode};
 use crate::wire::compound::{CompoundRepr, Cond, CondRepr, OpSource, RegOp, RegOpRepr};
+
+mod rma;
+pub use rma::{RegionKey, RmaOp};
 
 /// A tagged endpoint's address: its node and its service number.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
@@ -88,8 +96,9 @@ pub struct Config {
     pub stage: u32,
     /// Most slots one peer holds at once.
     pub burst: u32,
-    /// Messages up to this many bytes go eager (at most `slot` - 64); longer ones by
-    /// rendezvous.
+    /// Messages up to this many bytes go eager (through the ring: `slot` - 64 bytes in
+    /// the first slot, whole slots after it, at most [`MAX_EAGER_SLOTS`]); longer ones
+    /// by rendezvous. A sender uses the smaller of its own and the receiver's.
     pub eager_max: u32,
     /// Buckets of the credit table (a power of two; 4 entries of 16 bytes each). A
     /// peer's entry is found from its connection's number; with half as many buckets
@@ -108,7 +117,7 @@ impl Config {
             slots,
             stage: 256,
             burst: 32,
-            eager_max: slot.saturating_sub(HEADER as u32),
+            eager_max: default_eager_max(slot),
             credit_buckets: (max_connections / 2).next_power_of_two().max(64),
         }
     }
@@ -126,9 +135,9 @@ impl Config {
         if self.stage == 0 || self.burst == 0 || !self.credit_buckets.is_power_of_two() {
             return Err("no staging slots, burst or connections".into());
         }
-        if self.eager_max as usize > self.slot as usize - HEADER {
+        if u64::from(self.eager_max) > eager_room(self.slot, MAX_EAGER_SLOTS) {
             return Err(format!(
-                "eager messages of {} bytes do not fit slots of {}",
+                "eager messages of {} bytes do not fit {MAX_EAGER_SLOTS} slots of {}",
                 self.eager_max, self.slot
             ));
         }
@@ -160,6 +169,40 @@ impl Config {
     fn bucket(&self, number: u32) -> u64 {
         let h = number.wrapping_mul(0x9e37_79b9) >> 8;
         u64::from(h & (self.credit_buckets - 1)) * CREDIT_BUCKET as u64
+    }
+}
+
+/// Most ring slots one eager message takes.
+pub const MAX_EAGER_SLOTS: u32 = 64;
+/// Eager messages take at least this many bytes by default (whole slots).
+const EAGER_DEFAULT: u64 = 16 * 1024;
+
+/// Bytes `k` slots of `slot` bytes carry as one eager message (the first holds the
+/// header).
+fn eager_room(slot: u32, k: u32) -> u64 {
+    u64::from(slot) * u64::from(k) - HEADER as u64
+}
+
+/// The default eager limit: whole slots carrying at least [`EAGER_DEFAULT`] bytes.
+fn default_eager_max(slot: u32) -> u32 {
+    let k = (1..MAX_EAGER_SLOTS)
+        .find(|&k| eager_room(slot, k) >= EAGER_DEFAULT)
+        .unwrap_or(MAX_EAGER_SLOTS);
+    eager_room(slot, k).min(u64::from(u32::MAX)) as u32
+}
+
+/// Slots an eager message of `len` bytes takes.
+fn eager_slots(slot: u32, len: u64) -> u32 {
+    (len + HEADER as u64).div_ceil(u64::from(slot)).max(1) as u32
+}
+
+/// Copies `bytes` to `at` of receive `r`'s buffer, as much as fits.
+fn copy_into(r: &Recv, at: u64, bytes: &[u8]) {
+    let n = (bytes.len() as u64).min(r.len.saturating_sub(at)) as usize;
+    if n > 0 {
+        // SAFETY: the receive's contract: `r.len` bytes at `r.buf` are ours until it
+        // completes; `at + n <= r.len`.
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), r.buf.add(at as usize), n) };
     }
 }
 
@@ -247,6 +290,32 @@ pub trait Fabric {
     fn now(&self) -> u64;
     /// Drives the device when progress is the application's (nothing otherwise).
     fn drive(&mut self) {}
+
+    /// A region exposed to peers (dropping it closes its listener and the connections
+    /// it accepted, and deregisters it).
+    type Region;
+    /// Registers `len` bytes at `ptr` as an endpoint with `rights` behind a listener
+    /// on `service` that admits only connect requests whose private data is `secret`,
+    /// answered with `reply` (one-sided operations: [`Engine::expose`]).
+    ///
+    /// # Safety
+    /// The bytes stay valid until the region is dropped.
+    unsafe fn expose(
+        &mut self,
+        ptr: *mut u8,
+        len: usize,
+        rights: Rights,
+        service: u32,
+        secret: &[u8],
+        reply: &[u8],
+    ) -> Result<Self::Region, Self::Error>;
+    /// Takes the connections a region's listener accepted (they work before; this
+    /// keeps them, and lets go of those that closed).
+    fn serve(&mut self, region: &mut Self::Region);
+    /// Starts connecting to a peer's region with `secret` as the request's private
+    /// data, from an endpoint with no rights (the region's owner reaches nothing of
+    /// ours); as [`Fabric::connect`] otherwise.
+    fn connect_region(&mut self, to: PeerAddr, secret: &[u8]) -> Result<Self::Conn, Self::Error>;
 }
 
 /// The ring's one instruction, as every [`Fabric`] programs it (slot 0 of a window of
@@ -299,11 +368,15 @@ pub enum TagStatus {
     Refused,
 }
 
-/// Which side a completion is.
+/// What a completion is of.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum TagOp {
     Send,
     Recv,
+    /// One-sided operations (`rma` of the engine or the mailbox).
+    Write,
+    Read,
+    Atomic,
 }
 
 /// A send's or a receive's completion.
@@ -410,6 +483,21 @@ struct Send {
     owned: Option<Vec<u8>>,
     /// Rendezvous: the registration and token, once made.
     rndv: Option<(u64, usize)>,
+    /// Slots it takes (1 but for a multi-slot eager message, known at its first), has
+    /// posted, and has in flight; the first failure of one.
+    slots: u32,
+    posted: u32,
+    inflight: u32,
+    failed: Option<WcStatus>,
+}
+
+/// A multi-slot eager message coming in: where its bytes go, and how many came.
+struct Assembly {
+    info: MsgInfo,
+    tagged: bool,
+    /// A receive that matched it at its first slot, or its bytes until it is whole.
+    into: Result<Recv, Vec<u8>>,
+    got: u64,
 }
 
 /// What a staging slot holds until its request completes.
@@ -451,6 +539,8 @@ struct Peer<C> {
     /// Why it cannot be reached, when the device said.
     error: Option<String>,
     ring_ip: u32,
+    /// The most it takes eager (its listener's reply).
+    eager_max: u32,
     credit_token: u64,
     /// Its number for our connection (our entry in its credit table).
     credit_number: u32,
@@ -470,6 +560,8 @@ struct Peer<C> {
     credit_entry: u64,
     consumed: u64,
     granted: u64,
+    /// The multi-slot eager message it is in the middle of.
+    assembly: Option<Box<Assembly>>,
 }
 
 /// One tagged endpoint: sends, receives, probes and cancels over a [`Fabric`].
@@ -508,6 +600,7 @@ pub struct Engine<F: Fabric> {
     /// `progress`'s copy of `busy`.
     scratch: Vec<PeerId>,
     stats: TagStats,
+    rma: rma::Rmas<F::Conn, F::Region>,
 }
 
 impl<F: Fabric> std::fmt::Debug for Engine<F> {
@@ -541,6 +634,7 @@ impl<F: Fabric> Engine<F> {
         reply.extend_from_slice(&ip.to_le_bytes());
         reply.extend_from_slice(&cfg.slot.to_le_bytes());
         reply.extend_from_slice(&credits.to_le_bytes());
+        reply.extend_from_slice(&cfg.eager_max.to_le_bytes());
         fab.listen(local.service, &reply).map_err(fabric)?;
         Ok(Engine {
             fab,
@@ -571,6 +665,7 @@ impl<F: Fabric> Engine<F> {
             wcs: Vec::new(),
             scratch: Vec::new(),
             stats: TagStats::default(),
+            rma: rma::Rmas::default(),
         })
     }
 
@@ -621,6 +716,7 @@ impl<F: Fabric> Engine<F> {
             failed: false,
             error: None,
             ring_ip: 0,
+            eager_max: 0,
             credit_token: 0,
             credit_number: 0,
             sent: 0,
@@ -635,6 +731,7 @@ impl<F: Fabric> Engine<F> {
             credit_entry: 0,
             consumed: 0,
             granted: 0,
+            assembly: None,
         });
         self.by_addr.insert(addr, id);
         id
@@ -699,6 +796,10 @@ impl<F: Fabric> Engine<F> {
                 len,
                 owned,
                 rndv: None,
+                slots: 1,
+                posted: 0,
+                inflight: 0,
+                failed: None,
             },
         );
         self.peers[dest.0 as usize].txq.push_back(Tx::Send(id));
@@ -847,6 +948,7 @@ impl<F: Fabric> Engine<F> {
         }
         busy.clear();
         self.scratch = busy;
+        self.rma_progress();
     }
 
     // ---- receiving --------------------------------------------------------------
@@ -890,6 +992,13 @@ impl<F: Fabric> Engine<F> {
             peer.credit_entry = entry;
             peer.consumed = 0;
             peer.granted = 0;
+            if let Some(old) = peer.assembly.take() {
+                // It restarted in the middle of a message: a receive that message
+                // matched fails.
+                if let Ok(r) = old.into {
+                    self.complete_recv(r, old.info, old.tagged, 0, TagStatus::Unreachable);
+                }
+            }
             self.store_u64(entry + 8, 0);
             self.store_u64(entry, u64::from(a.number));
             self.grant(p);
@@ -982,9 +1091,23 @@ impl<F: Fabric> Engine<F> {
     }
 
     fn consume_slot(&mut self, p: PeerId, slot: &[u8]) {
+        if self.peers[p.0 as usize].assembly.is_some() {
+            self.continue_assembly(p, slot);
+            self.regrant(p);
+            return;
+        }
         let stride = self.cfg.slot as usize;
-        let h = match Header::decode(slot, stride) {
-            Ok(h) if h.kind != Kind::Eager || HEADER as u64 + h.len == slot.len() as u64 => h,
+        let eager_max = u64::from(self.cfg.eager_max);
+        let h = match Header::decode(slot, eager_max) {
+            // A one-slot eager message fills its slot to its length; a longer one fills
+            // its first slot, and whole slots follow.
+            Ok(h)
+                if h.kind != Kind::Eager
+                    || HEADER as u64 + h.len == slot.len() as u64
+                    || (HEADER as u64 + h.len > stride as u64 && slot.len() == stride) =>
+            {
+                h
+            }
             _ => {
                 self.stats.bad_header += 1;
                 return;
@@ -1005,6 +1128,30 @@ impl<F: Fabric> Engine<F> {
             data: (h.flags & wire::DATA != 0).then_some(h.data),
         };
         match h.kind {
+            Kind::Eager if HEADER as u64 + h.len > stride as u64 => {
+                // The first slot of several: matched now (a sender's slots come in
+                // order, so nothing of its overtakes it), its bytes straight into the
+                // receive, or kept until whole.
+                self.stats.eager_rx += 1;
+                let first = &slot[HEADER..];
+                let into = match self.matcher(tagged).take_posted(&info) {
+                    Some(r) => {
+                        copy_into(&r, 0, first);
+                        Ok(r)
+                    }
+                    None => {
+                        let mut v = Vec::with_capacity(h.len as usize);
+                        v.extend_from_slice(first);
+                        Err(v)
+                    }
+                };
+                self.peers[p.0 as usize].assembly = Some(Box::new(Assembly {
+                    info,
+                    tagged,
+                    into,
+                    got: first.len() as u64,
+                }));
+            }
             Kind::Eager => {
                 self.stats.eager_rx += 1;
                 let payload = &slot[HEADER..HEADER + h.len as usize];
@@ -1032,7 +1179,72 @@ impl<F: Fabric> Engine<F> {
             }
             Kind::Fin => self.fin(p, h.cookie, h.token),
         }
-        // The slot is read: the peer may use it again (or one waiting in line).
+        self.regrant(p);
+    }
+
+    /// A later slot of `p`'s multi-slot eager message: its bytes, and the message done
+    /// when whole. A slot that does not fit (only a peer writing garbage sends one)
+    /// ends the message: a receive it matched completes `Truncated` with what came.
+    fn continue_assembly(&mut self, p: PeerId, slot: &[u8]) {
+        let peer = &mut self.peers[p.0 as usize];
+        if peer.consumed >= peer.granted {
+            self.stats.bad_sequence += 1;
+            return;
+        }
+        peer.consumed += 1;
+        self.outstanding -= 1;
+        let a = peer.assembly.as_mut().expect("assembling");
+        let left = a.info.len - a.got;
+        let want = left.min(u64::from(self.cfg.slot));
+        if slot.len() as u64 != want {
+            self.stats.bad_header += 1;
+            let a = self.peers[p.0 as usize]
+                .assembly
+                .take()
+                .expect("assembling");
+            if let Ok(r) = a.into {
+                let n = a.got.min(r.len);
+                self.complete_recv(r, a.info, a.tagged, n, TagStatus::Truncated);
+            }
+            return;
+        }
+        match &mut a.into {
+            Ok(r) => copy_into(r, a.got, slot),
+            Err(v) => v.extend_from_slice(slot),
+        }
+        a.got += want;
+        if a.got < a.info.len {
+            return;
+        }
+        let a = *self.peers[p.0 as usize]
+            .assembly
+            .take()
+            .expect("assembling");
+        match a.into {
+            Ok(r) => {
+                let n = a.info.len.min(r.len);
+                let st = if n < a.info.len {
+                    TagStatus::Truncated
+                } else {
+                    TagStatus::Success
+                };
+                self.complete_recv(r, a.info, a.tagged, n, st);
+            }
+            // A receive posted while it came takes it now, else it waits.
+            Err(v) => {
+                let m = self.matcher(a.tagged);
+                match m.take_posted(&a.info) {
+                    Some(r) => self.place_eager(r, a.info, a.tagged, &v),
+                    None => {
+                        m.park(a.info, Parked::Eager(v));
+                    }
+                }
+            }
+        }
+    }
+
+    /// A slot of `p`'s is read: the peer may use it again (or one waiting in line).
+    fn regrant(&mut self, p: PeerId) {
         while let Some(&q) = self.starving.front() {
             if self.outstanding >= u64::from(self.cfg.slots) {
                 break;
@@ -1078,21 +1290,24 @@ impl<F: Fabric> Engine<F> {
     }
 
     fn place_eager(&mut self, r: Recv, info: MsgInfo, tagged: bool, payload: &[u8]) {
-        let n = (payload.len() as u64).min(r.len) as usize;
-        if n > 0 {
-            // SAFETY: the receive's contract: `r.len` bytes at `r.buf` are ours.
-            unsafe { std::ptr::copy_nonoverlapping(payload.as_ptr(), r.buf, n) };
-        }
+        let n = (payload.len() as u64).min(r.len);
+        copy_into(&r, 0, &payload[..n as usize]);
+        let st = if n < info.len {
+            TagStatus::Truncated
+        } else {
+            TagStatus::Success
+        };
+        self.complete_recv(r, info, tagged, n, st);
+    }
+
+    /// Receive `r` completes with `n` bytes of the message `info` in its buffer.
+    fn complete_recv(&mut self, r: Recv, info: MsgInfo, tagged: bool, n: u64, status: TagStatus) {
         self.done.push_back(TagCompletion {
             context: r.context,
             op: TagOp::Recv,
             tagged,
-            status: if (n as u64) < info.len {
-                TagStatus::Truncated
-            } else {
-                TagStatus::Success
-            },
-            len: n as u64,
+            status,
+            len: n,
             olen: info.len,
             tag: info.tag,
             data: info.data,
@@ -1195,6 +1410,7 @@ impl<F: Fabric> Engine<F> {
                 WR_STAGE => self.stage_done(v as u32, wc.status),
                 WR_CREDIT => self.credit_done(v as u32, wc.status),
                 WR_READ => self.read_done(v, wc.status),
+                rma::WR_RMA => self.rma_done(v, wc.status),
                 _ => {}
             }
         }
@@ -1209,13 +1425,22 @@ impl<F: Fabric> Engine<F> {
         self.stage_free.push(s);
         match what {
             Stage::Eager(id) => {
-                if let Some(send) = self.sends.remove(&id) {
-                    let st = match status {
-                        WcStatus::Success => TagStatus::Success,
-                        s => TagStatus::Transport(s),
-                    };
-                    self.complete_send(&send, st);
+                let Some(send) = self.sends.get_mut(&id) else {
+                    return;
+                };
+                send.inflight -= 1;
+                if status != WcStatus::Success {
+                    send.failed.get_or_insert(status);
                 }
+                if send.inflight > 0 || send.posted < send.slots {
+                    return; // more of a multi-slot message to come
+                }
+                let send = self.sends.remove(&id).expect("there");
+                let st = match send.failed {
+                    None => TagStatus::Success,
+                    Some(s) => TagStatus::Transport(s),
+                };
+                self.complete_send(&send, st);
             }
             Stage::Rts(id) if status != WcStatus::Success => {
                 if let Some(send) = self.sends.remove(&id) {
@@ -1278,8 +1503,15 @@ impl<F: Fabric> Engine<F> {
                 self.stage_free.push(s);
                 return;
             }
+            // A multi-slot eager message stays first in line until its last slot.
+            let whole = match tx {
+                Tx::Send(id) => self.sends.get(&id).is_none_or(|s| s.posted >= s.slots),
+                Tx::Fin { .. } => true,
+            };
             let peer = &mut self.peers[p.0 as usize];
-            peer.txq.pop_front();
+            if whole {
+                peer.txq.pop_front();
+            }
             peer.sent += 1;
         }
         let peer = &self.peers[p.0 as usize];
@@ -1327,7 +1559,7 @@ impl<F: Fabric> Engine<F> {
         }
         let reply = self.fab.reply(c);
         let remote = self.fab.remote_number(c);
-        if reply.len() < 20 || reply[..4] != HELLO_MAGIC.to_le_bytes() {
+        if reply.len() < 24 || reply[..4] != HELLO_MAGIC.to_le_bytes() {
             self.peers[i].failed = true;
             self.fail_peer(p);
             return false;
@@ -1337,6 +1569,7 @@ impl<F: Fabric> Engine<F> {
         peer.ring_ip = u32_at(4);
         let slot = u32_at(8);
         peer.credit_token = u64::from_le_bytes(reply[12..20].try_into().expect("8"));
+        peer.eager_max = u32_at(20);
         peer.credit_number = remote;
         if slot < self.cfg.slot {
             // Its slots are smaller than ours: we cannot send it eager messages of our
@@ -1462,7 +1695,6 @@ impl<F: Fabric> Engine<F> {
 
     /// Fills staging slot `s` with `tx` and posts it to `p`'s ring.
     fn post_slot(&mut self, p: PeerId, s: u32, tx: Tx) -> bool {
-        let off = self.cfg.stage_off(s) as usize;
         let seq = self.peers[p.0 as usize].sent as u32;
         let mut h = Header {
             kind: Kind::Fin,
@@ -1489,17 +1721,33 @@ impl<F: Fabric> Engine<F> {
                 Stage::Fin
             }
             Tx::Send(id) => {
-                let eager_max = u64::from(self.cfg.eager_max);
+                let eager_max = self.cfg.eager_max.min(self.peers[p.0 as usize].eager_max);
+                let slot = self.cfg.slot;
                 let send = self.sends.get_mut(&id).expect("queued");
                 h.flags = if send.tagged { wire::TAGGED } else { 0 }
                     | if send.data.is_some() { wire::DATA } else { 0 };
                 h.tag = send.tag;
                 h.data = send.data.unwrap_or(0);
                 h.len = send.len;
-                if send.len <= eager_max {
+                let src = send.owned.as_ref().map_or(send.buf, |v| v.as_ptr());
+                if send.posted > 0 {
+                    // A later slot of a multi-slot eager message: whole slots of its
+                    // bytes, no header.
+                    let at = u64::from(slot) * u64::from(send.posted) - HEADER as u64;
+                    let n = (send.len - at).min(u64::from(slot));
+                    // SAFETY: `at + n <= len`: inside the send's bytes.
+                    payload = Some((unsafe { src.add(at as usize) }, n as usize));
+                    let ok = self.post_stage(p, s, None, payload, Stage::Eager(id));
+                    if ok {
+                        self.slot_posted(id);
+                    }
+                    return ok;
+                }
+                if send.len <= u64::from(eager_max) {
                     h.kind = Kind::Eager;
-                    let src = send.owned.as_ref().map_or(send.buf, |v| v.as_ptr());
-                    payload = Some((src, send.len as usize));
+                    send.slots = eager_slots(slot, send.len);
+                    let first = (u64::from(slot) - HEADER as u64).min(send.len);
+                    payload = Some((src, first as usize));
                     Stage::Eager(id)
                 } else {
                     h.kind = Kind::Rts;
@@ -1530,16 +1778,44 @@ impl<F: Fabric> Engine<F> {
                 }
             }
         };
+        let ok = self.post_stage(p, s, Some(h), payload, stage);
+        if let (true, Tx::Send(id)) = (ok, tx) {
+            self.slot_posted(id);
+        }
+        ok
+    }
+
+    /// A slot of send `id` went out.
+    fn slot_posted(&mut self, id: u64) {
+        let send = self.sends.get_mut(&id).expect("queued");
+        send.posted += 1;
+        send.inflight += 1;
+    }
+
+    /// Fills staging slot `s` with the header `h` (if any) and `payload` and posts it to
+    /// `p`'s ring; it holds `stage` until its request completes.
+    fn post_stage(
+        &mut self,
+        p: PeerId,
+        s: u32,
+        h: Option<Header>,
+        payload: Option<(*const u8, usize)>,
+        stage: Stage,
+    ) -> bool {
+        let off = self.cfg.stage_off(s) as usize;
         // SAFETY: the staging slot lies inside the engine's endpoint and is ours until
-        // its request completes; an eager payload is at most `slot` - 64 bytes.
+        // its request completes; the header and payload fill at most `slot` bytes.
         let slot =
             unsafe { std::slice::from_raw_parts_mut(self.base.add(off), self.cfg.slot as usize) };
-        h.encode(slot);
-        let mut len = HEADER;
+        let mut len = 0;
+        if let Some(h) = h {
+            h.encode(slot);
+            len = HEADER;
+        }
         if let Some((src, n)) = payload {
             if n > 0 {
                 // SAFETY: the send's bytes (its contract, or our own copy).
-                unsafe { std::ptr::copy_nonoverlapping(src, slot[HEADER..].as_mut_ptr(), n) };
+                unsafe { std::ptr::copy_nonoverlapping(src, slot[len..].as_mut_ptr(), n) };
             }
             len += n;
         }

@@ -12,7 +12,7 @@ pub mod matching;
 pub mod wire;
 
 pub use engine::{
-    Accepted, Arrival, Config, Engine, Fabric, PeerAddr, TagCompletion, TagError, TagOp, TagStats,
-    TagStatus,
+    Accepted, Arrival, Config, Engine, Fabric, PeerAddr, RegionKey, RmaOp, TagCompletion, TagError,
+    TagOp, TagStats, TagStatus,
 };
 pub use matching::{Arrived, Matched, Matcher, MsgId, MsgInfo, PeerId, Posted, RecvId, Selector};
