@@ -663,11 +663,14 @@ impl Fabric for DevFabric {
 }
 
 impl DevFabric {
-    /// Starts connecting to `to` from `ep` with `hello` as the private data.
+    /// Starts connecting to `to` from `ep` with `hello` as the private data. Isolated:
+    /// the peer reaches nothing of ours over it (it is only ours to post on; the ring
+    /// has its own listener's isolated connections for what peers send us).
     fn dial(&self, to: PeerAddr, ep: &Endpoint, hello: &[u8]) -> Result<DevConn, Error> {
         let opts = ConnOptions {
             private_data: hello.to_vec(),
             sq_depth: 4096,
+            isolated: true,
             ..self.opts.clone()
         };
         let c = self

@@ -310,3 +310,50 @@ fn one_sided_operations_reach_exposed_regions_and_nothing_else() {
     assert!(region[128..192] == before[128..192]);
     drop(p);
 }
+
+#[test]
+fn a_peer_reaches_nothing_over_the_connection_a_mailbox_opened_to_it() {
+    // `b` is not a mailbox: a plain listener on the service `a` sends to, which accepts
+    // `a`'s connection and then tries to write over it into whatever `a` connected from
+    // (the mailbox's ring, its credit table).
+    let ring = RingPair::new("mbox-iso");
+    let mut a = ring
+        .client
+        .mailbox(&MailboxConfig::new(40))
+        .expect("mailbox a");
+    let cq = ring.server.create_cq(64);
+    let ep = ring
+        .server
+        .alloc_endpoint(4096, Rights::NONE)
+        .expect("endpoint");
+    let l = ring.server.listen(41, &ep, &cq).expect("listen");
+    let to = a.peer(PeerAddr {
+        ip: ring.server.local_addr().ip,
+        service: 41,
+    });
+    a.send(to, Some(1), b"hello", 1).expect("send");
+    let deadline = Instant::now() + T;
+    let c = loop {
+        a.progress();
+        if let Ok(c) = l.accept(Duration::from_millis(1)) {
+            break c;
+        }
+        assert!(Instant::now() < deadline, "a never connected");
+    };
+    let before = a.stats();
+    let wr = WorkRequest::write_inline(7, &[0xee; 32], 0).expect("wr");
+    c.post(&wr.signaled()).expect("post");
+    let wc = loop {
+        a.progress();
+        if let Some(wc) = cq.poll_one() {
+            break wc;
+        }
+        assert!(Instant::now() < deadline, "no completion for the write");
+    };
+    assert_ne!(
+        wc.status,
+        WcStatus::Success,
+        "a write over a mailbox's own connection"
+    );
+    assert_eq!(a.stats().slots, before.slots, "nothing reached the ring");
+}
