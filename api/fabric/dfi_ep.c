@@ -9,7 +9,6 @@
  */
 #include "dfi.h"
 #include <stddef.h>
-#include <time.h>
 
 enum { O_SEND, O_POSTED, O_CLAIMED, O_HELD, O_HELD_CLAIMED };
 
@@ -447,15 +446,10 @@ static int ep_enable(struct dfi_ep *ep) {
 static int ep_close(struct fid *f) {
     LOCK;
     struct dfi_ep *ep = (struct dfi_ep *)f, **pp = &dfi_eps;
-    /* The last sends' completions (at most 2 s), then 10 ms and 100 turns more for
-     * what the mailbox still owes its peers (a FIN, acknowledgements). */
-    struct timespec t0, t;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    for (int turns = 0, ms = 0; ep->mb && (ep->sends ? ms < 2000 : ms < 10 || turns < 100); turns++) {
-        dfi_ep_progress(ep);
-        clock_gettime(CLOCK_MONOTONIC, &t);
-        ms = (int)((t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000);
-    }
+    /* What the mailbox still owes its peers (a FIN, a credit read, acknowledgements
+     * of its last sends): 2 s at most. */
+    if (ep->mb)
+        dd_mailbox_flush(ep->mb, 2000);
     while (*pp != ep)
         pp = &(*pp)->next;
     *pp = ep->next;

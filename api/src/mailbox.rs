@@ -389,6 +389,26 @@ impl Mailbox {
         }
     }
 
+    /// Drives progress until nothing of this mailbox's is in flight or owed to its
+    /// peers (sends, one-sided operations and rendezvous reads complete, FINs and credit
+    /// reads sent and acknowledged), or `timeout` passed: true when it got there.
+    /// Completions stay queued for [`Mailbox::poll`]. Call it before dropping a
+    /// mailbox whose peers may still be reading its rendezvous buffers or waiting for
+    /// its FINs: a drop does not wait.
+    pub fn flush(&mut self, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        loop {
+            self.engine.progress();
+            if self.engine.idle() {
+                return true;
+            }
+            if Instant::now() >= deadline {
+                return false;
+            }
+            std::thread::yield_now();
+        }
+    }
+
     /// What it received, refused and read.
     pub fn stats(&self) -> TagStats {
         self.engine.stats()

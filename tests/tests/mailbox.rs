@@ -357,3 +357,84 @@ fn a_peer_reaches_nothing_over_the_connection_a_mailbox_opened_to_it() {
     );
     assert_eq!(a.stats().slots, before.slots, "nothing reached the ring");
 }
+
+#[test]
+fn a_flushed_mailbox_owes_its_peers_nothing_when_it_goes() {
+    // `b`'s device has a worker of its own (it acknowledges what reaches it without
+    // `b` being driven); `a`'s progress is inline (only `a`'s calls move it).
+    let mut p = pair("mbox-flush", ConnOptions::default());
+    let to_a = p.b.peer(p.a.addr());
+    // A rendezvous message: `a` reads it, then owes `b` a FIN.
+    let msg = pattern(256 * 1024, 3);
+    // SAFETY: `msg` outlives the send (we wait for its completion below).
+    unsafe {
+        p.b.send_raw(to_a, Some(5), None, msg.as_ptr(), msg.len(), 1, false)
+    }
+    .expect("send");
+    let mut buf = vec![0u8; msg.len()];
+    // SAFETY: `buf` outlives the receive.
+    unsafe {
+        p.a.recv(Selector::tag(5), true, buf.as_mut_ptr(), buf.len(), 2)
+    }
+    .expect("recv");
+    let c = wait_for(&mut p, true, TagOp::Recv, 2);
+    assert_eq!(c.status, TagStatus::Success);
+    assert!(buf == msg);
+    // `a` flushes and goes at once; `b`'s send completes.
+    assert!(p.a.flush(T), "a flushed");
+    let Pair { _ring, a, mut b } = p;
+    drop(a);
+    let deadline = Instant::now() + T;
+    let c = loop {
+        if let Some(c) = b.wait(Duration::from_millis(10)) {
+            break c;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "b's rendezvous send never completed"
+        );
+    };
+    assert_eq!(
+        (c.op, c.context, c.status),
+        (TagOp::Send, 1, TagStatus::Success)
+    );
+    assert!(b.flush(T), "b has nothing left in flight");
+    drop(_ring);
+}
+
+#[test]
+fn a_rendezvous_send_fails_when_its_receiver_goes_without_flushing() {
+    let mut p = pair("mbox-gone", ConnOptions::default());
+    let to_a = p.b.peer(p.a.addr());
+    let msg = pattern(256 * 1024, 4);
+    // SAFETY: `msg` outlives the send (we wait for its completion below).
+    unsafe {
+        p.b.send_raw(to_a, Some(6), None, msg.as_ptr(), msg.len(), 1, false)
+    }
+    .expect("send");
+    // `a` sees the announcement, then goes without receiving it: the FIN never comes.
+    let deadline = Instant::now() + T;
+    while p.a.queued().1 == 0 {
+        p.b.progress();
+        p.a.progress();
+        assert!(Instant::now() < deadline, "the message never reached a");
+    }
+    let Pair { _ring, a, mut b } = p;
+    drop(a);
+    // `a`'s device lives on (its progress is inline: driven here), and closes the
+    // mailbox's connections.
+    let c = loop {
+        _ring.client.progress();
+        if let Some(c) = b.wait(Duration::from_millis(1)) {
+            break c;
+        }
+        assert!(Instant::now() < deadline, "b's send never completed");
+    };
+    assert_eq!(
+        (c.op, c.context, c.status),
+        (TagOp::Send, 1, TagStatus::Unreachable)
+    );
+    assert!(b.peer_error(to_a).is_some());
+    assert!(b.flush(T), "b has nothing left in flight");
+    drop(_ring);
+}

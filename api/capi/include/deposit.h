@@ -1144,8 +1144,16 @@ int dd_mailbox_config_init(struct dd_mailbox_config *cfg, uint32_t service);
 // `cfg->service`) into `*out`. Returns `DD_OK` or a `DD_ERR_*` code.
 int dd_mailbox_open(const struct dd_device *dev, const struct dd_mailbox_config *cfg, struct dd_mailbox **out);
 
-// Closes a mailbox (NULL: nothing). Sends and receives not completed are dropped:
-// poll them first.
+// Drives progress until nothing of the mailbox's is in flight or owed to its peers
+// (sends, one-sided operations, rendezvous reads, FINs and credit reads all done and
+// acknowledged) or `timeout_ms` passed. Returns 1 (flushed), 0 (timed out) or a
+// `DD_ERR_*` code. Completions stay queued for `dd_mailbox_poll`. Call it before
+// `dd_mailbox_close` when peers may still be reading this mailbox's buffers.
+int dd_mailbox_flush(struct dd_mailbox *m, uint32_t timeout_ms);
+
+// Closes a mailbox (NULL: nothing) at once. Sends and receives not completed are
+// dropped (poll them first), and what its peers were still owed is not sent:
+// `dd_mailbox_flush` first.
 void dd_mailbox_close(struct dd_mailbox *m);
 
 // The mailbox's address: the node's IPv4 address (4 bytes, network order) into

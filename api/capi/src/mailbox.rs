@@ -256,8 +256,24 @@ pub unsafe extern "C" fn dd_mailbox_open(
     })
 }
 
-/// Closes a mailbox (NULL: nothing). Sends and receives not completed are dropped:
-/// poll them first.
+/// Drives progress until nothing of the mailbox's is in flight or owed to its peers
+/// (sends, one-sided operations, rendezvous reads, FINs and credit reads all done and
+/// acknowledged) or `timeout_ms` passed. Returns 1 (flushed), 0 (timed out) or a
+/// `DD_ERR_*` code. Completions stay queued for `dd_mailbox_poll`. Call it before
+/// `dd_mailbox_close` when peers may still be reading this mailbox's buffers.
+#[no_mangle]
+pub unsafe extern "C" fn dd_mailbox_flush(m: *mut dd_mailbox, timeout_ms: u32) -> c_int {
+    guard_count(|| {
+        let m = mb(m)?;
+        Ok(c_int::from(m.flush(std::time::Duration::from_millis(
+            u64::from(timeout_ms),
+        ))))
+    })
+}
+
+/// Closes a mailbox (NULL: nothing) at once. Sends and receives not completed are
+/// dropped (poll them first), and what its peers were still owed is not sent:
+/// `dd_mailbox_flush` first.
 #[no_mangle]
 pub unsafe extern "C" fn dd_mailbox_close(m: *mut dd_mailbox) {
     crate::release(m);

@@ -601,6 +601,9 @@ pub struct Engine<F: Fabric> {
     scratch: Vec<PeerId>,
     stats: TagStats,
     rma: rma::Rmas<F::Conn, F::Region>,
+    /// Peers with rendezvous sends of ours not yet ended (their buffers registered),
+    /// and how many: watched, so that a peer that goes fails them.
+    rndv_peers: HashMap<PeerId, u32>,
 }
 
 impl<F: Fabric> std::fmt::Debug for Engine<F> {
@@ -666,6 +669,7 @@ impl<F: Fabric> Engine<F> {
             scratch: Vec::new(),
             stats: TagStats::default(),
             rma: rma::Rmas::default(),
+            rndv_peers: HashMap::new(),
         })
     }
 
@@ -933,6 +937,18 @@ impl<F: Fabric> Engine<F> {
         self.done.len()
     }
 
+    /// Nothing of ours is in flight or owed: every send and one-sided operation
+    /// completed, no rendezvous read is under way, nothing waits for a peer (a FIN, a
+    /// credit), and every staging slot's request was acknowledged. Completions may
+    /// still wait to be polled.
+    pub fn idle(&self) -> bool {
+        self.sends.is_empty()
+            && self.reads.is_empty()
+            && self.busy.is_empty()
+            && self.rma.ops.is_empty()
+            && self.stage_free.len() == self.stage.len()
+    }
+
     /// One turn: new connections, the ring, the device's completions, queued sends.
     pub fn progress(&mut self) {
         self.fab.drive();
@@ -949,6 +965,37 @@ impl<F: Fabric> Engine<F> {
         busy.clear();
         self.scratch = busy;
         self.rma_progress();
+        self.watch_peers();
+    }
+
+    /// A peer that holds rendezvous messages of ours and whose connection went (it
+    /// closed, or died) fails them: their FINs will never come.
+    fn watch_peers(&mut self) {
+        if self.rndv_peers.is_empty() {
+            return;
+        }
+        let gone: Vec<PeerId> = self
+            .rndv_peers
+            .keys()
+            .copied()
+            .filter(|&p| {
+                let peer = &self.peers[p.0 as usize];
+                peer.ready
+                    && peer.out.as_ref().is_some_and(|c| {
+                        !matches!(
+                            self.fab.state(c),
+                            ConnState::Normal | ConnState::Exceptioned
+                        )
+                    })
+            })
+            .collect();
+        for p in gone {
+            let peer = &mut self.peers[p.0 as usize];
+            peer.ready = false;
+            peer.failed = true;
+            peer.error = Some(format!("{}: its connection closed", peer.addr));
+            self.fail_peer(p);
+        }
     }
 
     // ---- receiving --------------------------------------------------------------
@@ -1375,6 +1422,12 @@ impl<F: Fabric> Engine<F> {
     /// A rendezvous send is over: its token is cancelled, its buffer deregistered.
     fn end_rndv(&mut self, s: &Send) {
         if let Some((token, mem)) = s.rndv {
+            if let Some(n) = self.rndv_peers.get_mut(&s.dest) {
+                *n -= 1;
+                if *n == 0 {
+                    self.rndv_peers.remove(&s.dest);
+                }
+            }
             self.fab.cancel_token(token);
             self.release_mem(mem);
         }
@@ -1585,14 +1638,21 @@ impl<F: Fabric> Engine<F> {
     /// Everything queued for an unreachable peer fails.
     fn fail_peer(&mut self, p: PeerId) {
         let peer = &mut self.peers[p.0 as usize];
-        let txq: Vec<Tx> = peer.txq.drain(..).collect();
+        peer.txq.clear();
         let reads: Vec<u64> = std::mem::take(&mut peer.reads);
-        for tx in txq {
-            if let Tx::Send(id) = tx {
-                if let Some(s) = self.sends.remove(&id) {
-                    self.complete_send(&s, TagStatus::Unreachable);
-                }
-            }
+        // Its sends, queued or waiting for their FIN, fail (a rendezvous message may
+        // have been read meanwhile: its receiver could not tell us).
+        let mut ids: Vec<u64> = self
+            .sends
+            .iter()
+            .filter(|(_, s)| s.dest == p)
+            .map(|(&id, _)| id)
+            .collect();
+        ids.sort_unstable(); // in sending order
+        for id in ids {
+            let s = self.sends.remove(&id).expect("there");
+            self.end_rndv(&s);
+            self.complete_send(&s, TagStatus::Unreachable);
         }
         for id in reads {
             if let Some(rd) = self.reads.remove(&id) {
@@ -1772,6 +1832,7 @@ impl<F: Fabric> Engine<F> {
                         };
                         let m = self.keep_mem(mem);
                         self.sends.get_mut(&id).expect("queued").rndv = Some((token, m));
+                        *self.rndv_peers.entry(p).or_default() += 1;
                     }
                     h.token = self.sends[&id].rndv.expect("made").0;
                     Stage::Rts(id)

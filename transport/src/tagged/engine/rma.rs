@@ -70,7 +70,7 @@ struct RConn<C> {
     queue: VecDeque<u64>,
 }
 
-struct Rma {
+pub(super) struct Rma {
     context: u64,
     op: RmaOp,
     addr: u64,
@@ -88,7 +88,7 @@ pub(super) struct Rmas<C, R> {
     /// Our regions by key.
     regions: HashMap<u64, R>,
     conns: HashMap<(PeerId, u64), RConn<C>>,
-    ops: HashMap<u64, Rma>,
+    pub(super) ops: HashMap<u64, Rma>,
     next: u64,
     turns: u32,
 }
