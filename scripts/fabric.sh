@@ -4,7 +4,10 @@
 # says which file is which): target/release/libdeposit-fi.so, which libfabric loads
 # from FI_PROVIDER_PATH. Then `fi_info -p deposit` must list it, and fi_pingpong runs
 # between two processes over memif (FI_EP_RDM): with --check, with data checks (-c)
-# in FI_MSG and FI_TAGGED mode over every size (-S all) with few iterations, then RMA
+# in FI_MSG and FI_TAGGED mode over every size (-S all) with few iterations, the same
+# over connected endpoints (FI_EP_MSG: passive endpoint, connect, accept), connection
+# management's events checked (api/fabric/cm_check.c: reject, accept, private data,
+# fi_getpeer, shutdown), then RMA
 # and atomics checked byte for byte (api/fabric/rma_check.c), then wait objects,
 # counters and iovecs (api/fabric/wait_check.c: fi_cq_sread asleep on FI_WAIT_FD,
 # the FI_GETWAIT fd in epoll with fi_trywait, fi_cntr, fi_sendv/fi_recvv); otherwise
@@ -51,6 +54,18 @@ pingpong() {
     return "$rc"
 }
 
+# Builds and runs api/fabric/NAME.c (it forks into two processes joined by memif).
+check_prog() {
+    local name=$1 what=$2 s rc=0
+    shift 2
+    gcc -std=gnu11 -O2 -Wall -Wextra -Werror "api/fabric/$name.c" -lfabric -o "$lib/$name"
+    s=$(mktemp -u "/tmp/deposit-$name.XXXXXX.sock")
+    echo "== $name${*:+ $*} $what"
+    timeout 120 "$lib/$name" "$s" "$@" || rc=$?
+    rm -f "$s"
+    ((rc == 0)) || { echo "fabric: $name $* failed" >&2; exit 1; }
+}
+
 # fi_pingpong -p PROV between namespaces ddfa (server) and ddfb over bridge ddfbr.
 bridged() {
     local prov=$1 rc=0 log
@@ -94,24 +109,19 @@ elif ((check)); then
     pingpong -c -S all -I 20 | tail -4
     echo "== fi_pingpong -p deposit -e rdm -m tagged -c -I 200 (FI_TAGGED)"
     pingpong -m tagged -c -I 200
+    # A later -e wins: connected endpoints (passive endpoint, FI_CONNREQ, fi_accept,
+    # FI_CONNECTED, fi_shutdown).
+    echo "== fi_pingpong -p deposit -e msg -c -S all -I 20 (FI_EP_MSG, every byte checked)"
+    pingpong -e msg -c -S all -I 20 | tail -4
+    echo "== fi_pingpong -p deposit -e msg -m tagged -c -I 200 (FI_EP_MSG, FI_TAGGED)"
+    pingpong -e msg -m tagged -c -I 200
     # RMA and atomics (api/fabric/rma_check.c): a target and an initiator over memif,
-    # every byte of the target's region checked, with virtual addresses and offsets.
-    gcc -std=gnu11 -O2 -Wall -Wextra -Werror api/fabric/rma_check.c -lfabric -o "$lib/rma_check"
-    for mode in "" --offsets; do
-        s=$(mktemp -u /tmp/deposit-rma.XXXXXX.sock)
-        echo "== rma_check $mode (fi_write/fi_read/fi_atomic/fi_fetch_atomic/fi_compare_atomic)"
-        rc=0
-        timeout 120 "$lib/rma_check" "$s" ${mode:+"$mode"} || rc=$?
-        rm -f "$s"
-        ((rc == 0)) || { echo "fabric: rma_check $mode failed" >&2; exit 1; }
-    done
-    gcc -std=gnu11 -O2 -Wall -Wextra -Werror api/fabric/wait_check.c -lfabric -o "$lib/wait_check"
-    s=$(mktemp -u /tmp/deposit-wait.XXXXXX.sock)
-    echo "== wait_check (FI_WAIT_FD: fi_cq_sread, epoll + fi_trywait; fi_cntr; iovecs)"
-    rc=0
-    timeout 120 "$lib/wait_check" "$s" || rc=$?
-    rm -f "$s"
-    ((rc == 0)) || { echo "fabric: wait_check failed" >&2; exit 1; }
+    # every byte of the target's region checked, with virtual addresses and offsets;
+    # connection management (cm_check.c); wait objects, counters, iovecs (wait_check.c).
+    check_prog rma_check "(fi_write/fi_read/fi_atomic/fi_fetch_atomic/fi_compare_atomic)"
+    check_prog rma_check "(the same, FI_MR_VIRT_ADDR off)" --offsets
+    check_prog cm_check "(FI_EP_MSG: FI_CONNREQ, fi_reject, fi_accept, FI_CONNECTED, fi_getpeer, fi_shutdown)"
+    check_prog wait_check "(FI_WAIT_FD: fi_cq_sread, epoll + fi_trywait; fi_cntr; iovecs)"
 else
     (($#)) || set -- -I 10000
     echo "== fi_pingpong -p deposit -e rdm $* (two processes, memif)"

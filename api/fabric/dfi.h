@@ -7,6 +7,7 @@
  *   dfi_domain.c  the device (from DEPOSIT_FI_*), domain, progress, memory regions
  *   dfi_av.c      address vectors        dfi_cq.c   completion queues, counters, waits
  *   dfi_ep.c      endpoints: messages    dfi_rma.c  RMA and atomics (the initiator)
+ *   dfi_cm.c      FI_EP_MSG: passive endpoints, connections, event queues
  * How each call maps, the environment, what is not provided: docs/design.md §12,
  * "The libfabric provider".
  */
@@ -70,6 +71,14 @@ struct dfi_av {
 };
 
 struct dfi_op;
+struct dfi_eq;
+struct cm_msg;
+
+/* FI_EP_MSG: the tag bit of connection management (dfi_cm.c), private data carried,
+ * and a connected endpoint's state. */
+#define DFI_CM_TAG (1ull << 63)
+#define DFI_CM_DATA 56
+enum { DFI_IDLE, DFI_CONNECTING, DFI_CONNECTED };
 
 struct dfi_ep {
     struct fid_ep fid;
@@ -87,6 +96,11 @@ struct dfi_ep {
     size_t npeer, naddr;
     struct dfi_op *spare, *live; /* free records; posted receives, claims, held */
     size_t sends, nheld;         /* sends and RMA not yet complete; held peeked messages */
+    /* FI_EP_MSG: its event queue, state, peer and the CM message it listens for. */
+    int msg, state;
+    struct dfi_eq *eq;
+    uint32_t cm_peer;
+    struct cm_msg *cm_rx;
 };
 
 /* Every entry point holds the domain's lock (recursive) until it returns, and counts
@@ -102,6 +116,8 @@ static inline void dfi_unlock(int *p) { (void)p, pthread_mutex_unlock(&dfi_lock)
     (void)dfi_locked_
 
 /* dfi_domain.c */
+int dfi_device_get(void);
+void dfi_device_put(void);
 extern struct dd_device *dfi_dev;
 extern uint8_t dfi_ip[4];
 extern struct dfi_ep *dfi_eps;
@@ -130,6 +146,15 @@ int dfi_endpoint(struct fid_domain *d, struct fi_info *info, struct fid_ep **out
 void dfi_ep_progress(struct dfi_ep *ep);
 const struct dfi_addr *dfi_av_entry(struct dfi_ep *ep, fi_addr_t a);
 int dfi_to_peer(struct dfi_ep *ep, fi_addr_t a, uint32_t *peer);
+int dfi_ep_enable(struct dfi_ep *ep);
+int dfi_ep_getname(fid_t f, void *addr, size_t *len);
+
+/* dfi_cm.c */
+int dfi_eq_open(struct fid_fabric *fab, struct fi_eq_attr *attr, struct fid_eq **out, void *ctx);
+int dfi_passive_ep(struct fid_fabric *fab, struct fi_info *info, struct fid_pep **out, void *ctx);
+int dfi_cm_enable(struct dfi_ep *ep);
+void dfi_cm_retire(struct dfi_ep *ep, const struct dd_tag_completion *c);
+extern struct fi_ops_cm dfi_msg_cm_ops;
 
 /* dfi_rma.c */
 extern struct fi_ops_rma dfi_rma_ops;

@@ -69,7 +69,7 @@ static void subst(const char *s, char *out, size_t n) {
     out[k] = 0;
 }
 
-static int device_get(void) {
+int dfi_device_get(void) {
     if (dfi_dev) {
         refs++;
         return 0;
@@ -200,8 +200,8 @@ static int mr_regattr(struct fid *dom, const struct fi_mr_attr *a, uint64_t flag
 
 /* ---- the domain object ------------------------------------------------------------ */
 
-static int dom_close(struct fid *f) {
-    free(f);
+/* Lets go of the device (a domain's or a passive endpoint's hold); the last closes it. */
+void dfi_device_put(void) {
     if (dfi_dev && --refs == 0) {
         dfi_cleanup();
         if (getenv("DEPOSIT_FI_STATS")) {
@@ -213,6 +213,11 @@ static int dom_close(struct fid *f) {
         dd_device_close(dfi_dev);
         dfi_dev = NULL;
     }
+}
+
+static int dom_close(struct fid *f) {
+    free(f);
+    dfi_device_put();
     return 0;
 }
 
@@ -228,7 +233,7 @@ static struct fi_ops_mr mr_ops = {sizeof(struct fi_ops_mr), mr_reg, mr_regv, mr_
 int dfi_fabric_domain(struct fid_fabric *fab, struct fi_info *info, struct fid_domain **out, void *ctx) {
     (void)fab;
     dfi_virt_addr = info && info->domain_attr && (info->domain_attr->mr_mode & FI_MR_VIRT_ADDR);
-    int rc = device_get();
+    int rc = dfi_device_get();
     if (rc)
         return rc;
     struct fid_domain *d = calloc(1, sizeof *d);

@@ -5,7 +5,8 @@
  * context, the receive's buffer, a bounce copy for several iovecs); libfabric's probe
  * flags onto peek, claim, recv_claimed and discard, and a held copy of a message for a
  * peek with a buffer (the mailbox's peek gives no bytes). docs/design.md §12 says what
- * each call does; not provided: FI_MULTI_RECV, cancelling a send, FI_EP_MSG.
+ * each call does; not provided: FI_MULTI_RECV, cancelling a send. FI_EP_MSG endpoints are
+ * these with one peer (dfi_cm.c connects them).
  */
 #include "dfi.h"
 #include <stddef.h>
@@ -121,6 +122,11 @@ static void retire(struct dfi_ep *ep, const struct dd_tag_completion *c) {
         return;
     }
     struct dfi_op *o = (struct dfi_op *)(uintptr_t)c->context;
+    if (!o || (void *)o == (void *)ep->cm_rx) { /* connection management's */
+        if (o)
+            dfi_cm_retire(ep, c);
+        return;
+    }
     int recv = c->op == DD_MB_OP_RECV;
     if (o->state == O_HELD)
         return; /* a held message's own receive: the copy is whole, the record stays */
@@ -184,7 +190,12 @@ static ssize_t tx(struct fid_ep *fep, int tagged, const struct iovec *iov, size_
     size_t len;
     if (!ep->mb)
         return -FI_EOPBADSTATE;
-    if (count > IOV_LIMIT || dest == FI_ADDR_UNSPEC || dfi_to_peer(ep, dest, &peer))
+    if (ep->msg && ep->state != DFI_CONNECTED)
+        return -FI_ENOTCONN;
+    if (ep->msg)
+        peer = ep->cm_peer; /* its one peer, whatever `dest` says */
+    if (count > IOV_LIMIT || (ep->msg && tagged && (tag & DFI_CM_TAG)) ||
+        (!ep->msg && (dest == FI_ADDR_UNSPEC || dfi_to_peer(ep, dest, &peer))))
         return -FI_EINVAL;
     struct dfi_op *o = op_get(ep, ctx);
     const void *buf = o ? one_buffer(o, iov, count, &len, 1) : NULL;
@@ -317,8 +328,10 @@ static ssize_t rx(struct fid_ep *fep, int tagged, const struct iovec *iov, size_
     size_t len;
     if (!ep->mb)
         return -FI_EOPBADSTATE;
-    if (!(ep->info->caps & FI_DIRECTED_RECV))
+    if (!(ep->info->caps & FI_DIRECTED_RECV) || ep->msg)
         from = FI_ADDR_UNSPEC;
+    if (ep->msg) /* its application's tags never match connection management's */
+        tag &= ~DFI_CM_TAG, ignore &= ~DFI_CM_TAG;
     if (count > IOV_LIMIT || (!(flags & FI_CLAIM) || (flags & FI_PEEK) ? dfi_to_peer(ep, from, &src) : 0))
         return -FI_EINVAL;
     if (flags & FI_PEEK)
@@ -423,7 +436,7 @@ static struct fi_ops_tagged tag_ops = {
 
 /* ---- the endpoint object ------------------------------------------------------------ */
 
-static int ep_enable(struct dfi_ep *ep) {
+int dfi_ep_enable(struct dfi_ep *ep) {
     LOCK;
     if (ep->mb)
         return 0;
@@ -440,7 +453,7 @@ static int ep_enable(struct dfi_ep *ep) {
         return -FI_ENOMEM;
     }
     ep->eager_max = dd_mailbox_eager_max(ep->mb);
-    return 0;
+    return ep->msg ? dfi_cm_enable(ep) : 0;
 }
 
 static int ep_close(struct fid *f) {
@@ -464,7 +477,7 @@ static int ep_close(struct fid *f) {
     for (int l = 0; l < 2; l++)
         for (struct dfi_op *o = l ? ep->spare : ep->live, *n; o; o = n)
             n = o->next, free(o->bounce), free(o);
-    free(ep->peer), free(ep->addr);
+    free(ep->peer), free(ep->addr), free(ep->cm_rx);
     fi_freeinfo(ep->info);
     free(ep);
     return 0;
@@ -491,6 +504,7 @@ static int ep_bind(struct fid *f, struct fid *b, uint64_t flags) {
         ep->av = (struct dfi_av *)b;
         return 0;
     case FI_CLASS_EQ:
+        ep->eq = (struct dfi_eq *)b;
         return 0;
     default:
         return -FI_ENOSYS;
@@ -499,16 +513,16 @@ static int ep_bind(struct fid *f, struct fid *b, uint64_t flags) {
 
 static int ep_control(struct fid *f, int command, void *arg) {
     (void)arg;
-    return command == FI_ENABLE ? ep_enable((struct dfi_ep *)f) : -FI_ENOSYS;
+    return command == FI_ENABLE ? dfi_ep_enable((struct dfi_ep *)f) : -FI_ENOSYS;
 }
 
-static int ep_getname(fid_t f, void *addr, size_t *len) {
+int dfi_ep_getname(fid_t f, void *addr, size_t *len) {
     struct dfi_ep *ep = (struct dfi_ep *)f;
     size_t have = *len;
     *len = sizeof(struct dfi_addr);
     if (have < sizeof(struct dfi_addr))
         return -FI_ETOOSMALL;
-    int rc = ep_enable(ep);
+    int rc = dfi_ep_enable(ep);
     struct dfi_addr a = {{dfi_ip[0], dfi_ip[1], dfi_ip[2], dfi_ip[3]}, ep->service};
     memcpy(addr, &a, sizeof a);
     return rc;
@@ -542,7 +556,7 @@ static struct fi_ops_ep ep_ops = {
     .tx_size_left = (void *)dfi_nosys_ssize,
 };
 static struct fi_ops_cm cm_ops = {
-    .size = sizeof(struct fi_ops_cm), .setname = (void *)dfi_nosys, .getname = ep_getname,
+    .size = sizeof(struct fi_ops_cm), .setname = (void *)dfi_nosys, .getname = dfi_ep_getname,
     .getpeer = (void *)dfi_nosys, .connect = (void *)dfi_nosys, .listen = (void *)dfi_nosys,
     .accept = (void *)dfi_nosys, .reject = (void *)dfi_nosys, .shutdown = (void *)dfi_nosys,
     .join = (void *)dfi_nosys,
@@ -550,7 +564,8 @@ static struct fi_ops_cm cm_ops = {
 
 int dfi_endpoint(struct fid_domain *d, struct fi_info *info, struct fid_ep **out, void *ctx) {
     (void)d;
-    if (info->ep_attr && info->ep_attr->type != FI_EP_RDM && info->ep_attr->type != FI_EP_UNSPEC)
+    int msg = info->ep_attr && info->ep_attr->type == FI_EP_MSG;
+    if (info->ep_attr && !msg && info->ep_attr->type != FI_EP_RDM && info->ep_attr->type != FI_EP_UNSPEC)
         return -FI_ENOSYS;
     struct dfi_ep *ep = calloc(1, sizeof *ep);
     if (!ep || !(ep->info = fi_dupinfo(info))) {
@@ -558,7 +573,8 @@ int dfi_endpoint(struct fid_domain *d, struct fi_info *info, struct fid_ep **out
         return -FI_ENOMEM;
     }
     ep->fid.fid.fclass = FI_CLASS_EP, ep->fid.fid.context = ctx, ep->fid.fid.ops = &ep_fi_ops;
-    ep->fid.ops = &ep_ops, ep->fid.cm = &cm_ops, ep->fid.msg = &msg_ops, ep->fid.tagged = &tag_ops;
+    ep->fid.ops = &ep_ops, ep->fid.cm = msg ? &dfi_msg_cm_ops : &cm_ops, ep->fid.msg = &msg_ops;
+    ep->fid.tagged = &tag_ops, ep->msg = msg;
     ep->fid.rma = &dfi_rma_ops, ep->fid.atomic = &dfi_atomic_ops;
     LOCK;
     ep->next = dfi_eps, dfi_eps = ep;

@@ -1,14 +1,13 @@
 /* The provider, fi_getinfo's answer, the fabric and its event queue.
  *
- * One answer: FI_EP_RDM with FI_MSG, FI_TAGGED (FI_DIRECTED_RECV, FI_SOURCE,
- * FI_REMOTE_CQ_DATA), and where the application takes the provider's memory keys
- * (FI_MR_PROV_KEY) FI_RMA and FI_ATOMIC; manual progress; sends complete as the
- * mailbox completes them (FI_TRANSMIT_COMPLETE: an eager message is in the receiver's
- * ring, a rendezvous one read into the receive's buffer). Event queues stay empty (an
- * RDM endpoint reports no connection events; fi_pingpong opens one anyway).
+ * Two answers, as the hints allow: FI_EP_RDM with FI_MSG, FI_TAGGED (FI_DIRECTED_RECV,
+ * FI_SOURCE, FI_REMOTE_CQ_DATA), and where the application takes the provider's memory
+ * keys (FI_MR_PROV_KEY) FI_RMA and FI_ATOMIC; and FI_EP_MSG with the same but source
+ * addresses and directed receives (dfi_cm.c connects it). Manual progress; sends
+ * complete as the mailbox completes them (FI_TRANSMIT_COMPLETE: an eager message is in
+ * the receiver's ring, a rendezvous one read into the receive's buffer).
  */
 #include "dfi.h"
-#include <time.h>
 
 int dfi_nosys() { return -FI_ENOSYS; }
 ssize_t dfi_nosys_ssize() { return -FI_ENOSYS; }
@@ -18,34 +17,10 @@ int dfi_close_free(struct fid *f) {
     return 0;
 }
 
-static ssize_t eq_empty() { return -FI_EAGAIN; }
-static ssize_t eq_sread(struct fid_eq *eq, uint32_t *ev, void *buf, size_t len, int timeout, uint64_t flags) {
-    (void)eq, (void)ev, (void)buf, (void)len, (void)flags;
-    if (timeout > 0)
-        nanosleep(&(struct timespec){timeout / 1000, (long)(timeout % 1000) * 1000000}, NULL);
-    return -FI_EAGAIN;
-}
-static struct fi_ops eq_fi_ops = FI_OPS(dfi_close_free, dfi_nosys, dfi_nosys);
-static struct fi_ops_eq eq_ops = {
-    .size = sizeof(struct fi_ops_eq), .read = (void *)eq_empty, .readerr = (void *)eq_empty,
-    .write = (void *)dfi_nosys_ssize,
-    .sread = eq_sread, .strerror = (void *)dfi_strerror,
-};
-
-static int fab_eq_open(struct fid_fabric *fab, struct fi_eq_attr *attr, struct fid_eq **out, void *ctx) {
-    (void)fab, (void)attr;
-    struct fid_eq *eq = calloc(1, sizeof *eq);
-    if (!eq)
-        return -FI_ENOMEM;
-    eq->fid.fclass = FI_CLASS_EQ, eq->fid.context = ctx, eq->fid.ops = &eq_fi_ops, eq->ops = &eq_ops;
-    *out = eq;
-    return 0;
-}
-
 static struct fi_ops fab_fi_ops = FI_OPS(dfi_close_free, dfi_nosys, dfi_nosys);
 static struct fi_ops_fabric fab_ops = {
-    .size = sizeof(struct fi_ops_fabric), .domain = dfi_fabric_domain, .passive_ep = (void *)dfi_nosys,
-    .eq_open = fab_eq_open, .wait_open = (void *)dfi_nosys, .trywait = dfi_trywait,
+    .size = sizeof(struct fi_ops_fabric), .domain = dfi_fabric_domain, .passive_ep = dfi_passive_ep,
+    .eq_open = dfi_eq_open, .wait_open = (void *)dfi_nosys, .trywait = dfi_trywait,
 };
 
 static int prov_fabric(struct fi_fabric_attr *attr, struct fid_fabric **out, void *ctx) {
@@ -64,12 +39,11 @@ static int prov_fabric(struct fi_fabric_attr *attr, struct fid_fabric **out, voi
     (FI_MSG | FI_TAGGED | FI_SEND | FI_RECV | FI_SOURCE | FI_DIRECTED_RECV | FI_REMOTE_CQ_DATA |   \
      FI_LOCAL_COMM | FI_REMOTE_COMM | ONE_SIDED)
 
-static int prov_getinfo(uint32_t version, const char *node, const char *service, uint64_t flags,
-                        const struct fi_info *hints, struct fi_info **info) {
-    (void)version, (void)node, (void)service, (void)flags;
+/* One answer of endpoint type `type` (FI_EP_RDM or FI_EP_MSG). */
+static int one_info(enum fi_ep_type type, const struct fi_info *hints, struct fi_info **info) {
     if (hints) {
         if ((hints->caps & ~CAPS) ||
-            (hints->ep_attr && hints->ep_attr->type != FI_EP_UNSPEC && hints->ep_attr->type != FI_EP_RDM) ||
+            (hints->ep_attr && hints->ep_attr->type != FI_EP_UNSPEC && hints->ep_attr->type != type) ||
             (hints->fabric_attr && hints->fabric_attr->prov_name &&
              !strstr(hints->fabric_attr->prov_name, PROV_NAME)) ||
             (hints->domain_attr && hints->domain_attr->mr_mode & FI_MR_BASIC))
@@ -78,7 +52,9 @@ static int prov_getinfo(uint32_t version, const char *node, const char *service,
     /* One-sided operations need the application to take our keys (FI_MR_PROV_KEY);
      * addresses are virtual addresses where it asks for that, offsets otherwise. */
     uint64_t app_mr = hints && hints->domain_attr ? (uint64_t)hints->domain_attr->mr_mode : ~0ull;
-    uint64_t caps = hints && hints->caps ? hints->caps : CAPS;
+    /* A connected endpoint has one peer: no source addresses, no directed receives. */
+    uint64_t all = type == FI_EP_MSG ? CAPS & ~(uint64_t)(FI_SOURCE | FI_DIRECTED_RECV) : CAPS;
+    uint64_t caps = hints && hints->caps ? hints->caps & all : all;
     if ((caps & ONE_SIDED) && !(app_mr & FI_MR_PROV_KEY)) {
         if (hints && hints->caps)
             return -FI_ENODATA;
@@ -95,8 +71,14 @@ static int prov_getinfo(uint32_t version, const char *node, const char *service,
     r->caps = caps, r->msg_order = FI_ORDER_SAS, r->comp_order = FI_ORDER_NONE, r->size = 4096;
     r->iov_limit = IOV_LIMIT;
     struct fi_ep_attr *e = fi->ep_attr;
-    e->type = FI_EP_RDM, e->protocol = FI_PROTO_UNSPEC, e->max_msg_size = MAX_MSG, e->tx_ctx_cnt = 1;
-    e->rx_ctx_cnt = 1, e->mem_tag_format = 0xAAAAAAAAAAAAAAAAull; /* FI_TAG_GENERIC */
+    e->type = type, e->protocol = FI_PROTO_UNSPEC, e->max_msg_size = MAX_MSG, e->tx_ctx_cnt = 1;
+    /* FI_TAG_GENERIC; MSG endpoints keep the top bit for connection management. */
+    e->rx_ctx_cnt = 1, e->mem_tag_format = type == FI_EP_MSG ? 0x2AAAAAAAAAAAAAAAull : 0xAAAAAAAAAAAAAAAAull;
+    if (type == FI_EP_MSG && hints && hints->dest_addr && hints->dest_addrlen == sizeof(struct dfi_addr) &&
+        (fi->dest_addr = malloc(sizeof(struct dfi_addr)))) {
+        memcpy(fi->dest_addr, hints->dest_addr, sizeof(struct dfi_addr));
+        fi->dest_addrlen = sizeof(struct dfi_addr);
+    }
     struct fi_domain_attr *d = fi->domain_attr;
     d->name = strdup(PROV_NAME), d->threading = FI_THREAD_DOMAIN, d->resource_mgmt = FI_RM_ENABLED;
     d->control_progress = FI_PROGRESS_MANUAL, d->data_progress = FI_PROGRESS_MANUAL, d->av_type = FI_AV_UNSPEC;
@@ -106,6 +88,24 @@ static int prov_getinfo(uint32_t version, const char *node, const char *service,
     fi->fabric_attr->name = strdup(PROV_NAME);
     fi->fabric_attr->prov_version = PROV_VERSION, fi->fabric_attr->api_version = API_VERSION;
     *info = fi;
+    return 0;
+}
+
+/* FI_EP_RDM, then FI_EP_MSG, as the hints allow. */
+static int prov_getinfo(uint32_t version, const char *node, const char *service, uint64_t flags,
+                        const struct fi_info *hints, struct fi_info **info) {
+    (void)version, (void)node, (void)service;
+    struct fi_info *rdm = NULL, *msg = NULL;
+    /* A utility provider (ofi_rxm) asking for a core to layer its RDM over (libfabric's
+     * internal OFI_CORE_PROV_ONLY) gets no MSG endpoint: ours is native RDM, and Open
+     * MPI, matching provider names by prefix, would take "deposit;ofi_rxm" first. */
+    int layering = !!(flags & (1ULL << 59));
+    int a = one_info(FI_EP_RDM, hints, &rdm), b = layering ? -FI_ENODATA : one_info(FI_EP_MSG, hints, &msg);
+    if (a && b)
+        return a == -FI_ENODATA ? b : a;
+    if (rdm)
+        rdm->next = msg;
+    *info = rdm ? rdm : msg;
     return 0;
 }
 

@@ -32,31 +32,12 @@
 #include <time.h>
 #include <unistd.h>
 
+#define CHECK_NAME "rma_check"
+#include "check.h"
+
 #define LEN 65536
 #define GUARD 64
 #define AT_WORD 8192 /* the atomics' words */
-
-static const char *role;
-static int failures;
-
-#define CHECK(cond, ...)                                                                 \
-    do {                                                                                 \
-        if (!(cond)) {                                                                   \
-            fprintf(stderr, "rma_check %s: line %d: ", role, __LINE__);                  \
-            fprintf(stderr, __VA_ARGS__);                                                \
-            fprintf(stderr, "\n");                                                       \
-            failures++;                                                                  \
-        }                                                                                \
-    } while (0)
-
-#define CALL(expr)                                                                       \
-    do {                                                                                 \
-        int rc_ = (int)(expr);                                                           \
-        if (rc_) {                                                                       \
-            fprintf(stderr, "rma_check %s: %s: %s\n", role, #expr, fi_strerror(-rc_));  \
-            exit(1);                                                                     \
-        }                                                                                \
-    } while (0)
 
 static uint8_t first(size_t i) { return (uint8_t)(i * 7 + 1); }
 static uint8_t second(size_t i) { return (uint8_t)(i * 13 + 5); }

@@ -37,27 +37,8 @@
 #include <time.h>
 #include <unistd.h>
 
-static const char *role;
-static int failures;
-
-#define CHECK(cond, ...)                                                                 \
-    do {                                                                                 \
-        if (!(cond)) {                                                                   \
-            fprintf(stderr, "wait_check %s: line %d: ", role, __LINE__);                 \
-            fprintf(stderr, __VA_ARGS__);                                                \
-            fprintf(stderr, "\n");                                                       \
-            failures++;                                                                  \
-        }                                                                                \
-    } while (0)
-
-#define CALL(expr)                                                                       \
-    do {                                                                                 \
-        int rc_ = (int)(expr);                                                           \
-        if (rc_) {                                                                       \
-            fprintf(stderr, "wait_check %s: %s: %s\n", role, #expr, fi_strerror(-rc_)); \
-            exit(1);                                                                     \
-        }                                                                                \
-    } while (0)
+#define CHECK_NAME "wait_check"
+#include "check.h"
 
 static struct fid_fabric *fabric;
 static struct fid_domain *domain;

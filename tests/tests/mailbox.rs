@@ -380,8 +380,21 @@ fn a_flushed_mailbox_owes_its_peers_nothing_when_it_goes() {
     let c = wait_for(&mut p, true, TagOp::Recv, 2);
     assert_eq!(c.status, TagStatus::Success);
     assert!(buf == msg);
-    // `a` flushes and goes at once; `b`'s send completes.
-    assert!(p.a.flush(T), "a flushed");
+    // `a` flushes (its FIN may wait for a credit `b`'s mailbox grants: `b` is alive and
+    // polled meanwhile, on a thread of its own) and goes at once; `b`'s send completes.
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let (a, b) = (&mut p.a, &mut p.b);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                b.progress();
+                std::thread::yield_now();
+            }
+        });
+        let flushed = a.flush(T);
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        assert!(flushed, "a flushed");
+    });
     let Pair { _ring, a, mut b } = p;
     drop(a);
     let deadline = Instant::now() + T;
