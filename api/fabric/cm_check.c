@@ -65,10 +65,7 @@ static int event(struct cm_event *ev, struct fi_eq_err_entry *err) {
 }
 
 static void open_fabric(const char *sock, int server) {
-    char dev[512];
-    snprintf(dev, sizeof dev, "memif:%s:%s", sock, server ? "server" : "client");
-    setenv("DEPOSIT_FI_DEV", dev, 1);
-    setenv("DEPOSIT_FI_IP", server ? "10.77.0.1" : "10.77.0.2", 1);
+    check_device(sock, server);
     struct fi_info *hints = fi_allocinfo();
     hints->caps = FI_MSG | FI_TAGGED;
     hints->ep_attr->type = FI_EP_MSG;

@@ -72,10 +72,7 @@ static int wait_one(void) {
 }
 
 static void open_all(const char *sock, int server, int offsets) {
-    char dev[512];
-    snprintf(dev, sizeof dev, "memif:%s:%s", sock, server ? "server" : "client");
-    setenv("DEPOSIT_FI_DEV", dev, 1);
-    setenv("DEPOSIT_FI_IP", server ? "10.77.0.1" : "10.77.0.2", 1);
+    check_device(sock, server);
     struct fi_info *hints = fi_allocinfo(), *info;
     hints->caps = FI_MSG | FI_RMA | FI_ATOMIC;
     hints->ep_attr->type = FI_EP_RDM;
