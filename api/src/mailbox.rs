@@ -370,6 +370,12 @@ impl Mailbox {
         self.engine.poll(out)
     }
 
+    /// The oldest completion ready, without a turn of progress ([`Mailbox::progress`]
+    /// first to look for new ones).
+    pub fn take(&mut self) -> Option<TagCompletion> {
+        self.engine.take()
+    }
+
     /// Waits up to `timeout` for a completion, driving progress.
     pub fn wait(&mut self, timeout: Duration) -> Option<TagCompletion> {
         let deadline = Instant::now() + timeout;

@@ -624,17 +624,13 @@ pub unsafe extern "C" fn dd_mailbox_poll(
         if out.is_null() && n > 0 {
             return Err(invalid("out is NULL"));
         }
-        let mut buf = [api::mailbox::EMPTY; 32];
+        // One turn, then what is ready straight into `out` (no staging array: this is
+        // the provider's every poll).
+        m.progress();
         while got < n as usize {
-            let want = (n as usize - got).min(buf.len());
-            let k = m.poll(&mut buf[..want]);
-            for (i, c) in buf[..k].iter().enumerate() {
-                out.add(got + i).write(completion(c));
-            }
-            got += k;
-            if k < want {
-                break;
-            }
+            let Some(c) = m.take() else { break };
+            out.add(got).write(completion(&c));
+            got += 1;
         }
         Ok(got as c_int)
     })

@@ -932,6 +932,11 @@ impl<F: Fabric> Engine<F> {
         n
     }
 
+    /// The oldest completion waiting, without a turn of progress.
+    pub fn take(&mut self) -> Option<TagCompletion> {
+        self.done.pop_front()
+    }
+
     /// Completions waiting to be polled.
     pub fn ready(&self) -> usize {
         self.done.len()
