@@ -19,7 +19,7 @@
 //! [`TagStatus::Refused`]). An operation completes once, in the mailbox's completions,
 //! with [`TagOp::Write`], [`TagOp::Read`] or [`TagOp::Atomic`].
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 
 use super::{fabric, Engine, Fabric, PeerId, TagCompletion, TagError, TagOp, TagStatus, WR_KIND};
 use crate::connection::WR_SIGNALED;
@@ -71,6 +71,8 @@ struct RConn<C> {
 }
 
 pub(super) struct Rma {
+    /// Its connection (peer, key).
+    conn: (PeerId, u64),
     context: u64,
     op: RmaOp,
     addr: u64,
@@ -88,6 +90,8 @@ pub(super) struct Rmas<C, R> {
     /// Our regions by key.
     regions: HashMap<u64, R>,
     conns: HashMap<(PeerId, u64), RConn<C>>,
+    /// The connections whose queues hold something (walked every turn, not all).
+    waiting: HashSet<(PeerId, u64)>,
     pub(super) ops: HashMap<u64, Rma>,
     next: u64,
     turns: u32,
@@ -98,6 +102,7 @@ impl<C, R> Default for Rmas<C, R> {
         Rmas {
             regions: HashMap::new(),
             conns: HashMap::new(),
+            waiting: HashSet::new(),
             ops: HashMap::new(),
             next: 1,
             turns: 0,
@@ -209,6 +214,7 @@ impl<F: Fabric> Engine<F> {
         self.rma.ops.insert(
             id,
             Rma {
+                conn: k,
                 context,
                 op,
                 addr,
@@ -226,6 +232,7 @@ impl<F: Fabric> Engine<F> {
             .expect("made")
             .queue
             .push_back(id);
+        self.rma.waiting.insert(k);
         self.rma_push(k);
         Ok(())
     }
@@ -239,14 +246,8 @@ impl<F: Fabric> Engine<F> {
                 self.fab.serve(r);
             }
         }
-        if self.rma.conns.values().any(|c| !c.queue.is_empty()) {
-            let keys: Vec<_> = self
-                .rma
-                .conns
-                .iter()
-                .filter(|(_, c)| !c.queue.is_empty())
-                .map(|(k, _)| *k)
-                .collect();
+        if !self.rma.waiting.is_empty() {
+            let keys: Vec<_> = self.rma.waiting.iter().copied().collect();
             for k in keys {
                 self.rma_push(k);
             }
@@ -267,6 +268,7 @@ impl<F: Fabric> Engine<F> {
             // The region went (unexposed) or its node: what waits fails, and the next
             // operation connects again.
             let rc = self.rma.conns.remove(&k).expect("there");
+            self.rma.waiting.remove(&k);
             for id in rc.queue {
                 self.rma_end(id, TagStatus::Unreachable);
             }
@@ -288,6 +290,7 @@ impl<F: Fabric> Engine<F> {
                 // Refused (no region with that key there, or no answer), or not a
                 // region's reply.
                 let rc = self.rma.conns.remove(&k).expect("there");
+                self.rma.waiting.remove(&k);
                 for id in rc.queue {
                     self.rma_end(id, TagStatus::Refused);
                 }
@@ -300,6 +303,7 @@ impl<F: Fabric> Engine<F> {
             }
             self.rma.conns.get_mut(&k).expect("there").queue.pop_front();
         }
+        self.rma.waiting.remove(&k);
     }
 
     /// Posts `id`'s requests; true once it needs no more room (all posted, or ended).
@@ -395,8 +399,11 @@ impl<F: Fabric> Engine<F> {
         if t.inflight == 0 && (t.off >= t.len || t.status != TagStatus::Success) {
             let st = t.status;
             // What is still queued of it (a failure half way) is dropped with it.
-            for rc in self.rma.conns.values_mut() {
-                rc.queue.retain(|&q| q != id);
+            if t.off < t.len {
+                let k = t.conn;
+                if let Some(rc) = self.rma.conns.get_mut(&k) {
+                    rc.queue.retain(|&q| q != id);
+                }
             }
             self.rma_end(id, st);
         }
