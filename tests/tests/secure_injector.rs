@@ -92,8 +92,14 @@ fn an_on_path_attacker_gets_every_frame_refused_and_the_data_verifies() {
         refused * 10 >= injected * 8 && refused <= injected + seen,
         "{refused} refused of {injected} injected: {stats:?} {tap:?}"
     );
-    assert!(auth * 10 >= modified * 8, "{stats:?} {tap:?}");
-    assert!(replayed * 10 >= replays * 8, "{stats:?} {tap:?}");
+    // A modified frame is refused by its tag, or as a replay before its tag is
+    // checked when the window already holds its packet number (the original came
+    // first: which of the two depends on timing, 920/1043 of 1163/400 in one run):
+    // together they cover the modified frames and the replays.
+    assert!(
+        (auth + replayed) * 10 >= (modified + replays) * 8 && auth > 0,
+        "{stats:?} {tap:?}"
+    );
     assert!(not_sealed * 10 >= plain * 8, "{stats:?} {tap:?}");
     assert!(
         cm_forged * 10 >= dreqs * 8,

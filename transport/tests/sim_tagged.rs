@@ -1101,3 +1101,112 @@ fn one_sided_operations_outside_a_region_or_its_rights_are_refused() {
     assert!(j.engines[1].unexpose(key));
     assert!(!j.engines[1].unexpose(key));
 }
+
+#[test]
+fn rendezvous_buffers_used_again_are_registered_once_and_land_at_their_offsets() {
+    let mut j = Job::new(2, LinkConfig::default(), 3, cfg());
+    let n = 100_000usize;
+    let big = pattern(3 * n, 9);
+    let mut into = vec![0u8; 3 * n];
+    let p = j.peer(0, 1);
+    // A window of sends of one buffer into one receive buffer (osu_bw's pattern), then
+    // sends from inside the first buffer, received inside the receive buffer.
+    let rounds: Vec<(usize, usize, usize)> = (0..8)
+        .map(|_| (0, 0, 3 * n))
+        .chain([(n, 2 * n, n), (2 * n + 7, 5, n - 7), (0, n, 2 * n)])
+        .collect();
+    for (k, &(from, to, len)) in rounds.iter().enumerate() {
+        let k = k as u64;
+        into.fill(0);
+        // SAFETY: `into` stays until the receive completes (waited for below).
+        unsafe {
+            j.engines[1].recv(
+                Selector::tag(k),
+                true,
+                into[to..].as_mut_ptr(),
+                len as u64,
+                100 + k,
+            )
+        }
+        .expect("recv");
+        // SAFETY: `big` stays until the send completes (waited for below).
+        unsafe {
+            j.engines[0].send(
+                p,
+                Some(k),
+                None,
+                big[from..].as_ptr(),
+                len as u64,
+                200 + k,
+                false,
+            )
+        }
+        .expect("send");
+        let c = j.wait(1, TagOp::Recv, 100 + k);
+        assert_eq!((c.status, c.len), (TagStatus::Success, len as u64));
+        assert!(into[to..to + len] == big[from..from + len], "round {k}");
+        assert!(
+            into[..to].iter().chain(&into[to + len..]).all(|&b| b == 0),
+            "round {k}"
+        );
+        assert_eq!(j.wait(0, TagOp::Send, 200 + k).status, TagStatus::Success);
+    }
+    for h in 0..2 {
+        let s = j.engines[h].stats();
+        assert_eq!(
+            (s.registrations, s.registrations_reused),
+            (1, rounds.len() as u64 - 1),
+            "host {h}: {s:?}"
+        );
+        assert_eq!(j.engines[h].idle_registrations(), 1);
+    }
+    // Many buffers: the cache keeps a bounded number of them.
+    let bufs: Vec<Vec<u8>> = (0..40).map(|i| pattern(n, i as u8)).collect();
+    let mut outs: Vec<Vec<u8>> = (0..40).map(|_| vec![0u8; n]).collect();
+    for (i, (b, o)) in bufs.iter().zip(outs.iter_mut()).enumerate() {
+        let k = 1000 + i as u64;
+        recv(&mut j, 1, Selector::tag(k), true, o, k);
+        // SAFETY: as above.
+        unsafe { j.engines[0].send(p, Some(k), None, b.as_ptr(), n as u64, k, false) }
+            .expect("send");
+    }
+    for (i, (b, o)) in bufs.iter().zip(&outs).enumerate() {
+        let k = 1000 + i as u64;
+        assert_eq!(j.wait(1, TagOp::Recv, k).status, TagStatus::Success);
+        assert_eq!(j.wait(0, TagOp::Send, k).status, TagStatus::Success);
+        assert!(o == b, "buffer {i}");
+    }
+    for h in 0..2 {
+        assert!(j.engines[h].idle_registrations() <= 16, "host {h}");
+    }
+}
+
+#[test]
+fn a_steady_ping_pong_never_waits_for_a_credit_read() {
+    // Credits are read ahead, at half the grant: no round trip of a ping-pong pays a
+    // credit read on top of its message (it took one round in 32 before).
+    let mut j = Job::new(2, LinkConfig::default(), 5, cfg());
+    let rounds = 200u64;
+    let mut times = Vec::new();
+    let mut buf = [0u8; 8];
+    for k in 0..rounds {
+        let t0 = j.net.borrow().now;
+        recv(&mut j, 1, Selector::tag(k), true, &mut buf, 1000 + k);
+        send(&mut j, 0, 1, Some(k), &k.to_le_bytes(), 2000 + k);
+        j.wait(1, TagOp::Recv, 1000 + k);
+        recv(&mut j, 0, Selector::tag(k), true, &mut buf, 3000 + k);
+        send(&mut j, 1, 0, Some(k), &k.to_le_bytes(), 4000 + k);
+        j.wait(0, TagOp::Recv, 3000 + k);
+        assert_eq!(u64::from_le_bytes(buf), k);
+        times.push(j.net.borrow().now - t0);
+    }
+    // The first rounds connect; after them every round takes the same time.
+    let steady = &times[10..];
+    let (lo, hi) = (steady.iter().min().unwrap(), steady.iter().max().unwrap());
+    assert!(hi * 4 <= lo * 5, "round trips {lo}..{hi} ns: {times:?}");
+    for h in 0..2 {
+        let s = j.engines[h].stats();
+        assert_eq!(s.credit_stalls, 0, "host {h}: {s:?}");
+        assert!(s.credit_reads >= rounds / 32, "host {h}: {s:?}");
+    }
+}

@@ -56,7 +56,9 @@
 //! still overwrite slots not yet consumed (other peers' messages) — the ring is shared,
 //! as a verbs shared receive queue is — but it is caught doing so (`bad_sequence`).
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, VecDeque};
+
+use super::ids::{IdMap, IdSet};
 
 use super::matching::{Matcher, MsgId, MsgInfo, PeerId, Posted, Selector};
 use super::wire::{self, Header, Kind, HEADER};
@@ -66,6 +68,7 @@ use crate::tables::{EndpointId, Rights, StoredInstruction};
 use crate::wire::cell::{op, AddrMode};
 use crate::wire::compound::{CompoundRepr, Cond, CondRepr, OpSource, RegOp, RegOpRepr};
 
+mod regs;
 mod rma;
 pub use rma::{RegionKey, RmaOp};
 
@@ -441,6 +444,10 @@ pub struct TagStats {
     /// Credit reads posted, and how many found no new credit.
     pub credit_reads: u64,
     pub credit_stalls: u64,
+    /// Buffers registered (rendezvous, one-sided operations), and uses that found a
+    /// cached registration covering the buffer instead.
+    pub registrations: u64,
+    pub registrations_reused: u64,
 }
 
 const HELLO_MAGIC: u32 = 0x6464_7467; // "ddtg"
@@ -520,7 +527,8 @@ struct Read {
     cookie: u64,
     /// Bytes read: min(message, buffer).
     n: u64,
-    mem: Option<usize>,
+    /// Its buffer's registration and offset in it.
+    mem: Option<(usize, u64)>,
 }
 
 /// What waits for a peer's credit, in sending order.
@@ -547,6 +555,9 @@ struct Peer<C> {
     /// Slots we sent it, and the total its credit word allowed when last read.
     sent: u64,
     limit: u64,
+    /// Where the credit word is read again before the grant runs out (half of the
+    /// last grant sent), so that a steady sender never waits for a credit read.
+    read_ahead: u64,
     credit_inflight: bool,
     credit_at: u64,
     credit_backoff: u64,
@@ -576,25 +587,28 @@ pub struct Engine<F: Fabric> {
     peers: Vec<Peer<F::Conn>>,
     by_addr: HashMap<PeerAddr, PeerId>,
     /// Peers with something queued, connecting or waiting for credit.
-    busy: HashSet<PeerId>,
+    busy: IdSet<PeerId>,
     /// Peers by our number for their connection to our ring.
-    inbound: HashMap<u32, PeerId>,
+    inbound: IdMap<u32, PeerId>,
     tagged: Matcher<Recv, Parked>,
     untagged: Matcher<Recv, Parked>,
     /// Claimed messages by the claimer's context (`FI_CLAIM`).
-    claims: HashMap<u64, (bool, MsgId)>,
+    claims: IdMap<u64, (bool, MsgId)>,
     consumed: u64,
     /// Slots granted and not consumed, over all peers.
     outstanding: u64,
     starving: VecDeque<PeerId>,
     stage: Vec<Stage>,
     stage_free: Vec<u32>,
-    sends: HashMap<u64, Send>,
+    sends: IdMap<u64, Send>,
     next_send: u64,
-    reads: HashMap<u64, Read>,
+    reads: IdMap<u64, Read>,
     next_read: u64,
-    mems: Vec<Option<F::Mem>>,
+    /// Registrations of the application's buffers ([`regs`]): in use, or cached.
+    mems: Vec<Option<regs::Reg<F::Mem>>>,
     mems_free: Vec<usize>,
+    reg_cached: Vec<usize>,
+    reg_clock: u64,
     done: VecDeque<TagCompletion>,
     wcs: Vec<Completion>,
     /// `progress`'s copy of `busy`.
@@ -603,7 +617,7 @@ pub struct Engine<F: Fabric> {
     rma: rma::Rmas<F::Conn, F::Region>,
     /// Peers with rendezvous sends of ours not yet ended (their buffers registered),
     /// and how many: watched, so that a peer that goes fails them.
-    rndv_peers: HashMap<PeerId, u32>,
+    rndv_peers: IdMap<PeerId, u32>,
 }
 
 impl<F: Fabric> std::fmt::Debug for Engine<F> {
@@ -648,28 +662,30 @@ impl<F: Fabric> Engine<F> {
             _ring: ring,
             peers: Vec::new(),
             by_addr: HashMap::new(),
-            busy: HashSet::new(),
-            inbound: HashMap::new(),
+            busy: IdSet::default(),
+            inbound: IdMap::default(),
             tagged: Matcher::new(),
             untagged: Matcher::new(),
-            claims: HashMap::new(),
+            claims: IdMap::default(),
             consumed: 0,
             outstanding: 0,
             starving: VecDeque::new(),
             stage: vec![Stage::Free; cfg.stage as usize],
             stage_free: (0..cfg.stage).rev().collect(),
-            sends: HashMap::new(),
+            sends: IdMap::default(),
             next_send: 1,
-            reads: HashMap::new(),
+            reads: IdMap::default(),
             next_read: 1,
             mems: Vec::new(),
             mems_free: Vec::new(),
+            reg_cached: Vec::new(),
+            reg_clock: 0,
             done: VecDeque::new(),
             wcs: Vec::new(),
             scratch: Vec::new(),
             stats: TagStats::default(),
             rma: rma::Rmas::default(),
-            rndv_peers: HashMap::new(),
+            rndv_peers: IdMap::default(),
         })
     }
 
@@ -725,6 +741,7 @@ impl<F: Fabric> Engine<F> {
             credit_number: 0,
             sent: 0,
             limit: 0,
+            read_ahead: u64::MAX,
             credit_inflight: false,
             credit_at: 0,
             credit_backoff: CREDIT_BACKOFF_MIN,
@@ -1371,8 +1388,8 @@ impl<F: Fabric> Engine<F> {
         let Some(rd) = self.reads.remove(&id) else {
             return;
         };
-        if let Some(m) = rd.mem {
-            self.release_mem(m);
+        if let Some((m, _)) = rd.mem {
+            self.unpin(m);
         }
         let ok = status == WcStatus::Success;
         self.done.push_back(TagCompletion {
@@ -1434,7 +1451,7 @@ impl<F: Fabric> Engine<F> {
                 }
             }
             self.fab.cancel_token(token);
-            self.release_mem(mem);
+            self.unpin(mem);
         }
     }
 
@@ -1530,7 +1547,11 @@ impl<F: Fabric> Engine<F> {
         // A grant never runs more than a ring ahead of what we sent.
         if status == WcStatus::Success && v > peer.limit && v <= peer.sent + slots {
             peer.limit = v;
+            peer.read_ahead = peer.sent + (v - peer.sent).div_ceil(2);
             peer.credit_backoff = CREDIT_BACKOFF_MIN;
+        } else if status == WcStatus::Success && peer.sent < peer.limit {
+            // A read ahead found nothing new yet: read again when the grant runs out.
+            peer.read_ahead = peer.limit;
         } else {
             self.stats.credit_stalls += 1;
             peer.credit_at = now + peer.credit_backoff;
@@ -1571,11 +1592,13 @@ impl<F: Fabric> Engine<F> {
                 peer.txq.pop_front();
             }
             peer.sent += 1;
+            if peer.sent >= peer.read_ahead && peer.sent < peer.limit {
+                // Half the grant is used: read the credit word while the rest goes.
+                self.read_credit(p);
+            }
         }
         let peer = &self.peers[p.0 as usize];
         if peer.txq.is_empty() && peer.reads.is_empty() {
-            // Read ahead while half the grant is left and more may come? Not needed:
-            // the next send reads when it finds none.
             self.busy.remove(&p);
         }
     }
@@ -1726,25 +1749,24 @@ impl<F: Fabric> Engine<F> {
             return true;
         };
         let (buf, n, token) = (rd.recv.buf, rd.n, rd.token);
-        let m = match rd.mem {
+        let (m, off) = match rd.mem {
             Some(m) => m,
             None => {
                 // SAFETY: the receive's contract: its buffer is ours until it completes,
-                // and the registration goes before that (read_done).
-                match unsafe { self.fab.register(buf, n as usize) } {
-                    Ok(mem) => {
-                        let m = self.keep_mem(mem);
+                // and the registration's use ends before that (read_done).
+                match unsafe { self.pin(buf, n as usize) } {
+                    Ok(m) => {
                         self.reads.get_mut(&id).expect("there").mem = Some(m);
                         m
                     }
-                    Err(_) => {
+                    Err(()) => {
                         self.read_done(id, WcStatus::LocalProtectionError);
                         return true;
                     }
                 }
             }
         };
-        let local = self.fab.mem_id(self.mems[m].as_ref().expect("kept"));
+        let local = self.fab.mem_id(self.reg(m));
         let wr = Wqe {
             wr_id: WR_READ | id,
             opcode: WrOpcode::TokenRead { token, offset: 0 },
@@ -1752,7 +1774,7 @@ impl<F: Fabric> Engine<F> {
             remote: Remote::default(),
             len: n as u32,
             source: Source::None,
-            result: Some((local, 0)),
+            result: Some((local, off)),
         };
         let c = self.peers[p.0 as usize].out.as_ref().expect("ready");
         self.fab.post(c, &wr)
@@ -1823,19 +1845,19 @@ impl<F: Fabric> Engine<F> {
                             send.len,
                         );
                         // SAFETY: the send's contract: its bytes stay until it
-                        // completes, and the registration goes before that.
-                        let mem = match unsafe { self.fab.register(buf as *mut u8, len as usize) } {
+                        // completes, and the registration's use ends before that.
+                        let (m, off) = match unsafe { self.pin(buf as *mut u8, len as usize) } {
                             Ok(m) => m,
-                            Err(_) => return self.fail_send(p, id),
+                            Err(()) => return self.fail_send(p, id),
                         };
-                        let token = match self.fab.read_token(&mem, 0, len) {
+                        let mem = &self.mems[m].as_ref().expect("pinned").mem;
+                        let token = match self.fab.read_token(mem, off, len) {
                             Ok(t) => t,
                             Err(_) => {
-                                self.fab.deregister(mem);
+                                self.unpin(m);
                                 return self.fail_send(p, id);
                             }
                         };
-                        let m = self.keep_mem(mem);
                         self.sends.get_mut(&id).expect("queued").rndv = Some((token, m));
                         *self.rndv_peers.entry(p).or_default() += 1;
                     }
@@ -1926,26 +1948,6 @@ impl<F: Fabric> Engine<F> {
             self.complete_send(&s, TagStatus::Transport(WcStatus::LocalProtectionError));
         }
         false
-    }
-
-    fn keep_mem(&mut self, m: F::Mem) -> usize {
-        match self.mems_free.pop() {
-            Some(i) => {
-                self.mems[i] = Some(m);
-                i
-            }
-            None => {
-                self.mems.push(Some(m));
-                self.mems.len() - 1
-            }
-        }
-    }
-
-    fn release_mem(&mut self, i: usize) {
-        if let Some(m) = self.mems.get_mut(i).and_then(Option::take) {
-            self.fab.deregister(m);
-            self.mems_free.push(i);
-        }
     }
 }
 

@@ -21,7 +21,9 @@
 //! stops at the first match; per peer there is nothing unless it has something posted or
 //! waiting.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::ids::IdMap;
 
 /// A peer of the layer above (its index in that layer's address table).
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]
@@ -132,27 +134,27 @@ pub struct Matcher<R, U> {
     /// Posted receives for any source, by posting order.
     any: BTreeMap<u64, (Selector, R)>,
     /// Posted receives for one source, by source then posting order.
-    by_src: HashMap<PeerId, BTreeMap<u64, (Selector, R)>>,
+    by_src: IdMap<PeerId, BTreeMap<u64, (Selector, R)>>,
     next_post: u64,
     /// Unexpected messages by arrival order (what a wildcard receive scans).
     unexpected: BTreeMap<u64, Waiting<U>>,
     /// The same messages' arrival numbers by source (what a directed receive scans).
-    unexpected_by_src: HashMap<PeerId, BTreeSet<u64>>,
+    unexpected_by_src: IdMap<PeerId, BTreeSet<u64>>,
     next_arrival: u64,
     /// Messages claimed by a probe, out of matching until taken.
-    claimed: HashMap<u64, Waiting<U>>,
+    claimed: IdMap<u64, Waiting<U>>,
 }
 
 impl<R, U> Default for Matcher<R, U> {
     fn default() -> Self {
         Matcher {
             any: BTreeMap::new(),
-            by_src: HashMap::new(),
+            by_src: IdMap::default(),
             next_post: 0,
             unexpected: BTreeMap::new(),
-            unexpected_by_src: HashMap::new(),
+            unexpected_by_src: IdMap::default(),
             next_arrival: 0,
-            claimed: HashMap::new(),
+            claimed: IdMap::default(),
         }
     }
 }

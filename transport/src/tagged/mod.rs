@@ -8,6 +8,7 @@
 //!   `deposit` crate's device, or `sim` hosts in tests.
 
 pub mod engine;
+mod ids;
 pub mod matching;
 pub mod wire;
 

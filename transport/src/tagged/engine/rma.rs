@@ -21,6 +21,8 @@
 
 use std::collections::{HashMap, HashSet, VecDeque};
 
+use super::super::ids::IdMap;
+
 use super::{fabric, Engine, Fabric, PeerId, TagCompletion, TagError, TagOp, TagStatus, WR_KIND};
 use crate::connection::WR_SIGNALED;
 use crate::connection::{random_u32, ConnState, Remote, Source, WcStatus, Wqe, WrOpcode};
@@ -81,7 +83,8 @@ pub(super) struct Rma {
     /// Bytes posted; requests in flight; the registration of `buf`.
     off: u64,
     inflight: u32,
-    mem: Option<usize>,
+    /// Its buffer's registration and offset in it.
+    mem: Option<(usize, u64)>,
     status: TagStatus,
 }
 
@@ -92,7 +95,7 @@ pub(super) struct Rmas<C, R> {
     conns: HashMap<(PeerId, u64), RConn<C>>,
     /// The connections whose queues hold something (walked every turn, not all).
     waiting: HashSet<(PeerId, u64)>,
-    pub(super) ops: HashMap<u64, Rma>,
+    pub(super) ops: IdMap<u64, Rma>,
     next: u64,
     turns: u32,
 }
@@ -103,7 +106,7 @@ impl<C, R> Default for Rmas<C, R> {
             regions: HashMap::new(),
             conns: HashMap::new(),
             waiting: HashSet::new(),
-            ops: HashMap::new(),
+            ops: IdMap::default(),
             next: 1,
             turns: 0,
         }
@@ -320,23 +323,22 @@ impl<F: Fabric> Engine<F> {
             self.rma_end(id, TagStatus::Success);
             return true;
         }
-        let m = match mem {
+        let (m, off) = match mem {
             Some(m) => m,
             // SAFETY: the operation's contract: the buffer is ours until it completes,
-            // and the registration goes before that (rma_end).
-            None => match unsafe { self.fab.register(buf, len as usize) } {
-                Ok(mem) => {
-                    let m = self.keep_mem(mem);
+            // and the registration's use ends before that (rma_end).
+            None => match unsafe { self.pin(buf, len as usize) } {
+                Ok(m) => {
                     self.rma.ops.get_mut(&id).expect("queued").mem = Some(m);
                     m
                 }
-                Err(_) => {
+                Err(()) => {
                     self.rma_end(id, TagStatus::Transport(WcStatus::LocalProtectionError));
                     return true;
                 }
             },
         };
-        let local = self.fab.mem_id(self.mems[m].as_ref().expect("kept"));
+        let local = self.fab.mem_id(self.reg(m));
         let t = self.rma.ops.get_mut(&id).expect("queued");
         let conn = &self.rma.conns[&k].conn;
         while t.off < len {
@@ -346,18 +348,18 @@ impl<F: Fabric> Engine<F> {
                     WrOpcode::Write,
                     Source::Endpoint {
                         id: local,
-                        offset: t.off,
+                        offset: off + t.off,
                     },
                     None,
                 ),
-                RmaOp::Read => (WrOpcode::Read, Source::None, Some((local, t.off))),
+                RmaOp::Read => (WrOpcode::Read, Source::None, Some((local, off + t.off))),
                 RmaOp::FetchAdd(add) => {
-                    (WrOpcode::FetchAdd { add }, Source::None, Some((local, 0)))
+                    (WrOpcode::FetchAdd { add }, Source::None, Some((local, off)))
                 }
                 RmaOp::CmpSwap { compare, swap } => (
                     WrOpcode::CmpSwap { compare, swap },
                     Source::None,
-                    Some((local, 0)),
+                    Some((local, off)),
                 ),
             };
             let wr = Wqe {
@@ -414,8 +416,8 @@ impl<F: Fabric> Engine<F> {
         let Some(t) = self.rma.ops.remove(&id) else {
             return;
         };
-        if let Some(m) = t.mem {
-            self.release_mem(m);
+        if let Some((m, _)) = t.mem {
+            self.unpin(m);
         }
         let op = match t.op {
             RmaOp::Write => TagOp::Write,
