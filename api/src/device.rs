@@ -232,6 +232,8 @@ struct Core {
     /// Inline turns taken by the application's calls (the progress guard's clock;
     /// written only by the thread holding `here`).
     turns: AtomicU64,
+    /// The last thread that took a turn (registered with DPDK; `pthread_self`).
+    thread: AtomicU64,
     /// The doorbells of the shard's receive queues (ring ports): the inline wait-fd
     /// helper marks them around its sleeps ([`Core::drive_while_armed`]).
     bells: Vec<Arc<Doorbell>>,
@@ -509,7 +511,7 @@ impl Core {
     /// One turn of the worker, `poll` or `poll_ticked`, unless another thread holds it.
     #[inline]
     fn turn(&self, poll: impl FnOnce(&mut Worker) -> usize) -> usize {
-        port::register_thread();
+        port::register_thread_at(&self.thread);
         match self.here.try_lock() {
             Some(mut w) => {
                 // Only the holder of `here` writes it: no locked increment.
@@ -756,6 +758,7 @@ impl Device {
                     stop: AtomicBool::new(false),
                     progress: cfg.progress,
                     turns: AtomicU64::new(0),
+                    thread: AtomicU64::new(0),
                     bells: w.doorbells(),
                 })
             })

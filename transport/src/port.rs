@@ -57,7 +57,7 @@ pub mod telemetry;
 pub use error::PortError;
 pub use mbuf::Mbuf;
 pub use spec::{MemifRole, PortSpec, RingSide};
-pub use thread::{pin_current_thread_to_nth_cpu, register_thread};
+pub use thread::{pin_current_thread_to_nth_cpu, register_thread, register_thread_at};
 
 use crate::prefetch::{prefetch, prefetch_lines};
 

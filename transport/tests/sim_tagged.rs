@@ -34,6 +34,8 @@ struct SimFabric {
     events: Arc<EventRing>,
     /// The endpoint of no rights connections to regions come from.
     nothing: Option<EndpointId>,
+    /// Every connection it dialed (for tests that close them under the engine).
+    dialed: RefCell<Vec<Arc<ConnShared>>>,
 }
 
 /// A region a sim host exposes: its endpoint, listener queue and accepted connections.
@@ -55,6 +57,7 @@ impl SimFabric {
             accepted: None,
             events: Arc::new(EventRing::new(1)),
             nothing: None,
+            dialed: RefCell::new(Vec::new()),
         }
     }
 
@@ -75,8 +78,11 @@ impl SimFabric {
             .ok_or_else(|| format!("no host {to}"))?;
         let node = &mut net.hosts[self.host].node;
         node.set_now(now);
-        node.connect(addr, to.service, ep, self.cq.clone(), opts)
-            .map_err(|e| e.to_string())
+        let c = node
+            .connect(addr, to.service, ep, self.cq.clone(), opts)
+            .map_err(|e| e.to_string())?;
+        self.dialed.borrow_mut().push(c.clone());
+        Ok(c)
     }
 
     fn options(&self, private: &[u8]) -> ConnectOptions {
@@ -871,6 +877,7 @@ fn a_peer_that_writes_garbage_is_counted_and_cannot_pose_as_another() {
             len: 4,
             token: 0,
             cookie: 0,
+            credit: 0,
         }
         .encode(&mut slot);
         slot[64..].copy_from_slice(b"evil");
@@ -1182,9 +1189,10 @@ fn rendezvous_buffers_used_again_are_registered_once_and_land_at_their_offsets()
 }
 
 #[test]
-fn a_steady_ping_pong_never_waits_for_a_credit_read() {
-    // Credits are read ahead, at half the grant: no round trip of a ping-pong pays a
-    // credit read on top of its message (it took one round in 32 before).
+fn a_steady_ping_pong_never_waits_for_credit() {
+    // Each slot carries the grant of its sender's ring to the receiver: a ping-pong
+    // reads no credit after its first message (it read every 32 and waited for it,
+    // one round in 32 took a read's round trip more).
     let mut j = Job::new(2, LinkConfig::default(), 5, cfg());
     let rounds = 200u64;
     let mut times = Vec::new();
@@ -1206,7 +1214,115 @@ fn a_steady_ping_pong_never_waits_for_a_credit_read() {
     assert!(hi * 4 <= lo * 5, "round trips {lo}..{hi} ns: {times:?}");
     for h in 0..2 {
         let s = j.engines[h].stats();
-        assert_eq!(s.credit_stalls, 0, "host {h}: {s:?}");
-        assert!(s.credit_reads >= rounds / 32, "host {h}: {s:?}");
+        assert_eq!((s.credit_stalls, s.credit_waits), (0, 1), "host {h}: {s:?}");
+        assert_eq!(s.credit_reads, 1, "host {h}: {s:?}");
     }
+}
+
+#[test]
+fn a_one_way_stream_reads_credit_ahead_and_does_not_wait_for_it() {
+    // Nothing comes back to carry the grant: the sender reads the credit word when
+    // half its grant is used, while the rest goes. A sender paced so that its grant
+    // (32 slots) covers the round trip (4 µs simulated) waits only for its first one.
+    let mut j = Job::new(2, LinkConfig::default(), 6, cfg());
+    let n = 1000u64;
+    let mut bufs = vec![[0u8; 8]; n as usize];
+    for (k, b) in bufs.iter_mut().enumerate() {
+        recv(&mut j, 1, Selector::tag(k as u64), true, b, k as u64);
+    }
+    for k in 0..n {
+        send(&mut j, 0, 1, Some(k), &k.to_le_bytes(), k);
+        j.run(500, |_| false);
+    }
+    for k in 0..n {
+        assert_eq!(j.wait(1, TagOp::Recv, k).status, TagStatus::Success);
+    }
+    for (k, b) in bufs.iter().enumerate() {
+        assert_eq!(u64::from_le_bytes(*b), k as u64);
+    }
+    let s = j.engines[0].stats();
+    // A read every half grant (16–20 sends); none found the grant used up.
+    assert!((n / 24..=n / 12).contains(&s.credit_reads), "{s:?}");
+    assert_eq!((s.credit_waits, s.credit_stalls), (1, 0), "{s:?}");
+    // Unpaced, the sender outruns the grant: it waits, once per grant used up, and
+    // every message still arrives in order.
+    let mut j = Job::new(2, LinkConfig::default(), 7, cfg());
+    for (k, b) in bufs.iter_mut().enumerate() {
+        *b = [0; 8];
+        recv(&mut j, 1, Selector::tag(k as u64), true, b, k as u64);
+    }
+    for k in 0..n {
+        send(&mut j, 0, 1, Some(k), &k.to_le_bytes(), k);
+    }
+    for k in 0..n {
+        assert_eq!(j.wait(1, TagOp::Recv, k).status, TagStatus::Success);
+    }
+    for (k, b) in bufs.iter().enumerate() {
+        assert_eq!(u64::from_le_bytes(*b), k as u64);
+    }
+    let s = j.engines[0].stats();
+    assert!(s.credit_waits <= n / 32 + 1, "{s:?}");
+}
+
+#[test]
+fn a_sender_that_goes_in_the_middle_of_a_multi_slot_message_fails_the_receive_it_matched() {
+    use deposit_transport::wire::FrameView;
+    let mut j = Job::new(2, LinkConfig::default(), 11, cfg());
+    // Connected first (a small message), then the link drops host 0's writes from
+    // the first frame of the big message on.
+    let mut small = [0u8; 8];
+    recv(&mut j, 1, Selector::tag(1), true, &mut small, 1);
+    send(&mut j, 0, 1, Some(1), b"hello!!!", 2);
+    assert_eq!(j.wait(1, TagOp::Recv, 1).status, TagStatus::Success);
+    let writes = Rc::new(RefCell::new(0u32));
+    let seen = writes.clone();
+    j.net
+        .borrow_mut()
+        .set_filter(Some(Box::new(move |src, _to, f| {
+            if src != 0 {
+                return false;
+            }
+            let mut v = FrameView::parse(f).ok();
+            let mut carries = false;
+            while let Some(sec) = v {
+                if sec.header.dst_conn != 0 {
+                    carries |= sec.messages().flatten().any(|m| m.payload.len() >= 512);
+                }
+                v = sec.next_section();
+            }
+            if !carries {
+                return false;
+            }
+            *seen.borrow_mut() += 1;
+            *seen.borrow() > 1
+        })));
+    let n = cfg().eager_max as usize; // 17 slots
+    let msg = pattern(n, 3);
+    let mut into = vec![0u8; n];
+    recv(&mut j, 1, Selector::tag(2), true, &mut into, 3);
+    send(&mut j, 0, 1, Some(2), &msg, 4);
+    j.run(2_000_000, |_| *writes.borrow() > 3);
+    assert!(
+        j.completion(1, TagOp::Recv, 3).is_none(),
+        "the message is not whole"
+    );
+    // Host 0 closes its connection (it goes): the receive fails, it does not wait.
+    let conns: Vec<u32> = j.engines[0]
+        .fabric()
+        .dialed
+        .borrow()
+        .iter()
+        .map(|c| c.number)
+        .collect();
+    {
+        let mut net = j.net.borrow_mut();
+        let now = net.now;
+        let node = &mut net.hosts[0].node;
+        node.set_now(now);
+        for c in conns {
+            let _ = node.close(c);
+        }
+    }
+    let c = j.wait(1, TagOp::Recv, 3);
+    assert_eq!((c.status, c.len), (TagStatus::Unreachable, 0));
 }

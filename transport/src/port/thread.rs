@@ -23,6 +23,21 @@ pub fn register_thread() {
     });
 }
 
+/// [`register_thread`] unless `last` names the calling thread already (the last one a
+/// caller registered): a thread-local look-up goes through `__tls_get_addr` in a
+/// library loaded at run time, as by the libfabric provider (~1 % of a small-message
+/// ping-pong, once a turn); `pthread_self` does not.
+#[inline]
+pub fn register_thread_at(last: &std::sync::atomic::AtomicU64) {
+    use std::sync::atomic::Ordering;
+    // SAFETY: pthread_self has no preconditions.
+    let me = unsafe { libc::pthread_self() } as u64;
+    if last.load(Ordering::Relaxed) != me {
+        register_thread();
+        last.store(me, Ordering::Relaxed);
+    }
+}
+
 /// The CPUs the calling thread may run on (its affinity set; empty if it cannot be
 /// read). A process bound by its launcher (`mpirun` binds each rank to a core) sees
 /// only its own.

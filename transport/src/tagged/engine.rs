@@ -444,6 +444,9 @@ pub struct TagStats {
     /// Credit reads posted, and how many found no new credit.
     pub credit_reads: u64,
     pub credit_stalls: u64,
+    /// Times a send found its peer's grant used up and waited for credit (a credit
+    /// read, or the grant carried by the peer's own slots).
+    pub credit_waits: u64,
     /// Buffers registered (rendezvous, one-sided operations), and uses that found a
     /// cached registration covering the buffer instead.
     pub registrations: u64,
@@ -559,6 +562,8 @@ struct Peer<C> {
     /// last grant sent), so that a steady sender never waits for a credit read.
     read_ahead: u64,
     credit_inflight: bool,
+    /// Its grant is used up and a send of ours waits for more (counted once).
+    waiting: bool,
     credit_at: u64,
     credit_backoff: u64,
     txq: VecDeque<Tx>,
@@ -618,6 +623,9 @@ pub struct Engine<F: Fabric> {
     /// Peers with rendezvous sends of ours not yet ended (their buffers registered),
     /// and how many: watched, so that a peer that goes fails them.
     rndv_peers: IdMap<PeerId, u32>,
+    /// Peers that started a multi-slot message (and may have finished it since):
+    /// watched, so that a receive such a message matched fails if its sender goes.
+    assembling: Vec<PeerId>,
 }
 
 impl<F: Fabric> std::fmt::Debug for Engine<F> {
@@ -686,6 +694,7 @@ impl<F: Fabric> Engine<F> {
             stats: TagStats::default(),
             rma: rma::Rmas::default(),
             rndv_peers: IdMap::default(),
+            assembling: Vec::new(),
         })
     }
 
@@ -743,6 +752,7 @@ impl<F: Fabric> Engine<F> {
             limit: 0,
             read_ahead: u64::MAX,
             credit_inflight: false,
+            waiting: false,
             credit_at: 0,
             credit_backoff: CREDIT_BACKOFF_MIN,
             txq: VecDeque::new(),
@@ -993,6 +1003,9 @@ impl<F: Fabric> Engine<F> {
     /// A peer that holds rendezvous messages of ours and whose connection went (it
     /// closed, or died) fails them: their FINs will never come.
     fn watch_peers(&mut self) {
+        if !self.assembling.is_empty() {
+            self.watch_assemblies();
+        }
         if self.rndv_peers.is_empty() {
             return;
         }
@@ -1017,6 +1030,34 @@ impl<F: Fabric> Engine<F> {
             peer.failed = true;
             peer.error = Some(format!("{}: its connection closed", peer.addr));
             self.fail_peer(p);
+        }
+    }
+
+    /// A peer whose connection to our ring went in the middle of a multi-slot message
+    /// will not send the rest: a receive the message matched fails (`Unreachable`),
+    /// and what came of an unmatched one is dropped (it was never visible).
+    fn watch_assemblies(&mut self) {
+        let mut i = 0;
+        while i < self.assembling.len() {
+            let p = self.assembling[i];
+            let peer = &self.peers[p.0 as usize];
+            let alive = peer.assembly.is_some()
+                && peer.inbound.as_ref().is_some_and(|c| {
+                    matches!(
+                        self.fab.state(c),
+                        ConnState::Normal | ConnState::Exceptioned
+                    )
+                });
+            if alive {
+                i += 1;
+                continue;
+            }
+            self.assembling.swap_remove(i);
+            if let Some(a) = self.peers[p.0 as usize].assembly.take() {
+                if let Ok(r) = a.into {
+                    self.complete_recv(r, a.info, a.tagged, 0, TagStatus::Unreachable);
+                }
+            }
         }
     }
 
@@ -1189,6 +1230,9 @@ impl<F: Fabric> Engine<F> {
         }
         peer.consumed += 1;
         self.outstanding -= 1;
+        if h.credit != 0 {
+            self.take_credit(p, h.credit);
+        }
         let tagged = h.flags & wire::TAGGED != 0;
         let info = MsgInfo {
             src: p,
@@ -1214,6 +1258,7 @@ impl<F: Fabric> Engine<F> {
                         Err(v)
                     }
                 };
+                self.assembling.push(p);
                 self.peers[p.0 as usize].assembly = Some(Box::new(Assembly {
                     info,
                     tagged,
@@ -1541,13 +1586,10 @@ impl<F: Fabric> Engine<F> {
         self.stage[s as usize] = Stage::Free;
         self.stage_free.push(s);
         let now = self.fab.now();
-        let slots = u64::from(self.cfg.slots);
+        self.peers[p.0 as usize].credit_inflight = false;
+        let took = status == WcStatus::Success && self.take_credit(p, v);
         let peer = &mut self.peers[p.0 as usize];
-        peer.credit_inflight = false;
-        // A grant never runs more than a ring ahead of what we sent.
-        if status == WcStatus::Success && v > peer.limit && v <= peer.sent + slots {
-            peer.limit = v;
-            peer.read_ahead = peer.sent + (v - peer.sent).div_ceil(2);
+        if took {
             peer.credit_backoff = CREDIT_BACKOFF_MIN;
         } else if status == WcStatus::Success && peer.sent < peer.limit {
             // A read ahead found nothing new yet: read again when the grant runs out.
@@ -1558,6 +1600,24 @@ impl<F: Fabric> Engine<F> {
             peer.credit_backoff = (peer.credit_backoff * 2).min(CREDIT_BACKOFF_MAX);
         }
         self.busy.insert(p);
+    }
+
+    /// `p` grants us `v` slots of its ring in all (its credit word, read or carried
+    /// by a slot of its): taken if it says more than we knew and never more than a ring
+    /// ahead of what we sent. Whether it was taken.
+    fn take_credit(&mut self, p: PeerId, v: u64) -> bool {
+        let slots = u64::from(self.cfg.slots);
+        let peer = &mut self.peers[p.0 as usize];
+        if v <= peer.limit || v > peer.sent + slots {
+            return false;
+        }
+        peer.limit = v;
+        peer.waiting = false;
+        peer.read_ahead = peer.sent + (v - peer.sent).div_ceil(2);
+        if !peer.txq.is_empty() {
+            self.busy.insert(p);
+        }
+        true
     }
 
     // ---- sending ------------------------------------------------------------------
@@ -1572,6 +1632,10 @@ impl<F: Fabric> Engine<F> {
         while let Some(&tx) = self.peers[p.0 as usize].txq.front() {
             let peer = &self.peers[p.0 as usize];
             if peer.sent >= peer.limit {
+                if !peer.waiting {
+                    self.stats.credit_waits += 1;
+                    self.peers[p.0 as usize].waiting = true;
+                }
                 self.read_credit(p);
                 return;
             }
@@ -1782,7 +1846,14 @@ impl<F: Fabric> Engine<F> {
 
     /// Fills staging slot `s` with `tx` and posts it to `p`'s ring.
     fn post_slot(&mut self, p: PeerId, s: u32, tx: Tx) -> bool {
-        let seq = self.peers[p.0 as usize].sent as u32;
+        let peer = &self.peers[p.0 as usize];
+        let seq = peer.sent as u32;
+        // What we grant it rides along: traffic both ways needs no credit reads.
+        let credit = if peer.inbound.is_some() {
+            peer.granted
+        } else {
+            0
+        };
         let mut h = Header {
             kind: Kind::Fin,
             flags: 0,
@@ -1794,6 +1865,7 @@ impl<F: Fabric> Engine<F> {
             len: 0,
             token: 0,
             cookie: 0,
+            credit,
         };
         let mut payload: Option<(*const u8, usize)> = None;
         let stage = match tx {

@@ -14,7 +14,9 @@
 //!                    FIN: the bytes the receiver took
 //! 40  token     u64  RTS: a read token over the sender's buffer; FIN: status (0 done)
 //! 48  cookie    u64  RTS, FIN: the sender's name for the send
-//! 56  zero      u64
+//! 56  credit    u64  the slots of its own ring the sender grants the receiver in all
+//!                    (its credit word for the receiver's connection; 0: none said):
+//!                    credit that rides on traffic both ways needs no credit read
 //! 64  payload   (EAGER)
 //! ```
 //!
@@ -55,6 +57,7 @@ pub struct Header {
     pub len: u64,
     pub token: u64,
     pub cookie: u64,
+    pub credit: u64,
 }
 
 /// Why a slot's header was refused.
@@ -93,7 +96,7 @@ impl Header {
         o[32..40].copy_from_slice(&self.len.to_le_bytes());
         o[40..48].copy_from_slice(&self.token.to_le_bytes());
         o[48..56].copy_from_slice(&self.cookie.to_le_bytes());
-        o[56..64].fill(0);
+        o[56..64].copy_from_slice(&self.credit.to_le_bytes());
     }
 
     /// The header at the start of a slot, for a receiver that takes eager messages of
@@ -107,7 +110,7 @@ impl Header {
             k => return Err(BadHeader::Kind(k)),
         };
         let flags = b[1];
-        if flags & !(TAGGED | DATA) != 0 || b[2..4] != [0; 2] || u64_at(b, 56) != 0 {
+        if flags & !(TAGGED | DATA) != 0 || b[2..4] != [0; 2] {
             return Err(BadHeader::Reserved);
         }
         let h = Header {
@@ -121,6 +124,7 @@ impl Header {
             len: u64_at(b, 32),
             token: u64_at(b, 40),
             cookie: u64_at(b, 48),
+            credit: u64_at(b, 56),
         };
         if kind == Kind::Eager && h.len > eager_max {
             return Err(BadHeader::Length(h.len));
@@ -145,6 +149,7 @@ mod tests {
             len: 1 << 20,
             token: 0x1234_5678_9abc_def0,
             cookie: 99,
+            credit: 1 << 40,
         }
     }
 
@@ -168,7 +173,7 @@ mod tests {
         f[1] |= 0x80;
         assert_eq!(Header::decode(&f, 960), Err(BadHeader::Reserved));
         let mut z = b;
-        z[60] = 1;
+        z[3] = 1;
         assert_eq!(Header::decode(&z, 960), Err(BadHeader::Reserved));
         let mut e = sample();
         e.kind = Kind::Eager;
