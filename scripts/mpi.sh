@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Usage: scripts/mpi.sh [-np N] [--over deposit|tcp|vader] [--pml cm|ob1] [--bridge | --hosts]
-#                      [--mtu M] [--check | --probes | --fi-peek] [-- PROGRAM_ARGS...]
+#                      [--mtu M] [--gso-segs N] [--check | --probes | --fi-peek] [-- PROGRAM_ARGS...]
 # Builds mpi/ddmpi.c (the project's MPI benchmark and check: ping-pong latency,
 # streaming and multi-pair bandwidth, MPI_Allreduce, MPI_Alltoall and a halo exchange
 # checked for correctness; it does not know which network carries it) with mpicc, and
@@ -35,7 +35,10 @@
 # them by scripts/netns-rsh as mpirun's remote shell and reached over the bridge, so
 # that kernel TCP between ranks crosses the same bridge as deposit's af_packet (without
 # it TCP between ranks goes over loopback). `--mtu M` sets the bridge's and the veths'
-# MTU (af_packet sizes its frames from it).
+# MTU (af_packet sizes its frames from it). `--gso-segs N` (with --hosts) caps the
+# segments of one kernel send on every veth and the bridge (`gso_max_segs`): with 1,
+# kernel TCP puts one MTU-sized frame at a time on the wire, as deposit's af_packet port
+# does, instead of 64 KiB super-frames the veths never split (a frame-rate comparison).
 # `--check` runs ddmpi's checks only; DDMPI_PROG=PROGRAM runs another MPI program
 # instead (with PROGRAM_ARGS).
 # `--compare [ROUNDS]` (2 ranks, memif) measures where MPI users look, rounds
@@ -54,6 +57,7 @@ check=0
 bridge=0
 hosts=
 mtu=1500
+gso_segs=
 args=()
 compare=0
 while (($#)); do
@@ -72,10 +76,11 @@ while (($#)); do
         --bridge) bridge=1; shift ;;
         --hosts) bridge=1; hosts=hosts; shift ;;
         --mtu) mtu=${2:?}; shift 2 ;;
+        --gso-segs) gso_segs=${2:?}; shift 2 ;;
         --) shift; args+=("$@"); break ;;
         *)
             echo "usage: $0 [-np N] [--over deposit|tcp|vader] [--pml cm|ob1] [--bridge | --hosts] [--mtu M]" \
-                "[--check | --probes | --fi-peek | --compare [ROUNDS]] [-- PROGRAM_ARGS...]" >&2
+                "[--gso-segs N] [--check | --probes | --fi-peek | --compare [ROUNDS]] [-- PROGRAM_ARGS...]" >&2
             exit 2
             ;;
     esac
@@ -167,6 +172,15 @@ if [[ -n $hosts ]] || { [[ $over == deposit ]] && ((np > 2 || bridge)); }; then
     # shellcheck source=scripts/bridge.sh
     . scripts/bridge.sh
     bridge_up "$np" "$mtu" "$hosts"
+    if [[ -n $gso_segs ]]; then
+        [[ -n $hosts ]] || { echo "mpi: --gso-segs is for --hosts" >&2; exit 2; }
+        for ((r = 0; r < np; r++)); do
+            ip -n "ddmh$r" link set "ddmv$r" gso_max_segs "$gso_segs"
+            ip link set "ddmb$r" gso_max_segs "$gso_segs"
+        done
+        ip link set ddmpi0 gso_max_segs "$gso_segs"
+        echo "mpi: gso_max_segs $gso_segs on the veths and the bridge"
+    fi
     if [[ -n $hosts ]]; then
         hostfile=$out/hosts
         for ((r = 0; r < np; r++)); do echo "10.89.0.$((r + 1)) slots=1"; done >"$hostfile"

@@ -63,12 +63,12 @@ use std::sync::Arc;
 
 use siphasher::sip::SipHasher24;
 
-use crate::connection::Priority;
 use crate::handshake::{HandshakeError, Initiator, Received, Sent, SessionKeys, PROLOGUE_LABEL};
 use crate::identity::{Identity, IdentityKey};
 use crate::reliability::SACK_BITS;
 use crate::tables::{NodeAddr, RegWindow};
 use crate::wire::cm::{HandshakeBlock, Tag, HANDSHAKE_LEN};
+use crate::wr::Priority;
 
 pub use crate::wire::cm::{CmMessage, CmWireError, PublicKey, RejectReason};
 

@@ -15,7 +15,7 @@
 use std::sync::atomic::AtomicU64;
 use std::time::{Duration, Instant};
 
-use crate::oplogic::{DropReason, RemoteStatus};
+use crate::status::{DropReason, RemoteStatus};
 use crate::wake::WaitQueue;
 
 /// What an event reports.
@@ -44,7 +44,7 @@ pub struct Event {
     /// Local number of the connection the message came on.
     pub conn: u32,
     /// The sender's number for that connection: the `conn` of its completion
-    /// ([`crate::connection::Completion::conn`]).
+    /// ([`crate::wr::Completion::conn`]).
     pub peer_conn: u32,
     pub opcode: u8,
     pub operand: u32,

@@ -63,7 +63,7 @@ pub const SEALED_KEY_LEN: usize = 32 + TAG_LEN;
 /// Bytes of the handshake in a request: the encrypted identity key and the payload tag.
 pub const REQUEST_LEN: usize = SEALED_KEY_LEN + TAG_LEN;
 /// Bytes of a pre-shared key.
-pub const PSK_LEN: usize = 32;
+pub const PSK_LEN: usize = crate::secure::PSK_LEN;
 /// The Noise protocol: IK with the pre-shared key mixed at the end of the first message.
 /// Without a pre-shared key, 32 zero bytes take its place (as WireGuard does), so that
 /// a pre-shared key on one side only reads as a different one.

@@ -1,7 +1,9 @@
 //! `deposit-transport`: the hybrid-deposit network interface in software.
 //!
 //! The layers (see `docs/design.md` §2) are kept apart so each can be read and tested alone:
-//! [`wire`] (frame and cell formats, no state), [`mem`] (endpoint memory),
+//! [`status`], [`wr`] and [`cq`] at the bottom (refusal reasons, work requests and
+//! completions, completion queues: plain data), [`connection`] (what a connection shares
+//! with the application), [`wire`] (frame and cell formats, no state), [`mem`] (endpoint memory),
 //! [`tables`] (endpoint, connection and node tables), [`tlb`] (the software TLB),
 //! [`oplogic`] (what an operation means; pure), [`node`] (the protocol of one node as a
 //! state machine with no clock and no I/O), [`cm`] (connection management over
@@ -13,9 +15,12 @@
 //! The default feature `dpdk` brings in the driver: `port` and `worker`. Without it
 //! (`--no-default-features`) everything else builds and tests on a machine with no DPDK
 //! installed.
+//!
+//! No module imports one that imports it back (`scripts/modcycles.py transport/src`).
 
 pub mod cm;
 pub mod connection;
+pub mod cq;
 pub mod events;
 pub mod faults;
 #[doc(hidden)]
@@ -32,6 +37,7 @@ mod prefetch;
 pub mod reliability;
 pub mod secure;
 pub mod sim;
+pub mod status;
 pub mod submit;
 pub mod tables;
 pub mod tagged;
@@ -40,3 +46,4 @@ pub mod wake;
 pub mod wire;
 #[cfg(feature = "dpdk")]
 pub mod worker;
+pub mod wr;

@@ -26,10 +26,10 @@
 //! (atomics), with the REPLY flag, `index` = the request's sequence number and
 //! `operand` = the byte offset of this segment within the result.
 
-use crate::connection::{Source, Wqe, WrOpcode};
 use crate::tables::EndpointTable;
 use crate::wire::cell::{flags, op};
 use crate::wire::{self, ControlPacket, ControlRepr};
+use crate::wr::{Source, Wqe, WrOpcode};
 
 /// Bytes of the compound descriptor.
 pub const COMPOUND_LEN: u32 = 8;
@@ -319,7 +319,7 @@ pub fn fill_payload(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::connection::Remote;
+    use crate::wr::Remote;
 
     fn wr(opcode: WrOpcode, len: u32) -> Wqe {
         Wqe {

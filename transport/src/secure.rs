@@ -49,7 +49,7 @@ use aws_lc_rs::hkdf::{self, KeyType, HKDF_SHA256};
 use crate::wire::{CELL_LEN, HEADER_LEN};
 
 /// Bytes of a pre-shared key.
-pub const PSK_LEN: usize = crate::handshake::PSK_LEN;
+pub const PSK_LEN: usize = 32;
 /// The seal cell that ends a sealed section.
 pub const SEAL_LEN: usize = CELL_LEN;
 /// Bytes of the GCM tag.

@@ -20,12 +20,14 @@ use std::collections::BinaryHeap;
 use std::sync::Arc;
 
 use crate::cm::ConnectOptions;
-use crate::connection::{Completion, ConnShared, ConnState, CqShared, Wqe};
+use crate::connection::{ConnShared, ConnState};
+use crate::cq::CqShared;
 use crate::events::EventRing;
 use crate::mem::EndpointMemory;
 use crate::node::{FrameQueue, LinkCaps, Node, NodeConfig};
 use crate::tables::{EndpointEntry, EndpointId, NodeAddr, Rights};
 use crate::wire;
+use crate::wr::{Completion, Wqe};
 
 /// Ticks per second of the simulated clock (nanoseconds).
 pub const HZ: u64 = 1_000_000_000;

@@ -30,8 +30,8 @@ use std::time::Instant;
 
 use crossbeam::utils::CachePadded;
 
-use crate::connection::{ConnShared, Wqe, WR_SIGNALED};
 use crate::wake::Wake;
+use crate::wr::Wqe;
 
 /// Entries of a node's submission ring unless configured: about one turn's worth of
 /// posts of a busy application many times over (a dedicated worker drains it every
@@ -263,7 +263,7 @@ impl Drop for Claim<'_> {
         Claim { ring, first, n }.fill(|_| Submission {
             slot: NO_SLOT,
             number: 0,
-            wr: crate::connection::Wqe::write(0, crate::connection::Source::None, 0, 0),
+            wr: crate::wr::Wqe::write(0, crate::wr::Source::None, 0, 0),
         });
     }
 }
@@ -338,116 +338,10 @@ impl RingConsumer {
     }
 }
 
-impl ConnShared {
-    /// Posts a work request: reserves its place in the connection's send queue and,
-    /// when signaled, its completion-queue slot, then hands it to the worker. Fails
-    /// with nothing queued. Returns the connection's requests now waiting for the
-    /// worker, this one included (as [`ConnShared::reserve_n`]).
-    #[inline]
-    pub fn post(&self, wr: &Wqe) -> Result<usize, PostError> {
-        self.post_list(std::slice::from_ref(wr).iter())
-    }
-
-    /// Posts `wrs` in order, all or none (a verbs list of work requests): one
-    /// reservation of their places, of the completion slots of the signaled ones, and
-    /// of consecutive places on the node's ring. Returns the connection's requests now
-    /// waiting for the worker, these included.
-    #[inline]
-    pub fn post_list<'w, I>(&self, wrs: I) -> Result<usize, PostError>
-    where
-        I: ExactSizeIterator<Item = &'w Wqe> + Clone,
-    {
-        let n = wrs.len();
-        if n == 0 {
-            return Ok(self.queued());
-        }
-        let signaled = wrs.clone().filter(|w| w.flags & WR_SIGNALED != 0).count();
-        let waiting = self.reserve_n(n, signaled)?;
-        let Some(claim) = self.ring.claim(n) else {
-            self.unreserve_n(n, signaled);
-            return Err(PostError::RingFull {
-                capacity: self.ring.capacity(),
-            });
-        };
-        let mut wrs = wrs;
-        claim.fill(|_| self.submission(wrs.next().expect("as many requests as places")));
-        Ok(waiting)
-    }
-
-    /// Takes places in the send queue for `n` requests (at least 1) and completion-queue
-    /// slots for the `signaled` of them — all or none. Returns the requests of the
-    /// connection waiting for the worker with these (at least that many: a concurrent
-    /// post may add to them).
-    #[inline]
-    pub fn reserve_n(&self, n: usize, signaled: usize) -> Result<usize, PostError> {
-        let n32 = n as u32;
-        let before = self.posted.fetch_add(n32, Ordering::AcqRel);
-        // `taken` is read after the increment: a stale value only undercounts room.
-        let waiting = before.wrapping_sub(self.taken.load(Ordering::Acquire));
-        if n == 0 || n > self.depth as usize || waiting > self.depth - n32 {
-            self.posted.fetch_sub(n32, Ordering::AcqRel);
-            return Err(PostError::QueueFull {
-                depth: self.depth as usize,
-            });
-        }
-        if signaled > 0 && !self.cq.reserve_n(signaled) {
-            self.posted.fetch_sub(n32, Ordering::AcqRel);
-            return Err(PostError::CompletionQueueFull {
-                depth: self.cq.capacity(),
-            });
-        }
-        Ok((waiting + n32) as usize)
-    }
-
-    /// Gives back what [`ConnShared::reserve_n`] took (a post that failed later).
-    #[inline]
-    pub fn unreserve_n(&self, n: usize, signaled: usize) {
-        self.posted.fetch_sub(n as u32, Ordering::AcqRel);
-        if signaled > 0 {
-            self.cq.unreserve_n(signaled);
-        }
-    }
-
-    /// The worker took `n` requests into flight (or flushed them): their places in
-    /// the send queue are free. (The worker is the only writer: no read-modify-write.)
-    #[inline]
-    pub(crate) fn dequeued(&self, n: u32) {
-        let t = self.taken.load(Ordering::Relaxed);
-        self.taken.store(t.wrapping_add(n), Ordering::Release);
-    }
-
-    /// The node's submission ring (to claim places on it for several connections at
-    /// once: [`ConnShared::submission`]).
-    pub fn ring(&self) -> &SubmitRing {
-        &self.ring
-    }
-
-    /// `wr` as this connection's entry of the ring (for a [`Claim`]).
-    #[inline]
-    pub fn submission(&self, wr: &Wqe) -> Submission {
-        Submission {
-            slot: self.slot.load(Ordering::Relaxed),
-            number: self.number,
-            wr: *wr,
-        }
-    }
-
-    /// Requests posted and not yet taken into flight by the worker.
-    pub fn queued(&self) -> usize {
-        let taken = self.taken.load(Ordering::Acquire);
-        self.posted.load(Ordering::Acquire).wrapping_sub(taken) as usize
-    }
-
-    /// The send-queue depth.
-    pub fn depth(&self) -> usize {
-        self.depth as usize
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::connection::Source;
+    use crate::wr::Source;
 
     fn wr(id: u64) -> Wqe {
         Wqe::write(id, Source::None, 0, 0)

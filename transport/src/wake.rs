@@ -182,12 +182,6 @@ pub trait Ready: Send + Sync {
     fn is_ready(&self) -> bool;
 }
 
-impl Ready for crate::connection::CqShared {
-    fn is_ready(&self) -> bool {
-        !self.is_empty()
-    }
-}
-
 /// A device's wait file descriptor: a Linux `eventfd(2)` that becomes readable when,
 /// after the application armed it, a completion, an event or an accepted connection
 /// is queued for it — the verbs completion channel's role, for every queue of a
@@ -420,11 +414,11 @@ mod tests {
     #[test]
     fn a_wait_fd_is_signalled_once_per_arm_and_at_once_when_something_waits() {
         let fd = WaitFd::new().unwrap();
-        let cq = crate::connection::CqShared::with_wait_fd(4, &fd);
+        let cq = crate::cq::CqShared::with_wait_fd(4, &fd);
         let q = Arc::new(WaitQueue::new(4));
         q.signal_to(&fd);
         // Not armed: pushes leave it alone.
-        assert!(cq.push(crate::connection::Completion::EMPTY).is_ok());
+        assert!(cq.push(crate::wr::Completion::EMPTY).is_ok());
         assert!(!readable(&fd, 0));
         assert_eq!(fd.signals(), 0);
         // Armed with a completion queued: signalled at once.

@@ -45,7 +45,8 @@ use std::sync::Arc;
 use super::wire::fix_up;
 use super::Input;
 use crate::cm::{ConnectOptions, Registers, Security};
-use crate::connection::{ConnShared, CqShared, Source, WcStatus, Wqe, WrOpcode, WR_SIGNALED};
+use crate::connection::ConnShared;
+use crate::cq::CqShared;
 use crate::events::EventRing;
 use crate::mem::EndpointMemory;
 use crate::node::NodeConfig;
@@ -60,6 +61,7 @@ use crate::wire::{
     hflags, op, ControlRepr, FrameWriter, TransportRepr, UnderlayPacket, UnderlayRepr, UDP_PORT,
     UNDERLAY_LEN,
 };
+use crate::wr::{Source, WcStatus, Wqe, WrOpcode, WR_SIGNALED};
 
 const PAGE: usize = crate::tables::PAGE_SIZE as usize;
 const CLIENT: usize = 0;

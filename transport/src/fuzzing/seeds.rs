@@ -3,12 +3,11 @@
 //! opcode, and step sequences that exercise each kind of step, so that fuzzing starts
 //! deep in the decoders instead of at their first length check.
 
-use super::wire::fixup;
+use super::wire::{fixup, underlay};
 use crate::wire::cm::{CmMessage, RejectReason, CM_PAYLOAD_MAX};
 use crate::wire::compound::{CompoundRepr, Cond, CondRepr, OpSource, Order, RegOp, RegOpRepr};
 use crate::wire::{
     flags, hflags, op, ControlPacket, ControlRepr, FrameWriter, TransportPacket, TransportRepr,
-    UnderlayRepr, UDP_PORT,
 };
 
 /// The seeds of target `name` (empty for an unknown one).
@@ -21,18 +20,6 @@ pub fn seeds(name: &str) -> Vec<Vec<u8>> {
         "plan" => plans(),
         "node" => nodes(),
         _ => Vec::new(),
-    }
-}
-
-/// The addresses of the seeds' frames (and of the `cm` target's own frame).
-pub(super) fn underlay() -> UnderlayRepr {
-    UnderlayRepr {
-        src_mac: [2, 0, 0, 0, 0, 1],
-        dst_mac: [2, 0, 0, 0, 0, 2],
-        src_ip: [10, 0, 0, 1],
-        dst_ip: [10, 0, 0, 2],
-        src_port: 49153,
-        dst_port: UDP_PORT,
     }
 }
 

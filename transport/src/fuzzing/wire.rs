@@ -29,7 +29,7 @@ use crate::wire::compound::{
 use crate::wire::underlay::ETH_HEADER_LEN;
 use crate::wire::{
     hflags, ControlPacket, ControlRepr, FrameView, FrameWriter, TransportPacket, TransportRepr,
-    UnderlayPacket, UnderlayRepr, WireError, CELL_LEN, CONTROL_LEN, CRC_LEN, HEADER_LEN,
+    UnderlayPacket, UnderlayRepr, WireError, CELL_LEN, CONTROL_LEN, CRC_LEN, HEADER_LEN, UDP_PORT,
     UNDERLAY_LEN,
 };
 
@@ -510,7 +510,7 @@ pub fn cm(data: &[u8]) {
     assert_eq!(CmMessage::parse(&c2, &p[..n]), Ok(m));
     assert_eq!(m.private_data(&p[..n]), private);
     // Its own frame: CM, connection 0, key 0, one message, the same.
-    let underlay = super::seeds::underlay();
+    let underlay = underlay();
     let mut buf = [0u8; 1514];
     let len = m
         .write_frame(private, &underlay, &mut buf)
@@ -556,5 +556,17 @@ pub fn cm(data: &[u8]) {
             assert_eq!(tag, [0; 16])
         }
         _ => assert_eq!(cleared, m),
+    }
+}
+
+/// The addresses of the seeds' frames (and of the `cm` target's own frame).
+pub(super) fn underlay() -> UnderlayRepr {
+    UnderlayRepr {
+        src_mac: [2, 0, 0, 0, 0, 1],
+        dst_mac: [2, 0, 0, 0, 0, 2],
+        src_ip: [10, 0, 0, 1],
+        dst_ip: [10, 0, 0, 2],
+        src_port: 49153,
+        dst_port: UDP_PORT,
     }
 }

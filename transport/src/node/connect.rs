@@ -6,16 +6,16 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
+use super::conn::{ConnContext, MAX_PENDING_NAKS};
 use crate::cm::{
     Action, CmError, CmMessage, CmWireError, ConnectOptions, Ignored, PeerParams, PrivateData,
     Registers, RejectReason,
 };
-use crate::connection::{
-    random_u32, random_u64, ConnContext, ConnShared, ConnState, CqShared, MAX_PENDING_NAKS,
-};
+use crate::connection::{random_u32, random_u64, ConnShared, ConnState};
+use crate::cq::CqShared;
 use crate::handshake::{Received, SessionKeys};
-use crate::oplogic::{DropReason, RemoteStatus};
 use crate::reliability::{Receiver, Sender, SeqBits};
+use crate::status::{DropReason, RemoteStatus};
 use crate::tables::{EndpointId, NodeAddr, NodeId, RegWindow};
 use crate::wake::WaitQueue;
 use crate::wire::{self, FrameView, UnderlayRepr};

@@ -38,9 +38,11 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
+pub mod conn;
 mod connect;
 mod link;
 mod recv;
+mod refusals;
 mod send;
 mod shard;
 mod stats;
@@ -53,14 +55,16 @@ pub use shard::{ServiceRoutes, MAX_SHARDS};
 pub use stats::Stats;
 
 use crate::cm::{Cm, CmTiming};
-use crate::connection::{ConnShared, ConnTable, CqShared};
+use crate::connection::ConnShared;
+use crate::cq::CqShared;
 use crate::events::EventRing;
 use crate::faults::{FaultConfig, FaultStats, Faults, Hold, Verdict};
-use crate::oplogic::DropReason;
+use crate::status::DropReason;
 use crate::submit::{RingConsumer, SubmitRing};
 use crate::tables::{EndpointId, EndpointTable, NodeAddr, NodeId, NodeTable, RegisterFile};
 use crate::tlb::Tlb;
 use crate::wire::{self, WireError};
+use conn::ConnTable;
 
 /// How far behind the expected sequence number a message still counts as a
 /// retransmitted duplicate (acknowledged again); anything else out of order is refused.

@@ -9,7 +9,8 @@
 //! ready"), other connections go on, and [`Node::resume`] runs the kept message
 //! exactly once after the host's repair.
 
-use crate::connection::{echoed_base, ConnContext, ConnState, Held, Pending, Stored, WcStatus};
+use super::conn::{echoed_base, ConnContext, Held, RequestBase, Stored};
+use crate::connection::ConnState;
 use crate::events::{Event, EventKind, EventRing};
 use crate::message;
 use crate::oplogic::{
@@ -23,6 +24,7 @@ use crate::tlb::Tlb;
 use crate::wire::cell::flags as cflags;
 use crate::wire::compound::COMPOUND_LEN;
 use crate::wire::{hflags, op, ControlRepr, FrameView, Message, WireError};
+use crate::wr::{Pending, WcStatus};
 
 use super::{send, wire_drop_reason, Node, Stats, DUPLICATE_WINDOW};
 
@@ -708,7 +710,7 @@ fn note_request(conn: &mut ConnContext, seq: u32, control: &ControlRepr, plan: &
         conn.rx_request = None;
     } else if control.flags & cflags::SEGMENT == 0 {
         if let crate::oplogic::Store::Bytes { ea, .. } = plan.store {
-            conn.rx_request = Some(crate::connection::RequestBase { first_seq: seq, ea });
+            conn.rx_request = Some(RequestBase { first_seq: seq, ea });
         }
     }
 }
@@ -821,7 +823,7 @@ fn run_deposit(
     if control.flags & cflags::LAST != 0 {
         conn.rx_request = None;
     } else if control.flags & cflags::SEGMENT == 0 {
-        conn.rx_request = Some(crate::connection::RequestBase { first_seq: seq, ea });
+        conn.rx_request = Some(RequestBase { first_seq: seq, ea });
     }
     ex.stats.bytes_deposited += data.len() as u64;
     Ran::Done
@@ -1087,7 +1089,7 @@ fn event_of(
 /// Queues a reply as a message of this connection's send stream (reserved capacity:
 /// replies are not held back by the send window); returns its sequence numbers, first
 /// and one past the last.
-fn push_reply(conn: &mut ConnContext, wr: crate::connection::Wqe, ex: &mut Exec<'_>) -> (u32, u32) {
+fn push_reply(conn: &mut ConnContext, wr: crate::wr::Wqe, ex: &mut Exec<'_>) -> (u32, u32) {
     let seg_max = conn.segment_max.min(ex.segment_max);
     let segments = message::segments_for(&wr, seg_max);
     let first_seq = conn.tx.assign(segments);

@@ -7,15 +7,15 @@
 //! generated in posting order once a request is acknowledged (and, for reads and
 //! atomics, its reply has arrived).
 
-use crate::connection::{
-    seq_lt, Completion, ConnContext, ConnState, CqShared, Dest, Pending, Priority, Source,
-    WcStatus, Wqe, WrOpcode, WR_SIGNALED,
-};
+use super::conn::{ConnContext, Dest};
+use crate::connection::{seq_lt, ConnState};
+use crate::cq::CqShared;
 use crate::message;
-use crate::oplogic::{DropReason, Nak, RemoteStatus};
 use crate::reliability::SeqBits;
+use crate::status::{DropReason, Nak, RemoteStatus};
 use crate::tables::{EndpointTable, NodeAddr, NodeTable};
 use crate::wire::{self, hflags, op, ControlRepr, FrameWriter, TransportRepr, UnderlayRepr};
+use crate::wr::{Completion, Pending, Priority, Source, WcStatus, Wqe, WrOpcode, WR_SIGNALED};
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;

@@ -2,7 +2,7 @@
 //! this type, and everything that lists counters by name (DPDK telemetry, `ddperf
 //! --stats`) walks [`Stats::each`], so a counter added to the list shows everywhere.
 
-use crate::oplogic::DropReason;
+use crate::status::DropReason;
 use crate::tlb::TlbStats;
 
 /// Declares the summed counters once: the fields, `Stats::merge` and `Stats::each`.

@@ -17,8 +17,10 @@
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
-use crate::connection::{ConnContext, ConnState, WcStatus};
+use super::conn::ConnContext;
+use crate::connection::ConnState;
 use crate::reliability::Timeout;
+use crate::wr::WcStatus;
 
 use super::{fail_connection, send, Node};
 

@@ -18,11 +18,11 @@
 use std::collections::VecDeque;
 
 use super::{DropReason, Reply, Store};
-use crate::connection::{Pending, Source, Wqe};
 use crate::reliability::{seq_lt, Sender};
 use crate::tables::{EndpointEntry, EndpointId, EndpointTable};
 use crate::wire::cell::flags;
 use crate::wire::ControlRepr;
+use crate::wr::{Pending, Source, Wqe};
 
 /// The work request that answers the peer's request `seq` whose plan returns `reply`:
 /// a read's bytes are read from `endpoint` (the connection's; for a `TOKEN_READ`, the
@@ -201,12 +201,12 @@ pub fn commit_reply(placement: &Placement<'_, '_>, request: &mut Pending) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::connection::{Remote, WcStatus, WrOpcode};
     use crate::mem::EndpointMemory;
     use crate::oplogic::{plan, RegContext, VecAccess};
     use crate::reliability::SeqBits;
     use crate::tables::{RegisterFile, Rights};
     use crate::wire::cell::op;
+    use crate::wr::{Remote, WcStatus, WrOpcode};
     use std::sync::Arc;
 
     #[test]

@@ -456,7 +456,7 @@ mod tests {
     /// A `TOKEN_READ` of `len` bytes at `offset` of `token`'s range, as the sender
     /// builds it (`crate::message`).
     fn read_message(token: Token, offset: u64, len: u32) -> (ControlRepr, Vec<u8>) {
-        use crate::connection::{Remote, Source, Wqe, WrOpcode};
+        use crate::wr::{Remote, Source, Wqe, WrOpcode};
         let wr = Wqe {
             wr_id: 1,
             opcode: WrOpcode::TokenRead {

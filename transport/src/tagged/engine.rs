@@ -62,11 +62,12 @@ use super::ids::{IdMap, IdSet};
 
 use super::matching::{Matcher, MsgId, MsgInfo, PeerId, Posted, Selector};
 use super::wire::{self, Header, Kind, HEADER};
-use crate::connection::WR_SIGNALED;
-use crate::connection::{Completion, ConnState, Remote, Source, WcStatus, Wqe, WrOpcode};
+use crate::connection::ConnState;
 use crate::tables::{EndpointId, Rights, StoredInstruction};
 use crate::wire::cell::{op, AddrMode};
 use crate::wire::compound::{CompoundRepr, Cond, CondRepr, OpSource, RegOp, RegOpRepr};
+use crate::wr::WR_SIGNALED;
+use crate::wr::{Completion, Remote, Source, WcStatus, Wqe, WrOpcode};
 
 mod regs;
 mod rma;

@@ -103,7 +103,7 @@ pub mod op {
     pub const CM_CHALLENGE: u8 = 0xE5;
     /// Negative acknowledgement in an ACK frame: `operand` = message sequence number,
     /// `index` = remote status code (byte 0) and the receiver's refusal reason (byte 1,
-    /// `DropReason` as its counter index; 0xff: none given), `crate::oplogic::Nak`.
+    /// `DropReason` as its counter index; 0xff: none given), `crate::status::Nak`.
     pub const NAK: u8 = 0xF0;
     /// Selective acknowledgement in an ACK frame: `operand` = word number w, `index` =
     /// 32 bits: bit i set when message `ack + 1 + 32w + i` arrived (ack = the frame

@@ -9,7 +9,7 @@
 //! The trailer is the CRC32C, except in a frame whose every section is sealed
 //! (version 12): there it is zero and nothing sums the frame, since each section's tag
 //! authenticates its header and cells (a corrupted one is refused as
-//! [`DropReason::AuthFailed`](crate::oplogic::DropReason)) and the CRC would only cost
+//! [`DropReason::AuthFailed`](crate::status::DropReason)) and the CRC would only cost
 //! a pass over every byte on each side. One plain section puts the CRC back.
 //!
 //! A frame holds one or more **sections**, each a transport header followed by its own

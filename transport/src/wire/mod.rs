@@ -105,7 +105,7 @@
 //! first segment generated, [`flags::SEGMENT`] with mode indexed; 6: the acknowledged
 //! echo in the transport header, bytes 26..28, which makes NAKs of refused messages
 //! reliable; 7: several sections in one frame, [`hflags::MORE`]; 8: a NAK's index
-//! carries the receiver's refusal reason in its second byte, `crate::oplogic::Nak`;
+//! carries the receiver's refusal reason in its second byte, `crate::status::Nak`;
 //! 9: private data in connect requests and replies; 10: connect cookies and the
 //! `CHALLENGE` message; 11: sealed sections, [`hflags::SEALED`] and the seal cell of
 //! `crate::secure`, public keys in connect requests and replies; 12: a frame whose

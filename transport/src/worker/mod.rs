@@ -19,12 +19,13 @@ mod shards;
 pub use shards::{ShardLinks, SHARD_QUEUE};
 
 use crate::cm::{CmError, ConnectOptions};
-use crate::connection::{ConnShared, CqShared};
+use crate::connection::ConnShared;
+use crate::cq::CqShared;
 use crate::node::{
     External, FrameBuf, Link, LinkCaps, Node, NodeConfig, ResumeError, Stats, EXTERNAL_MIN,
 };
-use crate::oplogic::DropReason;
 use crate::port::{rdtsc, tsc_hz, Mbuf, Port, RxBatch, TxBatch, BURST, HIGH_QUEUE};
+use crate::status::DropReason;
 use crate::tables::{EndpointId, NodeAddr};
 
 impl FrameBuf for Mbuf {

@@ -24,9 +24,10 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use super::super::ids::IdMap;
 
 use super::{fabric, Engine, Fabric, PeerId, TagCompletion, TagError, TagOp, TagStatus, WR_KIND};
-use crate::connection::WR_SIGNALED;
-use crate::connection::{random_u32, ConnState, Remote, Source, WcStatus, Wqe, WrOpcode};
+use crate::connection::{random_u32, ConnState};
 use crate::tables::Rights;
+use crate::wr::WR_SIGNALED;
+use crate::wr::{Remote, Source, WcStatus, Wqe, WrOpcode};
 
 pub(super) const WR_RMA: u64 = 4 << 56;
 const REGION_MAGIC: u32 = 0x6464_7267; // "ddrg"

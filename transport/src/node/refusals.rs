@@ -20,8 +20,8 @@
 //! yet (it waits, as for a read reply's acknowledgement, until the peer's echo frees
 //! room).
 
-use crate::oplogic::{Nak, RemoteStatus};
 use crate::reliability::seq_lt;
+use crate::status::{Nak, RemoteStatus};
 
 /// Most refusals a connection keeps unconfirmed (they all fit one acknowledgement
 /// frame beside its selective part at the smallest frame size).
@@ -110,7 +110,7 @@ pub fn echoed_base(expected: u32, low: u16) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::oplogic::DropReason;
+    use crate::status::DropReason;
 
     #[test]
     fn the_echo_rebuilds_a_base_at_or_behind_the_receive_point() {
