@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Usage: scripts/mpi.sh [-np N] [--over deposit|tcp|vader] [--pml cm|ob1] [--bridge | --hosts]
-#                      [--mtu M] [--gso-segs N] [--check | --probes | --fi-peek] [-- PROGRAM_ARGS...]
+#                      [--mtu M] [--gso-segs N] [--provider DIR]
+#                      [--check | --probes | --fi-peek | --compare [ROUNDS]] [-- PROGRAM_ARGS...]
 # Builds mpi/ddmpi.c (the project's MPI benchmark and check: ping-pong latency,
 # streaming and multi-pair bandwidth, MPI_Allreduce, MPI_Alltoall and a halo exchange
 # checked for correctness; it does not know which network carries it) with mpicc, and
@@ -39,6 +40,9 @@
 # segments of one kernel send on every veth and the bridge (`gso_max_segs`): with 1,
 # kernel TCP puts one MTU-sized frame at a time on the wire, as deposit's af_packet port
 # does, instead of 64 KiB super-frames the veths never split (a frame-rate comparison).
+# `--provider DIR` runs the provider built in DIR (its libdeposit-fi.so, found by
+# FI_PROVIDER_PATH) instead of building this tree's: another version, for an A/B
+# comparison with rounds interleaved.
 # `--check` runs ddmpi's checks only; DDMPI_PROG=PROGRAM runs another MPI program
 # instead (with PROGRAM_ARGS).
 # `--compare [ROUNDS]` (2 ranks, memif) measures where MPI users look, rounds
@@ -58,6 +62,7 @@ bridge=0
 hosts=
 mtu=1500
 gso_segs=
+provider=
 args=()
 compare=0
 while (($#)); do
@@ -77,10 +82,11 @@ while (($#)); do
         --hosts) bridge=1; hosts=hosts; shift ;;
         --mtu) mtu=${2:?}; shift 2 ;;
         --gso-segs) gso_segs=${2:?}; shift 2 ;;
+        --provider) provider=$(realpath "${2:?}"); shift 2 ;;
         --) shift; args+=("$@"); break ;;
         *)
             echo "usage: $0 [-np N] [--over deposit|tcp|vader] [--pml cm|ob1] [--bridge | --hosts] [--mtu M]" \
-                "[--gso-segs N] [--check | --probes | --fi-peek | --compare [ROUNDS]] [-- PROGRAM_ARGS...]" >&2
+                "[--gso-segs N] [--provider DIR] [--check | --probes | --fi-peek | --compare [ROUNDS]] [-- PROGRAM_ARGS...]" >&2
             exit 2
             ;;
     esac
@@ -208,8 +214,13 @@ case $over in
         ;;
 esac
 if [[ $over == deposit || $prog == fi_peek ]]; then
-    scripts/fabric.sh --build
-    export FI_PROVIDER_PATH=$PWD/target/release
+    if [[ -n $provider ]]; then
+        [[ -f $provider/libdeposit-fi.so ]] || { echo "mpi: no libdeposit-fi.so in $provider" >&2; exit 2; }
+        export FI_PROVIDER_PATH=$provider
+    else
+        scripts/fabric.sh --build
+        export FI_PROVIDER_PATH=$PWD/target/release
+    fi
     if ((np > 2 || bridge)); then
         export DEPOSIT_FI_DEV=af_packet:ddmv%r
     else

@@ -12,6 +12,8 @@
 use std::fmt;
 use std::str::FromStr;
 
+use crate::rng::Rng;
+
 /// What to inject, as probabilities per frame (0.0 ..= 1.0).
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct FaultConfig {
@@ -155,7 +157,7 @@ impl std::ops::AddAssign for FaultStats {
 #[derive(Debug, Clone)]
 pub struct Faults {
     cfg: FaultConfig,
-    state: u64,
+    rng: Rng,
     pub stats: FaultStats,
 }
 
@@ -163,13 +165,7 @@ impl Faults {
     pub fn new(cfg: FaultConfig) -> Faults {
         Faults {
             cfg,
-            // splitmix64 of the seed: seed 0 and nearby seeds still give good streams.
-            state: {
-                let mut z = cfg.seed.wrapping_add(0x9E37_79B9_7F4A_7C15);
-                z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-                z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-                (z ^ (z >> 31)) | 1
-            },
+            rng: Rng::splitmix(cfg.seed),
             stats: FaultStats::default(),
         }
     }
@@ -178,18 +174,12 @@ impl Faults {
         &self.cfg
     }
 
-    /// xorshift64*: 64 random bits.
     fn next(&mut self) -> u64 {
-        let mut x = self.state;
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        self.state = x;
-        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
+        self.rng.next_u64()
     }
 
     fn chance(&mut self, p: f64) -> bool {
-        p > 0.0 && ((self.next() >> 11) as f64 / (1u64 << 53) as f64) < p
+        self.rng.chance(p)
     }
 
     /// Decides the fate of a frame of `len` bytes.

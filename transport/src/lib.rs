@@ -7,7 +7,7 @@
 //! [`tables`] (endpoint, connection and node tables), [`tlb`] (the software TLB),
 //! [`oplogic`] (what an operation means; pure), [`node`] (the protocol of one node as a
 //! state machine with no clock and no I/O), [`cm`] (connection management over
-//! connection 0, its own machine: messages and timers in, actions out), [`sim`] (nodes
+//! connection 0, its own machine: messages and timers in, actions out), `sim` (nodes
 //! over a simulated link, for tests), `port` (DPDK: the only code that touches mbufs)
 //! and `worker` (the driver: bursts in and out of a port through a node). Applications
 //! use the `deposit` crate, not this one.
@@ -17,12 +17,17 @@
 //! installed.
 //!
 //! No module imports one that imports it back (`scripts/modcycles.py transport/src`).
+//!
+//! `sim` (nodes over a simulated link) and `fuzzing` (the fuzz targets' drivers) are
+//! for tests and the fuzz crate: features `sim` and `fuzzing`, off in the shipped
+//! library (this crate's own tests turn them on).
 
 pub mod cm;
 pub mod connection;
 pub mod cq;
 pub mod events;
 pub mod faults;
+#[cfg(any(test, feature = "fuzzing"))]
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod handshake;
@@ -35,7 +40,9 @@ pub mod oplogic;
 pub mod port;
 mod prefetch;
 pub mod reliability;
+pub mod rng;
 pub mod secure;
+#[cfg(any(test, feature = "sim"))]
 pub mod sim;
 pub mod status;
 pub mod submit;

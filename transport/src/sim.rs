@@ -97,37 +97,34 @@ pub struct LinkStats {
     pub filtered: u64,
 }
 
-/// xorshift64*: small, fast and good enough to decide link faults.
-#[derive(Debug, Clone)]
-pub struct Rng(u64);
+pub use crate::rng::Rng;
 
-impl Rng {
-    pub fn new(seed: u64) -> Rng {
-        Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1)
+/// One simulated host: a node, its link queue and its endpoints' memory.
+/// The simulated clock, as a host's turn reads it (free to read, so read every turn),
+/// and the host's count of turns.
+struct SimClock<'a> {
+    now: u64,
+    turns: &'a mut u64,
+}
+
+impl crate::node::Clock for SimClock<'_> {
+    const CHEAP: bool = true;
+    fn now(&mut self) -> u64 {
+        self.now
     }
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    /// Uniform in `0..n` (`n > 0`).
-    pub fn below(&mut self, n: u64) -> u64 {
-        self.next_u64() % n
-    }
-    /// True with probability `p`.
-    pub fn chance(&mut self, p: f64) -> bool {
-        p > 0.0 && (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64 <= p
+    fn turns(&mut self) -> &mut u64 {
+        self.turns
     }
 }
 
-/// One simulated host: a node, its link queue and its endpoints' memory.
 pub struct Host {
     pub node: Node,
     pub out: FrameQueue,
     /// Down: neither sends nor receives (a crashed or unplugged peer).
     pub down: bool,
     pub memory: Vec<Arc<EndpointMemory>>,
+    /// Turns the host took.
+    pub turns: u64,
 }
 
 impl Host {
@@ -218,6 +215,7 @@ impl Network {
                     out: FrameQueue::new(MAX_FRAME, 1 << 16),
                     down: false,
                     memory: Vec::new(),
+                    turns: 0,
                 }
             })
             .collect();
@@ -246,7 +244,10 @@ impl Network {
         self.filter = f;
     }
 
-    /// One round: deliveries due now, timers due now, then every node's transmission.
+    /// One round: the frames due now reach their hosts' receive queues, then every
+    /// host takes one [`Node::turn`] — the DPDK worker's turn, in its order (a burst
+    /// of at most `RX_BURST` frames; the rest in the next rounds) — and what it sent
+    /// goes on the wire.
     pub fn step(&mut self) {
         let now = self.now;
         while self.wire.peek().is_some_and(|f| f.0.at <= now) {
@@ -257,17 +258,18 @@ impl Network {
                 continue;
             }
             self.stats.delivered += 1;
-            h.node.handle_frame(&f.bytes, now);
+            h.out.rx.push_back(f.bytes);
         }
         for i in 0..self.hosts.len() {
             let h = &mut self.hosts[i];
             if h.down {
                 continue;
             }
-            if now >= h.node.next_timeout() {
-                h.node.handle_timeout(now);
-            }
-            h.node.poll_transmit(now, &mut h.out);
+            let mut clock = SimClock {
+                now,
+                turns: &mut h.turns,
+            };
+            h.node.turn(&mut clock, &mut h.out);
             while let Some(frame) = self.hosts[i].out.pop() {
                 self.send(i, frame);
             }
@@ -329,7 +331,13 @@ impl Network {
             .hosts
             .iter()
             .filter(|h| !h.down)
-            .map(|h| h.node.next_timeout())
+            .map(|h| {
+                if h.out.rx_pending() {
+                    self.now // frames a turn left for the next
+                } else {
+                    h.node.next_timeout()
+                }
+            })
             .min()
             .unwrap_or(u64::MAX);
         wire.min(timers).max(self.now + 100)

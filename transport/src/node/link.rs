@@ -101,7 +101,9 @@ impl FrameBuf for Vec<u8> {
 
 /// A link that keeps the frames as byte vectors, in order (high-priority frames in
 /// their own queue): what a simulated link, a fuzzer or a test reads a node's output
-/// from.
+/// from. Its receive side ([`Io`](super::Io): `rx`, taken a burst at a time) is where
+/// `sim` puts the frames that arrive for the node, so that the node's own
+/// [`Node::turn`](super::Node::turn) takes them as the DPDK worker's does.
 #[derive(Debug, Clone)]
 pub struct FrameQueue {
     max_frame: usize,
@@ -109,6 +111,10 @@ pub struct FrameQueue {
     limit: usize,
     pub frames: VecDeque<Vec<u8>>,
     pub high: VecDeque<Vec<u8>>,
+    /// Frames arrived for the node and not yet received, oldest first.
+    pub rx: VecDeque<Vec<u8>>,
+    /// The receive burst being taken.
+    burst: VecDeque<Vec<u8>>,
 }
 
 impl FrameQueue {
@@ -119,6 +125,8 @@ impl FrameQueue {
             limit,
             frames: VecDeque::new(),
             high: VecDeque::new(),
+            rx: VecDeque::new(),
+            burst: VecDeque::new(),
         }
     }
 
@@ -133,6 +141,11 @@ impl FrameQueue {
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// Whether frames arrived that the node has not taken yet.
+    pub fn rx_pending(&self) -> bool {
+        !(self.rx.is_empty() && self.burst.is_empty())
     }
 }
 
@@ -161,6 +174,28 @@ impl Link for FrameQueue {
     }
 
     fn flush(&mut self, _high: bool) {}
+}
+
+impl super::Io for FrameQueue {
+    type Rx = Vec<u8>;
+
+    fn rx_bulk(&mut self) -> usize {
+        if !self.burst.is_empty() {
+            return 1;
+        }
+        let n = self.rx.len().min(super::RX_BURST);
+        self.burst.extend(self.rx.drain(..n));
+        n
+    }
+
+    fn next_bulk(&mut self) -> Option<Vec<u8>> {
+        self.burst.pop_front()
+    }
+
+    /// The frames stay queued for whoever carries them (`sim`, a test).
+    fn transmit(&mut self) -> (usize, bool) {
+        (0, false)
+    }
 }
 
 #[cfg(test)]

@@ -47,12 +47,14 @@ mod send;
 mod shard;
 mod stats;
 mod timers;
+mod turn;
 
 pub use link::{External, FrameBuf, FrameQueue, Link};
 pub use recv::ResumeError;
 pub(crate) use send::{complete_ready, fail_connection, process_ack};
 pub use shard::{ServiceRoutes, MAX_SHARDS};
 pub use stats::Stats;
+pub use turn::{Clock, Io, RxFrame, RX_BURST};
 
 use crate::cm::{Cm, CmTiming};
 use crate::connection::ConnShared;

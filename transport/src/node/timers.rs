@@ -299,7 +299,7 @@ const IDLE_INFLIGHT: usize = 0;
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sim::Rng;
+    use crate::rng::Rng;
 
     /// Against a plain list: every entry is taken exactly once, never before its time
     /// and at the first call at or after it; `next` never says later than the

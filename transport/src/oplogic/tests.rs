@@ -5,7 +5,7 @@
 
 use super::*;
 use crate::mem::EndpointMemory;
-use crate::sim::Rng;
+use crate::rng::Rng;
 use crate::tables::{EndpointEntry, EndpointId, RegisterFile, Rights, PAGE_SIZE};
 use crate::tlb::Tlb;
 use crate::wire::cell::{flags, op};

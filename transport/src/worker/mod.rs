@@ -1,11 +1,8 @@
 //! The DPDK driver of a [`Node`]: bursts in, frames through the node, bursts out, timers.
 //!
-//! ```text
-//! poll():  [high-priority sends] -> rx burst (high queue first) -> node.handle_frame
-//!          -> node.transmit_data (high, then low round-robin) -> timers
-//!          -> node.transmit_control (acks, NAKs, probes, CM) -> tx burst
-//! ```
-//! The worker owns the port and the clock (the TSC); the node owns everything else.
+//! `poll()` is one [`Node::turn`] over the port's queues ([`Io`]) and the TSC
+//! ([`Clock`]): the turn's order is the node's, the same one `sim` runs. The worker
+//! owns the port and the clock; the node owns everything else.
 //! Applications reach the node through lock-free queues in `ConnShared` / `CqShared`
 //! for the fast path, and through `&mut Worker` (behind the device's mutex; it
 //! dereferences to its node) for the control path. It runs either on a dedicated
@@ -22,10 +19,10 @@ use crate::cm::{CmError, ConnectOptions};
 use crate::connection::ConnShared;
 use crate::cq::CqShared;
 use crate::node::{
-    External, FrameBuf, Link, LinkCaps, Node, NodeConfig, ResumeError, Stats, EXTERNAL_MIN,
+    Clock, External, FrameBuf, Io, Link, LinkCaps, Node, NodeConfig, ResumeError, RxFrame, Stats,
+    EXTERNAL_MIN, RX_BURST,
 };
 use crate::port::{rdtsc, tsc_hz, Mbuf, Port, RxBatch, TxBatch, BURST, HIGH_QUEUE};
-use crate::status::DropReason;
 use crate::tables::{EndpointId, NodeAddr};
 
 impl FrameBuf for Mbuf {
@@ -141,81 +138,21 @@ impl PortIo {
             _ => self.port.tx(&mut self.tx),
         }
     }
+}
 
-    /// A sharded device: wakes the shards frames were forwarded to, takes this
-    /// shard's inbox (up to a burst) and, on shard 0 of a port shared by software
-    /// dispatch, queues the other shards' frames for the wire. Returns the frames
-    /// taken.
-    #[inline(never)]
-    fn exchange(&mut self, node: &mut Node, now: u64) -> usize {
-        let Some(l) = self.links.as_deref() else {
-            return 0;
-        };
-        while self.forwarded != 0 {
-            let k = self.forwarded.trailing_zeros() as usize;
-            self.forwarded &= self.forwarded - 1;
-            l.wake(k);
-        }
-        let mut n = 0;
-        while n < BURST {
-            let Some(m) = self.links.as_deref().and_then(|l| l.take(self.shard)) else {
-                break;
-            };
-            take(node, &m, now);
-            self.ack_if_due(node);
-            n += 1;
-        }
-        let Some(l) = self.links.as_deref() else {
-            return n;
-        };
-        if self.relay {
-            for k in 1..l.shards() {
-                while !self.tx.is_full() {
-                    let Some(m) = l.sent_by(k) else {
-                        break;
-                    };
-                    let _ = self.tx.push(m);
-                }
-                if self.tx.is_full() && self.port.tx(&mut self.tx) == 0 {
-                    break;
-                }
-            }
-        }
-        n
-    }
-
-    /// Sends the acknowledgements a long burst made due before the turn ends
-    /// ([`Node::acks_due`]), on the wire at once.
+impl RxFrame for Mbuf {
     #[inline]
-    fn ack_if_due(&mut self, node: &mut Node) {
-        if node.acks_due() {
-            node.send_acks(self);
-            self.flush(true);
-            self.flush(false);
-        }
+    fn frame(&self) -> (&[u8], bool) {
+        Mbuf::frame(self)
     }
+}
 
-    /// Hands the frames of the high-priority batch to the node; whether there were any.
-    /// (Asked every turn: an empty batch costs a load, not a call.)
-    #[inline(always)]
-    fn take_high(&mut self, node: &mut Node, now: u64) -> bool {
-        !self.rx_hi.is_drained() && self.take_high_frames(node, now)
-    }
-
-    #[inline(never)]
-    fn take_high_frames(&mut self, node: &mut Node, now: u64) -> bool {
-        let mut any = false;
-        for m in self.rx_hi.by_ref() {
-            node.stats.frames_rx_high += 1;
-            deliver(self.links.as_deref(), &mut self.forwarded, node, m, now);
-            any = true;
-        }
-        any
-    }
+impl Io for PortIo {
+    type Rx = Mbuf;
 
     /// Receives a bulk burst, unless one cut short for an urgent frame still holds
-    /// frames (it goes on where it stopped); returns the frames to take (1 for the
-    /// rest of a burst: the turn has work).
+    /// frames; a shard without a queue pair of its own receives only what shard 0
+    /// forwards (its inbox).
     #[inline]
     fn rx_bulk(&mut self) -> usize {
         if !self.direct {
@@ -228,51 +165,107 @@ impl PortIo {
         }
     }
 
-    /// Sends both batches, the high-priority one first; returns the frames sent.
     #[inline]
-    fn transmit(&mut self, stats: &mut Stats) -> usize {
+    fn next_bulk(&mut self) -> Option<Mbuf> {
+        self.rx.next()
+    }
+
+    #[inline]
+    fn has_high(&self) -> bool {
+        self.port.queues() > 1
+    }
+
+    #[inline]
+    fn high_active(&self) -> bool {
+        self.hi_active
+    }
+
+    #[inline]
+    fn rx_high(&mut self) -> usize {
+        let n = self.port.rx_queue(HIGH_QUEUE, &mut self.rx_hi);
+        self.hi_active |= n > 0;
+        n
+    }
+
+    #[inline(always)]
+    fn high_pending(&self) -> bool {
+        !self.rx_hi.is_drained()
+    }
+
+    #[inline]
+    fn next_high(&mut self) -> Option<Mbuf> {
+        self.rx_hi.next()
+    }
+
+    #[inline]
+    fn sharded(&self) -> bool {
+        self.links.is_some()
+    }
+
+    fn forward(&mut self, owner: u8, m: Mbuf) -> Result<(), Mbuf> {
+        let l = self.links.as_deref().expect("sharded");
+        let owner = usize::from(owner);
+        l.forward(owner, m)?;
+        self.forwarded |= 1 << owner;
+        Ok(())
+    }
+
+    fn wake_forwarded(&mut self) {
+        let Some(l) = self.links.as_deref() else {
+            return;
+        };
+        while self.forwarded != 0 {
+            let k = self.forwarded.trailing_zeros() as usize;
+            self.forwarded &= self.forwarded - 1;
+            l.wake(k);
+        }
+    }
+
+    fn inbox(&mut self) -> Option<Mbuf> {
+        self.links.as_deref().and_then(|l| l.take(self.shard))
+    }
+
+    /// On shard 0 of a port shared by software dispatch: the other shards' frames,
+    /// queued for the wire.
+    fn relay(&mut self) {
+        let Some(l) = self.links.as_deref() else {
+            return;
+        };
+        if !self.relay {
+            return;
+        }
+        for k in 1..l.shards() {
+            while !self.tx.is_full() {
+                let Some(m) = l.sent_by(k) else {
+                    break;
+                };
+                let _ = self.tx.push(m);
+            }
+            if self.tx.is_full() && self.port.tx(&mut self.tx) == 0 {
+                break;
+            }
+        }
+    }
+
+    /// Sends both batches, the high-priority one first.
+    #[inline]
+    fn transmit(&mut self) -> (usize, bool) {
         let mut sent = 0;
+        let mut stalled = false;
         if !self.tx_hi.is_empty() {
             let queued = self.tx_hi.len();
             let s = self.port.tx_queue(HIGH_QUEUE, &mut self.tx_hi);
-            stats.tx_stalls += u64::from(s < queued);
+            stalled |= s < queued;
             sent += s;
         }
         let queued = self.tx.len();
         let s = self.tx_bulk();
-        stats.tx_stalls += u64::from(s < queued);
-        sent + s
+        (sent + s, stalled || s < queued)
     }
 }
 
-/// A received frame to the node, or — on a device of several shards — to the shard
-/// that owns it (noted in `forwarded`, to wake it at the end of the turn).
-#[inline]
-fn deliver(links: Option<&ShardLinks>, forwarded: &mut u64, node: &mut Node, m: Mbuf, now: u64) {
-    if let Some(l) = links {
-        if let Some(owner) = node.route(m.frame().0) {
-            let owner = usize::from(owner);
-            match l.forward(owner, m) {
-                Ok(()) => *forwarded |= 1 << owner,
-                Err(m) => {
-                    drop(m);
-                    node.stats.drop_for(DropReason::NoBuffer);
-                }
-            }
-            return;
-        }
-    }
-    take(node, &m, now);
-}
-
-/// A received mbuf into the node (a frame split over segments is refused).
-#[inline]
-fn take(node: &mut Node, m: &Mbuf, now: u64) {
-    match m.frame() {
-        (data, true) => node.handle_frame(data, now),
-        (_, false) => node.stats.drop_for(DropReason::Truncated),
-    }
-}
+// A turn takes one receive burst of the port's.
+const _: () = assert!(RX_BURST == BURST);
 
 /// Worker tunables: the node's.
 pub type WorkerConfig = NodeConfig;
@@ -281,9 +274,25 @@ pub type WorkerConfig = NodeConfig;
 pub struct Worker {
     node: Node,
     io: PortIo,
-    /// The clock as of the last reading (see `poll`), and the turn counter.
-    now: u64,
-    turn: u64,
+    clock: Tsc,
+}
+
+/// The worker's clock: the TSC, read when a turn needs it ([`Clock::CHEAP`]), and
+/// the turn counter.
+struct Tsc {
+    turns: u64,
+}
+
+impl Clock for Tsc {
+    const CHEAP: bool = false;
+    #[inline]
+    fn now(&mut self) -> u64 {
+        rdtsc()
+    }
+    #[inline]
+    fn turns(&mut self) -> &mut u64 {
+        &mut self.turns
+    }
 }
 
 impl Deref for Worker {
@@ -332,8 +341,7 @@ impl Worker {
                 forwarded: 0,
                 port,
             },
-            now,
-            turn: 0,
+            clock: Tsc { turns: 0 },
         }
     }
 
@@ -361,74 +369,10 @@ impl Worker {
         s
     }
 
-    /// One turn of the loop; returns how much work it found (frames in + frames out).
+    /// One turn of the loop ([`Node::turn`]); returns how much work it found (frames
+    /// in + frames out).
     pub fn poll(&mut self) -> usize {
-        let (node, io) = (&mut self.node, &mut self.io);
-        // The high-priority queue is polled every turn once high-priority traffic was
-        // seen on it or is sent from here, and every 64th turn until then: a port with
-        // no high-priority connection pays (almost) nothing for it.
-        let hi = io.port.queues() > 1
-            && (io.hi_active || self.turn & 63 == 0 || node.has_high_priority());
-        let mut n = 0;
-        if !hi && !node.submit_ring().is_empty() {
-            // Posts first: what the application posted since the last turn leaves
-            // before this turn's receiving (an inline ping-pong posts its answer and
-            // drives the next turn at once).
-            self.now = rdtsc();
-            node.transmit_data(self.now, io);
-            io.flush(false);
-        }
-        if hi {
-            // High-priority work first: what the application posted since the last
-            // turn leaves before any bulk frame is processed, and urgent frames are
-            // taken before the bulk ones that arrived with them.
-            node.transmit_high(self.now, io);
-            let h = io.port.rx_queue(HIGH_QUEUE, &mut io.rx_hi);
-            io.hi_active |= h > 0;
-            n += h;
-        }
-        n += io.rx_bulk();
-        // Reading the TSC costs as much as an idle turn on a virtual machine: read it when
-        // frames arrive (event timestamps, acknowledgement times) and every 64th turn
-        // otherwise (timers are micro- to milliseconds).
-        self.turn = self.turn.wrapping_add(1);
-        let ticked = n > 0 || self.turn & 63 == 0;
-        if ticked {
-            self.now = rdtsc();
-        }
-        let now = self.now;
-        let mut urgent = io.take_high(node, now);
-        // Bulk frames wait for the next turn when urgent ones came first: the
-        // application sees those at once.
-        while let Some(m) = if urgent { None } else { io.rx.next() } {
-            deliver(io.links.as_deref(), &mut io.forwarded, node, m, now);
-            io.ack_if_due(node);
-            if hi && io.port.rx_queue(HIGH_QUEUE, &mut io.rx_hi) > 0 {
-                // An urgent frame came in meanwhile: take it now and end the turn's
-                // receiving here, so that the application sees it at once.
-                urgent = io.take_high(node, now);
-                break;
-            }
-        }
-        if io.links.is_some() {
-            n += io.exchange(node, now);
-        }
-        if urgent {
-            // No bulk sending in a turn that took an urgent frame: its answer may be
-            // posted as soon as this turn ends.
-            node.transmit_high(now, io);
-        } else {
-            node.transmit_data(now, io);
-            // Bulk sending stops when an urgent frame arrives: take it now.
-            io.take_high(node, now);
-        }
-        // Timers fall due only as the clock moves (acknowledgements owed go out with
-        // `transmit_control` below, every turn).
-        if ticked && now >= node.next_timer() {
-            node.handle_timeout(now);
-        }
-        node.transmit_control(io);
-        n + io.transmit(&mut node.stats)
+        self.node.turn(&mut self.clock, &mut self.io)
     }
 
     /// Sleeps until a post, a control call, a frame on a port with doorbells (ring
@@ -449,8 +393,8 @@ impl Worker {
     /// finds (an idle turn reads it every 64th time only): the first turn after a
     /// timed sleep, whose timers may have fallen due meanwhile.
     pub fn poll_ticked(&mut self) -> usize {
-        // `poll` ticks when its turn counter reaches a multiple of 64.
-        self.turn |= 63;
+        // A turn reads the clock when its count reaches a multiple of 64.
+        self.clock.turns |= 63;
         self.poll()
     }
 
@@ -463,8 +407,7 @@ impl Worker {
 
     /// Reads the clock into the node before a host-side call that starts timers.
     fn sync_clock(&mut self) {
-        self.now = rdtsc();
-        self.node.set_now(self.now);
+        self.node.set_now(rdtsc());
     }
 
     /// Starts connecting (see [`Node::connect`]).

@@ -76,7 +76,7 @@ struct Forger {
     /// Its identity key (what its challenges name) and an ephemeral key of its own.
     own: [u8; 32],
     ephemeral: [u8; 32],
-    rng: deposit_transport::sim::Rng,
+    rng: deposit_transport::rng::Rng,
     out: Vec<u8>,
 }
 
@@ -214,7 +214,7 @@ pub fn bystander(port: &str) {
         fd,
         own: own.0,
         ephemeral: ephemeral.0,
-        rng: deposit_transport::sim::Rng::new(u64::from_ne_bytes(seed) | 1),
+        rng: deposit_transport::rng::Rng::new(u64::from_ne_bytes(seed) | 1),
         out: vec![0u8; 1514],
     };
     let mut c = Counts::default();

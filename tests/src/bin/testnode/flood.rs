@@ -483,7 +483,7 @@ pub fn flood_half(port: &str, n: u64, server: &str) {
     };
     let mut seed = [0u8; 8];
     getrandom::getrandom(&mut seed).unwrap_or_else(|e| fail(e));
-    let mut rng = deposit_transport::sim::Rng::new(u64::from_ne_bytes(seed));
+    let mut rng = deposit_transport::rng::Rng::new(u64::from_ne_bytes(seed));
     // Our connection numbers: `base + i`, never 0.
     let base = (rng.next_u64() as u32 >> 2) + 1;
     let mut c = HalfCounts::default();

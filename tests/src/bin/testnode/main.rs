@@ -1169,7 +1169,7 @@ fn spoof_flood(port: &str, n: u64) {
     let lines = stdin_lines();
     let dev = netns_device(port, [10, 0, 0, 3], 1514);
     await_go(&dev, &lines);
-    let mut rng = deposit_transport::sim::Rng::new(0x2545_f491_4f6c_dd1d);
+    let mut rng = deposit_transport::rng::Rng::new(0x2545_f491_4f6c_dd1d);
     let server = NodeAddr::from_ip([10, 0, 0, 1], UDP_PORT);
     for i in 0..n {
         let r = rng.next_u64();

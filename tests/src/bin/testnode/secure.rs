@@ -282,7 +282,7 @@ pub fn secure_tap(port: &str, n: u64) {
     await_line(&lines, "go");
     let (mut seen, mut replays, mut modified, mut forged, mut plain, mut dreqs, mut clear) =
         (0u64, 0u64, 0u64, 0u64, 0u64, 0u64, 0u64);
-    let mut rng = deposit_transport::sim::Rng::new(3);
+    let mut rng = deposit_transport::rng::Rng::new(3);
     let mut buf = vec![0u8; 16384];
     let deadline = Instant::now() + Duration::from_secs(40);
     while seen < n && Instant::now() < deadline {
