@@ -12,7 +12,8 @@
 #   * write_lat vs raw_lat, two processes over memif;
 #   * 64 KiB write_bw bandwidth vs raw_bw at the largest frame a memif port allows
 #     (--max-frame 9600 on both; raw_bw's default size fills one frame), two processes
-#     over memif; target >= 0.8;
+#     over memif; target >= 0.8; and the same with the receiver a zero-copy memif client
+#     (`memif:SOCK:client:zero-copy`), target >= 0.9;
 #   * read_lat and atomic_lat (full RTT, perftest) vs raw_lat's RTT (2 x t_typical),
 #     ring loopback;
 #   * append_bw (many senders, one queue by post-increment on a global register) with
@@ -109,6 +110,21 @@ memif() { # test field args...
     for _ in $(seq 100); do [ -S "$s" ] && break; sleep 0.05; done
     timeout 120 "$bin" "$t" --dev "memif:$s:client" --json "$@" 10.0.0.1 2>/dev/null | field "$f"
     wait "$pid" || true
+}
+
+# memif whose receiving side (the ddperf server) is the memif client with zero-copy=yes
+# (DPDK's memif offers it on the client side): the ddperf client is the memif server and
+# starts first. test field args...
+memif_zc() {
+    local t=$1 f=$2 s="$dir/memif-zc.sock" bin=${DD:-$dd} out="$dir/memif-zc.json"
+    shift 2
+    rm -f "$s" "$out"
+    timeout 120 "$bin" "$t" --dev "memif:$s:server" --json "$@" 10.0.0.1 >"$out" 2>/dev/null &
+    local pid=$!
+    for _ in $(seq 100); do [ -S "$s" ] && break; sleep 0.05; done
+    timeout 120 "$bin" "$t" --server --dev "memif:$s:client:zero-copy" "$@" >/dev/null 2>&1 || true
+    wait "$pid" || true
+    field "$f" <"$out"
 }
 
 # memif with options for the server only: test field "server options" client options...
@@ -285,7 +301,7 @@ if ((${secure:-0})); then
     exit 0
 fi
 
-declare -a wbw wbd wbl rbw wl rl ml mr rdl atl ap1 ap16 cbw l0 l1 l10 lp il ib tl mwb mrb wq idd idi sh1 sh2
+declare -a wbw wbd wbl rbw wl rl ml mr rdl atl ap1 ap16 cbw l0 l1 l10 lp il ib tl mwb mwz mrb wq idd idi sh1 sh2
 for i in $(seq "$rounds"); do
     sh1+=("$(memif_server write_bw msg_rate_mpps "--worker dedicated --workers 1" -s 32 -n 1000000 -q 8)")
     sh2+=("$(memif_server write_bw msg_rate_mpps "--worker dedicated --workers 2" -s 32 -n 1000000 -q 8)")
@@ -307,6 +323,7 @@ for i in $(seq "$rounds"); do
     ml+=("$(memif write_lat t_typical_us -s 32 -n 50000)")
     mr+=("$(memif raw_lat t_typical_us -s 32 -n 50000)")
     mwb+=("$(memif write_bw bw_avg_mib_s -s 65536 -n 20000 --max-frame 9600)")
+    mwz+=("$(memif_zc write_bw bw_avg_mib_s -s 65536 -n 20000 --max-frame 9600)")
     mrb+=("$(memif raw_bw bw_avg_mib_s -n 200000 --max-frame 9600)")
     idd+=("$(idle_cpu dedicated)")
     idi+=("$(idle_cpu inline)")
@@ -337,6 +354,8 @@ a=$(median "${ml[@]}"); b=$(median "${mr[@]}")
 row "memif: 32 B t_typical [us] (write/raw_lat)" "$a" "$b" "$(ratio "$a" "$b")"
 row "memif: BW [MiB/s] (64 KiB write_bw/raw_bw)" "$(median "${mwb[@]}")" \
     "$(median "${mrb[@]}")" "$(paired "${mwb[*]}" "${mrb[*]}") of rounds (target >= 0.8)"
+row "memif: same, receiver zero-copy client" "$(median "${mwz[@]}")" \
+    "$(median "${mrb[@]}")" "$(paired "${mwz[*]}" "${mrb[*]}") of rounds (target >= 0.9)"
 rrtt=$(python3 -c "print(2*$(median "${rl[@]}"))")
 a=$(median "${rdl[@]}")
 row "ring: 32 B RTT [us] (read_lat/raw_lat RTT)" "$a" "$rrtt" "$(ratio "$a" "$rrtt")"
@@ -369,7 +388,7 @@ printf '%-44s %-10s\n' "ring: 32 B token_lat t_typical [us]" "$(median "${tl[@]}
 echo "samples: write_bw ${wbw[*]} | -t 1024 ${wbd[*]} | -l 16 ${wbl[*]} | raw_bw ${rbw[*]}"
 echo "         write_lat ${wl[*]} | raw_lat ${rl[*]}"
 echo "         memif write_lat ${ml[*]} | memif raw_lat ${mr[*]}"
-echo "         memif 64 KiB write_bw MiB/s ${mwb[*]} | memif raw_bw MiB/s ${mrb[*]}"
+echo "         memif 64 KiB write_bw MiB/s ${mwb[*]} | zero-copy receiver ${mwz[*]} | memif raw_bw MiB/s ${mrb[*]}"
 echo "         write_bw -q 10000 ${wq[*]}"
 echo "         memif write_bw -q 8, server of 1 shard ${sh1[*]} | of 2 shards ${sh2[*]}"
 echo "         idle server CPU %: dedicated ${idd[*]} | inline ${idi[*]}"

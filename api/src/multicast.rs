@@ -20,7 +20,7 @@ use std::sync::Arc;
 use deposit_transport::connection::{shard_of_conn, ConnShared};
 
 use crate::device::DeviceInner;
-use crate::queue::{check_postable, check_request};
+use crate::queue::{check_local, check_postable, check_request};
 use crate::{Connection, Error, WorkRequest};
 use deposit_transport::connection::WR_SIGNALED;
 
@@ -92,6 +92,7 @@ impl MulticastGroup {
         check_request(req)?;
         for m in &self.members {
             check_postable(m)?;
+            check_local(req, m)?;
         }
         // Every member's place in its send queue and, when signaled, its completion
         // slot — or none: what was taken is given back on the first refusal.

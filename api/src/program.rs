@@ -385,7 +385,7 @@ impl WorkRequest {
         let mut w = WorkRequest::write_inline(wr_id, &data[..8 * values.len()], operand)?
             .into_invoke(ip, true);
         w.wr.result = Some((result.0.id, result_offset));
-        Ok(w)
+        Ok(w.names(result))
     }
 
     /// [`WorkRequest::invoke`] with `len` bytes of data from `local` at `local_offset`

@@ -239,6 +239,7 @@ impl Connection {
         check_postable(&self.shared)?;
         for r in reqs {
             check_request(r)?;
+            check_local(r, &self.shared)?;
         }
         let n = reqs.len();
         self.dev.post_with(|| {
@@ -267,6 +268,26 @@ pub(crate) fn check_postable(shared: &ConnShared) -> Result<(), Error> {
         return Err(Error::NotConnected(state));
     }
     Ok(())
+}
+
+/// Whether the local endpoints `req` names are the connection's shard's: an endpoint
+/// number means nothing in another shard's table (it may name another endpoint there,
+/// which the request would then read or fill). Allocate them with
+/// `Device::alloc_endpoint_on` (or use the connection's own endpoint's shard).
+#[inline]
+pub(crate) fn check_local(req: &WorkRequest, shared: &ConnShared) -> Result<(), Error> {
+    let shard = u16::from(deposit_transport::connection::shard_of_conn(shared.number));
+    match req.local_shard {
+        crate::wr::NO_LOCAL => Ok(()),
+        s if s == shard => Ok(()),
+        crate::wr::MIXED_LOCAL => Err(Error::InvalidArgument(
+            "the request's local endpoints are on different shards".into(),
+        )),
+        s => Err(Error::InvalidArgument(format!(
+            "the request's local endpoint is on shard {s}, the connection on shard {shard}: \
+             allocate it with Device::alloc_endpoint_on({shard}, ..)"
+        ))),
+    }
 }
 
 /// Checks what can be checked of a request before it is queued (the worker checks the

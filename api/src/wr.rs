@@ -170,12 +170,37 @@ pub(crate) use addressing_builder;
 pub struct WorkRequest {
     pub(crate) wr: Wr,
     compound: Option<CompoundRepr>,
+    /// The shard of the local endpoints the request names (source, result):
+    /// [`NO_LOCAL`] when none, [`MIXED_LOCAL`] when they are on different shards. A
+    /// connection takes only requests whose endpoints are its own shard's
+    /// (`queue::check_local`): an endpoint number means nothing on another shard.
+    pub(crate) local_shard: u16,
 }
+
+/// [`WorkRequest::local_shard`]: no local endpoint named.
+pub(crate) const NO_LOCAL: u16 = u16::MAX;
+/// [`WorkRequest::local_shard`]: local endpoints of different shards named.
+pub(crate) const MIXED_LOCAL: u16 = u16::MAX - 1;
 
 impl WorkRequest {
     /// A work request the transport's own layers built (the tagged layer's).
     pub(crate) fn from_wqe(wr: Wr) -> WorkRequest {
-        WorkRequest { wr, compound: None }
+        WorkRequest {
+            wr,
+            compound: None,
+            local_shard: NO_LOCAL,
+        }
+    }
+
+    /// Notes that the request names local endpoint `ep` (its source or result range).
+    pub(crate) fn names(mut self, ep: &Endpoint) -> WorkRequest {
+        let s = u16::from(ep.0.shard);
+        self.local_shard = match self.local_shard {
+            NO_LOCAL => s,
+            x if x == s => s,
+            _ => MIXED_LOCAL,
+        };
+        self
     }
 }
 
@@ -194,6 +219,7 @@ impl WorkRequest {
                 ..Wr::write(wr_id, source, len, 0)
             },
             compound: None,
+            local_shard: NO_LOCAL,
         }
     }
 
@@ -213,6 +239,7 @@ impl WorkRequest {
             endpoint_source(local, local_offset),
         )
         .operand(remote_offset)
+        .names(local)
     }
 
     /// Write up to 32 bytes carried in the request itself.
@@ -258,7 +285,7 @@ impl WorkRequest {
         let mut w =
             WorkRequest::new(wr_id, WrOpcode::Read, len, Source::None).operand(remote_offset);
         w.wr.result = Some((local.0.id, local_offset));
-        w
+        w.names(local)
     }
 
     /// Fetch-and-add on the 8-byte remote word at `remote_offset` (8-aligned, remote
@@ -275,7 +302,7 @@ impl WorkRequest {
         let mut w = WorkRequest::new(wr_id, WrOpcode::FetchAdd { add }, 8, Source::None)
             .operand(remote_offset);
         w.wr.result = Some((result.0.id, result_offset));
-        w
+        w.names(result)
     }
 
     /// Compare-and-swap on the 8-byte remote word at `remote_offset` (8-aligned,
@@ -293,7 +320,7 @@ impl WorkRequest {
         let mut w = WorkRequest::new(wr_id, WrOpcode::CmpSwap { compare, swap }, 8, Source::None)
             .operand(remote_offset);
         w.wr.result = Some((result.0.id, result_offset));
-        w
+        w.names(result)
     }
 
     /// Register operations and/or a conditional only, no memory access.

@@ -143,14 +143,18 @@ impl Bench for Write {
     fn dial_round(&mut self, at: &At<'_>, _out: &mut Outcome) -> Result<Round> {
         let At { s, p, round, size } = *at;
         let ip = InstrPtr(s.peer_offer as u32);
-        let req = |from: usize, to: usize| {
+        // From the endpoint of each connection's own shard (with several workers the
+        // data connections spread over nested endpoints of `s.ep`, one per shard: a
+        // request may name only its connection's shard's endpoints).
+        let req = |ep: &deposit::Endpoint, from: usize, to: usize| {
             if self.ip {
-                WorkRequest::invoke_from(0, ip, 0, &s.ep, from as u64, size as u32)
+                WorkRequest::invoke_from(0, ip, 0, ep, from as u64, size as u32)
             } else {
-                WorkRequest::write(0, &s.ep, from as u64, size as u32, to as u32)
+                WorkRequest::write(0, ep, from as u64, size as u32, to as u32)
             }
         };
-        let mut first = req(s.lay.send, 0);
+        let spread = s.conns.iter().any(|c| c.endpoint().shard() != s.ep.shard());
+        let mut first = req(&s.ep, s.lay.send, 0);
         if p.compound {
             first = first
                 .indirect(0)
@@ -182,7 +186,7 @@ impl Bench for Write {
             req: first,
             depth_cap: p.verify.then_some(k as u64),
             laps: None,
-            prepare: |id, _, r: &mut WorkRequest| {
+            prepare: |id, c: usize, r: &mut WorkRequest| {
                 if p.verify {
                     let g = before + id - 1;
                     let at = (g % k as u64) as usize * stride;
@@ -192,7 +196,9 @@ impl Bench for Write {
                         size as usize,
                         &verify::stamp(round, g + 1),
                     )?;
-                    *r = req(s.lay.send + at, at);
+                    *r = req(s.conns[c].endpoint(), s.lay.send + at, at);
+                } else if spread {
+                    *r = req(s.conns[c].endpoint(), s.lay.send, 0);
                 }
                 Ok(())
             },

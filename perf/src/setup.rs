@@ -94,7 +94,7 @@ pub struct SocketFile(Option<PathBuf>);
 impl SocketFile {
     /// Guards the socket of `spec` when it is a memif server port.
     pub fn for_spec(spec: &str) -> SocketFile {
-        let Ok(PortSpec::Memif { socket, role }) = spec.parse::<PortSpec>() else {
+        let Ok(PortSpec::Memif { socket, role, .. }) = spec.parse::<PortSpec>() else {
             return SocketFile(None);
         };
         if role != port::MemifRole::Server {
@@ -222,6 +222,7 @@ pub fn explain_open(spec: &str, e: PerfError) -> PerfError {
         Ok(PortSpec::Memif {
             socket,
             role: port::MemifRole::Client,
+            ..
         }) => PerfError::Failed(format!(
             "{e} (cannot connect to the memif socket {socket}: is the server `ddperf <test> --server` running?)"
         )),

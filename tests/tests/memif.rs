@@ -29,8 +29,18 @@ fn wait_child(mut child: Child, timeout: Duration) -> std::process::ExitStatus {
 /// socket exists). Returns it, its stdin (dropping it releases the server) and its
 /// stdout.
 fn sweep_server(sock: &str, seed: u64) -> (Child, ChildStdin, BufReader<ChildStdout>) {
+    sweep_server_with(sock, seed, &[])
+}
+
+/// [`sweep_server`] with testnode's extra arguments (`readable`).
+fn sweep_server_with(
+    sock: &str,
+    seed: u64,
+    extra: &[&str],
+) -> (Child, ChildStdin, BufReader<ChildStdout>) {
     let mut server = Command::new(env!("CARGO_BIN_EXE_testnode"))
         .args(["sweep-server", sock, &seed.to_string()])
+        .args(extra)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()
@@ -43,36 +53,30 @@ fn sweep_server(sock: &str, seed: u64) -> (Child, ChildStdin, BufReader<ChildStd
     (server, release, out)
 }
 
-#[test]
-fn writes_from_1_byte_to_1_mib_land_byte_exact_across_processes() {
-    let dir = TempDir::new("sweep");
-    let sock = dir.sock();
-    let seed = 77u64;
-    let (mut server, release, out) = sweep_server(&sock, seed);
-
-    let dev = Device::open(DeviceConfig::new(
-        &format!("memif:{sock}:client"),
-        [10, 0, 0, 2],
-    ))
-    .unwrap();
-    let (layout, len) = sweep_layout();
-    let ep = dev
-        .alloc_endpoint(len as u64, Rights::REMOTE_WRITE)
-        .unwrap();
-    let cq = dev.create_cq(256);
-    let conn = dev.connect([10, 0, 0, 1], 7, &ep, &cq).unwrap();
+/// Writes the size sweep from `ep` over `conn` (each range its pattern of `seed`),
+/// waits for every completion, then keeps acknowledging until the server says it
+/// verified them (its line read on a thread, so the wait stays bounded). Returns what
+/// the server said.
+fn write_sweep_until_verified(
+    dev: &Device,
+    conn: &Connection,
+    ep: &Endpoint,
+    cq: &CompletionQueue,
+    seed: u64,
+    server: &mut Child,
+    out: BufReader<ChildStdout>,
+) -> Vec<String> {
+    let (layout, _) = sweep_layout();
     for (i, &(off, size)) in layout.iter().enumerate() {
-        fill_pattern(&ep, off, size, seed, off as u64);
+        fill_pattern(ep, off, size, seed, off as u64);
         conn.post(
-            &WorkRequest::write(i as u64, &ep, off as u64, size as u32, off as u32).signaled(),
+            &WorkRequest::write(i as u64, ep, off as u64, size as u32, off as u32).signaled(),
         )
         .unwrap();
     }
-    for wc in wait_completions(&cq, layout.len(), T) {
+    for wc in wait_completions(cq, layout.len(), T) {
         assert_eq!(wc.status, WcStatus::Success, "{wc:?}");
     }
-    // Keep acknowledging until the server has verified. The line is read on a thread
-    // so this loop stays bounded.
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         for line in out.lines() {
@@ -92,6 +96,28 @@ fn writes_from_1_byte_to_1_mib_land_byte_exact_across_processes() {
             panic!("server did not verify: {said:?}");
         }
     }
+    said
+}
+
+#[test]
+fn writes_from_1_byte_to_1_mib_land_byte_exact_across_processes() {
+    let dir = TempDir::new("sweep");
+    let sock = dir.sock();
+    let seed = 77u64;
+    let (mut server, release, out) = sweep_server(&sock, seed);
+
+    let dev = Device::open(DeviceConfig::new(
+        &format!("memif:{sock}:client"),
+        [10, 0, 0, 2],
+    ))
+    .unwrap();
+    let (_, len) = sweep_layout();
+    let ep = dev
+        .alloc_endpoint(len as u64, Rights::REMOTE_WRITE)
+        .unwrap();
+    let cq = dev.create_cq(256);
+    let conn = dev.connect([10, 0, 0, 1], 7, &ep, &cq).unwrap();
+    let said = write_sweep_until_verified(&dev, &conn, &ep, &cq, seed, &mut server, out);
     // memif copies each frame as it sends it: the large payloads went by reference.
     let by_ref = dev.stats().payloads_by_reference;
     assert!(
@@ -101,6 +127,52 @@ fn writes_from_1_byte_to_1_mib_land_byte_exact_across_processes() {
     // Neither side polls while the other leaves (see testnode's wait_for_release):
     // close our port first, then let the server go.
     drop((conn, ep, cq, dev));
+    drop(release);
+    let status = wait_child(server, T);
+    assert!(status.success(), "server failed after verifying: {said:?}");
+}
+
+#[test]
+fn a_zero_copy_client_writes_and_reads_back_1_byte_to_1_mib_byte_exact() {
+    // The client shares its buffer memory with the server (zero-copy=yes): frames it
+    // receives are the server's writes into that memory, and its own frames are read
+    // where they lie. Writes of the sweep go out from the client (no payload by
+    // reference: endpoint memory is not shared), the server checks them, then the
+    // client reads every range back (answers of up to 1 MiB, many frames each, into
+    // the zero-copy receive side) and checks them too.
+    let dir = TempDir::new("zc");
+    let sock = dir.sock();
+    let seed = 78u64;
+    let (mut server, release, out) = sweep_server_with(&sock, seed, &["readable"]);
+    let spec = format!("memif:{sock}:client:zero-copy");
+    let dev = Device::open(DeviceConfig::new(&spec, [10, 0, 0, 2])).unwrap();
+    let (layout, len) = sweep_layout();
+    let ep = dev.alloc_endpoint(len as u64, Rights::NONE).unwrap();
+    // On the connection's shard (a device of several workers: DEPOSIT_WORKERS=2).
+    let back = dev
+        .alloc_endpoint_on(ep.shard(), len as u64, Rights::NONE)
+        .unwrap();
+    let cq = dev.create_cq(256);
+    let conn = dev.connect([10, 0, 0, 1], 7, &ep, &cq).unwrap();
+    let said = write_sweep_until_verified(&dev, &conn, &ep, &cq, seed, &mut server, out);
+    for (i, &(off, size)) in layout.iter().enumerate() {
+        conn.post(
+            &WorkRequest::read(i as u64, &back, off as u64, size as u32, off as u32).signaled(),
+        )
+        .unwrap();
+    }
+    for wc in wait_completions(&cq, layout.len(), T) {
+        assert_eq!(wc.status, WcStatus::Success, "{wc:?}");
+    }
+    for &(off, size) in &layout {
+        check_pattern(&back, off, size, seed, off as u64).unwrap();
+    }
+    assert_eq!(dev.stats().payloads_by_reference, 0);
+    // Done: the server stops polling, then this side leaves, then the server does.
+    let mut release = release;
+    std::io::Write::write_all(&mut release, b"stop\n").unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    drop((conn, ep, back, cq, dev));
     drop(release);
     let status = wait_child(server, T);
     assert!(status.success(), "server failed after verifying: {said:?}");

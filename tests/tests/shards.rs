@@ -257,3 +257,53 @@ fn control_calls_reach_the_owning_shard() {
     assert_eq!(st[0].msgs_rx, 0, "shard 0 ran nothing: {:?}", st[0]);
     assert!(st[1].msgs_rx >= 1);
 }
+
+#[test]
+fn a_request_naming_another_shards_endpoint_is_refused_at_post() {
+    // Endpoint numbers are per shard: a read into (or a write from) an endpoint of
+    // another shard than the connection's would use whatever that number names in the
+    // connection's shard — another endpoint, read or filled silently. Refused at post.
+    let (server, client) = pair("xshard", 1, 2, false);
+    let scq = server.create_cq(64);
+    let sep = server
+        .alloc_endpoint(4096, Rights::REMOTE_WRITE | Rights::REMOTE_READ)
+        .unwrap();
+    let _l = server.listen(SERVICE, &sep, &scq).unwrap();
+    let cq = client.create_cq(64);
+    let ep = client.alloc_endpoint_on(0, 4096, Rights::NONE).unwrap();
+    let other = client.alloc_endpoint_on(1, 4096, Rights::NONE).unwrap();
+    let same = client.alloc_endpoint_on(0, 4096, Rights::NONE).unwrap();
+    let conn = client.connect([10, 0, 0, 1], SERVICE, &ep, &cq).unwrap();
+    for wr in [
+        WorkRequest::read(1, &other, 0, 64, 0),
+        WorkRequest::write(2, &other, 0, 64, 0),
+        WorkRequest::fetch_add(3, &other, 0, 0, 1),
+    ] {
+        match conn.post(&wr.signaled()) {
+            Err(Error::InvalidArgument(why)) => assert!(why.contains("shard 1"), "{why}"),
+            r => panic!("a request naming shard 1's endpoint on a shard-0 connection: {r:?}"),
+        }
+    }
+    // The same requests on the connection's own shard run, byte-exact.
+    same.write(0, &[0x5a; 64]).unwrap();
+    conn.post(&WorkRequest::write(4, &same, 0, 64, 0).signaled())
+        .unwrap();
+    let back = client.alloc_endpoint_on(0, 4096, Rights::NONE).unwrap();
+    conn.post(&WorkRequest::read(5, &back, 0, 64, 0).signaled())
+        .unwrap();
+    let mut got = Vec::new();
+    let mut buf = [Completion::EMPTY; 8];
+    let end = std::time::Instant::now() + T;
+    while got.len() < 2 && std::time::Instant::now() < end {
+        client.progress();
+        let n = cq.poll(&mut buf);
+        got.extend_from_slice(&buf[..n]);
+    }
+    assert_eq!(got.len(), 2, "{got:?}");
+    for wc in &got {
+        assert_eq!(wc.status, WcStatus::Success, "{wc:?}");
+    }
+    let mut b = [0u8; 64];
+    back.read(0, &mut b).unwrap();
+    assert_eq!(b, [0x5a; 64]);
+}

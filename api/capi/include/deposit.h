@@ -515,7 +515,7 @@ struct dd_mailbox;
 // 0 in a numeric field means the default, NULL in a path none.
 struct dd_device_config {
   // Port spec: `ring`, `ring:NAME:a|b`, `null`, `memif:PATH:server|client`,
-  // `af_packet:IF`, `af_xdp:IF`, a PCI address.
+  // `memif:PATH:client:zero-copy`, `af_packet:IF`, `af_xdp:IF`, a PCI address.
   const char *port;
   // This node's IPv4 address, in address order: 10.0.0.1 is `{10, 0, 0, 1}` (network
   // byte order, the bytes of a `struct in_addr`).

@@ -231,7 +231,7 @@ pub const DD_PROGRESS_DEDICATED: u32 = 1;
 #[repr(C)]
 pub struct dd_device_config {
     /// Port spec: `ring`, `ring:NAME:a|b`, `null`, `memif:PATH:server|client`,
-    /// `af_packet:IF`, `af_xdp:IF`, a PCI address.
+    /// `memif:PATH:client:zero-copy`, `af_packet:IF`, `af_xdp:IF`, a PCI address.
     pub port: *const c_char,
     /// This node's IPv4 address, in address order: 10.0.0.1 is `{10, 0, 0, 1}` (network
     /// byte order, the bytes of a `struct in_addr`).

@@ -160,7 +160,9 @@ fn device_args(cfg: &EalConfig) -> Vec<String> {
 /// are free; either way nothing is shared with other processes or left behind.
 fn memory_args(cfg: &EalConfig, hugepages: bool, free_mb: u64) -> Vec<String> {
     if hugepages {
-        return vec!["--in-memory".into()];
+        // One memory file (memfd) per segment list, not per page: what a zero-copy
+        // memif client shares with its server (`PortSpec::Memif::zero_copy`).
+        return vec!["--in-memory".into(), "--single-file-segments".into()];
     }
     eprintln!(
         "deposit: WARNING: {} MiB of hugepages free (< {} MiB): running DPDK with --no-huge (slower). \

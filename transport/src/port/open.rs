@@ -264,13 +264,21 @@ fn create_mempool(
 const TX_OFFLOAD_MULTI_SEGS: u64 = 1 << 15;
 
 /// Whether the PMD copies every frame it is given in its transmit burst and frees the
-/// mbufs there: memif (in the copying mode this crate uses) and af_packet, which copy
-/// each segment of a chain into the shared ring. Frames there can take payloads by
+/// mbufs there: memif in its copying mode and af_packet, which copy each segment of a
+/// chain into the shared ring. Not a zero-copy memif client: its server reads the
+/// frames where they lie, which must be memory the client shares (the EAL's), not
+/// endpoint memory. Frames there can take payloads by
 /// reference from endpoint memory (`Port::tx_external`). Not af_xdp, whose copy takes
 /// the first segment only, nor ring (it hands the mbufs to the peer, who would read
 /// the payload later) or hardware (it reads by DMA, needing IOVAs).
 fn copies_on_tx(spec: &PortSpec) -> bool {
-    matches!(spec, PortSpec::Memif { .. } | PortSpec::AfPacket { .. })
+    matches!(
+        spec,
+        PortSpec::Memif {
+            zero_copy: false,
+            ..
+        } | PortSpec::AfPacket { .. }
+    )
 }
 
 /// Configures `queues` queue pairs and the MTU, with descriptor counts adjusted to the

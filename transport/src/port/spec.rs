@@ -1,5 +1,6 @@
 //! Which DPDK port to open: [`PortSpec`], parsed from and printed as the text users
-//! type (`ring:lo:a`, `memif:/run/x.sock:server`, `0000:3b:00.0`, ...).
+//! type (`ring:lo:a`, `memif:/run/x.sock:server`, `memif:/run/x.sock:client:zero-copy`,
+//! `0000:3b:00.0`, ...).
 
 use std::fmt;
 use std::str::FromStr;
@@ -27,8 +28,15 @@ pub enum PortSpec {
     Ring { name: String, side: RingSide },
     /// `net_null`: tx sink (`rx == false`) or rx source of 64-byte frames.
     Null { rx: bool },
-    /// `net_memif` over a Unix socket path.
-    Memif { socket: String, role: MemifRole },
+    /// `net_memif` over a Unix socket path. `zero_copy` (a client only: DPDK's memif
+    /// offers it on that side): the client shares its buffer memory with the server, so
+    /// a frame it receives is the one the server's transmit wrote — no copy into an
+    /// mbuf — and what it sends is read where it lies.
+    Memif {
+        socket: String,
+        role: MemifRole,
+        zero_copy: bool,
+    },
     /// `net_af_packet` on a kernel interface.
     AfPacket { iface: String },
     /// `net_af_xdp` on a kernel interface.
@@ -40,7 +48,7 @@ pub enum PortSpec {
 impl FromStr for PortSpec {
     type Err = PortError;
 
-    /// Parses `ring[:NAME:a|b]`, `null[:rx]`, `memif:<socket>:<server|client>`,
+    /// Parses `ring[:NAME:a|b]`, `null[:rx]`, `memif:<socket>:<server|client[:zero-copy]>`,
     /// `af_packet:<iface>`, `af_xdp:<iface>`, `pci:<addr>` or a bare PCI address.
     fn from_str(s: &str) -> Result<Self, PortError> {
         let parts: Vec<&str> = s.split(':').collect();
@@ -98,19 +106,28 @@ fn parse_null(parts: &[&str]) -> Result<PortSpec, &'static str> {
     }
 }
 
-/// `memif:<socket-path>:<server|client>`.
+/// `memif:<socket-path>:<server|client>`, or `memif:<socket-path>:client:zero-copy`.
 fn parse_memif(parts: &[&str]) -> Result<PortSpec, &'static str> {
-    if parts.len() != 3 || parts[1].is_empty() {
-        return Err("expected memif:<socket-path>:<server|client>");
+    if !(3..=4).contains(&parts.len()) || parts[1].is_empty() {
+        return Err("expected memif:<socket-path>:<server|client>[:zero-copy]");
     }
     let role = match parts[2] {
         "server" => MemifRole::Server,
         "client" => MemifRole::Client,
         _ => return Err("memif role must be server or client"),
     };
+    let zero_copy = match parts.get(3) {
+        None => false,
+        Some(&"zero-copy") if role == MemifRole::Client => true,
+        Some(&"zero-copy") => {
+            return Err("zero-copy is a memif client's (DPDK's memif offers it there)")
+        }
+        Some(_) => return Err("the memif option after the role can only be zero-copy"),
+    };
     Ok(PortSpec::Memif {
         socket: parts[1].into(),
         role,
+        zero_copy,
     })
 }
 
@@ -145,14 +162,19 @@ impl fmt::Display for PortSpec {
                 )
             }
             PortSpec::Null { rx } => write!(f, "null{}", if *rx { ":rx" } else { "" }),
-            PortSpec::Memif { socket, role } => write!(
+            PortSpec::Memif {
+                socket,
+                role,
+                zero_copy,
+            } => write!(
                 f,
-                "memif:{socket}:{}",
+                "memif:{socket}:{}{}",
                 if *role == MemifRole::Server {
                     "server"
                 } else {
                     "client"
-                }
+                },
+                if *zero_copy { ":zero-copy" } else { "" }
             ),
             PortSpec::AfPacket { iface } => write!(f, "af_packet:{iface}"),
             PortSpec::AfXdp { iface } => write!(f, "af_xdp:{iface}"),
@@ -189,7 +211,18 @@ mod tests {
             "memif:/tmp/a.sock:server".parse::<PortSpec>().unwrap(),
             PortSpec::Memif {
                 socket: "/tmp/a.sock".into(),
-                role: MemifRole::Server
+                role: MemifRole::Server,
+                zero_copy: false,
+            }
+        );
+        assert_eq!(
+            "memif:/tmp/a.sock:client:zero-copy"
+                .parse::<PortSpec>()
+                .unwrap(),
+            PortSpec::Memif {
+                socket: "/tmp/a.sock".into(),
+                role: MemifRole::Client,
+                zero_copy: true,
             }
         );
         assert_eq!(
@@ -210,12 +243,21 @@ mod tests {
             "ring:x:c",
             "memif:/x",
             "memif:/x:boss",
+            "memif:/x:server:zero-copy",
+            "memif:/x:client:zerocopy",
+            "memif:/x:client:zero-copy:more",
             "tap0",
             "null:tx",
         ] {
             assert!(bad.parse::<PortSpec>().is_err(), "{bad:?} accepted");
         }
-        for s in ["ring:lo:a", "null:rx", "memif:/tmp/s:client", "af_xdp:v1"] {
+        for s in [
+            "ring:lo:a",
+            "null:rx",
+            "memif:/tmp/s:client",
+            "memif:/tmp/s:client:zero-copy",
+            "af_xdp:v1",
+        ] {
             assert_eq!(s.parse::<PortSpec>().unwrap().to_string(), s);
         }
     }

@@ -152,15 +152,21 @@ fn fail(msg: impl std::fmt::Display) -> ! {
     exit(1)
 }
 
-fn sweep_server(sock: &str, seed: u64) {
+/// `readable`: the client may also read the endpoint back (remote-read rights).
+fn sweep_server(sock: &str, seed: u64, readable: bool) {
     let dev = Device::open(DeviceConfig::new(
         &format!("memif:{sock}:server"),
         [10, 0, 0, 1],
     ))
     .unwrap_or_else(|e| fail(e));
     let (layout, len) = sweep_layout();
+    let rights = if readable {
+        Rights::REMOTE_WRITE | Rights::REMOTE_READ
+    } else {
+        Rights::REMOTE_WRITE
+    };
     let ep = dev
-        .alloc_endpoint(len as u64, Rights::REMOTE_WRITE)
+        .alloc_endpoint(len as u64, rights)
         .unwrap_or_else(|e| fail(e));
     let cq = dev.create_cq(64);
     let l = dev.listen(7, &ep, &cq).unwrap_or_else(|e| fail(e));
@@ -173,7 +179,40 @@ fn sweep_server(sock: &str, seed: u64) {
         dev.progress();
     }
     println!("verified {} writes", layout.len());
+    if readable {
+        serve_until_stop(&dev);
+        return;
+    }
     wait_for_release();
+}
+
+/// Keeps the device serving (the client reads back) until the parent writes a line
+/// ("stop": it is done and about to leave) or closes stdin, then waits for the release
+/// as [`wait_for_release`] does: nothing polls while the other process leaves.
+fn serve_until_stop(dev: &Device) {
+    use std::io::{BufRead, Write};
+    let _ = std::io::stdout().flush();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut lines = std::io::stdin().lock().lines();
+        let _ = lines.next();
+        let _ = tx.send(false);
+        for _ in lines.by_ref() {}
+        let _ = tx.send(true);
+    });
+    let end = std::time::Instant::now() + Duration::from_secs(30);
+    let released = loop {
+        dev.progress();
+        if let Ok(r) = rx.try_recv() {
+            break r;
+        }
+        if std::time::Instant::now() > end {
+            fail("the client never said stop");
+        }
+    };
+    if !released {
+        let _ = rx.recv_timeout(Duration::from_secs(30));
+    }
 }
 
 /// Waits (bounded) until every write of the size sweep arrived on `conn`, then checks
@@ -284,9 +323,11 @@ fn inject(sock: &str, server: [u8; 4]) {
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     match args.get(1).map(String::as_str) {
-        Some("sweep-server") if args.len() == 4 => {
-            sweep_server(&args[2], args[3].parse().unwrap_or_else(|e| fail(e)))
-        }
+        Some("sweep-server") if args.len() == 4 || args.len() == 5 => sweep_server(
+            &args[2],
+            args[3].parse().unwrap_or_else(|e| fail(e)),
+            args.get(4).is_some_and(|a| a == "readable"),
+        ),
         Some("inject") if args.len() == 4 => {
             let ip: std::net::Ipv4Addr = args[3].parse().unwrap_or_else(|e| fail(e));
             inject(&args[2], ip.octets())

@@ -114,7 +114,11 @@ fn device_args(spec: &PortSpec, seq: u32, max_frame: usize) -> Result<(String, S
             format!("net_null_dp{seq}"),
             format!("size=64,copy=0,no-rx={}", if *rx { 0 } else { 1 }),
         ),
-        PortSpec::Memif { socket, role } => memif_args(spec, socket, *role, seq, max_frame)?,
+        PortSpec::Memif {
+            socket,
+            role,
+            zero_copy,
+        } => memif_args(spec, socket, *role, *zero_copy, seq, max_frame)?,
         PortSpec::AfPacket { iface } => af_packet_args(iface, seq, max_frame),
         PortSpec::AfXdp { iface } => (
             format!("net_af_xdp{seq}"),
@@ -131,6 +135,7 @@ fn memif_args(
     spec: &PortSpec,
     socket: &str,
     role: MemifRole,
+    zero_copy: bool,
     seq: u32,
     max_frame: usize,
 ) -> Result<(String, String), PortError> {
@@ -140,18 +145,27 @@ fn memif_args(
             why: "memif socket path must not contain ','",
         });
     }
+    if zero_copy && !super::super::eal::eal_info().is_some_and(|e| e.hugepages) {
+        return Err(PortError::BadSpec {
+            spec: spec.to_string(),
+            why: "a zero-copy memif client needs DPDK on hugepages (scripts/hugepages.sh)",
+        });
+    }
     // memif corrupts frames spanning more than two of its buffers:
     // make one buffer hold the largest frame.
     let bsize = max_frame.next_power_of_two().max(2048);
     Ok((
         format!("net_memif{seq}"),
         format!(
-            "role={},socket={socket},socket-abstract=no,bsize={bsize},rsize=11,id=0",
+            "role={},socket={socket},socket-abstract=no,bsize={bsize},rsize=11,id=0{}",
             if role == MemifRole::Server {
                 "server"
             } else {
                 "client"
-            }
+            },
+            // Needs the EAL's memory in one file per segment list, to share it with
+            // the server (`eal::memory_args`).
+            if zero_copy { ",zero-copy=yes" } else { "" }
         ),
     ))
 }
