@@ -78,6 +78,11 @@ fn main() {
     let cfg = |port: &str, ip| {
         let mut c = DeviceConfig::new(port, ip);
         c.max_connections = n + 16;
+        // All of them come from the one client: above the per-source cap's default.
+        c.cm_limits.per_source_connections = c
+            .cm_limits
+            .per_source_connections
+            .max(u32::try_from(n + 16).unwrap_or(u32::MAX));
         c
     };
     let server = Device::open(cfg("ring:conns:b", [10, 0, 0, 1]).progress(Progress::Dedicated))
