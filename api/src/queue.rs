@@ -264,7 +264,7 @@ impl Connection {
 #[inline]
 pub(crate) fn check_postable(shared: &ConnShared) -> Result<(), Error> {
     let state = shared.state();
-    if !matches!(state, ConnState::Normal | ConnState::Exceptioned) {
+    if !state.is_up() {
         return Err(Error::NotConnected(state));
     }
     Ok(())

@@ -37,6 +37,14 @@ pub enum ConnState {
 }
 
 impl ConnState {
+    /// Whether the connection is up: `Normal`, or `Exceptioned` — the receive side's
+    /// state (a message of the peer's held for the host), in which it still sends as a
+    /// normal one.
+    #[inline]
+    pub fn is_up(self) -> bool {
+        matches!(self, ConnState::Normal | ConnState::Exceptioned)
+    }
+
     fn from_u8(v: u8) -> ConnState {
         match v {
             0 => ConnState::Connecting,

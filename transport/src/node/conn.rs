@@ -174,7 +174,7 @@ impl ConnContext {
     /// off (receiver not ready).
     #[inline]
     pub fn may_send(&self, now: u64) -> bool {
-        matches!(self.state, ConnState::Normal | ConnState::Exceptioned) && now >= self.rnr_until
+        self.state.is_up() && now >= self.rnr_until
     }
 
     /// Whether a posted request may go into flight now: the connection may send and

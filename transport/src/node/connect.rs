@@ -266,9 +266,7 @@ impl Node {
             .slot_of(number)
             .ok_or(CmError::NoConnection(number))?;
         let conn = self.conns.get_mut(slot).expect("slot");
-        // Exceptioned is the receive side's state (a message of the peer's held for
-        // the host): the connection is up, and sends, as a normal one.
-        let was_normal = matches!(conn.state, ConnState::Normal | ConnState::Exceptioned);
+        let was_normal = conn.state.is_up();
         if was_normal || conn.state == ConnState::Error {
             fail_connection(conn, None);
         }
@@ -679,7 +677,7 @@ impl Node {
             return;
         };
         let c = self.conns.get_mut(slot).expect("slot");
-        if matches!(c.state, ConnState::Normal | ConnState::Exceptioned) {
+        if c.state.is_up() {
             process_ack(c, ack, &SeqBits::default(), self.now);
             complete_ready(c);
         }

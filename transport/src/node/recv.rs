@@ -255,7 +255,7 @@ impl Node {
             self.stats.drop_for(DropReason::WrongKey);
             return None;
         }
-        if !matches!(conn.state, ConnState::Normal | ConnState::Exceptioned) {
+        if !conn.state.is_up() {
             self.stats.drop_for(DropReason::UnknownConnection);
             return None;
         }

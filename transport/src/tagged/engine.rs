@@ -625,8 +625,9 @@ pub struct Engine<F: Fabric> {
     /// and how many: watched, so that a peer that goes fails them.
     rndv_peers: IdMap<PeerId, u32>,
     /// Peers that started a multi-slot message (and may have finished it since):
-    /// watched, so that a receive such a message matched fails if its sender goes.
-    assembling: Vec<PeerId>,
+    /// watched, so that a receive such a message matched fails if its sender goes. A
+    /// set: a peer that starts many messages between two looks is in it once.
+    assembling: IdSet<PeerId>,
 }
 
 impl<F: Fabric> std::fmt::Debug for Engine<F> {
@@ -695,7 +696,7 @@ impl<F: Fabric> Engine<F> {
             stats: TagStats::default(),
             rma: rma::Rmas::default(),
             rndv_peers: IdMap::default(),
-            assembling: Vec::new(),
+            assembling: IdSet::default(),
         })
     }
 
@@ -1017,12 +1018,10 @@ impl<F: Fabric> Engine<F> {
             .filter(|&p| {
                 let peer = &self.peers[p.0 as usize];
                 peer.ready
-                    && peer.out.as_ref().is_some_and(|c| {
-                        !matches!(
-                            self.fab.state(c),
-                            ConnState::Normal | ConnState::Exceptioned
-                        )
-                    })
+                    && peer
+                        .out
+                        .as_ref()
+                        .is_some_and(|c| !self.fab.state(c).is_up())
             })
             .collect();
         for p in gone {
@@ -1038,22 +1037,21 @@ impl<F: Fabric> Engine<F> {
     /// will not send the rest: a receive the message matched fails (`Unreachable`),
     /// and what came of an unmatched one is dropped (it was never visible).
     fn watch_assemblies(&mut self) {
-        let mut i = 0;
-        while i < self.assembling.len() {
-            let p = self.assembling[i];
-            let peer = &self.peers[p.0 as usize];
-            let alive = peer.assembly.is_some()
-                && peer.inbound.as_ref().is_some_and(|c| {
-                    matches!(
-                        self.fab.state(c),
-                        ConnState::Normal | ConnState::Exceptioned
-                    )
-                });
-            if alive {
-                i += 1;
-                continue;
-            }
-            self.assembling.swap_remove(i);
+        let ended: Vec<PeerId> = self
+            .assembling
+            .iter()
+            .copied()
+            .filter(|p| {
+                let peer = &self.peers[p.0 as usize];
+                !(peer.assembly.is_some()
+                    && peer
+                        .inbound
+                        .as_ref()
+                        .is_some_and(|c| self.fab.state(c).is_up()))
+            })
+            .collect();
+        for p in ended {
+            self.assembling.remove(&p);
             if let Some(a) = self.peers[p.0 as usize].assembly.take() {
                 if let Ok(r) = a.into {
                     self.complete_recv(r, a.info, a.tagged, 0, TagStatus::Unreachable);
@@ -1259,7 +1257,7 @@ impl<F: Fabric> Engine<F> {
                         Err(v)
                     }
                 };
-                self.assembling.push(p);
+                self.assembling.insert(p);
                 self.peers[p.0 as usize].assembly = Some(Box::new(Assembly {
                     info,
                     tagged,
@@ -1923,6 +1921,7 @@ impl<F: Fabric> Engine<F> {
                             Ok(m) => m,
                             Err(()) => return self.fail_send(p, id),
                         };
+                        // (Not `self.reg(m)`: `read_token` borrows the fabric mutably.)
                         let mem = &self.mems[m].as_ref().expect("pinned").mem;
                         let token = match self.fab.read_token(mem, off, len) {
                             Ok(t) => t,

@@ -91,7 +91,8 @@ impl<F: Fabric> Engine<F> {
             self.mems[i].as_mut().expect("kept").cached = true;
             self.reg_cached.push(i);
         }
-        Ok((i, (a - self.mems[i].as_ref().expect("kept").start) as u64))
+        // A new registration starts at the buffer.
+        Ok((i, 0))
     }
 
     /// One use of registration `i` is over: it stays for the next if cached.

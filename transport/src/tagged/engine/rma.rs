@@ -263,12 +263,7 @@ impl<F: Fabric> Engine<F> {
         let Some(rc) = self.rma.conns.get_mut(&k) else {
             return;
         };
-        if rc.ready.is_some()
-            && !matches!(
-                self.fab.state(&rc.conn),
-                ConnState::Normal | ConnState::Exceptioned
-            )
-        {
+        if rc.ready.is_some() && !self.fab.state(&rc.conn).is_up() {
             // The region went (unexposed) or its node: what waits fails, and the next
             // operation connects again.
             let rc = self.rma.conns.remove(&k).expect("there");
