@@ -18,7 +18,8 @@ use std::sync::Arc;
 pub use crate::cq::CqShared;
 use crate::submit::{PostError, Submission, SubmitRing};
 pub use crate::wr::{
-    Completion, Pending, Priority, Remote, Source, WcStatus, Wqe, WrOpcode, WR_SIGNALED,
+    CellKind, Completion, Pending, Priority, Remote, Source, WcStatus, Work, WorkCell, Wqe,
+    WrOpcode, WR_SIGNALED,
 };
 
 /// Connection states (docs/design.md §3).
@@ -256,7 +257,7 @@ impl ConnShared {
         Submission {
             slot: self.slot.load(Ordering::Relaxed),
             number: self.number,
-            wr: *wr,
+            work: crate::message::work(wr),
         }
     }
 

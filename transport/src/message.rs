@@ -29,7 +29,7 @@
 use crate::tables::EndpointTable;
 use crate::wire::cell::{flags, op};
 use crate::wire::{self, ControlPacket, ControlRepr};
-use crate::wr::{Source, Wqe, WrOpcode};
+use crate::wr::{CellKind, Source, Work, WorkCell, Wqe, WrOpcode};
 
 /// Bytes of the compound descriptor.
 pub const COMPOUND_LEN: u32 = 8;
@@ -257,6 +257,107 @@ pub fn payload_memory<'e>(
     Some((e.memory(), e.offset().checked_add(off)?))
 }
 
+/// `wr` as the worker will keep it: a one-message write (no compound descriptor, at
+/// most one data block), read or atomic as its [`WorkCell`], built here — the message's
+/// control part and payload, by [`control_for`] and [`fill_payload`] as for any other
+/// message — so that sending it is a copy; anything else whole.
+#[inline]
+pub fn work(wr: &Wqe) -> Work {
+    match work_cell(wr) {
+        Some(c) => Work::Cell(c),
+        None => Work::Wr(*wr),
+    }
+}
+
+/// The cell of a one-message request, built in registers (six words stored once: the
+/// bytes [`control_for`] and [`fill_payload`] give, as `cells_are_the_messages_they_send`
+/// checks for every kind).
+#[inline]
+fn work_cell(wr: &Wqe) -> Option<WorkCell> {
+    if wr.remote.compound.is_some() {
+        return None;
+    }
+    let small = wr.len as usize <= wire::BLOCK_LEN;
+    let kind = match (wr.opcode, wr.source) {
+        (WrOpcode::Write, Source::Endpoint { .. }) if small => CellKind::WriteFrom,
+        (WrOpcode::Write, _) if small => CellKind::Write,
+        (WrOpcode::WriteMasked { .. }, Source::Inline(_) | Source::None) => CellKind::WriteMasked,
+        (WrOpcode::Read, _) => CellKind::Read,
+        (WrOpcode::FetchAdd { .. }, _) => CellKind::FetchAdd,
+        (WrOpcode::CmpSwap { .. }, _) => CellKind::CmpSwap,
+        _ => return None,
+    };
+    let (control, _) = control_for(wr, 0, 1, u32::MAX, false);
+    let [c0, c1] = control.wire_words();
+    // A big-endian value on the wire, read as a little-endian word.
+    let be = |v: u64| u64::from_le_bytes(v.to_be_bytes());
+    let mut b = [0u64; 4];
+    match (wr.opcode, wr.source) {
+        (_, Source::Endpoint { id, offset }) if kind == CellKind::WriteFrom => {
+            [b[0], b[1]] = WorkCell::range_words(id, offset);
+        }
+        (WrOpcode::Write | WrOpcode::WriteMasked { .. }, Source::Inline(d)) => {
+            let len = control.length as usize;
+            for (k, w) in b.iter_mut().enumerate() {
+                let word = u64::from_le_bytes(d[8 * k..8 * k + 8].try_into().expect("8 bytes"));
+                let keep = len.saturating_sub(8 * k).min(8);
+                *w = if keep == 8 {
+                    word
+                } else {
+                    word & ((1u64 << (8 * keep)) - 1)
+                };
+            }
+        }
+        (WrOpcode::Read, _) => [b[0], b[1]] = read_reply_control(wr.len).wire_words(),
+        (WrOpcode::FetchAdd { add }, _) => b[0] = be(add),
+        (WrOpcode::CmpSwap { compare, swap }, _) => [b[0], b[1]] = [be(compare), be(swap)],
+        _ => {} // a write of nothing, or of zeros
+    }
+    if matches!(
+        kind,
+        CellKind::Read | CellKind::FetchAdd | CellKind::CmpSwap
+    ) {
+        // A read or atomic without a result range completes in error at the worker.
+        let (id, offset) = wr.result?;
+        [b[2], b[3]] = WorkCell::range_words(id, offset);
+    }
+    let words = [c0, c1, b[0], b[1], b[2], b[3]];
+    Some(WorkCell::new(words, wr.wr_id, wr.len, kind, wr.flags))
+}
+
+/// Puts the message of `cell` into `dst` (its one cell in a frame): the control part
+/// and data block as built, a [`CellKind::WriteFrom`]'s data read from its endpoint
+/// (zeros if the range is not there any more, as [`fill_payload`] does), and zeros
+/// past the payload, where the cell keeps local names.
+#[inline]
+pub fn put_cell(cell: &WorkCell, dst: &mut [u8; wire::CELL_LEN], endpoints: &EndpointTable) {
+    let len = cell.length() as usize;
+    let source = cell.source();
+    // Words of control part and payload (the payload of anything but a `WriteFrom` is
+    // zero-padded in its last word); a `WriteFrom`'s data comes from memory.
+    let sent = if source.is_some() {
+        wire::CONTROL_LEN / 8
+    } else {
+        (wire::CONTROL_LEN + len).div_ceil(8)
+    };
+    for (k, w) in cell.words.iter().enumerate() {
+        let v = if k < sent { *w } else { 0 };
+        dst[8 * k..8 * k + 8].copy_from_slice(&v.to_le_bytes());
+    }
+    if let Some((id, offset)) = source {
+        let block = &mut dst[wire::CONTROL_LEN..wire::CONTROL_LEN + len];
+        let ok = endpoints.get(id).is_some_and(|e| {
+            usize::try_from(offset)
+                .ok()
+                .and_then(|o| e.offset().checked_add(o))
+                .is_some_and(|at| e.memory().read(at, block).is_ok())
+        });
+        if !ok {
+            block.fill(0);
+        }
+    }
+}
+
 /// The control part a READ request asks the receiver to reply with.
 pub fn read_reply_control(len: u32) -> ControlRepr {
     ControlRepr {
@@ -333,6 +434,97 @@ mod tests {
             len,
             source: Source::Inline([7; 32]),
             result: None,
+        }
+    }
+
+    /// A cell sends exactly the bytes the general path builds for the same request
+    /// ([`control_for`], [`fill_payload`]), every kind, and keeps its local names out.
+    #[test]
+    fn cells_are_the_messages_they_send() {
+        use crate::mem::EndpointMemory;
+        use crate::tables::{EndpointEntry, EndpointId, Rights};
+        let mem = std::sync::Arc::new(EndpointMemory::alloc_ordinary(4096).unwrap());
+        mem.write(100, &[0xa5; 32]).unwrap();
+        let mut t = EndpointTable::new();
+        let id = t.insert(EndpointEntry::new(mem, 0, 4096, Rights::NONE).unwrap());
+        let mut inline = [0u8; 32];
+        for (i, b) in inline.iter_mut().enumerate() {
+            *b = i as u8 + 1;
+        }
+        let mut cases = vec![];
+        for len in [0, 1, 7, 8, 9, 16, 31, 32] {
+            cases.push(Wqe {
+                source: Source::Inline(inline),
+                ..wr(WrOpcode::Write, len)
+            });
+            cases.push(Wqe {
+                source: Source::Endpoint { id, offset: 100 },
+                ..wr(WrOpcode::Write, len)
+            });
+            cases.push(Wqe {
+                source: Source::None,
+                ..wr(WrOpcode::Write, len)
+            });
+        }
+        cases.push(Wqe {
+            source: Source::Inline(inline),
+            ..wr(WrOpcode::WriteMasked { mask: 0x5a }, 32)
+        });
+        for op in [
+            WrOpcode::Read,
+            WrOpcode::FetchAdd {
+                add: 0x0102_0304_0506_0708,
+            },
+            WrOpcode::CmpSwap {
+                compare: 0x1122_3344_5566_7788,
+                swap: 0x99aa_bbcc_ddee_ff00,
+            },
+        ] {
+            cases.push(Wqe {
+                result: Some((EndpointId(7), 0x1234_5678_9abc)),
+                ..wr(op, if op == WrOpcode::Read { 4000 } else { 8 })
+            });
+        }
+        for mut w in cases {
+            w.remote.mode_flags = crate::wire::cell::AddrMode::Indexed.to_flags();
+            w.remote.regs = [1, 2, 3, 4];
+            w.flags = crate::wr::WR_SIGNALED;
+            let Work::Cell(cell) = work(&w) else {
+                panic!("{w:?} is a cell")
+            };
+            let (control, _) = control_for(&w, 0, 1, 1024, false);
+            let mut want = [0u8; wire::CELL_LEN];
+            control.emit(&mut ControlPacket::new_unchecked(&mut want[..16]));
+            let n = control.length as usize;
+            fill_payload(&w, 0, &mut want[16..16 + n], &t, false);
+            let mut got = [0xffu8; wire::CELL_LEN];
+            put_cell(&cell, &mut got, &t);
+            assert_eq!(got, want, "{w:?}");
+            let kept = Work::Cell(cell);
+            assert_eq!(
+                (
+                    kept.wr_id(),
+                    kept.flags(),
+                    kept.len(),
+                    kept.opcode(),
+                    kept.result()
+                ),
+                (w.wr_id, w.flags, w.len, w.opcode, w.result),
+                "{w:?}"
+            );
+            let source = match w.source {
+                Source::Endpoint { id, offset } => Some((id, offset)),
+                _ => None,
+            };
+            assert_eq!(kept.source_range(), source);
+        }
+        // Not cells: longer writes, compound descriptors, reads without a result range.
+        let long = wr(WrOpcode::Write, 33);
+        let mut compound = wr(WrOpcode::Write, 4);
+        compound.remote.compound = Some([1; 8]);
+        let no_result = wr(WrOpcode::Read, 8);
+        for w in [long, compound, no_result, wr(WrOpcode::RegOp, 0)] {
+            assert_eq!(work(&w), Work::Wr(w));
         }
     }
 

@@ -31,7 +31,7 @@ use std::time::Instant;
 use crossbeam::utils::CachePadded;
 
 use crate::wake::Wake;
-use crate::wr::Wqe;
+use crate::wr::{Work, Wqe};
 
 /// Entries of a node's submission ring unless configured: about one turn's worth of
 /// posts of a busy application many times over (a dedicated worker drains it every
@@ -45,7 +45,8 @@ pub struct Submission {
     /// later connection is told apart by the number).
     pub slot: u32,
     pub number: u32,
-    pub wr: Wqe,
+    /// The request, as the worker keeps it (`crate::message::work`).
+    pub work: Work,
 }
 
 /// The node's submission ring: bounded, many producers (any application thread), one
@@ -159,7 +160,7 @@ impl SubmitRing {
                 c.fill(|_| Submission {
                     slot,
                     number,
-                    wr: *wr,
+                    work: Work::Wr(*wr),
                 });
                 true
             }
@@ -263,7 +264,7 @@ impl Drop for Claim<'_> {
         Claim { ring, first, n }.fill(|_| Submission {
             slot: NO_SLOT,
             number: 0,
-            wr: crate::wr::Wqe::write(0, crate::wr::Source::None, 0, 0),
+            work: Work::Wr(Wqe::write(0, crate::wr::Source::None, 0, 0)),
         });
     }
 }
@@ -363,13 +364,13 @@ mod tests {
             assert!(!ring.is_empty());
             for _ in 0..5 {
                 let s = rx.pop().expect("queued");
-                assert_eq!((s.slot, s.number, s.wr.wr_id), (1, 2, expect));
+                assert_eq!((s.slot, s.number, s.work.wr_id()), (1, 2, expect));
                 expect += 1;
             }
             assert_eq!(ring.capacity() - ring.len(), 5, "room for 5 and no more");
         }
         while let Some(s) = rx.pop() {
-            assert_eq!(s.wr.wr_id, expect);
+            assert_eq!(s.work.wr_id(), expect);
             expect += 1;
         }
         assert_eq!(expect, next);
@@ -397,7 +398,7 @@ mod tests {
         let mut next = [0u64; 4];
         let mut taken = 0;
         while taken < 4 * PER {
-            match rx.pop_with(|s| (s.slot as usize, s.wr.wr_id)) {
+            match rx.pop_with(|s| (s.slot as usize, s.work.wr_id())) {
                 Some((p, id)) => {
                     assert_eq!(id, next[p], "producer {p}");
                     next[p] += 1;
@@ -417,7 +418,7 @@ mod tests {
         Submission {
             slot,
             number: 0,
-            wr: wr(id),
+            work: Work::Wr(wr(id)),
         }
     }
 
@@ -433,7 +434,7 @@ mod tests {
         let c = ring.claim(3).unwrap();
         assert_eq!(c.len(), 3);
         for i in 0..5 {
-            assert_eq!(rx.pop().map(|s| s.wr.wr_id), Some(i));
+            assert_eq!(rx.pop().map(|s| s.work.wr_id()), Some(i));
         }
         assert!(rx.pop().is_none(), "the claim is not filled yet");
         drop(c);
@@ -444,7 +445,7 @@ mod tests {
         // Wrapping around the ring: a claim spans the end of the slots.
         ring.claim(6).unwrap().fill(|i| sub(2, 10 + i as u64));
         let ids: Vec<u64> = std::iter::from_fn(|| rx.pop())
-            .map(|s| s.wr.wr_id)
+            .map(|s| s.work.wr_id())
             .collect();
         assert_eq!(ids, (10..16).collect::<Vec<_>>());
     }
@@ -472,7 +473,7 @@ mod tests {
                         claim.fill(|i| Submission {
                             slot: p,
                             number: i as u32,
-                            wr: wr(id + i as u64),
+                            work: Work::Wr(wr(id + i as u64)),
                         });
                         id += n as u64;
                     }
@@ -490,7 +491,7 @@ mod tests {
                 continue;
             };
             let p = s.slot as usize;
-            assert_eq!(s.wr.wr_id, next[p], "producer {p}");
+            assert_eq!(s.work.wr_id(), next[p], "producer {p}");
             if s.number > 0 {
                 assert_eq!(current, Some((p, s.number - 1)), "a list split");
             }

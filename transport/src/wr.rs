@@ -8,6 +8,7 @@
 
 use crate::status::{DropReason, RemoteStatus};
 use crate::tables::EndpointId;
+use crate::wire::{CELL_LEN, CONTROL_LEN};
 
 /// Status of a completed work request (verbs names where the idea is the same).
 ///
@@ -262,11 +263,230 @@ pub enum Priority {
     High,
 }
 
+/// What a cell-sized request is, beside its wire cell: how its completion reads and
+/// where its local ranges are ([`WorkCell`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum CellKind {
+    /// A write whose data is in the cell (inline, or none).
+    Write,
+    /// A write of endpoint memory: the data block holds the source (endpoint id, LE
+    /// u32; offset, LE u64) until the frame is built, when the data replaces it.
+    WriteFrom,
+    /// A masked write of the inline block.
+    WriteMasked,
+    /// A read; the result range follows the reply control part in the data block.
+    Read,
+    /// A fetch-and-add; the result range follows the add value's place.
+    FetchAdd,
+    /// A compare-and-swap; the result range follows the two values.
+    CmpSwap,
+}
+
+/// A one-message work request as the message it sends (issue 36): the 48-byte cell —
+/// control part with its check byte, data block — already in the wire layout, built
+/// when the request is posted (`crate::message::work`), so that the worker copies it
+/// into a frame with no per-message decoding; and what the sender keeps beside it
+/// (request id, flags, length, kind). 64 bytes, one cache line's worth.
+///
+/// The cell is kept as six words, each the little-endian reading of eight of its wire
+/// bytes (built in registers and stored once). Where the message has no bytes of its
+/// own, the data block carries local names, never sent (a frame takes the cell's
+/// first `16 + length` bytes and zeros the rest): a [`CellKind::WriteFrom`]'s source in
+/// block words 0–1, a read's or atomic's result range in block words 2–3 (endpoint id
+/// in the first word, offset in the second).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(C)]
+pub struct WorkCell {
+    pub(crate) words: [u64; CELL_LEN / 8],
+    pub(crate) wr_id: u64,
+    pub(crate) len: u32,
+    pub(crate) kind: CellKind,
+    pub(crate) flags: u8,
+    _pad: [u8; 2],
+}
+
+impl WorkCell {
+    /// Block word of a [`CellKind::WriteFrom`]'s source range.
+    pub(crate) const SOURCE_AT: usize = 0;
+    /// Block word of a read's or atomic's result range: after the 16 bytes such a
+    /// message sends.
+    pub(crate) const RESULT_AT: usize = 2;
+
+    pub(crate) fn new(
+        words: [u64; CELL_LEN / 8],
+        wr_id: u64,
+        len: u32,
+        kind: CellKind,
+        flags: u8,
+    ) -> Self {
+        WorkCell {
+            words,
+            wr_id,
+            len,
+            kind,
+            flags,
+            _pad: [0; 2],
+        }
+    }
+
+    /// The message's payload length (the control part's `length`).
+    #[inline]
+    pub fn length(&self) -> u32 {
+        ((self.words[1] >> 32) as u32).swap_bytes()
+    }
+
+    /// The cell's 48 bytes as they are kept (local names included).
+    pub fn bytes(&self) -> [u8; CELL_LEN] {
+        let mut b = [0u8; CELL_LEN];
+        for (i, w) in self.words.iter().enumerate() {
+            b[8 * i..8 * i + 8].copy_from_slice(&w.to_le_bytes());
+        }
+        b
+    }
+
+    /// The local range (endpoint id, offset) kept at block word `at`.
+    #[inline]
+    fn range_at(&self, at: usize) -> (EndpointId, u64) {
+        let w = CONTROL_LEN / 8 + at;
+        (EndpointId(self.words[w] as u32), self.words[w + 1])
+    }
+
+    /// Block words `at`, `at + 1` keeping local range (`id`, `offset`).
+    pub(crate) fn range_words(id: EndpointId, offset: u64) -> [u64; 2] {
+        [u64::from(id.0), offset]
+    }
+
+    /// The source range of a [`CellKind::WriteFrom`].
+    #[inline]
+    pub fn source(&self) -> Option<(EndpointId, u64)> {
+        (self.kind == CellKind::WriteFrom).then(|| self.range_at(Self::SOURCE_AT))
+    }
+
+    /// The result range of a read or an atomic.
+    #[inline]
+    pub fn result(&self) -> Option<(EndpointId, u64)> {
+        matches!(
+            self.kind,
+            CellKind::Read | CellKind::FetchAdd | CellKind::CmpSwap
+        )
+        .then(|| self.range_at(Self::RESULT_AT))
+    }
+
+    /// The operation, as the application posted it (for its completion).
+    pub fn opcode(&self) -> WrOpcode {
+        // Block words hold big-endian values read as little-endian.
+        let value = |i: usize| u64::from_be_bytes(self.words[CONTROL_LEN / 8 + i].to_le_bytes());
+        match self.kind {
+            CellKind::Write | CellKind::WriteFrom => WrOpcode::Write,
+            CellKind::WriteMasked => WrOpcode::WriteMasked {
+                mask: (self.words[0] >> 8) as u8,
+            },
+            CellKind::Read => WrOpcode::Read,
+            CellKind::FetchAdd => WrOpcode::FetchAdd { add: value(0) },
+            CellKind::CmpSwap => WrOpcode::CmpSwap {
+                compare: value(0),
+                swap: value(1),
+            },
+        }
+    }
+}
+
+/// A posted request as it waits and flies: a one-message write, read or atomic as its
+/// cell ([`WorkCell`]), any other request whole.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Work {
+    Cell(WorkCell),
+    Wr(Wqe),
+}
+
+impl Work {
+    #[inline]
+    pub fn wr_id(&self) -> u64 {
+        match self {
+            Work::Cell(c) => c.wr_id,
+            Work::Wr(w) => w.wr_id,
+        }
+    }
+
+    #[inline]
+    pub fn flags(&self) -> u8 {
+        match self {
+            Work::Cell(c) => c.flags,
+            Work::Wr(w) => w.flags,
+        }
+    }
+
+    /// Bytes written, read or operated on (a completion's `byte_len`).
+    #[inline]
+    #[allow(clippy::len_without_is_empty)] // a request's byte count, not a container
+    pub fn len(&self) -> u32 {
+        match self {
+            Work::Cell(c) => c.len,
+            Work::Wr(w) => w.len,
+        }
+    }
+
+    #[inline]
+    pub fn opcode(&self) -> WrOpcode {
+        match self {
+            Work::Cell(c) => c.opcode(),
+            Work::Wr(w) => w.opcode,
+        }
+    }
+
+    /// Where a read or atomic puts its result.
+    #[inline]
+    pub fn result(&self) -> Option<(EndpointId, u64)> {
+        match self {
+            Work::Cell(c) => c.result(),
+            Work::Wr(w) => w.result,
+        }
+    }
+
+    /// Whether the request waits for a reply (read data or an old value).
+    #[inline]
+    pub fn wants_reply(&self) -> bool {
+        match self {
+            Work::Cell(c) => matches!(
+                c.kind,
+                CellKind::Read | CellKind::FetchAdd | CellKind::CmpSwap
+            ),
+            Work::Wr(w) => w.opcode.wants_reply(),
+        }
+    }
+
+    /// Whether it is an internal reply (never completed to the application).
+    #[inline]
+    pub fn is_reply(&self) -> bool {
+        matches!(
+            self,
+            Work::Wr(Wqe {
+                opcode: WrOpcode::Reply { .. },
+                ..
+            })
+        )
+    }
+
+    /// The local source range (endpoint, offset), if the data comes from an endpoint.
+    #[inline]
+    pub fn source_range(&self) -> Option<(EndpointId, u64)> {
+        match self {
+            Work::Cell(c) => c.source(),
+            Work::Wr(Wqe {
+                source: Source::Endpoint { id, offset },
+                ..
+            }) => Some((*id, *offset)),
+            Work::Wr(_) => None,
+        }
+    }
+}
+
 /// A posted work request in flight: its messages take sequence numbers
 /// `first_seq .. first_seq + segments`.
 #[derive(Debug, Clone, Copy)]
 pub struct Pending {
-    pub wr: Wqe,
+    pub work: Work,
     pub first_seq: u32,
     pub segments: u32,
     /// Payload bytes per segment (fixed at admission: smaller for bulk writes while
@@ -284,6 +504,6 @@ impl Pending {
     /// Whether it may complete once acknowledged (a read or atomic also needs its
     /// reply, unless the request itself was refused).
     pub fn ready(&self) -> bool {
-        !self.wr.opcode.wants_reply() || self.replied || self.status != WcStatus::Success
+        !self.work.wants_reply() || self.replied || self.status != WcStatus::Success
     }
 }

@@ -11,7 +11,7 @@ pub use super::refusals::{echoed_base, Refusals, MAX_REFUSALS};
 use crate::connection::{random_u32, shard_of_conn, ConnShared, ConnState};
 use crate::status::Nak;
 use crate::tables::{EndpointId, NodeId};
-use crate::wr::{Completion, Pending, Priority, Wqe};
+use crate::wr::{Completion, Pending, Priority, Work};
 
 /// Where a multi-segment work request of the peer's landed: the sequence number of its
 /// first segment and the effective address that segment generated (once, whatever the
@@ -120,7 +120,7 @@ pub struct ConnContext {
     pub tx_sent_high: u32,
     /// Posted work requests the worker took off the submission ring and has not yet
     /// taken into flight (the window was full), oldest first.
-    pub sendq: VecDeque<Wqe>,
+    pub sendq: VecDeque<Work>,
     /// On the node's list of connections with something to send (`Node::ready`).
     pub ready: bool,
     /// A frame of the peer's on this connection passed its checks (mirrored once in
@@ -544,7 +544,7 @@ mod tests {
                     1
                 };
                 q.push_back(Pending {
-                    wr: Wqe::write(i as u64, Source::None, 0, 0),
+                    work: Work::Wr(crate::wr::Wqe::write(i as u64, Source::None, 0, 0)),
                     first_seq: seq,
                     segments,
                     seg_max: 1,

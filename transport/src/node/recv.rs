@@ -1094,7 +1094,7 @@ fn push_reply(conn: &mut ConnContext, wr: crate::wr::Wqe, ex: &mut Exec<'_>) -> 
     let segments = message::segments_for(&wr, seg_max);
     let first_seq = conn.tx.assign(segments);
     conn.inflight.push_back(Pending {
-        wr,
+        work: crate::wr::Work::Wr(wr),
         first_seq,
         segments,
         seg_max,

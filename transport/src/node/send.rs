@@ -15,7 +15,7 @@ use crate::reliability::SeqBits;
 use crate::status::{DropReason, Nak, RemoteStatus};
 use crate::tables::{EndpointTable, NodeAddr, NodeTable};
 use crate::wire::{self, hflags, op, ControlRepr, FrameWriter, TransportRepr, UnderlayRepr};
-use crate::wr::{Completion, Pending, Priority, Source, WcStatus, Wqe, WrOpcode, WR_SIGNALED};
+use crate::wr::{Completion, Pending, Priority, WcStatus, Work, WrOpcode, WR_SIGNALED};
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -327,10 +327,10 @@ impl Node {
                 match conns.get_mut(slot) {
                     Some(c) if c.number == s.number => {
                         if direct && c.sendq.is_empty() && c.may_admit(now) {
-                            admit_one(c, &s.wr, endpoints, segment_max, None);
+                            admit_one(c, &s.work, endpoints, segment_max, None);
                             c.shared.dequeued(1);
                         } else {
-                            c.sendq.push_back(s.wr);
+                            c.sendq.push_back(s.work);
                         }
                         list(ready, c, slot);
                     }
@@ -341,7 +341,7 @@ impl Node {
                     _ => {
                         stats.posts_orphaned += 1;
                         if let Some(d) = departed.iter().find(|d| d.number == s.number) {
-                            flush_orphan(d, &s.wr, stranded);
+                            flush_orphan(d, &s.work, stranded);
                         }
                     }
                 }
@@ -682,7 +682,7 @@ pub const BULK_FRAME_BESIDE_HIGH: usize = 1514;
 
 /// Whether a request is cut into segments that carry only their place in it (a write
 /// without a compound descriptor), so its segment size may be chosen freely.
-fn segments_placeable(wr: &Wqe) -> bool {
+fn segments_placeable(wr: &crate::wr::Wqe) -> bool {
     wr.opcode == WrOpcode::Write && wr.remote.compound.is_none()
 }
 
@@ -690,9 +690,14 @@ fn segments_placeable(wr: &Wqe) -> bool {
 fn first_message_len(conn: &ConnContext, seq: u32) -> u32 {
     conn.locate(seq).map_or(0, |(i, seg)| {
         let p = &conn.inflight[i];
-        message::control_for(&p.wr, seg, p.segments, p.seg_max, false)
-            .0
-            .length
+        match &p.work {
+            Work::Cell(c) => c.length(),
+            Work::Wr(wr) => {
+                message::control_for(wr, seg, p.segments, p.seg_max, false)
+                    .0
+                    .length
+            }
+        }
     })
 }
 
@@ -868,11 +873,11 @@ fn admit_work(
 ) {
     let mut taken = 0;
     while conn.tx.in_flight() < conn.window {
-        let Some(wr) = conn.sendq.pop_front() else {
+        let Some(work) = conn.sendq.pop_front() else {
             break;
         };
         taken += 1;
-        admit_one(conn, &wr, endpoints, segment_max, bulk_segment);
+        admit_one(conn, &work, endpoints, segment_max, bulk_segment);
     }
     if taken > 0 {
         conn.shared.dequeued(taken);
@@ -880,11 +885,12 @@ fn admit_work(
 }
 
 /// Takes one work request into flight (the window has room), or completes it at once
-/// when its local ranges are invalid or it cannot be sent.
+/// when its local ranges are invalid or it cannot be sent. A cell (a one-message
+/// request, `message::work`) takes one sequence number and nothing else.
 #[inline]
 fn admit_one(
     conn: &mut ConnContext,
-    wr: &Wqe,
+    work: &Work,
     endpoints: &EndpointTable,
     segment_max: u32,
     bulk_segment: Option<u32>,
@@ -896,32 +902,38 @@ fn admit_one(
                 .is_some_and(|end| end <= e.len())
         })
     };
-    let source_ok = match wr.source {
-        Source::Endpoint { id, offset } => inside(id, offset, wr.len),
-        _ => true,
+    let source_ok = match work.source_range() {
+        Some((id, offset)) => inside(id, offset, work.len()),
+        None => true,
     };
-    let result_ok = match wr.result {
-        Some((id, offset)) => inside(id, offset, wr.len),
-        None => !wr.opcode.wants_reply(),
+    let result_ok = match work.result() {
+        Some((id, offset)) => inside(id, offset, work.len()),
+        None => !work.wants_reply(),
     };
     if !source_ok || !result_ok {
-        complete(conn, wr, WcStatus::LocalProtectionError);
+        complete(conn, work, WcStatus::LocalProtectionError);
         return;
     }
-    let mut seg_max = conn.segment_max.min(segment_max);
-    if segments_placeable(wr) {
-        if let Some(b) = bulk_segment {
-            seg_max = seg_max.min(b.saturating_sub(seal_len(conn)));
+    let (segments, seg_max) = match work {
+        Work::Cell(_) => (1, conn.segment_max.min(segment_max)),
+        Work::Wr(wr) => {
+            let mut seg_max = conn.segment_max.min(segment_max);
+            if segments_placeable(wr) {
+                if let Some(b) = bulk_segment {
+                    seg_max = seg_max.min(b.saturating_sub(seal_len(conn)));
+                }
+            }
+            let segments = message::segments_for(wr, seg_max);
+            if segments == 1 && !message::single_message_fits(wr, seg_max) {
+                complete(conn, work, WcStatus::LocalLengthError);
+                return;
+            }
+            (segments, seg_max)
         }
-    }
-    let segments = message::segments_for(wr, seg_max);
-    if segments == 1 && !message::single_message_fits(wr, seg_max) {
-        complete(conn, wr, WcStatus::LocalLengthError);
-        return;
-    }
+    };
     let first_seq = conn.tx.assign(segments);
     conn.inflight.push_back(Pending {
-        wr: *wr,
+        work: *work,
         first_seq,
         segments,
         seg_max,
@@ -954,28 +966,42 @@ fn fill_frame(
     // sent as repeats (the frame is rebuilt the same way on retransmission).
     let mut frame_desc: Option<[u8; 8]> = None;
     while idx < conn.inflight.len() {
-        // The request is read in place, not copied out (128 bytes a message).
+        // The request is read in place, not copied out.
         let p = &conn.inflight[idx];
-        let wr = &p.wr;
-        let repeat = wr.remote.compound.is_some() && wr.remote.compound == frame_desc;
-        let (control, seg_off) = message::control_for(wr, seg, p.segments, p.seg_max, repeat);
-        if !w.fits(control.length) {
-            break;
-        }
-        // A sealed section's payloads are encrypted into the frame, never referenced.
-        if conn.secure.is_some() || !ext.push(w, &control, wr, seg_off, endpoints, repeat) {
-            let pushed = w.push_with(&control, |dst| {
-                message::fill_payload(wr, seg_off, dst, endpoints, repeat)
-            });
-            if pushed.is_err() {
-                break;
+        let length = match &p.work {
+            // A one-message request: its cell, as built when it was posted.
+            Work::Cell(cell) => {
+                let Some(dst) = w.push_cell() else {
+                    break;
+                };
+                message::put_cell(cell, dst, endpoints);
+                cell.length()
             }
-        }
-        if wr.remote.compound.is_some() {
-            frame_desc = wr.remote.compound;
-        }
+            Work::Wr(wr) => {
+                let repeat = wr.remote.compound.is_some() && wr.remote.compound == frame_desc;
+                let (control, seg_off) =
+                    message::control_for(wr, seg, p.segments, p.seg_max, repeat);
+                if !w.fits(control.length) {
+                    break;
+                }
+                // A sealed section's payloads are encrypted into the frame, never
+                // referenced.
+                if conn.secure.is_some() || !ext.push(w, &control, wr, seg_off, endpoints, repeat) {
+                    let pushed = w.push_with(&control, |dst| {
+                        message::fill_payload(wr, seg_off, dst, endpoints, repeat)
+                    });
+                    if pushed.is_err() {
+                        break;
+                    }
+                }
+                if wr.remote.compound.is_some() {
+                    frame_desc = wr.remote.compound;
+                }
+                control.length
+            }
+        };
         let segments = p.segments;
-        run.note(conn, seq, control.length, now);
+        run.note(conn, seq, length, now);
         seq = seq.wrapping_add(1);
         // The run goes on only while the reliability state wants the next number.
         if conn.tx.next_to_send() != Some(seq) {
@@ -1013,7 +1039,7 @@ impl Payloads {
         &mut self,
         w: &mut FrameWriter<'_>,
         control: &ControlRepr,
-        wr: &Wqe,
+        wr: &crate::wr::Wqe,
         seg_off: u32,
         endpoints: &EndpointTable,
         repeat: bool,
@@ -1120,7 +1146,7 @@ pub(crate) fn complete_ready(conn: &mut ConnContext) {
         }
         // Read in place: the request itself is not moved out.
         let wc =
-            completion_for(&p.wr, p.status, (conn.number, conn.peer_conn)).map(|wc| Completion {
+            completion_for(&p.work, p.status, (conn.number, conn.peer_conn)).map(|wc| Completion {
                 remote_reason: p.reason,
                 ..wc
             });
@@ -1153,7 +1179,7 @@ fn unheld_departed(departed: &[std::sync::Arc<crate::connection::ConnShared>]) -
 /// unsignaled one, which reserved none, waits for room in the node's `stranded` list
 /// when there is none), as a request queued at the close would have.
 #[cold]
-fn flush_orphan(conn: &crate::connection::ConnShared, wr: &Wqe, stranded: &mut Stranded) {
+fn flush_orphan(conn: &crate::connection::ConnShared, wr: &Work, stranded: &mut Stranded) {
     conn.dequeued(1);
     let peer = conn.peer_conn.load(Ordering::Relaxed) as u32;
     if let Some(wc) = completion_for(wr, WcStatus::Flushed, (conn.number, peer)) {
@@ -1240,7 +1266,7 @@ impl Node {
 /// Reports a request's completion to the application, when it is owed one (signaled,
 /// or failed): onto the completion queue, or — when the queue is full — into the
 /// connection's list of completions waiting for room, behind any already there.
-fn complete(conn: &mut ConnContext, wr: &Wqe, status: WcStatus) {
+fn complete(conn: &mut ConnContext, wr: &Work, status: WcStatus) {
     if let Some(wc) = completion_for(wr, status, (conn.number, conn.peer_conn)) {
         report(conn, wc);
     }
@@ -1249,16 +1275,16 @@ fn complete(conn: &mut ConnContext, wr: &Wqe, status: WcStatus) {
 /// The completion a request owes the application with this status, if any; `conn`: the
 /// connection's local and peer numbers.
 #[inline]
-fn completion_for(wr: &Wqe, status: WcStatus, conn: (u32, u32)) -> Option<Completion> {
-    if matches!(wr.opcode, WrOpcode::Reply { .. }) {
+fn completion_for(wr: &Work, status: WcStatus, conn: (u32, u32)) -> Option<Completion> {
+    if wr.is_reply() {
         return None; // ours, not the application's
     }
-    let signaled = wr.flags & WR_SIGNALED != 0;
-    (status != WcStatus::Success || signaled).then_some(Completion {
-        wr_id: wr.wr_id,
+    let signaled = wr.flags() & WR_SIGNALED != 0;
+    (status != WcStatus::Success || signaled).then(|| Completion {
+        wr_id: wr.wr_id(),
         status,
-        opcode: wr.opcode,
-        byte_len: wr.len,
+        opcode: wr.opcode(),
+        byte_len: wr.len(),
         conn: conn.0,
         peer_conn: conn.1,
         signaled,
@@ -1315,7 +1341,7 @@ fn outstanding_status(conn: &ConnContext, p: &Pending) -> (WcStatus, Option<Drop
 fn flush_queue(conn: &mut ConnContext) {
     while let Some(p) = conn.inflight.pop_front() {
         let (status, reason) = outstanding_status(conn, &p);
-        if let Some(wc) = completion_for(&p.wr, status, (conn.number, conn.peer_conn)) {
+        if let Some(wc) = completion_for(&p.work, status, (conn.number, conn.peer_conn)) {
             report(
                 conn,
                 Completion {
@@ -1344,7 +1370,7 @@ pub(crate) fn fail_connection(conn: &mut ConnContext, failed: Option<WcStatus>) 
     conn.shared.set_state(ConnState::Error);
     if let Some(status) = failed {
         if let Some(p) = conn.inflight.pop_front() {
-            complete(conn, &p.wr, status);
+            complete(conn, &p.work, status);
         }
     }
     flush_queue(conn);

@@ -159,15 +159,15 @@ pub fn plan_reply<'p, 't>(
     endpoints: &'t EndpointTable,
 ) -> Result<Placement<'p, 't>, DropReason> {
     let p = request.ok_or(DropReason::BadReply)?;
-    if !p.wr.opcode.wants_reply() || p.first_seq != control.index || p.replied {
+    if !p.work.wants_reply() || p.first_seq != control.index || p.replied {
         return Err(DropReason::BadReply);
     }
-    let (id, off) = p.wr.result.ok_or(DropReason::BadReply)?;
+    let (id, off) = p.work.result().ok_or(DropReason::BadReply)?;
     let len = u64::from(control.length);
     let data = payload
         .get(..control.length as usize)
         .ok_or(DropReason::Truncated)?;
-    if u64::from(control.operand) + len > u64::from(p.wr.len) {
+    if u64::from(control.operand) + len > u64::from(p.work.len()) {
         return Err(DropReason::BadReply);
     }
     let entry = endpoints.get(id).ok_or(DropReason::BadReply)?;
@@ -206,7 +206,7 @@ mod tests {
     use crate::reliability::SeqBits;
     use crate::tables::{RegisterFile, Rights};
     use crate::wire::cell::op;
-    use crate::wr::{Remote, WcStatus, WrOpcode};
+    use crate::wr::{Remote, WcStatus, Work, WrOpcode};
     use std::sync::Arc;
 
     #[test]
@@ -344,16 +344,26 @@ mod tests {
 
     /// Our read of `len` bytes on sequence number 40, answered into `id` at 100.
     fn read_request(id: EndpointId, len: u32) -> Pending {
+        pending(read_wr(id, len))
+    }
+
+    fn read_wr(id: EndpointId, len: u32) -> Wqe {
+        Wqe {
+            wr_id: 1,
+            opcode: WrOpcode::Read,
+            flags: 0,
+            remote: Remote::default(),
+            len,
+            source: Source::None,
+            result: Some((id, 100)),
+        }
+    }
+
+    /// `wr` in flight on sequence number 40, as the worker keeps it once posted (a
+    /// read's or atomic's cell, `message::work`).
+    fn pending(wr: Wqe) -> Pending {
         Pending {
-            wr: Wqe {
-                wr_id: 1,
-                opcode: WrOpcode::Read,
-                flags: 0,
-                remote: Remote::default(),
-                len,
-                source: Source::None,
-                result: Some((id, 100)),
-            },
+            work: crate::message::work(&wr),
             first_seq: 40,
             segments: 1,
             seg_max: 1024,
@@ -414,20 +424,27 @@ mod tests {
             ..reply(0, 8, true)
         };
         assert_eq!(refused(later_segment, &req), Some(DropReason::BadReply));
-        let mut write = req;
-        write.wr.opcode = WrOpcode::Write;
+        assert!(
+            matches!(req.work, Work::Cell(_)),
+            "a read is posted as a cell"
+        );
+        let wr = |f: &dyn Fn(&mut Wqe)| {
+            let mut w = read_wr(id, 64);
+            f(&mut w);
+            pending(w)
+        };
+        let write = wr(&|w| w.opcode = WrOpcode::Write);
         assert_eq!(
             refused(reply(0, 8, true), &write),
             Some(DropReason::BadReply)
         );
-        let mut no_result = req;
-        no_result.wr.result = None;
+        let no_result = wr(&|w| w.result = None);
+        assert!(matches!(no_result.work, Work::Wr(_)));
         assert_eq!(
             refused(reply(0, 8, true), &no_result),
             Some(DropReason::BadReply)
         );
-        let mut gone = req;
-        gone.wr.result = Some((EndpointId(id.0 + 1), 0));
+        let gone = wr(&|w| w.result = Some((EndpointId(id.0 + 1), 0)));
         assert_eq!(
             refused(reply(0, 8, true), &gone),
             Some(DropReason::BadReply)
@@ -458,13 +475,18 @@ mod tests {
             Some(DropReason::Truncated)
         );
         // A result range past the end of its endpoint (or overflowing).
-        let mut past = req;
-        past.wr.result = Some((id, 2 * 4096 - 16));
+        let read = |off| {
+            pending(Wqe {
+                result: Some((id, off)),
+                ..read_wr(id, 64)
+            })
+        };
+        let past = read(2 * 4096 - 16);
         assert_eq!(
             plan_reply(&reply(0, 32, true), &[0; 32], Some(&past), &t).err(),
             Some(DropReason::BadReply)
         );
-        past.wr.result = Some((id, u64::MAX - 8));
+        let past = read(u64::MAX - 8);
         assert_eq!(
             plan_reply(&reply(16, 32, true), &[0; 32], Some(&past), &t).err(),
             Some(DropReason::BadReply)

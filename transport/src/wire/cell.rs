@@ -414,6 +414,14 @@ impl ControlRepr {
         b[8..].copy_from_slice(&w1.to_le_bytes());
     }
 
+    /// The 16 control bytes as [`ControlRepr::emit`] writes them, as two
+    /// little-endian words (check byte included), for a caller that stores them itself.
+    #[inline]
+    pub fn wire_words(&self) -> [u64; 2] {
+        let [w0, w1] = self.words();
+        [w0 | u64::from(self.check_byte()) << 24, w1]
+    }
+
     /// The 16 control bytes as two little-endian words, the check byte zero.
     #[inline]
     fn words(&self) -> [u64; 2] {

@@ -584,6 +584,25 @@ impl<'a> FrameWriter<'a> {
         Ok(())
     }
 
+    /// Appends a one-cell message whose 48 bytes the caller writes, control part
+    /// (with its check byte) and data block (zeros past the payload) both: `None`,
+    /// changing nothing, when the frame has no room for a cell.
+    #[inline]
+    pub fn push_cell(&mut self) -> Option<&mut [u8; CELL_LEN]> {
+        if self.room_cells() == 0 {
+            return None;
+        }
+        let start = self.pos;
+        self.pos += CELL_LEN;
+        self.section_cells += 1;
+        self.cells += 1;
+        Some(
+            (&mut self.buf[start..start + CELL_LEN])
+                .try_into()
+                .expect("one cell"),
+        )
+    }
+
     /// Like [`FrameWriter::push_with`], but the payload is left unwritten: its bytes
     /// live elsewhere (endpoint memory that a port takes by reference instead of
     /// copying) and [`FrameWriter::finish_with_hole`] is given their CRC32C. Returns the
