@@ -12,6 +12,7 @@ use deposit_transport::cm::{
 };
 use deposit_transport::connection::{ConnShared, ConnState, Priority};
 use deposit_transport::events::EventRing as Queue;
+use deposit_transport::host::Host;
 use deposit_transport::identity::{Identity, IdentityKey, KnownPeers};
 use deposit_transport::mem::EndpointMemory;
 use deposit_transport::node::{Accepted, MAX_SHARDS};
@@ -344,7 +345,7 @@ impl DeviceInner {
     }
     /// Allocates `n` registers from shard `shard`'s file.
     pub(crate) fn alloc_registers(&self, shard: u8, n: u32) -> Result<RegWindow, Error> {
-        Ok(self.call_on(shard, move |w| w.regs.alloc(n))?)
+        Ok(self.call_on(shard, move |w| w.alloc_registers(n))?)
     }
     fn shard_of(base: u32, per_shard: u32, shards: usize) -> u8 {
         (base.checked_div(per_shard).unwrap_or(0) as usize).min(shards - 1) as u8
@@ -741,7 +742,7 @@ impl Device {
         for w in &mut workers {
             w.set_faults(cfg.faults);
             for a in &cfg.nodes {
-                w.nodes.insert(*a);
+                w.add_peer(*a);
             }
         }
         let segment_max = workers[0].segment_max();
@@ -965,7 +966,7 @@ impl Device {
     /// Adds or updates a node address table entry (every shard's).
     pub fn add_node(&self, addr: NodeAddr) {
         self.inner.call_all(move |w| {
-            w.nodes.insert(addr);
+            w.add_peer(addr);
         });
     }
 
@@ -1026,7 +1027,7 @@ impl Device {
         exceptions.signal_to(&self.inner.wait_fd);
         let (ev, ex) = (events.clone(), exceptions.clone());
         let id = self.inner.call_on(shard, move |w| {
-            let id = w.endpoints.insert(entry);
+            let id = w.add_endpoint(entry);
             w.set_endpoint_queues(id, ev, ex);
             id
         });
@@ -1229,9 +1230,7 @@ impl Device {
         let trust = topts.peer_key;
         let shared = self.inner.call_on(ep.0.shard, move |w| {
             let peer = w
-                .nodes
-                .find_ip(peer_ip)
-                .and_then(|id| w.nodes.get(id).copied())
+                .peer_at(peer_ip)
                 .unwrap_or(NodeAddr::from_ip(peer_ip, wire::UDP_PORT));
             w.connect(peer, service, ep_id, cq_shared, &topts)
         })?;
@@ -1355,7 +1354,7 @@ impl Device {
     pub fn free_registers(&self, w: RegWindow) -> Result<(), Error> {
         Ok(self
             .inner
-            .call_for_registers(w, move |wk| wk.regs.free(w))?)
+            .call_for_registers(w, move |wk| wk.free_registers(w))?)
     }
     fn reg_abs(w: RegWindow, i: u32) -> Result<u32, Error> {
         if i < w.len {
@@ -1371,7 +1370,7 @@ impl Device {
     pub fn read_register(&self, w: RegWindow, i: u32) -> Result<u64, Error> {
         let abs = Self::reg_abs(w, i)?;
         self.inner
-            .call_for_registers(w, move |w| w.regs.get(abs))
+            .call_for_registers(w, move |w| w.register(abs))
             .ok_or_else(|| Error::InvalidArgument(format!("register {abs} not in the file")))
     }
     /// Writes register `i` of window `w`, atomically with respect to message processing.
@@ -1379,7 +1378,7 @@ impl Device {
         let abs = Self::reg_abs(w, i)?;
         Ok(self
             .inner
-            .call_for_registers(w, move |w| w.regs.set(abs, v))?)
+            .call_for_registers(w, move |w| w.set_register(abs, v))?)
     }
     /// Sets what senders may do with register `i` of window `w` (which use needs
     /// which bit, and an example: [`crate::protection`]).
@@ -1387,7 +1386,7 @@ impl Device {
         let abs = Self::reg_abs(w, i)?;
         Ok(self
             .inner
-            .call_for_registers(w, move |w| w.regs.set_prot(abs, p))?)
+            .call_for_registers(w, move |w| w.set_register_prot(abs, p))?)
     }
 
     /// Turns fault injection on received frames on or off at run time.
@@ -1420,7 +1419,7 @@ impl Device {
     /// A connect request makes one only once its requester has answered the
     /// listener's challenge (docs/design.md §7), so spoofed requests never count here.
     pub fn connections(&self) -> usize {
-        self.inner.call_all(|w| w.conns.len()).into_iter().sum()
+        self.inner.call_all(|w| w.connections()).into_iter().sum()
     }
 
     /// Each shard's counters (per-shard counters are summed by [`Device::stats`]).

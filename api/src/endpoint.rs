@@ -2,8 +2,9 @@
 
 use std::sync::Arc;
 
+use deposit_transport::host::Host;
 use deposit_transport::mem::{Backing, EndpointMemory};
-use deposit_transport::tables::{EndpointEntry, EndpointId, RegWindow, Rights, PAGE_SIZE};
+use deposit_transport::tables::{EndpointId, RegWindow, Rights, PAGE_SIZE};
 
 use crate::device::DeviceInner;
 use crate::{Error, EventQueue};
@@ -137,7 +138,11 @@ impl Endpoint {
     /// Sets the rights of logical page `page` (4 KiB) for remote peers; the endpoint's
     /// own rights still apply on top.
     pub fn set_page_rights(&self, page: u64, rights: Rights) -> Result<(), Error> {
-        self.with_entry(move |e| Ok(e.set_page_rights(page, rights)?))
+        let id = self.0.id;
+        Ok(self
+            .0
+            .dev
+            .call_on(self.0.shard, move |w| w.set_page_rights(id, page, rights))?)
     }
 
     /// Gives the endpoint global registers: names `global(0..w.len)` of every
@@ -150,10 +155,11 @@ impl Endpoint {
                 self.0.shard
             )));
         }
-        self.with_entry(move |e| {
-            e.set_globals(w);
-            Ok(())
-        })
+        let id = self.0.id;
+        Ok(self
+            .0
+            .dev
+            .call_on(self.0.shard, move |wk| wk.set_global_registers(id, w))?)
     }
 
     /// Logical pages of the endpoint's page map (4 KiB each).
@@ -165,22 +171,11 @@ impl Endpoint {
     /// touching a page that is not present exceptions its connection until the page is
     /// back and the connection resumed ([`crate::Connection::resume`]).
     pub fn set_page_present(&self, page: u64, present: bool) -> Result<(), Error> {
-        self.with_entry(move |e| Ok(e.set_page_present(page, present)?))
-    }
-
-    /// Runs `f` on the worker's table entry of this endpoint (a control call).
-    fn with_entry<R: Send + 'static>(
-        &self,
-        f: impl FnOnce(&mut EndpointEntry) -> Result<R, Error> + Send + 'static,
-    ) -> Result<R, Error> {
         let id = self.0.id;
-        self.0.dev.call_on(self.0.shard, move |dev| {
-            let e = dev
-                .endpoints
-                .get_mut(id)
-                .ok_or_else(|| Error::InvalidArgument("endpoint released".into()))?;
-            f(e)
-        })
+        Ok(self
+            .0
+            .dev
+            .call_on(self.0.shard, move |w| w.set_page_present(id, page, present))?)
     }
 
     /// Drives progress (inline mode) — convenient inside a polling loop.
@@ -198,8 +193,7 @@ impl Drop for EpInner {
         // not receive a deposit meant for this one.
         let id = self.id;
         self.dev.call_on(self.shard, move |w| {
-            w.endpoints.remove(id);
-            w.tokens.cancel_endpoint(id);
+            w.remove_endpoint(id);
         });
     }
 }

@@ -18,6 +18,7 @@
 //! [`Device::cancel_token`] (verbs' rkey, or a memory window, over one range).
 
 use deposit_transport::connection::{Remote, WrOpcode};
+use deposit_transport::host::Host;
 use deposit_transport::tables::{RegWindow, StoredInstruction as Ins, GLOBAL_IP};
 use deposit_transport::wire::cell::{flags, op, AddrMode};
 use deposit_transport::wire::compound::{CompoundRepr, CondRepr, RegOpRepr};
@@ -175,7 +176,7 @@ impl Device {
     fn alloc_instructions_on(&self, shard: u8, n: u32) -> Result<InstrWindow, Error> {
         Ok(InstrWindow(
             self.inner
-                .call_on(shard, move |w| w.instructions.alloc(n))?,
+                .call_on(shard, move |w| w.alloc_instructions(n))?,
         ))
     }
 
@@ -184,7 +185,7 @@ impl Device {
         let w = w.0;
         Ok(self
             .inner
-            .call_for_instructions(w, move |wk| wk.instructions.free(w))?)
+            .call_for_instructions(w, move |wk| wk.free_instructions(w))?)
     }
 
     /// Stores `chain` at slot `at` of `w`: the first instruction becomes an entry point,
@@ -200,7 +201,7 @@ impl Device {
         let chain: Vec<_> = chained(chain).collect();
         self.inner.call_for_instructions(w.0, move |worker| {
             for (i, ins) in chain.into_iter().enumerate() {
-                worker.instructions.set(w.0, at + i as u32, Some(ins))?;
+                worker.set_instruction(w.0, at + i as u32, Some(ins))?;
             }
             Ok(InstrPtr(at))
         })
@@ -217,7 +218,7 @@ impl Device {
         let ins = ins.map(|i| i.stored());
         Ok(self
             .inner
-            .call_for_instructions(w.0, move |wk| wk.instructions.set(w.0, at, ins))?)
+            .call_for_instructions(w.0, move |wk| wk.set_instruction(w.0, at, ins))?)
     }
 
     /// Stores `ins`, as instruction memory holds it, at slot `at` of `w`.
@@ -229,7 +230,7 @@ impl Device {
     ) -> Result<(), Error> {
         Ok(self
             .inner
-            .call_for_instructions(w.0, move |wk| wk.instructions.set(w.0, at, Some(ins)))?)
+            .call_for_instructions(w.0, move |wk| wk.set_instruction(w.0, at, Some(ins)))?)
     }
 
     /// Stores `chain` as global instructions from index `at`: usable from every
@@ -242,7 +243,7 @@ impl Device {
         self.inner
             .call_all(move |worker| {
                 for (i, ins) in chain.iter().enumerate() {
-                    worker.instructions.set_global(at + i as u32, Some(*ins))?;
+                    worker.set_global_instruction(at + i as u32, Some(*ins))?;
                 }
                 Ok(InstrPtr(at | GLOBAL_IP))
             })
@@ -263,7 +264,7 @@ impl Device {
         let key = deposit_transport::connection::random_u32();
         let id = ep.0.id;
         Ok(self.inner.call_on(ep.0.shard, move |worker| {
-            worker.tokens.insert(id, offset, len, key)
+            worker.insert_token(id, offset, len, key)
         })?)
     }
 
@@ -299,7 +300,7 @@ impl Device {
         let key = deposit_transport::connection::random_u32();
         let id = ep.0.id;
         Ok(self.inner.call_on(ep.0.shard, move |worker| {
-            worker.tokens.insert_read(id, offset, len, key)
+            worker.insert_read_token(id, offset, len, key)
         })?)
     }
 
@@ -307,9 +308,7 @@ impl Device {
     /// on (a read that already ran is still answered).
     pub fn cancel_token(&self, token: Token) -> Result<(), Error> {
         // The token is in its endpoint's shard's table (the others refuse it).
-        let mut r = self
-            .inner
-            .call_all(move |w| w.tokens.cancel(token).map(|_| ()));
+        let mut r = self.inner.call_all(move |w| w.cancel_token(token));
         if r.iter().any(|r| r.is_ok()) {
             return Ok(());
         }

@@ -13,6 +13,7 @@
 use std::net::Ipv4Addr;
 use std::sync::{Arc, OnceLock};
 
+use deposit_transport::host::Host;
 use deposit_transport::node::ConnSummary;
 use deposit_transport::oplogic::DropReason;
 use deposit_transport::port::telemetry::{self, register, Reply, TelValue};

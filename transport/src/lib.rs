@@ -31,6 +31,7 @@ pub mod faults;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod handshake;
+pub mod host;
 pub mod identity;
 pub mod mem;
 pub mod message;

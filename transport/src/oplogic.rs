@@ -41,8 +41,8 @@ mod trap;
 
 pub use access::{Access, EndpointAccess, TlbAccess, VecAccess};
 pub use plan::{
-    announced, commit, plan, plan_in_frame, plan_into, EventInfo, Plan, RegContext, Reply, Store,
-    MAX_REG_WRITES,
+    announced, commit, is_plain_deposit, is_plain_read, plain_deposit, plain_read, plan,
+    plan_in_frame, plan_into, EventInfo, Plan, RegContext, Reply, Store, MAX_REG_WRITES,
 };
 pub use reply::{commit_reply, plan_reply, reply_request, Placement, ReadReplies};
 pub use sequence::{

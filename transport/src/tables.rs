@@ -130,6 +130,12 @@ pub enum TableError {
         /// Pages in the endpoint.
         pages: u64,
     },
+    /// No endpoint has this number (it was removed).
+    #[error("no endpoint {id} (removed)")]
+    NoEndpoint {
+        /// The endpoint number.
+        id: u32,
+    },
     /// A register window of zero registers was asked for.
     #[error("register window of zero registers")]
     EmptyRegisterWindow,

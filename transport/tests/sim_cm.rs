@@ -7,6 +7,7 @@ mod common;
 use common::*;
 use deposit_transport::cm::{ConnectOptions, RejectReason};
 use deposit_transport::connection::{ConnState, CqShared, WcStatus};
+use deposit_transport::host::Host;
 use deposit_transport::node::NodeConfig;
 use deposit_transport::sim::{LinkConfig, Network, HZ};
 use std::sync::atomic::Ordering;
@@ -21,9 +22,9 @@ fn connections_come_up_once_under_loss_and_duplication() {
             seed,
             &ConnectOptions::default(),
         );
-        assert_eq!(net.hosts[0].node.conns.len(), 1, "seed {seed}");
+        assert_eq!(net.hosts[0].node.connections(), 1, "seed {seed}");
         assert_eq!(
-            net.hosts[1].node.conns.len(),
+            net.hosts[1].node.connections(),
             1,
             "seed {seed}: one connection per request"
         );
@@ -65,7 +66,10 @@ fn close_under_loss_ends_both_sides_and_flushes_nothing_that_ran() {
         net.hosts[0].node.set_now(now);
         net.hosts[0].node.close(a.conn.number).unwrap();
         assert_eq!(a.conn.state(), ConnState::Closed);
-        assert!(net.run_until(10 * HZ, |n| n.hosts.iter().all(|h| h.node.conns.is_empty())));
+        assert!(net.run_until(10 * HZ, |n| n
+            .hosts
+            .iter()
+            .all(|h| h.node.connections() == 0)));
         assert_eq!(b.conn.state(), ConnState::Closed, "seed {seed}");
         assert!(
             b.cq.pop().is_none(),
@@ -106,7 +110,7 @@ fn a_request_for_a_missing_service_is_refused_and_a_silent_host_times_out() {
         RejectReason::Timeout
     );
     assert!(
-        net.hosts[0].node.conns.is_empty(),
+        net.hosts[0].node.connections() == 0,
         "failed attempts leave nothing behind"
     );
 }
@@ -128,12 +132,12 @@ fn three_nodes_write_into_each_other_over_a_lossy_link() {
     let peer_of = |net: &Network, e: &End| {
         let addr = net.hosts[e.host]
             .node
-            .conns
+            .conn_table()
             .iter()
             .find(|c| c.number == e.conn.number)
             .unwrap()
             .peer;
-        let ip = net.hosts[e.host].node.nodes.get(addr).unwrap().ip;
+        let ip = net.hosts[e.host].node.peer(addr).unwrap().ip;
         usize::from(ip[3]) - 1
     };
     let mut expect = Vec::new();
@@ -179,7 +183,7 @@ fn a_post_racing_the_close_completes_flushed_and_gives_back_its_slot() {
     let now = net.now;
     net.hosts[0].node.set_now(now);
     net.hosts[0].node.close(a.conn.number).unwrap();
-    assert!(net.run_until(HZ, |n| n.hosts.iter().all(|h| h.node.conns.is_empty())));
+    assert!(net.run_until(HZ, |n| n.hosts.iter().all(|h| h.node.connections() == 0)));
     // What `ConnContext::post` does after its state check: straight onto the ring.
     assert_eq!(a.cq.reserved(), 0);
     a.conn
@@ -289,7 +293,7 @@ fn a_flood_of_spoofed_connect_requests_occupies_nothing_and_the_real_client_gets
             steps += 1;
         }
         assert!(
-            net.hosts[1].node.conns.len() <= 1,
+            net.hosts[1].node.connections() <= 1,
             "a spoofed request made a connection"
         );
         if s.is_none() {
@@ -302,7 +306,7 @@ fn a_flood_of_spoofed_connect_requests_occupies_nothing_and_the_real_client_gets
         accepted.pop().is_none(),
         "the accept queue holds the client's alone"
     );
-    assert_eq!(net.hosts[1].node.conns.len(), 1);
+    assert_eq!(net.hosts[1].node.connections(), 1);
     flood(&mut net, 2000);
     let a = End {
         host: 0,
@@ -329,5 +333,5 @@ fn a_flood_of_spoofed_connect_requests_occupies_nothing_and_the_real_client_gets
         flooded + 1,
         "every spoofed request challenged or refused, and the client's first: {st:?}"
     );
-    assert_eq!(net.hosts[1].node.conns.len(), 1);
+    assert_eq!(net.hosts[1].node.connections(), 1);
 }

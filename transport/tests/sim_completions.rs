@@ -14,6 +14,7 @@ use std::rc::Rc;
 use common::*;
 use deposit_transport::cm::ConnectOptions;
 use deposit_transport::connection::{Completion, ConnState, CqShared, WcStatus, WR_SIGNALED};
+use deposit_transport::host::Host;
 use deposit_transport::node::NodeConfig;
 use deposit_transport::oplogic::DropReason;
 use deposit_transport::sim::{self, LinkConfig, Network, HZ};
@@ -151,13 +152,7 @@ fn closing_an_exceptioned_connection_completes_its_outstanding_requests() {
         7,
         &ConnectOptions::default(),
     );
-    net.hosts[1]
-        .node
-        .endpoints
-        .get_mut(b.ep)
-        .unwrap()
-        .set_page_present(3, false)
-        .unwrap();
+    net.hosts[1].node.set_page_present(b.ep, 3, false).unwrap();
     post_all(&a, [write(1, &a, 0, 64, 3 * PAGE_SIZE as u32)]);
     assert!(net.run_until(HZ, |_| b.conn.state() == ConnState::Exceptioned));
     // The exceptioned side sends: two requests on the wire, one still posted.
@@ -235,7 +230,7 @@ fn failed_unsignaled_requests_complete_after_their_connection_is_gone_however_fu
     let now = net.now;
     net.hosts[0].node.set_now(now);
     net.hosts[0].node.close(a.conn.number).unwrap();
-    assert!(net.run_until(HZ, |n| n.hosts[0].node.conns.is_empty()));
+    assert!(net.run_until(HZ, |n| n.hosts[0].node.connections() == 0));
     assert_eq!(
         net.hosts[0].node.stranded_completions(),
         BAD as usize - DEPTH
@@ -284,7 +279,7 @@ fn stranded_completions_go_once_nothing_can_poll_their_queue() {
     let now = net.now;
     net.hosts[0].node.set_now(now);
     net.hosts[0].node.close(a.conn.number).unwrap();
-    assert!(net.run_until(HZ, |n| n.hosts[0].node.conns.is_empty()));
+    assert!(net.run_until(HZ, |n| n.hosts[0].node.connections() == 0));
     assert_eq!(net.hosts[0].node.stranded_completions(), 4);
     let cq = std::sync::Arc::downgrade(&a.cq);
     drop(a);

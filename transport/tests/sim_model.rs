@@ -7,6 +7,7 @@ mod common;
 
 use common::*;
 use deposit_transport::connection::WcStatus;
+use deposit_transport::host::Host;
 use deposit_transport::node::NodeConfig;
 use deposit_transport::sim::LinkConfig;
 use deposit_transport::wire::cell::AddrMode;
@@ -91,10 +92,10 @@ impl Model {
 fn run(ops: &[Op], link: LinkConfig, seed: u64) -> Result<(), TestCaseError> {
     let (mut net, a, b) = pair(&NodeConfig::default(), link, seed, &with_registers());
     open_registers(&mut net, 1, 3);
-    let regs = &mut net.hosts[1].node.regs;
-    regs.set(0, QUEUE).unwrap();
-    regs.set(1, STRIDE).unwrap();
-    regs.set(2, INDEX_BASE).unwrap();
+    let node = &mut net.hosts[1].node;
+    node.set_register(0, QUEUE).unwrap();
+    node.set_register(1, STRIDE).unwrap();
+    node.set_register(2, INDEX_BASE).unwrap();
     let src = pattern(&net, &a, 0, SRC_LEN, seed as u8);
     let mut model = Model {
         mem: vec![0; EP_LEN],
@@ -179,12 +180,12 @@ fn run(ops: &[Op], link: LinkConfig, seed: u64) -> Result<(), TestCaseError> {
     );
     same(&bytes(&net, &b, 0, EP_LEN), &model.mem, "receiver memory");
     prop_assert_eq!(
-        net.hosts[1].node.regs.get(0),
+        net.hosts[1].node.register(0),
         Some(model.r0),
         "send queue pointer"
     );
     prop_assert_eq!(
-        net.hosts[1].node.regs.get(2),
+        net.hosts[1].node.register(2),
         Some(INDEX_BASE),
         "index base untouched"
     );

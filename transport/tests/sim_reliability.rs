@@ -6,6 +6,7 @@ mod common;
 
 use common::*;
 use deposit_transport::cm::ConnectOptions;
+use deposit_transport::host::Host;
 use deposit_transport::node::NodeConfig;
 use deposit_transport::sim::{LinkConfig, HZ};
 
@@ -207,10 +208,7 @@ fn receiver_not_ready_backs_off_then_resumes_exactly_once() {
     let page = 5u64;
     net.hosts[1]
         .node
-        .endpoints
-        .get_mut(b.ep)
-        .unwrap()
-        .set_page_present(page, false)
+        .set_page_present(b.ep, page, false)
         .unwrap();
     let at = (page * PAGE_SIZE) as u32;
     post_all(
@@ -250,10 +248,7 @@ fn receiver_not_ready_backs_off_then_resumes_exactly_once() {
     // The host maps the page and resumes.
     net.hosts[1]
         .node
-        .endpoints
-        .get_mut(b.ep)
-        .unwrap()
-        .set_page_present(page, true)
+        .set_page_present(b.ep, page, true)
         .unwrap();
     net.hosts[1].node.resume(number).unwrap();
     all_ok(&complete(&mut net, &a, 3, 10));
@@ -282,13 +277,7 @@ fn receiver_not_ready_past_its_limit_fails_the_connection() {
         ..NodeConfig::default()
     };
     let (mut net, a, b) = pair(&cfg, LinkConfig::default(), 5, &ConnectOptions::default());
-    net.hosts[1]
-        .node
-        .endpoints
-        .get_mut(b.ep)
-        .unwrap()
-        .set_page_present(2, false)
-        .unwrap();
+    net.hosts[1].node.set_page_present(b.ep, 2, false).unwrap();
     post_all(&a, [write(1, &a, 0, 64, 2 * PAGE_SIZE as u32)]);
     let done = complete(&mut net, &a, 1, 10);
     assert_eq!(done[0].status, WcStatus::RnrRetryExceeded);
@@ -391,8 +380,8 @@ fn segments_ahead_of_a_gap_are_placed_relative_to_their_first() {
         let opts = with_registers();
         let (mut net, a, b) = pair(&NodeConfig::default(), LinkConfig::default(), 8, &opts);
         open_registers(&mut net, 1, 2);
-        net.hosts[1].node.regs.set(0, 40_000).unwrap();
-        net.hosts[1].node.regs.set(1, 100_000).unwrap();
+        net.hosts[1].node.set_register(0, 40_000).unwrap();
+        net.hosts[1].node.set_register(1, 100_000).unwrap();
         let seg = net.hosts[0].node.segment_max() as usize;
         let len = 5 * seg + 77;
         let src = pattern(&net, &a, 0, len, lost as u8);
@@ -412,7 +401,7 @@ fn segments_ahead_of_a_gap_are_placed_relative_to_their_first() {
             &format!("lost frame {lost}"),
         );
         assert_eq!(
-            net.hosts[1].node.regs.get(0),
+            net.hosts[1].node.register(0),
             Some(140_000),
             "moved once, by the stride"
         );
@@ -564,8 +553,9 @@ fn a_connection_gives_back_its_in_flight_memory_when_it_goes_quiet() {
     let (mut net, a, b) = pair(&cfg, LinkConfig::default(), 9, &ConnectOptions::default());
     let capacity = |net: &deposit_transport::sim::Network, e: &End| {
         let node = &net.hosts[e.host].node;
-        let slot = node.conns.slot_of(e.conn.number).unwrap();
-        node.conns.get(slot).unwrap().inflight.capacity()
+        let conns = node.conn_table();
+        let slot = conns.slot_of(e.conn.number).unwrap();
+        conns.get(slot).unwrap().inflight.capacity()
     };
     assert_eq!(capacity(&net, &a), 0, "nothing preallocated");
     post_all(

@@ -10,6 +10,7 @@ use std::rc::Rc;
 use common::*;
 use deposit_transport::cm::{ConnectOptions, PeerTrust, RejectReason, Security};
 use deposit_transport::connection::ConnState;
+use deposit_transport::host::Host;
 use deposit_transport::node::NodeConfig;
 use deposit_transport::oplogic::DropReason;
 use deposit_transport::sim::{LinkConfig, HZ};
@@ -241,7 +242,12 @@ fn an_on_path_attacker_gets_every_frame_refused_and_counted_and_the_data_verifie
         }
         // 5. A disconnect request naming the server's connection (in every header):
         // a connection closes only with a MAC under its CM key.
-        let target = net.hosts[1].node.conns.iter().next().map(|c| c.number);
+        let target = net.hosts[1]
+            .node
+            .conn_table()
+            .iter()
+            .next()
+            .map(|c| c.number);
         if let Some(target) = target {
             let dreq = deposit_transport::cm::CmMessage::DisconnectReq {
                 target,
@@ -331,10 +337,10 @@ fn a_different_pre_shared_key_fails_the_connect_and_the_same_one_connects() {
     );
     assert_eq!(reason(&c), RejectReason::Confirmation);
     assert_eq!(drops(&net, 1, DropReason::AuthFailed), 1);
-    assert_eq!(net.hosts[0].node.conns.len(), 0);
+    assert_eq!(net.hosts[0].node.connections(), 0);
     // The listener learns it from the request (IKpsk1): it makes nothing.
     assert!(queue.pop().is_none());
-    assert_eq!(net.hosts[1].node.conns.len(), 0);
+    assert_eq!(net.hosts[1].node.connections(), 0);
     // The same key: up, sealed.
     let now = net.now;
     net.hosts[0].node.set_now(now);
@@ -379,7 +385,11 @@ fn a_secure_listener_refuses_a_plain_request_and_a_plain_one_takes_a_secure_requ
         .unwrap();
     net.run_until(5 * HZ, |_| c.state() != ConnState::Connecting);
     assert_eq!(c.state(), ConnState::Normal);
-    assert!(net.hosts[1].node.conns.iter().all(|c| c.secure.is_some()));
+    assert!(net.hosts[1]
+        .node
+        .conn_table()
+        .iter()
+        .all(|c| c.secure.is_some()));
 }
 
 #[test]
@@ -395,8 +405,8 @@ fn a_secure_connection_closes_on_both_sides() {
         ConnState::Closed,
         "the close's MAC verified"
     );
-    net.run_until(5 * HZ, |n| n.hosts[0].node.conns.is_empty());
-    assert_eq!(net.hosts[0].node.conns.len(), 0);
+    net.run_until(5 * HZ, |n| n.hosts[0].node.connections() == 0);
+    assert_eq!(net.hosts[0].node.connections(), 0);
 }
 
 #[test]
@@ -427,7 +437,7 @@ fn unconfirmed_connections_count_against_the_backlog_and_a_second_client_waits_i
     assert_eq!(clients[1].conn.state(), ConnState::Connecting);
     assert!(drops(&net, 0, DropReason::BacklogFull) >= 1);
     assert_eq!(
-        net.hosts[0].node.conns.len(),
+        net.hosts[0].node.connections(),
         1,
         "no connection for the second yet"
     );

@@ -11,6 +11,7 @@ use std::sync::Arc;
 use deposit_transport::cm::{private_data, ConnectOptions, Registers};
 use deposit_transport::connection::{random_u32, Completion, ConnShared, ConnState, CqShared, Wqe};
 use deposit_transport::events::{EventKind, EventRing};
+use deposit_transport::host::Host;
 use deposit_transport::mem::EndpointMemory;
 use deposit_transport::node::{Accepted as NodeAccepted, NodeConfig};
 use deposit_transport::sim::{LinkConfig, Network};
@@ -120,22 +121,20 @@ impl Fabric for SimFabric {
             Rights::REMOTE_WRITE | Rights::REMOTE_READ,
         )
         .map_err(|e| e.to_string())?;
-        self.ep = h.node.endpoints.insert(entry);
+        self.ep = h.node.add_endpoint(entry);
         self.events = Arc::new(EventRing::new(2 * slots as usize));
         h.node
             .set_endpoint_queues(self.ep, self.events.clone(), Arc::new(EventRing::new(64)));
         h.memory.push(mem);
-        self.regs = h.node.regs.alloc(3).map_err(|e| e.to_string())?;
+        self.regs = h.node.alloc_registers(3).map_err(|e| e.to_string())?;
         for (i, v) in ring_registers(slot, slots).into_iter().enumerate() {
             h.node
-                .regs
-                .set(self.regs.base + i as u32, v)
+                .set_register(self.regs.base + i as u32, v)
                 .map_err(|e| e.to_string())?;
         }
-        self.code = h.node.instructions.alloc(1).map_err(|e| e.to_string())?;
+        self.code = h.node.alloc_instructions(1).map_err(|e| e.to_string())?;
         h.node
-            .instructions
-            .set(self.code, 0, Some(ring_instruction()))
+            .set_instruction(self.code, 0, Some(ring_instruction()))
             .map_err(|e| e.to_string())?;
         Ok((self.ep, base, 0))
     }
@@ -213,7 +212,7 @@ impl Fabric for SimFabric {
         let entry =
             EndpointEntry::new(mem, 0, len, Rights::REMOTE_READ).map_err(|e| e.to_string())?;
         let mut net = self.net.borrow_mut();
-        Ok(net.hosts[self.host].node.endpoints.insert(entry))
+        Ok(net.hosts[self.host].node.add_endpoint(entry))
     }
 
     fn mem_id(&self, m: &EndpointId) -> EndpointId {
@@ -223,23 +222,21 @@ impl Fabric for SimFabric {
     fn deregister(&mut self, m: EndpointId) {
         let mut net = self.net.borrow_mut();
         let node = &mut net.hosts[self.host].node;
-        node.tokens.cancel_endpoint(m);
-        node.endpoints.remove(m);
+        node.remove_endpoint(m);
     }
 
     fn read_token(&mut self, ep: &EndpointId, offset: u64, len: u64) -> Result<u64, String> {
         let mut net = self.net.borrow_mut();
         let t = net.hosts[self.host]
             .node
-            .tokens
-            .insert_read(*ep, offset, len, random_u32())
+            .insert_read_token(*ep, offset, len, random_u32())
             .map_err(|e| e.to_string())?;
         Ok(t.0)
     }
 
     fn cancel_token(&mut self, token: u64) {
         let mut net = self.net.borrow_mut();
-        let _ = net.hosts[self.host].node.tokens.cancel(Token(token));
+        let _ = net.hosts[self.host].node.cancel_token(Token(token));
     }
 
     fn now(&self) -> u64 {
@@ -268,7 +265,7 @@ impl Fabric for SimFabric {
         };
         let mut net = self.net.borrow_mut();
         let node = &mut net.hosts[self.host].node;
-        let ep = node.endpoints.insert(entry);
+        let ep = node.add_endpoint(entry);
         let accepted = node
             .listen(service, ep, self.cq.clone(), &opts, 4096)
             .map_err(|e| e.to_string())?;
@@ -295,7 +292,7 @@ impl Fabric for SimFabric {
                 let entry = EndpointEntry::new(mem.clone(), 0, 64, Rights::NONE)
                     .map_err(|e| e.to_string())?;
                 h.memory.push(mem);
-                let ep = h.node.endpoints.insert(entry);
+                let ep = h.node.add_endpoint(entry);
                 self.nothing = Some(ep);
                 ep
             }

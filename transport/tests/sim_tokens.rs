@@ -9,6 +9,7 @@ mod common;
 use common::*;
 use deposit_transport::cm::ConnectOptions;
 use deposit_transport::connection::{Completion, Source, WcStatus, Wqe, WrOpcode, WR_SIGNALED};
+use deposit_transport::host::Host;
 use deposit_transport::node::NodeConfig;
 use deposit_transport::oplogic::DropReason;
 use deposit_transport::sim::{LinkConfig, Network};
@@ -52,8 +53,7 @@ fn setup(link: LinkConfig, seed: u64) -> (Network, End, End, EndpointId, Vec<u8>
     host.mem(data_ep).write(0, &data).unwrap();
     let token = host
         .node
-        .tokens
-        .insert_read(data_ep, AT, u64::from(LEN), 0x7e57_0ced)
+        .insert_read_token(data_ep, AT, u64::from(LEN), 0x7e57_0ced)
         .unwrap();
     (net, client, server, data_ep, data, token)
 }
@@ -65,13 +65,13 @@ fn one(net: &mut Network, end: &End, wr: Wqe) -> Completion {
 }
 
 fn drops(net: &Network, end: &End, r: DropReason) -> u64 {
-    net.hosts[end.host].node.stats.dropped(r)
+    net.hosts[end.host].node.stats().dropped(r)
 }
 
 #[test]
 fn a_one_mebibyte_token_read_lands_exactly_over_a_lossy_isolated_connection() {
     let (mut net, client, server, _, data, token) = setup(LinkConfig::lossy(0.03), 21);
-    let msgs_before = net.hosts[client.host].node.stats.msgs_rx;
+    let msgs_before = net.hosts[client.host].node.stats().msgs_rx;
     let c = one(&mut net, &client, token_read(1, &client, token, 0, LEN, 0));
     assert_eq!(c.status, WcStatus::Success, "{c:?}");
     assert_eq!(c.byte_len, LEN);
@@ -82,7 +82,7 @@ fn a_one_mebibyte_token_read_lands_exactly_over_a_lossy_isolated_connection() {
         "the token read",
     );
     // The answer came in many messages, through loss, duplication and reordering.
-    let msgs = net.hosts[client.host].node.stats.msgs_rx - msgs_before;
+    let msgs = net.hosts[client.host].node.stats().msgs_rx - msgs_before;
     assert!(msgs > 500, "{msgs} reply messages for 1 MiB");
     let link = net.stats;
     assert!(link.lost > 0 && link.reordered > 0, "{link:?}");
@@ -155,8 +155,7 @@ fn cancelled_forged_and_out_of_range_token_reads_read_nothing_and_are_counted() 
     // A write token read: refused for its kind.
     let write_token = net.hosts[server.host]
         .node
-        .tokens
-        .insert(data_ep, 0, 64, 0x1234)
+        .insert_token(data_ep, 0, 64, 0x1234)
         .unwrap();
     let c = one(
         &mut net,
@@ -175,7 +174,7 @@ fn cancelled_forged_and_out_of_range_token_reads_read_nothing_and_are_counted() 
     );
     assert_eq!(c.status, WcStatus::Success, "{c:?}");
     // ...until its owner cancels it; then every copy is refused, nothing read.
-    net.hosts[server.host].node.tokens.cancel(token).unwrap();
+    net.hosts[server.host].node.cancel_token(token).unwrap();
     let c = one(&mut net, &client, token_read(6, &client, token, 0, 4096, 0));
     refused(c, DropReason::BadToken);
     assert_eq!(drops(&net, &server, DropReason::BadToken), 1);
@@ -214,8 +213,7 @@ fn isolation_takes_token_writes_and_reads_and_still_refuses_plain_operations() {
     // A write token the receiver handed out: taken.
     let wt = net.hosts[server.host]
         .node
-        .tokens
-        .insert(server.ep, 256, 64, 0x77)
+        .insert_token(server.ep, 256, 64, 0x77)
         .unwrap();
     let mut wr = write(4, &client, 0, 64, 0);
     wr.opcode = WrOpcode::TokenWrite { token: wt.0 };
@@ -252,9 +250,9 @@ fn a_token_write_behind_a_token_read_of_the_same_bytes_waits_for_the_answer() {
     let ep = host.endpoint(256 << 10, Rights::ALL, 16);
     let old = vec![0x11u8; 64 << 10];
     host.mem(ep).write(0, &old).unwrap();
-    let rt = host.node.tokens.insert_read(ep, 0, 64 << 10, 5).unwrap();
+    let rt = host.node.insert_read_token(ep, 0, 64 << 10, 5).unwrap();
     // A deposit fits one message.
-    let wt = host.node.tokens.insert(ep, 1 << 10, 1000, 6).unwrap();
+    let wt = host.node.insert_token(ep, 1 << 10, 1000, 6).unwrap();
     pattern(&net, &client, 256 << 10, 1000, 3);
     let mut deposit = write(2, &client, 256 << 10, 1000, 0);
     deposit.opcode = WrOpcode::TokenWrite { token: wt.0 };

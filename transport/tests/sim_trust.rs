@@ -12,6 +12,7 @@ use std::rc::Rc;
 use common::*;
 use deposit_transport::cm::{CmMessage, ConnectOptions, PeerTrust, RejectReason, Security};
 use deposit_transport::connection::ConnState;
+use deposit_transport::host::Host;
 use deposit_transport::identity::Identity;
 use deposit_transport::node::NodeConfig;
 use deposit_transport::oplogic::DropReason;
@@ -284,7 +285,7 @@ fn trust_on_first_use_takes_the_listeners_key_and_a_pinned_wrong_key_fails_namin
     );
     assert!(drops(&net, 0, DropReason::PeerKey) >= 1);
     assert_eq!(
-        net.hosts[1].node.conns.len(),
+        net.hosts[1].node.connections(),
         1,
         "only the first connection"
     );
@@ -364,7 +365,7 @@ fn a_flood_of_unfinished_handshakes_is_capped_expires_and_leaves_room_for_others
         .collect();
     net.run_for(HZ / 10);
     let most = backlog / 2;
-    let held = net.hosts[1].node.conns.len();
+    let held = net.hosts[1].node.connections();
     assert!((1..=most).contains(&held), "{held} half-open connections");
     // A client from elsewhere, pinned: up and confirmed at once.
     let pinned = ConnectOptions {
@@ -380,7 +381,7 @@ fn a_flood_of_unfinished_handshakes_is_capped_expires_and_leaves_room_for_others
         .unwrap();
     let mut accepted = None;
     net.run_until(HZ, |net| {
-        assert!(net.hosts[1].node.conns.len() <= most + 1, "over the cap");
+        assert!(net.hosts[1].node.connections() <= most + 1, "over the cap");
         accepted = accepted.take().or_else(|| queue.pop());
         accepted.is_some()
     });
@@ -412,12 +413,12 @@ fn a_flood_of_unfinished_handshakes_is_capped_expires_and_leaves_room_for_others
         "flood: {} connections expired, {} requests over the cap, server holds {}",
         stats.handshakes_expired,
         stats.drops[DropReason::SourceCap as usize],
-        net.hosts[1].node.conns.len()
+        net.hosts[1].node.connections()
     );
     assert!(stats.handshakes_expired >= most as u64);
     assert!(stats.drops[DropReason::SourceCap as usize] > 1000);
     assert_eq!(
-        net.hosts[1].node.conns.len(),
+        net.hosts[1].node.connections(),
         1,
         "only the real client's is left"
     );

@@ -308,15 +308,15 @@ pub struct Accepted {
 pub struct Node {
     pub(crate) cfg: NodeConfig,
     pub(crate) caps: LinkCaps,
-    pub endpoints: EndpointTable,
-    pub nodes: NodeTable,
-    pub conns: ConnTable,
+    pub(crate) endpoints: EndpointTable,
+    pub(crate) nodes: NodeTable,
+    pub(crate) conns: ConnTable,
     /// The node-wide address-register file.
-    pub regs: RegisterFile,
+    pub(crate) regs: RegisterFile,
     /// The node's instruction memory and global instructions.
-    pub instructions: crate::tables::InstructionMemory,
+    pub(crate) instructions: crate::tables::InstructionMemory,
     /// The payload table (tokens).
-    pub tokens: crate::tables::PayloadTable,
+    pub(crate) tokens: crate::tables::PayloadTable,
     /// Event and exception queues of each endpoint, by endpoint number.
     pub(crate) event_queues: Vec<Option<EndpointQueues>>,
     pub(crate) tlb: Tlb,
@@ -328,7 +328,7 @@ pub struct Node {
     /// Private data of the replies that accepted our connections, until the
     /// application takes it (only connections whose peer sent some).
     pub(crate) peer_private: HashMap<u32, Arc<[u8]>>,
-    pub stats: Stats,
+    pub(crate) stats: Stats,
     /// Connection slots owing an acknowledgement since an earlier turn: sent by this
     /// turn's acknowledgements unless a data frame carried it first.
     ack_list: Vec<usize>,
@@ -807,6 +807,14 @@ impl Node {
     /// Queues a raw frame for transmission as is (diagnostics and hostile-input tests).
     pub fn send_raw(&mut self, frame: &[u8]) {
         self.raw_tx.push(frame.to_vec());
+    }
+
+    /// The connection table, for tests that look inside connections (built with
+    /// `sim`, which only tests and the fuzz crate enable).
+    #[cfg(feature = "sim")]
+    #[doc(hidden)]
+    pub fn conn_table(&self) -> &ConnTable {
+        &self.conns
     }
 
     /// The UDP source port of a connection (spreads connections over RSS queues).

@@ -14,8 +14,8 @@ use crate::connection::ConnState;
 use crate::events::{Event, EventKind, EventRing};
 use crate::message;
 use crate::oplogic::{
-    self, Access, DropReason, EndpointAccess, Nak, Plan, RegContext, RemoteStatus, SeqPlan,
-    TlbAccess, TokenEvent, Trap,
+    self, DropReason, EndpointAccess, Nak, Plan, RegContext, RemoteStatus, SeqPlan, TlbAccess,
+    TokenEvent, Trap,
 };
 use crate::reliability::{Arrival, SeqBits};
 use crate::secure::Refusal;
@@ -747,11 +747,13 @@ fn run_message(
     let Some(ep) = ex.endpoints.get(conn.endpoint) else {
         return refuse(conn, seq, control, Trap::NoEndpoint, ex);
     };
-    if control.opcode == op::WRITE
-        && control.flags & !(cflags::LAST | cflags::SEGMENT) == 0
-        && conn.read_replies.is_empty()
-    {
+    // The common messages store or answer without a plan: the same checks (one
+    // definition, `oplogic::plain_deposit` / `plain_read`), none of the rest applies.
+    if oplogic::is_plain_deposit(control) && conn.read_replies.is_empty() {
         return run_deposit(conn, seq, control, payload, frame_desc, ep, ex);
+    }
+    if oplogic::is_plain_read(control) {
+        return run_read(conn, seq, control, payload, ep, ex);
     }
     let ctx = reg_context(conn, ex.regs, ep, segment_base(conn, seq, control));
     let mut mem = TlbAccess::new(conn.endpoint, ep, ex.tlb);
@@ -789,10 +791,10 @@ fn run_message(
 }
 
 /// A plain deposit — a direct `WRITE` with no flag but `LAST` or `SEGMENT`, no read
-/// reply of ours outstanding that it could overwrite — run as [`run_message`] would
-/// (the same checks, refusals and faults, in the same order: `oplogic::plan`'s fast
-/// path, then commit) without building a plan, checking admission or looking for an
-/// event queue: none of it applies. Most small messages are these.
+/// reply of ours outstanding that it could overwrite — run as [`run_message`] would,
+/// through the checks the plan runs (`oplogic::plain_deposit`), without building a
+/// plan, checking admission or looking for an event queue: none of it applies (no
+/// register, no event, nothing it waits for). Most small messages are these.
 #[inline]
 fn run_deposit(
     conn: &mut ConnContext,
@@ -803,19 +805,12 @@ fn run_deposit(
     ep: &crate::tables::EndpointEntry,
     ex: &mut Exec<'_>,
 ) -> Ran {
-    let data = match oplogic::announced(control, payload) {
+    let mut mem = TlbAccess::new(conn.endpoint, ep, ex.tlb);
+    let (ea, data) = match oplogic::plain_deposit(control, payload, &mut mem) {
         Ok(d) => d,
+        Err(t) if t.is_fault() => return hold(conn, seq, control, payload, frame_desc, t, ex),
         Err(t) => return refuse(conn, seq, control, t, ex),
     };
-    let ea = u64::from(control.operand);
-    let mut mem = TlbAccess::new(conn.endpoint, ep, ex.tlb);
-    if let Err(t) = mem.check(ea, data.len() as u64, Access::Write) {
-        return if t.is_fault() {
-            hold(conn, seq, control, payload, frame_desc, t, ex)
-        } else {
-            refuse(conn, seq, control, t, ex)
-        };
-    }
     if !data.is_empty() {
         mem.store(ea, data);
     }
@@ -827,6 +822,39 @@ fn run_deposit(
     }
     ex.stats.bytes_deposited += data.len() as u64;
     Ran::Done
+}
+
+/// A plain read request — a direct `READ` with no flag but `LAST` — run as
+/// [`run_message`] would, through the checks the plan runs (`oplogic::plain_read`):
+/// it stores nothing (so waits for no read reply), names no register and raises no
+/// event; its reply joins the send stream.
+#[inline]
+fn run_read(
+    conn: &mut ConnContext,
+    seq: u32,
+    control: &ControlRepr,
+    payload: &[u8],
+    ep: &crate::tables::EndpointEntry,
+    ex: &mut Exec<'_>,
+) -> Ran {
+    let mut mem = TlbAccess::new(conn.endpoint, ep, ex.tlb);
+    let reply = match oplogic::plain_read(control, payload, &mut mem) {
+        Ok(r) => r,
+        Err(t) if t.is_fault() => return hold(conn, seq, control, payload, None, t, ex),
+        Err(t) => return refuse(conn, seq, control, t, ex),
+    };
+    send_reply(conn, seq, &reply, ex);
+    Ran::Done
+}
+
+/// Queues the reply a committed message owes (a read's data, an atomic's old value) and
+/// records a read's, whose range later stores must not overwrite before the peer has it.
+#[inline]
+fn send_reply(conn: &mut ConnContext, seq: u32, reply: &oplogic::Reply, ex: &mut Exec<'_>) {
+    if let Some(wr) = oplogic::reply_request(seq, conn.endpoint, reply) {
+        let (first, end) = push_reply(conn, wr, ex);
+        conn.read_replies.record(conn.endpoint, reply, first, end);
+    }
 }
 
 /// Whether a planned message may commit now.
@@ -1049,11 +1077,7 @@ fn after_commit(
     if matches!(plan.reply, oplogic::Reply::None) && !plan.interrupt {
         return;
     }
-    if let Some(wr) = oplogic::reply_request(seq, conn.endpoint, &plan.reply) {
-        let (first, end) = push_reply(conn, wr, ex);
-        conn.read_replies
-            .record(conn.endpoint, &plan.reply, first, end);
-    }
+    send_reply(conn, seq, &plan.reply, ex);
     if plan.interrupt {
         if let Some(q) = queue {
             let kind = if control.opcode == op::EXCEPTION {

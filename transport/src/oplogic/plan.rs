@@ -408,6 +408,66 @@ impl<'p> Planner<'_, '_, 'p> {
     }
 }
 
+/// Whether a message is a plain deposit: a direct `WRITE` with no flag but `LAST` or
+/// `SEGMENT` (no descriptor, no register named). Most small messages are these.
+#[inline(always)]
+pub fn is_plain_deposit(control: &ControlRepr) -> bool {
+    control.opcode == op::WRITE && control.flags & !(flags::LAST | flags::SEGMENT) == 0
+}
+
+/// A plain deposit's address and bytes, checked — the announced length, then bounds
+/// and the write right at the effective address (the operand): the one definition
+/// [`plan`] and the worker's deposit without a plan both run.
+#[inline(always)]
+pub fn plain_deposit<'p>(
+    control: &ControlRepr,
+    payload: &'p [u8],
+    mem: &mut impl EndpointAccess,
+) -> Result<(u64, &'p [u8]), Trap> {
+    let data = announced(control, payload)?;
+    let ea = u64::from(control.operand);
+    mem.check(ea, data.len() as u64, Access::Write)?;
+    Ok((ea, data))
+}
+
+/// Whether a message is a plain read request: a direct `READ` with no flag but `LAST`
+/// (no descriptor, no register named).
+#[inline(always)]
+pub fn is_plain_read(control: &ControlRepr) -> bool {
+    control.opcode == op::READ && control.flags == flags::LAST
+}
+
+/// A plain read request's reply, checked as the general planner checks any `READ`
+/// (the decode table's shape checks, then `read_reply` at the operand): what the
+/// worker runs for one without building a plan.
+#[inline]
+pub fn plain_read(
+    control: &ControlRepr,
+    payload: &[u8],
+    mem: &mut impl EndpointAccess,
+) -> Result<Reply, Trap> {
+    let msg = decode_message(control, payload, None)?;
+    read_reply(control, u64::from(control.operand), msg.body, mem)
+}
+
+/// The reply a `READ` at `ea` with `body` (the reply's control part) asks for, after
+/// checking the range readable.
+#[inline(always)]
+fn read_reply(
+    control: &ControlRepr,
+    ea: u64,
+    body: &[u8],
+    mem: &mut impl EndpointAccess,
+) -> Result<Reply, Trap> {
+    let rc = reply_control(body).ok_or_else(|| bad_length(control))?;
+    mem.check(ea, u64::from(rc.length), Access::Read)?;
+    Ok(Reply::Read {
+        ea,
+        len: rc.length,
+        reply_control: rc,
+    })
+}
+
 /// The `length` bytes of `payload` the control part announces (the rest is padding of
 /// the last cell); fewer is a trap.
 #[inline]
@@ -456,10 +516,8 @@ pub fn plan<'p>(
     ctx: &RegContext<'_>,
     mem: &mut impl EndpointAccess,
 ) -> Result<Plan<'p>, Trap> {
-    if control.opcode == op::WRITE && control.flags & !(flags::LAST | flags::SEGMENT) == 0 {
-        let data = announced(control, payload)?;
-        let ea = u64::from(control.operand);
-        mem.check(ea, data.len() as u64, Access::Write)?;
+    if is_plain_deposit(control) {
+        let (ea, data) = plain_deposit(control, payload, mem)?;
         return Ok(Plan {
             store: Store::Bytes { ea, data },
             event: EventInfo {
@@ -507,7 +565,7 @@ pub fn plan_into<'p>(
     frame_descriptor: Option<&[u8; COMPOUND_LEN]>,
     out: &mut Plan<'p>,
 ) -> Result<(), Trap> {
-    if control.flags & !(flags::LAST | flags::SEGMENT) == 0 && control.opcode == op::WRITE {
+    if is_plain_deposit(control) {
         *out = plan(control, payload, ctx, mem)?;
         return Ok(());
     }
@@ -847,14 +905,11 @@ impl<'p> Planner<'_, '_, 'p> {
         body: &[u8],
         mem: &mut impl EndpointAccess,
     ) -> Result<(), Trap> {
-        let rc = reply_control(body).ok_or_else(|| bad_length(control))?;
-        mem.check(ea, u64::from(rc.length), Access::Read)?;
-        self.plan.reply = Reply::Read {
-            ea,
-            len: rc.length,
-            reply_control: rc,
-        };
-        self.plan.event.len = rc.length;
+        let reply = read_reply(control, ea, body, mem)?;
+        if let Reply::Read { len, .. } = reply {
+            self.plan.event.len = len;
+        }
+        self.plan.reply = reply;
         Ok(())
     }
 

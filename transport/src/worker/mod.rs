@@ -4,11 +4,10 @@
 //! ([`Clock`]): the turn's order is the node's, the same one `sim` runs. The worker
 //! owns the port and the clock; the node owns everything else.
 //! Applications reach the node through lock-free queues in `ConnShared` / `CqShared`
-//! for the fast path, and through `&mut Worker` (behind the device's mutex; it
-//! dereferences to its node) for the control path. It runs either on a dedicated
+//! for the fast path, and through `&mut Worker` (behind the device's mutex) and its
+//! typed calls ([`crate::host::Host`]) for the control path. It runs either on a dedicated
 //! thread or inline, when the application's poll calls drive it.
 
-use std::ops::{Deref, DerefMut};
 use std::sync::Arc;
 
 mod shards;
@@ -295,15 +294,13 @@ impl Clock for Tsc {
     }
 }
 
-impl Deref for Worker {
-    type Target = Node;
-    fn deref(&self) -> &Node {
+impl crate::host::Drives for Worker {
+    #[inline]
+    fn node(&self) -> &Node {
         &self.node
     }
-}
-
-impl DerefMut for Worker {
-    fn deref_mut(&mut self) -> &mut Node {
+    #[inline]
+    fn node_mut(&mut self) -> &mut Node {
         &mut self.node
     }
 }

@@ -8,6 +8,7 @@ use deposit_transport::cm::{ConnectOptions, Registers};
 use deposit_transport::connection::{
     Completion, ConnShared, ConnState, CqShared, Source, WcStatus, Wqe, WrOpcode, WR_SIGNALED,
 };
+use deposit_transport::host::Host;
 use deposit_transport::node::NodeConfig;
 use deposit_transport::sim::{self, LinkConfig, Network, HZ};
 use deposit_transport::tables::{EndpointId, RegProt, RegWindow, Rights};
@@ -96,7 +97,10 @@ pub fn with_registers() -> ConnectOptions {
 /// Makes registers `0..n` of host `h` usable by senders in every way.
 pub fn open_registers(net: &mut Network, h: usize, n: u32) {
     for r in 0..n {
-        net.hosts[h].node.regs.set_prot(r, RegProt::ALL).unwrap();
+        net.hosts[h]
+            .node
+            .set_register_prot(r, RegProt::ALL)
+            .unwrap();
     }
 }
 
