@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 pub use super::refusals::{echoed_base, Refusals, MAX_REFUSALS};
 use crate::connection::{random_u32, shard_of_conn, ConnShared, ConnState};
-use crate::status::Nak;
+use crate::status::{Nak, RemoteStatus};
 use crate::tables::{EndpointId, NodeId};
 use crate::wr::{Completion, Pending, Priority, Work};
 
@@ -46,6 +46,96 @@ pub struct Stored {
 // Read replies not yet acknowledged, which later stores must not overtake: the rule is
 // the operation logic's.
 pub use crate::oplogic::ReadReplies;
+
+/// Messages kept ahead of a gap, by sequence number ([`ConnContext::reorder`]): out of
+/// line, made by the first one (the loss path), so that a connection that never saw a
+/// gap carries a pointer for them.
+#[derive(Default)]
+#[allow(clippy::box_collection)] // the point: one pointer inline, not the map's header
+pub struct Reorder(Option<Box<std::collections::BTreeMap<u32, Stored>>>);
+
+impl Reorder {
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.0.as_ref().is_none_or(|m| m.is_empty())
+    }
+    pub fn insert(&mut self, seq: u32, st: Stored) -> Option<Stored> {
+        self.0.get_or_insert_with(Box::default).insert(seq, st)
+    }
+    pub fn remove(&mut self, seq: &u32) -> Option<Stored> {
+        self.0.as_mut()?.remove(seq)
+    }
+}
+
+/// Completions that found the completion queue full, oldest first
+/// ([`ConnContext::unreported`]): out of line, made by the first one (only after the
+/// application let its queue fill).
+#[derive(Default)]
+#[allow(clippy::box_collection)] // the point: one pointer inline, not the deque's header
+pub struct Unreported(Option<Box<VecDeque<Completion>>>);
+
+impl Unreported {
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.0.as_ref().is_none_or(|q| q.is_empty())
+    }
+    pub fn iter(&self) -> impl Iterator<Item = &Completion> + '_ {
+        self.0.iter().flat_map(|q| q.iter())
+    }
+    pub fn push_back(&mut self, wc: Completion) {
+        self.0.get_or_insert_with(Box::default).push_back(wc)
+    }
+    pub fn push_front(&mut self, wc: Completion) {
+        self.0.get_or_insert_with(Box::default).push_front(wc)
+    }
+    pub fn pop_front(&mut self) -> Option<Completion> {
+        self.0.as_mut()?.pop_front()
+    }
+}
+
+/// Receiver-not-ready NAKs owed to the peer, oldest first ([`ConnContext::naks`]):
+/// out of line, made by the first (a held connection), as [`Refusals`] are.
+#[derive(Default)]
+pub struct Naks {
+    list: Option<Box<[(u32, Nak); MAX_PENDING_NAKS]>>,
+    len: u8,
+}
+
+impl Naks {
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+    #[inline]
+    pub fn len(&self) -> usize {
+        usize::from(self.len)
+    }
+    /// The NAKs owed, oldest first.
+    pub fn as_slice(&self) -> &[(u32, Nak)] {
+        self.list.as_ref().map_or(&[], |l| &l[..self.len()])
+    }
+    /// Queues one; false when [`MAX_PENDING_NAKS`] are owed already.
+    pub fn push(&mut self, seq: u32, nak: Nak) -> bool {
+        if self.len() == MAX_PENDING_NAKS {
+            return false;
+        }
+        let at = self.len();
+        let list = self
+            .list
+            .get_or_insert_with(|| Box::new([(0, RemoteStatus::Ok.into()); MAX_PENDING_NAKS]));
+        list[at] = (seq, nak);
+        self.len += 1;
+        true
+    }
+    /// The first `n` went out.
+    pub fn sent(&mut self, n: usize) {
+        let (n, len) = (n.min(self.len()), self.len());
+        if let Some(l) = &mut self.list {
+            l.copy_within(n..len, 0);
+        }
+        self.len -= n as u8;
+    }
+}
 
 /// Most receiver-not-ready NAKs remembered between two acknowledgement frames (they
 /// need no record: the sender's timer covers their loss; refusals are in
@@ -91,12 +181,12 @@ pub struct ConnContext {
     /// Sequence state of what the peer sends (cumulative + kept ahead of a gap).
     pub rx: crate::reliability::Receiver,
     /// Messages received ahead of a gap, run when it fills (copies: the loss path).
-    pub reorder: std::collections::BTreeMap<u32, Stored>,
+    pub reorder: Reorder,
     /// Read replies not yet acknowledged, which later stores must not overtake.
     pub read_replies: ReadReplies,
     /// Completions that found the completion queue full, oldest first: they go out,
     /// in order, as the application polls room free (never dropped).
-    pub unreported: VecDeque<Completion>,
+    pub unreported: Unreported,
     /// The work request of the peer's whose first segment ran last, while its later
     /// segments are still to come: they are placed relative to its address.
     pub rx_request: Option<RequestBase>,
@@ -106,8 +196,7 @@ pub struct ConnContext {
     pub last_probe: u64,
     /// Probes sent since the peer was last heard.
     pub probes_unanswered: u32,
-    pub naks: [(u32, Nak); MAX_PENDING_NAKS],
-    pub nnaks: usize,
+    pub naks: Naks,
     /// Messages refused here whose NAK the peer has not confirmed seeing.
     pub refusals: Refusals,
 
@@ -207,12 +296,7 @@ impl ConnContext {
 
     /// Queues a receiver-not-ready NAK for the next acknowledgement frame.
     pub fn push_nak(&mut self, seq: u32, nak: Nak) -> bool {
-        if self.nnaks == MAX_PENDING_NAKS {
-            return false;
-        }
-        self.naks[self.nnaks] = (seq, nak);
-        self.nnaks += 1;
-        true
+        self.naks.push(seq, nak)
     }
 }
 
@@ -484,6 +568,16 @@ fn locate_in(inflight: &VecDeque<Pending>, seq: u32) -> Option<(usize, u32)> {
 mod tests {
     use super::*;
     use crate::wr::{Source, WcStatus};
+
+    /// What a connection's entry costs every connection, idle or not (issue 36: at
+    /// most 1 KiB per connection with what the application side adds). The state of
+    /// losses, gaps, waiting completions and read replies is out of line until used.
+    #[test]
+    fn a_connection_entry_stays_small() {
+        let size = std::mem::size_of::<ConnContext>();
+        eprintln!("ConnContext {size} B");
+        assert!(size <= 512, "ConnContext {size} B (720 before)");
+    }
 
     #[test]
     fn the_index_finds_every_number_through_collisions_removals_and_growth() {

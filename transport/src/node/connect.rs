@@ -6,7 +6,7 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use super::conn::{ConnContext, MAX_PENDING_NAKS};
+use super::conn::ConnContext;
 use crate::cm::{
     Action, CmError, CmMessage, CmWireError, ConnectOptions, Ignored, PeerParams, PrivateData,
     Registers, RejectReason,
@@ -15,7 +15,7 @@ use crate::connection::{random_u32, random_u64, ConnShared, ConnState};
 use crate::cq::CqShared;
 use crate::handshake::{Received, SessionKeys};
 use crate::reliability::{Receiver, Sender, SeqBits};
-use crate::status::{DropReason, RemoteStatus};
+use crate::status::DropReason;
 use crate::tables::{EndpointId, NodeAddr, NodeId, RegWindow};
 use crate::wake::WaitQueue;
 use crate::wire::{self, FrameView, UnderlayRepr};
@@ -67,16 +67,15 @@ impl Node {
             isolated: opts.isolated,
             held: None,
             rx: Receiver::new(0, opts.receive_window),
-            reorder: std::collections::BTreeMap::new(),
+            reorder: super::conn::Reorder::default(),
             read_replies: Default::default(),
             rx_request: None,
-            unreported: std::collections::VecDeque::new(),
+            unreported: super::conn::Unreported::default(),
             ack_pending: false,
             last_rx: self.now,
             last_probe: 0,
             probes_unanswered: 0,
-            naks: [(0, RemoteStatus::Ok.into()); MAX_PENDING_NAKS],
-            nnaks: 0,
+            naks: super::conn::Naks::default(),
             refusals: Default::default(),
             tx: self.sender(isn),
             isn,

@@ -412,7 +412,7 @@ fn take_in_order(
     if conn.state == ConnState::Exceptioned {
         // Later messages wait behind the kept one; the sender is told again.
         ex.stats.drop_for(DropReason::HeldBack);
-        if conn.nnaks == 0 {
+        if conn.naks.is_empty() {
             let nak = conn
                 .held
                 .as_ref()

@@ -90,9 +90,8 @@ impl Node {
         };
         let pushed = push_ack_cells(conn, &mut w, told);
         seal(conn, &mut w, &mut self.stats);
-        conn.naks.copy_within(pushed..conn.nnaks, 0);
-        conn.nnaks -= pushed;
-        conn.ack_pending = conn.nnaks != 0;
+        conn.naks.sent(pushed);
+        conn.ack_pending = !conn.naks.is_empty();
         let (done, peer) = (!conn.ack_pending, conn.dest());
         self.stats.naks_tx += (told + pushed) as u64;
         self.stats.acks_tx += 1;
@@ -152,7 +151,7 @@ impl Node {
         let eligible = self.conns.get(slot).is_some_and(|c| {
             c.ack_pending
                 && c.dest() == peer
-                && c.nnaks == 0
+                && c.naks.is_empty()
                 && c.refusals.is_empty()
                 && !self.takes_high_queue(c.priority)
         });
@@ -652,7 +651,7 @@ pub const BUNDLE_SCAN: usize = 128;
 /// needs cells of its own (a gap's selective part, a NAK).
 #[inline]
 fn took_ack(conn: &mut ConnContext) {
-    if conn.nnaks == 0 && !conn.rx.has_gap() && conn.refusals.is_empty() {
+    if conn.naks.is_empty() && !conn.rx.has_gap() && conn.refusals.is_empty() {
         conn.ack_pending = false;
     }
 }
@@ -757,7 +756,7 @@ fn push_ack_cells(conn: &ConnContext, w: &mut FrameWriter<'_>, told: usize) -> u
         let _ = w.push(&nak(r), &[]); // room counted by the caller
     }
     let mut pushed = 0;
-    for r in &conn.naks[..conn.nnaks] {
+    for r in conn.naks.as_slice() {
         if w.push(&nak(r), &[]).is_err() {
             break;
         }

@@ -61,17 +61,28 @@ pub fn reply_request(seq: u32, endpoint: EndpointId, reply: &Reply) -> Option<Wq
 #[derive(Debug, Clone, Default)]
 pub struct ReadReplies {
     /// `(first sequence number, one past the last, endpoint, first byte, end)`, oldest
-    /// first.
-    ranges: VecDeque<(u32, u32, EndpointId, u64, u64)>,
+    /// first; out of line, made by the first read reply (a connection that never
+    /// answers a read carries a pointer for it).
+    #[allow(clippy::box_collection)] // one pointer inline, not the deque's header
+    ranges: Option<Box<VecDeque<ReplyRange>>>,
 }
+
+/// A read reply's `(first sequence number, one past the last, endpoint, first byte,
+/// end)`.
+type ReplyRange = (u32, u32, EndpointId, u64, u64);
 
 impl ReadReplies {
     /// A read reply of `len` bytes at `start` of `endpoint` on sequence numbers
     /// `first..seq_end`.
     pub fn push(&mut self, first: u32, seq_end: u32, endpoint: EndpointId, start: u64, len: u32) {
         if len > 0 {
-            self.ranges
-                .push_back((first, seq_end, endpoint, start, start + u64::from(len)));
+            self.ranges.get_or_insert_with(Box::default).push_back((
+                first,
+                seq_end,
+                endpoint,
+                start,
+                start + u64::from(len),
+            ));
         }
     }
 
@@ -96,15 +107,18 @@ impl ReadReplies {
         acked: u32,
         is_acked: impl Fn(u32) -> bool,
     ) -> bool {
-        while let Some(&(_, end, ..)) = self.ranges.front() {
+        let Some(ranges) = self.ranges.as_mut() else {
+            return false;
+        };
+        while let Some(&(_, end, ..)) = ranges.front() {
             if seq_lt(acked, end) {
                 break;
             }
-            self.ranges.pop_front();
+            ranges.pop_front();
         }
         let end = start + u64::from(len);
         len > 0
-            && self.ranges.iter().any(|&(first, last, ep, s, e)| {
+            && ranges.iter().any(|&(first, last, ep, s, e)| {
                 ep == endpoint
                     && start < e
                     && s < end
@@ -124,7 +138,7 @@ impl ReadReplies {
 
     /// Whether no reply is owed.
     pub fn is_empty(&self) -> bool {
-        self.ranges.is_empty()
+        self.ranges.as_ref().is_none_or(|r| r.is_empty())
     }
 }
 
