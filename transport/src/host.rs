@@ -16,7 +16,7 @@ use crate::cm::{CmError, ConnectOptions, PrivateData};
 use crate::connection::{ConnShared, CqShared};
 use crate::events::EventRing;
 use crate::faults::{FaultConfig, FaultStats};
-use crate::node::{Accepted, ConnSummary, Node, Stats};
+use crate::node::{Accepted, ConnSummary, Node, ResumeError, Stats};
 use crate::submit::SubmitRing;
 use crate::tables::{
     EndpointEntry, EndpointId, NodeAddr, NodeId, RegProt, RegWindow, Rights, StoredInstruction,
@@ -30,6 +30,13 @@ mod sealed {
     pub trait Drives {
         fn node(&self) -> &super::Node;
         fn node_mut(&mut self) -> &mut super::Node;
+        /// Brings the node's clock up to now before a call that starts timers (a
+        /// driver whose node does not see time pass between turns reads its clock).
+        fn sync_clock(&mut self) {}
+        /// The node's counters with the driver's own (mbufs in use, wake-ups).
+        fn driver_stats(&self) -> super::Stats {
+            self.node().stats()
+        }
     }
 }
 
@@ -226,7 +233,19 @@ pub trait Host: Drives {
         cq: Arc<CqShared>,
         opts: &ConnectOptions,
     ) -> Result<Arc<ConnShared>, CmError> {
+        self.sync_clock();
         self.node_mut().connect(peer, service, endpoint, cq, opts)
+    }
+    /// Closes connection `number` (see [`Node::close`]).
+    fn close(&mut self, number: u32) -> Result<(), CmError> {
+        self.sync_clock();
+        self.node_mut().close(number)
+    }
+    /// Runs the message a fault kept on connection `number`, once the host repaired
+    /// what it needed (see [`Node::resume`]).
+    fn resume(&mut self, number: u32) -> Result<(), ResumeError> {
+        self.sync_clock();
+        self.node_mut().resume(number)
     }
     /// The private data the peer sent with connection `conn`'s connect (once).
     fn take_peer_private(&mut self, conn: u32) -> PrivateData {
@@ -256,9 +275,9 @@ pub trait Host: Drives {
     fn fault_stats(&self) -> FaultStats {
         self.node().fault_stats()
     }
-    /// The node's counters.
+    /// The node's counters, with its driver's (mbufs in use and stashed, wake-ups).
     fn stats(&self) -> Stats {
-        self.node().stats()
+        self.driver_stats()
     }
     /// Queues a raw frame for transmission as is (diagnostics and hostile-input tests).
     fn send_raw(&mut self, frame: &[u8]) {

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 pub use super::refusals::{echoed_base, Refusals, MAX_REFUSALS};
 use crate::connection::{random_u32, shard_of_conn, ConnShared, ConnState};
-use crate::status::{Nak, RemoteStatus};
+use crate::status::Nak;
 use crate::tables::{EndpointId, NodeId};
 use crate::wr::{Completion, Pending, Priority, Work};
 
@@ -94,48 +94,8 @@ impl Unreported {
 }
 
 /// Receiver-not-ready NAKs owed to the peer, oldest first ([`ConnContext::naks`]):
-/// out of line, made by the first (a held connection), as [`Refusals`] are.
-#[derive(Default)]
-pub struct Naks {
-    list: Option<Box<[(u32, Nak); MAX_PENDING_NAKS]>>,
-    len: u8,
-}
-
-impl Naks {
-    #[inline]
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-    #[inline]
-    pub fn len(&self) -> usize {
-        usize::from(self.len)
-    }
-    /// The NAKs owed, oldest first.
-    pub fn as_slice(&self) -> &[(u32, Nak)] {
-        self.list.as_ref().map_or(&[], |l| &l[..self.len()])
-    }
-    /// Queues one; false when [`MAX_PENDING_NAKS`] are owed already.
-    pub fn push(&mut self, seq: u32, nak: Nak) -> bool {
-        if self.len() == MAX_PENDING_NAKS {
-            return false;
-        }
-        let at = self.len();
-        let list = self
-            .list
-            .get_or_insert_with(|| Box::new([(0, RemoteStatus::Ok.into()); MAX_PENDING_NAKS]));
-        list[at] = (seq, nak);
-        self.len += 1;
-        true
-    }
-    /// The first `n` went out.
-    pub fn sent(&mut self, n: usize) {
-        let (n, len) = (n.min(self.len()), self.len());
-        if let Some(l) = &mut self.list {
-            l.copy_within(n..len, 0);
-        }
-        self.len -= n as u8;
-    }
-}
+/// out of line, made by the first (a held connection), as refusals are.
+pub type Naks = super::refusals::NakList<MAX_PENDING_NAKS>;
 
 /// Most receiver-not-ready NAKs remembered between two acknowledgement frames (they
 /// need no record: the sender's timer covers their loss; refusals are in

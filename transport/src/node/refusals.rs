@@ -27,16 +27,17 @@ use crate::status::{Nak, RemoteStatus};
 /// frame beside its selective part at the smallest frame size).
 pub const MAX_REFUSALS: usize = 16;
 
-/// Refusals not yet confirmed by the peer, in sequence order. The record is allocated
-/// at the first refusal and given back when the last one is confirmed: a connection
-/// that refuses nothing pays one pointer for it.
+/// Up to `N` (sequence number, NAK) pairs, oldest first, allocated at the first and given
+/// back when the last goes: a connection that owes none pays one pointer for them.
+/// [`Refusals`] keep them until the peer confirms; receiver-not-ready NAKs
+/// (`node::conn::Naks`) until an acknowledgement frame carries them.
 #[derive(Debug, Clone, Default)]
-pub struct Refusals {
-    list: Option<Box<[(u32, Nak); MAX_REFUSALS]>>,
+pub struct NakList<const N: usize> {
+    list: Option<Box<[(u32, Nak); N]>>,
     len: u8,
 }
 
-impl Refusals {
+impl<const N: usize> NakList<N> {
     #[inline]
     pub fn is_empty(&self) -> bool {
         self.len == 0
@@ -47,27 +48,72 @@ impl Refusals {
     }
     #[inline]
     pub fn is_full(&self) -> bool {
-        self.len() == MAX_REFUSALS
+        self.len() == N
+    }
+
+    /// Appends `(seq, nak)`; false when full.
+    pub fn push(&mut self, seq: u32, nak: Nak) -> bool {
+        if self.is_full() {
+            return false;
+        }
+        let at = self.len();
+        let list = self
+            .list
+            .get_or_insert_with(|| Box::new([(0, RemoteStatus::Ok.into()); N]));
+        list[at] = (seq, nak);
+        self.len += 1;
+        true
+    }
+
+    /// The entries, oldest first.
+    #[inline]
+    pub fn as_slice(&self) -> &[(u32, Nak)] {
+        self.list.as_ref().map_or(&[], |l| &l[..self.len()])
+    }
+
+    /// The oldest `n` went (all, when `n` is larger); the memory goes with the last.
+    pub fn drop_front(&mut self, n: usize) {
+        let (n, len) = (n.min(self.len()), self.len());
+        self.len -= n as u8;
+        if self.len == 0 {
+            self.list = None;
+        } else if let Some(l) = &mut self.list {
+            l.copy_within(n..len, 0);
+        }
+    }
+}
+
+/// Refusals not yet confirmed by the peer, in sequence order (allocated at the first
+/// refusal and given back when the last one is confirmed).
+#[derive(Debug, Clone, Default)]
+pub struct Refusals {
+    list: NakList<MAX_REFUSALS>,
+}
+
+impl Refusals {
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.list.is_empty()
+    }
+    #[inline]
+    pub fn len(&self) -> usize {
+        self.list.len()
+    }
+    #[inline]
+    pub fn is_full(&self) -> bool {
+        self.list.is_full()
     }
 
     /// Records the refusal of message `seq` (refusals come in sequence order); false
     /// when full.
     pub fn push(&mut self, seq: u32, nak: Nak) -> bool {
-        if self.is_full() {
-            return false;
-        }
-        let list = self
-            .list
-            .get_or_insert_with(|| Box::new([(0, RemoteStatus::Ok.into()); MAX_REFUSALS]));
-        list[usize::from(self.len)] = (seq, nak);
-        self.len += 1;
-        true
+        self.list.push(seq, nak)
     }
 
     /// The kept refusals, oldest first.
     #[inline]
     pub fn as_slice(&self) -> &[(u32, Nak)] {
-        self.list.as_ref().map_or(&[], |l| &l[..self.len()])
+        self.list.as_slice()
     }
 
     /// The cumulative acknowledgement a frame may carry when it holds NAK cells for the
@@ -88,13 +134,7 @@ impl Refusals {
         if gone == 0 {
             return false;
         }
-        let len = self.len();
-        self.len -= gone as u8;
-        if self.len == 0 {
-            self.list = None;
-        } else if let Some(l) = &mut self.list {
-            l.copy_within(gone..len, 0);
-        }
+        self.list.drop_front(gone);
         true
     }
 }

@@ -90,7 +90,7 @@ impl Node {
         };
         let pushed = push_ack_cells(conn, &mut w, told);
         seal(conn, &mut w, &mut self.stats);
-        conn.naks.sent(pushed);
+        conn.naks.drop_front(pushed);
         conn.ack_pending = !conn.naks.is_empty();
         let (done, peer) = (!conn.ack_pending, conn.dest());
         self.stats.naks_tx += (told + pushed) as u64;

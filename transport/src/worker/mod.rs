@@ -14,15 +14,11 @@ mod shards;
 
 pub use shards::{ShardLinks, SHARD_QUEUE};
 
-use crate::cm::{CmError, ConnectOptions};
-use crate::connection::ConnShared;
-use crate::cq::CqShared;
 use crate::node::{
-    Clock, External, FrameBuf, Io, Link, LinkCaps, Node, NodeConfig, ResumeError, RxFrame, Stats,
-    EXTERNAL_MIN, RX_BURST,
+    Clock, External, FrameBuf, Io, Link, LinkCaps, Node, NodeConfig, RxFrame, Stats, EXTERNAL_MIN,
+    RX_BURST,
 };
 use crate::port::{rdtsc, tsc_hz, Mbuf, Port, RxBatch, TxBatch, BURST, HIGH_QUEUE};
-use crate::tables::{EndpointId, NodeAddr};
 
 impl FrameBuf for Mbuf {
     #[inline]
@@ -303,6 +299,18 @@ impl crate::host::Drives for Worker {
     fn node_mut(&mut self) -> &mut Node {
         &mut self.node
     }
+    /// The TSC into the node (it reads the clock in turns only).
+    fn sync_clock(&mut self) {
+        self.node.set_now(rdtsc());
+    }
+    /// Counters, with the mbufs in use and stashed and the worker's wake-ups.
+    fn driver_stats(&self) -> Stats {
+        let mut s = self.node.stats();
+        s.mbufs_in_use = self.io.port.pool_in_use() as u64;
+        s.mbufs_stashed = self.io.port.stashed() as u64;
+        s.worker_woken = self.node.submit_ring().woken();
+        s
+    }
 }
 
 impl Worker {
@@ -357,15 +365,6 @@ impl Worker {
         &self.io.port
     }
 
-    /// Counters, with the TLB's and the mbufs in use.
-    pub fn stats(&self) -> Stats {
-        let mut s = self.node.stats();
-        s.mbufs_in_use = self.io.port.pool_in_use() as u64;
-        s.mbufs_stashed = self.io.port.stashed() as u64;
-        s.worker_woken = self.node.submit_ring().woken();
-        s
-    }
-
     /// One turn of the loop ([`Node::turn`]); returns how much work it found (frames
     /// in + frames out).
     pub fn poll(&mut self) -> usize {
@@ -400,35 +399,5 @@ impl Worker {
     /// around its sleep, as [`Worker::sleep_until`] does, so that a frame wakes it.
     pub fn doorbells(&self) -> Vec<std::sync::Arc<crate::port::Doorbell>> {
         self.io.port.doorbells()
-    }
-
-    /// Reads the clock into the node before a host-side call that starts timers.
-    fn sync_clock(&mut self) {
-        self.node.set_now(rdtsc());
-    }
-
-    /// Starts connecting (see [`Node::connect`]).
-    pub fn connect(
-        &mut self,
-        peer: NodeAddr,
-        service: u32,
-        endpoint: EndpointId,
-        cq: Arc<CqShared>,
-        opts: &ConnectOptions,
-    ) -> Result<Arc<ConnShared>, CmError> {
-        self.sync_clock();
-        self.node.connect(peer, service, endpoint, cq, opts)
-    }
-
-    /// Closes a connection (see [`Node::close`]).
-    pub fn close(&mut self, number: u32) -> Result<(), CmError> {
-        self.sync_clock();
-        self.node.close(number)
-    }
-
-    /// Runs the message a fault kept (see [`Node::resume`]).
-    pub fn resume(&mut self, number: u32) -> Result<(), ResumeError> {
-        self.sync_clock();
-        self.node.resume(number)
     }
 }
