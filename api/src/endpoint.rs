@@ -4,7 +4,8 @@ use std::sync::Arc;
 
 use deposit_transport::host::Host;
 use deposit_transport::mem::{Backing, EndpointMemory};
-use deposit_transport::tables::{EndpointId, RegWindow, Rights, PAGE_SIZE};
+use deposit_transport::tables::{EndpointId, RegWindow, Rights, TableError, PAGE_SIZE};
+use deposit_transport::worker::Worker;
 
 use crate::device::DeviceInner;
 use crate::{Error, EventQueue};
@@ -138,11 +139,7 @@ impl Endpoint {
     /// Sets the rights of logical page `page` (4 KiB) for remote peers; the endpoint's
     /// own rights still apply on top.
     pub fn set_page_rights(&self, page: u64, rights: Rights) -> Result<(), Error> {
-        let id = self.0.id;
-        Ok(self
-            .0
-            .dev
-            .call_on(self.0.shard, move |w| w.set_page_rights(id, page, rights))?)
+        self.with_table(move |w, id| w.set_page_rights(id, page, rights))
     }
 
     /// Gives the endpoint global registers: names `global(0..w.len)` of every
@@ -155,11 +152,7 @@ impl Endpoint {
                 self.0.shard
             )));
         }
-        let id = self.0.id;
-        Ok(self
-            .0
-            .dev
-            .call_on(self.0.shard, move |wk| wk.set_global_registers(id, w))?)
+        self.with_table(move |wk, id| wk.set_global_registers(id, w))
     }
 
     /// Logical pages of the endpoint's page map (4 KiB each).
@@ -171,11 +164,16 @@ impl Endpoint {
     /// touching a page that is not present exceptions its connection until the page is
     /// back and the connection resumed ([`crate::Connection::resume`]).
     pub fn set_page_present(&self, page: u64, present: bool) -> Result<(), Error> {
+        self.with_table(move |w, id| w.set_page_present(id, page, present))
+    }
+
+    /// Runs the control call `f` with this endpoint's number on its shard's worker.
+    fn with_table(
+        &self,
+        f: impl FnOnce(&mut Worker, EndpointId) -> Result<(), TableError> + Send + 'static,
+    ) -> Result<(), Error> {
         let id = self.0.id;
-        Ok(self
-            .0
-            .dev
-            .call_on(self.0.shard, move |w| w.set_page_present(id, page, present))?)
+        Ok(self.0.dev.call_on(self.0.shard, move |w| f(w, id))?)
     }
 
     /// Drives progress (inline mode) — convenient inside a polling loop.

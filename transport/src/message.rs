@@ -26,7 +26,7 @@
 //! (atomics), with the REPLY flag, `index` = the request's sequence number and
 //! `operand` = the byte offset of this segment within the result.
 
-use crate::tables::EndpointTable;
+use crate::tables::{EndpointId, EndpointTable};
 use crate::wire::cell::{flags, op};
 use crate::wire::{self, ControlPacket, ControlRepr};
 use crate::wr::{CellKind, Source, Work, WorkCell, Wqe, WrOpcode};
@@ -218,16 +218,25 @@ fn fill_data(wr: &Wqe, seg_off: u32, body: &mut [u8], endpoints: &EndpointTable)
             body[n..].fill(0);
         }
         Source::Endpoint { id, offset } => {
-            let ok = endpoints.get(id).is_some_and(|e| {
-                e.memory()
-                    .read(e.offset() + (offset + u64::from(seg_off)) as usize, body)
-                    .is_ok()
-            });
-            if !ok {
-                body.fill(0);
-            }
+            read_endpoint(endpoints, id, offset.checked_add(u64::from(seg_off)), body)
         }
         Source::None => body.fill(0),
+    }
+}
+
+/// Copies `dst.len()` bytes of endpoint `id` from `offset` into `dst`; zeros when the
+/// range is not there (the endpoint went, the offset overflowed, the range leaves its
+/// memory).
+#[inline]
+fn read_endpoint(endpoints: &EndpointTable, id: EndpointId, offset: Option<u64>, dst: &mut [u8]) {
+    let ok = endpoints.get(id).is_some_and(|e| {
+        offset
+            .and_then(|o| usize::try_from(o).ok())
+            .and_then(|o| e.offset().checked_add(o))
+            .is_some_and(|at| e.memory().read(at, &mut *dst).is_ok())
+    });
+    if !ok {
+        dst.fill(0);
     }
 }
 
@@ -313,10 +322,7 @@ fn work_cell(wr: &Wqe) -> Option<WorkCell> {
         (WrOpcode::CmpSwap { compare, swap }, _) => [b[0], b[1]] = [be(compare), be(swap)],
         _ => {} // a write of nothing, or of zeros
     }
-    if matches!(
-        kind,
-        CellKind::Read | CellKind::FetchAdd | CellKind::CmpSwap
-    ) {
+    if kind.wants_reply() {
         // A read or atomic without a result range completes in error at the worker.
         let (id, offset) = wr.result?;
         [b[2], b[3]] = WorkCell::range_words(id, offset);
@@ -346,15 +352,7 @@ pub fn put_cell(cell: &WorkCell, dst: &mut [u8; wire::CELL_LEN], endpoints: &End
     }
     if let Some((id, offset)) = source {
         let block = &mut dst[wire::CONTROL_LEN..wire::CONTROL_LEN + len];
-        let ok = endpoints.get(id).is_some_and(|e| {
-            usize::try_from(offset)
-                .ok()
-                .and_then(|o| e.offset().checked_add(o))
-                .is_some_and(|at| e.memory().read(at, block).is_ok())
-        });
-        if !ok {
-            block.fill(0);
-        }
+        read_endpoint(endpoints, id, Some(offset), block);
     }
 }
 

@@ -404,13 +404,6 @@ pub struct EndpointTable {
 }
 
 impl EndpointTable {
-    /// An empty table, as a constant.
-    pub const EMPTY: EndpointTable = EndpointTable {
-        slots: Vec::new(),
-        free: Vec::new(),
-        len: 0,
-    };
-
     /// An empty table.
     pub fn new() -> Self {
         Self::default()

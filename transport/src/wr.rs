@@ -270,8 +270,8 @@ pub enum Priority {
 pub enum CellKind {
     /// A write whose data is in the cell (inline, or none).
     Write,
-    /// A write of endpoint memory: the data block holds the source (endpoint id, LE
-    /// u32; offset, LE u64) until the frame is built, when the data replaces it.
+    /// A write of endpoint memory: the data block holds the source range until the
+    /// frame is built, when the data replaces it.
     WriteFrom,
     /// A masked write of the inline block.
     WriteMasked,
@@ -281,6 +281,18 @@ pub enum CellKind {
     FetchAdd,
     /// A compare-and-swap; the result range follows the two values.
     CmpSwap,
+}
+
+impl CellKind {
+    /// Whether the request waits for a reply (read data or an old value), and so has a
+    /// result range.
+    #[inline]
+    pub fn wants_reply(self) -> bool {
+        matches!(
+            self,
+            CellKind::Read | CellKind::FetchAdd | CellKind::CmpSwap
+        )
+    }
 }
 
 /// A one-message work request as the message it sends (issue 36): the 48-byte cell —
@@ -336,15 +348,6 @@ impl WorkCell {
         ((self.words[1] >> 32) as u32).swap_bytes()
     }
 
-    /// The cell's 48 bytes as they are kept (local names included).
-    pub fn bytes(&self) -> [u8; CELL_LEN] {
-        let mut b = [0u8; CELL_LEN];
-        for (i, w) in self.words.iter().enumerate() {
-            b[8 * i..8 * i + 8].copy_from_slice(&w.to_le_bytes());
-        }
-        b
-    }
-
     /// The local range (endpoint id, offset) kept at block word `at`.
     #[inline]
     fn range_at(&self, at: usize) -> (EndpointId, u64) {
@@ -366,11 +369,9 @@ impl WorkCell {
     /// The result range of a read or an atomic.
     #[inline]
     pub fn result(&self) -> Option<(EndpointId, u64)> {
-        matches!(
-            self.kind,
-            CellKind::Read | CellKind::FetchAdd | CellKind::CmpSwap
-        )
-        .then(|| self.range_at(Self::RESULT_AT))
+        self.kind
+            .wants_reply()
+            .then(|| self.range_at(Self::RESULT_AT))
     }
 
     /// The operation, as the application posted it (for its completion).
@@ -448,10 +449,7 @@ impl Work {
     #[inline]
     pub fn wants_reply(&self) -> bool {
         match self {
-            Work::Cell(c) => matches!(
-                c.kind,
-                CellKind::Read | CellKind::FetchAdd | CellKind::CmpSwap
-            ),
+            Work::Cell(c) => c.kind.wants_reply(),
             Work::Wr(w) => w.opcode.wants_reply(),
         }
     }

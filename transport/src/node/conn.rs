@@ -535,7 +535,6 @@ mod tests {
     #[test]
     fn a_connection_entry_stays_small() {
         let size = std::mem::size_of::<ConnContext>();
-        eprintln!("ConnContext {size} B");
         assert!(size <= 512, "ConnContext {size} B (720 before)");
     }
 

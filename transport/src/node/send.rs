@@ -913,10 +913,10 @@ fn admit_one(
         complete(conn, work, WcStatus::LocalProtectionError);
         return;
     }
-    let (segments, seg_max) = match work {
-        Work::Cell(_) => (1, conn.segment_max.min(segment_max)),
+    let mut seg_max = conn.segment_max.min(segment_max);
+    let segments = match work {
+        Work::Cell(_) => 1,
         Work::Wr(wr) => {
-            let mut seg_max = conn.segment_max.min(segment_max);
             if segments_placeable(wr) {
                 if let Some(b) = bulk_segment {
                     seg_max = seg_max.min(b.saturating_sub(seal_len(conn)));
@@ -927,7 +927,7 @@ fn admit_one(
                 complete(conn, work, WcStatus::LocalLengthError);
                 return;
             }
-            (segments, seg_max)
+            segments
         }
     };
     let first_seq = conn.tx.assign(segments);

@@ -407,8 +407,7 @@ impl ControlRepr {
         // Two whole-word stores, the check byte computed from the fields in registers:
         // storing the fields byte by byte and reading them back for the check stalled
         // store-to-load forwarding on every message.
-        let [w0, w1] = self.words();
-        let w0 = w0 | u64::from(self.check_byte()) << 24;
+        let [w0, w1] = self.wire_words();
         let b = &mut packet.buffer.as_mut()[..CONTROL_LEN];
         b[..8].copy_from_slice(&w0.to_le_bytes());
         b[8..].copy_from_slice(&w1.to_le_bytes());
