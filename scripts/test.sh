@@ -202,24 +202,30 @@ PY
 }
 
 # The sans-IO layers of deposit-transport build and test with no DPDK at all (issue
-# 10): pkg-config is pointed nowhere, dpdk-sys is not in the dependency tree, and the
-# test binaries link no rte_ symbol and no librte library.
+# 10), and so does the deposit API itself on its `sim` driver (in-process segments,
+# issue 36): pkg-config is pointed nowhere, dpdk-sys is not in either dependency tree,
+# and the test binaries link no rte_ symbol and no librte library.
 sans_io() {
     local nodpdk=(env PKG_CONFIG_LIBDIR=/nonexistent PKG_CONFIG_PATH=/nonexistent)
-    local args=(-p deposit-transport --no-default-features)
-    if cargo tree "${args[@]}" -e normal --prefix none | grep -q '^dpdk-sys'; then
-        echo "test: dpdk-sys is still a dependency without the dpdk feature" >&2
-        return 1
-    fi
-    "${nodpdk[@]}" cargo test "${args[@]}" || return 1
-    local bins
-    bins=$("${nodpdk[@]}" cargo test "${args[@]}" --no-run --message-format=json 2>/dev/null |
-        python3 -c 'import json, sys
+    local crates=("-p deposit-transport --no-default-features"
+        "-p deposit --no-default-features --features sim --lib --tests")
+    local c args bins=""
+    for c in "${crates[@]}"; do
+        read -ra args <<<"$c"
+        if cargo tree "${args[@]:0:3}" ${args[3]:+"${args[@]:3:2}"} -e normal --prefix none |
+            grep -q '^dpdk-sys'; then
+            echo "test: dpdk-sys is still a dependency of ${args[1]} without the dpdk feature" >&2
+            return 1
+        fi
+        "${nodpdk[@]}" cargo test "${args[@]}" || return 1
+        bins+=$("${nodpdk[@]}" cargo test "${args[@]}" --no-run --message-format=json 2>/dev/null |
+            python3 -c 'import json, sys
 for l in sys.stdin:
     m = json.loads(l)
     if m.get("reason") == "compiler-artifact" and m.get("executable"):
-        print(m["executable"])')
-    [[ -n $bins ]] || { echo "test: no sans-IO test binary" >&2; return 1; }
+        print(m["executable"])')$'\n'
+    done
+    [[ -n ${bins//$'\n'/} ]] || { echo "test: no sans-IO test binary" >&2; return 1; }
     for b in $bins; do
         if nm "$b" | grep -q ' rte_' || ldd "$b" | grep -q librte; then
             echo "test: $b links DPDK" >&2

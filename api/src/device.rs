@@ -1,4 +1,5 @@
-//! Devices: one DPDK port plus its worker.
+//! Devices: one port plus its workers — a DPDK port driven by the transport's worker,
+//! or (feature `sim`) an in-process segment — behind one [`Driver`] per shard.
 
 use std::os::fd::BorrowedFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -11,17 +12,23 @@ use deposit_transport::cm::{
     private_data, CmLimits, ConnectOptions, PeerTrust, Registers, Security,
 };
 use deposit_transport::connection::{ConnShared, ConnState, Priority};
+use deposit_transport::doorbell::Doorbell;
 use deposit_transport::events::EventRing as Queue;
+use deposit_transport::host::Driver;
+#[cfg(feature = "dpdk")]
 use deposit_transport::host::Host;
 use deposit_transport::identity::{Identity, IdentityKey, KnownPeers};
 use deposit_transport::mem::EndpointMemory;
+use deposit_transport::node::NodeConfig;
 use deposit_transport::node::{Accepted, MAX_SHARDS};
-use deposit_transport::port::{self, Doorbell, EalInfo, Port, PortConfig, PortSpec};
+#[cfg(feature = "dpdk")]
+use deposit_transport::port::{self, EalInfo, Port, PortConfig, PortSpec};
 use deposit_transport::submit::SubmitRing;
 use deposit_transport::tables::{EndpointEntry, NodeAddr, RegProt, RegWindow, Rights};
 use deposit_transport::wake::{WaitFd, WaitQueue};
 use deposit_transport::wire::{self, cm::PRIVATE_DATA_MAX};
-use deposit_transport::worker::{ShardLinks, Worker, WorkerConfig};
+#[cfg(feature = "dpdk")]
+use deposit_transport::worker::{ShardLinks, Worker};
 use std::net::Ipv4Addr;
 
 use crate::endpoint::EpInner;
@@ -201,7 +208,7 @@ impl DeviceConfig {
 
 /// A control call for the worker (endpoints, registers, connections, statistics...):
 /// run by whoever owns the worker, its reply sent back through a channel it captured.
-type Command = Box<dyn FnOnce(&mut Worker) + Send>;
+type Command = Box<dyn FnOnce(&mut dyn Driver) + Send>;
 
 /// What the dedicated worker thread shares with the application handles. Kept apart
 /// from [`DeviceInner`] so that dropping the last application handle stops and joins
@@ -220,7 +227,7 @@ struct Core {
     /// mutex: the inline poll takes it on every call, and its release is a plain store
     /// where std's is a second locked instruction (measured: 20 -> 14 ns per idle
     /// poll).
-    here: spin::Mutex<Option<Worker>>,
+    here: spin::Mutex<Option<Box<dyn Driver>>>,
     /// Control calls for the worker thread.
     commands: SegQueue<Command>,
     /// Whether a worker thread owns the worker (control calls go to it as commands).
@@ -250,7 +257,10 @@ pub(crate) struct DeviceInner {
     local: NodeAddr,
     max_frame: usize,
     segment_max: u32,
-    port_spec: PortSpec,
+    /// The port as opened: its spec as text (a DPDK port's normalised).
+    port: String,
+    #[cfg(feature = "dpdk")]
+    port_spec: Option<PortSpec>,
     /// Registers and instruction slots per shard: a window's shard is its base over
     /// these (each shard's file is a range of its own).
     registers: u32,
@@ -277,7 +287,7 @@ impl DeviceInner {
     /// ([`Core::call`]).
     pub(crate) fn call<R: Send + 'static>(
         &self,
-        f: impl FnOnce(&mut Worker) -> R + Send + 'static,
+        f: impl FnOnce(&mut dyn Driver) -> R + Send + 'static,
     ) -> R {
         self.shards[0].call(f)
     }
@@ -285,14 +295,14 @@ impl DeviceInner {
     pub(crate) fn call_on<R: Send + 'static>(
         &self,
         shard: u8,
-        f: impl FnOnce(&mut Worker) -> R + Send + 'static,
+        f: impl FnOnce(&mut dyn Driver) -> R + Send + 'static,
     ) -> R {
         self.shards[usize::from(shard)].call(f)
     }
     /// Runs `f` on every shard's worker, in shard order; the results in that order.
     pub(crate) fn call_all<R: Send + 'static>(
         &self,
-        f: impl Fn(&mut Worker) -> R + Send + Sync + 'static,
+        f: impl Fn(&mut dyn Driver) -> R + Send + Sync + 'static,
     ) -> Vec<R> {
         let f = Arc::new(f);
         self.shards
@@ -312,11 +322,12 @@ impl DeviceInner {
         }
         s
     }
+    #[cfg(feature = "dpdk")]
     pub(crate) fn local(&self) -> NodeAddr {
         self.local
     }
-    pub(crate) fn port_spec(&self) -> &PortSpec {
-        &self.port_spec
+    pub(crate) fn port(&self) -> &str {
+        &self.port
     }
     /// Shards of the device.
     pub(crate) fn shards(&self) -> usize {
@@ -330,7 +341,7 @@ impl DeviceInner {
     pub(crate) fn call_for_registers<R: Send + 'static>(
         &self,
         w: RegWindow,
-        f: impl FnOnce(&mut Worker) -> R + Send + 'static,
+        f: impl FnOnce(&mut dyn Driver) -> R + Send + 'static,
     ) -> R {
         self.call_on(self.register_shard(w), f)
     }
@@ -338,7 +349,7 @@ impl DeviceInner {
     pub(crate) fn call_for_instructions<R: Send + 'static>(
         &self,
         w: RegWindow,
-        f: impl FnOnce(&mut Worker) -> R + Send + 'static,
+        f: impl FnOnce(&mut dyn Driver) -> R + Send + 'static,
     ) -> R {
         let shard = Self::shard_of(w.base, self.instructions, self.shards.len());
         self.call_on(shard, f)
@@ -462,11 +473,11 @@ impl Core {
     /// caller runs it on the worker here.
     pub(crate) fn call<R: Send + 'static>(
         &self,
-        f: impl FnOnce(&mut Worker) -> R + Send + 'static,
+        f: impl FnOnce(&mut dyn Driver) -> R + Send + 'static,
     ) -> R {
         if self.threaded.load(Ordering::Acquire) {
             let (tx, rx) = std::sync::mpsc::sync_channel(1);
-            self.commands.push(Box::new(move |w: &mut Worker| {
+            self.commands.push(Box::new(move |w: &mut dyn Driver| {
                 let _ = tx.send(f(w));
             }));
             self.ring.nudge();
@@ -485,7 +496,8 @@ impl Core {
             }
         }
         let mut g = self.here.lock();
-        f(g.as_mut()
+        f(&mut **g
+            .as_mut()
             .expect("the worker is here when no thread owns it"))
     }
 
@@ -494,7 +506,7 @@ impl Core {
         let mut g = self.here.lock();
         if let Some(w) = g.as_mut() {
             while let Some(c) = self.commands.pop() {
-                c(w);
+                c(&mut **w);
             }
         }
     }
@@ -506,26 +518,26 @@ impl Core {
             std::hint::spin_loop();
             return 0;
         }
-        self.turn(Worker::poll)
+        self.turn(|w| w.poll())
     }
 
     /// One turn of the worker, `poll` or `poll_ticked`, unless another thread holds it.
     #[inline]
-    fn turn(&self, poll: impl FnOnce(&mut Worker) -> usize) -> usize {
-        port::register_thread_at(&self.thread);
+    fn turn(&self, poll: impl FnOnce(&mut dyn Driver) -> usize) -> usize {
+        register_thread_at(&self.thread);
         match self.here.try_lock() {
             Some(mut w) => {
                 // Only the holder of `here` writes it: no locked increment.
                 let t = self.turns.load(Ordering::Relaxed);
                 self.turns.store(t.wrapping_add(1), Ordering::Relaxed);
-                w.as_mut().map_or(0, poll)
+                w.as_mut().map_or(0, |w| poll(&mut **w))
             }
             None => 0,
         }
     }
 
     /// Inline mode: turns until one moves nothing (at most 16), the first one with
-    /// the clock read and the timers due run ([`Worker::poll_ticked`]: it follows a
+    /// the clock read and the timers due run ([`Driver::poll_ticked`]: it follows a
     /// sleep); the frames moved.
     fn turns_until_quiet(&self) -> usize {
         let mut moved = 0;
@@ -543,9 +555,9 @@ impl Core {
         moved
     }
 
-    /// [`Core::progress`] with [`Worker::poll_ticked`].
+    /// [`Core::progress`] with [`Driver::poll_ticked`].
     fn progress_ticked(&self) -> usize {
-        self.turn(Worker::poll_ticked)
+        self.turn(|w| w.poll_ticked())
     }
 
     /// An inline device's wait-fd helper, one per shard ([`Device::arm_wait_fd`]).
@@ -560,7 +572,7 @@ impl Core {
     /// blocks until the next arm: between arms it takes no turn (the application's
     /// calls and the progress guard drive the device, as without it).
     fn drive_while_armed(&self, fd: &WaitFd) {
-        port::register_thread();
+        register_thread();
         let stop = || self.stop.load(Ordering::SeqCst);
         let mark = |sleeping: bool| {
             for b in &self.bells {
@@ -591,7 +603,7 @@ impl Core {
 
     /// The dedicated worker thread: owns `w`, runs control calls between turns, and
     /// leaves the worker here when it stops.
-    fn run_dedicated(self: Arc<Self>, mut w: Worker) {
+    fn run_dedicated(self: Arc<Self>, mut w: Box<dyn Driver>) {
         /// Marks the core failed if the thread unwinds (its worker is lost).
         struct OnPanic<'a>(&'a Core);
         impl Drop for OnPanic<'_> {
@@ -602,12 +614,12 @@ impl Core {
             }
         }
         let _guard = OnPanic(&self);
-        port::register_thread();
+        register_thread();
         let mut backoff = Backoff::new();
         while !self.stop.load(Ordering::Relaxed) {
             let mut work = 0;
             while let Some(c) = self.commands.pop() {
-                c(&mut w);
+                c(&mut *w);
                 work += 1;
             }
             let batch = if backoff.napping() { 1 } else { 64 };
@@ -643,7 +655,7 @@ pub struct Device {
 impl std::fmt::Debug for Device {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Device")
-            .field("port", &self.port_spec())
+            .field("port", &self.port())
             .field("local_addr", &self.local_addr())
             .field("workers", &self.workers())
             .finish()
@@ -661,9 +673,9 @@ impl std::fmt::Debug for Listener {
 }
 
 impl Device {
-    /// Opens the port (initialising DPDK's EAL on first use) and starts the worker.
+    /// Opens the port (initialising DPDK's EAL on first use for a DPDK port) and starts
+    /// the worker.
     pub fn open(cfg: DeviceConfig) -> Result<Device, Error> {
-        let spec: PortSpec = cfg.port.parse()?;
         let n = cfg.workers;
         if n == 0 || n > MAX_SHARDS {
             return Err(Error::InvalidArgument(format!(
@@ -676,12 +688,6 @@ impl Device {
                 cfg.registers
             )));
         }
-        let mut pcfg = PortConfig::new(spec.clone());
-        if let Some(m) = cfg.max_frame {
-            pcfg.max_frame = m;
-        }
-        pcfg.queues = n as u16;
-        let port = Port::open(&pcfg)?;
         let local = NodeAddr {
             mac: cfg
                 .mac
@@ -689,7 +695,7 @@ impl Device {
             ip: cfg.ip,
             udp_port: wire::UDP_PORT,
         };
-        let wcfg = WorkerConfig {
+        let ncfg = NodeConfig {
             local,
             retry_timeout_us: cfg.retry_timeout.as_micros() as u64,
             min_retry_timeout_us: cfg.min_retry_timeout.as_micros() as u64,
@@ -711,34 +717,22 @@ impl Device {
                         .map_err(|e| Error::InvalidArgument(format!("identity key: {e}")))?,
                 ),
             },
-            ..WorkerConfig::default()
+            ..NodeConfig::default()
         };
         let known_peers = match &cfg.known_peers {
             Some(path) => KnownPeers::load(path)
                 .map_err(|e| Error::InvalidArgument(format!("known peers: {e}")))?,
             None => KnownPeers::empty(),
         };
-        let identity = wcfg.identity.public();
-        let max_frame = port.max_frame();
-        let instructions = wcfg.instructions;
-        let mut workers: Vec<Worker> = port
-            .split(n)
-            .into_iter()
-            .enumerate()
-            .map(|(k, p)| {
-                let cfg = WorkerConfig {
-                    shard: k as u8,
-                    ..wcfg.clone()
-                };
-                Worker::new(p, cfg)
-            })
-            .collect();
-        if n > 1 {
-            let links = ShardLinks::new(workers.iter().map(|w| w.submit_ring().clone()).collect());
-            for (k, w) in workers.iter_mut().enumerate() {
-                w.join_shards(links.clone(), k);
-            }
-        }
+        let identity = ncfg.identity.public();
+        let instructions = ncfg.instructions;
+        let Opened {
+            mut workers,
+            max_frame,
+            port,
+            #[cfg(feature = "dpdk")]
+            port_spec,
+        } = Opened::open(&cfg, &ncfg)?;
         for w in &mut workers {
             w.set_faults(cfg.faults);
             for a in &cfg.nodes {
@@ -774,7 +768,9 @@ impl Device {
             local,
             max_frame,
             segment_max,
-            port_spec: spec,
+            port,
+            #[cfg(feature = "dpdk")]
+            port_spec,
             registers: cfg.registers,
             instructions,
             next_shard: AtomicUsize::new(0),
@@ -785,6 +781,7 @@ impl Device {
             wait_helpers: Mutex::new(false),
         });
         DEVICES.add(&inner);
+        #[cfg(feature = "dpdk")]
         crate::telemetry::register_commands();
         if let Some(after) = cfg.progress_guard.filter(|_| !dedicated) {
             let cores = shards.clone();
@@ -806,7 +803,7 @@ impl Device {
             };
             let h = std::thread::Builder::new().name(name).spawn(move || {
                 if let Some(c) = cpu {
-                    if port::pin_current_thread_to_nth_cpu(c).is_none() {
+                    if pin_current_thread_to_nth_cpu(c).is_none() {
                         eprintln!("deposit: cannot pin worker {k} to CPU #{c}; it runs unpinned");
                     }
                 }
@@ -950,17 +947,25 @@ impl Device {
     pub fn segment_max(&self) -> u32 {
         self.inner.segment_max
     }
-    /// The port spec it was opened with.
-    pub fn port_spec(&self) -> &PortSpec {
-        &self.inner.port_spec
+    /// The port it was opened with, as text: a DPDK port's spec as [`PortSpec`] prints
+    /// it, or the `sim:NAME` of an in-process segment.
+    pub fn port(&self) -> &str {
+        self.inner.port()
+    }
+    /// The DPDK port spec it was opened with; `None` for a device on an in-process
+    /// segment (`sim:NAME`, feature `sim`).
+    #[cfg(feature = "dpdk")]
+    pub fn port_spec(&self) -> Option<&PortSpec> {
+        self.inner.port_spec.as_ref()
     }
     /// What the EAL got (hugepages or not).
+    #[cfg(feature = "dpdk")]
     pub fn eal(&self) -> Option<EalInfo> {
         port::eal_info()
     }
     /// Whether the port's link is up (memif: peer connected).
     pub fn link_up(&self) -> bool {
-        self.inner.call(|w| w.port().link_up())
+        self.inner.call(|w| w.link_up())
     }
 
     /// Adds or updates a node address table entry (every shard's).
@@ -1448,8 +1453,113 @@ impl Device {
 /// `after`, each shard that no call has driven since the last look takes turns here
 /// until one moves nothing (at most 16), unless a thread is in a turn. Stops with the
 /// device (`DeviceInner::stop_threads`).
+/// What [`Device::open`] opened: one driver per shard, in shard order.
+struct Opened {
+    workers: Vec<Box<dyn Driver>>,
+    max_frame: usize,
+    port: String,
+    #[cfg(feature = "dpdk")]
+    port_spec: Option<PortSpec>,
+}
+
+impl Opened {
+    /// Opens `cfg.port` for nodes configured as `ncfg` (`shards` of them): an
+    /// in-process segment for `sim:NAME` (feature `sim`), else a DPDK port.
+    fn open(cfg: &DeviceConfig, ncfg: &NodeConfig) -> Result<Opened, Error> {
+        #[cfg(feature = "sim")]
+        if let Some(name) = cfg.port.strip_prefix("sim:") {
+            use deposit_transport::sim::{SegmentDriver, MAX_FRAME};
+            let max_frame = cfg.max_frame.unwrap_or(MAX_FRAME);
+            let drivers = SegmentDriver::attach(name, ncfg, cfg.workers, max_frame)
+                .map_err(|e| Error::InvalidArgument(format!("port {:?}: {e}", cfg.port)))?;
+            return Ok(Opened {
+                workers: drivers
+                    .into_iter()
+                    .map(|d| Box::new(d) as Box<dyn Driver>)
+                    .collect(),
+                max_frame,
+                port: cfg.port.clone(),
+                #[cfg(feature = "dpdk")]
+                port_spec: None,
+            });
+        }
+        Self::open_dpdk(cfg, ncfg)
+    }
+
+    #[cfg(feature = "dpdk")]
+    fn open_dpdk(cfg: &DeviceConfig, ncfg: &NodeConfig) -> Result<Opened, Error> {
+        let spec: PortSpec = cfg.port.parse()?;
+        let n = cfg.workers;
+        let mut pcfg = PortConfig::new(spec.clone());
+        if let Some(m) = cfg.max_frame {
+            pcfg.max_frame = m;
+        }
+        pcfg.queues = n as u16;
+        let port = Port::open(&pcfg)?;
+        let max_frame = port.max_frame();
+        let mut workers: Vec<Worker> = port
+            .split(n)
+            .into_iter()
+            .enumerate()
+            .map(|(k, p)| {
+                let cfg = NodeConfig {
+                    shard: k as u8,
+                    ..ncfg.clone()
+                };
+                Worker::new(p, cfg)
+            })
+            .collect();
+        if n > 1 {
+            let links = ShardLinks::new(workers.iter().map(|w| w.submit_ring().clone()).collect());
+            for (k, w) in workers.iter_mut().enumerate() {
+                w.join_shards(links.clone(), k);
+            }
+        }
+        Ok(Opened {
+            workers: workers
+                .into_iter()
+                .map(|w| Box::new(w) as Box<dyn Driver>)
+                .collect(),
+            max_frame,
+            port: spec.to_string(),
+            port_spec: Some(spec),
+        })
+    }
+
+    #[cfg(not(feature = "dpdk"))]
+    fn open_dpdk(cfg: &DeviceConfig, _: &NodeConfig) -> Result<Opened, Error> {
+        Err(Error::InvalidArgument(format!(
+            "port {:?}: this build of deposit has no DPDK driver (feature `dpdk`): \
+             only in-process segments, `sim:NAME`",
+            cfg.port
+        )))
+    }
+}
+
+#[cfg(not(any(feature = "dpdk", feature = "sim")))]
+compile_error!("deposit needs a driver: feature `dpdk` (the default) or `sim`");
+
+// Threads that take turns register with DPDK's EAL (a DPDK port's calls need an
+// lcore id); with no DPDK there is nothing to register or pin with.
+#[cfg(feature = "dpdk")]
+use deposit_transport::port::{pin_current_thread_to_nth_cpu, register_thread, register_thread_at};
+
+#[cfg(not(feature = "dpdk"))]
+fn register_thread() {}
+
+#[cfg(not(feature = "dpdk"))]
+#[inline]
+fn register_thread_at(_: &AtomicU64) {}
+
+/// Without DPDK, the same affinity call as the DPDK lcore pinning: `sched_setaffinity`
+/// to the `n`th CPU of the process's set.
+#[cfg(not(feature = "dpdk"))]
+fn pin_current_thread_to_nth_cpu(_: usize) -> Option<usize> {
+    None
+}
+
 fn guard_progress(cores: &[Arc<Core>], after: Duration) {
-    port::register_thread();
+    register_thread();
     let mut seen: Vec<u64> = cores
         .iter()
         .map(|c| c.turns.load(Ordering::Relaxed))
@@ -1528,7 +1638,8 @@ impl Devices {
     }
 }
 
-/// The process's devices still open, in opening order.
+/// The process's devices still open, in opening order (DPDK telemetry's list).
+#[cfg(feature = "dpdk")]
 pub(crate) fn live_devices() -> Vec<Arc<DeviceInner>> {
     let l = DEVICES.list.lock().unwrap_or_else(|e| e.into_inner());
     l.iter().filter_map(|(w, _)| w.upgrade()).collect()
@@ -1832,6 +1943,8 @@ impl Connecting {
     }
 }
 
+// The device's own machinery (shards, worker threads), whatever the port: on an
+// in-process segment, so that they run in the sans-IO step too.
 #[cfg(test)]
 mod shard_tests {
     use super::*;
@@ -1844,12 +1957,12 @@ mod shard_tests {
     #[test]
     fn a_busy_shard_does_not_hold_up_another() {
         let server = Device::open(
-            DeviceConfig::new("ring:par:b", [10, 0, 0, 1])
+            DeviceConfig::new("sim:par", [10, 0, 0, 1])
                 .progress(Progress::Dedicated)
                 .workers(2),
         )
         .unwrap();
-        let client = Device::open(DeviceConfig::new("ring:par:a", [10, 0, 0, 2])).unwrap();
+        let client = Device::open(DeviceConfig::new("sim:par", [10, 0, 0, 2])).unwrap();
         let sep = server
             .alloc_endpoint_on(0, 1 << 16, Rights::REMOTE_WRITE)
             .unwrap();
@@ -1888,7 +2001,7 @@ mod shard_tests {
     #[test]
     fn control_calls_after_a_worker_panic_fail_instead_of_hanging() {
         let dev = Device::open(
-            DeviceConfig::new("ring:wpanic:a", [10, 0, 0, 1]).progress(Progress::Dedicated),
+            DeviceConfig::new("sim:wpanic", [10, 0, 0, 1]).progress(Progress::Dedicated),
         )
         .unwrap();
         let (tx, rx) = std::sync::mpsc::channel();

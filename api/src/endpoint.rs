@@ -2,10 +2,9 @@
 
 use std::sync::Arc;
 
-use deposit_transport::host::Host;
+use deposit_transport::host::Driver;
 use deposit_transport::mem::{Backing, EndpointMemory};
 use deposit_transport::tables::{EndpointId, RegWindow, Rights, TableError, PAGE_SIZE};
-use deposit_transport::worker::Worker;
 
 use crate::device::DeviceInner;
 use crate::{Error, EventQueue};
@@ -170,7 +169,7 @@ impl Endpoint {
     /// Runs the control call `f` with this endpoint's number on its shard's worker.
     fn with_table(
         &self,
-        f: impl FnOnce(&mut Worker, EndpointId) -> Result<(), TableError> + Send + 'static,
+        f: impl FnOnce(&mut dyn Driver, EndpointId) -> Result<(), TableError> + Send + 'static,
     ) -> Result<(), Error> {
         let id = self.0.id;
         Ok(self.0.dev.call_on(self.0.shard, move |w| f(w, id))?)

@@ -3,12 +3,14 @@
 use deposit_transport::cm::{CmError, RejectReason};
 use deposit_transport::connection::ConnState;
 use deposit_transport::mem::MemError;
+#[cfg(feature = "dpdk")]
 use deposit_transport::port::PortError;
 use deposit_transport::tables::TableError;
 
 /// Everything an API call can refuse.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
+    #[cfg(feature = "dpdk")]
     #[error(transparent)]
     Port(#[from] PortError),
     #[error(transparent)]

@@ -64,6 +64,7 @@ mod multicast;
 mod program;
 pub mod protection;
 mod queue;
+#[cfg(feature = "dpdk")]
 pub mod telemetry;
 mod wr;
 
@@ -100,6 +101,7 @@ pub use deposit_transport::cm::RejectReason;
 pub use deposit_transport::connection::{Completion, ConnState, Priority, WcStatus, WrOpcode};
 pub use deposit_transport::mem::Backing;
 pub use deposit_transport::oplogic::{DropReason, RemoteStatus};
+#[cfg(feature = "dpdk")]
 pub use deposit_transport::port::{tsc_hz, EalInfo, MemifRole, PortError, PortSpec, RingSide};
 pub use deposit_transport::tables::{NodeAddr, Rights};
 pub use deposit_transport::tlb::TlbStats;

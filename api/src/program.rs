@@ -18,7 +18,6 @@
 //! [`Device::cancel_token`] (verbs' rkey, or a memory window, over one range).
 
 use deposit_transport::connection::{Remote, WrOpcode};
-use deposit_transport::host::Host;
 use deposit_transport::tables::{RegWindow, StoredInstruction as Ins, GLOBAL_IP};
 use deposit_transport::wire::cell::{flags, op, AddrMode};
 use deposit_transport::wire::compound::{CompoundRepr, CondRepr, RegOpRepr};

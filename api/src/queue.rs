@@ -8,7 +8,6 @@ use deposit_transport::cm::PrivateData;
 use deposit_transport::connection::{
     shard_of_conn, Completion, ConnShared, ConnState, CqShared, Source, WrOpcode,
 };
-use deposit_transport::host::Host;
 use deposit_transport::wire::cell::{flags, AddrMode};
 
 use crate::device::DeviceInner;

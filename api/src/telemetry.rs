@@ -13,7 +13,6 @@
 use std::net::Ipv4Addr;
 use std::sync::{Arc, OnceLock};
 
-use deposit_transport::host::Host;
 use deposit_transport::node::ConnSummary;
 use deposit_transport::oplogic::DropReason;
 use deposit_transport::port::telemetry::{self, register, Reply, TelValue};
@@ -96,7 +95,7 @@ fn devices(_: &str) -> Reply {
             (
                 i.to_string(),
                 TelValue::Strs(vec![
-                    d.port_spec().to_string(),
+                    d.port().to_string(),
                     Ipv4Addr::from(d.local().ip).to_string(),
                     format!("{} workers", d.shards()),
                 ]),

@@ -199,7 +199,7 @@ pub fn print_stats(show: bool) {
     for (_, d) in devs.into_iter().filter(|_| show) {
         let s = d.stats();
         let ip = std::net::Ipv4Addr::from(d.local_addr().ip);
-        eprintln!("stats: {} {ip}", d.port_spec());
+        eprintln!("stats: {} {ip}", d.port());
         let mut zero = 0;
         s.each(|name, v| {
             if v == 0 {

@@ -14,6 +14,7 @@ use std::sync::Arc;
 
 use crate::cm::{CmError, ConnectOptions, PrivateData};
 use crate::connection::{ConnShared, CqShared};
+use crate::doorbell::Doorbell;
 use crate::events::EventRing;
 use crate::faults::{FaultConfig, FaultStats};
 use crate::node::{Accepted, ConnSummary, Node, ResumeError, Stats};
@@ -294,6 +295,31 @@ pub trait Host: Drives {
 }
 
 impl<T: Drives> Host for T {}
+
+/// A driver of a node, as a library above the transport runs one: the DPDK worker
+/// (`deposit_transport::worker::Worker`), or `sim`'s in-process segment
+/// (`deposit_transport::sim::SegmentDriver`, for tests without DPDK). Beside the
+/// [`Host`] calls it takes the node's turns ([`Node::turn`], in the driver's own I/O)
+/// and sleeps. Object-safe: `deposit` holds a `Box<dyn Driver>` per shard, so its API
+/// is one over any driver.
+pub trait Driver: Host + Send {
+    /// One turn ([`Node::turn`] over the driver's link and clock): how much work it
+    /// found (frames in + frames out).
+    fn poll(&mut self) -> usize;
+    /// A turn that reads the clock and runs the timers due whatever it finds (the
+    /// first after a timed sleep, whose timers may have fallen due meanwhile).
+    fn poll_ticked(&mut self) -> usize;
+    /// Sleeps until a post, a control call, a frame the driver is told of (its
+    /// doorbells) or `deadline`; returns at once, having polled, when work came in as
+    /// it went to sleep.
+    fn sleep_until(&mut self, deadline: std::time::Instant);
+    /// The doorbells of its receive queues (none where frames cannot wake it): a thread
+    /// that sleeps on the submission ring in the driver's stead marks them around its
+    /// sleep, as [`Driver::sleep_until`] does, so that a frame wakes it.
+    fn doorbells(&self) -> Vec<Arc<Doorbell>>;
+    /// Whether the link is up (memif: the peer is connected).
+    fn link_up(&self) -> bool;
+}
 
 /// Endpoint `id`'s table entry, or [`TableError::NoEndpoint`].
 fn endpoint_mut(node: &mut Node, id: EndpointId) -> Result<&mut EndpointEntry, TableError> {

@@ -25,6 +25,7 @@
 pub mod cm;
 pub mod connection;
 pub mod cq;
+pub mod doorbell;
 pub mod events;
 pub mod faults;
 #[cfg(any(test, feature = "fuzzing"))]

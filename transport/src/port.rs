@@ -34,7 +34,6 @@
 mod batch;
 mod clock;
 mod config;
-mod doorbell;
 mod eal;
 mod error;
 mod intr_gate;
@@ -48,10 +47,10 @@ use std::ptr::NonNull;
 
 use dpdk_sys as sys;
 
+pub use crate::doorbell::Doorbell;
 pub use batch::{RxBatch, TxBatch};
 pub use clock::{rdtsc, tsc_hz};
 pub use config::PortConfig;
-pub use doorbell::Doorbell;
 pub use eal::{eal_info, eal_init, huge_free_mb, EalConfig, EalInfo, HugeMode};
 pub mod telemetry;
 pub use error::PortError;

@@ -364,18 +364,21 @@ impl Worker {
     pub fn port(&self) -> &Port {
         &self.io.port
     }
+}
 
+impl crate::host::Driver for Worker {
     /// One turn of the loop ([`Node::turn`]); returns how much work it found (frames
     /// in + frames out).
-    pub fn poll(&mut self) -> usize {
+    #[inline]
+    fn poll(&mut self) -> usize {
         self.node.turn(&mut self.clock, &mut self.io)
     }
 
     /// Sleeps until a post, a control call, a frame on a port with doorbells (ring
-    /// ports: `port::Doorbell`), a frame another shard forwarded, or `deadline`: the
-    /// dedicated worker's nap when it has been idle for a while. Returns at once, having
-    /// polled, when work came in as it went to sleep.
-    pub fn sleep_until(&mut self, deadline: std::time::Instant) {
+    /// ports: [`crate::doorbell::Doorbell`]), a frame another shard forwarded, or
+    /// `deadline`: the dedicated worker's nap when it has been idle for a while.
+    /// Returns at once, having polled, when work came in as it went to sleep.
+    fn sleep_until(&mut self, deadline: std::time::Instant) {
         self.io.port.set_sleeping(true);
         // A frame that arrived before the mark was visible would wait for the nap's
         // end: poll once more after marking.
@@ -386,18 +389,19 @@ impl Worker {
     }
 
     /// [`Worker::poll`] that reads the clock and runs the timers due whatever the turn
-    /// finds (an idle turn reads it every 64th time only): the first turn after a
-    /// timed sleep, whose timers may have fallen due meanwhile.
-    pub fn poll_ticked(&mut self) -> usize {
+    /// finds (an idle turn reads it every 64th time only).
+    fn poll_ticked(&mut self) -> usize {
         // A turn reads the clock when its count reaches a multiple of 64.
         self.clock.turns |= 63;
         self.poll()
     }
 
-    /// The doorbells of this worker's receive queues (ring ports; none elsewhere): a
-    /// thread that sleeps on the submission ring in the worker's stead marks them
-    /// around its sleep, as [`Worker::sleep_until`] does, so that a frame wakes it.
-    pub fn doorbells(&self) -> Vec<std::sync::Arc<crate::port::Doorbell>> {
+    /// The doorbells of this worker's receive queues (ring ports; none elsewhere).
+    fn doorbells(&self) -> Vec<Arc<crate::doorbell::Doorbell>> {
         self.io.port.doorbells()
+    }
+
+    fn link_up(&self) -> bool {
+        self.io.port.link_up()
     }
 }

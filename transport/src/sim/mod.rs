@@ -9,11 +9,19 @@
 //! keepalive runs in milliseconds. A host can be taken down (it neither sends nor
 //! receives: a crashed peer) and a filter can drop chosen frames (a targeted loss).
 //!
+//! Beside it, [`SegmentDriver`]: nodes in real time on a named in-process segment, the
+//! driver `deposit` runs its devices on when built without DPDK (its own tests'
+//! sans-IO step).
+//!
 //! ```text
 //! step():  deliver due frames -> node.handle_frame
 //!          due timers         -> node.handle_timeout
 //!          node.poll_transmit -> link faults -> in flight until now + latency (+ jitter)
 //! ```
+
+mod segment;
+
+pub use segment::{SegmentDriver, SegmentError};
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
