@@ -299,6 +299,9 @@ pub enum Ignored {
     /// A connect request over its source's rate, or a first request over the node's
     /// rate of challenges: unanswered.
     RateLimited,
+    /// A repeat of a connect request whose connection its peer was heard on since: the
+    /// peer has the reply (a delayed duplicate, or a replay), so it makes nothing.
+    Repeated,
 }
 
 /// Rates of connect requests a node answers (a rate of 0: unlimited).
@@ -506,8 +509,15 @@ pub struct Cm {
     capped: std::collections::HashSet<[u8; 4]>,
     /// Our requests waiting for answers (connects and closes), by our connection.
     pending: HashMap<u32, Pending>,
-    /// (peer ip, peer connection) -> our connection and the reply that accepted it.
+    /// (peer ip, peer connection) -> our connection and the reply that accepted it,
+    /// until the peer is heard on the connection ([`Cm::heard`]): a repeat of its
+    /// request is answered with that reply (the first may have been lost).
     accepted: HashMap<([u8; 4], u32), (u32, CmMessage, PrivateData)>,
+    /// The same key for the accepted connections whose peer was heard since: only
+    /// the connection's number, so that a later repeat of the request is recognised
+    /// (and makes no second connection) without the reply kept for the connection's
+    /// life (the reply and its private data are ten times the size of this entry).
+    answered: HashMap<([u8; 4], u32), u32>,
     /// Retry and give-up times, earliest first (stale entries are skipped).
     timers: BinaryHeap<Reverse<(u64, u32)>>,
     out: VecDeque<(NodeAddr, CmMessage, PrivateData)>,
@@ -560,6 +570,7 @@ impl Cm {
             capped: std::collections::HashSet::new(),
             pending: HashMap::new(),
             accepted: HashMap::new(),
+            answered: HashMap::new(),
             timers: BinaryHeap::new(),
             out: VecDeque::new(),
             actions: VecDeque::new(),
@@ -770,6 +781,7 @@ impl Cm {
         shrink_sparse(&mut self.known);
         shrink_sparse(&mut self.pending);
         shrink_sparse(&mut self.accepted);
+        shrink_sparse(&mut self.answered);
     }
 
     fn forget_accepted(&mut self, conn: u32) {
@@ -779,6 +791,20 @@ impl Cm {
             .and_then(|k| k.accepted_from.take())
         {
             self.accepted.remove(&at);
+            self.answered.remove(&at);
+        }
+    }
+
+    /// Connection `conn`'s peer was heard on it (a frame of the connection passed its
+    /// checks): it has the reply, which is no longer kept; a repeat of its request is
+    /// ignored from now on ([`Ignored::Repeated`]).
+    pub fn heard(&mut self, conn: u32) {
+        let Some(at) = self.known.get(&conn).and_then(|k| k.accepted_from) else {
+            return;
+        };
+        if self.accepted.remove(&at).is_some() {
+            self.answered.insert(at, conn);
+            shrink_sparse(&mut self.accepted);
         }
     }
 
@@ -855,6 +881,9 @@ impl Cm {
         if let Some((_, rep, data)) = self.accepted.get(&(from.ip, conn)) {
             self.out.push_back((from, *rep, data.clone()));
             return Ok(());
+        }
+        if self.answered.contains_key(&(from.ip, conn)) {
+            return Err(Ignored::Repeated);
         }
         let epoch = now / self.period;
         let current = self.cookie(&from, &msg, private, epoch);
@@ -1707,6 +1736,32 @@ mod tests {
         b.handle(addr(1), req, &[], 0).unwrap();
         assert_eq!(b.poll_action(), None, "no second Incoming while closing");
         assert_eq!(sent(&mut b), vec![rep], "answered from memory");
+    }
+
+    #[test]
+    fn a_repeat_after_the_peer_was_heard_is_ignored_and_the_reply_no_longer_kept() {
+        let (mut a, mut b) = (Cm::new([2; 6], 1514, T), Cm::new([3; 6], 1514, T));
+        a.connect(70, 0x5e, 1, 9, addr(2), 4, 0, &opts(PeerTrust::Unverified))
+            .unwrap();
+        let req = challenged(&mut a, &mut b, addr(1), addr(2));
+        let rep = accept(&mut b, addr(1), req, 80);
+        // Before the client is heard on the connection, a repeat is answered (the
+        // reply may have been lost).
+        b.handle(addr(1), req, &[], 0).unwrap();
+        assert_eq!(sent(&mut b), vec![rep]);
+        b.heard(80);
+        assert!(b.accepted.is_empty(), "the reply is not kept");
+        assert_eq!(b.answered.get(&(addr(1).ip, 70)), Some(&80));
+        assert_eq!(b.handle(addr(1), req, &[], 0), Err(Ignored::Repeated));
+        assert_eq!(b.poll_action(), None, "no second Incoming");
+        assert!(sent(&mut b).is_empty(), "nothing answered");
+        // Heard twice, or a connection it never accepted: nothing changes.
+        b.heard(80);
+        b.heard(12345);
+        assert_eq!(b.answered.len(), 1);
+        // Once the connection is gone, nothing of it is kept.
+        b.forget(80);
+        assert!(b.answered.is_empty() && b.known.is_empty());
     }
 
     #[test]

@@ -167,7 +167,9 @@ pub enum DropReason {
     /// connection's keys (forged or modified), or whose key generation is unknown.
     AuthFailed,
     /// A sealed section whose packet number was already taken or is older than the
-    /// replay window (a replay).
+    /// replay window (a replay); or a connect request repeated after its connection's
+    /// peer was heard on it (`cm::Ignored::Repeated`: a delayed duplicate or a replay,
+    /// which makes no second connection).
     Replayed,
     /// A connection request for a service nobody listens on (refused, `NoListener`).
     NoListener,

@@ -312,6 +312,7 @@ impl Node {
                         }
                         Err(Ignored::PeerKey) => self.stats.drop_for(DropReason::PeerKey),
                         Err(Ignored::SourceCap) => self.stats.drop_for(DropReason::SourceCap),
+                        Err(Ignored::Repeated) => self.stats.drop_for(DropReason::Replayed),
                     }
                 }
                 Err(CmWireError::NotCm(_)) => self.stats.drop_for(DropReason::UnknownOpcode),
@@ -416,6 +417,7 @@ impl Node {
         }
         if let Some(u) = self.unconfirm(number) {
             let _ = u.queue.push(u.accepted);
+            self.cm.heard(number);
         }
     }
 

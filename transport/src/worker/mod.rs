@@ -388,7 +388,7 @@ impl crate::host::Driver for Worker {
         self.io.port.set_sleeping(false);
     }
 
-    /// [`Worker::poll`] that reads the clock and runs the timers due whatever the turn
+    /// [`Driver::poll`](crate::host::Driver::poll) that reads the clock and runs the timers due whatever the turn
     /// finds (an idle turn reads it every 64th time only).
     fn poll_ticked(&mut self) -> usize {
         // A turn reads the clock when its count reaches a multiple of 64.
