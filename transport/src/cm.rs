@@ -402,6 +402,10 @@ struct Pending {
     private: PrivateData,
     next_retry: u64,
     deadline: u64,
+    /// A copy of `msg` waits in the output queue (the link has not taken it yet): a
+    /// retry then adds none, so a link slower than the retries does not grow the queue
+    /// by a copy of every pending request per retry period.
+    queued: bool,
     /// A connect's handshake (`None` for a close).
     connect: Option<Box<Connecting>>,
 }
@@ -421,6 +425,9 @@ struct Connecting {
     /// The last listener key a challenge named instead of the pinned one.
     offered: Option<IdentityKey>,
 }
+
+/// The connection of an output message that repeats no pending request (an answer).
+const NO_CONN: u32 = u32::MAX;
 
 /// Listener keys whose first messages a connect keeps.
 const SENT_KEPT: usize = 4;
@@ -520,7 +527,9 @@ pub struct Cm {
     answered: HashMap<([u8; 4], u32), u32>,
     /// Retry and give-up times, earliest first (stale entries are skipped).
     timers: BinaryHeap<Reverse<(u64, u32)>>,
-    out: VecDeque<(NodeAddr, CmMessage, PrivateData)>,
+    /// Messages to send, each with the connection of the pending request it repeats
+    /// (`NO_CONN` for an answer).
+    out: VecDeque<(NodeAddr, CmMessage, PrivateData, u32)>,
     actions: VecDeque<Action>,
 }
 
@@ -687,7 +696,7 @@ impl Cm {
         connect: Option<Box<Connecting>>,
     ) {
         let (next_retry, deadline) = (now + self.timing.first_retry, now + self.timing.timeout);
-        self.out.push_back((to, msg, private.clone()));
+        self.out.push_back((to, msg, private.clone(), conn));
         self.pending.insert(
             conn,
             Pending {
@@ -696,6 +705,7 @@ impl Cm {
                 private,
                 next_retry,
                 deadline,
+                queued: true,
                 connect,
             },
         );
@@ -748,7 +758,7 @@ impl Cm {
                 reply_tag: None,
             },
         );
-        self.out.push_back((from, rep, private));
+        self.out.push_back((from, rep, private, NO_CONN));
         Ok(keys)
     }
 
@@ -769,7 +779,8 @@ impl Cm {
             tag: [0; 16],
         };
         let tag = handshake.reject_tag(&[&msg.signed(&[])]);
-        self.out.push_back((from, msg.authenticated(tag), None));
+        self.out
+            .push_back((from, msg.authenticated(tag), None, NO_CONN));
     }
 
     /// The node removed connection `conn`: nothing more is said of it.
@@ -879,7 +890,7 @@ impl Cm {
             return Err(Ignored::RateLimited);
         }
         if let Some((_, rep, data)) = self.accepted.get(&(from.ip, conn)) {
-            self.out.push_back((from, *rep, data.clone()));
+            self.out.push_back((from, *rep, data.clone(), NO_CONN));
             return Ok(());
         }
         if self.answered.contains_key(&(from.ip, conn)) {
@@ -900,7 +911,7 @@ impl Cm {
                 cookie: current,
                 listener: self.identity.public().0,
             };
-            self.out.push_back((from, challenge, None));
+            self.out.push_back((from, challenge, None, NO_CONN));
             self.challenges += 1;
             return if cookie == 0 {
                 Ok(())
@@ -1017,7 +1028,13 @@ impl Cm {
             *c = cookie;
             *handshake = Some(block);
         }
-        self.out.push_back((p.to, p.msg, p.private.clone()));
+        // The request goes again with the cookie: a copy still waiting in the output
+        // queue becomes this one, else this one is queued.
+        match self.out.iter_mut().find(|o| o.3 == conn && p.queued) {
+            Some(o) => (o.1, o.2) = (p.msg, p.private.clone()),
+            None => self.out.push_back((p.to, p.msg, p.private.clone(), conn)),
+        }
+        p.queued = true;
         p.next_retry = now + self.timing.retry;
         self.timers
             .push(Reverse((p.next_retry.min(p.deadline), conn)));
@@ -1181,7 +1198,7 @@ impl Cm {
             sender,
             mac: [0; 16],
         });
-        self.out.push_back((from, rep, None));
+        self.out.push_back((from, rep, None, NO_CONN));
         Ok(())
     }
 
@@ -1284,7 +1301,10 @@ impl Cm {
             }
             p.next_retry = now + self.timing.retry;
             let (to, msg, t) = (p.to, p.msg, p.next_retry.min(p.deadline));
-            self.out.push_back((to, msg, p.private.clone()));
+            if !p.queued {
+                self.out.push_back((to, msg, p.private.clone(), conn));
+                p.queued = true;
+            }
             self.timers.push(Reverse((t, conn)));
         }
     }
@@ -1301,12 +1321,13 @@ impl Cm {
 
     /// The next message to send, where, and its private data.
     pub fn poll_transmit(&mut self) -> Option<(NodeAddr, CmMessage, PrivateData)> {
-        self.out.pop_front()
-    }
-
-    /// Puts back a message the link could not take (it goes first next time).
-    pub fn unpoll(&mut self, to: NodeAddr, msg: CmMessage, private: PrivateData) {
-        self.out.push_front((to, msg, private));
+        let (to, msg, private, conn) = self.out.pop_front()?;
+        if conn != NO_CONN {
+            if let Some(p) = self.pending.get_mut(&conn) {
+                p.queued = false;
+            }
+        }
+        Some((to, msg, private))
     }
 
     /// Connections with a request under way.
@@ -1433,9 +1454,11 @@ mod tests {
             }
         ));
         client.handle_timeout(10);
+        let mut again = sent(&mut client);
         client.handle_timeout(110);
+        again.extend(sent(&mut client));
         assert_eq!(
-            sent(&mut client),
+            again,
             vec![req[0], req[0]],
             "first retry soon, then each period"
         );
@@ -1683,12 +1706,37 @@ mod tests {
     }
 
     #[test]
+    fn a_retry_adds_no_copy_while_the_last_one_waits_for_the_link() {
+        let mut c = Cm::new([2; 6], 1514, T);
+        for conn in 1..=50 {
+            c.connect(conn, 1, 1, 9, addr(1), 5, 0, &opts(PeerTrust::Unverified))
+                .unwrap();
+        }
+        // The link takes nothing for a long while: every retry period fires, yet each
+        // request waits once.
+        for now in (10..=500).step_by(10) {
+            c.handle_timeout(now);
+        }
+        assert_eq!(c.out.len(), 50, "one copy of each pending request");
+        assert_eq!(sent(&mut c).len(), 50);
+        // Once the link took them, the next retry (before the deadline) sends each
+        // again.
+        let due = c.next_timeout();
+        assert!(due > 500 && due < 1000, "{due}");
+        c.handle_timeout(due - 1);
+        assert!(sent(&mut c).is_empty(), "not due yet");
+        c.handle_timeout(due);
+        assert_eq!(sent(&mut c).len(), 50);
+    }
+
+    #[test]
     fn a_second_challenge_with_the_same_cookie_sends_nothing_more() {
         let (mut c, mut s) = (Cm::new([2; 6], 1514, T), Cm::new([3; 6], 1514, T));
         c.connect(1, 1, 1, 9, addr(1), 5, 0, &opts(PeerTrust::Unverified))
             .unwrap();
+        let mut reqs = sent(&mut c);
         c.handle_timeout(10); // the early first retry: the request twice
-        let reqs = sent(&mut c);
+        reqs.extend(sent(&mut c));
         assert_eq!(reqs.len(), 2);
         for r in &reqs {
             s.handle(addr(2), *r, &[], 0).unwrap();

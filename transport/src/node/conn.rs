@@ -399,16 +399,22 @@ pub struct ConnTable {
     free: Vec<usize>,
     /// Slots of high-priority connections (served first, checked between frames).
     high: Vec<usize>,
+    /// Most connections the table holds (the node's `max_connections`; 0: no limit):
+    /// the slots never grow past it (a doubling past 65 536 connections of 512 bytes
+    /// would reserve 32 MiB that can never be used).
+    limit: usize,
 }
 
 impl ConnTable {
     pub fn new() -> Self {
         Self::default()
     }
-    /// A table whose index holds `n` connections before it grows.
+    /// A table of at most `n` connections, whose index holds them all before it
+    /// grows.
     pub fn with_capacity(n: usize) -> Self {
         ConnTable {
             by_number: ConnIndex::with_capacity(n),
+            limit: n,
             ..Self::default()
         }
     }
@@ -440,6 +446,12 @@ impl ConnTable {
                 s
             }
             None => {
+                let (len, cap) = (self.slots.len(), self.slots.capacity());
+                if len == cap && self.limit > len {
+                    // Doubling, but never past the limit.
+                    let want = (cap * 2).max(4).min(self.limit);
+                    self.slots.reserve_exact(want - len);
+                }
                 self.slots.push(Some(c));
                 self.slots.len() - 1
             }
@@ -532,6 +544,34 @@ mod tests {
     /// What a connection's entry costs every connection, idle or not (issue 36: at
     /// most 1 KiB per connection with what the application side adds). The state of
     /// losses, gaps, waiting completions and read replies is out of line until used.
+    #[test]
+    fn the_slots_never_grow_past_the_tables_limit() {
+        use crate::sim::{LinkConfig, Network};
+        use crate::tables::Rights;
+        let cfg = crate::node::NodeConfig {
+            max_connections: 5,
+            ..crate::node::NodeConfig::default()
+        };
+        let mut net = Network::new(2, &cfg, LinkConfig::default(), 1);
+        let cep = net.hosts[0].endpoint(4096, Rights::NONE, 16);
+        let sep = net.hosts[1].endpoint(4096, Rights::REMOTE_WRITE, 16);
+        let cq = crate::cq::CqShared::new(64);
+        let opts = crate::cm::ConnectOptions::default();
+        let up: Vec<_> = (0..5)
+            .map(|_| net.connect(0, cep, &cq, 1, sep, &cq, 9, &opts).expect("up"))
+            .collect();
+        for h in &net.hosts {
+            assert_eq!(h.node.conns.len(), 5);
+            // Grown 4 -> 5 at the fifth, not doubled to 8.
+            assert_eq!(h.node.conns.slots.capacity(), 5);
+        }
+        assert!(
+            net.connect(0, cep, &cq, 1, sep, &cq, 9, &opts).is_none(),
+            "a sixth is refused"
+        );
+        drop(up);
+    }
+
     #[test]
     fn a_connection_entry_stays_small() {
         let size = std::mem::size_of::<ConnContext>();

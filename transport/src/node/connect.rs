@@ -690,11 +690,11 @@ impl Node {
 
     /// Sends the machine's messages, one frame each.
     pub(crate) fn send_cm<L: Link>(&mut self, link: &mut L) {
-        while let Some((to, msg, private)) = self.cm.poll_transmit() {
-            if link.full(false) {
-                self.cm.unpoll(to, msg, private); // the rest waits for the next one
-                return;
-            }
+        // What the link cannot take now waits in the machine for the next turn.
+        while self.cm.has_output() && !link.full(false) {
+            let Some((to, msg, private)) = self.cm.poll_transmit() else {
+                break;
+            };
             self.send_cm_frame(link, &to, &msg, private.as_deref().unwrap_or(&[]));
         }
     }
