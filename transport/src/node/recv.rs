@@ -1117,7 +1117,7 @@ fn push_reply(conn: &mut ConnContext, wr: crate::wr::Wqe, ex: &mut Exec<'_>) -> 
     let seg_max = conn.segment_max.min(ex.segment_max);
     let segments = message::segments_for(&wr, seg_max);
     let first_seq = conn.tx.assign(segments);
-    conn.inflight.push_back(Pending {
+    conn.take_into_flight(Pending {
         work: crate::wr::Work::Wr(wr),
         first_seq,
         segments,

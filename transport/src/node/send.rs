@@ -931,7 +931,7 @@ fn admit_one(
         }
     };
     let first_seq = conn.tx.assign(segments);
-    conn.inflight.push_back(Pending {
+    conn.take_into_flight(Pending {
         work: *work,
         first_seq,
         segments,
