@@ -206,25 +206,9 @@ PY
 # issue 36): pkg-config is pointed nowhere, dpdk-sys is not in either dependency tree,
 # and the test binaries link no rte_ symbol and no librte library.
 sans_io() {
-    local nodpdk=(env PKG_CONFIG_LIBDIR=/nonexistent PKG_CONFIG_PATH=/nonexistent)
-    local crates=("-p deposit-transport --no-default-features"
-        "-p deposit --no-default-features --features sim --lib --tests")
-    local c args bins=""
-    for c in "${crates[@]}"; do
-        read -ra args <<<"$c"
-        if cargo tree "${args[@]:0:3}" ${args[3]:+"${args[@]:3:2}"} -e normal --prefix none |
-            grep -q '^dpdk-sys'; then
-            echo "test: dpdk-sys is still a dependency of ${args[1]} without the dpdk feature" >&2
-            return 1
-        fi
-        "${nodpdk[@]}" cargo test "${args[@]}" || return 1
-        bins+=$("${nodpdk[@]}" cargo test "${args[@]}" --no-run --message-format=json 2>/dev/null |
-            python3 -c 'import json, sys
-for l in sys.stdin:
-    m = json.loads(l)
-    if m.get("reason") == "compiler-artifact" and m.get("executable"):
-        print(m["executable"])')$'\n'
-    done
+    local bins
+    bins=$(sans_io_crate deposit-transport) || return 1
+    bins+=$'\n'$(sans_io_crate deposit --features sim --lib --tests) || return 1
     [[ -n ${bins//$'\n'/} ]] || { echo "test: no sans-IO test binary" >&2; return 1; }
     for b in $bins; do
         if nm "$b" | grep -q ' rte_' || ldd "$b" | grep -q librte; then
@@ -233,6 +217,31 @@ for l in sys.stdin:
         fi
         echo "  $(basename "$b"): no rte_ symbol, no librte library"
     done
+}
+
+# sans_io_crate CRATE [--features F] [TARGETS...]: checks that CRATE without its
+# default features (and with F) has no dpdk-sys in its tree, runs its tests (TARGETS)
+# with pkg-config pointed nowhere, and prints the paths of the test binaries.
+sans_io_crate() {
+    local crate=$1 features=()
+    shift
+    if [[ ${1:-} == --features ]]; then
+        features=(--features "$2")
+        shift 2
+    fi
+    local nodpdk=(env PKG_CONFIG_LIBDIR=/nonexistent PKG_CONFIG_PATH=/nonexistent)
+    local args=(-p "$crate" --no-default-features "${features[@]}")
+    if cargo tree "${args[@]}" -e normal --prefix none | grep -q '^dpdk-sys'; then
+        echo "test: dpdk-sys is still a dependency of $crate without the dpdk feature" >&2
+        return 1
+    fi
+    "${nodpdk[@]}" cargo test "${args[@]}" "$@" >&2 || return 1
+    "${nodpdk[@]}" cargo test "${args[@]}" "$@" --no-run --message-format=json 2>/dev/null |
+        python3 -c 'import json, sys
+for l in sys.stdin:
+    m = json.loads(l)
+    if m.get("reason") == "compiler-artifact" and m.get("executable"):
+        print(m["executable"])'
 }
 
 # The programs of examples/ a user copies from: each checks its own result and exits

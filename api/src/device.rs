@@ -1449,10 +1449,6 @@ impl Device {
     }
 }
 
-/// The progress guard of an inline device ([`DeviceConfig::progress_guard`]): every
-/// `after`, each shard that no call has driven since the last look takes turns here
-/// until one moves nothing (at most 16), unless a thread is in a turn. Stops with the
-/// device (`DeviceInner::stop_threads`).
 /// What [`Device::open`] opened: one driver per shard, in shard order.
 struct Opened {
     workers: Vec<Box<dyn Driver>>,
@@ -1463,8 +1459,8 @@ struct Opened {
 }
 
 impl Opened {
-    /// Opens `cfg.port` for nodes configured as `ncfg` (`shards` of them): an
-    /// in-process segment for `sim:NAME` (feature `sim`), else a DPDK port.
+    /// Opens `cfg.port` for `cfg.workers` nodes configured as `ncfg`: an in-process
+    /// segment for `sim:NAME` (feature `sim`), else a DPDK port.
     fn open(cfg: &DeviceConfig, ncfg: &NodeConfig) -> Result<Opened, Error> {
         #[cfg(feature = "sim")]
         if let Some(name) = cfg.port.strip_prefix("sim:") {
@@ -1551,13 +1547,17 @@ fn register_thread() {}
 #[inline]
 fn register_thread_at(_: &AtomicU64) {}
 
-/// Without DPDK, the same affinity call as the DPDK lcore pinning: `sched_setaffinity`
-/// to the `n`th CPU of the process's set.
+/// Without DPDK a worker is not pinned (`DeviceConfig::worker_cpu` is then said to
+/// be ignored, as when pinning fails).
 #[cfg(not(feature = "dpdk"))]
 fn pin_current_thread_to_nth_cpu(_: usize) -> Option<usize> {
     None
 }
 
+/// The progress guard of an inline device ([`DeviceConfig::progress_guard`]): every
+/// `after`, each shard that no call has driven since the last look takes turns here
+/// until one moves nothing (at most 16), unless a thread is in a turn. Stops with the
+/// device (`DeviceInner::stop_threads`).
 fn guard_progress(cores: &[Arc<Core>], after: Duration) {
     register_thread();
     let mut seen: Vec<u64> = cores

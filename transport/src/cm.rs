@@ -477,6 +477,15 @@ impl Pending {
     fn is_close(&self) -> bool {
         matches!(self.request, Request::Close { .. })
     }
+
+    /// Queues the request of connection `conn` (this one's) on `out` to go again,
+    /// unless it waits there already.
+    fn requeue(&mut self, conn: u32, out: &mut VecDeque<Out>) {
+        if !self.queued {
+            out.push_back(Out::Request(conn));
+            self.queued = true;
+        }
+    }
 }
 
 /// A connect's side of the handshake, from the request to the answer.
@@ -544,7 +553,12 @@ impl CmKeys {
 
     /// `msg` with the MAC of our direction.
     fn sign(&self, msg: CmMessage) -> CmMessage {
-        msg.authenticated(crate::handshake::cm_mac(&self.tx, &[&msg.signed(&[])]))
+        msg.authenticated(self.mac(&msg))
+    }
+
+    /// The MAC of our direction over `msg`.
+    fn mac(&self, msg: &CmMessage) -> Tag {
+        crate::handshake::cm_mac(&self.tx, &[&msg.signed(&[])])
     }
 
     /// Whether `mac` is the peer's direction's MAC of `msg`.
@@ -742,15 +756,12 @@ impl Cm {
             self.actions.push_back(Action::Closed { conn });
             return;
         };
-        let signed = keys.sign(CmMessage::DisconnectReq {
+        let mac = keys.mac(&CmMessage::DisconnectReq {
             target: peer_conn,
             sender: conn,
             ack,
             mac: [0; 16],
         });
-        let CmMessage::DisconnectReq { mac, .. } = signed else {
-            unreachable!("sign keeps the message's kind")
-        };
         let close = Request::Close {
             target: peer_conn,
             sender: conn,
@@ -1096,10 +1107,7 @@ impl Cm {
         }
         // The request goes again, with the cookie (if it still waits to go, it goes
         // so: it is read from here when sent).
-        if !p.queued {
-            self.out.push_back(Out::Request(conn));
-            p.queued = true;
-        }
+        p.requeue(conn, &mut self.out);
         p.next_retry = now + self.timing.retry;
         self.timers
             .push(Reverse((p.next_retry.min(p.deadline), conn)));
@@ -1363,12 +1371,9 @@ impl Cm {
                 continue;
             }
             p.next_retry = now + self.timing.retry;
-            let t = p.next_retry.min(p.deadline);
-            if !p.queued {
-                self.out.push_back(Out::Request(conn));
-                p.queued = true;
-            }
-            self.timers.push(Reverse((t, conn)));
+            p.requeue(conn, &mut self.out);
+            self.timers
+                .push(Reverse((p.next_retry.min(p.deadline), conn)));
         }
     }
 
@@ -1486,6 +1491,18 @@ mod tests {
     }
 
     /// The server's Incoming for `req`, accepted as its connection `conn`.
+    /// A client (10.0.0.1, connection 70) whose connect a server (10.0.0.2) challenged
+    /// and accepted as its connection 80, the reply not yet delivered: the two
+    /// machines, the request with its cookie, and the reply.
+    fn accepted_pair() -> (Cm, Cm, CmMessage, CmMessage) {
+        let (mut a, mut b) = (Cm::new([2; 6], 1514, T), Cm::new([3; 6], 1514, T));
+        a.connect(70, 0x5e, 1, 9, addr(2), 4, 0, &opts(PeerTrust::Unverified))
+            .unwrap();
+        let req = challenged(&mut a, &mut b, addr(1), addr(2));
+        let rep = accept(&mut b, addr(1), req, 80);
+        (a, b, req, rep)
+    }
+
     fn accept(server: &mut Cm, from: NodeAddr, req: CmMessage, conn: u32) -> CmMessage {
         server.handle(from, req, &[], 0).unwrap();
         let Some(Action::Incoming {
@@ -1789,11 +1806,7 @@ mod tests {
 
     #[test]
     fn a_request_answered_before_the_link_took_it_is_not_sent() {
-        let (mut a, mut b) = (Cm::new([2; 6], 1514, T), Cm::new([3; 6], 1514, T));
-        a.connect(70, 0x5e, 1, 9, addr(2), 4, 0, &opts(PeerTrust::Unverified))
-            .unwrap();
-        let req = challenged(&mut a, &mut b, addr(1), addr(2));
-        let rep = accept(&mut b, addr(1), req, 80);
+        let (mut a, _, _, rep) = accepted_pair();
         // The early retry queues the request again; the reply comes before it goes.
         a.handle_timeout(10);
         a.handle(addr(2), rep, &[], 0).unwrap();
@@ -1868,11 +1881,7 @@ mod tests {
 
     #[test]
     fn a_late_repeat_of_an_accepted_request_makes_no_second_connection() {
-        let (mut a, mut b) = (Cm::new([2; 6], 1514, T), Cm::new([3; 6], 1514, T));
-        a.connect(70, 0x5e, 1, 9, addr(2), 4, 0, &opts(PeerTrust::Unverified))
-            .unwrap();
-        let req = challenged(&mut a, &mut b, addr(1), addr(2));
-        let rep = accept(&mut b, addr(1), req, 80);
+        let (mut a, mut b, req, rep) = accepted_pair();
         a.handle(addr(2), rep, &[], 0).unwrap();
         assert!(matches!(a.poll_action(), Some(Action::Established { .. })));
         // The server closes at once; the client's request arrives again meanwhile.
@@ -1885,11 +1894,7 @@ mod tests {
 
     #[test]
     fn a_repeat_after_the_peer_was_heard_is_ignored_and_the_reply_no_longer_kept() {
-        let (mut a, mut b) = (Cm::new([2; 6], 1514, T), Cm::new([3; 6], 1514, T));
-        a.connect(70, 0x5e, 1, 9, addr(2), 4, 0, &opts(PeerTrust::Unverified))
-            .unwrap();
-        let req = challenged(&mut a, &mut b, addr(1), addr(2));
-        let rep = accept(&mut b, addr(1), req, 80);
+        let (_, mut b, req, rep) = accepted_pair();
         // Before the client is heard on the connection, a repeat is answered (the
         // reply may have been lost).
         b.handle(addr(1), req, &[], 0).unwrap();
@@ -1911,11 +1916,7 @@ mod tests {
 
     #[test]
     fn a_close_needs_the_connections_mac_and_a_repeat_is_answered_while_it_lingers() {
-        let (mut a, mut b) = (Cm::new([2; 6], 1514, T), Cm::new([3; 6], 1514, T));
-        a.connect(70, 0x5e, 1, 9, addr(2), 4, 0, &opts(PeerTrust::Unverified))
-            .unwrap();
-        let req = challenged(&mut a, &mut b, addr(1), addr(2));
-        let rep = accept(&mut b, addr(1), req, 80);
+        let (mut a, mut b, _, rep) = accepted_pair();
         a.handle(addr(2), rep, &[], 0).unwrap();
         assert!(matches!(a.poll_action(), Some(Action::Established { .. })));
         a.close(70, addr(2), 80, 33, 0);

@@ -555,9 +555,6 @@ mod tests {
     use super::*;
     use crate::wr::{Source, WcStatus};
 
-    /// What a connection's entry costs every connection, idle or not (issue 36: at
-    /// most 1 KiB per connection with what the application side adds). The state of
-    /// losses, gaps, waiting completions and read replies is out of line until used.
     #[test]
     fn the_slots_never_grow_past_the_tables_limit() {
         use crate::sim::{LinkConfig, Network};
@@ -586,6 +583,9 @@ mod tests {
         drop(up);
     }
 
+    /// What a connection's entry costs every connection, idle or not (issue 36: at
+    /// most 1 KiB per connection with what the application side adds). The state of
+    /// losses, gaps, waiting completions and read replies is out of line until used.
     #[test]
     fn a_connection_entry_stays_small() {
         let size = std::mem::size_of::<ConnContext>();

@@ -213,7 +213,7 @@ impl SegmentDriver {
                 let mut c = cfg.clone();
                 c.shard = k as u8;
                 c.shards = shards as u8;
-                let node = Node::new(c, caps, 1_000_000_000, 0);
+                let node = Node::new(c, caps, super::HZ, 0);
                 port.bells[k].register(node.submit_ring());
                 SegmentDriver {
                     node,
