@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what deposit needs to build and run, and only what is missing:
 #   libdpdk-dev (DPDK 22.11, found with `pkg-config libdpdk`), libclang-dev (bindgen),
-#   pkg-config, iproute2, a C compiler (the dpdk-sys shim), python3 (test.sh's JSON checks)
+#   pkg-config, iproute2, iputils-ping and iputils-arping (the neighbour tests), a C compiler (the dpdk-sys shim), python3 (test.sh's JSON checks)
 #   dpdk-dev (its dpdk-telemetry.py reads a running process's counters) and
 #   fonts-dejavu-core (the font of ddperf --plot's pictures), for the C ABI (api/capi)
 #   cbindgen, which writes include/deposit.h, and for HPC embedding Open MPI
@@ -30,9 +30,11 @@ declare -A probe=(
     [libfabric-dev]=""
     [libfabric-bin]="fi_info"
     [iperf3]="iperf3"
+    [iputils-ping]="ping"
+    [iputils-arping]="arping"
 )
 order=(libdpdk-dev libclang-dev pkg-config iproute2 gcc libc6-dev python3 dpdk-dev fonts-dejavu-core
-    cbindgen openmpi-bin libopenmpi-dev libfabric-dev libfabric-bin iperf3)
+    cbindgen openmpi-bin libopenmpi-dev libfabric-dev libfabric-bin iperf3 iputils-ping iputils-arping)
 
 installed() {
     local pkg=$1 cmd=${probe[$1]}

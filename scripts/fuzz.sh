@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Usage: scripts/fuzz.sh [--seed] [--cmin] [--no-sanitizer] [--time SECS] [TARGET|all] [RUNS]
-# Fuzzes the DPDK-free core (fuzz/README.md): runs cargo-fuzz target TARGET (all six by
+# Fuzzes the DPDK-free core (fuzz/README.md): runs cargo-fuzz target TARGET (all seven by
 # default) for RUNS executions (default 10000000; --time: for SECS seconds instead) on
 # the nightly toolchain, at nice 19, installing cargo-fuzz first if it is missing, and
 # prints each run's executions, time, slowest input, memory and corpus. --seed first
@@ -36,7 +36,7 @@ while (($#)); do
 done
 target=${args[0]:-all}
 runs=${args[1]:-10000000}
-all=(frame cell compound cm plan node)
+all=(frame cell compound cm plan node neigh_wire)
 if [[ $target == all ]]; then
     targets=("${all[@]}")
 elif [[ " ${all[*]} " == *" $target "* ]]; then

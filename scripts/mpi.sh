@@ -36,7 +36,9 @@
 # them by scripts/netns-rsh as mpirun's remote shell and reached over the bridge, so
 # that kernel TCP between ranks crosses the same bridge as deposit's af_packet (without
 # it TCP between ranks goes over loopback). `--mtu M` sets the bridge's and the veths'
-# MTU (af_packet sizes its frames from it). `--gso-segs N` (with --hosts) caps the
+# MTU (af_packet sizes its frames from it). `--static-macs` (bridge, not --hosts) gives
+# every rank the others' veth MACs in a node table (DEPOSIT_FI_NODES): no ARP between
+# the ranks. `--gso-segs N` (with --hosts) caps the
 # segments of one kernel send on every veth and the bridge (`gso_max_segs`): with 1,
 # kernel TCP puts one MTU-sized frame at a time on the wire, as deposit's af_packet port
 # does, instead of 64 KiB super-frames the veths never split (a frame-rate comparison).
@@ -59,6 +61,7 @@ pml=
 prog=ddmpi
 check=0
 bridge=0
+static_macs=0
 hosts=
 mtu=1500
 gso_segs=
@@ -80,13 +83,14 @@ while (($#)); do
         --fi-peek) prog=fi_peek; shift ;;
         --bridge) bridge=1; shift ;;
         --hosts) bridge=1; hosts=hosts; shift ;;
+        --static-macs) static_macs=1; shift ;;
         --mtu) mtu=${2:?}; shift 2 ;;
         --gso-segs) gso_segs=${2:?}; shift 2 ;;
         --provider) provider=$(realpath "${2:?}"); shift 2 ;;
         --) shift; args+=("$@"); break ;;
         *)
             echo "usage: $0 [-np N] [--over deposit|tcp|vader] [--pml cm|ob1] [--bridge | --hosts] [--mtu M]" \
-                "[--gso-segs N] [--provider DIR] [--check | --probes | --fi-peek | --compare [ROUNDS]] [-- PROGRAM_ARGS...]" >&2
+                "[--gso-segs N] [--provider DIR] [--static-macs] [--check | --probes | --fi-peek | --compare [ROUNDS]] [-- PROGRAM_ARGS...]" >&2
             exit 2
             ;;
     esac
@@ -228,6 +232,18 @@ if [[ $over == deposit || $prog == fi_peek ]]; then
         export DEPOSIT_FI_DEV=memif:$sock:%r
     fi
     run+=(-x FI_PROVIDER_PATH -x DEPOSIT_FI_DEV)
+    if ((${static_macs:-0})) && [[ $DEPOSIT_FI_DEV == af_packet:* && -z $hosts ]]; then
+        # Every rank's veth MAC in a node table (static entries: no ARP between the
+        # ranks), as a launcher that knows its hosts' addresses would hand them out.
+        nodes=$out/nodes
+        for ((r = 0; r < np; r++)); do
+            mac=$(ip -o link show "ddmv$r" | grep -o 'link/ether [0-9a-f:]*' | cut -d' ' -f2)
+            echo "10.77.$(((r + 1) >> 8)).$(((r + 1) & 255)) $mac 18515"
+        done >"$nodes"
+        export DEPOSIT_FI_NODES=$nodes
+        run+=(-x DEPOSIT_FI_NODES)
+        echo "mpi: static MACs of the $np ranks in $nodes (DEPOSIT_FI_NODES)"
+    fi
     # DPDK's own log, when asked for (DEPOSIT_EAL_ARGS=--log-level=*:info).
     [[ -n ${DEPOSIT_EAL_ARGS:-} ]] && run+=(-x DEPOSIT_EAL_ARGS)
 fi

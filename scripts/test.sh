@@ -364,9 +364,15 @@ step "MPI over deposit, pml ob1, 2 ranks (memif)" scripts/mpi.sh -np 2 --over de
 if (($(id -u) == 0)); then
     step "MPI over deposit, 4 ranks (bridge)" scripts/mpi.sh -np 4 --over deposit -- -n 100 -m 16384
     step "MPI probes over deposit, 4 ranks (bridge)" scripts/mpi.sh -np 4 --over deposit --probes
-    step "MPI checks over deposit, 64 ranks (bridge)" scripts/mpi.sh -np 64 --over deposit --check
+    # 64 ranks on 2 cores: each rank gets the others' MACs in a node table (ARP among 64
+    # oversubscribed ranks lost connects now and then: issue 37's note); the 4-rank and
+    # 2-host steps resolve by ARP.
+    step "MPI checks over deposit, 64 ranks (bridge)" scripts/mpi.sh -np 64 --over deposit --check --static-macs
     step "MPI over deposit, 2 hosts (bridge)" scripts/mpi.sh -np 2 --hosts --over deposit -- -n 100 -m 16384
     step "MPI checks, 2 hosts (tcp)" scripts/mpi.sh -np 2 --hosts --check
+    # Nodes with nothing configured but their IPs: kernel MACs and ARP on a bridge,
+    # ping/arping from a kernel host, an unresolved peer's error, a routed pair.
+    step "neighbours: ARP, ping, next hops (namespaces)" scripts/neigh.sh
 else
     echo "== SKIPPED: MPI over deposit, 4 and 64 ranks and 2 hosts (bridge): a bridge of veths needs root"
 fi

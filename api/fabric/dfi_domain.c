@@ -1,6 +1,8 @@
 /* The domain: one deposit device per process, opened from the environment (so that
- * mpirun needs no wrapper; "%r" in a value is the rank): DEPOSIT_FI_DEV, DEPOSIT_FI_IP,
- * DEPOSIT_FI_IDENTITY, DEPOSIT_FI_KNOWN_PEERS, DEPOSIT_FI_STATS (docs/design.md §12).
+ * mpirun needs no wrapper; "%r" in a value is the rank): DEPOSIT_FI_DEV, DEPOSIT_FI_IP
+ * (ADDR or ADDR/PREFIX), DEPOSIT_FI_GATEWAY, DEPOSIT_FI_VLAN, DEPOSIT_FI_NODES (a node table file of static
+ * `IP [MAC] UDP-PORT` lines), DEPOSIT_FI_IDENTITY, DEPOSIT_FI_KNOWN_PEERS,
+ * DEPOSIT_FI_STATS (docs/design.md §12).
  * Also here: progress of every endpoint, with a guard thread that takes a turn when
  * no call came for 1 ms (a mailbox may owe its peers a FIN, or a credit read, after
  * the application saw its completion and stopped calling: fi_pingpong blocks in its
@@ -74,7 +76,7 @@ int dfi_device_get(void) {
         refs++;
         return 0;
     }
-    char port[256], ip[64], identity[256];
+    char port[256], ip[64], identity[256], nodes[256];
     const char *p = getenv("DEPOSIT_FI_DEV"), *i = getenv("DEPOSIT_FI_IP"), *id = getenv("DEPOSIT_FI_IDENTITY");
     subst(p ? p : "memif:/tmp/deposit-fi.sock:%r", port, sizeof port);
     /* memif's role by rank: 0 serves, 1 connects (two ranks). */
@@ -86,9 +88,17 @@ int dfi_device_get(void) {
         subst(i, ip, sizeof ip);
     else
         snprintf(ip, sizeof ip, "10.77.%d.%d", (r + 1) >> 8, (r + 1) & 255);
-    unsigned a, b, c, d;
-    if (sscanf(ip, "%u.%u.%u.%u", &a, &b, &c, &d) != 4 || a > 255 || b > 255 || c > 255 || d > 255) {
-        fprintf(stderr, "deposit-fi: DEPOSIT_FI_IP %s is not an IPv4 address\n", ip);
+    unsigned a, b, c, d, prefix = 0;
+    int n = sscanf(ip, "%u.%u.%u.%u/%u", &a, &b, &c, &d, &prefix);
+    if (n < 4 || a > 255 || b > 255 || c > 255 || d > 255 || prefix > 32) {
+        fprintf(stderr, "deposit-fi: DEPOSIT_FI_IP %s is not an IPv4 address[/prefix]\n", ip);
+        return -FI_EINVAL;
+    }
+    const char *gw = getenv("DEPOSIT_FI_GATEWAY"), *nt = getenv("DEPOSIT_FI_NODES");
+    unsigned g[4] = {0, 0, 0, 0};
+    if (gw && (sscanf(gw, "%u.%u.%u.%u", &g[0], &g[1], &g[2], &g[3]) != 4 || g[0] > 255 ||
+               g[1] > 255 || g[2] > 255 || g[3] > 255)) {
+        fprintf(stderr, "deposit-fi: DEPOSIT_FI_GATEWAY %s is not an IPv4 address\n", gw);
         return -FI_EINVAL;
     }
     struct dd_device_config cfg;
@@ -98,6 +108,13 @@ int dfi_device_get(void) {
         subst(id, identity, sizeof identity), cfg.identity_path = identity;
     cfg.known_peers_path = getenv("DEPOSIT_FI_KNOWN_PEERS");
     cfg.ip[0] = (uint8_t)a, cfg.ip[1] = (uint8_t)b, cfg.ip[2] = (uint8_t)c, cfg.ip[3] = (uint8_t)d;
+    cfg.prefix_len = prefix;
+    if (getenv("DEPOSIT_FI_VLAN"))
+        cfg.vlan = (uint32_t)atoi(getenv("DEPOSIT_FI_VLAN"));
+    for (int k = 0; k < 4; k++)
+        cfg.gateway[k] = (uint8_t)g[k];
+    if (nt)
+        subst(nt, nodes, sizeof nodes), cfg.nodes_path = nodes;
     cfg.max_connections = 4 * (uint32_t)job_size() > 4096 ? 4 * (uint32_t)job_size() : 4096;
     cfg.progress_guard_us = 1000; /* acknowledgements owed while the application calls not */
     /* A memif client whose server (another rank) has not created its socket yet fails

@@ -60,9 +60,28 @@ pub enum Progress {
 pub struct DeviceConfig {
     /// Port spec (docs/design.md §8): `ring`, `ring:NAME:a|b`, `null`, `memif:PATH:server|client`, ...
     pub port: String,
-    /// This node's IPv4 address (its MAC is derived from it unless `mac` is given).
+    /// This node's IPv4 address.
     pub ip: [u8; 4],
+    /// Its MAC. Default: the port's own (af_packet, af_xdp, NICs); on ports without
+    /// one (ring, null, memif, `sim`) the one derived from `ip`
+    /// (`NodeAddr::from_ip`), which every deposit node there assumes of its peers.
     pub mac: Option<[u8; 6]>,
+    /// The prefix length of `ip` (`--ip A/P`): peers inside it are on the link, the
+    /// others are reached through `gateway` or `routes`. 0 (the default): every peer
+    /// is on the link.
+    pub prefix_len: u8,
+    /// The router for peers off the link (`--gateway`).
+    pub gateway: Option<[u8; 4]>,
+    /// Routes tried before the gateway, most specific first.
+    pub routes: Vec<crate::Route>,
+    /// Resolve peers' MACs by ARP before connecting. Default (`None`): on ports with a
+    /// MAC of their own, off on the others (peers there have derived MACs). Peers in
+    /// `nodes` (static entries) are never resolved.
+    pub resolve: Option<bool>,
+    /// The 802.1Q VLAN of this node (1 to 4094, `--vlan`): its frames leave tagged
+    /// (priority 5 for high-priority connections, else 0) and it takes only frames of
+    /// that VLAN. `None` (the default): untagged.
+    pub vlan: Option<u16>,
     pub progress: Progress,
     /// Inline progress: a thread of the device's own takes a turn whenever no call
     /// has taken one for this long, so that what the peers wait for — an
@@ -164,6 +183,11 @@ impl DeviceConfig {
             port: port.to_string(),
             ip,
             mac: None,
+            prefix_len: 0,
+            gateway: None,
+            routes: Vec::new(),
+            resolve: None,
+            vlan: None,
             progress: Progress::Inline,
             progress_guard: None,
             workers: default_workers(),
@@ -203,6 +227,23 @@ impl DeviceConfig {
     pub fn workers(mut self, n: usize) -> Self {
         self.workers = n;
         self
+    }
+
+    /// Reads a node table file for [`DeviceConfig::nodes`]: one `IP [MAC] UDP-PORT`
+    /// line per peer (`10.0.0.2 52:54:00:12:34:56 18515`), `#` comments and blank
+    /// lines skipped. Without a MAC a line gives the one derived from the IP. These
+    /// entries are static: ARP never changes them.
+    pub fn load_nodes(path: &std::path::Path) -> Result<Vec<NodeAddr>, Error> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| Error::InvalidArgument(format!("node table {}: {e}", path.display())))?;
+        text.lines()
+            .filter(|l| !l.split('#').next().unwrap_or("").trim().is_empty())
+            .map(|l| {
+                deposit_transport::tables::NodeTable::parse_line(l).map_err(|e| {
+                    Error::InvalidArgument(format!("node table {}: {e}", path.display()))
+                })
+            })
+            .collect()
     }
 }
 
@@ -271,6 +312,8 @@ pub(crate) struct DeviceInner {
     identity: IdentityKey,
     /// The connection manager's timeout (what a connect waits for at most).
     cm_timeout: Duration,
+    /// Next hops and resolution, as the nodes have them (for errors that name them).
+    neigh: deposit_transport::neigh::NeighConfig,
     /// Listener keys by peer address: read at connect, added to on first use (the
     /// application's threads only; no worker takes it).
     known_peers: Mutex<KnownPeers>,
@@ -682,6 +725,9 @@ impl Device {
                 "{n} workers (1 to {MAX_SHARDS})"
             )));
         }
+        if let Some(v) = cfg.vlan.filter(|v| !(1..=4094).contains(v)) {
+            return Err(Error::InvalidArgument(format!("VLAN {v} (1 to 4094)")));
+        }
         if u64::from(cfg.registers) * n as u64 > u64::from(u32::MAX) {
             return Err(Error::InvalidArgument(format!(
                 "{} registers per shard over {n} shards exceed the 32-bit index space",
@@ -717,6 +763,14 @@ impl Device {
                         .map_err(|e| Error::InvalidArgument(format!("identity key: {e}")))?,
                 ),
             },
+            vlan: cfg.vlan,
+            neigh: deposit_transport::neigh::NeighConfig {
+                resolve: cfg.resolve.unwrap_or(false),
+                prefix_len: cfg.prefix_len.min(32),
+                gateway: cfg.gateway,
+                routes: cfg.routes.clone(),
+                ..Default::default()
+            },
             ..NodeConfig::default()
         };
         let known_peers = match &cfg.known_peers {
@@ -728,6 +782,7 @@ impl Device {
         let instructions = ncfg.instructions;
         let Opened {
             mut workers,
+            local,
             max_frame,
             port,
             #[cfg(feature = "dpdk")]
@@ -777,6 +832,7 @@ impl Device {
             identity,
             known_peers: Mutex::new(known_peers),
             cm_timeout: cfg.cm_timeout,
+            neigh: ncfg.neigh.clone(),
             wait_fd,
             wait_helpers: Mutex::new(false),
         });
@@ -951,6 +1007,18 @@ impl Device {
     /// it, or the `sim:NAME` of an in-process segment.
     pub fn port(&self) -> &str {
         self.inner.port()
+    }
+
+    /// The error of a connect to `peer` whose next hop nobody answered ARP for.
+    pub(crate) fn unresolved(&self, peer: [u8; 4]) -> Error {
+        let n = &self.inner.neigh;
+        let hop = n.next_hop(self.inner.local.ip, peer).unwrap_or(peer);
+        Error::Unresolved {
+            peer: Ipv4Addr::from(peer),
+            hop: Ipv4Addr::from(hop),
+            port: self.inner.port().to_string(),
+            tries: n.tries,
+        }
     }
     /// The DPDK port spec it was opened with; `None` for a device on an in-process
     /// segment (`sim:NAME`, feature `sim`).
@@ -1452,6 +1520,8 @@ impl Device {
 /// What [`Device::open`] opened: one driver per shard, in shard order.
 struct Opened {
     workers: Vec<Box<dyn Driver>>,
+    /// The node's address as the port made it (a port's own MAC).
+    local: NodeAddr,
     max_frame: usize,
     port: String,
     #[cfg(feature = "dpdk")]
@@ -1473,6 +1543,7 @@ impl Opened {
                     .into_iter()
                     .map(|d| Box::new(d) as Box<dyn Driver>)
                     .collect(),
+                local: ncfg.local,
                 max_frame,
                 port: cfg.port.clone(),
                 #[cfg(feature = "dpdk")]
@@ -1493,6 +1564,15 @@ impl Opened {
         pcfg.queues = n as u16;
         let port = Port::open(&pcfg)?;
         let max_frame = port.max_frame();
+        let mut ncfg = ncfg.clone();
+        if spec.has_own_mac() {
+            // Known on the network by the port's MAC; peers' MACs by ARP.
+            if cfg.mac.is_none() {
+                ncfg.local.mac = port.mac();
+            }
+            ncfg.neigh.resolve = cfg.resolve.unwrap_or(true);
+        }
+        let ncfg = &ncfg;
         let mut workers: Vec<Worker> = port
             .split(n)
             .into_iter()
@@ -1516,6 +1596,7 @@ impl Opened {
                 .into_iter()
                 .map(|w| Box::new(w) as Box<dyn Driver>)
                 .collect(),
+            local: ncfg.local,
             max_frame,
             port: spec.to_string(),
             port_spec: Some(spec),
@@ -1935,6 +2016,7 @@ impl Connecting {
                             offered,
                         }
                     }
+                    (RejectReason::Unresolved, ..) => dev.unresolved(self.peer_ip),
                     _ => Error::Rejected(reason),
                 })
             }

@@ -34,6 +34,19 @@ pub enum Error {
         pinned: deposit_transport::identity::IdentityKey,
         offered: deposit_transport::identity::IdentityKey,
     },
+    /// Nobody answered the ARP requests for the next hop towards `peer` (the peer
+    /// itself, or the router `hop` before it).
+    #[error(
+        "no ARP reply from {hop}{} on port {port} after {tries} tries: is it up, on this \
+         subnet, or behind --gateway?",
+        if hop == peer { String::new() } else { format!(" (the gateway to {peer})") }
+    )]
+    Unresolved {
+        peer: std::net::Ipv4Addr,
+        hop: std::net::Ipv4Addr,
+        port: String,
+        tries: u32,
+    },
     #[error("timed out after {0:?} waiting for {1}")]
     Timeout(std::time::Duration, &'static str),
     #[error(

@@ -91,6 +91,7 @@ pub use deposit_transport::identity::{
     load_authorized_keys, Identity, IdentityError, IdentityKey, KnownPeers,
 };
 pub use deposit_transport::mem::MemError;
+pub use deposit_transport::neigh::{NeighError, Route};
 pub use deposit_transport::node::ResumeError;
 /// Device counters ([`Device::stats`]): one definition, the worker's own.
 pub use deposit_transport::node::Stats as DeviceStats;

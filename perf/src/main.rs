@@ -188,9 +188,21 @@ struct Cli {
     /// Port spec (default memif:/tmp/ddperf.sock:server|client; ignored with --loopback).
     #[arg(long)]
     dev: Option<String>,
-    /// This node's IPv4 address (default 10.0.0.1 for the server, 10.0.0.2 for a client).
-    #[arg(long)]
-    ip: Option<Ipv4Addr>,
+    /// This node's IPv4 address, with its prefix length for a routed network
+    /// (`10.1.0.2/24`: peers outside it go through --gateway). Default 10.0.0.1 for the
+    /// server, 10.0.0.2 for a client, every peer on the link.
+    #[arg(long, value_name = "ADDR[/PREFIX]", value_parser = parse_ip_prefix)]
+    ip: Option<(Ipv4Addr, u8)>,
+    /// The router for peers outside --ip's prefix (its MAC is resolved by ARP).
+    #[arg(long, value_name = "ADDR")]
+    gateway: Option<Ipv4Addr>,
+    /// The peer's MAC, configured instead of resolved by ARP (client side; the next
+    /// hop's, when the peer is behind a router).
+    #[arg(long = "peer-mac", value_name = "MAC", value_parser = parse_mac)]
+    peer_mac: Option<[u8; 6]>,
+    /// The 802.1Q VLAN (1 to 4094): frames leave tagged, only that VLAN's are taken.
+    #[arg(long, value_name = "ID", value_parser = clap::value_parser!(u16).range(1..=4094))]
+    vlan: Option<u16>,
     /// Most writes outstanding per connection (perftest); with -q, at most 4096 over
     /// all the connections together.
     #[arg(short = 't', long = "tx-depth", default_value_t = 128)]
@@ -324,6 +336,34 @@ fn parse_psk(s: &str) -> std::result::Result<[u8; 32], String> {
     Ok(k)
 }
 
+fn parse_ip_prefix(s: &str) -> std::result::Result<(Ipv4Addr, u8), String> {
+    let (addr, prefix) = match s.split_once('/') {
+        Some((a, p)) => (a, Some(p)),
+        None => (s, None),
+    };
+    let ip: Ipv4Addr = addr.parse().map_err(|e| format!("{addr:?}: {e}"))?;
+    let prefix = match prefix {
+        None => 0,
+        Some(p) => match p.parse::<u8>() {
+            Ok(n) if n <= 32 => n,
+            _ => return Err(format!("prefix length {p:?}: 0 to 32")),
+        },
+    };
+    Ok((ip, prefix))
+}
+
+fn parse_mac(s: &str) -> std::result::Result<[u8; 6], String> {
+    let mut mac = [0u8; 6];
+    let parts: Vec<&str> = s.split(':').collect();
+    if parts.len() != 6 {
+        return Err(format!("{s:?}: a MAC is six hex bytes, aa:bb:cc:dd:ee:ff"));
+    }
+    for (b, p) in mac.iter_mut().zip(parts) {
+        *b = u8::from_str_radix(p, 16).map_err(|_| format!("{s:?}: bad hex byte {p:?}"))?;
+    }
+    Ok(mac)
+}
+
 fn parse_faults(s: &str) -> std::result::Result<FaultConfig, String> {
     s.parse::<FaultConfig>().map_err(|e| e.to_string())
 }
@@ -362,6 +402,13 @@ pub struct Params {
     /// Client port spec with --loopback.
     pub loop_client_dev: String,
     pub ip: [u8; 4],
+    /// `--ip`'s prefix length (0: every peer on the link) and `--gateway`.
+    pub prefix_len: u8,
+    pub gateway: Option<[u8; 4]>,
+    /// `--vlan`.
+    pub vlan: Option<u16>,
+    /// `--peer-mac`: the peer's address with its configured MAC.
+    pub peer_mac: Option<([u8; 4], [u8; 6])>,
     pub tx_depth: u32,
     pub cq_mod: u32,
     /// Requests per post call in the streaming tests (1: `post`; more: `post_list`).
@@ -613,7 +660,7 @@ fn resolve(cli: Cli) -> Result<Params> {
                 .clone()
                 .unwrap_or_else(|| if server_side { SERVER_DEV } else { CLIENT_DEV }.to_string()),
             cli.ip
-                .map(|a| a.octets())
+                .map(|a| a.0.octets())
                 .unwrap_or(if server_side { SERVER_IP } else { CLIENT_IP }),
         ),
     };
@@ -628,6 +675,19 @@ fn resolve(cli: Cli) -> Result<Params> {
         dev,
         loop_client_dev: LOOP_CLIENT_DEV.to_string(),
         ip,
+        prefix_len: cli.ip.map_or(0, |a| a.1),
+        vlan: cli.vlan,
+        gateway: cli.gateway.map(|g| g.octets()),
+        peer_mac: match (cli.peer_mac, role) {
+            (Some(mac), Role::Client { peer }) => Some((peer, mac)),
+            (Some(_), _) => {
+                return Err(PerfError::Usage(
+                    "--peer-mac is a client option (the server answers where requests come from)"
+                        .into(),
+                ))
+            }
+            (None, _) => None,
+        },
         tx_depth: cli.tx_depth,
         cq_mod,
         post_list: cli.post_list,

@@ -131,6 +131,18 @@ pub fn open_device(p: &Params, spec: &str, ip: [u8; 4]) -> Result<Device> {
         cfg = cfg.max_frame(m);
     }
     cfg.cm_timeout = p.timeout;
+    if p.role != Role::Loopback {
+        cfg.prefix_len = p.prefix_len;
+        cfg.vlan = p.vlan;
+        cfg.gateway = p.gateway;
+        if let Some((ip, mac)) = p.peer_mac {
+            cfg.nodes.push(deposit::NodeAddr {
+                mac,
+                ip,
+                udp_port: deposit::UDP_PORT,
+            });
+        }
+    }
     // -q connections on this device, beyond the default limit when -q is large, all
     // from one peer.
     cfg.max_connections = cfg.max_connections.max(p.qps as usize + 16);
@@ -212,6 +224,17 @@ pub fn print_stats(show: bool) {
             eprintln!("  drops {:<18} {n:>16}  ({r})", r.name());
         }
         eprintln!("  ({zero} other counters 0)");
+        let shards = d.shard_stats();
+        if shards.len() > 1 {
+            // Where frames came in: a shard with a queue of its own forwards what the
+            // port's hashing gave it of another's; one without forwards nothing.
+            for (k, s) in shards.iter().enumerate() {
+                eprintln!(
+                    "  shard {k}: frames_rx {} frames_forwarded {} frames_tx {}",
+                    s.frames_rx, s.frames_forwarded, s.frames_tx
+                );
+            }
+        }
     }
 }
 

@@ -98,6 +98,8 @@ pub enum CmError {
          a known-peers file) or ask for trust on first use"
     )]
     NoPeerKey,
+    #[error("{0}")]
+    NoRoute(#[from] crate::neigh::NeighError),
 }
 
 /// The register window a new connection gives its peer.
@@ -263,6 +265,9 @@ pub enum Action {
         peer: PeerParams,
         keys: Box<SessionKeys>,
         verified: bool,
+        /// Where the reply came from: the peer's MAC, or its router's (the
+        /// connection's next hop from now on).
+        mac: [u8; 6],
     },
     /// Our request was refused, or went unanswered until the timeout; `offered`: the
     /// key a listener's challenge named instead of the pinned one
@@ -913,7 +918,7 @@ impl Cm {
                 cookie,
                 listener,
             } => self.challenged(client_conn, request, cookie, IdentityKey(listener), now),
-            CmMessage::ConnectRep { .. } => self.connect_reply(msg, private),
+            CmMessage::ConnectRep { .. } => self.connect_reply(from.mac, msg, private),
             CmMessage::Reject { .. } => self.rejected(msg),
             CmMessage::DisconnectReq { .. } => self.disconnect_request(from, msg, now),
             CmMessage::DisconnectRep { sender, mac } => self.disconnect_answer(sender, mac, msg),
@@ -958,8 +963,10 @@ impl Cm {
         else {
             return Ok(());
         };
-        // The payload's MAC, which the frame's CRC covers.
-        let from = NodeAddr { mac, ..from };
+        // The answer goes back where the frame came from: the requester itself on the
+        // link, or the router before it (the MAC the request names is the requester's
+        // own, which is no next hop when a router is between).
+        let _ = mac;
         let mut h = SipHasher24::new_with_keys(self.secret.1, self.secret.0);
         h.write(&from.ip);
         let bucket = &mut self.sources[h.finish() as usize % SOURCE_BUCKETS];
@@ -1122,7 +1129,12 @@ impl Cm {
     /// A reply to our connect: the connection is up when it verifies under one of the
     /// listener keys our requests went to. One that does not is a forgery (or a
     /// different pre-shared key's): ignored, and the connect waits for another.
-    fn connect_reply(&mut self, msg: CmMessage, private: &[u8]) -> Result<(), Ignored> {
+    fn connect_reply(
+        &mut self,
+        from_mac: [u8; 6],
+        msg: CmMessage,
+        private: &[u8],
+    ) -> Result<(), Ignored> {
         let CmMessage::ConnectRep {
             request,
             conn,
@@ -1176,6 +1188,7 @@ impl Cm {
             peer,
             keys: Box::new(keys),
             verified,
+            mac: from_mac,
         });
         Ok(())
     }
@@ -1405,6 +1418,37 @@ impl Cm {
         None
     }
 
+    /// Connection `conn`'s request now knows where to go (its next hop's MAC was
+    /// resolved): it goes there from now on, and its deadline counts from now — the
+    /// listener could not answer before the request left.
+    pub fn resolved(&mut self, conn: u32, mac: [u8; 6], now: u64) {
+        if let Some(p) = self.pending.get_mut(&conn) {
+            p.to.mac = mac;
+            p.deadline = now + self.timing.timeout;
+            self.timers
+                .push(Reverse((p.next_retry.min(p.deadline), conn)));
+        }
+    }
+
+    /// Sends again at once the pending requests whose destination `to_match` picks
+    /// (connect requests that waited for their next hop's MAC).
+    pub fn requeue_where(&mut self, mut to_match: impl FnMut(&NodeAddr) -> bool) {
+        for (&conn, p) in self.pending.iter_mut() {
+            if to_match(&p.to) {
+                p.requeue(conn, &mut self.out);
+            }
+        }
+    }
+
+    /// The connections whose pending request goes to a destination `to_match` picks.
+    pub fn waiting_for(&self, mut to_match: impl FnMut(&NodeAddr) -> bool) -> Vec<u32> {
+        self.pending
+            .iter()
+            .filter(|(_, p)| to_match(&p.to))
+            .map(|(&conn, _)| conn)
+            .collect()
+    }
+
     /// Connections with a request under way.
     pub fn pending(&self) -> usize {
         self.pending.len()
@@ -1581,7 +1625,11 @@ mod tests {
         else {
             panic!("no incoming");
         };
-        assert_eq!(from.mac, [2; 6], "learned from the request's payload");
+        assert_eq!(
+            from.mac,
+            addr(2).mac,
+            "the frame's source: the next hop back"
+        );
         assert_eq!(peer.identity, client.identity(), "the client's key, proven");
         assert!(handshake.check_psk(None));
         let server_keys = server
@@ -1614,6 +1662,7 @@ mod tests {
                 peer: want,
                 keys: Box::new(server_keys),
                 verified: true,
+                mac: addr(1).mac,
             })
         );
         assert_eq!(

@@ -190,9 +190,12 @@ pub trait Host: Drives {
 
     // Peers.
 
-    /// Adds a peer node (its addresses); returns its number in the node table.
+    /// Adds a peer node with its MAC (a static entry: neither ARP nor a peer's frames
+    /// change it); returns its number in the node table.
     fn add_peer(&mut self, addr: NodeAddr) -> NodeId {
-        self.node_mut().nodes.insert(addr)
+        let node = self.node_mut();
+        node.neigh.config().table.insert_static(addr.ip, addr.mac);
+        node.nodes.insert_static(addr)
     }
     /// The addresses of peer `id` of the node table.
     fn peer(&self, id: NodeId) -> Option<NodeAddr> {

@@ -36,6 +36,7 @@ pub mod host;
 pub mod identity;
 pub mod mem;
 pub mod message;
+pub mod neigh;
 pub mod node;
 pub mod oplogic;
 #[cfg(feature = "dpdk")]

@@ -192,11 +192,23 @@ pub enum DropReason {
     /// A valid payload token of the other kind: a read token named by a write, or a
     /// write token by a read (wire version 14).
     TokenKind,
+    /// A malformed ARP or ICMP frame (lengths, checksums, fields), or an answer to one
+    /// that could not be built (`crate::neigh`).
+    BadNeighbour,
+    /// An ARP frame that teaches nothing this node asked for: a reply or announcement
+    /// from an address not in the neighbour table, or one claiming this node's own
+    /// address (`crate::neigh`: it cannot make an entry).
+    Unsolicited,
+    /// An ARP or echo request over the answers that may wait, or a resolution over
+    /// the neighbour table's size (`crate::neigh::MAX_ANSWERS`, `NeighConfig::max_entries`).
+    NeighCapped,
+    /// An ICMP message other than an echo request to this node (counted, ignored).
+    IcmpIgnored,
 }
 
 impl DropReason {
     /// Number of reasons.
-    pub const COUNT: usize = 45;
+    pub const COUNT: usize = 49;
 
     /// Every reason, in counter-index order.
     pub const ALL: [DropReason; DropReason::COUNT] = [
@@ -245,6 +257,10 @@ impl DropReason {
         DropReason::Unauthorized,
         DropReason::SourceCap,
         DropReason::TokenKind,
+        DropReason::BadNeighbour,
+        DropReason::Unsolicited,
+        DropReason::NeighCapped,
+        DropReason::IcmpIgnored,
     ];
 
     /// The reason of counter index (and wire code) `code`; `None` past the last.
@@ -336,6 +352,14 @@ impl DropReason {
             DropReason::TokenKind => {
                 "a payload token of the other kind (a read token written, a write token read)"
             }
+            DropReason::BadNeighbour => "a malformed ARP or ICMP frame",
+            DropReason::Unsolicited => {
+                "an ARP frame about an address this node did not ask for (not learned)"
+            }
+            DropReason::NeighCapped => {
+                "an ARP or echo request over the answers waiting, or the neighbour table full"
+            }
+            DropReason::IcmpIgnored => "an ICMP message other than an echo request (ignored)",
         }
     }
 
@@ -387,6 +411,10 @@ impl DropReason {
             DropReason::Unauthorized => "unauthorized",
             DropReason::SourceCap => "cm_source_cap",
             DropReason::TokenKind => "token_kind",
+            DropReason::BadNeighbour => "bad_neighbour",
+            DropReason::Unsolicited => "unsolicited",
+            DropReason::NeighCapped => "neigh_capped",
+            DropReason::IcmpIgnored => "icmp_ignored",
         }
     }
 }

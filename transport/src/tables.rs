@@ -481,6 +481,9 @@ pub struct NodeId(pub u32);
 #[derive(Debug, Default)]
 pub struct NodeTable {
     nodes: Vec<NodeAddr>,
+    /// Whether each node's MAC was configured (a node table file, `add_node`): it
+    /// wins over what resolution or a peer's frames would say.
+    fixed: Vec<bool>,
     by_ip: HashMap<[u8; 4], NodeId>,
 }
 
@@ -491,16 +494,38 @@ impl NodeTable {
     }
 
     /// Adds a node, or updates the MAC and port of the node with the same IP and returns
-    /// its existing number.
+    /// its existing number. A configured MAC ([`NodeTable::insert_static`]) stays.
     pub fn insert(&mut self, addr: NodeAddr) -> NodeId {
+        self.put(addr, false)
+    }
+
+    /// Adds a node whose MAC is configured, or makes the node with the same IP one:
+    /// nothing learned changes its MAC afterwards.
+    pub fn insert_static(&mut self, addr: NodeAddr) -> NodeId {
+        self.put(addr, true)
+    }
+
+    fn put(&mut self, addr: NodeAddr, fixed: bool) -> NodeId {
         if let Some(&id) = self.by_ip.get(&addr.ip) {
-            self.nodes[id.0 as usize] = addr;
+            let i = id.0 as usize;
+            if fixed || !self.fixed[i] {
+                self.nodes[i] = addr;
+            } else {
+                self.nodes[i].udp_port = addr.udp_port;
+            }
+            self.fixed[i] |= fixed;
             return id;
         }
         let id = NodeId(self.nodes.len() as u32);
         self.nodes.push(addr);
+        self.fixed.push(fixed);
         self.by_ip.insert(addr.ip, id);
         id
+    }
+
+    /// Whether node `id`'s MAC was configured.
+    pub fn is_static(&self, id: NodeId) -> bool {
+        self.fixed.get(id.0 as usize).copied().unwrap_or(false)
     }
 
     /// The address of node `id`.

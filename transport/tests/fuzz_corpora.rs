@@ -86,6 +86,11 @@ fn corpus_node() {
     replay("node");
 }
 
+#[test]
+fn corpus_neigh_wire() {
+    replay("neigh_wire");
+}
+
 /// Every target has seeds, and they pass.
 #[test]
 fn seeds_pass() {

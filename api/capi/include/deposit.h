@@ -48,11 +48,25 @@
 // Anything else (see `dd_last_error`).
 #define DD_ERR_OTHER -11
 
+// The peer cannot be reached: nobody answered ARP for it (or its gateway), or it is
+// off the link with no gateway (`dd_last_error` names the address and the port).
+#define DD_ERR_UNREACHABLE -12
+
 // Who drives a device's worker loop: the application's calls.
 #define DD_PROGRESS_INLINE 0
 
 // A worker thread of the device's own (it sleeps when idle).
 #define DD_PROGRESS_DEDICATED 1
+
+// `dd_device_config.resolve`: by the port (ARP on af_packet, af_xdp and NICs).
+#define DD_RESOLVE_DEFAULT 0
+
+// `dd_device_config.resolve`: resolve peers' MACs by ARP.
+#define DD_RESOLVE_ARP 1
+
+// `dd_device_config.resolve`: no ARP; peers without a static entry have the MAC
+// derived from their IP.
+#define DD_RESOLVE_OFF 2
 
 // Peers may read (`dd_endpoint_alloc`'s `rights`).
 #define DD_REMOTE_READ 1
@@ -270,6 +284,18 @@
 // A valid payload token of the other kind: a read token named by a write, or a write
 // token by a read (wire version 14).
 #define DD_DROP_TOKEN_KIND 44
+
+// A malformed ARP or ICMP frame, or an answer to one that could not be built.
+#define DD_DROP_BAD_NEIGHBOUR 45
+
+// An ARP frame about an address this node did not ask for (not learned).
+#define DD_DROP_UNSOLICITED 46
+
+// An ARP or echo request over the answers waiting, or the neighbour table full.
+#define DD_DROP_NEIGH_CAPPED 47
+
+// An ICMP message other than an echo request to this node (counted, ignored).
+#define DD_DROP_ICMP_IGNORED 48
 
 // Executed (not the status of a trap).
 #define DD_REMOTE_STATUS_OK 0
@@ -555,6 +581,24 @@ struct dd_device_config {
   // `peer_key` wins over it), and a key taken on first use is added to the file.
   // NULL: none (keys taken on first use are reported on standard error, not kept).
   const char *known_peers_path;
+  // The prefix length of `ip` (1 to 32): peers inside it are on the link, the others
+  // are reached through `gateway`. 0 (the default): every peer is on the link.
+  uint32_t prefix_len;
+  // The router for peers outside the prefix, in address order (0.0.0.0, the
+  // default: none; a connect to a peer off the link then fails `DD_ERR_UNREACHABLE`).
+  uint8_t gateway[4];
+  // This node's MAC (all zero, the default: the port's own on af_packet, af_xdp and
+  // NICs; the one derived from `ip` on ring, null and memif ports).
+  uint8_t mac[6];
+  // Whether peers' MACs are resolved by ARP: `DD_RESOLVE_DEFAULT` (0: on ports with
+  // a MAC of their own), `DD_RESOLVE_ARP` or `DD_RESOLVE_OFF`.
+  uint32_t resolve;
+  // A node table file: `IP [MAC] UDP-PORT` lines (`#` comments), static entries that
+  // ARP never changes. NULL: none.
+  const char *nodes_path;
+  // The 802.1Q VLAN (1 to 4094): frames leave tagged, only that VLAN's are taken.
+  // 0 (the default): untagged.
+  uint32_t vlan;
 };
 
 // A window of address registers: `len` registers from absolute index `base`.

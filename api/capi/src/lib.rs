@@ -79,6 +79,9 @@ pub const DD_ERR_CM: c_int = -9;
 pub const DD_ERR_PANIC: c_int = -10;
 /// Anything else (see `dd_last_error`).
 pub const DD_ERR_OTHER: c_int = -11;
+/// The peer cannot be reached: nobody answered ARP for it (or its gateway), or it is
+/// off the link with no gateway (`dd_last_error` names the address and the port).
+pub const DD_ERR_UNREACHABLE: c_int = -12;
 
 thread_local! {
     static LAST: RefCell<CString> = RefCell::new(CString::default());
@@ -104,6 +107,7 @@ fn code_of(e: &Error) -> c_int {
         // The caller's options lack what a secure connect needs (a pinned key, or trust
         // on first use): fixed by the arguments, as a bad one is.
         Error::Cm(CmError::NoPeerKey) => DD_ERR_INVALID,
+        Error::Cm(CmError::NoRoute(_)) | Error::Unresolved { .. } => DD_ERR_UNREACHABLE,
         Error::Cm(_) | Error::ForeignEndpoint => DD_ERR_CM,
         Error::Rejected(api::RejectReason::Timeout) | Error::Timeout(..) => DD_ERR_TIMEOUT,
         Error::Rejected(_) | Error::PeerKeyMismatch { .. } => DD_ERR_REJECTED,
@@ -271,7 +275,33 @@ pub struct dd_device_config {
     /// `peer_key` wins over it), and a key taken on first use is added to the file.
     /// NULL: none (keys taken on first use are reported on standard error, not kept).
     pub known_peers_path: *const c_char,
+    /// The prefix length of `ip` (1 to 32): peers inside it are on the link, the others
+    /// are reached through `gateway`. 0 (the default): every peer is on the link.
+    pub prefix_len: u32,
+    /// The router for peers outside the prefix, in address order (0.0.0.0, the
+    /// default: none; a connect to a peer off the link then fails `DD_ERR_UNREACHABLE`).
+    pub gateway: [u8; 4],
+    /// This node's MAC (all zero, the default: the port's own on af_packet, af_xdp and
+    /// NICs; the one derived from `ip` on ring, null and memif ports).
+    pub mac: [u8; 6],
+    /// Whether peers' MACs are resolved by ARP: `DD_RESOLVE_DEFAULT` (0: on ports with
+    /// a MAC of their own), `DD_RESOLVE_ARP` or `DD_RESOLVE_OFF`.
+    pub resolve: u32,
+    /// A node table file: `IP [MAC] UDP-PORT` lines (`#` comments), static entries that
+    /// ARP never changes. NULL: none.
+    pub nodes_path: *const c_char,
+    /// The 802.1Q VLAN (1 to 4094): frames leave tagged, only that VLAN's are taken.
+    /// 0 (the default): untagged.
+    pub vlan: u32,
 }
+
+/// `dd_device_config.resolve`: by the port (ARP on af_packet, af_xdp and NICs).
+pub const DD_RESOLVE_DEFAULT: u32 = 0;
+/// `dd_device_config.resolve`: resolve peers' MACs by ARP.
+pub const DD_RESOLVE_ARP: u32 = 1;
+/// `dd_device_config.resolve`: no ARP; peers without a static entry have the MAC
+/// derived from their IP.
+pub const DD_RESOLVE_OFF: u32 = 2;
 
 /// Fills `cfg` with the defaults; `port` (NULL) and `ip` (0.0.0.0) are still to set.
 /// The defaults: `DD_PROGRESS_INLINE` — no thread of the device's own: it moves only
@@ -298,6 +328,12 @@ pub unsafe extern "C" fn dd_device_config_init(cfg: *mut dd_device_config) -> c_
             progress_guard_us: 0,
             identity_path: std::ptr::null(),
             known_peers_path: std::ptr::null(),
+            prefix_len: 0,
+            gateway: [0; 4],
+            mac: [0; 6],
+            resolve: DD_RESOLVE_DEFAULT,
+            nodes_path: std::ptr::null(),
+            vlan: 0,
         };
         put(cfg, c, "cfg")
     })
@@ -350,6 +386,29 @@ pub unsafe extern "C" fn dd_device_open(
             d.identity = Some(Arc::new(id));
         }
         d.known_peers = path(c.known_peers_path, "cfg->known_peers_path")?;
+        if c.prefix_len > 32 {
+            return Err(invalid(format!(
+                "cfg->prefix_len {} (0 to 32)",
+                c.prefix_len
+            )));
+        }
+        d.prefix_len = c.prefix_len as u8;
+        d.gateway = (c.gateway != [0; 4]).then_some(c.gateway);
+        d.mac = (c.mac != [0; 6]).then_some(c.mac);
+        d.resolve = match c.resolve {
+            DD_RESOLVE_DEFAULT => None,
+            DD_RESOLVE_ARP => Some(true),
+            DD_RESOLVE_OFF => Some(false),
+            r => return Err(invalid(format!("cfg->resolve {r}"))),
+        };
+        d.vlan = match c.vlan {
+            0 => None,
+            v @ 1..=4094 => Some(v as u16),
+            v => return Err(invalid(format!("cfg->vlan {v} (1 to 4094, 0: none)"))),
+        };
+        if let Some(p) = path(c.nodes_path, "cfg->nodes_path")? {
+            d.nodes = api::DeviceConfig::load_nodes(&p)?;
+        }
         let dev = Device::open(d)?;
         put(out, boxed(dd_device(dev)), "out")
     })
@@ -1169,6 +1228,14 @@ pub const DD_DROP_SOURCE_CAP: i32 = 43;
 /// A valid payload token of the other kind: a read token named by a write, or a write
 /// token by a read (wire version 14).
 pub const DD_DROP_TOKEN_KIND: i32 = 44;
+/// A malformed ARP or ICMP frame, or an answer to one that could not be built.
+pub const DD_DROP_BAD_NEIGHBOUR: i32 = 45;
+/// An ARP frame about an address this node did not ask for (not learned).
+pub const DD_DROP_UNSOLICITED: i32 = 46;
+/// An ARP or echo request over the answers waiting, or the neighbour table full.
+pub const DD_DROP_NEIGH_CAPPED: i32 = 47;
+/// An ICMP message other than an echo request to this node (counted, ignored).
+pub const DD_DROP_ICMP_IGNORED: i32 = 48;
 
 /// The `DD_DROP_*` code of a reason (exhaustive: a new reason needs its constant).
 fn drop_code(r: api::DropReason) -> i32 {
@@ -1219,6 +1286,10 @@ fn drop_code(r: api::DropReason) -> i32 {
         D::Unauthorized => DD_DROP_UNAUTHORIZED,
         D::SourceCap => DD_DROP_SOURCE_CAP,
         D::TokenKind => DD_DROP_TOKEN_KIND,
+        D::BadNeighbour => DD_DROP_BAD_NEIGHBOUR,
+        D::Unsolicited => DD_DROP_UNSOLICITED,
+        D::NeighCapped => DD_DROP_NEIGH_CAPPED,
+        D::IcmpIgnored => DD_DROP_ICMP_IGNORED,
     }
 }
 
@@ -2147,6 +2218,70 @@ mod tests {
             );
             assert!(!dd_conn_peer_key_verified(std::ptr::null()));
         }
+    }
+
+    fn last_error() -> String {
+        unsafe { CStr::from_ptr(dd_last_error()) }
+            .to_string_lossy()
+            .into_owned()
+    }
+
+    #[test]
+    fn network_settings_are_checked_before_the_port_opens() {
+        let mut c: dd_device_config = unsafe { std::mem::zeroed() };
+        let port = CString::new("ring:netcfg:a").unwrap();
+        let mut dev: *mut dd_device = std::ptr::null_mut();
+        unsafe {
+            assert_eq!(dd_device_config_init(&mut c), DD_OK);
+            assert_eq!((c.prefix_len, c.gateway, c.mac), (0, [0; 4], [0; 6]));
+            assert_eq!(
+                (c.resolve, c.nodes_path),
+                (DD_RESOLVE_DEFAULT, std::ptr::null())
+            );
+            c.port = port.as_ptr();
+            c.prefix_len = 33;
+            assert_eq!(dd_device_open(&c, &mut dev), DD_ERR_INVALID);
+            assert!(last_error().contains("prefix_len 33"), "{}", last_error());
+            c.prefix_len = 24;
+            c.resolve = 7;
+            assert_eq!(dd_device_open(&c, &mut dev), DD_ERR_INVALID);
+            c.resolve = DD_RESOLVE_ARP;
+            let dir =
+                std::env::temp_dir().join(format!("deposit-capi-nodes-{}", std::process::id()));
+            std::fs::create_dir_all(&dir).unwrap();
+            let file = dir.join("nodes");
+            std::fs::write(
+                &file,
+                "# peers\n10.0.0.2 52:54:00:00:00:02 18515\n\n10.0.0.x 1\n",
+            )
+            .unwrap();
+            let cfile = CString::new(file.as_os_str().as_bytes()).unwrap();
+            c.nodes_path = cfile.as_ptr();
+            assert_eq!(dd_device_open(&c, &mut dev), DD_ERR_INVALID);
+            assert!(last_error().contains("10.0.0.x"), "{}", last_error());
+            std::fs::write(
+                &file,
+                "10.0.0.2 52:54:00:00:00:02 18515 # b\n10.0.0.3 18515\n",
+            )
+            .unwrap();
+            let nodes = api::DeviceConfig::load_nodes(&file).unwrap();
+            assert_eq!(nodes.len(), 2);
+            assert_eq!(nodes[0].mac, [0x52, 0x54, 0, 0, 0, 2]);
+            std::fs::remove_dir_all(&dir).unwrap();
+        }
+        let peer = std::net::Ipv4Addr::new(10, 0, 0, 9);
+        let unresolved = Error::Unresolved {
+            peer,
+            hop: peer,
+            port: "af_packet:v0".into(),
+            tries: 8,
+        };
+        assert_eq!(code_of(&unresolved), DD_ERR_UNREACHABLE);
+        assert_eq!(
+            unresolved.to_string(),
+            "no ARP reply from 10.0.0.9 on port af_packet:v0 after 8 tries: is it up, on this \
+             subnet, or behind --gateway?"
+        );
     }
 
     #[test]

@@ -5,18 +5,19 @@
 //! Each target panics only when a property it checks fails (that panic is the bug
 //! report); bad input is otherwise just input. What each checks:
 //!
-//! | target   | input                                        | properties in module |
-//! |----------|----------------------------------------------|----------------------|
-//! | frame    | a frame, with optional fix-ups               | `wire`               |
-//! | cell     | a control part and a transport header        | `wire`               |
-//! | compound | a compound descriptor, registers, an operand | `wire`, `plan`       |
-//! | cm       | a CM control part and payload                | `wire`               |
-//! | plan     | registers, an endpoint, a message            | `plan`               |
-//! | node     | frames, clock steps and host calls in turn   | `node`               |
+//! | target     | input                                        | properties in module |
+//! |------------|----------------------------------------------|----------------------|
+//! | frame      | a frame, with optional fix-ups               | `wire`               |
+//! | cell       | a control part and a transport header        | `wire`               |
+//! | compound   | a compound descriptor, registers, an operand | `wire`, `plan`       |
+//! | cm         | a CM control part and payload                | `wire`               |
+//! | neigh_wire | an ARP or ICMP frame, with optional fix-ups  | `wire`               |
+//! | plan       | registers, an endpoint, a message            | `plan`               |
+//! | node       | frames, clock steps and host calls in turn   | `node`               |
 //!
 //! `seeds` gives each target's hand-made starting inputs (frames a `FrameWriter`
-//! built, real CM messages, messages of every opcode), written into `fuzz/corpus` by
-//! `scripts/fuzz.sh --seed`.
+//! built, real CM messages, messages of every opcode, ARP and ping frames as Linux
+//! sends them), written into `fuzz/corpus` by `scripts/fuzz.sh --seed`.
 
 pub mod node;
 pub mod plan;
@@ -26,19 +27,20 @@ pub mod wire;
 pub use node::node;
 pub use plan::plan;
 pub use seeds::seeds;
-pub use wire::{cell, cm, compound, frame};
+pub use wire::{cell, cm, compound, frame, neigh_wire};
 
 /// A fuzz target: a function of the input bytes that panics when a property fails.
 pub type Target = fn(&[u8]);
 
 /// Every target, by the name of its `fuzz/fuzz_targets/<name>.rs` and corpus directory.
-pub const TARGETS: [(&str, Target); 6] = [
+pub const TARGETS: [(&str, Target); 7] = [
     ("frame", frame),
     ("cell", cell),
     ("compound", compound),
     ("cm", cm),
     ("plan", plan),
     ("node", node),
+    ("neigh_wire", neigh_wire),
 ];
 
 /// Runs target `name` on `data`; false when there is no such target.

@@ -1,11 +1,14 @@
 //! Hand-made starting inputs of each target: frames a `FrameWriter` built, control
 //! parts and descriptors of every kind, real CM messages, rigs and messages of every
-//! opcode, and step sequences that exercise each kind of step, so that fuzzing starts
-//! deep in the decoders instead of at their first length check.
+//! opcode, step sequences that exercise each kind of step, ARP and ping frames as
+//! Linux sends them, so that fuzzing starts deep in the decoders instead of at their
+//! first length check.
 
-use super::wire::{fixup, underlay};
+use super::wire::{fixup, neigh_fixup, underlay};
+use crate::wire::arp::{ArpRepr, BROADCAST_MAC};
 use crate::wire::cm::{CmMessage, RejectReason, CM_PAYLOAD_MAX};
 use crate::wire::compound::{CompoundRepr, Cond, CondRepr, OpSource, Order, RegOp, RegOpRepr};
+use crate::wire::icmp::{emit_echo_reply, EchoRequest, IcmpPacket};
 use crate::wire::{
     flags, hflags, op, ControlPacket, ControlRepr, FrameWriter, TransportPacket, TransportRepr,
 };
@@ -19,6 +22,7 @@ pub fn seeds(name: &str) -> Vec<Vec<u8>> {
         "cm" => cms(),
         "plan" => plans(),
         "node" => nodes(),
+        "neigh_wire" => neighs(),
         _ => Vec::new(),
     }
 }
@@ -534,5 +538,107 @@ fn nodes() -> Vec<Vec<u8>> {
         0,
         64, // TOKEN_WRITE with the read token
     ]);
+    out
+}
+
+/// An IPv4 ICMP frame of type `kind` from 192.168.122.1 to 192.168.122.10, as Linux's
+/// `ping` sends an echo request (DF set, an identification, TTL 64), with both
+/// checksums right.
+fn icmp_frame(kind: u8, code: u8, ident: u16, seq: u16, data: &[u8]) -> Vec<u8> {
+    let req = EchoRequest {
+        src_mac: [0x52, 0x54, 0x00, 0xab, 0xcd, 0xef],
+        dst_mac: [0x52, 0x54, 0x00, 0x12, 0x34, 0x56],
+        src_ip: [192, 168, 122, 10],
+        dst_ip: [192, 168, 122, 1],
+        ident,
+        seq,
+        data,
+    };
+    let mut buf = vec![0u8; 1514];
+    // A reply from .1 to .10 is the request's layout with another type.
+    let n = emit_echo_reply(
+        &req,
+        [0x52, 0x54, 0x00, 0x12, 0x34, 0x56],
+        [192, 168, 122, 1],
+        &mut buf,
+    )
+    .expect("an echo fits");
+    buf.truncate(n);
+    buf[18..22].copy_from_slice(&[0x1c, 0x46, 0x40, 0x00]);
+    buf[34] = kind;
+    buf[35] = code;
+    let mut p = IcmpPacket::new_unchecked(&mut buf[..]);
+    let c = p
+        .compute_icmp_checksum()
+        .expect("the message is in the frame");
+    p.set_icmp_checksum(c);
+    let mut u = crate::wire::UnderlayPacket::new_unchecked(&mut buf[..]);
+    let c = u.compute_ip_checksum();
+    u.set_ip_checksum(c);
+    buf
+}
+
+fn neighs() -> Vec<Vec<u8>> {
+    let host = [0x52, 0x54, 0x00, 0x12, 0x34, 0x56];
+    let us = [0x52, 0x54, 0x00, 0xab, 0xcd, 0xef];
+    let (host_ip, our_ip) = ([192, 168, 122, 1], [192, 168, 122, 10]);
+    let arp = |r: ArpRepr, dst, src, len: usize| {
+        let mut b = vec![0u8; 60];
+        r.emit(dst, src, &mut b).expect("60 bytes");
+        b.truncate(len);
+        b
+    };
+    let request = ArpRepr::request(host, host_ip, our_ip);
+    // Linux's `ping` data: a struct timeval (little endian), then bytes 0x10, 0x11...
+    let mut ping = 1_700_000_000u64.to_le_bytes().to_vec();
+    ping.extend_from_slice(&123_456u64.to_le_bytes());
+    ping.extend(16..56u8);
+    let frames = [
+        // ARP: Linux's request (42 bytes as sent, 60 as received), a reply, a
+        // gratuitous announcement, a unicast probe.
+        arp(request, BROADCAST_MAC, host, 42),
+        arp(request, BROADCAST_MAC, host, 60),
+        arp(request.reply_to(us), host, us, 60),
+        arp(ArpRepr::gratuitous(us, our_ip), BROADCAST_MAC, us, 60),
+        arp(request, us, host, 60),
+        // ICMP: `ping` (56 bytes), `ping -s 0` padded to 60, an odd length, a reply,
+        // a destination unreachable.
+        icmp_frame(8, 0, 0x0d2a, 1, &ping),
+        {
+            let mut f = icmp_frame(8, 0, 0x0d2a, 2, &[]);
+            f.resize(60, 0);
+            f
+        },
+        icmp_frame(8, 0, 0x0d2b, 7, &ping[..33]),
+        icmp_frame(0, 0, 0x0d2a, 1, &ping),
+        icmp_frame(3, 3, 0, 0, &ping[..28]),
+        // Others: a deposit frame, an IPv6 header, a VLAN tag.
+        frame_of(&[(header(17, hflags::ACK), Vec::new())]),
+        {
+            let mut f = vec![0u8; 54];
+            f[12..14].copy_from_slice(&0x86ddu16.to_be_bytes());
+            f[14] = 0x60;
+            f
+        },
+        {
+            let mut f = arp(request, BROADCAST_MAC, host, 60);
+            f[12..14].copy_from_slice(&0x8100u16.to_be_bytes());
+            f
+        },
+    ];
+    let all = neigh_fixup::LENGTH | neigh_fixup::IP_CHECKSUM | neigh_fixup::ICMP_CHECKSUM;
+    let mut out = Vec::new();
+    for (i, f) in frames.iter().enumerate() {
+        let mut s = vec![0];
+        s.extend_from_slice(f);
+        out.push(s);
+        // The ICMP ones again with every fix-up (not the padded one: it would take
+        // the padding in).
+        if (5..10).contains(&i) && i != 6 {
+            let mut s = vec![all];
+            s.extend_from_slice(f);
+            out.push(s);
+        }
+    }
     out
 }

@@ -19,18 +19,36 @@
 //! * `cm`: a CM message that parses emits back to a control part and payload that
 //!   parse to it (private data kept), and travels through its own frame unchanged; a
 //!   refusal is for the reason the lengths and opcode give.
+//! * `neigh_wire`: `classify` never panics and agrees with every decoder (a frame that
+//!   parses as ARP is `Arp`, as ICMP `Icmp`, as a deposit frame `Udp`); the ARP and
+//!   ICMP decoders never panic and refuse only for the reasons they document; an ARP
+//!   message that parses emits back to the same 42 bytes (given the frame's Ethernet
+//!   addresses), zero padding after them, and parses to the same message; any ARP
+//!   fields emit to a frame that parses back to them exactly when the sender is
+//!   unicast; an echo request's reply parses as a valid ICMP message of type 0 code 0
+//!   with the request's identifier, sequence number and data, addressed back to its
+//!   source; an ICMP frame that parses is refused by the underlay for its protocol
+//!   alone; emits into a buffer one byte short are refused.
 
 use super::Input;
+use crate::wire::arp::{
+    is_unicast_mac, ArpOp, ArpPacket, ArpRepr, ARP_FRAME_LEN, BROADCAST_MAC, ETHERTYPE_ARP,
+    MIN_FRAME_LEN,
+};
 use crate::wire::cell::{self, cells_for, check8, flags, op, AddrMode};
 use crate::wire::cm::{CmMessage, CmWireError, CM_PAYLOAD_MAX, PRIVATE_DATA_MAX};
 use crate::wire::compound::{
     CompoundError, CompoundPacket, CompoundRepr, Cond, Order, RegOp, COMPOUND_LEN,
 };
+use crate::wire::icmp::{
+    emit_echo_reply, parse_echo_request, Icmp, IcmpPacket, ICMP_ECHO_REQUEST, ICMP_HEADERS_LEN,
+    IP_PROTO_ICMP,
+};
 use crate::wire::underlay::ETH_HEADER_LEN;
 use crate::wire::{
-    hflags, ControlPacket, ControlRepr, FrameView, FrameWriter, TransportPacket, TransportRepr,
-    UnderlayPacket, UnderlayRepr, WireError, CELL_LEN, CONTROL_LEN, CRC_LEN, HEADER_LEN, UDP_PORT,
-    UNDERLAY_LEN,
+    classify, hflags, ControlPacket, ControlRepr, FrameKind, FrameView, FrameWriter,
+    TransportPacket, TransportRepr, UnderlayPacket, UnderlayRepr, WireError, CELL_LEN, CONTROL_LEN,
+    CRC_LEN, HEADER_LEN, UDP_PORT, UNDERLAY_LEN,
 };
 
 /// Fix-ups `frame` applies before parsing (bits of its first byte), so that mutated
@@ -569,4 +587,248 @@ pub(super) fn underlay() -> UnderlayRepr {
         src_port: 49153,
         dst_port: UDP_PORT,
     }
+}
+
+/// Fix-ups `neigh_wire` applies before parsing (bits of its first byte), so that
+/// mutated frames get past the IPv4 and ICMP checksums to the checks behind them.
+pub mod neigh_fixup {
+    /// Set the IPv4 total length from the buffer.
+    pub const LENGTH: u8 = 0x01;
+    /// Set the IPv4 header checksum.
+    pub const IP_CHECKSUM: u8 = 0x02;
+    /// Set the ICMP checksum (over the message the total length gives).
+    pub const ICMP_CHECKSUM: u8 = 0x04;
+}
+
+/// The address the `neigh_wire` target answers from.
+const OUR_MAC: [u8; 6] = [0x02, 0xde, 0xad, 0xbe, 0xef, 0x01];
+/// The IPv4 address the `neigh_wire` target answers from.
+const OUR_IP: [u8; 4] = [10, 9, 8, 7];
+
+/// Fuzz target: `data[0]` selects `neigh_fixup`s, the rest is a frame (ARP, ICMP or
+/// anything else). See the module doc.
+pub fn neigh_wire(data: &[u8]) {
+    let mut input = Input::new(data);
+    let mode = input.u8();
+    let mut buf = input.rest().to_vec();
+    neigh_fix_up(&mut buf, mode);
+    check_neigh(&buf);
+}
+
+/// Applies the fix-ups `mode` selects to a frame in `buf`.
+pub fn neigh_fix_up(buf: &mut [u8], mode: u8) {
+    if buf.len() < ETH_HEADER_LEN + 20 {
+        return;
+    }
+    if mode & neigh_fixup::LENGTH != 0 {
+        if let Ok(total) = u16::try_from(buf.len() - ETH_HEADER_LEN) {
+            buf[16..18].copy_from_slice(&total.to_be_bytes());
+        }
+    }
+    if mode & neigh_fixup::IP_CHECKSUM != 0 {
+        // (The underlay's view reads and writes only the IPv4 header here.)
+        let mut u = UnderlayPacket::new_unchecked(&mut *buf);
+        let c = u.compute_ip_checksum();
+        u.set_ip_checksum(c);
+    }
+    if mode & neigh_fixup::ICMP_CHECKSUM != 0 {
+        if let Ok(mut p) = IcmpPacket::new_checked(&mut *buf) {
+            if let Some(c) = p.compute_icmp_checksum() {
+                p.set_icmp_checksum(c);
+            }
+        }
+    }
+}
+
+/// The `neigh_wire` properties of the module doc, on one frame.
+pub fn check_neigh(buf: &[u8]) {
+    let kind = classify(buf);
+    let ethertype = buf.get(12..14).map(|t| u16::from_be_bytes([t[0], t[1]]));
+    if FrameView::parse(buf).is_ok() {
+        assert_eq!(kind, FrameKind::Udp, "a deposit frame classified otherwise");
+    }
+    check_arp(buf, kind, ethertype);
+    check_icmp(buf, kind, ethertype);
+}
+
+/// ARP: parse, emit again, the fields of any frame emitted.
+fn check_arp(buf: &[u8], kind: FrameKind, ethertype: Option<u16>) {
+    match ArpRepr::parse(buf) {
+        Ok(r) => {
+            assert_eq!(kind, FrameKind::Arp, "an ARP frame classified otherwise");
+            let p = ArpPacket::new_unchecked(buf);
+            let mut out = [0xa5u8; MIN_FRAME_LEN + 1];
+            assert_eq!(
+                r.emit(p.dst_mac(), p.src_mac(), &mut out),
+                Ok(MIN_FRAME_LEN)
+            );
+            assert_eq!(
+                out[..ARP_FRAME_LEN],
+                buf[..ARP_FRAME_LEN],
+                "an ARP message emits back to other bytes"
+            );
+            assert!(
+                out[ARP_FRAME_LEN..MIN_FRAME_LEN].iter().all(|&b| b == 0),
+                "ARP padding not zero"
+            );
+            assert_eq!(out[MIN_FRAME_LEN], 0xa5, "ARP written past 60 bytes");
+            assert_eq!(ArpRepr::parse(&out), Ok(r));
+            assert_eq!(r.is_gratuitous(), r.sender_ip == r.target_ip);
+            if r.op == ArpOp::Request {
+                // Its answer goes back to the requester and parses.
+                let rep = r.reply_to(OUR_MAC);
+                assert_eq!(
+                    (rep.op, rep.target_mac, rep.target_ip, rep.sender_ip),
+                    (ArpOp::Reply, r.sender_mac, r.sender_ip, r.target_ip)
+                );
+                rep.emit(r.sender_mac, OUR_MAC, &mut out).expect("room");
+                assert_eq!(ArpRepr::parse(&out), Ok(rep));
+            }
+            assert_eq!(
+                r.emit(BROADCAST_MAC, OUR_MAC, &mut out[..MIN_FRAME_LEN - 1]),
+                Err(WireError::BufferTooSmall {
+                    needed: MIN_FRAME_LEN,
+                    got: MIN_FRAME_LEN - 1
+                })
+            );
+        }
+        Err(e) => {
+            if buf.len() < ARP_FRAME_LEN {
+                assert_eq!(
+                    e,
+                    WireError::Truncated {
+                        needed: ARP_FRAME_LEN,
+                        got: buf.len()
+                    }
+                );
+            } else {
+                assert!(matches!(e, WireError::BadArp(_)), "ARP refused with {e:?}");
+                if ethertype == Some(ETHERTYPE_ARP) {
+                    assert_eq!(kind, FrameKind::Arp);
+                }
+            }
+        }
+    }
+    // The frame's bytes read as ARP fields, emitted: they parse back to them exactly
+    // when the sender is unicast (every other field is written right).
+    if buf.len() >= ARP_FRAME_LEN {
+        let p = ArpPacket::new_unchecked(buf);
+        let r = ArpRepr {
+            op: if p.op() & 1 != 0 {
+                ArpOp::Request
+            } else {
+                ArpOp::Reply
+            },
+            sender_mac: p.sender_mac(),
+            sender_ip: p.sender_ip(),
+            target_mac: p.target_mac(),
+            target_ip: p.target_ip(),
+        };
+        let mut out = [0u8; MIN_FRAME_LEN];
+        r.emit(p.dst_mac(), p.src_mac(), &mut out).expect("room");
+        match ArpRepr::parse(&out) {
+            Ok(back) => {
+                assert!(is_unicast_mac(r.sender_mac));
+                assert_eq!(back, r, "ARP fields emitted parse to others");
+            }
+            Err(e) => {
+                assert!(!is_unicast_mac(r.sender_mac), "ARP fields refused: {e:?}");
+                assert!(matches!(e, WireError::BadArp(_)));
+            }
+        }
+    }
+}
+
+/// ICMP: parse, answer a request, check the answer.
+fn check_icmp(buf: &[u8], kind: FrameKind, ethertype: Option<u16>) {
+    match parse_echo_request(buf) {
+        Ok(m) => {
+            assert_eq!(kind, FrameKind::Icmp, "an ICMP frame classified otherwise");
+            // The underlay's checks are the same up to the protocol.
+            let u = UnderlayPacket::new_checked(buf).expect("42 bytes");
+            assert_eq!(
+                UnderlayRepr::parse(&u),
+                Err(WireError::BadIpProtocol(IP_PROTO_ICMP))
+            );
+            let p = IcmpPacket::new_unchecked(buf);
+            match m {
+                Icmp::EchoRequest(req) => {
+                    assert_eq!((p.icmp_type(), p.icmp_code()), (ICMP_ECHO_REQUEST, 0));
+                    check_echo_reply(&req);
+                }
+                Icmp::Other { kind, code } => {
+                    assert_eq!((p.icmp_type(), p.icmp_code()), (kind, code));
+                    assert_ne!((kind, code), (ICMP_ECHO_REQUEST, 0));
+                }
+            }
+        }
+        Err(e) => {
+            if buf.len() < ICMP_HEADERS_LEN {
+                assert!(
+                    matches!(e, WireError::Truncated { needed, got }
+                        if needed == ICMP_HEADERS_LEN && got == buf.len()),
+                    "{e:?}"
+                );
+                return;
+            }
+            assert!(
+                matches!(
+                    e,
+                    WireError::BadEthertype(_)
+                        | WireError::BadIpVersion(_)
+                        | WireError::BadIpHeaderLen(_)
+                        | WireError::BadIpChecksum { .. }
+                        | WireError::IpFragment(_)
+                        | WireError::NotIcmp(_)
+                        | WireError::BadIpLength { .. }
+                        | WireError::Truncated { .. }
+                        | WireError::BadIcmpChecksum { .. }
+                ),
+                "ICMP refused with {e:?}"
+            );
+            if let WireError::BadEthertype(t) = e {
+                assert_eq!(Some(t), ethertype);
+            }
+        }
+    }
+}
+
+/// The reply to `req`: its length, that it parses as a valid echo reply, its fields.
+fn check_echo_reply(req: &crate::wire::icmp::EchoRequest<'_>) {
+    let len = (ICMP_HEADERS_LEN + req.data.len()).max(MIN_FRAME_LEN);
+    let mut out = vec![0xa5u8; len + 1];
+    assert_eq!(emit_echo_reply(req, OUR_MAC, OUR_IP, &mut out), Ok(len));
+    assert_eq!(out[len], 0xa5, "echo reply written past its length");
+    let out = &out[..len];
+    assert_eq!(
+        parse_echo_request(out),
+        Ok(Icmp::Other { kind: 0, code: 0 }),
+        "the echo reply is not a valid echo reply"
+    );
+    assert_eq!(classify(out), FrameKind::Icmp);
+    let p = IcmpPacket::new_unchecked(out);
+    let u = p.underlay();
+    assert_eq!((u.dst_mac(), u.src_mac()), (req.src_mac, OUR_MAC));
+    assert_eq!((u.dst_ip(), u.src_ip()), (req.src_ip, OUR_IP));
+    assert_eq!((u.ip_ttl(), u.ip_ident(), u.ip_flags_frag()), (64, 0, 0));
+    assert_eq!(
+        (p.ident(), p.seq()),
+        (req.ident, req.seq),
+        "echo identifier and sequence number"
+    );
+    assert_eq!(p.echo_data(), Some(req.data), "echo data");
+    assert!(
+        out[ICMP_HEADERS_LEN + req.data.len()..]
+            .iter()
+            .all(|&b| b == 0),
+        "echo reply padding not zero"
+    );
+    let mut short = vec![0u8; len - 1];
+    assert_eq!(
+        emit_echo_reply(req, OUR_MAC, OUR_IP, &mut short),
+        Err(WireError::BufferTooSmall {
+            needed: len,
+            got: len - 1
+        })
+    );
 }

@@ -110,6 +110,9 @@ pub struct ConnContext {
     /// Endpoint that incoming operations act on.
     pub endpoint: EndpointId,
     pub peer: NodeId,
+    /// Where its frames go: the MAC the peer's checked frames come from (the peer's,
+    /// or its router's), or the configured one.
+    pub peer_mac: [u8; 6],
     pub peer_conn: u32,
     pub peer_key: u64,
     pub state: ConnState,
@@ -155,7 +158,7 @@ pub struct ConnContext {
     pub last_rx: u64,
     pub last_probe: u64,
     /// Probes sent since the peer was last heard.
-    pub probes_unanswered: u32,
+    pub probes_unanswered: u16,
     pub naks: Naks,
     /// Messages refused here whose NAK the peer has not confirmed seeing.
     pub refusals: Refusals,
@@ -180,8 +183,10 @@ pub struct ConnContext {
     pub window: u32,
     /// Receiver-not-ready: no sending before this TSC.
     pub rnr_until: u64,
-    pub rnr_retries: u32,
-    pub rnr_retry_limit: u32,
+    /// (16 bits each: a limit past 65 535 is as good as none, and the entry stays
+    /// within its 512 bytes.)
+    pub rnr_retries: u16,
+    pub rnr_retry_limit: u16,
     /// First RNR back-off, in TSC ticks.
     pub rnr_timeout: u64,
 

@@ -21,8 +21,8 @@ use crate::wake::WaitQueue;
 use crate::wire::{self, FrameView, UnderlayRepr};
 
 use super::{
-    complete_ready, fail_connection, learn_node, process_ack, segment_max_for, Accepted, FrameBuf,
-    Link, ListenEntry, Node,
+    complete_ready, fail_connection, learn_node, process_ack, segment_max_for, Accepted, Link,
+    ListenEntry, Node,
 };
 
 impl Node {
@@ -38,6 +38,7 @@ impl Node {
         &mut self,
         endpoint: EndpointId,
         peer: NodeId,
+        peer_mac: [u8; 6],
         shared: Arc<ConnShared>,
         opts: &ConnectOptions,
     ) -> Result<ConnContext, CmError> {
@@ -54,6 +55,7 @@ impl Node {
             key,
             endpoint,
             peer,
+            peer_mac,
             peer_conn: 0,
             peer_key: 0,
             state: ConnState::Connecting,
@@ -89,7 +91,7 @@ impl Node {
             window: self.cfg.window,
             rnr_until: 0,
             rnr_retries: 0,
-            rnr_retry_limit: self.cfg.rnr_retry_count,
+            rnr_retry_limit: self.cfg.rnr_retry_count.min(u32::from(u16::MAX)) as u16,
             rnr_timeout: self.us_to_ticks(self.cfg.rnr_timeout_us),
             timer_armed: u64::MAX,
             timer_spare: u64::MAX,
@@ -184,15 +186,24 @@ impl Node {
         if self.conns.len() >= self.cfg.max_connections {
             return Err(CmError::TooManyConnections(self.cfg.max_connections));
         }
+        let resolve = self.cfg.neigh.resolve;
+        if resolve {
+            self.neigh.next_hop(peer.ip).map_err(CmError::NoRoute)?;
+        }
         let peer_id = learn_node(&mut self.nodes, peer);
-        let to = self.nodes.get(peer_id).copied().unwrap_or(peer);
+        let mut to = self.nodes.get(peer_id).copied().unwrap_or(peer);
+        if resolve && !self.nodes.is_static(peer_id) {
+            // The request goes once the next hop's MAC is known (`Node::send_cm`); the
+            // connection's is the reply's source.
+            to.mac = super::neighbours::UNRESOLVED;
+        }
         let shared = ConnShared::new(
             self.unused_conn_number(),
             opts.sq_depth,
             cq,
             self.ring.ring().clone(),
         );
-        let c = self.new_connection(endpoint, peer_id, shared.clone(), opts)?;
+        let c = self.new_connection(endpoint, peer_id, to.mac, shared.clone(), opts)?;
         // What we ask for; the reply must grant the same.
         shared.secure.store(opts.secure.is_on(), Ordering::Relaxed);
         let (key, isn) = (c.key, c.isn);
@@ -277,10 +288,11 @@ impl Node {
         }
         // Never acknowledge past a refusal the peer may not know of.
         let (peer_conn, ack) = (conn.peer_conn, conn.ack_point());
-        let Some(to) = self.nodes.get(conn.peer).copied() else {
+        let Some(mut to) = self.nodes.get(conn.peer).copied() else {
             self.remove_connection(number);
             return Ok(());
         };
+        to.mac = conn.peer_mac;
         self.cm.close(number, to, peer_conn, ack, self.now);
         self.apply_cm_actions();
         Ok(())
@@ -340,11 +352,15 @@ impl Node {
                     peer,
                     keys,
                     verified,
+                    mac,
                 } => {
                     let Some(slot) = self.conns.slot_of(conn) else {
                         continue;
                     };
                     let c = self.conns.get_mut(slot).expect("slot");
+                    if !self.nodes.is_static(c.peer) {
+                        c.peer_mac = mac;
+                    }
                     if let Err(reason) = client_session(c, &keys, &peer, self.cfg.rekey_after) {
                         // Not up: the peer's connection times out unheard.
                         self.stats.drop_for(DropReason::NotSealed);
@@ -486,7 +502,7 @@ impl Node {
     }
 
     /// Our connect `conn` failed for `reason`: the entry goes, the application sees it.
-    fn fail_connect(&mut self, conn: u32, reason: RejectReason) {
+    pub(super) fn fail_connect(&mut self, conn: u32, reason: RejectReason) {
         if let Some(c) = self.remove_connection(conn) {
             c.shared.fail_reason.store(reason as u8, Ordering::Relaxed);
             c.shared.set_state(ConnState::Failed);
@@ -592,13 +608,19 @@ impl Node {
         let (endpoint, cq, lopts, accepted) =
             (l.endpoint, l.cq.clone(), l.opts.clone(), l.accepted.clone());
         let peer_id = learn_node(&mut self.nodes, from);
+        // Answered where the request came from, unless the peer's MAC is configured.
+        let peer_mac = match self.nodes.get(peer_id) {
+            Some(n) if self.nodes.is_static(peer_id) => n.mac,
+            _ => from.mac,
+        };
         let shared = ConnShared::new(
             self.unused_conn_number(),
             lopts.sq_depth,
             cq,
             self.ring.ring().clone(),
         );
-        let Ok(mut c) = self.new_connection(endpoint, peer_id, shared.clone(), &lopts) else {
+        let Ok(mut c) = self.new_connection(endpoint, peer_id, peer_mac, shared.clone(), &lopts)
+        else {
             return refuse(
                 self,
                 RejectReason::Resources,
@@ -692,9 +714,28 @@ impl Node {
     pub(crate) fn send_cm<L: Link>(&mut self, link: &mut L) {
         // What the link cannot take now waits in the machine for the next turn.
         while self.cm.has_output() && !link.full(false) {
-            let Some((to, msg, private)) = self.cm.poll_transmit() else {
+            let Some((mut to, msg, private)) = self.cm.poll_transmit() else {
                 break;
             };
+            match self.resolve_for_cm(&to) {
+                Ok(Some(mac)) => {
+                    if to.mac == super::neighbours::UNRESOLVED {
+                        if let CmMessage::ConnectReq { conn, .. } = msg {
+                            self.cm.resolved(conn, mac, self.now);
+                        }
+                    }
+                    to.mac = mac;
+                }
+                // Asked for: it goes again when answered (or at the next retry).
+                Ok(None) => continue,
+                Err(reason) => {
+                    if let CmMessage::ConnectReq { conn, .. } = msg {
+                        self.cm.forget(conn);
+                        self.fail_connect(conn, reason);
+                    }
+                    continue;
+                }
+            }
             self.send_cm_frame(link, &to, &msg, private.as_deref().unwrap_or(&[]));
         }
     }
@@ -719,10 +760,11 @@ impl Node {
             dst_port: to.udp_port,
         };
         let max = self.caps.max_frame;
-        let Ok(n) = msg.write_frame(private, &underlay, &mut m.room_mut()[..max]) else {
+        let tag = super::link::Tagging(self.cfg.vlan);
+        let Ok(n) = msg.write_frame(private, &underlay, tag.room(&mut m, max)) else {
             return;
         };
-        m.set_len(n);
+        tag.done(&mut m, n, 0);
         self.stats.bytes_tx += n as u64;
         if link.push(m, false) {
             self.stats.frames_tx += 1;

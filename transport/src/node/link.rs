@@ -70,6 +70,57 @@ pub trait FrameBuf {
     }
 }
 
+/// How a node's frames leave its buffers: untagged, or with an 802.1Q tag in front
+/// (`NodeConfig::vlan`). A frame is written untagged at [`Tagging::room`] and finished
+/// with [`Tagging::done`] (or [`Tagging::done_external`]), which puts the tag in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Tagging(pub Option<u16>);
+
+impl Tagging {
+    /// Where the untagged frame of at most `max` bytes is written.
+    #[inline]
+    pub fn room<F: FrameBuf>(self, m: &mut F, max: usize) -> &mut [u8] {
+        let off = self.len();
+        &mut m.room_mut()[off..off + max]
+    }
+
+    /// Bytes the tag takes (0 untagged).
+    #[inline]
+    pub fn len(self) -> usize {
+        if self.0.is_some() {
+            crate::wire::vlan::VLAN_LEN
+        } else {
+            0
+        }
+    }
+
+    /// The frame written at [`Tagging::room`] is `len` bytes: tagged with priority
+    /// `pcp` (when on a VLAN), its length set.
+    #[inline]
+    pub fn done<F: FrameBuf>(self, m: &mut F, len: usize, pcp: u8) {
+        match self.0 {
+            None => m.set_len(len),
+            Some(vid) => {
+                crate::wire::vlan::insert(m.room_mut(), crate::wire::vlan::tci(vid, pcp));
+                m.set_len(len + crate::wire::vlan::VLAN_LEN);
+            }
+        }
+    }
+
+    /// [`Tagging::done`] for a frame whose payload `ext` is by reference.
+    #[inline]
+    pub fn done_external<F: FrameBuf>(self, m: &mut F, len: usize, mut ext: External, pcp: u8) {
+        match self.0 {
+            None => m.set_len_external(len, ext),
+            Some(vid) => {
+                crate::wire::vlan::insert(m.room_mut(), crate::wire::vlan::tci(vid, pcp));
+                ext.at += crate::wire::vlan::VLAN_LEN;
+                m.set_len_external(len + crate::wire::vlan::VLAN_LEN, ext);
+            }
+        }
+    }
+}
+
 /// The transmit side of a driver.
 pub trait Link {
     type Frame: FrameBuf;

@@ -41,6 +41,7 @@ use std::sync::Arc;
 pub mod conn;
 mod connect;
 mod link;
+mod neighbours;
 mod recv;
 mod refusals;
 mod send;
@@ -146,6 +147,14 @@ pub struct NodeConfig {
     /// [`MAX_SHARDS`]): its connection numbers end in its shard (`shard`).
     pub shard: u8,
     pub shards: u8,
+    /// The 802.1Q VLAN the node is on (1 to 4094): every frame leaves tagged (priority
+    /// 5 for high-priority connections' frames, 0 for the rest), and only frames
+    /// tagged with it are taken. `None`: untagged, and tagged frames are not ours.
+    pub vlan: Option<u16>,
+    /// Next hops and address resolution (`crate::neigh`): the node's prefix, gateway
+    /// and routes, whether peers' MACs are resolved by ARP, and the table the shards
+    /// of a device share.
+    pub neigh: crate::neigh::NeighConfig,
 }
 
 impl Default for NodeConfig {
@@ -176,6 +185,8 @@ impl Default for NodeConfig {
             submit_ring: crate::submit::DEFAULT_RING,
             shard: 0,
             shards: 1,
+            vlan: None,
+            neigh: crate::neigh::NeighConfig::default(),
         }
     }
 }
@@ -325,6 +336,11 @@ pub struct Node {
     pub(crate) routes: ServiceRoutes,
     /// Connection management: its own machine, driven by the node.
     pub(crate) cm: Cm,
+    /// Neighbours: next hops, ARP, answers to ARP and echo requests.
+    pub(crate) neigh: crate::neigh::Neigh,
+    /// Probes of connections to send to another MAC than their peer's
+    /// (`Node::try_new_path`).
+    pub(crate) path_probes: Vec<(usize, [u8; 6])>,
     /// Private data of the replies that accepted our connections, until the
     /// application takes it (only connections whose peer sent some).
     pub(crate) peer_private: HashMap<u32, Arc<[u8]>>,
@@ -439,11 +455,16 @@ pub fn segment_max_for(max_frame: usize) -> u32 {
 impl Node {
     /// A node on a link with `caps`, whose clock ticks `hz` times a second and reads
     /// `now`.
-    pub fn new(mut cfg: NodeConfig, caps: LinkCaps, hz: u64, now: u64) -> Node {
+    pub fn new(mut cfg: NodeConfig, mut caps: LinkCaps, hz: u64, now: u64) -> Node {
         if cfg.local.mac == [0; 6] {
             cfg.local.mac = caps.mac;
         }
         cfg.window = cfg.window.clamp(1, MAX_WINDOW);
+        cfg.vlan = cfg.vlan.filter(|v| (1..=wire::vlan::VID_MAX).contains(v));
+        if cfg.vlan.is_some() {
+            // The tag goes in front of what the node writes, within the port's frame.
+            caps.max_frame -= wire::vlan::VLAN_LEN;
+        }
         let segment_max = segment_max_for(caps.max_frame);
         let bulk_segment = segment_max_for(caps.max_frame.min(send::BULK_FRAME_BESIDE_HIGH));
         let mut nodes = NodeTable::new();
@@ -476,7 +497,10 @@ impl Node {
         let keepalive_ticks = ticks(cfg.keepalive_us);
         let ring = RingConsumer::new(cfg.submit_ring);
         let conns = ConnTable::with_capacity(cfg.max_connections);
+        let neigh = crate::neigh::Neigh::new(cfg.neigh.clone(), cfg.local.ip, cfg.local.mac, hz);
         Node {
+            neigh,
+            path_probes: Vec::new(),
             cfg,
             caps,
             endpoints: EndpointTable::new(),
@@ -657,6 +681,7 @@ impl Node {
             .timers
             .next()
             .min(self.cm.next_timeout())
+            .min(self.neigh.next_timeout())
             .min(expiry.min(self.unconfirmed_probe));
         if self.held_frames.is_empty() && self.stranded.is_empty() {
             t
@@ -691,7 +716,9 @@ impl Node {
         !(self.ack_list.is_empty()
             && self.ack_new.is_empty()
             && self.probe_list.is_empty()
+            && self.path_probes.is_empty()
             && !self.cm.has_output()
+            && !self.neigh.has_output()
             && self.raw_tx.is_empty())
     }
 
@@ -712,6 +739,10 @@ impl Node {
         if self.cm.next_timeout() <= now {
             self.cm.handle_timeout(now);
             self.apply_cm_actions();
+        }
+        if self.neigh.next_timeout() <= now {
+            self.neigh.handle_timeout(now);
+            self.absorb_neigh();
         }
     }
 

@@ -23,7 +23,7 @@ use crate::tables::{EndpointTable, RegisterFile};
 use crate::tlb::Tlb;
 use crate::wire::cell::flags as cflags;
 use crate::wire::compound::COMPOUND_LEN;
-use crate::wire::{hflags, op, ControlRepr, FrameView, Message, WireError};
+use crate::wire::{self, hflags, op, ControlRepr, FrameView, Message, WireError};
 use crate::wr::{Pending, WcStatus};
 
 use super::{send, wire_drop_reason, Node, Stats, DUPLICATE_WINDOW};
@@ -162,6 +162,12 @@ impl Node {
         // here whose peer had not shown it finished the handshake.
         let confirmed = (!self.unconfirmed.is_empty()).then_some(conn.number);
         let frame = &frame;
+        if frame.underlay.src_mac != conn.peer_mac && !self.nodes.is_static(conn.peer) {
+            // The peer (or its router) moved to another MAC: learned only from a frame
+            // of this connection that passed every check, never from ARP alone.
+            conn.peer_mac = frame.underlay.src_mac;
+            self.stats.peer_mac_changes += 1;
+        }
         conn.last_rx = now;
         conn.probes_unanswered = 0;
         // Heard: the peer answered (a frame of its own that is not a probe: a new
@@ -224,13 +230,27 @@ impl Node {
     #[inline]
     fn validate<'a>(&mut self, data: &'a [u8]) -> Option<FrameView<'a>> {
         let frame = match FrameView::parse(data) {
-            Ok(f) => f,
+            Ok(f) if self.cfg.vlan.is_none() => f,
+            Err(WireError::BadEthertype(wire::vlan::ETHERTYPE_VLAN)) => self.untag(data)?,
+            Err(WireError::BadEthertype(_) | WireError::BadIpProtocol(_))
+                if self.cfg.vlan.is_none() =>
+            {
+                self.receive_other(data);
+                return None;
+            }
+            // Untagged, to a node on a VLAN: another segment's.
+            Ok(_) | Err(WireError::BadEthertype(_) | WireError::BadIpProtocol(_)) => {
+                self.stats.drop_for(DropReason::NotOurs);
+                return None;
+            }
             Err(e) => {
                 self.stats.drop_for(wire_drop_reason(&e));
                 return None;
             }
         };
-        if frame.underlay.dst_ip != self.cfg.local.ip {
+        if frame.underlay.dst_ip != self.cfg.local.ip
+            || self.cfg.neigh.resolve && frame.underlay.dst_mac != self.cfg.local.mac
+        {
             // Promiscuous ports on a shared segment (a bridge floods unknown MACs) see
             // frames for other nodes: never act on them.
             self.stats.drop_for(DropReason::NotOurs);
@@ -240,6 +260,34 @@ impl Node {
         self.stats.cells_rx += u64::from(frame.frame_cells());
         self.stats.bytes_rx += data.len() as u64;
         Some(frame)
+    }
+
+    /// A tagged frame: one of this node's VLAN parsed from behind its tag (its MACs
+    /// read from the front); any other VLAN's, or any tagged frame when the node is
+    /// on none, is not ours.
+    #[cold]
+    fn untag<'a>(&mut self, data: &'a [u8]) -> Option<FrameView<'a>> {
+        let ours = wire::vlan::tag_of(data).map(wire::vlan::vid);
+        if ours.is_none() || ours != self.cfg.vlan {
+            self.stats.drop_for(DropReason::NotOurs);
+            return None;
+        }
+        let inner = &data[wire::vlan::VLAN_LEN..];
+        match FrameView::parse(inner) {
+            Ok(mut f) => {
+                f.underlay.dst_mac = wire::array(data, 0..6);
+                f.underlay.src_mac = wire::array(data, 6..12);
+                Some(f)
+            }
+            Err(WireError::BadEthertype(_) | WireError::BadIpProtocol(_)) => {
+                self.receive_other(&wire::vlan::untagged(data));
+                None
+            }
+            Err(e) => {
+                self.stats.drop_for(wire_drop_reason(&e));
+                None
+            }
+        }
     }
 
     /// Step 2, connection and key: the slot of the live connection the frame names,

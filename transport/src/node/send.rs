@@ -20,6 +20,7 @@ use crate::wr::{Completion, Pending, Priority, WcStatus, Work, WrOpcode, WR_SIGN
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
+use super::link::Tagging;
 use super::{External, FrameBuf, Link, Node, Stats};
 
 impl Node {
@@ -85,7 +86,9 @@ impl Node {
         let room = wire::max_cells(max) - seal_len(conn) as usize / wire::CELL_LEN;
         let told = conn.refusals.len().min(room);
         let (local, nodes, credits) = (&self.cfg.local, &self.nodes, self.credits);
-        let Some(mut w) = ack_frame(&mut mbuf, max, conn, local, nodes, credits, 0, told) else {
+        let (tag, pcp) = (Tagging(self.cfg.vlan), pcp_of(conn.priority));
+        let Some(mut w) = ack_frame(&mut mbuf, tag, max, conn, local, nodes, credits, 0, told)
+        else {
             return true;
         };
         let pushed = push_ack_cells(conn, &mut w, told);
@@ -100,7 +103,7 @@ impl Node {
         }
         self.stats.cells_tx += w.frame_cells() as u64;
         let len = w.finish();
-        mbuf.set_len(len);
+        tag.done(&mut mbuf, len, pcp);
         self.stats.bytes_tx += len as u64;
         if link.push(mbuf, high) {
             self.stats.frames_tx += 1;
@@ -175,8 +178,12 @@ impl Node {
     /// Sends a liveness probe (an acknowledgement frame asking for one back) on every
     /// connection in `probe_list`.
     fn send_probes<L: Link>(&mut self, link: &mut L) {
-        for i in 0..self.probe_list.len() {
-            let slot = self.probe_list[i];
+        let (list, paths) = (self.probe_list.len(), self.path_probes.len());
+        for i in 0..list + paths {
+            let (slot, to) = match i.checked_sub(list) {
+                None => (self.probe_list[i], None),
+                Some(j) => (self.path_probes[j].0, Some(self.path_probes[j].1)),
+            };
             let Some(conn) = self.conns.get_mut(slot) else {
                 continue;
             };
@@ -186,15 +193,20 @@ impl Node {
             };
             let max = self.caps.max_frame;
             let (local, nodes, credits) = (&self.cfg.local, &self.nodes, self.credits);
+            let (tag, pcp) = (Tagging(self.cfg.vlan), pcp_of(conn.priority));
             let extra = hflags::ACK_REQ;
-            let Some(mut w) = ack_frame(&mut mbuf, max, conn, local, nodes, credits, extra, 0)
+            let Some(mut w) = ack_frame(&mut mbuf, tag, max, conn, local, nodes, credits, extra, 0)
             else {
                 continue;
             };
             seal(conn, &mut w, &mut self.stats);
             let len = w.finish();
-            mbuf.set_len(len);
-            if conn.heard {
+            tag.done(&mut mbuf, len, pcp);
+            if let Some(mac) = to {
+                // Another path: only the destination MAC differs (no checksum has it).
+                mbuf.room_mut()[..6].copy_from_slice(&mac);
+                self.stats.path_probes += 1;
+            } else if conn.heard {
                 self.stats.keepalive_probes += 1;
             } // else: asking a new connection's peer for its first frame (or answer)
             self.stats.bytes_tx += len as u64;
@@ -204,6 +216,7 @@ impl Node {
             }
         }
         self.probe_list.clear();
+        self.path_probes.clear();
     }
 
     /// Makes every owed acknowledgement go with the next transmission (before a
@@ -221,11 +234,14 @@ impl Node {
             self.send_raw_frames(link);
         }
         self.flush_acks(link);
-        if !self.probe_list.is_empty() {
+        if !(self.probe_list.is_empty() && self.path_probes.is_empty()) {
             self.send_probes(link);
         }
         if self.cm.has_output() {
             self.send_cm(link);
+        }
+        if self.neigh.has_output() {
+            self.send_neigh(link);
         }
     }
 
@@ -552,7 +568,8 @@ impl Node {
         };
         let underlay = conn_underlay(&self.cfg.local, &self.nodes, conn);
         let hdr = data_header(conn, first, self.credits);
-        let room = &mut mbuf.room_mut()[..max];
+        let (tag, pcp) = (Tagging(self.cfg.vlan), pcp_of(conn.priority));
+        let room = tag.room(&mut mbuf, max);
         let Ok(mut w) = FrameWriter::new(room, &underlay, &hdr) else {
             return Built::Nothing;
         };
@@ -576,10 +593,10 @@ impl Node {
         };
         self.stats.bytes_tx += len as u64;
         match ext.taken {
-            None => mbuf.set_len(len),
+            None => tag.done(&mut mbuf, len, pcp),
             Some(e) => {
                 self.stats.payloads_by_reference += 1;
-                mbuf.set_len_external(len, e);
+                tag.done_external(&mut mbuf, len, e, pcp);
             }
         }
         if link.push(mbuf, high) {
@@ -726,6 +743,7 @@ enum Served {
 #[allow(clippy::too_many_arguments)]
 fn ack_frame<'m, F: FrameBuf>(
     mbuf: &'m mut F,
+    tag: Tagging,
     max: usize,
     conn: &ConnContext,
     local: &NodeAddr,
@@ -738,7 +756,16 @@ fn ack_frame<'m, F: FrameBuf>(
     hdr.flags |= extra;
     hdr.ack = conn.refusals.ack_point(conn.rx.expected(), told);
     let underlay = conn_underlay(local, nodes, conn);
-    FrameWriter::new(&mut mbuf.room_mut()[..max], &underlay, &hdr).ok()
+    FrameWriter::new(tag.room(mbuf, max), &underlay, &hdr).ok()
+}
+
+/// The 802.1Q priority of a connection's frames: 5 for high-priority connections (the
+/// latency class switches give a strict queue), 0 (best effort) for the others.
+pub(super) fn pcp_of(p: crate::connection::Priority) -> u8 {
+    match p {
+        crate::connection::Priority::High => 5,
+        crate::connection::Priority::Low => 0,
+    }
 }
 
 /// The cells of an acknowledgement frame: NAKs of the first `told` kept refusals, the
@@ -795,7 +822,7 @@ pub(super) fn conn_underlay(
     let peer = nodes.get(conn.peer).copied().unwrap_or(*local);
     UnderlayRepr {
         src_mac: local.mac,
-        dst_mac: peer.mac,
+        dst_mac: conn.peer_mac,
         src_ip: local.ip,
         dst_ip: peer.ip,
         src_port: Node::src_port_for(conn.number),
@@ -1104,8 +1131,8 @@ pub(super) fn apply_nak(conn: &mut ConnContext, seq: u32, code: u32, now: u64, s
         if seq_lt(seq, conn.tx.acked()) || !seq_lt(seq, conn.tx.next_seq()) {
             return;
         }
-        conn.rnr_retries += 1;
-        if conn.rnr_retries > conn.rnr_retry_limit {
+        conn.rnr_retries = conn.rnr_retries.saturating_add(1);
+        if conn.rnr_retries > conn.rnr_retry_limit || conn.rnr_retries == u16::MAX {
             fail_connection(conn, Some(WcStatus::RnrRetryExceeded));
             return;
         }

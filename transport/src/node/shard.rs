@@ -60,6 +60,16 @@ impl Node {
         if self.cfg.shards <= 1 {
             return None;
         }
+        // A tagged frame (a node on a VLAN) is routed by what follows its tag.
+        let frame = match self.cfg.vlan {
+            Some(_) => frame.get(wire::vlan::VLAN_LEN..)?,
+            None => frame,
+        };
+        if frame.get(12..14) != Some(&[0x08, 0x00]) || frame.get(23) != Some(&17) {
+            // Not UDP over IPv4 (ARP, ICMP): the neighbour machine of the shard that
+            // received it answers (their table is the device's).
+            return None;
+        }
         let at = wire::UNDERLAY_LEN + 4;
         let conn = u32::from_be_bytes(frame.get(at..at + 4)?.try_into().ok()?);
         let owner = if conn != 0 {

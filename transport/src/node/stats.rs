@@ -145,6 +145,24 @@ counters! {
     opened_rx,
     /// Key generations the sending directions of secure connections moved on.
     rekeys,
+    /// ARP requests sent (resolving next hops, and the node's announcement) and ARP
+    /// replies sent (answering requests for the node's address) (`crate::neigh`).
+    arp_requests_tx,
+    arp_replies_tx,
+    /// Next hops whose MAC an ARP answer gave or changed.
+    neigh_resolved,
+    /// ICMP echo requests answered (`ping`).
+    echo_replies_tx,
+    /// Connections whose peer's frames, checked, came from a new MAC (the peer's port
+    /// or its router changed): the connection sends there from then on.
+    peer_mac_changes,
+    /// Liveness probes sent, after a retransmission timeout, to the MAC the neighbour
+    /// table has for a connection's next hop when it is not the one the connection
+    /// sends to: its peer's answer from there moves the connection.
+    path_probes,
+    /// Frames a shard received on its queue and handed to the shard that owns their
+    /// connection (software dispatch, or a queue the port's hashing chose).
+    frames_forwarded,
 }
 
 impl Stats {

@@ -258,7 +258,7 @@ impl Node {
             if silent > keepalive && now.saturating_sub(conn.last_probe) > keepalive {
                 // Quiet for a period: the in-flight memory a busy spell grew goes back.
                 release_idle_memory(conn);
-                if conn.probes_unanswered >= self.cfg.keepalive_count {
+                if u32::from(conn.probes_unanswered) >= self.cfg.keepalive_count {
                     self.stats.keepalive_failures += 1;
                     fail_connection(conn, Some(WcStatus::RetryExceeded));
                     let number = conn.number;
@@ -269,7 +269,7 @@ impl Node {
                         return false;
                     }
                 } else {
-                    conn.probes_unanswered += 1;
+                    conn.probes_unanswered = conn.probes_unanswered.saturating_add(1);
                     conn.last_probe = now;
                     self.probe_list.push(slot);
                 }
@@ -277,7 +277,10 @@ impl Node {
         } else if now >= conn.rnr_until {
             match conn.tx.on_timer(now) {
                 Timeout::GiveUp => fail_connection(conn, Some(WcStatus::RetryExceeded)),
-                Timeout::Retransmit => self.stats.timeouts += 1,
+                Timeout::Retransmit => {
+                    self.stats.timeouts += 1;
+                    self.try_new_path(slot, now);
+                }
                 Timeout::Idle => {}
             }
         }

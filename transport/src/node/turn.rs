@@ -241,9 +241,12 @@ impl Node {
     fn deliver<I: Io>(&mut self, io: &mut I, m: I::Rx, now: u64) {
         if io.sharded() {
             if let Some(owner) = self.route(m.frame().0) {
-                if let Err(m) = io.forward(owner, m) {
-                    drop(m);
-                    self.stats.drop_for(DropReason::NoBuffer);
+                match io.forward(owner, m) {
+                    Ok(()) => self.stats.frames_forwarded += 1,
+                    Err(m) => {
+                        drop(m);
+                        self.stats.drop_for(DropReason::NoBuffer);
+                    }
                 }
                 return;
             }

@@ -359,6 +359,7 @@ mod tests {
         assert_eq!(DropReason::CmRateLimited as usize, 33);
         assert_eq!(DropReason::Replayed as usize, 36);
         assert_eq!(DropReason::SourceCap as usize, 43);
-        assert_eq!(DropReason::TokenKind as usize, DropReason::COUNT - 1);
+        assert_eq!(DropReason::TokenKind as usize, 44);
+        assert_eq!(DropReason::IcmpIgnored as usize, DropReason::COUNT - 1);
     }
 }

@@ -59,7 +59,7 @@ pub(super) fn open_port(cfg: &PortConfig) -> Result<Port, PortError> {
         }
         spec => {
             max_frame = vdev::clamp_to_iface_mtu(spec, max_frame);
-            vdev::create_ethdev(spec, seq, max_frame)?
+            vdev::create_ethdev(spec, seq, max_frame, queues)?
         }
     };
     // A failure from here on gives back what was created, so that the same spec can be
@@ -72,7 +72,11 @@ pub(super) fn open_port(cfg: &PortConfig) -> Result<Port, PortError> {
         }
         let p = *pool.insert(create_mempool(cfg, seq, max_frame, &dev.name)?);
         let (rx_desc, tx_external) = configure_ethdev(&dev, cfg, dev.queues, mtu, p)?;
-        Ok((rx_desc, tx_external, start_ethdev(&dev)?))
+        Ok((
+            rx_desc,
+            tx_external,
+            start_ethdev(&dev, !cfg.spec.has_own_mac())?,
+        ))
     })();
     let (rx_desc, tx_external, mac) = match up {
         Ok(v) => v,
@@ -182,12 +186,20 @@ fn init_eal_for(spec: &PortSpec) -> Result<(), PortError> {
 /// software: with two, DPDK 22.11's memif crashed a ddperf server as its client left
 /// (seen 2 runs in 14).
 fn queue_pairs(cfg: &PortConfig) -> u16 {
-    if matches!(cfg.spec, PortSpec::Ring { .. }) {
-        HIGH_QUEUES.max(cfg.queues)
-    } else {
-        1
+    match cfg.spec {
+        PortSpec::Ring { .. } => HIGH_QUEUES.max(cfg.queues),
+        // One socket per shard: the kernel's fanout spreads flows over them, and a
+        // shard forwards what is another's (`Node::route`), as RSS on a NIC would
+        // need without a flow rule per connection.
+        PortSpec::AfPacket { .. } => cfg.queues.clamp(1, MAX_AF_PACKET_QUEUES),
+        // af_xdp binds to the interface's own queues (a veth has one unless made
+        // with more); memif's 22.11 driver crashed with two; null needs none.
+        _ => 1,
     }
 }
+
+/// Most af_packet sockets of one port (each maps its own kernel ring).
+const MAX_AF_PACKET_QUEUES: u16 = 16;
 
 /// PMDs that carry frames larger than the MTU they report: the software ones (ring,
 /// null, memif), and af_packet, which reports a constant 1518-byte largest frame but
@@ -351,16 +363,25 @@ fn setup_queue_pair(
     Ok(())
 }
 
-/// Starts a configured port in promiscuous mode. Returns its MAC address.
-fn start_ethdev(dev: &Ethdev) -> Result<[u8; 6], PortError> {
+/// Starts a configured port, promiscuous or not ([`PortSpec::has_own_mac`]: a port
+/// with a MAC of its own takes only what is sent to it, and broadcasts). Returns its
+/// MAC address.
+fn start_ethdev(dev: &Ethdev, promiscuous: bool) -> Result<[u8; 6], PortError> {
     // SAFETY: configured port.
     let rc = unsafe { sys::rte_eth_dev_start(dev.id) };
     if rc < 0 {
         return Err(dpdk_err("rte_eth_dev_start", &dev.name, rc));
     }
-    // Not every PMD supports promiscuous mode; the transport filters by UDP port.
+    // Not every PMD supports promiscuous mode (the node checks the destination
+    // anyway); af_packet's turns the kernel interface's IFF_PROMISC on or off.
     // SAFETY: started port.
-    unsafe { sys::rte_eth_promiscuous_enable(dev.id) };
+    unsafe {
+        if promiscuous {
+            sys::rte_eth_promiscuous_enable(dev.id);
+        } else {
+            sys::rte_eth_promiscuous_disable(dev.id);
+        }
+    };
     let mut mac: sys::rte_ether_addr = Default::default();
     // SAFETY: started port, out parameter.
     unsafe { sys::rte_eth_macaddr_get(dev.id, &mut mac) };

@@ -70,6 +70,21 @@ impl FromStr for PortSpec {
     }
 }
 
+impl PortSpec {
+    /// Whether the port has a MAC of its own that the network knows it by — a kernel
+    /// interface's (af_packet, af_xdp) or a NIC's — and filters by it: a node on it
+    /// takes that MAC, leaves promiscuous mode off and resolves its peers' MACs by ARP
+    /// (`crate::neigh`). The others (ring, null, memif) connect only deposit nodes,
+    /// which take the MAC derived from their IPv4 address (`NodeAddr::from_ip`) and
+    /// run promiscuous, since their PMDs filter nothing.
+    pub fn has_own_mac(&self) -> bool {
+        matches!(
+            self,
+            PortSpec::AfPacket { .. } | PortSpec::AfXdp { .. } | PortSpec::Pci { .. }
+        )
+    }
+}
+
 /// `ring` (side a of the pair `lo`, for a loopback in one process) or
 /// `ring:<name>:<a|b>`. The name goes into DPDK ring names (`dp_<name>_ab`), which
 /// are bounded, hence at most 16 characters.

@@ -284,13 +284,24 @@ impl Network {
         }
     }
 
-    /// Puts a frame from host `from` on the wire, through the link's faults.
-    fn send(&mut self, from: usize, mut frame: Vec<u8>) {
+    /// Puts a frame from host `from` on the wire, through the link's faults: to the
+    /// host of its destination MAC, or to every other host when it is broadcast (ARP).
+    fn send(&mut self, from: usize, frame: Vec<u8>) {
         self.stats.sent += 1;
+        if frame[..6] == [0xff; 6] {
+            for to in (0..self.hosts.len()).filter(|&h| h != from) {
+                self.send_to(from, to, frame.clone());
+            }
+            return;
+        }
         let Some(to) = self.hosts.iter().position(|h| frame[..6] == h.addr().mac) else {
             self.stats.filtered += 1;
             return;
         };
+        self.send_to(from, to, frame);
+    }
+
+    fn send_to(&mut self, from: usize, to: usize, mut frame: Vec<u8>) {
         if let Some(f) = self.filter.as_mut() {
             if f(from, to, &frame) {
                 self.stats.filtered += 1;

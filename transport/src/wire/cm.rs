@@ -182,9 +182,28 @@ pub enum RejectReason {
          key)"
     )]
     PeerKey = 6,
+    /// Local only (never on the wire): nobody answered the ARP requests for the next
+    /// hop (the peer, or its router) — the API's `Error::Unresolved` names it.
+    #[error(
+        "no ARP reply from the next hop (the peer or its gateway): is it up, on this \
+         subnet, or behind a gateway?"
+    )]
+    Unresolved = 7,
+    /// Local only (never on the wire): the peer is off the link and no route or
+    /// gateway leads to it.
+    #[error("no route to the peer: it is outside this node's prefix and there is no gateway")]
+    NoRoute = 8,
 }
 
 impl RejectReason {
+    /// The reason a REJECT carries: the local-only codes read as `Timeout`.
+    pub fn from_wire(v: u8) -> RejectReason {
+        match RejectReason::from_u8(v) {
+            RejectReason::Unresolved | RejectReason::NoRoute => RejectReason::Timeout,
+            r => r,
+        }
+    }
+
     pub fn from_u8(v: u8) -> RejectReason {
         match v {
             1 => RejectReason::NoListener,
@@ -193,6 +212,8 @@ impl RejectReason {
             4 => RejectReason::Confirmation,
             5 => RejectReason::Unauthorized,
             6 => RejectReason::PeerKey,
+            7 => RejectReason::Unresolved,
+            8 => RejectReason::NoRoute,
             _ => RejectReason::Timeout,
         }
     }
@@ -344,7 +365,7 @@ impl CmMessage {
                 check_len(p, reject::LEN)?;
                 CmMessage::Reject {
                     request: c.operand,
-                    reason: RejectReason::from_u8(c.index as u8),
+                    reason: RejectReason::from_wire(c.index as u8),
                     client_conn: get_u32(p, reject::CLIENT_CONN),
                     tag: tag(reject::TAG),
                 }

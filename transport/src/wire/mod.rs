@@ -113,16 +113,29 @@
 //! handshake in connect requests and replies, the listener's identity key in the
 //! challenge, authenticated REJECT and DISCONNECT messages, `crate::handshake`; 14:
 //! read tokens, [`op::TOKEN_READ`]).
+//!
+//! # Neighbour traffic
+//!
+//! Beside deposit frames a port receives ARP and ICMP, which a node answers itself so
+//! that peers (and `ping`) can reach it without a kernel stack: [`arp`] (requests,
+//! replies and gratuitous announcements of RFC 826 over Ethernet/IPv4), [`icmp`] (echo
+//! requests in, echo replies out, RFC 792) and [`classify`], which sorts a received
+//! frame by its ethertype (and IPv4 protocol) before any of the decoders looks at it.
+//! They share the rules above: views with length checks, `parse`/`emit`, no panics.
 
 use core::ops::Range;
 
+pub mod arp;
 pub mod cell;
 pub mod cm;
 pub mod compound;
 mod crc;
 pub mod frame;
 pub mod header;
+pub mod icmp;
+pub mod kind;
 pub mod underlay;
+pub mod vlan;
 
 pub use crc::{crc32c, crc32c_append, crc32c_words};
 
@@ -135,6 +148,7 @@ pub use frame::{
     frame_len, max_cells, trailer, write_trailer, FrameView, FrameWriter, Message, Messages,
 };
 pub use header::{hflags, TransportPacket, TransportRepr};
+pub use kind::{classify, FrameKind};
 pub use underlay::{UnderlayPacket, UnderlayRepr};
 
 /// Transport protocol version carried in byte 0 of the transport header.
@@ -272,6 +286,24 @@ pub enum WireError {
         /// Cells still free.
         room: usize,
     },
+    /// An ARP frame ([`arp`]) that is not an Ethernet/IPv4 request or reply from a
+    /// unicast sender; the reason names the field that was wrong and what it must be.
+    #[error("bad ARP frame: {0}")]
+    BadArp(&'static str),
+    /// The IPv4 protocol of an ICMP frame ([`icmp`]) is not ICMP.
+    #[error("IP protocol {0} is not ICMP (1)")]
+    NotIcmp(u8),
+    /// The ICMP checksum does not match the ICMP message.
+    #[error("ICMP checksum {got:#06x}, expected {expected:#06x}")]
+    BadIcmpChecksum {
+        /// Checksum computed over the ICMP message.
+        expected: u16,
+        /// Checksum in the ICMP header.
+        got: u16,
+    },
+    /// Echo data handed to [`icmp::emit_echo_reply`] is too long for one IPv4 packet.
+    #[error("echo data of {0} bytes does not fit an IPv4 packet (at most {max})", max = icmp::ECHO_DATA_MAX)]
+    EchoTooLong(usize),
 }
 
 /// A named byte range inside a format.

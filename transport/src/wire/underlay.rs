@@ -19,7 +19,9 @@
 
 use super::{check_len, get_u16, set_u16, WireError, UDP_PORT, UNDERLAY_LEN};
 
-mod field {
+/// Offsets of the Ethernet and IPv4 fields (shared with `icmp`, whose frames have the
+/// same first 34 bytes) and of the UDP fields.
+pub(super) mod field {
     use super::super::Field;
 
     pub const DST_MAC: Field = 0..6;
@@ -48,9 +50,10 @@ mod field {
 }
 
 /// One's complement sum of big-endian 16-bit words (an odd last byte is the high half
-/// of a word), not yet folded.
+/// of a word), not yet folded. The internet checksum of RFC 1071 is `!fold(sum)`; also
+/// used by `icmp`.
 #[inline]
-fn sum_words(data: &[u8]) -> u64 {
+pub(super) fn sum_words(data: &[u8]) -> u64 {
     let mut chunks = data.chunks_exact(2);
     let mut sum: u64 = chunks
         .by_ref()
@@ -64,7 +67,7 @@ fn sum_words(data: &[u8]) -> u64 {
 
 /// Folds the carries of a one's complement sum into 16 bits.
 #[inline]
-fn fold(mut sum: u64) -> u16 {
+pub(super) fn fold(mut sum: u64) -> u16 {
     while sum > 0xffff {
         sum = (sum & 0xffff) + (sum >> 16);
     }

@@ -125,6 +125,9 @@ fn device(port: &str, ip: [u8; 4], cm_timeout: Duration) -> Device {
     let mut cfg = DeviceConfig::new(port, ip).progress(Progress::Dedicated);
     cfg.max_frame = Some(1514);
     cfg.cm_timeout = cm_timeout;
+    // The flooders' raw frames address the MAC derived from the IP; the nodes still
+    // resolve each other by ARP (they answer with this MAC).
+    cfg.mac = Some(NodeAddr::from_ip(ip, UDP_PORT).mac);
     Device::open(cfg).unwrap_or_else(|e| fail(e))
 }
 

@@ -709,6 +709,9 @@ fn netns_device(port: &str, ip: [u8; 4], max_frame: usize) -> Device {
     let mut cfg = DeviceConfig::new(port, ip).progress(Progress::Dedicated);
     cfg.max_frame = Some(max_frame);
     cfg.cm_timeout = Duration::from_secs(5);
+    // The raw senders of these tests (spoofers, bystanders) address the MAC derived
+    // from the IP; the nodes still resolve each other by ARP (answered with it).
+    cfg.mac = Some(NodeAddr::from_ip(ip, UDP_PORT).mac);
     Device::open(cfg).unwrap_or_else(|e| fail(e))
 }
 

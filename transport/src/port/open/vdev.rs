@@ -43,8 +43,14 @@ pub(super) fn create_ethdev(
     spec: &PortSpec,
     seq: u32,
     max_frame: usize,
+    queues: u16,
 ) -> Result<Ethdev, PortError> {
-    let (drv, args) = device_args(spec, seq, max_frame)?;
+    let queues = if matches!(spec, PortSpec::AfPacket { .. }) {
+        queues.max(1)
+    } else {
+        1
+    };
+    let (drv, args) = device_args(spec, seq, max_frame, queues)?;
     let cname = cstring(&drv);
     let mut vdev = None;
     if !matches!(spec, PortSpec::Pci { .. }) {
@@ -66,7 +72,7 @@ pub(super) fn create_ethdev(
         name: drv,
         vdev,
         ring_key: None,
-        queues: 1,
+        queues,
         rx_bells: Vec::new(),
         tx_bells: Vec::new(),
     })
@@ -108,7 +114,12 @@ fn port_id_by_name(cname: &CString, drv: &str) -> Result<u16, PortError> {
 
 /// The device name (unique per open, from `seq`) and device arguments for a spec; a
 /// PCI port is named by its address and takes no arguments.
-fn device_args(spec: &PortSpec, seq: u32, max_frame: usize) -> Result<(String, String), PortError> {
+fn device_args(
+    spec: &PortSpec,
+    seq: u32,
+    max_frame: usize,
+    queues: u16,
+) -> Result<(String, String), PortError> {
     Ok(match spec {
         PortSpec::Null { rx } => (
             format!("net_null_dp{seq}"),
@@ -119,7 +130,7 @@ fn device_args(spec: &PortSpec, seq: u32, max_frame: usize) -> Result<(String, S
             role,
             zero_copy,
         } => memif_args(spec, socket, *role, *zero_copy, seq, max_frame)?,
-        PortSpec::AfPacket { iface } => af_packet_args(iface, seq, max_frame),
+        PortSpec::AfPacket { iface } => af_packet_args(iface, seq, max_frame, queues),
         PortSpec::AfXdp { iface } => (
             format!("net_af_xdp{seq}"),
             format!("iface={iface},start_queue=0,queue_count=1"),
@@ -170,8 +181,10 @@ fn memif_args(
     ))
 }
 
-/// af_packet's arguments: kernel ring frames and blocks large enough for our frames.
-fn af_packet_args(iface: &str, seq: u32, max_frame: usize) -> (String, String) {
+/// af_packet's arguments: kernel ring frames and blocks large enough for our frames;
+/// `qpairs` sockets, which the kernel's PACKET_FANOUT (hash mode) gives each flow — a
+/// connection's frames, by their UDP ports — to one of.
+fn af_packet_args(iface: &str, seq: u32, max_frame: usize, qpairs: u16) -> (String, String) {
     // The kernel ring's frames must hold the largest frame plus the
     // TPACKET header, and the mbufs must hold a whole ring frame
     // (the pool's data room follows `framesz`: `mbuf_data_room`).
@@ -180,6 +193,6 @@ fn af_packet_args(iface: &str, seq: u32, max_frame: usize) -> (String, String) {
     let blocksz = framesz.max(4096);
     (
         format!("net_af_packet{seq}"),
-        format!("iface={iface},qpairs=1,framesz={framesz},blocksz={blocksz},framecnt=2048"),
+        format!("iface={iface},qpairs={qpairs},framesz={framesz},blocksz={blocksz},framecnt=2048"),
     )
 }

@@ -1,0 +1,1002 @@
+//! Neighbours: the next hop towards a peer, its MAC by ARP, and the node's own answers
+//! to ARP requests and ICMP echo requests, sans-IO (the clock is passed in, frames go
+//! out through [`Neigh::poll_transmit`]), as [`crate::cm`] is.
+//!
+//! What a node resolves is only where its *connect requests* go: an established
+//! connection keeps the MAC its peer's frames came from ([`crate::node`] learns a new
+//! one only from a frame of that connection that passed every check), so neither a
+//! forged ARP reply nor a forged connect request can redirect its traffic.
+//!
+//! * **Next hop.** A peer inside the node's prefix is reached directly; one outside
+//!   through the first route whose prefix holds it, or the gateway; with neither, the
+//!   connect fails at once ([`NeighError::NoRoute`]). Prefix 0 (the default) puts
+//!   every address on the link, as before routing existed.
+//! * **Resolution.** A next hop's MAC is asked for by broadcast ARP request, again
+//!   after [`NeighConfig::retry_us`], doubling up to 8 times that (100, 200, 400, then
+//!   800 ms by default: a lost request costs little, a loaded host — 64 MPI ranks on 2
+//!   cores — has 4.7 s to answer; the connect's CM timeout counts from when its request
+//!   leaves), at most
+//!   [`NeighConfig::tries`] times; then the
+//!   connects waiting for it fail ([`Resolved::Failed`], the API's `Unresolved`
+//!   error). An answer is kept [`NeighConfig::reachable_us`]; after that it is still
+//!   used while it is asked for again in the background (Linux's `STALE`), and
+//!   forgotten if nobody answers.
+//! * **What is believed.** A reply only for an address this node asked for and
+//!   addressed to this node's IP; a request for this node's IP (RFC 826's merge) and
+//!   an announcement (gratuitous ARP) make or change an entry; nothing else does, and
+//!   there are at most [`NeighConfig::max_entries`] (announcements make no room): a
+//!   flood of ARP cannot grow the table. Static entries (a node table file,
+//!   `add_node`) are never changed.
+//! * **Answers.** ARP requests for the node's IPv4 address and ICMP echo requests to
+//!   it are answered (so `arping` and `ping` see the node), at most
+//!   [`MAX_ANSWERS`] waiting at a time (the rest are counted and dropped); other ICMP
+//!   is counted and ignored. A gratuitous ARP goes out when the node starts.
+//!
+//! The table is shared by a device's shards ([`NeighTable`], behind a mutex taken only
+//! on these slow paths): an answer any shard receives serves the connects of all.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+
+use crate::status::DropReason;
+use crate::wire::arp::{ArpOp, ArpRepr, BROADCAST_MAC as BROADCAST};
+use crate::wire::icmp::{emit_echo_reply, EchoRequest};
+
+/// Answers (ARP replies, echo replies) that wait to be sent at most; more are dropped
+/// and counted ([`DropReason::NeighCapped`]).
+pub const MAX_ANSWERS: usize = 64;
+
+/// A route: peers inside `dest/prefix_len` are reached through `via` (on the link).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Route {
+    /// Destination network.
+    pub dest: [u8; 4],
+    /// Its prefix length (0 to 32).
+    pub prefix_len: u8,
+    /// The next hop: a router on this node's link.
+    pub via: [u8; 4],
+}
+
+/// How a node finds its peers' MACs, and its place on the network.
+#[derive(Debug, Clone)]
+pub struct NeighConfig {
+    /// Resolve a peer's MAC by ARP before the first connect request (ports with a MAC
+    /// of their own: af_packet, af_xdp, NICs). Off, a peer without a static entry is
+    /// taken to have the MAC derived from its IP (`NodeAddr::from_ip`), as every node
+    /// on a ring, null, memif or `sim` port has. Answers are given either way.
+    pub resolve: bool,
+    /// Prefix length of the node's address: peers inside it are on the link. 0 (the
+    /// default): every address is.
+    pub prefix_len: u8,
+    /// The router for peers off the link and outside every route.
+    pub gateway: Option<[u8; 4]>,
+    /// Routes tried before the gateway, most specific first.
+    pub routes: Vec<Route>,
+    /// How long an answer is believed without asking again (Linux: 30 s).
+    pub reachable_us: u64,
+    /// Wait after the first request for one address; it doubles after each.
+    pub retry_us: u64,
+    /// Requests sent for one address before its connects fail.
+    pub tries: u32,
+    /// Most entries in the table (static ones included).
+    pub max_entries: usize,
+    /// The table, shared by the shards of one device.
+    pub table: Arc<NeighTable>,
+}
+
+impl NeighConfig {
+    /// The next hop from a node at `local` towards `peer`: the peer itself on the
+    /// link, else its route's router or the gateway.
+    pub fn next_hop(&self, local: [u8; 4], peer: [u8; 4]) -> Result<[u8; 4], NeighError> {
+        if same_prefix(peer, local, self.prefix_len) {
+            return Ok(peer);
+        }
+        if let Some(r) = self
+            .routes
+            .iter()
+            .find(|r| same_prefix(peer, r.dest, r.prefix_len))
+        {
+            return Ok(r.via);
+        }
+        self.gateway.ok_or(NeighError::NoRoute(peer))
+    }
+}
+
+impl Default for NeighConfig {
+    fn default() -> Self {
+        NeighConfig {
+            resolve: false,
+            prefix_len: 0,
+            gateway: None,
+            routes: Vec::new(),
+            reachable_us: 30_000_000,
+            retry_us: 100_000,
+            tries: 8,
+            max_entries: 1024,
+            table: Arc::new(NeighTable::default()),
+        }
+    }
+}
+
+/// Why a peer cannot be reached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum NeighError {
+    /// The peer is off the link and no route or gateway leads to it.
+    #[error("no route to {}: not inside this node's prefix, and no gateway or route", fmt_ip(*.0))]
+    NoRoute([u8; 4]),
+}
+
+/// Where resolving a peer's next hop stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Resolved {
+    /// Send to this MAC.
+    Mac([u8; 6]),
+    /// Asked; a connect request to it waits (and goes once the answer is in).
+    Waiting,
+    /// Nobody answered for the next hop `hop` after `tries` requests.
+    Failed {
+        /// The address asked for (the peer's, or its router's).
+        hop: [u8; 4],
+        /// Requests sent.
+        tries: u32,
+    },
+    /// No next hop at all.
+    NoRoute,
+}
+
+/// `a.b.c.d`.
+pub fn fmt_ip(ip: [u8; 4]) -> String {
+    std::net::Ipv4Addr::from(ip).to_string()
+}
+
+/// Whether `a` and `b` share their first `prefix_len` bits.
+pub fn same_prefix(a: [u8; 4], b: [u8; 4], prefix_len: u8) -> bool {
+    let bits = u32::from(prefix_len.min(32));
+    let mask = if bits == 0 {
+        0
+    } else {
+        u32::MAX << (32 - bits)
+    };
+    u32::from_be_bytes(a) & mask == u32::from_be_bytes(b) & mask
+}
+
+#[derive(Debug, Clone, Copy)]
+enum State {
+    /// Configured: never changed, never expires.
+    Static,
+    /// Answered; believed until the time given.
+    Reachable(u64),
+    /// Asked for (first time, `mac` unknown, or again, `mac` the old answer).
+    Asking,
+    /// Nobody answered; forgotten at the time given (a new connect asks again then).
+    Failed(u64),
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Entry {
+    mac: Option<[u8; 6]>,
+    state: State,
+    tries: u32,
+    /// When its MAC was last answered or announced (0: never).
+    confirmed: u64,
+}
+
+/// The neighbour table of a device: next hop → MAC.
+#[derive(Debug, Default)]
+pub struct NeighTable {
+    inner: Mutex<HashMap<[u8; 4], Entry>>,
+}
+
+impl NeighTable {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<[u8; 4], Entry>> {
+        // A panic while the lock was held left a consistent map (every change is
+        // one insert or field store).
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Adds or replaces a static entry.
+    pub fn insert_static(&self, ip: [u8; 4], mac: [u8; 6]) {
+        self.lock().insert(
+            ip,
+            Entry {
+                mac: Some(mac),
+                state: State::Static,
+                tries: 0,
+                confirmed: 0,
+            },
+        );
+    }
+
+    /// The MAC known for `ip`, if any (static, answered or stale).
+    pub fn mac_of(&self, ip: [u8; 4]) -> Option<[u8; 6]> {
+        self.lock().get(&ip).and_then(|e| e.mac)
+    }
+
+    /// Entries in the table.
+    pub fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    /// Whether the table is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// What waits to go out.
+#[derive(Debug)]
+enum Out {
+    /// An ARP request (broadcast) for this address.
+    /// An ARP request for this address: to this MAC (a refresh of a known one: the
+    /// others on the segment need not hear it), or broadcast.
+    Ask([u8; 4], Option<[u8; 6]>),
+    /// An ARP reply to this requester.
+    Answer { mac: [u8; 6], ip: [u8; 4] },
+    /// Our own gratuitous ARP.
+    Announce,
+    /// An echo reply, built.
+    Echo(Box<[u8]>),
+}
+
+/// Counters of a node's neighbour machine (merged into the node's `Stats`).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct NeighStats {
+    /// ARP requests and replies sent (gratuitous ones included in the requests).
+    pub arp_requests_tx: u64,
+    pub arp_replies_tx: u64,
+    /// Next hops resolved (answers believed, changes included).
+    pub resolved: u64,
+    /// Echo requests answered.
+    pub echo_replies_tx: u64,
+}
+
+/// A node's neighbour machine. Its config's table may be shared with other shards.
+#[derive(Debug)]
+pub struct Neigh {
+    cfg: NeighConfig,
+    /// [`NeighConfig::retry_us`] and [`NeighConfig::reachable_us`] in clock ticks.
+    retry: u64,
+    reachable: u64,
+    ip: [u8; 4],
+    mac: [u8; 6],
+    /// Next hops this node asks for, with when it asks next.
+    asking: Vec<([u8; 4], u64)>,
+    out: VecDeque<Out>,
+    /// Refusals since last taken ([`Neigh::take_drops`]).
+    drops: Vec<DropReason>,
+    /// Next hops answered since last taken ([`Neigh::take_resolved`]).
+    answered: Vec<[u8; 4]>,
+    /// Next hops given up on since last taken ([`Neigh::take_failed`]).
+    failed: Vec<([u8; 4], u32)>,
+    stats: NeighStats,
+}
+
+impl Neigh {
+    /// The machine of a node with address `ip` and MAC `mac`, whose clock ticks `hz`
+    /// times a second. With resolution on, it announces itself (a gratuitous ARP in
+    /// the first transmission).
+    pub fn new(cfg: NeighConfig, ip: [u8; 4], mac: [u8; 6], hz: u64) -> Neigh {
+        let ticks = |us: u64| (u128::from(us) * u128::from(hz) / 1_000_000) as u64;
+        let mut out = VecDeque::new();
+        if cfg.resolve {
+            out.push_back(Out::Announce);
+        }
+        Neigh {
+            retry: ticks(cfg.retry_us).max(1),
+            reachable: ticks(cfg.reachable_us),
+            cfg,
+            ip,
+            mac,
+            asking: Vec::new(),
+            out,
+            drops: Vec::new(),
+            answered: Vec::new(),
+            failed: Vec::new(),
+            stats: NeighStats::default(),
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &NeighConfig {
+        &self.cfg
+    }
+
+    /// Counters so far.
+    pub fn stats(&self) -> NeighStats {
+        self.stats
+    }
+
+    /// The next hop towards `peer` ([`NeighConfig::next_hop`]).
+    pub fn next_hop(&self, peer: [u8; 4]) -> Result<[u8; 4], NeighError> {
+        self.cfg.next_hop(self.ip, peer)
+    }
+
+    /// Where a connect request to `peer` goes, asking for it when not known (or known
+    /// but stale: the old answer serves meanwhile).
+    pub fn resolve(&mut self, peer: [u8; 4], now: u64) -> Resolved {
+        if peer == self.ip {
+            // This node itself (a switch's hairpin brings the frames back).
+            return Resolved::Mac(self.mac);
+        }
+        let Ok(hop) = self.next_hop(peer) else {
+            return Resolved::NoRoute;
+        };
+        let mut table = self.cfg.table.lock();
+        match table.get_mut(&hop) {
+            Some(Entry {
+                mac: Some(mac),
+                state: State::Static,
+                ..
+            }) => Resolved::Mac(*mac),
+            Some(
+                e @ Entry {
+                    state: State::Reachable(_),
+                    ..
+                },
+            ) => {
+                let mac = e.mac.expect("an answered entry has a MAC");
+                if let State::Reachable(until) = e.state {
+                    if now >= until {
+                        // Stale: still used, asked for again.
+                        e.state = State::Asking;
+                        e.tries = 0;
+                        drop(table);
+                        self.start_asking(hop, now);
+                    }
+                }
+                Resolved::Mac(mac)
+            }
+            Some(Entry {
+                state: State::Asking,
+                mac,
+                ..
+            }) => {
+                let mac = *mac;
+                drop(table);
+                self.start_asking(hop, now); // another shard's ask: this one follows it too
+                mac.map_or(Resolved::Waiting, Resolved::Mac)
+            }
+            Some(Entry {
+                state: State::Failed(until),
+                tries,
+                ..
+            }) if now < *until => Resolved::Failed { hop, tries: *tries },
+            _ => {
+                if table.len() >= self.cfg.max_entries && !table.contains_key(&hop) {
+                    // Make room: the oldest-failing or any non-static entry goes.
+                    let victim = table
+                        .iter()
+                        .find(|(_, e)| matches!(e.state, State::Failed(_)))
+                        .or_else(|| {
+                            table
+                                .iter()
+                                .find(|(_, e)| !matches!(e.state, State::Static))
+                        })
+                        .map(|(ip, _)| *ip);
+                    match victim {
+                        Some(v) => {
+                            table.remove(&v);
+                        }
+                        None => {
+                            self.drops.push(DropReason::NeighCapped);
+                            return Resolved::Failed { hop, tries: 0 };
+                        }
+                    }
+                }
+                table.insert(
+                    hop,
+                    Entry {
+                        mac: None,
+                        state: State::Asking,
+                        tries: 0,
+                        confirmed: 0,
+                    },
+                );
+                drop(table);
+                self.start_asking(hop, now);
+                Resolved::Waiting
+            }
+        }
+    }
+
+    /// Asks for `hop` again, its answer still used meanwhile (a connection through it
+    /// stopped hearing its peer). Nothing when it is static, already asked for, or
+    /// answered less than a sixth of the reachable time ago (5 s by default): every
+    /// retransmission timeout of every connection through it asks this, and a loaded
+    /// segment — 64 MPI ranks on 2 cores time out often — must not get a request each.
+    pub fn refresh(&mut self, hop: [u8; 4], now: u64) {
+        let mut table = self.cfg.table.lock();
+        let recent = now.saturating_sub(self.reachable / 6);
+        if let Some(
+            e @ Entry {
+                state: State::Reachable(_),
+                ..
+            },
+        ) = table.get_mut(&hop)
+        {
+            if e.confirmed > recent {
+                return;
+            }
+            e.state = State::Asking;
+            e.tries = 0;
+            drop(table);
+            self.start_asking(hop, now);
+        }
+    }
+
+    /// This node asks for `hop` (now, unless it already does).
+    fn start_asking(&mut self, hop: [u8; 4], now: u64) {
+        if self.asking.iter().any(|a| a.0 == hop) {
+            return;
+        }
+        self.asking.push((hop, now));
+    }
+
+    /// When [`Neigh::handle_timeout`] is next due.
+    pub fn next_timeout(&self) -> u64 {
+        self.asking.iter().map(|a| a.1).min().unwrap_or(u64::MAX)
+    }
+
+    /// Sends the requests due and gives up on the next hops asked for often enough.
+    pub fn handle_timeout(&mut self, now: u64) {
+        let mut i = 0;
+        while i < self.asking.len() {
+            let (hop, at) = self.asking[i];
+            if at > now {
+                i += 1;
+                continue;
+            }
+            let mut table = self.cfg.table.lock();
+            let Some(e) = table.get_mut(&hop) else {
+                self.asking.swap_remove(i);
+                continue;
+            };
+            match e.state {
+                State::Asking if e.tries < self.cfg.tries => {
+                    e.tries += 1;
+                    // A refresh asks the known MAC first (as Linux's unicast probes),
+                    // everyone after that (the node may have moved).
+                    let to = e.mac.filter(|_| e.tries <= 2);
+                    self.out.push_back(Out::Ask(hop, to));
+                    // Backing off: the wait doubles with every request, up to 8 times
+                    // the first.
+                    self.asking[i].1 = now + (self.retry << (e.tries - 1).min(3));
+                    i += 1;
+                }
+                State::Asking if e.mac.is_some() => {
+                    // A refresh nobody answered: the node may only be too busy to
+                    // (64 MPI ranks on 2 cores). Its last answer keeps serving — a
+                    // connect to a MAC that moved fails at its CM timeout instead — and
+                    // it is asked again no sooner than a refresh may be.
+                    e.state = State::Reachable(now + self.reachable / 6);
+                    e.confirmed = now;
+                    e.tries = 0;
+                    self.asking.swap_remove(i);
+                }
+                State::Asking => {
+                    // Nobody answered: the connects waiting for it fail.
+                    let tries = e.tries;
+                    e.state = State::Failed(now + self.retry);
+                    self.failed.push((hop, tries));
+                    self.asking.swap_remove(i);
+                }
+                // Answered (or made static) meanwhile, maybe through another shard.
+                _ => {
+                    if !matches!(e.state, State::Failed(_)) {
+                        self.answered.push(hop);
+                    }
+                    self.asking.swap_remove(i);
+                }
+            }
+        }
+    }
+
+    /// An ARP frame received (its decoding already checked).
+    pub fn handle_arp(&mut self, arp: &ArpRepr, now: u64) {
+        if arp.sender_ip == self.ip {
+            // Our own announcement looped back, or another node claims our address:
+            // nothing to learn either way.
+            return self.drops.push(DropReason::Unsolicited);
+        }
+        let asked_us = arp.op == ArpOp::Request && arp.target_ip == self.ip && !arp.is_gratuitous();
+        if asked_us {
+            if self.out.len() >= MAX_ANSWERS {
+                self.drops.push(DropReason::NeighCapped);
+            } else {
+                self.out.push_back(Out::Answer {
+                    mac: arp.sender_mac,
+                    ip: arp.sender_ip,
+                });
+            }
+        }
+        let mut table = self.cfg.table.lock();
+        let announced = arp.is_gratuitous();
+        if (asked_us || announced) && !table.contains_key(&arp.sender_ip) {
+            // RFC 826's merge: a node asking for us is about to talk to us, and we
+            // to it (an all-to-all resolves each pair once, not twice); a node that
+            // announces itself at start (as every deposit node does) saves each of
+            // its peers a broadcast — 64 ranks of a job that each ask for all the
+            // others flood the segment with 4 032 requests and more, and a host
+            // whose receive ring overflows drops answers with them. Only within the
+            // table's size: an announcement makes no room, a request for us may
+            // evict a failed entry.
+            if announced && table.len() >= self.cfg.max_entries {
+                return self.drops.push(DropReason::NeighCapped);
+            }
+            if table.len() >= self.cfg.max_entries {
+                let victim = table
+                    .iter()
+                    .find(|(_, e)| matches!(e.state, State::Failed(_)))
+                    .map(|(ip, _)| *ip);
+                match victim {
+                    Some(v) => {
+                        table.remove(&v);
+                    }
+                    None => return self.drops.push(DropReason::NeighCapped),
+                }
+            }
+            table.insert(
+                arp.sender_ip,
+                Entry {
+                    mac: Some(arp.sender_mac),
+                    state: State::Reachable(now + self.reachable),
+                    tries: 0,
+                    confirmed: now,
+                },
+            );
+            return;
+        }
+        let Some(e) = table.get_mut(&arp.sender_ip) else {
+            // Not asked for: learned from nothing but this frame, so not kept.
+            if !asked_us {
+                self.drops.push(DropReason::Unsolicited);
+            }
+            return;
+        };
+        match e.state {
+            State::Static => {}
+            // Asked for: the answer, the peer's own request for us, or its announcement
+            // (a node that comes up after we first asked: the 64th rank of a job).
+            State::Asking if arp.target_ip == self.ip || announced => {
+                e.mac = Some(arp.sender_mac);
+                e.state = State::Reachable(now + self.reachable);
+                e.tries = 0;
+                e.confirmed = now;
+                drop(table);
+                self.stats.resolved += 1;
+                self.answered.push(arp.sender_ip);
+                self.asking.retain(|a| a.0 != arp.sender_ip);
+            }
+            // A node we know tells its MAC again: a change is noted for the next
+            // connect (established connections follow their peer's own checked frames
+            // only).
+            State::Reachable(_) => {
+                if e.mac != Some(arp.sender_mac) {
+                    e.mac = Some(arp.sender_mac);
+                    self.stats.resolved += 1;
+                }
+                e.state = State::Reachable(now + self.reachable);
+                e.confirmed = now;
+            }
+            State::Asking | State::Failed(_) => {
+                drop(table);
+                if !asked_us {
+                    self.drops.push(DropReason::Unsolicited);
+                }
+            }
+        }
+    }
+
+    /// An ICMP echo request to this node: answered.
+    pub fn handle_echo(&mut self, req: &EchoRequest<'_>) {
+        if self.out.len() >= MAX_ANSWERS {
+            return self.drops.push(DropReason::NeighCapped);
+        }
+        let mut buf = vec![0u8; req.data.len() + 64];
+        match emit_echo_reply(req, self.mac, self.ip, &mut buf) {
+            Ok(n) => {
+                buf.truncate(n);
+                self.out.push_back(Out::Echo(buf.into_boxed_slice()));
+            }
+            Err(_) => self.drops.push(DropReason::BadNeighbour),
+        }
+    }
+
+    /// Whether frames wait to go out.
+    pub fn has_output(&self) -> bool {
+        !self.out.is_empty()
+    }
+
+    /// Writes the next frame into `buf` (at least 60 bytes; an echo reply needs its
+    /// request's size) and returns its length; `None` when nothing waits. A frame
+    /// that does not fit is dropped and counted.
+    pub fn poll_transmit(&mut self, buf: &mut [u8]) -> Option<usize> {
+        loop {
+            let o = self.out.pop_front()?;
+            let written = match o {
+                Out::Ask(ip, to) => {
+                    self.stats.arp_requests_tx += 1;
+                    let dst = to.unwrap_or(BROADCAST);
+                    ArpRepr::request(self.mac, self.ip, ip).emit(dst, self.mac, buf)
+                }
+                Out::Announce => {
+                    self.stats.arp_requests_tx += 1;
+                    ArpRepr::gratuitous(self.mac, self.ip).emit(BROADCAST, self.mac, buf)
+                }
+                Out::Answer { mac, ip } => {
+                    self.stats.arp_replies_tx += 1;
+                    let req = ArpRepr {
+                        op: ArpOp::Request,
+                        sender_mac: mac,
+                        sender_ip: ip,
+                        target_mac: [0; 6],
+                        target_ip: self.ip,
+                    };
+                    req.reply_to(self.mac).emit(mac, self.mac, buf)
+                }
+                Out::Echo(frame) => match buf.get_mut(..frame.len()) {
+                    Some(b) => {
+                        b.copy_from_slice(&frame);
+                        self.stats.echo_replies_tx += 1;
+                        Ok(frame.len())
+                    }
+                    None => Err(crate::wire::WireError::BufferTooSmall {
+                        needed: frame.len(),
+                        got: buf.len(),
+                    }),
+                },
+            };
+            match written {
+                Ok(n) => return Some(n),
+                Err(_) => self.drops.push(DropReason::NeighCapped),
+            }
+        }
+    }
+
+    /// Refusals since the last call, for the node's counters.
+    pub fn take_drops(&mut self) -> impl Iterator<Item = DropReason> + '_ {
+        self.drops.drain(..)
+    }
+
+    /// Next hops answered since the last call: connect requests waiting for them go.
+    pub fn take_resolved(&mut self) -> Vec<[u8; 4]> {
+        std::mem::take(&mut self.answered)
+    }
+
+    /// Next hops given up on since the last call, with the requests sent: the
+    /// connects waiting for them fail.
+    pub fn take_failed(&mut self) -> Vec<([u8; 4], u32)> {
+        std::mem::take(&mut self.failed)
+    }
+
+    /// Whether anything was answered, given up on or refused since last taken.
+    pub fn has_news(&self) -> bool {
+        !(self.answered.is_empty() && self.failed.is_empty() && self.drops.is_empty())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ME: [u8; 4] = [10, 1, 0, 2];
+    const MY_MAC: [u8; 6] = [0x52, 0, 0, 0, 0, 2];
+    const PEER: [u8; 4] = [10, 1, 0, 3];
+    const PEER_MAC: [u8; 6] = [0x52, 0, 0, 0, 0, 3];
+    const GW: [u8; 4] = [10, 1, 0, 1];
+    /// One tick per microsecond.
+    const HZ: u64 = 1_000_000;
+
+    fn neigh(cfg: NeighConfig) -> Neigh {
+        let mut n = Neigh::new(cfg, ME, MY_MAC, HZ);
+        n.out.clear(); // the announcement
+        n
+    }
+
+    fn resolving() -> NeighConfig {
+        NeighConfig {
+            resolve: true,
+            prefix_len: 24,
+            gateway: Some(GW),
+            ..NeighConfig::default()
+        }
+    }
+
+    /// Every frame waiting, decoded as ARP.
+    fn sent(n: &mut Neigh) -> Vec<(ArpRepr, [u8; 6])> {
+        let mut buf = [0u8; 1514];
+        let mut out = Vec::new();
+        while let Some(len) = n.poll_transmit(&mut buf) {
+            let dst: [u8; 6] = buf[..6].try_into().unwrap();
+            out.push((ArpRepr::parse(&buf[..len]).expect("ARP"), dst));
+        }
+        out
+    }
+
+    fn reply(from_ip: [u8; 4], from_mac: [u8; 6]) -> ArpRepr {
+        ArpRepr::request(MY_MAC, ME, from_ip).reply_to(from_mac)
+    }
+
+    #[test]
+    fn next_hops_follow_prefix_routes_and_gateway() {
+        let mut cfg = resolving();
+        cfg.routes.push(Route {
+            dest: [192, 168, 0, 0],
+            prefix_len: 16,
+            via: [10, 1, 0, 254],
+        });
+        let n = neigh(cfg);
+        assert_eq!(n.next_hop(PEER), Ok(PEER), "on the link");
+        assert_eq!(n.next_hop([192, 168, 7, 1]), Ok([10, 1, 0, 254]), "a route");
+        assert_eq!(n.next_hop([10, 2, 0, 9]), Ok(GW), "the gateway");
+        let lonely = neigh(NeighConfig {
+            prefix_len: 24,
+            ..NeighConfig::default()
+        });
+        assert_eq!(
+            lonely.next_hop([10, 2, 0, 9]),
+            Err(NeighError::NoRoute([10, 2, 0, 9]))
+        );
+        let flat = neigh(NeighConfig::default());
+        assert_eq!(
+            flat.next_hop([8, 8, 8, 8]),
+            Ok([8, 8, 8, 8]),
+            "prefix 0: all on the link"
+        );
+        assert!(same_prefix([10, 1, 0, 200], ME, 24) && !same_prefix([10, 1, 1, 2], ME, 24));
+        assert!(same_prefix([1, 2, 3, 4], ME, 0) && !same_prefix([10, 1, 0, 3], ME, 32));
+    }
+
+    #[test]
+    fn a_peer_is_asked_for_answered_and_remembered() {
+        let mut n = neigh(resolving());
+        assert_eq!(n.resolve(PEER, 0), Resolved::Waiting);
+        n.handle_timeout(0);
+        let out = sent(&mut n);
+        assert_eq!(out.len(), 1);
+        let (req, dst) = out[0];
+        assert_eq!(dst, BROADCAST);
+        assert_eq!(
+            (req.op, req.target_ip, req.sender_ip, req.sender_mac),
+            (ArpOp::Request, PEER, ME, MY_MAC)
+        );
+        n.handle_arp(&reply(PEER, PEER_MAC), 10);
+        assert_eq!(n.take_resolved(), vec![PEER]);
+        assert_eq!(n.resolve(PEER, 20), Resolved::Mac(PEER_MAC));
+        assert_eq!(n.next_timeout(), u64::MAX, "nothing more to ask");
+        assert_eq!(n.stats().resolved, 1);
+        // Off the link: the gateway is asked for, and serves every peer behind it.
+        assert_eq!(n.resolve([10, 9, 9, 9], 30), Resolved::Waiting);
+        n.handle_timeout(30);
+        assert_eq!(sent(&mut n)[0].0.target_ip, GW);
+        n.handle_arp(&reply(GW, [0x52, 0, 0, 0, 0, 1]), 40);
+        assert_eq!(
+            n.resolve([10, 7, 7, 7], 50),
+            Resolved::Mac([0x52, 0, 0, 0, 0, 1])
+        );
+    }
+
+    #[test]
+    fn an_unanswered_peer_fails_after_the_tries_and_is_asked_again_later() {
+        let mut n = neigh(resolving());
+        let retry = n.retry;
+        assert_eq!(n.resolve(PEER, 0), Resolved::Waiting);
+        let mut t = 0;
+        for k in 0..8 {
+            n.handle_timeout(t);
+            assert_eq!(sent(&mut n).len(), 1, "request {k}");
+            let wait = retry << k.min(3);
+            assert_eq!(n.next_timeout(), t + wait, "backing off");
+            n.handle_timeout(n.next_timeout() - 1);
+            assert!(sent(&mut n).is_empty(), "not before its time");
+            t += wait;
+        }
+        assert!(
+            n.take_failed().is_empty(),
+            "the last try still has its wait"
+        );
+        n.handle_timeout(t);
+        assert!(sent(&mut n).is_empty());
+        assert_eq!(n.take_failed(), vec![(PEER, 8)]);
+        assert_eq!(t, 47 * retry, "100 + 200 + 400 + 5 x 800 ms by default");
+        assert_eq!(
+            n.resolve(PEER, t + 1),
+            Resolved::Failed {
+                hop: PEER,
+                tries: 8
+            }
+        );
+        // After a retry period, a new connect asks again.
+        assert_eq!(n.resolve(PEER, t + retry), Resolved::Waiting);
+    }
+
+    #[test]
+    fn what_nobody_asked_for_is_not_learned_and_the_table_stays_bounded() {
+        let mut n = neigh(NeighConfig {
+            max_entries: 4,
+            ..resolving()
+        });
+        // Forged replies and announcements for addresses never asked for.
+        for i in 0..100u8 {
+            n.handle_arp(&reply([10, 1, 0, 100 + i], [0x66, 0, 0, 0, 0, i]), 0);
+        }
+        assert!(n.config().table.is_empty(), "replies nobody asked for");
+        assert_eq!(
+            n.take_drops()
+                .filter(|&d| d == DropReason::Unsolicited)
+                .count(),
+            100
+        );
+        // Announcements are learned, but only up to the table's size.
+        for i in 0..100u8 {
+            n.handle_arp(
+                &ArpRepr::gratuitous([0x66, 1, 0, 0, 0, i], [10, 1, 1, i]),
+                0,
+            );
+        }
+        assert_eq!(n.config().table.len(), 4);
+        assert_eq!(
+            n.take_drops()
+                .filter(|&d| d == DropReason::NeighCapped)
+                .count(),
+            96
+        );
+        n.config().table.inner.lock().unwrap().clear();
+        // Resolutions make entries up to the cap; older ones make room.
+        for i in 0..10u8 {
+            let _ = n.resolve([10, 1, 0, 10 + i], 0);
+        }
+        assert_eq!(n.config().table.len(), 4);
+        // A claim to be this node teaches nothing.
+        n.handle_arp(&ArpRepr::gratuitous([0x66; 6], ME), 0);
+        assert_eq!(n.take_drops().count(), 1);
+    }
+
+    #[test]
+    fn a_question_is_answered_by_a_reply_a_request_for_us_or_an_announcement() {
+        let mut n = neigh(resolving());
+        assert_eq!(n.resolve(PEER, 0), Resolved::Waiting);
+        // A reply to someone else is no answer.
+        let to_other =
+            ArpRepr::request([0x52, 9, 9, 9, 9, 9], [10, 1, 0, 9], PEER).reply_to([0x66; 6]);
+        n.handle_arp(&to_other, 1);
+        assert_eq!(n.resolve(PEER, 2), Resolved::Waiting);
+        assert_eq!(
+            n.take_drops().collect::<Vec<_>>(),
+            vec![DropReason::Unsolicited]
+        );
+        // A peer that comes up announces itself: that answers.
+        n.handle_arp(&ArpRepr::gratuitous(PEER_MAC, PEER), 2);
+        assert_eq!(n.resolve(PEER, 3), Resolved::Mac(PEER_MAC));
+        let mut n = neigh(resolving());
+        assert_eq!(n.resolve(PEER, 0), Resolved::Waiting);
+        // The peer's own request for us says where it is.
+        n.handle_arp(&ArpRepr::request(PEER_MAC, PEER, ME), 3);
+        assert_eq!(n.resolve(PEER, 4), Resolved::Mac(PEER_MAC));
+    }
+
+    #[test]
+    fn a_known_peer_that_moves_is_followed_and_a_static_one_is_not() {
+        let mut n = neigh(resolving());
+        let _ = n.resolve(PEER, 0);
+        n.handle_arp(&reply(PEER, PEER_MAC), 1);
+        let moved = [0x52, 9, 9, 9, 9, 3];
+        n.handle_arp(&ArpRepr::gratuitous(moved, PEER), 2);
+        assert_eq!(n.resolve(PEER, 3), Resolved::Mac(moved));
+        let fixed = [0x52, 7, 7, 7, 7, 7];
+        n.config().table.insert_static([10, 1, 0, 7], fixed);
+        n.handle_arp(&ArpRepr::gratuitous([0x66; 6], [10, 1, 0, 7]), 4);
+        assert_eq!(n.resolve([10, 1, 0, 7], 5), Resolved::Mac(fixed));
+    }
+
+    #[test]
+    fn a_stale_answer_serves_while_it_is_asked_for_again() {
+        let mut n = neigh(resolving());
+        let reachable = n.reachable;
+        let _ = n.resolve(PEER, 0);
+        n.handle_timeout(0);
+        sent(&mut n);
+        n.handle_arp(&reply(PEER, PEER_MAC), 0);
+        assert_eq!(
+            n.resolve(PEER, reachable + 1),
+            Resolved::Mac(PEER_MAC),
+            "stale, still used"
+        );
+        n.handle_timeout(reachable + 1);
+        assert_eq!(sent(&mut n).len(), 1, "asked again");
+        let moved = [0x52, 1, 1, 1, 1, 1];
+        n.handle_arp(&reply(PEER, moved), reachable + 2);
+        assert_eq!(n.resolve(PEER, reachable + 3), Resolved::Mac(moved));
+    }
+
+    #[test]
+    fn an_unanswered_refresh_keeps_the_last_answer() {
+        let mut n = neigh(resolving());
+        let (reachable, retry) = (n.reachable, n.retry);
+        let _ = n.resolve(PEER, 0);
+        n.handle_timeout(0);
+        sent(&mut n);
+        n.handle_arp(&reply(PEER, PEER_MAC), 0);
+        let mut t = reachable + 1;
+        assert_eq!(n.resolve(PEER, t), Resolved::Mac(PEER_MAC));
+        let mut asked = Vec::new();
+        while n.next_timeout() != u64::MAX {
+            t = n.next_timeout();
+            n.handle_timeout(t);
+            asked.extend(sent(&mut n).into_iter().map(|(_, dst)| dst));
+        }
+        assert_eq!(asked.len(), 8);
+        assert_eq!(&asked[..2], &[PEER_MAC; 2], "the known MAC asked first");
+        assert!(asked[2..].iter().all(|&d| d == BROADCAST), "then everyone");
+        assert!(n.take_failed().is_empty(), "no connect waited for it");
+        assert_eq!(
+            n.resolve(PEER, t + retry),
+            Resolved::Mac(PEER_MAC),
+            "still served"
+        );
+        assert_eq!(n.next_timeout(), u64::MAX, "and not asked again at once");
+    }
+
+    #[test]
+    fn requests_for_this_node_are_answered_up_to_the_cap() {
+        let mut n = neigh(NeighConfig::default());
+        let asker = [0x52, 5, 5, 5, 5, 5];
+        n.handle_arp(&ArpRepr::request(asker, PEER, ME), 0);
+        n.handle_arp(&ArpRepr::request(asker, PEER, [10, 1, 0, 99]), 0); // not us
+        let out = sent(&mut n);
+        assert_eq!(out.len(), 1);
+        let (rep, dst) = out[0];
+        assert_eq!(dst, asker);
+        assert_eq!(
+            (
+                rep.op,
+                rep.sender_ip,
+                rep.sender_mac,
+                rep.target_ip,
+                rep.target_mac
+            ),
+            (ArpOp::Reply, ME, MY_MAC, PEER, asker)
+        );
+        for _ in 0..MAX_ANSWERS + 10 {
+            n.handle_arp(&ArpRepr::request(asker, PEER, ME), 0);
+        }
+        assert_eq!(
+            n.take_drops()
+                .filter(|&d| d == DropReason::NeighCapped)
+                .count(),
+            10
+        );
+        assert_eq!(sent(&mut n).len(), MAX_ANSWERS);
+        assert_eq!(n.stats().arp_replies_tx, 1 + MAX_ANSWERS as u64);
+    }
+
+    #[test]
+    fn shards_share_what_any_of_them_hears() {
+        let cfg = resolving();
+        let mut a = neigh(cfg.clone());
+        let mut b = neigh(cfg);
+        assert_eq!(b.resolve(PEER, 0), Resolved::Waiting);
+        assert_eq!(
+            a.resolve(PEER, 0),
+            Resolved::Waiting,
+            "asked by b: a waits too"
+        );
+        b.handle_timeout(0);
+        assert_eq!(sent(&mut b).len(), 1);
+        a.handle_arp(&reply(PEER, PEER_MAC), 5); // the reply reaches shard a
+        assert_eq!(b.resolve(PEER, 6), Resolved::Mac(PEER_MAC));
+        // b notices at its next retry (its connect requests' own retries, every CM
+        // retry period, find the MAC sooner).
+        b.handle_timeout(b.retry);
+        assert_eq!(b.take_resolved(), vec![PEER], "b's waiting connects go");
+        assert!(sent(&mut b).is_empty());
+    }
+
+    #[test]
+    fn resolution_off_still_answers_and_announces_only_when_on() {
+        let on = Neigh::new(resolving(), ME, MY_MAC, HZ);
+        assert!(on.has_output(), "a gratuitous ARP at start");
+        let off = Neigh::new(NeighConfig::default(), ME, MY_MAC, HZ);
+        assert!(!off.has_output());
+    }
+}
