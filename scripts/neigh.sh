@@ -71,6 +71,12 @@ server() { # NS PORT ARGS...: a ddperf server in the background
     sleep 1.5
 }
 promisc() { ip -n "$1" -d link show "$2" | grep -o 'promiscuity [0-9]*' | cut -d' ' -f2; }
+# COUNTER [FILE]: a counter (or a drop reason's count) from ddperf --stats output in
+# FILE (default the client's), 0 when not printed (ddperf leaves zeros out).
+count() {
+    awk -v k="$1" '$1 == "drops" && $2 == k {print $3; f=1} $1 == k {print $2; f=1} END {if (!f) print 0}' \
+        "${2:-/tmp/$p.client}" | head -1
+}
 
 # 1. kernel MACs, no MAC configured.
 for t in write_lat write_bw; do
@@ -114,8 +120,8 @@ wait "$cpid" || { cat "/tmp/$p.client" "/tmp/$p.server"; fail "transfer on a hub
 wait "$spid" || { cat "/tmp/$p.server"; fail "server on a hub"; }
 for i in 0 1 2; do ip link set dev "${p}h$i" type bridge_slave learning on; done
 ip link set dev "${p}br" type bridge ageing_time 30000
-c_rx=$(awk '$1 == "frames_rx" {print $2; f=1} END {if (!f) print 0}' "/tmp/$p.other")
-c_not=$(awk '$1 == "drops" && $2 == "not_ours" {print $3; f=1} END {if (!f) print 0}' "/tmp/$p.other")
+c_rx=$(count frames_rx "/tmp/$p.other")
+c_not=$(count not_ours "/tmp/$p.other")
 ((c_rx == 0 && c_not > 1000)) || { cat "/tmp/$p.other"; fail "a bystander on a hub: frames_rx $c_rx, not_ours $c_not"; }
 ok "hub: a bystander node saw $c_not of a and b's frames (dropped as not_ours), took 0"
 
@@ -157,7 +163,6 @@ ip netns exec "${ns[2]}" timeout 20 python3 scripts/arpflood.py "${p}v2" 10.77.0
 wait "$cpid" || { cat "/tmp/$p.client" "/tmp/$p.server" "/tmp/$p.flood"; fail "transfer under an ARP attack"; }
 wait "$spid" || { cat "/tmp/$p.server"; fail "server under an ARP attack"; }
 grep -q 'ddperf: verify: OK' "/tmp/$p.client" || { cat "/tmp/$p.client"; fail "attack: not verified"; }
-count() { awk -v k="$1" '$1 == "drops" && $2 == k {print $3; f=1} $1 == k {print $2; f=1} END {if (!f) print 0}' "/tmp/$p.client" | head -1; }
 uns=$(count unsolicited) bad=$(count bad_neighbour) moved=$(count peer_mac_changes)
 ((uns > 1000 && bad > 0)) || { cat "/tmp/$p.client"; fail "attack: refusals not counted (unsolicited $uns, bad_neighbour $bad)"; }
 ((moved == 0)) || { cat "/tmp/$p.client"; fail "attack: the connection moved ($moved)"; }

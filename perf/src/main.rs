@@ -353,15 +353,8 @@ fn parse_ip_prefix(s: &str) -> std::result::Result<(Ipv4Addr, u8), String> {
 }
 
 fn parse_mac(s: &str) -> std::result::Result<[u8; 6], String> {
-    let mut mac = [0u8; 6];
-    let parts: Vec<&str> = s.split(':').collect();
-    if parts.len() != 6 {
-        return Err(format!("{s:?}: a MAC is six hex bytes, aa:bb:cc:dd:ee:ff"));
-    }
-    for (b, p) in mac.iter_mut().zip(parts) {
-        *b = u8::from_str_radix(p, 16).map_err(|_| format!("{s:?}: bad hex byte {p:?}"))?;
-    }
-    Ok(mac)
+    deposit_transport::tables::parse_mac(s)
+        .ok_or_else(|| format!("{s:?}: a MAC is six hex bytes, aa:bb:cc:dd:ee:ff"))
 }
 
 fn parse_faults(s: &str) -> std::result::Result<FaultConfig, String> {

@@ -181,6 +181,14 @@ struct Entry {
     confirmed: u64,
 }
 
+impl Entry {
+    /// An answered entry is asked for anew, its MAC serving meanwhile.
+    fn ask_again(&mut self) {
+        self.state = State::Asking;
+        self.tries = 0;
+    }
+}
+
 /// The neighbour table of a device: next hop → MAC.
 #[derive(Debug, Default)]
 pub struct NeighTable {
@@ -221,6 +229,35 @@ impl NeighTable {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
+}
+
+/// Which entries a full table gives up for a new one (a failed entry first).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Evict {
+    Nothing,
+    Failed,
+    /// A failed one, else any that is not static.
+    Learned,
+}
+
+/// Whether `table` has room for one more entry within `max`, made by removing one
+/// that `evict` allows when it is full.
+fn make_room(table: &mut HashMap<[u8; 4], Entry>, max: usize, evict: Evict) -> bool {
+    if table.len() < max {
+        return true;
+    }
+    let failed = |e: &Entry| matches!(e.state, State::Failed(_));
+    let victim = match evict {
+        Evict::Nothing => None,
+        Evict::Failed => table.iter().find(|(_, e)| failed(e)),
+        Evict::Learned => table.iter().find(|(_, e)| failed(e)).or_else(|| {
+            table
+                .iter()
+                .find(|(_, e)| !matches!(e.state, State::Static))
+        }),
+    }
+    .map(|(ip, _)| *ip);
+    victim.is_some_and(|v| table.remove(&v).is_some())
 }
 
 /// What waits to go out.
@@ -276,7 +313,7 @@ impl Neigh {
     /// times a second. With resolution on, it announces itself (a gratuitous ARP in
     /// the first transmission).
     pub fn new(cfg: NeighConfig, ip: [u8; 4], mac: [u8; 6], hz: u64) -> Neigh {
-        let ticks = |us: u64| (u128::from(us) * u128::from(hz) / 1_000_000) as u64;
+        let ticks = |us| crate::node::us_to_ticks(us, hz);
         let mut out = VecDeque::new();
         if cfg.resolve {
             out.push_back(Out::Announce);
@@ -338,8 +375,7 @@ impl Neigh {
                 if let State::Reachable(until) = e.state {
                     if now >= until {
                         // Stale: still used, asked for again.
-                        e.state = State::Asking;
-                        e.tries = 0;
+                        e.ask_again();
                         drop(table);
                         self.start_asking(hop, now);
                     }
@@ -362,26 +398,12 @@ impl Neigh {
                 ..
             }) if now < *until => Resolved::Failed { hop, tries: *tries },
             _ => {
-                if table.len() >= self.cfg.max_entries && !table.contains_key(&hop) {
-                    // Make room: the oldest-failing or any non-static entry goes.
-                    let victim = table
-                        .iter()
-                        .find(|(_, e)| matches!(e.state, State::Failed(_)))
-                        .or_else(|| {
-                            table
-                                .iter()
-                                .find(|(_, e)| !matches!(e.state, State::Static))
-                        })
-                        .map(|(ip, _)| *ip);
-                    match victim {
-                        Some(v) => {
-                            table.remove(&v);
-                        }
-                        None => {
-                            self.drops.push(DropReason::NeighCapped);
-                            return Resolved::Failed { hop, tries: 0 };
-                        }
-                    }
+                // A connect needs it: a failed, else any learned entry makes room.
+                if !table.contains_key(&hop)
+                    && !make_room(&mut table, self.cfg.max_entries, Evict::Learned)
+                {
+                    self.drops.push(DropReason::NeighCapped);
+                    return Resolved::Failed { hop, tries: 0 };
                 }
                 table.insert(
                     hop,
@@ -417,8 +439,7 @@ impl Neigh {
             if e.confirmed > recent {
                 return;
             }
-            e.state = State::Asking;
-            e.tries = 0;
+            e.ask_again();
             drop(table);
             self.start_asking(hop, now);
         }
@@ -520,20 +541,13 @@ impl Neigh {
             // whose receive ring overflows drops answers with them. Only within the
             // table's size: an announcement makes no room, a request for us may
             // evict a failed entry.
-            if announced && table.len() >= self.cfg.max_entries {
+            let evict = if announced {
+                Evict::Nothing
+            } else {
+                Evict::Failed
+            };
+            if !make_room(&mut table, self.cfg.max_entries, evict) {
                 return self.drops.push(DropReason::NeighCapped);
-            }
-            if table.len() >= self.cfg.max_entries {
-                let victim = table
-                    .iter()
-                    .find(|(_, e)| matches!(e.state, State::Failed(_)))
-                    .map(|(ip, _)| *ip);
-                match victim {
-                    Some(v) => {
-                        table.remove(&v);
-                    }
-                    None => return self.drops.push(DropReason::NeighCapped),
-                }
             }
             table.insert(
                 arp.sender_ip,

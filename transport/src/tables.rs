@@ -576,7 +576,7 @@ impl NodeTable {
 }
 
 /// Parses `aa:bb:cc:dd:ee:ff` (hex, one or two digits per byte).
-fn parse_mac(s: &str) -> Option<[u8; 6]> {
+pub fn parse_mac(s: &str) -> Option<[u8; 6]> {
     let mut mac = [0u8; 6];
     let mut parts = s.split(':');
     for byte in &mut mac {

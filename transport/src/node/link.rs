@@ -98,26 +98,26 @@ impl Tagging {
     /// `pcp` (when on a VLAN), its length set.
     #[inline]
     pub fn done<F: FrameBuf>(self, m: &mut F, len: usize, pcp: u8) {
-        match self.0 {
-            None => m.set_len(len),
-            Some(vid) => {
-                crate::wire::vlan::insert(m.room_mut(), crate::wire::vlan::tci(vid, pcp));
-                m.set_len(len + crate::wire::vlan::VLAN_LEN);
-            }
-        }
+        let tag = self.put_tag(m, pcp);
+        m.set_len(len + tag);
     }
 
     /// [`Tagging::done`] for a frame whose payload `ext` is by reference.
     #[inline]
     pub fn done_external<F: FrameBuf>(self, m: &mut F, len: usize, mut ext: External, pcp: u8) {
-        match self.0 {
-            None => m.set_len_external(len, ext),
-            Some(vid) => {
-                crate::wire::vlan::insert(m.room_mut(), crate::wire::vlan::tci(vid, pcp));
-                ext.at += crate::wire::vlan::VLAN_LEN;
-                m.set_len_external(len + crate::wire::vlan::VLAN_LEN, ext);
-            }
+        let tag = self.put_tag(m, pcp);
+        ext.at += tag;
+        m.set_len_external(len + tag, ext);
+    }
+
+    /// Puts the tag in front of the frame written at [`Tagging::room`] (nothing when
+    /// untagged); returns the bytes it added.
+    #[inline]
+    fn put_tag<F: FrameBuf>(self, m: &mut F, pcp: u8) -> usize {
+        if let Some(vid) = self.0 {
+            crate::wire::vlan::insert(m.room_mut(), crate::wire::vlan::tci(vid, pcp));
         }
+        self.len()
     }
 }
 

@@ -594,6 +594,11 @@ impl Node {
         let mut s = self.stats.clone();
         s.tlb = self.tlb.stats();
         s.cm_challenges = self.cm.challenges_sent();
+        let n = self.neigh.stats();
+        s.arp_requests_tx = n.arp_requests_tx;
+        s.arp_replies_tx = n.arp_replies_tx;
+        s.neigh_resolved = n.resolved;
+        s.echo_replies_tx = n.echo_replies_tx;
         s
     }
 
@@ -855,7 +860,7 @@ impl Node {
 }
 
 /// `us` microseconds in ticks of a clock of `hz`.
-fn us_to_ticks(us: u64, hz: u64) -> u64 {
+pub(crate) fn us_to_ticks(us: u64, hz: u64) -> u64 {
     us.saturating_mul(hz) / 1_000_000
 }
 

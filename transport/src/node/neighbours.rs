@@ -44,11 +44,6 @@ impl Node {
     /// connect requests waiting for a next hop it resolved sent, those whose next hop
     /// nobody answered for failed.
     pub(super) fn absorb_neigh(&mut self) {
-        let s = self.neigh.stats();
-        self.stats.arp_requests_tx = s.arp_requests_tx;
-        self.stats.arp_replies_tx = s.arp_replies_tx;
-        self.stats.neigh_resolved = s.resolved;
-        self.stats.echo_replies_tx = s.echo_replies_tx;
         if !self.neigh.has_news() {
             return;
         }

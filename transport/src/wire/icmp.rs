@@ -18,8 +18,7 @@
 
 use super::arp::MIN_FRAME_LEN;
 use super::underlay::{
-    field as ip, fold, sum_words, UnderlayPacket, ETHERTYPE_IPV4, ETH_HEADER_LEN, IP_DONT_FRAGMENT,
-    IP_HEADER_LEN, IP_TTL,
+    field as ip, fold, put_ipv4_header, sum_words, UnderlayPacket, ETH_HEADER_LEN, IP_HEADER_LEN,
 };
 use super::{check_len, get_u16, set_u16, WireError};
 
@@ -209,24 +208,7 @@ pub enum Icmp<'a> {
 pub fn parse_echo_request(frame: &[u8]) -> Result<Icmp<'_>, WireError> {
     let packet = IcmpPacket::new_checked(frame)?;
     let u = packet.underlay();
-    if u.ethertype() != ETHERTYPE_IPV4 {
-        return Err(WireError::BadEthertype(u.ethertype()));
-    }
-    if u.ip_version() != 4 {
-        return Err(WireError::BadIpVersion(u.ip_version()));
-    }
-    if u.ip_ihl() != 5 {
-        return Err(WireError::BadIpHeaderLen(u.ip_ihl()));
-    }
-    if !u.ip_checksum_ok() {
-        return Err(WireError::BadIpChecksum {
-            expected: u.compute_ip_checksum(),
-            got: u.ip_checksum(),
-        });
-    }
-    if u.ip_flags_frag() & !IP_DONT_FRAGMENT != 0 {
-        return Err(WireError::IpFragment(u.ip_flags_frag()));
-    }
+    u.check_ipv4_header()?;
     if u.ip_protocol() != IP_PROTO_ICMP {
         return Err(WireError::NotIcmp(u.ip_protocol()));
     }
@@ -284,19 +266,9 @@ pub fn emit_echo_reply(
         });
     }
     let data = &mut buf[..len];
-    data[ip::DST_MAC].copy_from_slice(&req.src_mac);
-    data[ip::SRC_MAC].copy_from_slice(&src_mac);
-    set_u16(data, ip::ETHERTYPE, ETHERTYPE_IPV4);
-    data[ip::VER_IHL] = 0x45;
-    data[ip::DSCP_ECN] = 0;
+    let (macs, ips) = ((req.src_mac, src_mac), (src_ip, req.src_ip));
+    put_ipv4_header(data, macs, ips, IP_PROTO_ICMP, 0);
     set_u16(data, ip::TOTAL_LEN, (end - ETH_HEADER_LEN) as u16);
-    set_u16(data, ip::IDENT, 0);
-    set_u16(data, ip::FLAGS_FRAG, 0);
-    data[ip::TTL] = IP_TTL;
-    data[ip::PROTOCOL] = IP_PROTO_ICMP;
-    set_u16(data, ip::IP_CHECKSUM, 0);
-    data[ip::SRC_IP].copy_from_slice(&src_ip);
-    data[ip::DST_IP].copy_from_slice(&req.src_ip);
     data[field::TYPE] = ICMP_ECHO_REPLY;
     data[field::CODE] = 0;
     set_u16(data, field::CHECKSUM, 0);

@@ -242,6 +242,33 @@ impl<T: AsRef<[u8]>> UnderlayPacket<T> {
         fold(sum_words(&self.buffer.as_ref()[field::IP_HEADER])) == 0xffff
     }
 
+    /// The checks of an IPv4 header every frame we take passes, in this order:
+    /// ethertype IPv4, version 4, header length 5 words (no options), the header
+    /// checksum, not a fragment (DF may be set). What follows (protocol, lengths) is
+    /// the caller's. The buffer holds the Ethernet and IPv4 headers.
+    #[inline]
+    pub(super) fn check_ipv4_header(&self) -> Result<(), WireError> {
+        if self.ethertype() != ETHERTYPE_IPV4 {
+            return Err(WireError::BadEthertype(self.ethertype()));
+        }
+        if self.ip_version() != 4 {
+            return Err(WireError::BadIpVersion(self.ip_version()));
+        }
+        if self.ip_ihl() != 5 {
+            return Err(WireError::BadIpHeaderLen(self.ip_ihl()));
+        }
+        if !self.ip_checksum_ok() {
+            return Err(WireError::BadIpChecksum {
+                expected: self.compute_ip_checksum(),
+                got: self.ip_checksum(),
+            });
+        }
+        if self.ip_flags_frag() & !IP_DONT_FRAGMENT != 0 {
+            return Err(WireError::IpFragment(self.ip_flags_frag()));
+        }
+        Ok(())
+    }
+
     /// The UDP checksum the datagram should carry, over the pseudo header and the
     /// `udp_len` bytes of the datagram (checksum field taken as zero). `None` when the
     /// buffer does not hold the whole datagram.
@@ -361,24 +388,7 @@ impl UnderlayRepr {
     pub fn parse<T: AsRef<[u8]>>(packet: &UnderlayPacket<T>) -> Result<Self, WireError> {
         let data = packet.buffer.as_ref();
         check_len(data, UNDERLAY_LEN)?;
-        if packet.ethertype() != ETHERTYPE_IPV4 {
-            return Err(WireError::BadEthertype(packet.ethertype()));
-        }
-        if packet.ip_version() != 4 {
-            return Err(WireError::BadIpVersion(packet.ip_version()));
-        }
-        if packet.ip_ihl() != 5 {
-            return Err(WireError::BadIpHeaderLen(packet.ip_ihl()));
-        }
-        if !packet.ip_checksum_ok() {
-            return Err(WireError::BadIpChecksum {
-                expected: packet.compute_ip_checksum(),
-                got: packet.ip_checksum(),
-            });
-        }
-        if packet.ip_flags_frag() & !IP_DONT_FRAGMENT != 0 {
-            return Err(WireError::IpFragment(packet.ip_flags_frag()));
-        }
+        packet.check_ipv4_header()?;
         if packet.ip_protocol() != IP_PROTO_UDP {
             return Err(WireError::BadIpProtocol(packet.ip_protocol()));
         }
@@ -427,24 +437,40 @@ impl UnderlayRepr {
     ) {
         {
             let data = packet.buffer.as_mut();
-            data[field::DST_MAC].copy_from_slice(&self.dst_mac);
-            data[field::SRC_MAC].copy_from_slice(&self.src_mac);
-            set_u16(data, field::ETHERTYPE, ETHERTYPE_IPV4);
-            data[field::VER_IHL] = 0x45;
-            data[field::DSCP_ECN] = 0;
-            set_u16(data, field::IDENT, 0);
-            set_u16(data, field::FLAGS_FRAG, IP_DONT_FRAGMENT);
-            data[field::TTL] = IP_TTL;
-            data[field::PROTOCOL] = IP_PROTO_UDP;
-            data[field::SRC_IP].copy_from_slice(&self.src_ip);
-            data[field::DST_IP].copy_from_slice(&self.dst_ip);
+            let (macs, ips) = ((self.dst_mac, self.src_mac), (self.src_ip, self.dst_ip));
+            put_ipv4_header(data, macs, ips, IP_PROTO_UDP, IP_DONT_FRAGMENT);
             set_u16(data, field::SRC_PORT, self.src_port);
             set_u16(data, field::DST_PORT, self.dst_port);
             set_u16(data, field::UDP_CHECKSUM, 0);
-            set_u16(data, field::IP_CHECKSUM, 0);
         }
         packet.set_lengths(payload_len);
     }
+}
+
+/// Writes the Ethernet header (`(dst, src)` MACs, IPv4) and the IPv4 header (no
+/// options, DSCP/ECN 0, identification 0, `flags_frag`, TTL [`IP_TTL`], `protocol`,
+/// `(src, dst)` addresses) at the front of `data`, the checksum zero and the total
+/// length left to the caller, which computes the checksum once it is set.
+#[inline]
+pub(super) fn put_ipv4_header(
+    data: &mut [u8],
+    (dst_mac, src_mac): ([u8; 6], [u8; 6]),
+    (src_ip, dst_ip): ([u8; 4], [u8; 4]),
+    protocol: u8,
+    flags_frag: u16,
+) {
+    data[field::DST_MAC].copy_from_slice(&dst_mac);
+    data[field::SRC_MAC].copy_from_slice(&src_mac);
+    set_u16(data, field::ETHERTYPE, ETHERTYPE_IPV4);
+    data[field::VER_IHL] = 0x45;
+    data[field::DSCP_ECN] = 0;
+    set_u16(data, field::IDENT, 0);
+    set_u16(data, field::FLAGS_FRAG, flags_frag);
+    data[field::TTL] = IP_TTL;
+    data[field::PROTOCOL] = protocol;
+    set_u16(data, field::IP_CHECKSUM, 0);
+    data[field::SRC_IP].copy_from_slice(&src_ip);
+    data[field::DST_IP].copy_from_slice(&dst_ip);
 }
 
 #[cfg(test)]
