@@ -51,6 +51,7 @@ pub mod status;
 pub mod submit;
 pub mod tables;
 pub mod tagged;
+mod ticks;
 pub mod tlb;
 pub mod wake;
 pub mod wire;

@@ -313,7 +313,7 @@ impl Neigh {
     /// times a second. With resolution on, it announces itself (a gratuitous ARP in
     /// the first transmission).
     pub fn new(cfg: NeighConfig, ip: [u8; 4], mac: [u8; 6], hz: u64) -> Neigh {
-        let ticks = |us| crate::node::us_to_ticks(us, hz);
+        let ticks = |us| crate::ticks::us_to_ticks(us, hz);
         let mut out = VecDeque::new();
         if cfg.resolve {
             out.push_back(Out::Announce);

@@ -65,6 +65,7 @@ use crate::faults::{FaultConfig, FaultStats, Faults, Hold, Verdict};
 use crate::status::DropReason;
 use crate::submit::{RingConsumer, SubmitRing};
 use crate::tables::{EndpointId, EndpointTable, NodeAddr, NodeId, NodeTable, RegisterFile};
+use crate::ticks::us_to_ticks;
 use crate::tlb::Tlb;
 use crate::wire::{self, WireError};
 use conn::ConnTable;
@@ -857,11 +858,6 @@ impl Node {
     pub(crate) fn src_port_for(number: u32) -> u16 {
         49152 | (number as u16 & 0x3fff)
     }
-}
-
-/// `us` microseconds in ticks of a clock of `hz`.
-pub(crate) fn us_to_ticks(us: u64, hz: u64) -> u64 {
-    us.saturating_mul(hz) / 1_000_000
 }
 
 /// Node id of an address, learning it if new.
