@@ -29,7 +29,7 @@ use deposit_transport::wake::{WaitFd, WaitQueue};
 use deposit_transport::wire::{self, cm::PRIVATE_DATA_MAX};
 #[cfg(feature = "dpdk")]
 use deposit_transport::worker::{ShardLinks, Worker};
-use std::net::Ipv4Addr;
+use std::net::IpAddr;
 
 use crate::endpoint::EpInner;
 use crate::idle::{armed_nap, wait_for, Backoff};
@@ -60,8 +60,9 @@ pub enum Progress {
 pub struct DeviceConfig {
     /// Port spec (docs/design.md §8): `ring`, `ring:NAME:a|b`, `null`, `memif:PATH:server|client`, ...
     pub port: String,
-    /// This node's IPv4 address.
-    pub ip: [u8; 4],
+    /// This node's IP address: IPv4, or IPv6 (its frames then go over IPv6, and its
+    /// peers are IPv6 nodes).
+    pub ip: IpAddr,
     /// Its MAC. Default: the port's own (af_packet, af_xdp, NICs); on ports without
     /// one (ring, null, memif, `sim`) the one derived from `ip`
     /// (`NodeAddr::from_ip`), which every deposit node there assumes of its peers.
@@ -71,7 +72,7 @@ pub struct DeviceConfig {
     /// is on the link.
     pub prefix_len: u8,
     /// The router for peers off the link (`--gateway`).
-    pub gateway: Option<[u8; 4]>,
+    pub gateway: Option<IpAddr>,
     /// Routes tried before the gateway, most specific first.
     pub routes: Vec<crate::Route>,
     /// Resolve peers' MACs by ARP before connecting. Default (`None`): on ports with a
@@ -178,10 +179,12 @@ fn default_workers() -> usize {
 }
 
 impl DeviceConfig {
-    pub fn new(port: &str, ip: [u8; 4]) -> DeviceConfig {
+    /// The defaults for a device on `port` at `ip` (`[10, 0, 0, 1]`, an
+    /// `Ipv4Addr`, an `Ipv6Addr` or an `IpAddr`).
+    pub fn new(port: &str, ip: impl Into<IpAddr>) -> DeviceConfig {
         DeviceConfig {
             port: port.to_string(),
-            ip,
+            ip: ip.into(),
             mac: None,
             prefix_len: 0,
             gateway: None,
@@ -735,9 +738,7 @@ impl Device {
             )));
         }
         let local = NodeAddr {
-            mac: cfg
-                .mac
-                .unwrap_or(NodeAddr::from_ip(cfg.ip, wire::UDP_PORT).mac),
+            mac: cfg.mac.unwrap_or(NodeAddr::at(cfg.ip, wire::UDP_PORT).mac),
             ip: cfg.ip,
             udp_port: wire::UDP_PORT,
         };
@@ -1010,12 +1011,12 @@ impl Device {
     }
 
     /// The error of a connect to `peer` whose next hop nobody answered ARP for.
-    pub(crate) fn unresolved(&self, peer: [u8; 4]) -> Error {
+    pub(crate) fn unresolved(&self, peer: IpAddr) -> Error {
         let n = &self.inner.neigh;
         let hop = n.next_hop(self.inner.local.ip, peer).unwrap_or(peer);
         Error::Unresolved {
-            peer: Ipv4Addr::from(peer),
-            hop: Ipv4Addr::from(hop),
+            peer,
+            hop,
             port: self.inner.port().to_string(),
             tries: n.tries,
         }
@@ -1238,12 +1239,13 @@ impl Device {
         MulticastGroup::new(&self.inner, conns)
     }
 
-    /// Connects to `service` at node `peer_ip`; remote operations from the peer act on
-    /// `ep`. Blocks (driving progress in inline mode) until accepted, refused or the
-    /// CM timeout.
+    /// Connects to `service` at node `peer_ip` (`[10, 0, 0, 2]`, or any
+    /// `Into<IpAddr>`: an IPv6 address for a device on IPv6); remote operations from
+    /// the peer act on `ep`. Blocks (driving progress in inline mode) until accepted,
+    /// refused or the CM timeout.
     pub fn connect(
         &self,
-        peer_ip: [u8; 4],
+        peer_ip: impl Into<IpAddr>,
         service: u32,
         ep: &Endpoint,
         cq: &CompletionQueue,
@@ -1255,13 +1257,13 @@ impl Device {
     /// forced interrupts, trap reports).
     pub fn connect_with(
         &self,
-        peer_ip: [u8; 4],
+        peer_ip: impl Into<IpAddr>,
         service: u32,
         ep: &Endpoint,
         cq: &CompletionQueue,
         opts: &ConnOptions,
     ) -> Result<Connection, Error> {
-        let pending = self.connect_start(peer_ip, service, ep, cq, opts)?;
+        let pending = self.connect_start(peer_ip.into(), service, ep, cq, opts)?;
         let mut backoff = Backoff::new();
         while pending.shared.state() == ConnState::Connecting {
             if self.inner.progress_waiting() == 0 {
@@ -1281,7 +1283,7 @@ impl Device {
     /// the caller's, moves it).
     pub(crate) fn connect_start(
         &self,
-        peer_ip: [u8; 4],
+        peer_ip: IpAddr,
         service: u32,
         ep: &Endpoint,
         cq: &CompletionQueue,
@@ -1289,7 +1291,7 @@ impl Device {
     ) -> Result<Connecting, Error> {
         self.check_ep(ep)?;
         let (ep_id, cq_shared, mut topts) = (ep.0.id, cq.shared.clone(), opts.transport()?);
-        let peer_name = Ipv4Addr::from(peer_ip).to_string();
+        let peer_name = peer_ip.to_string();
         let listed = self
             .inner
             .known_peers
@@ -1304,7 +1306,7 @@ impl Device {
         let shared = self.inner.call_on(ep.0.shard, move |w| {
             let peer = w
                 .peer_at(peer_ip)
-                .unwrap_or(NodeAddr::from_ip(peer_ip, wire::UDP_PORT));
+                .unwrap_or(NodeAddr::at(peer_ip, wire::UDP_PORT));
             w.connect(peer, service, ep_id, cq_shared, &topts)
         })?;
         Ok(Connecting {
@@ -1978,7 +1980,7 @@ impl Drop for Listener {
 pub(crate) struct Connecting {
     pub(crate) shared: Arc<ConnShared>,
     trust: PeerTrust,
-    peer_ip: [u8; 4],
+    peer_ip: IpAddr,
     ep: Endpoint,
     cq: CompletionQueue,
 }
@@ -1991,7 +1993,7 @@ impl Connecting {
         match shared.state() {
             ConnState::Normal => {
                 if self.trust == PeerTrust::FirstUse {
-                    dev.trusted_on_first_use(&Ipv4Addr::from(self.peer_ip).to_string(), &shared);
+                    dev.trusted_on_first_use(&self.peer_ip.to_string(), &shared);
                 }
                 let number = shared.number;
                 let private = dev
@@ -2011,7 +2013,7 @@ impl Connecting {
                 Err(match (reason, self.trust, offered) {
                     (RejectReason::PeerKey, PeerTrust::Pinned(pinned), Some(offered)) => {
                         Error::PeerKeyMismatch {
-                            peer: Ipv4Addr::from(self.peer_ip),
+                            peer: self.peer_ip,
                             pinned,
                             offered,
                         }

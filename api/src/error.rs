@@ -30,20 +30,21 @@ pub enum Error {
          for it, or its key changed (if it did, update the known-peers file or the pinned key)"
     )]
     PeerKeyMismatch {
-        peer: std::net::Ipv4Addr,
+        peer: std::net::IpAddr,
         pinned: deposit_transport::identity::IdentityKey,
         offered: deposit_transport::identity::IdentityKey,
     },
-    /// Nobody answered the ARP requests for the next hop towards `peer` (the peer
-    /// itself, or the router `hop` before it).
+    /// Nobody answered the ARP requests (IPv6: neighbour solicitations) for the next
+    /// hop towards `peer` (the peer itself, or the router `hop` before it).
     #[error(
-        "no ARP reply from {hop}{} on port {port} after {tries} tries: is it up, on this \
+        "no {} from {hop}{} on port {port} after {tries} tries: is it up, on this \
          subnet, or behind --gateway?",
+        if hop.is_ipv6() { "neighbour advertisement" } else { "ARP reply" },
         if hop == peer { String::new() } else { format!(" (the gateway to {peer})") }
     )]
     Unresolved {
-        peer: std::net::Ipv4Addr,
-        hop: std::net::Ipv4Addr,
+        peer: std::net::IpAddr,
+        hop: std::net::IpAddr,
         port: String,
         tries: u32,
     },

@@ -10,7 +10,6 @@
 //! | `/deposit/drops` | `DEVICE` (0) | refusals by [`crate::DropReason`] |
 //! | `/deposit/conns` | `DEVICE[,FROM]` | connections from number `FROM`: peer, state, counts |
 
-use std::net::Ipv4Addr;
 use std::sync::{Arc, OnceLock};
 
 use deposit_transport::node::ConnSummary;
@@ -96,7 +95,7 @@ fn devices(_: &str) -> Reply {
                 i.to_string(),
                 TelValue::Strs(vec![
                     d.port().to_string(),
-                    Ipv4Addr::from(d.local().ip).to_string(),
+                    d.local().ip.to_string(),
                     format!("{} workers", d.shards()),
                 ]),
             )
@@ -170,7 +169,7 @@ fn conns(params: &str) -> Reply {
         r.push((
             c.number.to_string(),
             TelValue::Strs(vec![
-                Ipv4Addr::from(c.peer_ip).to_string(),
+                c.peer_ip.to_string(),
                 c.peer_conn.to_string(),
                 format!("{:?}", c.state),
                 c.arrivals.to_string(),

@@ -506,7 +506,7 @@ fn side<B: Bench>(
     mut b: B,
     p: &Params,
     at: Place,
-    peer: Option<[u8; 4]>,
+    peer: Option<std::net::IpAddr>,
     ready: Ready,
 ) -> Result<()> {
     let s = meet(&mut b, p, &at, peer, ready)?;
@@ -539,7 +539,7 @@ fn meet<B: Bench>(
     b: &mut B,
     p: &Params,
     at: &Place,
-    peer: Option<[u8; 4]>,
+    peer: Option<std::net::IpAddr>,
     ready: Ready,
 ) -> Result<Side> {
     let dev = setup::open_device(p, &at.spec, at.ip)?;

@@ -27,7 +27,7 @@ mod stream;
 mod verify;
 mod warmup;
 
-use std::net::Ipv4Addr;
+use std::net::IpAddr;
 use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
@@ -153,7 +153,7 @@ struct Cli {
     #[arg(value_enum, required_unless_present = "plot_bench")]
     test: Option<Test>,
     /// The server's IP address (client side).
-    peer: Option<Ipv4Addr>,
+    peer: Option<IpAddr>,
     /// Run the server side.
     #[arg(long)]
     server: bool,
@@ -188,14 +188,16 @@ struct Cli {
     /// Port spec (default memif:/tmp/ddperf.sock:server|client; ignored with --loopback).
     #[arg(long)]
     dev: Option<String>,
-    /// This node's IPv4 address, with its prefix length for a routed network
-    /// (`10.1.0.2/24`: peers outside it go through --gateway). Default 10.0.0.1 for the
-    /// server, 10.0.0.2 for a client, every peer on the link.
+    /// This node's IP address (IPv4, or IPv6: the node then runs over IPv6), with its
+    /// prefix length for a routed network (`10.1.0.2/24`, `fd00:1::2/64`: peers
+    /// outside it go through --gateway). Default 10.0.0.1 for the server, 10.0.0.2 for
+    /// a client, every peer on the link.
     #[arg(long, value_name = "ADDR[/PREFIX]", value_parser = parse_ip_prefix)]
-    ip: Option<(Ipv4Addr, u8)>,
-    /// The router for peers outside --ip's prefix (its MAC is resolved by ARP).
+    ip: Option<(IpAddr, u8)>,
+    /// The router for peers outside --ip's prefix (its MAC is resolved by ARP, or by
+    /// neighbour discovery over IPv6).
     #[arg(long, value_name = "ADDR")]
-    gateway: Option<Ipv4Addr>,
+    gateway: Option<IpAddr>,
     /// The peer's MAC, configured instead of resolved by ARP (client side; the next
     /// hop's, when the peer is behind a router).
     #[arg(long = "peer-mac", value_name = "MAC", value_parser = parse_mac)]
@@ -336,17 +338,18 @@ fn parse_psk(s: &str) -> std::result::Result<[u8; 32], String> {
     Ok(k)
 }
 
-fn parse_ip_prefix(s: &str) -> std::result::Result<(Ipv4Addr, u8), String> {
+fn parse_ip_prefix(s: &str) -> std::result::Result<(IpAddr, u8), String> {
     let (addr, prefix) = match s.split_once('/') {
         Some((a, p)) => (a, Some(p)),
         None => (s, None),
     };
-    let ip: Ipv4Addr = addr.parse().map_err(|e| format!("{addr:?}: {e}"))?;
+    let ip: IpAddr = addr.parse().map_err(|e| format!("{addr:?}: {e}"))?;
+    let most = if ip.is_ipv6() { 128 } else { 32 };
     let prefix = match prefix {
         None => 0,
         Some(p) => match p.parse::<u8>() {
-            Ok(n) if n <= 32 => n,
-            _ => return Err(format!("prefix length {p:?}: 0 to 32")),
+            Ok(n) if n <= most => n,
+            _ => return Err(format!("prefix length {p:?}: 0 to {most}")),
         },
     };
     Ok((ip, prefix))
@@ -366,7 +369,7 @@ fn parse_faults(s: &str) -> std::result::Result<FaultConfig, String> {
 pub enum Role {
     Server,
     Client {
-        peer: [u8; 4],
+        peer: IpAddr,
     },
     /// Both sides, in one process.
     Loopback,
@@ -394,14 +397,14 @@ pub struct Params {
     pub dev: String,
     /// Client port spec with --loopback.
     pub loop_client_dev: String,
-    pub ip: [u8; 4],
+    pub ip: IpAddr,
     /// `--ip`'s prefix length (0: every peer on the link) and `--gateway`.
     pub prefix_len: u8,
-    pub gateway: Option<[u8; 4]>,
+    pub gateway: Option<IpAddr>,
     /// `--vlan`.
     pub vlan: Option<u16>,
     /// `--peer-mac`: the peer's address with its configured MAC.
-    pub peer_mac: Option<([u8; 4], [u8; 6])>,
+    pub peer_mac: Option<(IpAddr, [u8; 6])>,
     pub tx_depth: u32,
     pub cq_mod: u32,
     /// Requests per post call in the streaming tests (1: `post`; more: `post_list`).
@@ -479,7 +482,7 @@ fn resolve(cli: Cli) -> Result<Params> {
     } else if cli.server {
         Role::Server
     } else if let Some(p) = cli.peer {
-        Role::Client { peer: p.octets() }
+        Role::Client { peer: p }
     } else {
         return Err(PerfError::Usage(
             "give the server's IP address, or --server, or --loopback".into(),
@@ -647,14 +650,14 @@ fn resolve(cli: Cli) -> Result<Params> {
     };
     let server_side = !matches!(role, Role::Client { .. });
     let (dev, ip) = match role {
-        Role::Loopback => (LOOP_SERVER_DEV.to_string(), SERVER_IP),
+        Role::Loopback => (LOOP_SERVER_DEV.to_string(), SERVER_IP.into()),
         _ => (
             cli.dev
                 .clone()
                 .unwrap_or_else(|| if server_side { SERVER_DEV } else { CLIENT_DEV }.to_string()),
             cli.ip
-                .map(|a| a.0.octets())
-                .unwrap_or(if server_side { SERVER_IP } else { CLIENT_IP }),
+                .map(|a| a.0)
+                .unwrap_or(if server_side { SERVER_IP } else { CLIENT_IP }.into()),
         ),
     };
     Ok(Params {
@@ -670,7 +673,7 @@ fn resolve(cli: Cli) -> Result<Params> {
         ip,
         prefix_len: cli.ip.map_or(0, |a| a.1),
         vlan: cli.vlan,
-        gateway: cli.gateway.map(|g| g.octets()),
+        gateway: cli.gateway,
         peer_mac: match (cli.peer_mac, role) {
             (Some(mac), Role::Client { peer }) => Some((peer, mac)),
             (Some(_), _) => {

@@ -26,7 +26,7 @@ pub type Ready = Box<dyn FnOnce() + Send>;
 /// it prints the table and the start-up line.
 pub struct Place {
     pub spec: String,
-    pub ip: [u8; 4],
+    pub ip: std::net::IpAddr,
     pub ports: String,
     pub report: bool,
     pub banner: bool,
@@ -41,7 +41,7 @@ pub fn roles<K: Send + 'static>(
     p: &Params,
     loop_server_reports: bool,
     server: impl FnOnce(Place, Ready) -> Result<K> + Send + 'static,
-    client: impl FnOnce(Place, [u8; 4]) -> Result<()>,
+    client: impl FnOnce(Place, std::net::IpAddr) -> Result<()>,
 ) -> Result<()> {
     let place = |spec: &str, ip, ports: &str, report, banner| Place {
         spec: spec.to_string(),
@@ -61,14 +61,14 @@ pub fn roles<K: Send + 'static>(
             let ports = format!("{} <-> {}", crate::LOOP_CLIENT_DEV, crate::LOOP_SERVER_DEV);
             let s = place(
                 crate::LOOP_SERVER_DEV,
-                crate::SERVER_IP,
+                crate::SERVER_IP.into(),
                 &ports,
                 loop_server_reports,
                 false,
             );
             let c = place(
                 crate::LOOP_CLIENT_DEV,
-                crate::CLIENT_IP,
+                crate::CLIENT_IP.into(),
                 &ports,
                 !loop_server_reports,
                 true,
@@ -76,7 +76,7 @@ pub fn roles<K: Send + 'static>(
             loopback(
                 p,
                 move |ready| server(s, ready),
-                || client(c, crate::SERVER_IP),
+                || client(c, crate::SERVER_IP.into()),
             )
             .map(drop)
         }
@@ -125,7 +125,7 @@ impl Drop for SocketFile {
 /// Opens a device for this run: `--faults` on what it receives (the loopback client's
 /// device with seed + 1, so the two directions see different faults), the retry
 /// settings.
-pub fn open_device(p: &Params, spec: &str, ip: [u8; 4]) -> Result<Device> {
+pub fn open_device(p: &Params, spec: &str, ip: std::net::IpAddr) -> Result<Device> {
     let mut cfg = DeviceConfig::new(spec, ip).progress(p.progress);
     if let Some(m) = p.max_frame {
         cfg = cfg.max_frame(m);
@@ -210,7 +210,7 @@ pub fn print_stats(show: bool) {
     let devs = std::mem::take(&mut *OPENED.lock().unwrap_or_else(|e| e.into_inner()));
     for (_, d) in devs.into_iter().filter(|_| show) {
         let s = d.stats();
-        let ip = std::net::Ipv4Addr::from(d.local_addr().ip);
+        let ip = d.local_addr().ip;
         eprintln!("stats: {} {ip}", d.port());
         let mut zero = 0;
         s.each(|name, v| {

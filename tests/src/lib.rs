@@ -363,8 +363,8 @@ pub fn raw_frame(dst_conn: u32, key: u64, seq: u32, msgs: &[(ControlRepr, Vec<u8
     let underlay = UnderlayRepr {
         src_mac: deposit::NodeAddr::from_ip([10, 0, 0, 2], UDP_PORT).mac,
         dst_mac: deposit::NodeAddr::from_ip([10, 0, 0, 1], UDP_PORT).mac,
-        src_ip: [10, 0, 0, 2],
-        dst_ip: [10, 0, 0, 1],
+        src_ip: [10, 0, 0, 2].into(),
+        dst_ip: [10, 0, 0, 1].into(),
         src_port: 50000,
         dst_port: UDP_PORT,
     };
@@ -460,8 +460,8 @@ pub fn underlay_between(src: [u8; 4], dst: [u8; 4]) -> UnderlayRepr {
     UnderlayRepr {
         src_mac: deposit::NodeAddr::from_ip(src, UDP_PORT).mac,
         dst_mac: deposit::NodeAddr::from_ip(dst, UDP_PORT).mac,
-        src_ip: src,
-        dst_ip: dst,
+        src_ip: src.into(),
+        dst_ip: dst.into(),
         src_port: UDP_PORT,
         dst_port: UDP_PORT,
     }

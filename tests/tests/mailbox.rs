@@ -328,7 +328,7 @@ fn a_peer_reaches_nothing_over_the_connection_a_mailbox_opened_to_it() {
         .expect("endpoint");
     let l = ring.server.listen(41, &ep, &cq).expect("listen");
     let to = a.peer(PeerAddr {
-        ip: ring.server.local_addr().ip,
+        ip: deposit_transport::wire::underlay::v4_octets(ring.server.local_addr().ip),
         service: 41,
     });
     a.send(to, Some(1), b"hello", 1).expect("send");

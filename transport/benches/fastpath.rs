@@ -56,8 +56,8 @@ fn underlay() -> UnderlayRepr {
     UnderlayRepr {
         src_mac: [2, 0, 10, 0, 0, 2],
         dst_mac: [2, 0, 10, 0, 0, 1],
-        src_ip: [10, 0, 0, 2],
-        dst_ip: [10, 0, 0, 1],
+        src_ip: [10, 0, 0, 2].into(),
+        dst_ip: [10, 0, 0, 1].into(),
         src_port: 49152,
         dst_port: UDP_PORT,
     }

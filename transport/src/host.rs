@@ -10,6 +10,7 @@
 //! [`Node::turn`] (or `handle_frame` / `poll_transmit` / `handle_timeout` /
 //! `next_timeout`, quinn's four calls).
 
+use std::net::IpAddr;
 use std::sync::Arc;
 
 use crate::cm::{CmError, ConnectOptions, PrivateData};
@@ -202,7 +203,7 @@ pub trait Host: Drives {
         self.node().nodes.get(id).copied()
     }
     /// The addresses known for the peer at `ip`, if it was added.
-    fn peer_at(&self, ip: [u8; 4]) -> Option<NodeAddr> {
+    fn peer_at(&self, ip: IpAddr) -> Option<NodeAddr> {
         let nodes = &self.node().nodes;
         nodes.find_ip(ip).and_then(|id| nodes.get(id).copied())
     }

@@ -36,11 +36,14 @@
 //! on these slow paths): an answer any shard receives serves the connects of all.
 
 use std::collections::{HashMap, VecDeque};
+use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 
 use crate::status::DropReason;
 use crate::wire::arp::{ArpOp, ArpRepr, BROADCAST_MAC as BROADCAST};
 use crate::wire::icmp::{emit_echo_reply, EchoRequest};
+use crate::wire::ndp::{self, Advert, EchoRequest6, Solicit};
+use crate::wire::underlay::{v4_octets, v6_octets};
 
 /// Answers (ARP replies, echo replies) that wait to be sent at most; more are dropped
 /// and counted ([`DropReason::NeighCapped`]).
@@ -49,12 +52,12 @@ pub const MAX_ANSWERS: usize = 64;
 /// A route: peers inside `dest/prefix_len` are reached through `via` (on the link).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Route {
-    /// Destination network.
-    pub dest: [u8; 4],
-    /// Its prefix length (0 to 32).
+    /// Destination network (of the node's own address family).
+    pub dest: IpAddr,
+    /// Its prefix length (0 to 32 for IPv4, to 128 for IPv6).
     pub prefix_len: u8,
     /// The next hop: a router on this node's link.
-    pub via: [u8; 4],
+    pub via: IpAddr,
 }
 
 /// How a node finds its peers' MACs, and its place on the network.
@@ -69,7 +72,7 @@ pub struct NeighConfig {
     /// default): every address is.
     pub prefix_len: u8,
     /// The router for peers off the link and outside every route.
-    pub gateway: Option<[u8; 4]>,
+    pub gateway: Option<IpAddr>,
     /// Routes tried before the gateway, most specific first.
     pub routes: Vec<Route>,
     /// How long an answer is believed without asking again (Linux: 30 s).
@@ -87,7 +90,11 @@ pub struct NeighConfig {
 impl NeighConfig {
     /// The next hop from a node at `local` towards `peer`: the peer itself on the
     /// link, else its route's router or the gateway.
-    pub fn next_hop(&self, local: [u8; 4], peer: [u8; 4]) -> Result<[u8; 4], NeighError> {
+    /// A peer of the other address family than the node's has none.
+    pub fn next_hop(&self, local: IpAddr, peer: IpAddr) -> Result<IpAddr, NeighError> {
+        if local.is_ipv6() != peer.is_ipv6() {
+            return Err(NeighError::NoRoute(peer));
+        }
         if same_prefix(peer, local, self.prefix_len) {
             return Ok(peer);
         }
@@ -98,7 +105,9 @@ impl NeighConfig {
         {
             return Ok(r.via);
         }
-        self.gateway.ok_or(NeighError::NoRoute(peer))
+        self.gateway
+            .filter(|g| g.is_ipv6() == peer.is_ipv6())
+            .ok_or(NeighError::NoRoute(peer))
     }
 }
 
@@ -122,8 +131,8 @@ impl Default for NeighConfig {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum NeighError {
     /// The peer is off the link and no route or gateway leads to it.
-    #[error("no route to {}: not inside this node's prefix, and no gateway or route", fmt_ip(*.0))]
-    NoRoute([u8; 4]),
+    #[error("no route to {0}: not inside this node's prefix (or not of its address family), and no gateway or route")]
+    NoRoute(IpAddr),
 }
 
 /// Where resolving a peer's next hop stands.
@@ -136,7 +145,7 @@ pub enum Resolved {
     /// Nobody answered for the next hop `hop` after `tries` requests.
     Failed {
         /// The address asked for (the peer's, or its router's).
-        hop: [u8; 4],
+        hop: IpAddr,
         /// Requests sent.
         tries: u32,
     },
@@ -144,20 +153,20 @@ pub enum Resolved {
     NoRoute,
 }
 
-/// `a.b.c.d`.
-pub fn fmt_ip(ip: [u8; 4]) -> String {
-    std::net::Ipv4Addr::from(ip).to_string()
-}
-
-/// Whether `a` and `b` share their first `prefix_len` bits.
-pub fn same_prefix(a: [u8; 4], b: [u8; 4], prefix_len: u8) -> bool {
-    let bits = u32::from(prefix_len.min(32));
-    let mask = if bits == 0 {
-        0
-    } else {
-        u32::MAX << (32 - bits)
+/// Whether `a` and `b` are of one family and share their first `prefix_len` bits
+/// (at most the address's length).
+pub fn same_prefix(a: IpAddr, b: IpAddr, prefix_len: u8) -> bool {
+    let (a, b, len) = match (a, b) {
+        (IpAddr::V4(a), IpAddr::V4(b)) => (
+            u128::from(u32::from(a)) << 96,
+            u128::from(u32::from(b)) << 96,
+            prefix_len.min(32),
+        ),
+        (IpAddr::V6(a), IpAddr::V6(b)) => (u128::from(a), u128::from(b), prefix_len.min(128)),
+        _ => return false,
     };
-    u32::from_be_bytes(a) & mask == u32::from_be_bytes(b) & mask
+    let mask = u128::MAX.checked_shl(128 - u32::from(len)).unwrap_or(0);
+    a & mask == b & mask
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -192,18 +201,18 @@ impl Entry {
 /// The neighbour table of a device: next hop → MAC.
 #[derive(Debug, Default)]
 pub struct NeighTable {
-    inner: Mutex<HashMap<[u8; 4], Entry>>,
+    inner: Mutex<HashMap<IpAddr, Entry>>,
 }
 
 impl NeighTable {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<[u8; 4], Entry>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<IpAddr, Entry>> {
         // A panic while the lock was held left a consistent map (every change is
         // one insert or field store).
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Adds or replaces a static entry.
-    pub fn insert_static(&self, ip: [u8; 4], mac: [u8; 6]) {
+    pub fn insert_static(&self, ip: IpAddr, mac: [u8; 6]) {
         self.lock().insert(
             ip,
             Entry {
@@ -216,7 +225,7 @@ impl NeighTable {
     }
 
     /// The MAC known for `ip`, if any (static, answered or stale).
-    pub fn mac_of(&self, ip: [u8; 4]) -> Option<[u8; 6]> {
+    pub fn mac_of(&self, ip: IpAddr) -> Option<[u8; 6]> {
         self.lock().get(&ip).and_then(|e| e.mac)
     }
 
@@ -242,7 +251,7 @@ enum Evict {
 
 /// Whether `table` has room for one more entry within `max`, made by removing one
 /// that `evict` allows when it is full.
-fn make_room(table: &mut HashMap<[u8; 4], Entry>, max: usize, evict: Evict) -> bool {
+fn make_room(table: &mut HashMap<IpAddr, Entry>, max: usize, evict: Evict) -> bool {
     if table.len() < max {
         return true;
     }
@@ -260,16 +269,30 @@ fn make_room(table: &mut HashMap<[u8; 4], Entry>, max: usize, evict: Evict) -> b
     victim.is_some_and(|v| table.remove(&v).is_some())
 }
 
+/// What one ARP or neighbour discovery message tells about its sender.
+#[derive(Debug, Clone, Copy)]
+struct Heard {
+    /// The sender's address and MAC.
+    ip: IpAddr,
+    mac: [u8; 6],
+    /// It asks for this node's address (an ARP request, a solicitation).
+    asks_us: bool,
+    /// It announces itself to everyone (gratuitous ARP, unsolicited advertisement).
+    announced: bool,
+    /// It is addressed to this node (an answer to our question).
+    to_us: bool,
+}
+
 /// What waits to go out.
 #[derive(Debug)]
 enum Out {
-    /// An ARP request (broadcast) for this address.
-    /// An ARP request for this address: to this MAC (a refresh of a known one: the
-    /// others on the segment need not hear it), or broadcast.
-    Ask([u8; 4], Option<[u8; 6]>),
-    /// An ARP reply to this requester.
-    Answer { mac: [u8; 6], ip: [u8; 4] },
-    /// Our own gratuitous ARP.
+    /// An ARP request (a neighbour solicitation) for this address: to this MAC (a
+    /// refresh of a known one: the others on the segment need not hear it), or
+    /// broadcast (to the address's solicited-node multicast group).
+    Ask(IpAddr, Option<[u8; 6]>),
+    /// An ARP reply (a solicited neighbour advertisement) to this requester.
+    Answer { mac: [u8; 6], ip: IpAddr },
+    /// Our own gratuitous ARP (unsolicited neighbour advertisement to all nodes).
     Announce,
     /// An echo reply, built.
     Echo(Box<[u8]>),
@@ -278,7 +301,8 @@ enum Out {
 /// Counters of a node's neighbour machine (merged into the node's `Stats`).
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct NeighStats {
-    /// ARP requests and replies sent (gratuitous ones included in the requests).
+    /// ARP requests (neighbour solicitations) and replies (advertisements) sent
+    /// (gratuitous ones, unsolicited advertisements, included in the requests).
     pub arp_requests_tx: u64,
     pub arp_replies_tx: u64,
     /// Next hops resolved (answers believed, changes included).
@@ -294,17 +318,17 @@ pub struct Neigh {
     /// [`NeighConfig::retry_us`] and [`NeighConfig::reachable_us`] in clock ticks.
     retry: u64,
     reachable: u64,
-    ip: [u8; 4],
+    ip: IpAddr,
     mac: [u8; 6],
     /// Next hops this node asks for, with when it asks next.
-    asking: Vec<([u8; 4], u64)>,
+    asking: Vec<(IpAddr, u64)>,
     out: VecDeque<Out>,
     /// Refusals since last taken ([`Neigh::take_drops`]).
     drops: Vec<DropReason>,
     /// Next hops answered since last taken ([`Neigh::take_resolved`]).
-    answered: Vec<[u8; 4]>,
+    answered: Vec<IpAddr>,
     /// Next hops given up on since last taken ([`Neigh::take_failed`]).
-    failed: Vec<([u8; 4], u32)>,
+    failed: Vec<(IpAddr, u32)>,
     stats: NeighStats,
 }
 
@@ -312,7 +336,7 @@ impl Neigh {
     /// The machine of a node with address `ip` and MAC `mac`, whose clock ticks `hz`
     /// times a second. With resolution on, it announces itself (a gratuitous ARP in
     /// the first transmission).
-    pub fn new(cfg: NeighConfig, ip: [u8; 4], mac: [u8; 6], hz: u64) -> Neigh {
+    pub fn new(cfg: NeighConfig, ip: IpAddr, mac: [u8; 6], hz: u64) -> Neigh {
         let ticks = |us| crate::ticks::us_to_ticks(us, hz);
         let mut out = VecDeque::new();
         if cfg.resolve {
@@ -344,13 +368,13 @@ impl Neigh {
     }
 
     /// The next hop towards `peer` ([`NeighConfig::next_hop`]).
-    pub fn next_hop(&self, peer: [u8; 4]) -> Result<[u8; 4], NeighError> {
+    pub fn next_hop(&self, peer: IpAddr) -> Result<IpAddr, NeighError> {
         self.cfg.next_hop(self.ip, peer)
     }
 
     /// Where a connect request to `peer` goes, asking for it when not known (or known
     /// but stale: the old answer serves meanwhile).
-    pub fn resolve(&mut self, peer: [u8; 4], now: u64) -> Resolved {
+    pub fn resolve(&mut self, peer: IpAddr, now: u64) -> Resolved {
         if peer == self.ip {
             // This node itself (a switch's hairpin brings the frames back).
             return Resolved::Mac(self.mac);
@@ -426,9 +450,17 @@ impl Neigh {
     /// answered less than a sixth of the reachable time ago (5 s by default): every
     /// retransmission timeout of every connection through it asks this, and a loaded
     /// segment — 64 MPI ranks on 2 cores time out often — must not get a request each.
-    pub fn refresh(&mut self, hop: [u8; 4], now: u64) {
+    /// A `stalled` connection (several timeouts in a row, its retries running out
+    /// within seconds) waits a thirtieth (1 s) only: a router whose MAC changed must be
+    /// found before the connection gives up.
+    pub fn refresh(&mut self, hop: IpAddr, now: u64, stalled: bool) {
         let mut table = self.cfg.table.lock();
-        let recent = now.saturating_sub(self.reachable / 6);
+        let quiet = if stalled {
+            self.reachable / 30
+        } else {
+            self.reachable / 6
+        };
+        let recent = now.saturating_sub(quiet);
         if let Some(
             e @ Entry {
                 state: State::Reachable(_),
@@ -446,7 +478,7 @@ impl Neigh {
     }
 
     /// This node asks for `hop` (now, unless it already does).
-    fn start_asking(&mut self, hop: [u8; 4], now: u64) {
+    fn start_asking(&mut self, hop: IpAddr, now: u64) {
         if self.asking.iter().any(|a| a.0 == hop) {
             return;
         }
@@ -514,25 +546,101 @@ impl Neigh {
 
     /// An ARP frame received (its decoding already checked).
     pub fn handle_arp(&mut self, arp: &ArpRepr, now: u64) {
-        if arp.sender_ip == self.ip {
+        let (sender, target) = (IpAddr::from(arp.sender_ip), IpAddr::from(arp.target_ip));
+        let announced = arp.is_gratuitous();
+        self.heard(
+            Heard {
+                ip: sender,
+                mac: arp.sender_mac,
+                asks_us: arp.op == ArpOp::Request && target == self.ip && !announced,
+                announced,
+                to_us: target == self.ip,
+            },
+            now,
+        );
+    }
+
+    /// A neighbour solicitation received (its decoding already checked): one for
+    /// this node's address is answered (a solicited advertisement to the asker), and
+    /// the asker's link-layer address merged as an ARP request's is. Duplicate address
+    /// detection for our address (from the unspecified address) is answered with an
+    /// announcement to all nodes.
+    pub fn handle_solicit(&mut self, ns: &Solicit, now: u64) {
+        let target = IpAddr::from(ns.target);
+        if ns.src_ip == [0; 16] {
+            if target == self.ip && self.queue_room() {
+                self.out.push_back(Out::Announce);
+            }
+            return;
+        }
+        let asks_us = target == self.ip;
+        let Some(mac) = ns.sender_mac else {
+            // No link-layer address to answer or learn: an asker that knows ours
+            // (a unicast refresh) gets its answer at the frame's source.
+            if asks_us && self.queue_room() {
+                self.out.push_back(Out::Answer {
+                    mac: ns.src_mac,
+                    ip: IpAddr::from(ns.src_ip),
+                });
+            }
+            return;
+        };
+        self.heard(
+            Heard {
+                ip: IpAddr::from(ns.src_ip),
+                mac,
+                asks_us,
+                announced: false,
+                to_us: asks_us,
+            },
+            now,
+        );
+    }
+
+    /// A neighbour advertisement received (its decoding already checked): a solicited
+    /// one to this node answers its question, an unsolicited one is an announcement.
+    pub fn handle_advert(&mut self, na: &Advert, now: u64) {
+        let Some(mac) = na.target_mac else {
+            // Without its link-layer address it tells nothing a table keeps.
+            return self.drops.push(DropReason::Unsolicited);
+        };
+        self.heard(
+            Heard {
+                ip: IpAddr::from(na.target),
+                mac,
+                asks_us: false,
+                announced: !na.solicited,
+                to_us: na.solicited && IpAddr::from(na.dst_ip) == self.ip,
+            },
+            now,
+        );
+    }
+
+    /// Whether an answer may be queued; counts the refusal when not.
+    fn queue_room(&mut self) -> bool {
+        if self.out.len() >= MAX_ANSWERS {
+            self.drops.push(DropReason::NeighCapped);
+            return false;
+        }
+        true
+    }
+
+    /// What an ARP or neighbour discovery message says, believed as the module's
+    /// documentation tells.
+    fn heard(&mut self, h: Heard, now: u64) {
+        if h.ip == self.ip {
             // Our own announcement looped back, or another node claims our address:
             // nothing to learn either way.
             return self.drops.push(DropReason::Unsolicited);
         }
-        let asked_us = arp.op == ArpOp::Request && arp.target_ip == self.ip && !arp.is_gratuitous();
-        if asked_us {
-            if self.out.len() >= MAX_ANSWERS {
-                self.drops.push(DropReason::NeighCapped);
-            } else {
-                self.out.push_back(Out::Answer {
-                    mac: arp.sender_mac,
-                    ip: arp.sender_ip,
-                });
-            }
+        if h.asks_us && self.queue_room() {
+            self.out.push_back(Out::Answer {
+                mac: h.mac,
+                ip: h.ip,
+            });
         }
         let mut table = self.cfg.table.lock();
-        let announced = arp.is_gratuitous();
-        if (asked_us || announced) && !table.contains_key(&arp.sender_ip) {
+        if (h.asks_us || h.announced) && !table.contains_key(&h.ip) {
             // RFC 826's merge: a node asking for us is about to talk to us, and we
             // to it (an all-to-all resolves each pair once, not twice); a node that
             // announces itself at start (as every deposit node does) saves each of
@@ -541,7 +649,7 @@ impl Neigh {
             // whose receive ring overflows drops answers with them. Only within the
             // table's size: an announcement makes no room, a request for us may
             // evict a failed entry.
-            let evict = if announced {
+            let evict = if h.announced {
                 Evict::Nothing
             } else {
                 Evict::Failed
@@ -550,9 +658,9 @@ impl Neigh {
                 return self.drops.push(DropReason::NeighCapped);
             }
             table.insert(
-                arp.sender_ip,
+                h.ip,
                 Entry {
-                    mac: Some(arp.sender_mac),
+                    mac: Some(h.mac),
                     state: State::Reachable(now + self.reachable),
                     tries: 0,
                     confirmed: now,
@@ -560,9 +668,9 @@ impl Neigh {
             );
             return;
         }
-        let Some(e) = table.get_mut(&arp.sender_ip) else {
+        let Some(e) = table.get_mut(&h.ip) else {
             // Not asked for: learned from nothing but this frame, so not kept.
-            if !asked_us {
+            if !h.asks_us {
                 self.drops.push(DropReason::Unsolicited);
             }
             return;
@@ -571,22 +679,22 @@ impl Neigh {
             State::Static => {}
             // Asked for: the answer, the peer's own request for us, or its announcement
             // (a node that comes up after we first asked: the 64th rank of a job).
-            State::Asking if arp.target_ip == self.ip || announced => {
-                e.mac = Some(arp.sender_mac);
+            State::Asking if h.to_us || h.announced => {
+                e.mac = Some(h.mac);
                 e.state = State::Reachable(now + self.reachable);
                 e.tries = 0;
                 e.confirmed = now;
                 drop(table);
                 self.stats.resolved += 1;
-                self.answered.push(arp.sender_ip);
-                self.asking.retain(|a| a.0 != arp.sender_ip);
+                self.answered.push(h.ip);
+                self.asking.retain(|a| a.0 != h.ip);
             }
             // A node we know tells its MAC again: a change is noted for the next
             // connect (established connections follow their peer's own checked frames
             // only).
             State::Reachable(_) => {
-                if e.mac != Some(arp.sender_mac) {
-                    e.mac = Some(arp.sender_mac);
+                if e.mac != Some(h.mac) {
+                    e.mac = Some(h.mac);
                     self.stats.resolved += 1;
                 }
                 e.state = State::Reachable(now + self.reachable);
@@ -594,7 +702,7 @@ impl Neigh {
             }
             State::Asking | State::Failed(_) => {
                 drop(table);
-                if !asked_us {
+                if !h.asks_us {
                     self.drops.push(DropReason::Unsolicited);
                 }
             }
@@ -603,11 +711,29 @@ impl Neigh {
 
     /// An ICMP echo request to this node: answered.
     pub fn handle_echo(&mut self, req: &EchoRequest<'_>) {
-        if self.out.len() >= MAX_ANSWERS {
-            return self.drops.push(DropReason::NeighCapped);
+        let (mac, ip) = (self.mac, v4_octets(self.ip));
+        self.answer_echo(req.data.len(), |buf| emit_echo_reply(req, mac, ip, buf));
+    }
+
+    /// An ICMPv6 echo request to this node: answered.
+    pub fn handle_echo6(&mut self, req: &EchoRequest6<'_>) {
+        let (mac, ip) = (self.mac, v6_octets(self.ip));
+        self.answer_echo(req.data.len(), |buf| {
+            ndp::emit_echo_reply6(req, mac, ip, buf)
+        });
+    }
+
+    /// Queues the echo reply `emit` writes (of `data` bytes of echo data).
+    fn answer_echo(
+        &mut self,
+        data: usize,
+        emit: impl FnOnce(&mut [u8]) -> Result<usize, crate::wire::WireError>,
+    ) {
+        if !self.queue_room() {
+            return;
         }
-        let mut buf = vec![0u8; req.data.len() + 64];
-        match emit_echo_reply(req, self.mac, self.ip, &mut buf) {
+        let mut buf = vec![0u8; data + 128];
+        match emit(&mut buf) {
             Ok(n) => {
                 buf.truncate(n);
                 self.out.push_back(Out::Echo(buf.into_boxed_slice()));
@@ -621,7 +747,7 @@ impl Neigh {
         !self.out.is_empty()
     }
 
-    /// Writes the next frame into `buf` (at least 60 bytes; an echo reply needs its
+    /// Writes the next frame into `buf` (at least 90 bytes; an echo reply needs its
     /// request's size) and returns its length; `None` when nothing waits. A frame
     /// that does not fit is dropped and counted.
     pub fn poll_transmit(&mut self, buf: &mut [u8]) -> Option<usize> {
@@ -630,23 +756,19 @@ impl Neigh {
             let written = match o {
                 Out::Ask(ip, to) => {
                     self.stats.arp_requests_tx += 1;
-                    let dst = to.unwrap_or(BROADCAST);
-                    ArpRepr::request(self.mac, self.ip, ip).emit(dst, self.mac, buf)
+                    self.emit_ask(ip, to, buf)
                 }
                 Out::Announce => {
                     self.stats.arp_requests_tx += 1;
-                    ArpRepr::gratuitous(self.mac, self.ip).emit(BROADCAST, self.mac, buf)
+                    match self.ip {
+                        IpAddr::V4(me) => ArpRepr::gratuitous(self.mac, me.octets())
+                            .emit(BROADCAST, self.mac, buf),
+                        IpAddr::V6(me) => ndp::emit_advert(self.mac, me.octets(), None, buf),
+                    }
                 }
                 Out::Answer { mac, ip } => {
                     self.stats.arp_replies_tx += 1;
-                    let req = ArpRepr {
-                        op: ArpOp::Request,
-                        sender_mac: mac,
-                        sender_ip: ip,
-                        target_mac: [0; 6],
-                        target_ip: self.ip,
-                    };
-                    req.reply_to(self.mac).emit(mac, self.mac, buf)
+                    self.emit_answer(mac, ip, buf)
                 }
                 Out::Echo(frame) => match buf.get_mut(..frame.len()) {
                     Some(b) => {
@@ -667,19 +789,62 @@ impl Neigh {
         }
     }
 
+    /// An ARP request or neighbour solicitation for `ip`, to `to` or everyone.
+    fn emit_ask(
+        &self,
+        ip: IpAddr,
+        to: Option<[u8; 6]>,
+        buf: &mut [u8],
+    ) -> Result<usize, crate::wire::WireError> {
+        match ip {
+            IpAddr::V4(target) => ArpRepr::request(self.mac, v4_octets(self.ip), target.octets())
+                .emit(to.unwrap_or(BROADCAST), self.mac, buf),
+            IpAddr::V6(target) => {
+                ndp::emit_solicit(self.mac, v6_octets(self.ip), target.octets(), to, buf)
+            }
+        }
+    }
+
+    /// An ARP reply or solicited neighbour advertisement to the asker at `mac`/`ip`.
+    fn emit_answer(
+        &self,
+        mac: [u8; 6],
+        ip: IpAddr,
+        buf: &mut [u8],
+    ) -> Result<usize, crate::wire::WireError> {
+        match ip {
+            IpAddr::V4(asker) => {
+                let req = ArpRepr {
+                    op: ArpOp::Request,
+                    sender_mac: mac,
+                    sender_ip: asker.octets(),
+                    target_mac: [0; 6],
+                    target_ip: v4_octets(self.ip),
+                };
+                req.reply_to(self.mac).emit(mac, self.mac, buf)
+            }
+            IpAddr::V6(asker) => ndp::emit_advert(
+                self.mac,
+                v6_octets(self.ip),
+                Some((mac, asker.octets())),
+                buf,
+            ),
+        }
+    }
+
     /// Refusals since the last call, for the node's counters.
     pub fn take_drops(&mut self) -> impl Iterator<Item = DropReason> + '_ {
         self.drops.drain(..)
     }
 
     /// Next hops answered since the last call: connect requests waiting for them go.
-    pub fn take_resolved(&mut self) -> Vec<[u8; 4]> {
+    pub fn take_resolved(&mut self) -> Vec<IpAddr> {
         std::mem::take(&mut self.answered)
     }
 
     /// Next hops given up on since the last call, with the requests sent: the
     /// connects waiting for them fail.
-    pub fn take_failed(&mut self) -> Vec<([u8; 4], u32)> {
+    pub fn take_failed(&mut self) -> Vec<(IpAddr, u32)> {
         std::mem::take(&mut self.failed)
     }
 
@@ -693,6 +858,10 @@ impl Neigh {
 mod tests {
     use super::*;
 
+    fn ip(a: [u8; 4]) -> IpAddr {
+        a.into()
+    }
+
     const ME: [u8; 4] = [10, 1, 0, 2];
     const MY_MAC: [u8; 6] = [0x52, 0, 0, 0, 0, 2];
     const PEER: [u8; 4] = [10, 1, 0, 3];
@@ -702,7 +871,7 @@ mod tests {
     const HZ: u64 = 1_000_000;
 
     fn neigh(cfg: NeighConfig) -> Neigh {
-        let mut n = Neigh::new(cfg, ME, MY_MAC, HZ);
+        let mut n = Neigh::new(cfg, ip(ME), MY_MAC, HZ);
         n.out.clear(); // the announcement
         n
     }
@@ -711,7 +880,7 @@ mod tests {
         NeighConfig {
             resolve: true,
             prefix_len: 24,
-            gateway: Some(GW),
+            gateway: Some(ip(GW)),
             ..NeighConfig::default()
         }
     }
@@ -735,36 +904,46 @@ mod tests {
     fn next_hops_follow_prefix_routes_and_gateway() {
         let mut cfg = resolving();
         cfg.routes.push(Route {
-            dest: [192, 168, 0, 0],
+            dest: ip([192, 168, 0, 0]),
             prefix_len: 16,
-            via: [10, 1, 0, 254],
+            via: ip([10, 1, 0, 254]),
         });
         let n = neigh(cfg);
-        assert_eq!(n.next_hop(PEER), Ok(PEER), "on the link");
-        assert_eq!(n.next_hop([192, 168, 7, 1]), Ok([10, 1, 0, 254]), "a route");
-        assert_eq!(n.next_hop([10, 2, 0, 9]), Ok(GW), "the gateway");
+        assert_eq!(n.next_hop(ip(PEER)), Ok(ip(PEER)), "on the link");
+        assert_eq!(
+            n.next_hop(ip([192, 168, 7, 1])),
+            Ok(ip([10, 1, 0, 254])),
+            "a route"
+        );
+        assert_eq!(n.next_hop(ip([10, 2, 0, 9])), Ok(ip(GW)), "the gateway");
         let lonely = neigh(NeighConfig {
             prefix_len: 24,
             ..NeighConfig::default()
         });
         assert_eq!(
-            lonely.next_hop([10, 2, 0, 9]),
-            Err(NeighError::NoRoute([10, 2, 0, 9]))
+            lonely.next_hop(ip([10, 2, 0, 9])),
+            Err(NeighError::NoRoute(ip([10, 2, 0, 9])))
         );
         let flat = neigh(NeighConfig::default());
         assert_eq!(
-            flat.next_hop([8, 8, 8, 8]),
-            Ok([8, 8, 8, 8]),
+            flat.next_hop(ip([8, 8, 8, 8])),
+            Ok(ip([8, 8, 8, 8])),
             "prefix 0: all on the link"
         );
-        assert!(same_prefix([10, 1, 0, 200], ME, 24) && !same_prefix([10, 1, 1, 2], ME, 24));
-        assert!(same_prefix([1, 2, 3, 4], ME, 0) && !same_prefix([10, 1, 0, 3], ME, 32));
+        assert!(
+            same_prefix([10, 1, 0, 200].into(), ME.into(), 24)
+                && !same_prefix([10, 1, 1, 2].into(), ME.into(), 24)
+        );
+        assert!(
+            same_prefix([1, 2, 3, 4].into(), ME.into(), 0)
+                && !same_prefix([10, 1, 0, 3].into(), ME.into(), 32)
+        );
     }
 
     #[test]
     fn a_peer_is_asked_for_answered_and_remembered() {
         let mut n = neigh(resolving());
-        assert_eq!(n.resolve(PEER, 0), Resolved::Waiting);
+        assert_eq!(n.resolve(ip(PEER), 0), Resolved::Waiting);
         n.handle_timeout(0);
         let out = sent(&mut n);
         assert_eq!(out.len(), 1);
@@ -775,26 +954,51 @@ mod tests {
             (ArpOp::Request, PEER, ME, MY_MAC)
         );
         n.handle_arp(&reply(PEER, PEER_MAC), 10);
-        assert_eq!(n.take_resolved(), vec![PEER]);
-        assert_eq!(n.resolve(PEER, 20), Resolved::Mac(PEER_MAC));
+        assert_eq!(n.take_resolved(), vec![ip(PEER)]);
+        assert_eq!(n.resolve(ip(PEER), 20), Resolved::Mac(PEER_MAC));
         assert_eq!(n.next_timeout(), u64::MAX, "nothing more to ask");
         assert_eq!(n.stats().resolved, 1);
         // Off the link: the gateway is asked for, and serves every peer behind it.
-        assert_eq!(n.resolve([10, 9, 9, 9], 30), Resolved::Waiting);
+        assert_eq!(n.resolve(ip([10, 9, 9, 9]), 30), Resolved::Waiting);
         n.handle_timeout(30);
         assert_eq!(sent(&mut n)[0].0.target_ip, GW);
         n.handle_arp(&reply(GW, [0x52, 0, 0, 0, 0, 1]), 40);
         assert_eq!(
-            n.resolve([10, 7, 7, 7], 50),
+            n.resolve(ip([10, 7, 7, 7]), 50),
             Resolved::Mac([0x52, 0, 0, 0, 0, 1])
         );
+    }
+
+    #[test]
+    fn a_refresh_waits_5_s_after_an_answer_and_1_s_for_a_stalled_connection() {
+        let mut n = neigh(resolving());
+        assert_eq!(n.resolve(ip(PEER), 0), Resolved::Waiting);
+        n.handle_timeout(0);
+        sent(&mut n);
+        n.handle_arp(&reply(PEER, PEER_MAC), 10);
+        let s = HZ;
+        n.refresh(ip(PEER), 2 * s, false);
+        n.handle_timeout(2 * s);
+        assert!(sent(&mut n).is_empty(), "answered 2 s ago");
+        n.refresh(ip(PEER), 2 * s, true);
+        n.handle_timeout(2 * s);
+        let out = sent(&mut n);
+        assert_eq!(out.len(), 1, "a stalled connection asks after 1 s");
+        assert_eq!(out[0].1, PEER_MAC, "to the known MAC first");
+        n.handle_arp(&reply(PEER, PEER_MAC), 2 * s + 10);
+        n.refresh(ip(PEER), 2 * s + s / 2, true);
+        n.handle_timeout(2 * s + s / 2);
+        assert!(sent(&mut n).is_empty(), "not twice within a second");
+        n.refresh(ip(PEER), 8 * s, false);
+        n.handle_timeout(8 * s);
+        assert_eq!(sent(&mut n).len(), 1, "5 s after the last answer");
     }
 
     #[test]
     fn an_unanswered_peer_fails_after_the_tries_and_is_asked_again_later() {
         let mut n = neigh(resolving());
         let retry = n.retry;
-        assert_eq!(n.resolve(PEER, 0), Resolved::Waiting);
+        assert_eq!(n.resolve(ip(PEER), 0), Resolved::Waiting);
         let mut t = 0;
         for k in 0..8 {
             n.handle_timeout(t);
@@ -811,17 +1015,17 @@ mod tests {
         );
         n.handle_timeout(t);
         assert!(sent(&mut n).is_empty());
-        assert_eq!(n.take_failed(), vec![(PEER, 8)]);
+        assert_eq!(n.take_failed(), vec![(ip(PEER), 8)]);
         assert_eq!(t, 47 * retry, "100 + 200 + 400 + 5 x 800 ms by default");
         assert_eq!(
-            n.resolve(PEER, t + 1),
+            n.resolve(ip(PEER), t + 1),
             Resolved::Failed {
-                hop: PEER,
+                hop: ip(PEER),
                 tries: 8
             }
         );
         // After a retry period, a new connect asks again.
-        assert_eq!(n.resolve(PEER, t + retry), Resolved::Waiting);
+        assert_eq!(n.resolve(ip(PEER), t + retry), Resolved::Waiting);
     }
 
     #[test]
@@ -858,7 +1062,7 @@ mod tests {
         n.config().table.inner.lock().unwrap().clear();
         // Resolutions make entries up to the cap; older ones make room.
         for i in 0..10u8 {
-            let _ = n.resolve([10, 1, 0, 10 + i], 0);
+            let _ = n.resolve(ip([10, 1, 0, 10 + i]), 0);
         }
         assert_eq!(n.config().table.len(), 4);
         // A claim to be this node teaches nothing.
@@ -869,50 +1073,50 @@ mod tests {
     #[test]
     fn a_question_is_answered_by_a_reply_a_request_for_us_or_an_announcement() {
         let mut n = neigh(resolving());
-        assert_eq!(n.resolve(PEER, 0), Resolved::Waiting);
+        assert_eq!(n.resolve(ip(PEER), 0), Resolved::Waiting);
         // A reply to someone else is no answer.
         let to_other =
             ArpRepr::request([0x52, 9, 9, 9, 9, 9], [10, 1, 0, 9], PEER).reply_to([0x66; 6]);
         n.handle_arp(&to_other, 1);
-        assert_eq!(n.resolve(PEER, 2), Resolved::Waiting);
+        assert_eq!(n.resolve(ip(PEER), 2), Resolved::Waiting);
         assert_eq!(
             n.take_drops().collect::<Vec<_>>(),
             vec![DropReason::Unsolicited]
         );
         // A peer that comes up announces itself: that answers.
         n.handle_arp(&ArpRepr::gratuitous(PEER_MAC, PEER), 2);
-        assert_eq!(n.resolve(PEER, 3), Resolved::Mac(PEER_MAC));
+        assert_eq!(n.resolve(ip(PEER), 3), Resolved::Mac(PEER_MAC));
         let mut n = neigh(resolving());
-        assert_eq!(n.resolve(PEER, 0), Resolved::Waiting);
+        assert_eq!(n.resolve(ip(PEER), 0), Resolved::Waiting);
         // The peer's own request for us says where it is.
         n.handle_arp(&ArpRepr::request(PEER_MAC, PEER, ME), 3);
-        assert_eq!(n.resolve(PEER, 4), Resolved::Mac(PEER_MAC));
+        assert_eq!(n.resolve(ip(PEER), 4), Resolved::Mac(PEER_MAC));
     }
 
     #[test]
     fn a_known_peer_that_moves_is_followed_and_a_static_one_is_not() {
         let mut n = neigh(resolving());
-        let _ = n.resolve(PEER, 0);
+        let _ = n.resolve(ip(PEER), 0);
         n.handle_arp(&reply(PEER, PEER_MAC), 1);
         let moved = [0x52, 9, 9, 9, 9, 3];
         n.handle_arp(&ArpRepr::gratuitous(moved, PEER), 2);
-        assert_eq!(n.resolve(PEER, 3), Resolved::Mac(moved));
+        assert_eq!(n.resolve(ip(PEER), 3), Resolved::Mac(moved));
         let fixed = [0x52, 7, 7, 7, 7, 7];
-        n.config().table.insert_static([10, 1, 0, 7], fixed);
+        n.config().table.insert_static([10, 1, 0, 7].into(), fixed);
         n.handle_arp(&ArpRepr::gratuitous([0x66; 6], [10, 1, 0, 7]), 4);
-        assert_eq!(n.resolve([10, 1, 0, 7], 5), Resolved::Mac(fixed));
+        assert_eq!(n.resolve(ip([10, 1, 0, 7]), 5), Resolved::Mac(fixed));
     }
 
     #[test]
     fn a_stale_answer_serves_while_it_is_asked_for_again() {
         let mut n = neigh(resolving());
         let reachable = n.reachable;
-        let _ = n.resolve(PEER, 0);
+        let _ = n.resolve(ip(PEER), 0);
         n.handle_timeout(0);
         sent(&mut n);
         n.handle_arp(&reply(PEER, PEER_MAC), 0);
         assert_eq!(
-            n.resolve(PEER, reachable + 1),
+            n.resolve(ip(PEER), reachable + 1),
             Resolved::Mac(PEER_MAC),
             "stale, still used"
         );
@@ -920,19 +1124,19 @@ mod tests {
         assert_eq!(sent(&mut n).len(), 1, "asked again");
         let moved = [0x52, 1, 1, 1, 1, 1];
         n.handle_arp(&reply(PEER, moved), reachable + 2);
-        assert_eq!(n.resolve(PEER, reachable + 3), Resolved::Mac(moved));
+        assert_eq!(n.resolve(ip(PEER), reachable + 3), Resolved::Mac(moved));
     }
 
     #[test]
     fn an_unanswered_refresh_keeps_the_last_answer() {
         let mut n = neigh(resolving());
         let (reachable, retry) = (n.reachable, n.retry);
-        let _ = n.resolve(PEER, 0);
+        let _ = n.resolve(ip(PEER), 0);
         n.handle_timeout(0);
         sent(&mut n);
         n.handle_arp(&reply(PEER, PEER_MAC), 0);
         let mut t = reachable + 1;
-        assert_eq!(n.resolve(PEER, t), Resolved::Mac(PEER_MAC));
+        assert_eq!(n.resolve(ip(PEER), t), Resolved::Mac(PEER_MAC));
         let mut asked = Vec::new();
         while n.next_timeout() != u64::MAX {
             t = n.next_timeout();
@@ -944,7 +1148,7 @@ mod tests {
         assert!(asked[2..].iter().all(|&d| d == BROADCAST), "then everyone");
         assert!(n.take_failed().is_empty(), "no connect waited for it");
         assert_eq!(
-            n.resolve(PEER, t + retry),
+            n.resolve(ip(PEER), t + retry),
             Resolved::Mac(PEER_MAC),
             "still served"
         );
@@ -989,28 +1193,28 @@ mod tests {
         let cfg = resolving();
         let mut a = neigh(cfg.clone());
         let mut b = neigh(cfg);
-        assert_eq!(b.resolve(PEER, 0), Resolved::Waiting);
+        assert_eq!(b.resolve(PEER.into(), 0), Resolved::Waiting);
         assert_eq!(
-            a.resolve(PEER, 0),
+            a.resolve(PEER.into(), 0),
             Resolved::Waiting,
             "asked by b: a waits too"
         );
         b.handle_timeout(0);
         assert_eq!(sent(&mut b).len(), 1);
         a.handle_arp(&reply(PEER, PEER_MAC), 5); // the reply reaches shard a
-        assert_eq!(b.resolve(PEER, 6), Resolved::Mac(PEER_MAC));
+        assert_eq!(b.resolve(PEER.into(), 6), Resolved::Mac(PEER_MAC));
         // b notices at its next retry (its connect requests' own retries, every CM
         // retry period, find the MAC sooner).
         b.handle_timeout(b.retry);
-        assert_eq!(b.take_resolved(), vec![PEER], "b's waiting connects go");
+        assert_eq!(b.take_resolved(), vec![ip(PEER)], "b's waiting connects go");
         assert!(sent(&mut b).is_empty());
     }
 
     #[test]
     fn resolution_off_still_answers_and_announces_only_when_on() {
-        let on = Neigh::new(resolving(), ME, MY_MAC, HZ);
+        let on = Neigh::new(resolving(), ME.into(), MY_MAC, HZ);
         assert!(on.has_output(), "a gratuitous ARP at start");
-        let off = Neigh::new(NeighConfig::default(), ME, MY_MAC, HZ);
+        let off = Neigh::new(NeighConfig::default(), ME.into(), MY_MAC, HZ);
         assert!(!off.has_output());
     }
 }

@@ -25,7 +25,7 @@ pub use registers::{RegProt, RegWindow, RegisterFile};
 pub use tokens::{PayloadTable, Token, TokenEntry, TokenKind, TokenMatch};
 
 use std::collections::HashMap;
-use std::net::Ipv4Addr;
+use std::net::IpAddr;
 use std::ops::{BitAnd, BitOr};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -454,23 +454,41 @@ impl EndpointTable {
 pub struct NodeAddr {
     /// Ethernet address.
     pub mac: [u8; 6],
-    /// IPv4 address.
-    pub ip: [u8; 4],
+    /// IP address: IPv4, or IPv6 (the node's frames then go over IPv6).
+    pub ip: IpAddr,
     /// UDP port the node's transport listens on.
     pub udp_port: u16,
 }
 
 impl NodeAddr {
-    /// The locally administered MAC 02:00:a:b:c:d derived from the IPv4 address a.b.c.d,
-    /// the default when the configuration gives none.
+    /// The node at the IPv4 address a.b.c.d with the locally administered MAC
+    /// 02:00:a:b:c:d derived from it, the default when the configuration gives none.
     pub fn from_ip(ip: [u8; 4], udp_port: u16) -> Self {
-        let [a, b, c, d] = ip;
+        Self::at(ip.into(), udp_port)
+    }
+
+    /// The node at `ip` (either family) with the MAC derived from it: 02:00 and the
+    /// address's last four bytes (an IPv4 address's own, as [`NodeAddr::from_ip`]).
+    pub fn at(ip: IpAddr, udp_port: u16) -> Self {
         Self {
-            mac: [0x02, 0x00, a, b, c, d],
+            mac: derived_mac(ip),
             ip,
             udp_port,
         }
     }
+}
+
+/// The locally administered MAC a node at `ip` has when nothing gives it one: 02:00
+/// and the address's last four bytes.
+pub fn derived_mac(ip: IpAddr) -> [u8; 6] {
+    let [a, b, c, d] = match ip {
+        IpAddr::V4(v4) => v4.octets(),
+        IpAddr::V6(v6) => {
+            let o = v6.octets();
+            [o[12], o[13], o[14], o[15]]
+        }
+    };
+    [0x02, 0x00, a, b, c, d]
 }
 
 /// Number of a node in the [`NodeTable`].
@@ -484,7 +502,7 @@ pub struct NodeTable {
     /// Whether each node's MAC was configured (a node table file, `add_node`): it
     /// wins over what resolution or a peer's frames would say.
     fixed: Vec<bool>,
-    by_ip: HashMap<[u8; 4], NodeId>,
+    by_ip: HashMap<IpAddr, NodeId>,
 }
 
 impl NodeTable {
@@ -534,7 +552,7 @@ impl NodeTable {
     }
 
     /// The node with IPv4 address `ip`.
-    pub fn find_ip(&self, ip: [u8; 4]) -> Option<NodeId> {
+    pub fn find_ip(&self, ip: IpAddr) -> Option<NodeId> {
         self.by_ip.get(&ip).copied()
     }
 
@@ -549,8 +567,8 @@ impl NodeTable {
     }
 
     /// Parses one line of a node configuration file: `IP [MAC] UDP-PORT`, e.g.
-    /// `10.0.0.2 02:00:0a:00:00:02 18515`; without a MAC the one from
-    /// [`NodeAddr::from_ip`] is used. A `#` starts a comment. Blank lines are errors
+    /// `10.0.0.2 02:00:0a:00:00:02 18515` or `fd00:1::2 18515` (IPv4 or IPv6);
+    /// without a MAC the one from [`NodeAddr::at`] is used. A `#` starts a comment. Blank lines are errors
     /// (callers skip them).
     pub fn parse_line(line: &str) -> Result<NodeAddr, TableError> {
         let bad = |reason| TableError::BadNodeLine {
@@ -565,9 +583,9 @@ impl NodeTable {
             [] => return Err(bad("empty line")),
             _ => return Err(bad("expected `IP [MAC] UDP-PORT`")),
         };
-        let ip: Ipv4Addr = ip.parse().map_err(|_| bad("bad IPv4 address"))?;
+        let ip: IpAddr = ip.parse().map_err(|_| bad("bad IP address"))?;
         let udp_port: u16 = port.parse().map_err(|_| bad("bad UDP port"))?;
-        let mut addr = NodeAddr::from_ip(ip.octets(), udp_port);
+        let mut addr = NodeAddr::at(ip, udp_port);
         if let Some(mac) = mac {
             addr.mac = parse_mac(mac).ok_or_else(|| bad("bad MAC address"))?;
         }
@@ -735,8 +753,8 @@ mod tests {
         moved.mac = [2, 2, 2, 2, 2, 2];
         assert_eq!(t.insert(moved), a);
         assert_eq!(t.get(a), Some(&moved));
-        assert_eq!(t.find_ip([10, 0, 0, 2]), Some(b));
-        assert_eq!(t.find_ip([10, 0, 0, 3]), None);
+        assert_eq!(t.find_ip([10, 0, 0, 2].into()), Some(b));
+        assert_eq!(t.find_ip([10, 0, 0, 3].into()), None);
         assert_eq!(t.len(), 2);
     }
 
@@ -747,7 +765,7 @@ mod tests {
             n,
             NodeAddr {
                 mac: [2, 0, 10, 0, 0, 2],
-                ip: [10, 0, 0, 2],
+                ip: [10, 0, 0, 2].into(),
                 udp_port: 18515
             }
         );

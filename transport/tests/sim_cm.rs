@@ -138,7 +138,7 @@ fn three_nodes_write_into_each_other_over_a_lossy_link() {
             .unwrap()
             .peer;
         let ip = net.hosts[e.host].node.peer(addr).unwrap().ip;
-        usize::from(ip[3]) - 1
+        usize::from(deposit_transport::wire::underlay::v4_octets(ip)[3]) - 1
     };
     let mut expect = Vec::new();
     for (k, e) in ends.iter().enumerate() {
@@ -243,7 +243,7 @@ fn spoofed_request(
     let underlay = UnderlayRepr {
         src_mac: mac,
         dst_mac: to.mac,
-        src_ip: ip,
+        src_ip: ip.into(),
         dst_ip: to.ip,
         src_port: UDP_PORT,
         dst_port: UDP_PORT,

@@ -14,6 +14,7 @@ use deposit_transport::oplogic::DropReason;
 use deposit_transport::sim::{LinkConfig, HZ};
 use deposit_transport::tables::NodeAddr;
 use deposit_transport::wire::arp::{ArpOp, ArpRepr, BROADCAST_MAC};
+use deposit_transport::wire::underlay::v4_octets;
 use deposit_transport::wire::UDP_PORT;
 
 /// Nodes that resolve their peers on a /24 (the sim's hosts are 10.0.0.1..).
@@ -29,8 +30,8 @@ fn resolving() -> NodeConfig {
 }
 
 /// Host `h`'s address as a connect knows it: the IP only (the MAC a wrong guess).
-fn ip_only(ip: [u8; 4]) -> NodeAddr {
-    NodeAddr::from_ip(ip, UDP_PORT)
+fn ip_only(ip: impl Into<std::net::IpAddr>) -> NodeAddr {
+    NodeAddr::at(ip.into(), UDP_PORT)
 }
 
 #[test]
@@ -143,7 +144,7 @@ fn forged_arp_redirects_no_established_connection_and_grows_nothing() {
     // The attacker claims the server's IP, by announcement and by unasked replies
     // to the client, and floods replies for addresses nobody asked for.
     for i in 0..50u8 {
-        let claim = ArpRepr::gratuitous(attacker.mac, victim.ip);
+        let claim = ArpRepr::gratuitous(attacker.mac, v4_octets(victim.ip));
         let mut f = [0u8; 60];
         claim.emit(BROADCAST_MAC, attacker.mac, &mut f).unwrap();
         net.hosts[2].node.send_raw(&f);
@@ -152,7 +153,7 @@ fn forged_arp_redirects_no_established_connection_and_grows_nothing() {
             sender_mac: attacker.mac,
             sender_ip: [10, 0, 0, 100 + i],
             target_mac: net.hosts[0].addr().mac,
-            target_ip: net.hosts[0].addr().ip,
+            target_ip: v4_octets(net.hosts[0].addr().ip),
         };
         fake.emit(net.hosts[0].addr().mac, attacker.mac, &mut f)
             .unwrap();
@@ -191,7 +192,7 @@ fn arp_and_echo_requests_for_a_node_are_answered() {
     let asker = net.hosts[0].addr();
     let target = net.hosts[1].addr();
     let mut f = [0u8; 60];
-    ArpRepr::request(asker.mac, asker.ip, target.ip)
+    ArpRepr::request(asker.mac, v4_octets(asker.ip), v4_octets(target.ip))
         .emit(BROADCAST_MAC, asker.mac, &mut f)
         .unwrap();
     net.hosts[0].node.send_raw(&f);
@@ -205,8 +206,8 @@ fn arp_and_echo_requests_for_a_node_are_answered() {
     ip[2..4].copy_from_slice(&(20u16 + 8 + 16).to_be_bytes());
     ip[8] = 64;
     ip[9] = 1;
-    ip[12..16].copy_from_slice(&asker.ip);
-    ip[16..20].copy_from_slice(&target.ip);
+    ip[12..16].copy_from_slice(&v4_octets(asker.ip));
+    ip[16..20].copy_from_slice(&v4_octets(target.ip));
     let sum = checksum(&echo[14..34]);
     echo[24..26].copy_from_slice(&sum.to_be_bytes());
     echo[34] = 8;
@@ -305,5 +306,88 @@ fn nodes_on_a_vlan_tag_every_frame_and_one_on_another_vlan_sees_none_of_it() {
     assert_eq!(
         s1.arp_replies_tx, 1,
         "host 1 answered VLAN 100's request only"
+    );
+}
+
+/// Nodes on IPv6 (the sim's hosts are then fd00::1..) that resolve their peers on a
+/// /64 by neighbour discovery.
+fn resolving_v6() -> NodeConfig {
+    let mut cfg = resolving();
+    cfg.local.ip = "fd00::1".parse().unwrap();
+    cfg.neigh.prefix_len = 64;
+    cfg
+}
+
+#[test]
+fn ipv6_nodes_resolve_by_neighbour_discovery_and_move_data_over_ipv6() {
+    let (mut net, eps) = network(2, &resolving_v6(), LinkConfig::default(), 11);
+    let server: std::net::IpAddr = "fd00::2".parse().unwrap();
+    assert_eq!(net.hosts[1].addr().ip, server);
+    let (ep, cq) = eps[0].clone();
+    let (sep, scq) = eps[1].clone();
+    let accepted = net.hosts[1]
+        .node
+        .listen(7, sep, scq.clone(), &ConnectOptions::default(), 8)
+        .unwrap();
+    let now = net.now;
+    net.hosts[0].node.set_now(now);
+    let conn = net.hosts[0]
+        .node
+        .connect(
+            ip_only(server),
+            7,
+            ep,
+            cq.clone(),
+            &ConnectOptions::default(),
+        )
+        .unwrap();
+    let mut taken = None;
+    assert!(net.run_until(5 * HZ, |_| {
+        taken = taken.take().or_else(|| accepted.pop().map(|a| a.shared));
+        taken.is_some() && conn.state() == ConnState::Normal
+    }));
+    let c = net.hosts[0].node.stats();
+    assert!(
+        c.arp_requests_tx >= 2,
+        "an announcement and a solicitation: {}",
+        c.arp_requests_tx
+    );
+    assert_eq!(c.neigh_resolved, 1);
+    assert_eq!(net.hosts[1].node.stats().arp_replies_tx, 1);
+    let client = End {
+        host: 0,
+        ep,
+        cq,
+        conn,
+    };
+    let server_end = End {
+        host: 1,
+        ep: sep,
+        cq: scq,
+        conn: taken.unwrap(),
+    };
+    // A full frame's worth and more: the 20 bytes IPv6 adds fit in every frame.
+    let data = pattern(&net, &client, 0, 64 << 10, 5);
+    post_all(&client, [write(1, &client, 0, 64 << 10, 0)]);
+    all_ok(&complete(&mut net, &client, 1, 5));
+    same(
+        &bytes(&net, &server_end, 0, 64 << 10),
+        &data,
+        "written over IPv6",
+    );
+    assert_eq!(net.hosts[1].node.stats().drops.iter().sum::<u64>(), 0);
+    // An IPv4 peer is not reachable from an IPv6 node.
+    let (ep2, cq2) = eps[0].clone();
+    let v4 = net.hosts[0].node.connect(
+        ip_only([10, 0, 0, 2]),
+        7,
+        ep2,
+        cq2,
+        &ConnectOptions::default(),
+    );
+    assert!(
+        matches!(v4, Err(deposit_transport::cm::CmError::NoRoute(_))),
+        "another family: {:?}",
+        v4.err()
     );
 }

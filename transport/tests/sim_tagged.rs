@@ -75,7 +75,7 @@ impl SimFabric {
             .hosts
             .iter()
             .map(|h| h.addr())
-            .find(|a| a.ip == to.ip)
+            .find(|a| a.ip == std::net::IpAddr::from(to.ip))
             .ok_or_else(|| format!("no host {to}"))?;
         let node = &mut net.hosts[self.host].node;
         node.set_now(now);
@@ -334,7 +334,7 @@ impl Job {
                     SimFabric::new(&net, h),
                     cfg,
                     PeerAddr {
-                        ip,
+                        ip: deposit_transport::wire::underlay::v4_octets(ip),
                         service: SERVICE,
                     },
                 )

@@ -599,6 +599,13 @@ struct dd_device_config {
   // The 802.1Q VLAN (1 to 4094): frames leave tagged, only that VLAN's are taken.
   // 0 (the default): untagged.
   uint32_t vlan;
+  // This node's IPv6 address, in address order (the bytes of a `struct in6_addr`);
+  // not all zero: the node runs over IPv6 (`ip` and `gateway` are then ignored,
+  // `prefix_len` is this address's, 0 to 128; peers are IPv6 nodes, connected to
+  // with `dd_connect6`). All zero (the default): IPv4, at `ip`.
+  uint8_t ip6[16];
+  // The IPv6 router for peers outside the prefix (all zero, the default: none).
+  uint8_t gateway6[16];
 };
 
 // A window of address registers: `len` registers from absolute index `base`.
@@ -1086,6 +1093,11 @@ const char *dd_drop_reason_str(int32_t reason);
 // and the bytes of a `struct in_addr`). Waits for the answer, up to the device's
 // connection-management timeout (`cm_timeout_ms`).
 int dd_connect(const struct dd_device *dev, const uint8_t *ip, uint32_t service, const struct dd_endpoint *ep, const struct dd_cq *cq, const struct dd_conn_options *opts, struct dd_conn **out);
+
+// [`dd_connect`] to a listener at an IPv6 address: `ip6` points to its 16 bytes in
+// address order (a `struct in6_addr`'s); the device must be on IPv6
+// (`dd_device_config.ip6`).
+int dd_connect6(const struct dd_device *dev, const uint8_t *ip6, uint32_t service, const struct dd_endpoint *ep, const struct dd_cq *cq, const struct dd_conn_options *opts, struct dd_conn **out);
 
 // Listens for connections to `service` into endpoint `ep`, completions to `cq`;
 // accepted connections get `opts` (NULL: none).

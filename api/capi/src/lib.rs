@@ -36,6 +36,7 @@ pub use mailbox::*;
 
 use std::cell::RefCell;
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
+use std::net::IpAddr;
 use std::os::unix::ffi::OsStrExt;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::PathBuf;
@@ -293,6 +294,13 @@ pub struct dd_device_config {
     /// The 802.1Q VLAN (1 to 4094): frames leave tagged, only that VLAN's are taken.
     /// 0 (the default): untagged.
     pub vlan: u32,
+    /// This node's IPv6 address, in address order (the bytes of a `struct in6_addr`);
+    /// not all zero: the node runs over IPv6 (`ip` and `gateway` are then ignored,
+    /// `prefix_len` is this address's, 0 to 128; peers are IPv6 nodes, connected to
+    /// with `dd_connect6`). All zero (the default): IPv4, at `ip`.
+    pub ip6: [u8; 16],
+    /// The IPv6 router for peers outside the prefix (all zero, the default: none).
+    pub gateway6: [u8; 16],
 }
 
 /// `dd_device_config.resolve`: by the port (ARP on af_packet, af_xdp and NICs).
@@ -334,6 +342,8 @@ pub unsafe extern "C" fn dd_device_config_init(cfg: *mut dd_device_config) -> c_
             resolve: DD_RESOLVE_DEFAULT,
             nodes_path: std::ptr::null(),
             vlan: 0,
+            ip6: [0; 16],
+            gateway6: [0; 16],
         };
         put(cfg, c, "cfg")
     })
@@ -358,7 +368,13 @@ pub unsafe extern "C" fn dd_device_open(
             DD_PROGRESS_DEDICATED => Progress::Dedicated,
             p => return Err(invalid(format!("cfg->progress {p}"))),
         };
-        let mut d = DeviceConfig::new(port, c.ip).progress(progress);
+        let ipv6 = c.ip6 != [0; 16];
+        let ip = if ipv6 {
+            IpAddr::from(c.ip6)
+        } else {
+            IpAddr::from(c.ip)
+        };
+        let mut d = DeviceConfig::new(port, ip).progress(progress);
         if c.max_frame != 0 {
             d = d.max_frame(c.max_frame as usize);
         }
@@ -386,14 +402,19 @@ pub unsafe extern "C" fn dd_device_open(
             d.identity = Some(Arc::new(id));
         }
         d.known_peers = path(c.known_peers_path, "cfg->known_peers_path")?;
-        if c.prefix_len > 32 {
+        let most = if ipv6 { 128 } else { 32 };
+        if c.prefix_len > most {
             return Err(invalid(format!(
-                "cfg->prefix_len {} (0 to 32)",
+                "cfg->prefix_len {} (0 to {most})",
                 c.prefix_len
             )));
         }
         d.prefix_len = c.prefix_len as u8;
-        d.gateway = (c.gateway != [0; 4]).then_some(c.gateway);
+        d.gateway = if ipv6 {
+            (c.gateway6 != [0; 16]).then_some(IpAddr::from(c.gateway6))
+        } else {
+            (c.gateway != [0; 4]).then_some(IpAddr::from(c.gateway))
+        };
         d.mac = (c.mac != [0; 6]).then_some(c.mac);
         d.resolve = match c.resolve {
             DD_RESOLVE_DEFAULT => None,
@@ -1451,15 +1472,48 @@ pub unsafe extern "C" fn dd_connect(
     guard(|| {
         let d = obj(dev, "dev")?;
         let ip: [u8; 4] = bytes(ip.cast(), 4, "ip")?.try_into().expect("4 bytes");
-        let c = d.0.connect_with(
-            ip,
-            service,
-            &obj(ep, "ep")?.0,
-            &obj(cq, "cq")?.0,
-            &conn_options(opts)?,
-        )?;
-        put(out, boxed(dd_conn(c)), "out")
+        connect(d, IpAddr::from(ip), service, ep, cq, opts, out)
     })
+}
+
+/// [`dd_connect`] to a listener at an IPv6 address: `ip6` points to its 16 bytes in
+/// address order (a `struct in6_addr`'s); the device must be on IPv6
+/// (`dd_device_config.ip6`).
+#[no_mangle]
+pub unsafe extern "C" fn dd_connect6(
+    dev: *const dd_device,
+    ip6: *const u8,
+    service: u32,
+    ep: *const dd_endpoint,
+    cq: *const dd_cq,
+    opts: *const dd_conn_options,
+    out: *mut *mut dd_conn,
+) -> c_int {
+    guard(|| {
+        let d = obj(dev, "dev")?;
+        let ip: [u8; 16] = bytes(ip6.cast(), 16, "ip6")?.try_into().expect("16 bytes");
+        connect(d, IpAddr::from(ip), service, ep, cq, opts, out)
+    })
+}
+
+/// The connect of `dd_connect` and `dd_connect6`.
+unsafe fn connect(
+    d: &dd_device,
+    ip: IpAddr,
+    service: u32,
+    ep: *const dd_endpoint,
+    cq: *const dd_cq,
+    opts: *const dd_conn_options,
+    out: *mut *mut dd_conn,
+) -> Result<(), Fail> {
+    let c = d.0.connect_with(
+        ip,
+        service,
+        &obj(ep, "ep")?.0,
+        &obj(cq, "cq")?.0,
+        &conn_options(opts)?,
+    )?;
+    put(out, boxed(dd_conn(c)), "out")
 }
 
 /// Listens for connections to `service` into endpoint `ep`, completions to `cq`;
@@ -2269,7 +2323,7 @@ mod tests {
             assert_eq!(nodes[0].mac, [0x52, 0x54, 0, 0, 0, 2]);
             std::fs::remove_dir_all(&dir).unwrap();
         }
-        let peer = std::net::Ipv4Addr::new(10, 0, 0, 9);
+        let peer = std::net::IpAddr::from([10, 0, 0, 9]);
         let unresolved = Error::Unresolved {
             peer,
             hop: peer,

@@ -11,13 +11,14 @@
 //! | cell       | a control part and a transport header        | `wire`               |
 //! | compound   | a compound descriptor, registers, an operand | `wire`, `plan`       |
 //! | cm         | a CM control part and payload                | `wire`               |
-//! | neigh_wire | an ARP or ICMP frame, with optional fix-ups  | `wire`               |
+//! | neigh_wire | an ARP, ICMP or ICMPv6 frame, with fix-ups   | `wire`               |
 //! | plan       | registers, an endpoint, a message            | `plan`               |
 //! | node       | frames, clock steps and host calls in turn   | `node`               |
 //!
 //! `seeds` gives each target's hand-made starting inputs (frames a `FrameWriter`
-//! built, real CM messages, messages of every opcode, ARP and ping frames as Linux
-//! sends them), written into `fuzz/corpus` by `scripts/fuzz.sh --seed`.
+//! built, real CM messages, messages of every opcode, ARP, ping, neighbour discovery
+//! and ping6 frames as Linux sends them), written into `fuzz/corpus` by
+//! `scripts/fuzz.sh --seed`.
 
 pub mod node;
 pub mod plan;

@@ -1,7 +1,7 @@
 //! Hand-made starting inputs of each target: frames a `FrameWriter` built, control
 //! parts and descriptors of every kind, real CM messages, rigs and messages of every
-//! opcode, step sequences that exercise each kind of step, ARP and ping frames as
-//! Linux sends them, so that fuzzing starts deep in the decoders instead of at their
+//! opcode, step sequences that exercise each kind of step, ARP, ping, neighbour
+//! discovery and ping6 frames as Linux sends them, so that fuzzing starts deep in the decoders instead of at their
 //! first length check.
 
 use super::wire::{fixup, neigh_fixup, underlay};
@@ -9,6 +9,9 @@ use crate::wire::arp::{ArpRepr, BROADCAST_MAC};
 use crate::wire::cm::{CmMessage, RejectReason, CM_PAYLOAD_MAX};
 use crate::wire::compound::{CompoundRepr, Cond, CondRepr, OpSource, Order, RegOp, RegOpRepr};
 use crate::wire::icmp::{emit_echo_reply, EchoRequest, IcmpPacket};
+use crate::wire::ndp::{
+    emit_advert, emit_echo_reply6, emit_solicit, icmpv6_checksum, EchoRequest6, UNSPECIFIED,
+};
 use crate::wire::{
     flags, hflags, op, ControlPacket, ControlRepr, FrameWriter, TransportPacket, TransportRepr,
 };
@@ -640,5 +643,95 @@ fn neighs() -> Vec<Vec<u8>> {
             out.push(s);
         }
     }
+    // Neighbour discovery and ICMPv6 echo, as they are and with the IPv6 fix-ups.
+    let v6 = neigh_fixup::IPV6_LENGTH | neigh_fixup::ICMPV6_CHECKSUM;
+    for f in ndp_frames() {
+        for mode in [0, v6] {
+            let mut s = vec![mode];
+            s.extend_from_slice(&f);
+            out.push(s);
+        }
+    }
     out
+}
+
+/// Sets an IPv6 frame's payload length (to the end of the buffer) and ICMPv6 checksum.
+fn fix_icmpv6(f: &mut [u8]) {
+    let len = u16::try_from(f.len() - 54).expect("a short frame");
+    f[18..20].copy_from_slice(&len.to_be_bytes());
+    let c = icmpv6_checksum(f).expect("the message is in the frame");
+    f[56..58].copy_from_slice(&c.to_be_bytes());
+}
+
+/// IPv6 frames between fe80::5054:ff:fe12:3456 (the host) and fe80::5054:ff:feab:cdef
+/// (us), as Linux 6.18 sends them around `ping -6` (`wire::ndp`'s tests hold the
+/// captured bytes): the host's solicitation for us, our advertisement in answer, our
+/// unicast probe of the host, the host's duplicate address detection (with its nonce
+/// option), an unsolicited advertisement, a solicitation with an unknown option before
+/// the source link-layer address, the host's router solicitation, `ping -6` with 56
+/// and with 3 bytes of data.
+fn ndp_frames() -> Vec<Vec<u8>> {
+    let host = [0x52, 0x54, 0x00, 0x12, 0x34, 0x56];
+    let us = [0x52, 0x54, 0x00, 0xab, 0xcd, 0xef];
+    let ll = |mac: [u8; 6]| {
+        let mut ip = [0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xfe, 0, 0, 0];
+        ip[8] = mac[0] ^ 2;
+        ip[9..11].copy_from_slice(&mac[1..3]);
+        ip[13..].copy_from_slice(&mac[3..]);
+        ip
+    };
+    let (host_ip, our_ip) = (ll(host), ll(us));
+    let mut frames = Vec::new();
+    let mut b = vec![0u8; 128];
+    let n = emit_solicit(host, host_ip, our_ip, None, &mut b).expect("room");
+    frames.push(b[..n].to_vec());
+    let n = emit_advert(us, our_ip, Some((host, host_ip)), &mut b).expect("room");
+    frames.push(b[..n].to_vec());
+    let n = emit_solicit(us, our_ip, host_ip, Some(host), &mut b).expect("room");
+    frames.push(b[..n].to_vec());
+    let n = emit_solicit(host, UNSPECIFIED, host_ip, None, &mut b).expect("room");
+    let mut dad = b[..n].to_vec();
+    dad.extend_from_slice(&[0x0e, 0x01, 0x0c, 0x8e, 0x3f, 0x89, 0x79, 0xad]);
+    fix_icmpv6(&mut dad);
+    frames.push(dad);
+    let n = emit_advert(us, our_ip, None, &mut b).expect("room");
+    frames.push(b[..n].to_vec());
+    let n = emit_solicit(host, host_ip, our_ip, None, &mut b).expect("room");
+    let mut options = b[..78].to_vec();
+    options.extend_from_slice(&[200, 2, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14]);
+    options.extend_from_slice(&b[78..n]);
+    fix_icmpv6(&mut options);
+    frames.push(options);
+    // The router solicitation: a solicitation without its target, type 133, to ff02::2.
+    let n = emit_solicit(host, host_ip, our_ip, None, &mut b).expect("room");
+    let mut rs = b[..n].to_vec();
+    rs[..6].copy_from_slice(&[0x33, 0x33, 0, 0, 0, 2]);
+    rs[38..54].copy_from_slice(&[0xff, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2]);
+    rs[54] = 133;
+    rs.drain(62..78);
+    fix_icmpv6(&mut rs);
+    frames.push(rs);
+    // Linux's `ping -6` data: a struct timeval (little endian), then 0x10, 0x11...
+    let mut ping = 1_796_183_440u64.to_le_bytes().to_vec();
+    ping.extend_from_slice(&753_979u64.to_le_bytes());
+    ping.extend(16..56u8);
+    for (seq, data) in [(1u16, &ping[..]), (1, &[0u8, 1, 2][..])] {
+        // A reply from the host to us is the request's layout with another type.
+        let req = EchoRequest6 {
+            src_mac: us,
+            dst_mac: host,
+            src_ip: our_ip,
+            dst_ip: host_ip,
+            ident: 0x6bf2 + u16::from(data.len() == 3),
+            seq,
+            data,
+        };
+        let n = emit_echo_reply6(&req, host, host_ip, &mut b).expect("room");
+        let mut f = b[..n].to_vec();
+        f[14..18].copy_from_slice(&[0x60, 0x09, 0x29, 0x5c]);
+        f[54] = 128;
+        fix_icmpv6(&mut f);
+        frames.push(f);
+    }
+    frames
 }

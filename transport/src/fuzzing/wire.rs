@@ -28,7 +28,19 @@
 //!   unicast; an echo request's reply parses as a valid ICMP message of type 0 code 0
 //!   with the request's identifier, sequence number and data, addressed back to its
 //!   source; an ICMP frame that parses is refused by the underlay for its protocol
-//!   alone; emits into a buffer one byte short are refused.
+//!   alone; emits into a buffer one byte short are refused. ICMPv6 (`wire::ndp`): the
+//!   decoder never panics and refuses only for the reasons it documents (a refusal
+//!   names the bad value: ethertype, next header, checksum; a neighbour discovery
+//!   refusal only for types 135 and 136); a message that parses is `Icmpv6`, has a
+//!   right checksum and the fields its bytes say; a solicitation or advertisement
+//!   emitted again (to the same place, or where `emit_solicit` and `emit_advert` send
+//!   it) parses back to the same fields, and to the same bytes when the original was
+//!   what they write; an echo request's reply parses as type 129 with its identifier,
+//!   sequence number and data, back to its source, and made a request again parses to
+//!   the request with the addresses swapped; any addresses of a frame emitted as a
+//!   solicitation or an advertisement parse back to them, or are refused for a
+//!   multicast target, a solicited advertisement to a multicast address or a probe
+//!   from `::` sent unicast.
 
 use super::Input;
 use crate::wire::arp::{
@@ -43,6 +55,13 @@ use crate::wire::compound::{
 use crate::wire::icmp::{
     emit_echo_reply, parse_echo_request, Icmp, IcmpPacket, ICMP_ECHO_REQUEST, ICMP_HEADERS_LEN,
     IP_PROTO_ICMP,
+};
+use crate::wire::ipv6::{check_ipv6_header, IPV6_HEADERS_LEN, NEXT_ICMPV6};
+use crate::wire::ndp::{
+    emit_advert, emit_echo_reply6, emit_solicit, icmpv6_checksum, is_multicast, is_solicited_node,
+    multicast_mac, parse_icmpv6, solicited_node, Advert, EchoRequest6, Icmpv6, Solicit, ALL_NODES,
+    ALL_NODES_MAC, ECHO6_HEADERS_LEN, ICMPV6_ECHO_REPLY, ICMPV6_ECHO_REQUEST, NDP_ADVERT,
+    NDP_FRAME_LEN, NDP_HOP_LIMIT, NDP_SOLICIT, UNSPECIFIED,
 };
 use crate::wire::underlay::ETH_HEADER_LEN;
 use crate::wire::{
@@ -582,8 +601,8 @@ pub(super) fn underlay() -> UnderlayRepr {
     UnderlayRepr {
         src_mac: [2, 0, 0, 0, 0, 1],
         dst_mac: [2, 0, 0, 0, 0, 2],
-        src_ip: [10, 0, 0, 1],
-        dst_ip: [10, 0, 0, 2],
+        src_ip: [10, 0, 0, 1].into(),
+        dst_ip: [10, 0, 0, 2].into(),
         src_port: 49153,
         dst_port: UDP_PORT,
     }
@@ -598,15 +617,21 @@ pub mod neigh_fixup {
     pub const IP_CHECKSUM: u8 = 0x02;
     /// Set the ICMP checksum (over the message the total length gives).
     pub const ICMP_CHECKSUM: u8 = 0x04;
+    /// Set the IPv6 payload length from the buffer (after the IPv4 fix-ups).
+    pub const IPV6_LENGTH: u8 = 0x08;
+    /// Set the ICMPv6 checksum (over the payload the payload length gives), last.
+    pub const ICMPV6_CHECKSUM: u8 = 0x10;
 }
 
 /// The address the `neigh_wire` target answers from.
 const OUR_MAC: [u8; 6] = [0x02, 0xde, 0xad, 0xbe, 0xef, 0x01];
 /// The IPv4 address the `neigh_wire` target answers from.
 const OUR_IP: [u8; 4] = [10, 9, 8, 7];
+/// The IPv6 address the `neigh_wire` target answers echo requests from (fd00::7).
+const OUR_IP6: [u8; 16] = [0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 7];
 
-/// Fuzz target: `data[0]` selects `neigh_fixup`s, the rest is a frame (ARP, ICMP or
-/// anything else). See the module doc.
+/// Fuzz target: `data[0]` selects `neigh_fixup`s, the rest is a frame (ARP, ICMP,
+/// ICMPv6 or anything else). See the module doc.
 pub fn neigh_wire(data: &[u8]) {
     let mut input = Input::new(data);
     let mode = input.u8();
@@ -617,9 +642,25 @@ pub fn neigh_wire(data: &[u8]) {
 
 /// Applies the fix-ups `mode` selects to a frame in `buf`.
 pub fn neigh_fix_up(buf: &mut [u8], mode: u8) {
-    if buf.len() < ETH_HEADER_LEN + 20 {
-        return;
+    if buf.len() >= ETH_HEADER_LEN + 20 {
+        ipv4_fix_up(buf, mode);
     }
+    if buf.len() >= IPV6_HEADERS_LEN {
+        if mode & neigh_fixup::IPV6_LENGTH != 0 {
+            if let Ok(len) = u16::try_from(buf.len() - IPV6_HEADERS_LEN) {
+                buf[18..20].copy_from_slice(&len.to_be_bytes());
+            }
+        }
+        if mode & neigh_fixup::ICMPV6_CHECKSUM != 0 {
+            if let Some(c) = icmpv6_checksum(buf) {
+                buf[56..58].copy_from_slice(&c.to_be_bytes());
+            }
+        }
+    }
+}
+
+/// The IPv4 fix-ups of [`neigh_fix_up`], on a buffer of at least 34 bytes.
+fn ipv4_fix_up(buf: &mut [u8], mode: u8) {
     if mode & neigh_fixup::LENGTH != 0 {
         if let Ok(total) = u16::try_from(buf.len() - ETH_HEADER_LEN) {
             buf[16..18].copy_from_slice(&total.to_be_bytes());
@@ -649,6 +690,8 @@ pub fn check_neigh(buf: &[u8]) {
     }
     check_arp(buf, kind, ethertype);
     check_icmp(buf, kind, ethertype);
+    check_icmpv6(buf, kind, ethertype);
+    check_ndp_fields(buf);
 }
 
 /// ARP: parse, emit again, the fields of any frame emitted.
@@ -831,4 +874,321 @@ fn check_echo_reply(req: &crate::wire::icmp::EchoRequest<'_>) {
             got: len - 1
         })
     );
+}
+
+/// ICMPv6: parse; emit again what parsed and check it parses back.
+fn check_icmpv6(buf: &[u8], kind: FrameKind, ethertype: Option<u16>) {
+    let m = match parse_icmpv6(buf) {
+        Ok(m) => m,
+        Err(e) => {
+            match e {
+                WireError::Truncated { .. }
+                | WireError::BadIpVersion(_)
+                | WireError::NotIcmp(_)
+                | WireError::BadIcmpChecksum { .. }
+                | WireError::BadNdp(_) => {}
+                WireError::BadEthertype(t) => assert_eq!(Some(t), ethertype),
+                other => panic!("ICMPv6 refused with {other:?}"),
+            }
+            if let WireError::NotIcmp(next) = e {
+                assert_eq!(next, buf[20]);
+                assert_ne!(next, NEXT_ICMPV6);
+            }
+            if let WireError::BadIcmpChecksum { expected, got } = e {
+                assert_eq!(kind, FrameKind::Icmpv6);
+                assert_eq!(Some(expected), icmpv6_checksum(buf), "expected checksum");
+                assert_eq!(got, u16::from_be_bytes([buf[56], buf[57]]), "checksum got");
+                assert_ne!(expected, got);
+            }
+            if let WireError::BadNdp(_) = e {
+                assert_eq!(kind, FrameKind::Icmpv6);
+                assert!(
+                    matches!(buf[54], NDP_SOLICIT | NDP_ADVERT),
+                    "neighbour discovery refusal of type {}",
+                    buf[54]
+                );
+            }
+            return;
+        }
+    };
+    assert_eq!(
+        kind,
+        FrameKind::Icmpv6,
+        "an ICMPv6 frame classified otherwise"
+    );
+    let h = check_ipv6_header(buf).expect("an ICMPv6 frame has an IPv6 header");
+    assert_eq!(h.next, NEXT_ICMPV6);
+    let end = IPV6_HEADERS_LEN + usize::from(h.payload_len);
+    let sum = icmpv6_checksum(buf).expect("the message is in the frame");
+    let carried = u16::from_be_bytes([buf[56], buf[57]]);
+    assert!(
+        carried == sum || (sum == 0 && carried == 0xffff),
+        "ICMPv6 checksum {carried:#06x} accepted, {sum:#06x} computed"
+    );
+    let (t, code) = (buf[54], buf[55]);
+    match m {
+        Icmpv6::Solicit(s) => {
+            assert_eq!((t, code, h.hop_limit), (NDP_SOLICIT, 0, NDP_HOP_LIMIT));
+            assert_eq!(
+                (s.src_mac, s.dst_mac, s.src_ip, s.dst_ip),
+                (h.src_mac, h.dst_mac, h.src, h.dst)
+            );
+            assert_eq!(s.target[..], buf[62..78]);
+            assert!(!is_multicast(s.target));
+            if s.is_dad() {
+                assert!(is_solicited_node(s.dst_ip) && s.sender_mac.is_none());
+            }
+            check_solicit_again(buf, &s);
+        }
+        Icmpv6::Advert(a) => {
+            assert_eq!((t, code, h.hop_limit), (NDP_ADVERT, 0, NDP_HOP_LIMIT));
+            assert_eq!(
+                (a.src_mac, a.dst_mac, a.src_ip, a.dst_ip),
+                (h.src_mac, h.dst_mac, h.src, h.dst)
+            );
+            assert_eq!(a.target[..], buf[62..78]);
+            assert_eq!(
+                (a.router, a.solicited, a.override_),
+                (
+                    buf[58] & 0x80 != 0,
+                    buf[58] & 0x40 != 0,
+                    buf[58] & 0x20 != 0
+                )
+            );
+            assert!(!is_multicast(a.target));
+            assert!(!(a.solicited && is_multicast(a.dst_ip)));
+            check_advert_again(buf, &a);
+        }
+        Icmpv6::EchoRequest(req) => {
+            assert_eq!((t, code), (ICMPV6_ECHO_REQUEST, 0));
+            assert_eq!(
+                (req.src_mac, req.dst_mac, req.src_ip, req.dst_ip),
+                (h.src_mac, h.dst_mac, h.src, h.dst)
+            );
+            assert_eq!(
+                (req.ident, req.seq),
+                (
+                    u16::from_be_bytes([buf[58], buf[59]]),
+                    u16::from_be_bytes([buf[60], buf[61]])
+                )
+            );
+            assert_eq!(req.data, &buf[62..end]);
+            check_echo_reply6(&req);
+        }
+        Icmpv6::Other { kind: k, code: c } => {
+            assert_eq!((t, code), (k, c));
+            assert!(k != NDP_SOLICIT && k != NDP_ADVERT, "type {k} not decoded");
+            assert_ne!((k, c), (ICMPV6_ECHO_REQUEST, 0));
+        }
+    }
+}
+
+/// Whether the original frame's bytes are what an emit writes, so that the emitted
+/// frame must equal them: no flow label or traffic class, reserved bits clear, the
+/// length `n` the emit wrote, a checksum not carried as 0xffff (for 0).
+fn emitted_alike(buf: &[u8], n: usize, reserved_mask: u8) -> bool {
+    buf[14..18] == [0x60, 0, 0, 0]
+        && buf[58] & reserved_mask == 0
+        && buf[59..62] == [0; 3]
+        && usize::from(u16::from_be_bytes([buf[18], buf[19]])) == n - IPV6_HEADERS_LEN
+        && buf[56..58] != [0xff, 0xff]
+}
+
+/// A solicitation emitted again (unicast to the same MAC when it was unicast): it
+/// parses back to its fields, as `emit_solicit` addresses it.
+fn check_solicit_again(buf: &[u8], s: &Solicit) {
+    let to = (!is_multicast(s.dst_ip)).then_some(s.dst_mac);
+    let mut out = [0xa5u8; NDP_FRAME_LEN + 1];
+    let n = emit_solicit(s.src_mac, s.src_ip, s.target, to, &mut out)
+        .expect("a solicitation that parsed emits again");
+    assert_eq!(n, if s.is_dad() { 78 } else { NDP_FRAME_LEN });
+    assert_eq!(out[n], 0xa5, "solicitation written past its length");
+    let dst_ip = if to.is_some() {
+        s.target
+    } else {
+        solicited_node(s.target)
+    };
+    let want = Solicit {
+        dst_mac: to.unwrap_or(multicast_mac(dst_ip)),
+        dst_ip,
+        sender_mac: (!s.is_dad()).then_some(s.src_mac),
+        ..*s
+    };
+    assert_eq!(
+        parse_icmpv6(&out[..n]),
+        Ok(Icmpv6::Solicit(want)),
+        "a solicitation emitted again parses to other fields"
+    );
+    if want == *s && emitted_alike(buf, n, 0xff) {
+        assert_eq!(
+            out[..n],
+            buf[..n],
+            "a solicitation emits back to other bytes"
+        );
+    }
+    assert_eq!(
+        emit_solicit(s.src_mac, s.src_ip, s.target, to, &mut out[..n - 1]),
+        Err(WireError::BufferTooSmall {
+            needed: n,
+            got: n - 1
+        })
+    );
+}
+
+/// An advertisement emitted again by its target (to the same place when solicited,
+/// else to all nodes): it parses back to its fields, as `emit_advert` writes them.
+fn check_advert_again(buf: &[u8], a: &Advert) {
+    let to = a.solicited.then_some((a.dst_mac, a.dst_ip));
+    let mut out = [0xa5u8; NDP_FRAME_LEN + 1];
+    let n = emit_advert(a.src_mac, a.target, to, &mut out)
+        .expect("an advertisement that parsed emits again");
+    assert_eq!(n, NDP_FRAME_LEN);
+    assert_eq!(out[n], 0xa5, "advertisement written past its length");
+    let (dst_mac, dst_ip) = to.unwrap_or((ALL_NODES_MAC, ALL_NODES));
+    let want = Advert {
+        src_mac: a.src_mac,
+        dst_mac,
+        src_ip: a.target,
+        dst_ip,
+        target: a.target,
+        router: false,
+        solicited: a.solicited,
+        override_: true,
+        target_mac: Some(a.src_mac),
+    };
+    assert_eq!(
+        parse_icmpv6(&out[..n]),
+        Ok(Icmpv6::Advert(want)),
+        "an advertisement emitted again parses to other fields"
+    );
+    if want == *a && emitted_alike(buf, n, 0x1f) {
+        assert_eq!(
+            out[..n],
+            buf[..n],
+            "an advertisement emits back to other bytes"
+        );
+    }
+    assert_eq!(
+        emit_advert(a.src_mac, a.target, to, &mut out[..n - 1]),
+        Err(WireError::BufferTooSmall {
+            needed: n,
+            got: n - 1
+        })
+    );
+}
+
+/// The reply to an ICMPv6 echo request: its length, that it parses as an echo reply,
+/// its fields; made a request again, it parses to `req` with the addresses swapped.
+fn check_echo_reply6(req: &EchoRequest6<'_>) {
+    let len = ECHO6_HEADERS_LEN + req.data.len();
+    let mut out = vec![0xa5u8; len + 1];
+    assert_eq!(emit_echo_reply6(req, OUR_MAC, OUR_IP6, &mut out), Ok(len));
+    assert_eq!(out[len], 0xa5, "echo reply written past its length");
+    let out = &mut out[..len];
+    assert_eq!(
+        parse_icmpv6(out),
+        Ok(Icmpv6::Other {
+            kind: ICMPV6_ECHO_REPLY,
+            code: 0
+        }),
+        "the ICMPv6 echo reply is not a valid echo reply"
+    );
+    let h = check_ipv6_header(out).expect("IPv6");
+    assert_eq!((h.dst_mac, h.src_mac), (req.src_mac, OUR_MAC));
+    assert_eq!((h.dst, h.src), (req.src_ip, OUR_IP6));
+    assert_eq!(h.hop_limit, 64);
+    out[54] = ICMPV6_ECHO_REQUEST;
+    let c = icmpv6_checksum(out).expect("the message is in the frame");
+    out[56..58].copy_from_slice(&c.to_be_bytes());
+    assert_eq!(
+        parse_icmpv6(out),
+        Ok(Icmpv6::EchoRequest(EchoRequest6 {
+            src_mac: OUR_MAC,
+            dst_mac: req.src_mac,
+            src_ip: OUR_IP6,
+            dst_ip: req.src_ip,
+            ..*req
+        })),
+        "the echo reply carries other identifier, sequence number or data"
+    );
+    let mut short = vec![0u8; len - 1];
+    assert_eq!(
+        emit_echo_reply6(req, OUR_MAC, OUR_IP6, &mut short),
+        Err(WireError::BufferTooSmall {
+            needed: len,
+            got: len - 1
+        })
+    );
+}
+
+/// The frame's addresses (MACs, source, destination, the bytes where a target goes)
+/// emitted as solicitations and advertisements, whatever the frame is: each parses
+/// back to them, or is refused for the reason the addresses give.
+fn check_ndp_fields(buf: &[u8]) {
+    if buf.len() < 78 {
+        return;
+    }
+    let a = |r: core::ops::Range<usize>| -> [u8; 16] { buf[r].try_into().expect("16 bytes") };
+    let m = |r: core::ops::Range<usize>| -> [u8; 6] { buf[r].try_into().expect("6 bytes") };
+    let (dst_mac, src_mac) = (m(0..6), m(6..12));
+    let (src_ip, dst_ip, target) = (a(22..38), a(38..54), a(62..78));
+    let mut out = [0u8; NDP_FRAME_LEN];
+    for to in [None, Some(dst_mac)] {
+        let r = emit_solicit(src_mac, src_ip, target, to, &mut out);
+        let dad = src_ip == UNSPECIFIED;
+        if is_multicast(target) {
+            assert_eq!(r, Err(WireError::BadNdp("target address is multicast")));
+            continue;
+        }
+        if dad && to.is_some() {
+            assert!(matches!(r, Err(WireError::BadNdp(_))), "{r:?}");
+            continue;
+        }
+        let n = r.expect("a solicitation of any addresses");
+        let want_dst = if to.is_some() {
+            target
+        } else {
+            solicited_node(target)
+        };
+        assert_eq!(
+            parse_icmpv6(&out[..n]),
+            Ok(Icmpv6::Solicit(Solicit {
+                src_mac,
+                dst_mac: to.unwrap_or(multicast_mac(want_dst)),
+                src_ip,
+                dst_ip: want_dst,
+                target,
+                sender_mac: (!dad).then_some(src_mac),
+            })),
+            "solicitation fields emitted parse to others"
+        );
+    }
+    for to in [None, Some((dst_mac, dst_ip))] {
+        let r = emit_advert(src_mac, target, to, &mut out);
+        if is_multicast(target) {
+            assert_eq!(r, Err(WireError::BadNdp("target address is multicast")));
+            continue;
+        }
+        if to.is_some() && is_multicast(dst_ip) {
+            assert!(matches!(r, Err(WireError::BadNdp(_))), "{r:?}");
+            continue;
+        }
+        assert_eq!(r, Ok(NDP_FRAME_LEN));
+        let (to_mac, to_ip) = to.unwrap_or((ALL_NODES_MAC, ALL_NODES));
+        assert_eq!(
+            parse_icmpv6(&out),
+            Ok(Icmpv6::Advert(Advert {
+                src_mac,
+                dst_mac: to_mac,
+                src_ip: target,
+                dst_ip: to_ip,
+                target,
+                router: false,
+                solicited: to.is_some(),
+                override_: true,
+                target_mac: Some(src_mac),
+            })),
+            "advertisement fields emitted parse to others"
+        );
+    }
 }

@@ -3,6 +3,7 @@
 //! actions carried out. What the protocol says — retries, repeats, timeouts, keys of
 //! disconnects — is the machine's ([`crate::cm`]); this file only acts on it.
 
+use std::net::IpAddr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -455,7 +456,7 @@ impl Node {
     /// Changes source `ip`'s count (an entry back at zero goes), and tells the CM
     /// machine whether the source is at its cap of unconfirmed connections (its
     /// requests are then ignored before their handshake costs a key agreement).
-    fn source_count(&mut self, ip: [u8; 4], change: impl FnOnce(&mut super::SourceCount)) {
+    fn source_count(&mut self, ip: IpAddr, change: impl FnOnce(&mut super::SourceCount)) {
         let s = self.sources.entry(ip).or_default();
         change(s);
         let cap = self.cfg.cm_limits.per_source_unconfirmed;
@@ -760,7 +761,7 @@ impl Node {
             dst_port: to.udp_port,
         };
         let max = self.caps.max_frame;
-        let tag = super::link::Tagging(self.cfg.vlan);
+        let tag = super::link::Tagging::of(&self.cfg);
         let Ok(n) = msg.write_frame(private, &underlay, tag.room(&mut m, max)) else {
             return;
         };

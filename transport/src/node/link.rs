@@ -73,21 +73,45 @@ pub trait FrameBuf {
 /// How a node's frames leave its buffers: untagged, or with an 802.1Q tag in front
 /// (`NodeConfig::vlan`). A frame is written untagged at [`Tagging::room`] and finished
 /// with [`Tagging::done`] (or [`Tagging::done_external`]), which puts the tag in.
+///
+/// The node counts a frame's size as over IPv4 (`LinkCaps::max_frame` less the tag,
+/// and less [`crate::wire::ipv6::IPV6_EXTRA`] on an IPv6 node, so that a frame holds as many
+/// cells whatever its underlay); the room it writes in holds the longer IPv6 underlay
+/// too.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Tagging(pub Option<u16>);
+pub(crate) struct Tagging {
+    vlan: Option<u16>,
+    /// Bytes the underlay takes beyond IPv4's (IPv6: 20).
+    extra: usize,
+}
 
 impl Tagging {
-    /// Where the untagged frame of at most `max` bytes is written.
+    /// The framing of a node of configuration `cfg` (its VLAN, its address family).
+    #[inline]
+    pub fn of(cfg: &super::NodeConfig) -> Tagging {
+        let extra = if cfg.local.ip.is_ipv6() {
+            crate::wire::ipv6::IPV6_EXTRA
+        } else {
+            0
+        };
+        Tagging {
+            vlan: cfg.vlan,
+            extra,
+        }
+    }
+
+    /// Where the untagged frame of at most `max` bytes (counted as over IPv4) is
+    /// written.
     #[inline]
     pub fn room<F: FrameBuf>(self, m: &mut F, max: usize) -> &mut [u8] {
         let off = self.len();
-        &mut m.room_mut()[off..off + max]
+        &mut m.room_mut()[off..off + max + self.extra]
     }
 
     /// Bytes the tag takes (0 untagged).
     #[inline]
     pub fn len(self) -> usize {
-        if self.0.is_some() {
+        if self.vlan.is_some() {
             crate::wire::vlan::VLAN_LEN
         } else {
             0
@@ -114,7 +138,7 @@ impl Tagging {
     /// untagged); returns the bytes it added.
     #[inline]
     fn put_tag<F: FrameBuf>(self, m: &mut F, pcp: u8) -> usize {
-        if let Some(vid) = self.0 {
+        if let Some(vid) = self.vlan {
             crate::wire::vlan::insert(m.room_mut(), crate::wire::vlan::tci(vid, pcp));
         }
         self.len()

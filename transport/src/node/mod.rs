@@ -36,6 +36,7 @@
 //! * [`crate::cm`]: connection management over connection 0.
 
 use std::collections::{HashMap, VecDeque};
+use std::net::IpAddr;
 use std::sync::Arc;
 
 pub mod conn;
@@ -221,7 +222,7 @@ pub const EXTERNAL_MIN: usize = 2048;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ConnSummary {
     pub number: u32,
-    pub peer_ip: [u8; 4],
+    pub peer_ip: IpAddr,
     pub peer_conn: u32,
     pub state: crate::connection::ConnState,
     /// Messages that arrived complete; messages from the peer refused here.
@@ -241,7 +242,10 @@ impl Node {
             .filter(|c| c.number >= from)
             .map(|c| ConnSummary {
                 number: c.number,
-                peer_ip: self.nodes.get(c.peer).map_or([0; 4], |a| a.ip),
+                peer_ip: self
+                    .nodes
+                    .get(c.peer)
+                    .map_or(IpAddr::from([0; 4]), |a| a.ip),
                 peer_conn: c.peer_conn,
                 state: c.state,
                 arrivals: c.shared.arrivals.load(std::sync::atomic::Ordering::Relaxed),
@@ -424,9 +428,9 @@ pub struct Node {
     pub(crate) unconfirmed_probe: u64,
     /// Connections accepted here by the source address that asked for them, and how
     /// many of them are unconfirmed (`crate::cm::CmLimits` caps both per source).
-    pub(crate) sources: HashMap<[u8; 4], SourceCount>,
+    pub(crate) sources: HashMap<IpAddr, SourceCount>,
     /// The source of each connection accepted here.
-    pub(crate) accepted_source: HashMap<u32, [u8; 4]>,
+    pub(crate) accepted_source: HashMap<u32, IpAddr>,
 }
 
 /// An accepted connection waiting for its peer's first frame.
@@ -465,6 +469,11 @@ impl Node {
         if cfg.vlan.is_some() {
             // The tag goes in front of what the node writes, within the port's frame.
             caps.max_frame -= wire::vlan::VLAN_LEN;
+        }
+        if cfg.local.ip.is_ipv6() {
+            // Frame sizes are counted as over IPv4 (`link::Tagging`): an IPv6 frame of
+            // as many cells is this much longer.
+            caps.max_frame -= wire::ipv6::IPV6_EXTRA;
         }
         let segment_max = segment_max_for(caps.max_frame);
         let bulk_segment = segment_max_for(caps.max_frame.min(send::BULK_FRAME_BESIDE_HIGH));

@@ -1,6 +1,8 @@
-//! The node's side of `crate::neigh`: frames that are not the transport's (ARP, ICMP)
-//! to the neighbour machine, its answers onto the link, and the connect requests that
-//! wait for a next hop's MAC sent, or failed, when it is known.
+//! The node's side of `crate::neigh`: frames that are not the transport's (ARP, ICMP,
+//! ICMPv6) to the neighbour machine, its answers onto the link, and the connect
+//! requests that wait for a next hop's MAC sent, or failed, when it is known.
+
+use std::net::IpAddr;
 
 use crate::cm::RejectReason;
 use crate::neigh::Resolved;
@@ -8,6 +10,7 @@ use crate::status::DropReason;
 use crate::tables::NodeAddr;
 use crate::wire::arp::ArpRepr;
 use crate::wire::icmp::{parse_echo_request, Icmp};
+use crate::wire::ndp::{parse_icmpv6, Icmpv6};
 use crate::wire::{self, FrameKind};
 
 use super::{Link, Node};
@@ -28,11 +31,22 @@ impl Node {
                 Err(_) => self.stats.drop_for(DropReason::BadNeighbour),
             },
             FrameKind::Icmp => match parse_echo_request(data) {
-                Ok(Icmp::EchoRequest(req)) if req.dst_ip == self.cfg.local.ip => {
+                Ok(Icmp::EchoRequest(req)) if IpAddr::from(req.dst_ip) == self.cfg.local.ip => {
                     self.neigh.handle_echo(&req)
                 }
                 Ok(Icmp::EchoRequest(_)) => self.stats.drop_for(DropReason::NotOurs),
                 Ok(Icmp::Other { .. }) => self.stats.drop_for(DropReason::IcmpIgnored),
+                Err(_) => self.stats.drop_for(DropReason::BadNeighbour),
+            },
+            FrameKind::Icmpv6 => match parse_icmpv6(data) {
+                Ok(Icmpv6::Solicit(ns)) => self.neigh.handle_solicit(&ns, now),
+                Ok(Icmpv6::Advert(na)) => self.neigh.handle_advert(&na, now),
+                Ok(Icmpv6::EchoRequest(req)) if IpAddr::from(req.dst_ip) == self.cfg.local.ip => {
+                    self.neigh.handle_echo6(&req)
+                }
+                Ok(Icmpv6::EchoRequest(_)) => self.stats.drop_for(DropReason::NotOurs),
+                // Router advertisements, multicast listener reports, echo replies...
+                Ok(Icmpv6::Other { .. }) => self.stats.drop_for(DropReason::IcmpIgnored),
                 Err(_) => self.stats.drop_for(DropReason::BadNeighbour),
             },
             _ => self.stats.drop_for(DropReason::NotOurs),
@@ -113,7 +127,9 @@ impl Node {
             return;
         };
         let known = self.neigh.config().table.mac_of(hop);
-        self.neigh.refresh(hop, now);
+        // Three timeouts in a row: stalled (its retries run out within seconds).
+        let stalled = conn.tx.retries() >= 3;
+        self.neigh.refresh(hop, now, stalled);
         if let Some(mac) = known.filter(|&m| m != conn.peer_mac) {
             if !self.path_probes.iter().any(|&(s, _)| s == slot) {
                 self.path_probes.push((slot, mac));
@@ -128,7 +144,7 @@ impl Node {
                 self.stats.drop_for(DropReason::NoBuffer);
                 return;
             };
-            let (max, tag) = (self.caps.max_frame, super::link::Tagging(self.cfg.vlan));
+            let (max, tag) = (self.caps.max_frame, super::link::Tagging::of(&self.cfg));
             let Some(n) = self.neigh.poll_transmit(tag.room(&mut m, max)) else {
                 return;
             };

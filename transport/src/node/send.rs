@@ -86,7 +86,7 @@ impl Node {
         let room = wire::max_cells(max) - seal_len(conn) as usize / wire::CELL_LEN;
         let told = conn.refusals.len().min(room);
         let (local, nodes, credits) = (&self.cfg.local, &self.nodes, self.credits);
-        let (tag, pcp) = (Tagging(self.cfg.vlan), pcp_of(conn.priority));
+        let (tag, pcp) = (super::link::Tagging::of(&self.cfg), pcp_of(conn.priority));
         let Some(mut w) = ack_frame(&mut mbuf, tag, max, conn, local, nodes, credits, 0, told)
         else {
             return true;
@@ -193,7 +193,7 @@ impl Node {
             };
             let max = self.caps.max_frame;
             let (local, nodes, credits) = (&self.cfg.local, &self.nodes, self.credits);
-            let (tag, pcp) = (Tagging(self.cfg.vlan), pcp_of(conn.priority));
+            let (tag, pcp) = (super::link::Tagging::of(&self.cfg), pcp_of(conn.priority));
             let extra = hflags::ACK_REQ;
             let Some(mut w) = ack_frame(&mut mbuf, tag, max, conn, local, nodes, credits, extra, 0)
             else {
@@ -568,7 +568,7 @@ impl Node {
         };
         let underlay = conn_underlay(&self.cfg.local, &self.nodes, conn);
         let hdr = data_header(conn, first, self.credits);
-        let (tag, pcp) = (Tagging(self.cfg.vlan), pcp_of(conn.priority));
+        let (tag, pcp) = (super::link::Tagging::of(&self.cfg), pcp_of(conn.priority));
         let room = tag.room(&mut mbuf, max);
         let Ok(mut w) = FrameWriter::new(room, &underlay, &hdr) else {
             return Built::Nothing;

@@ -65,12 +65,14 @@ impl Node {
             Some(_) => frame.get(wire::vlan::VLAN_LEN..)?,
             None => frame,
         };
-        if frame.get(12..14) != Some(&[0x08, 0x00]) || frame.get(23) != Some(&17) {
-            // Not UDP over IPv4 (ARP, ICMP): the neighbour machine of the shard that
+        let start = match (frame.get(12..14), frame.get(23), frame.get(20)) {
+            (Some([0x08, 0x00]), Some(17), _) => wire::UNDERLAY_LEN,
+            (Some([0x86, 0xdd]), _, Some(17)) => wire::ipv6::IPV6_UNDERLAY_LEN,
+            // Not UDP (ARP, ICMP, ICMPv6): the neighbour machine of the shard that
             // received it answers (their table is the device's).
-            return None;
-        }
-        let at = wire::UNDERLAY_LEN + 4;
+            _ => return None,
+        };
+        let at = start + 4;
         let conn = u32::from_be_bytes(frame.get(at..at + 4)?.try_into().ok()?);
         let owner = if conn != 0 {
             shard_of_conn(conn)

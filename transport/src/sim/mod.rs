@@ -213,9 +213,15 @@ impl Network {
                 // Every host a node of its own: its own identity key.
                 c.identity =
                     Arc::new(crate::identity::Identity::generate().expect("the OS random source"));
+                // IPv4 hosts 10.0.0.1.., or IPv6 ones fd00::1.. when `cfg` is on IPv6.
+                let ip = if cfg.local.ip.is_ipv6() {
+                    std::net::Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, i as u16 + 1).into()
+                } else {
+                    [10, 0, 0, i as u8 + 1].into()
+                };
                 c.local = NodeAddr {
                     mac,
-                    ip: [10, 0, 0, i as u8 + 1],
+                    ip,
                     udp_port: wire::UDP_PORT,
                 };
                 Host {
@@ -285,10 +291,11 @@ impl Network {
     }
 
     /// Puts a frame from host `from` on the wire, through the link's faults: to the
-    /// host of its destination MAC, or to every other host when it is broadcast (ARP).
+    /// host of its destination MAC, or to every other host when it is broadcast or
+    /// multicast (ARP, neighbour discovery).
     fn send(&mut self, from: usize, frame: Vec<u8>) {
         self.stats.sent += 1;
-        if frame[..6] == [0xff; 6] {
+        if frame[0] & 1 != 0 {
             for to in (0..self.hosts.len()).filter(|&h| h != from) {
                 self.send_to(from, to, frame.clone());
             }

@@ -130,7 +130,8 @@ impl Segment {
             let Some(dst) = frame.get(..6) else {
                 continue;
             };
-            if dst == [0xff; 6] {
+            if dst[0] & 1 != 0 {
+                // Broadcast or multicast (ARP, neighbour discovery): everyone else.
                 for p in ports.iter().filter(|p| &p.mac != from) {
                     p.deliver(0, frame.clone());
                 }

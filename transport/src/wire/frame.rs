@@ -31,7 +31,7 @@
 //!
 //! [`hflags::MORE`]: super::hflags::MORE
 
-use super::underlay::{ETH_HEADER_LEN, IP_HEADER_LEN, UDP_HEADER_LEN};
+use super::underlay::{IP_HEADER_LEN, UDP_HEADER_LEN};
 use super::{
     cells_for, hflags, ControlPacket, ControlRepr, TransportPacket, TransportRepr, UnderlayPacket,
     UnderlayRepr, WireError, CELL_LEN, CONTROL_LEN, CRC_LEN, FRAME_OVERHEAD, HEADER_LEN, MAX_CELLS,
@@ -58,9 +58,6 @@ pub const fn max_cells(frame_size: usize) -> usize {
         MAX_CELLS
     }
 }
-
-/// Smallest IPv4 total length of a deposit frame (no cells).
-const MIN_IP_TOTAL: u16 = (IP_HEADER_LEN + UDP_HEADER_LEN + HEADER_LEN + CRC_LEN) as u16;
 
 /// One section of a received frame that passed every check (a header and its cells,
 /// borrowed from the buffer); [`FrameView::parse`] gives the first,
@@ -96,22 +93,23 @@ impl<'a> FrameView<'a> {
     /// time: receiver 160 vs 182 ns).
     #[inline(always)]
     pub fn parse(buf: &'a [u8]) -> Result<FrameView<'a>, WireError> {
-        let packet = UnderlayPacket::new_checked(buf)?;
-        let underlay = UnderlayRepr::parse(&packet)?;
-        let total = packet.ip_total_len();
-        if total < MIN_IP_TOTAL {
+        let (underlay, udp) = UnderlayRepr::parse_datagram(buf)?;
+        if udp.len() < HEADER_LEN + CRC_LEN {
+            // The IP length field that says so: IPv4's total length, IPv6's payload
+            // length (UDP header and payload).
+            let ip = if underlay.is_ipv6() {
+                UDP_HEADER_LEN
+            } else {
+                IP_HEADER_LEN + UDP_HEADER_LEN
+            };
             return Err(WireError::BadIpLength {
-                total,
-                min: MIN_IP_TOTAL,
+                total: (ip + udp.len()) as u16,
+                min: (ip + HEADER_LEN + CRC_LEN) as u16,
             });
         }
-        // UnderlayRepr::parse checked that the buffer holds the whole IPv4 packet, and
-        // total >= MIN_IP_TOTAL leaves room for header and CRC in its UDP payload.
-        let end = ETH_HEADER_LEN + total as usize;
-        let datagram = buf.get(UNDERLAY_LEN..end).ok_or(WireError::Truncated {
-            needed: end,
-            got: buf.len(),
-        })?;
+        // UnderlayRepr::parse_datagram checked that the buffer holds the whole
+        // datagram, which leaves room for a header and the CRC.
+        let datagram = &buf[udp];
         let (covered, trailer) = datagram.split_at(datagram.len() - CRC_LEN);
         // Every section's header and cell count before anything acts on the frame.
         let first = split_section(covered)?;
@@ -254,7 +252,14 @@ pub fn trailer(covered: &[u8]) -> u32 {
 /// Writes the [`trailer`] of the frame `frame[..len]`, as its sender would: for tests
 /// and hostile senders that change a frame and keep the rest of it sound.
 pub fn write_trailer(frame: &mut [u8], len: usize) {
-    let t = trailer(&frame[UNDERLAY_LEN..len - CRC_LEN]);
+    let start = match UnderlayRepr::parse_datagram(&frame[..len]) {
+        Ok((u, _)) => u.header_len(),
+        Err(_) if frame.get(12..14) == Some(&super::ipv6::ETHERTYPE_IPV6.to_be_bytes()) => {
+            super::ipv6::IPV6_UNDERLAY_LEN
+        }
+        Err(_) => UNDERLAY_LEN,
+    };
+    let t = trailer(&frame[start..len - CRC_LEN]);
     frame[len - CRC_LEN..len].copy_from_slice(&t.to_be_bytes());
 }
 
@@ -371,6 +376,8 @@ impl core::iter::FusedIterator for Messages<'_> {}
 #[derive(Debug)]
 pub struct FrameWriter<'a> {
     buf: &'a mut [u8],
+    /// Where the UDP payload starts: the underlay's length (IPv4 or IPv6).
+    start: usize,
     /// Byte offset of the current section's header.
     section: usize,
     /// Cells of the current section.
@@ -408,17 +415,22 @@ impl<'a> FrameWriter<'a> {
                 got: buf.len(),
             });
         }
-        underlay.emit(
-            &mut UnderlayPacket::new_unchecked(&mut buf[..UNDERLAY_LEN]),
-            0,
-        );
-        let end = buf.len().min(frame_len(MAX_CELLS)) - CRC_LEN;
+        let start = underlay.header_len();
+        if buf.len() < FRAME_OVERHEAD - UNDERLAY_LEN + start {
+            return Err(WireError::BufferTooSmall {
+                needed: FRAME_OVERHEAD - UNDERLAY_LEN + start,
+                got: buf.len(),
+            });
+        }
+        underlay.emit(&mut UnderlayPacket::new_unchecked(&mut buf[..start]), 0);
+        let end = buf.len().min(frame_len(MAX_CELLS) - UNDERLAY_LEN + start) - CRC_LEN;
         let mut w = FrameWriter {
             buf,
-            section: UNDERLAY_LEN,
+            start,
+            section: start,
             section_cells: 0,
             cells: 0,
-            pos: UNDERLAY_LEN,
+            pos: start,
             end,
             hole: None,
             reserve: 0,
@@ -643,13 +655,13 @@ impl<'a> FrameWriter<'a> {
     pub fn finish_with_hole(mut self, hole_crc: impl FnOnce(u32) -> u32) -> usize {
         self.close_section(false);
         let len = self.pos + CRC_LEN;
-        let buf = self.buf;
-        UnderlayPacket::new_unchecked(&mut buf[..UNDERLAY_LEN]).set_lengths(len - UNDERLAY_LEN);
+        let (buf, start) = (self.buf, self.start);
+        super::underlay::set_lengths(buf, len - start);
         let crc = match self.hole {
             None if !self.plain => 0,
-            None => crate::wire::crc32c(&buf[UNDERLAY_LEN..len - CRC_LEN]),
+            None => crate::wire::crc32c(&buf[start..len - CRC_LEN]),
             Some((at, n)) => {
-                let head = crate::wire::crc32c(&buf[UNDERLAY_LEN..at]);
+                let head = crate::wire::crc32c(&buf[start..at]);
                 crate::wire::crc32c_append(hole_crc(head), &buf[at + n..len - CRC_LEN])
             }
         };
@@ -690,8 +702,8 @@ mod tests {
         UnderlayRepr {
             src_mac: [0x02, 0, 0, 0, 0, 0x01],
             dst_mac: [0x02, 0, 0, 0, 0, 0x02],
-            src_ip: [192, 168, 7, 1],
-            dst_ip: [192, 168, 7, 2],
+            src_ip: [192, 168, 7, 1].into(),
+            dst_ip: [192, 168, 7, 2].into(),
             src_port: 0xc123,
             dst_port: UDP_PORT,
         }

@@ -578,7 +578,10 @@ mod tests {
             Ok(Icmp::Other { kind: 0, code: 0 })
         );
         let e = WireError::NotIcmp(6);
-        assert_eq!(e.to_string(), "IP protocol 6 is not ICMP (1)");
+        assert_eq!(
+            e.to_string(),
+            "IP protocol 6 is not ICMP (1 over IPv4, 58 over IPv6)"
+        );
     }
 
     #[test]

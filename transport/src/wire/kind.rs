@@ -1,14 +1,21 @@
 //! What a received frame is, from its ethertype (bytes 12..14) and, for IPv4, its
-//! protocol (byte 23) alone: the cheap first look that sends a frame to the deposit
-//! decoder ([`super::FrameView`]), to [`super::arp`] or to [`super::icmp`]. Nothing is
-//! validated here; the decoder a frame goes to checks it.
+//! protocol (byte 23), for IPv6 its next header (byte 20) alone: the cheap first look
+//! that sends a frame to the deposit decoder ([`super::FrameView`]), to [`super::arp`],
+//! [`super::icmp`] or [`super::ndp`]. Nothing is validated here; the decoder a frame
+//! goes to checks it.
 
 use super::arp::ETHERTYPE_ARP;
 use super::icmp::IP_PROTO_ICMP;
 use super::underlay::{ETHERTYPE_IPV4, IP_PROTO_UDP};
 
-/// Ethernet type of IPv6.
-pub const ETHERTYPE_IPV6: u16 = 0x86dd;
+pub use super::ipv6::ETHERTYPE_IPV6;
+use super::ipv6::{NEXT_ICMPV6, NEXT_UDP};
+
+/// Offset of the IPv6 next-header byte in a frame (Ethernet 14 + 6).
+const NEXT_HEADER_AT: usize = 20;
+/// Ethernet header + IPv6 header: what [`classify`] needs to read an IPv6 frame's
+/// next header.
+const IPV6_HEADERS_LEN: usize = super::ipv6::IPV6_HEADERS_LEN;
 
 /// Offset of the IPv4 protocol byte in a frame (Ethernet 14 + 9).
 const IP_PROTOCOL_AT: usize = 23;
@@ -19,13 +26,16 @@ const IPV4_HEADERS_LEN: usize = 34;
 /// The kind of a received frame, by [`classify`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum FrameKind {
-    /// IPv4 carrying UDP: a deposit frame, if [`super::FrameView::parse`] agrees.
+    /// IPv4 or IPv6 carrying UDP: a deposit frame, if [`super::FrameView::parse`]
+    /// agrees.
     Udp,
     /// ARP ([`super::arp`]).
     Arp,
     /// IPv4 carrying ICMP ([`super::icmp`]).
     Icmp,
-    /// IPv6 (deposit runs over IPv4; nothing here answers it).
+    /// IPv6 carrying ICMPv6 ([`super::ndp`]: neighbour discovery, echo).
+    Icmpv6,
+    /// IPv6 of another next header, or shorter than its headers.
     Ipv6,
     /// Anything else, with its ethertype: IPv4 of another protocol or shorter than its
     /// headers (0x0800), another ethertype (a VLAN tag's 0x8100 among them), or 0 for a
@@ -47,6 +57,11 @@ pub fn classify(frame: &[u8]) -> FrameKind {
             _ => FrameKind::Other(ETHERTYPE_IPV4),
         },
         ETHERTYPE_ARP => FrameKind::Arp,
+        ETHERTYPE_IPV6 if frame.len() >= IPV6_HEADERS_LEN => match frame[NEXT_HEADER_AT] {
+            NEXT_UDP => FrameKind::Udp,
+            NEXT_ICMPV6 => FrameKind::Icmpv6,
+            _ => FrameKind::Ipv6,
+        },
         ETHERTYPE_IPV6 => FrameKind::Ipv6,
         other => FrameKind::Other(other),
     }
@@ -73,6 +88,21 @@ mod tests {
         assert_eq!(classify(&frame(0x86dd, 17, 60)), FrameKind::Ipv6);
         assert_eq!(classify(&frame(0x8100, 17, 60)), FrameKind::Other(0x8100));
         assert_eq!(classify(&frame(0x88cc, 0, 60)), FrameKind::Other(0x88cc));
+    }
+
+    #[test]
+    fn ipv6_kinds_by_next_header() {
+        let v6 = |next: u8| {
+            let mut f = frame(0x86dd, 0, 60);
+            f[20] = next;
+            classify(&f)
+        };
+        assert_eq!(v6(17), FrameKind::Udp);
+        assert_eq!(v6(58), FrameKind::Icmpv6);
+        assert_eq!(v6(6), FrameKind::Ipv6);
+        let mut short = frame(0x86dd, 0, 53);
+        short[20] = 17;
+        assert_eq!(classify(&short), FrameKind::Ipv6);
     }
 
     #[test]

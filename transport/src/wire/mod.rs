@@ -121,19 +121,24 @@
 //! replies and gratuitous announcements of RFC 826 over Ethernet/IPv4), [`icmp`] (echo
 //! requests in, echo replies out, RFC 792) and [`classify`], which sorts a received
 //! frame by its ethertype (and IPv4 protocol) before any of the decoders looks at it.
+//! Their IPv6 counterpart is [`ndp`]: neighbour solicitations and advertisements of
+//! RFC 4861 (IPv6's ARP) and ICMPv6 echo, over the IPv6 header of [`ipv6`].
 //! They share the rules above: views with length checks, `parse`/`emit`, no panics.
 
 use core::ops::Range;
 
 pub mod arp;
 pub mod cell;
+mod checksum;
 pub mod cm;
 pub mod compound;
 mod crc;
 pub mod frame;
 pub mod header;
 pub mod icmp;
+pub mod ipv6;
 pub mod kind;
+pub mod ndp;
 pub mod underlay;
 pub mod vlan;
 
@@ -157,6 +162,8 @@ pub const VERSION: u8 = 14;
 pub const UDP_PORT: u16 = 18515;
 /// Ethernet II (14) + IPv4 without options (20) + UDP (8).
 pub const UNDERLAY_LEN: usize = 42;
+/// Length of the Ethernet II header: where the IP header starts.
+pub const ETH_HEADER_LEN: usize = 14;
 /// Length of the transport header.
 pub const HEADER_LEN: usize = 32;
 /// Length of the control part of a cell.
@@ -290,8 +297,9 @@ pub enum WireError {
     /// unicast sender; the reason names the field that was wrong and what it must be.
     #[error("bad ARP frame: {0}")]
     BadArp(&'static str),
-    /// The IPv4 protocol of an ICMP frame ([`icmp`]) is not ICMP.
-    #[error("IP protocol {0} is not ICMP (1)")]
+    /// The IPv4 protocol of an ICMP frame ([`icmp`]) is not ICMP, or the next header
+    /// of an ICMPv6 one ([`ndp`]) not ICMPv6.
+    #[error("IP protocol {0} is not ICMP (1 over IPv4, 58 over IPv6)")]
     NotIcmp(u8),
     /// The ICMP checksum does not match the ICMP message.
     #[error("ICMP checksum {got:#06x}, expected {expected:#06x}")]
@@ -301,9 +309,16 @@ pub enum WireError {
         /// Checksum in the ICMP header.
         got: u16,
     },
-    /// Echo data handed to [`icmp::emit_echo_reply`] is too long for one IPv4 packet.
-    #[error("echo data of {0} bytes does not fit an IPv4 packet (at most {max})", max = icmp::ECHO_DATA_MAX)]
+    /// Echo data handed to [`icmp::emit_echo_reply`] (or [`ndp::emit_echo_reply6`]) is
+    /// too long for one IP packet.
+    #[error("echo data of {0} bytes does not fit one IP packet (at most {max} over IPv4, {max6} over IPv6)", max = icmp::ECHO_DATA_MAX, max6 = ndp::ECHO6_DATA_MAX)]
     EchoTooLong(usize),
+    /// A neighbour solicitation or advertisement ([`ndp`]) that fails a validity check
+    /// of RFC 4861 §7.1 (hop limit, code, length, target, options, duplicate address
+    /// detection, multicast advertisements), or that an `ndp` emit would write so;
+    /// the reason names the check.
+    #[error("bad neighbour discovery message: {0}")]
+    BadNdp(&'static str),
 }
 
 /// A named byte range inside a format.

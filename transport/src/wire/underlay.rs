@@ -17,6 +17,14 @@
 //! that the IPv4 and UDP lengths can be checked against the buffer. It never looks at
 //! the UDP payload except to verify a non-zero UDP checksum.
 
+use std::net::{IpAddr, Ipv4Addr};
+use std::ops::Range;
+
+pub(super) use super::checksum::{fold, sum_words};
+use super::ipv6::{
+    self as v6, check_ipv6_header, put_ipv6_header, ETHERTYPE_IPV6, IPV6_HEADERS_LEN,
+    IPV6_UNDERLAY_LEN,
+};
 use super::{check_len, get_u16, set_u16, WireError, UDP_PORT, UNDERLAY_LEN};
 
 /// Offsets of the Ethernet and IPv4 fields (shared with `icmp`, whose frames have the
@@ -49,31 +57,6 @@ pub(super) mod field {
     pub const UDP_START: usize = 34;
 }
 
-/// One's complement sum of big-endian 16-bit words (an odd last byte is the high half
-/// of a word), not yet folded. The internet checksum of RFC 1071 is `!fold(sum)`; also
-/// used by `icmp`.
-#[inline]
-pub(super) fn sum_words(data: &[u8]) -> u64 {
-    let mut chunks = data.chunks_exact(2);
-    let mut sum: u64 = chunks
-        .by_ref()
-        .map(|c| u64::from(u16::from_be_bytes([c[0], c[1]])))
-        .sum();
-    if let [b] = chunks.remainder() {
-        sum += u64::from(*b) << 8;
-    }
-    sum
-}
-
-/// Folds the carries of a one's complement sum into 16 bits.
-#[inline]
-pub(super) fn fold(mut sum: u64) -> u16 {
-    while sum > 0xffff {
-        sum = (sum & 0xffff) + (sum >> 16);
-    }
-    sum as u16
-}
-
 /// Ethernet type of IPv4.
 pub const ETHERTYPE_IPV4: u16 = 0x0800;
 /// IPv4 protocol number of UDP.
@@ -89,7 +72,7 @@ pub const IP_HEADER_LEN: usize = 20;
 /// Length of the UDP header.
 pub const UDP_HEADER_LEN: usize = 8;
 /// Offset of the IPv4 header in the frame (after Ethernet).
-pub const ETH_HEADER_LEN: usize = 14;
+pub use super::ETH_HEADER_LEN;
 
 /// A view of a frame's underlay headers (the buffer may extend past them).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -363,20 +346,56 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> UnderlayPacket<T> {
 }
 
 /// The addresses of a frame's underlay; everything else in it is fixed or derived.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
+/// The destination address's family decides the network layer: IPv4 (a 42-byte
+/// underlay) or IPv6 (62 bytes, [`super::ipv6`]); a node's frames have one family
+/// (a source of the other is written as its IPv4-mapped form, or 0.0.0.0).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct UnderlayRepr {
     /// Ethernet source address.
     pub src_mac: [u8; 6],
     /// Ethernet destination address.
     pub dst_mac: [u8; 6],
-    /// IPv4 source address.
-    pub src_ip: [u8; 4],
-    /// IPv4 destination address.
-    pub dst_ip: [u8; 4],
+    /// IP source address.
+    pub src_ip: IpAddr,
+    /// IP destination address.
+    pub dst_ip: IpAddr,
     /// UDP source port (chosen per connection so RSS spreads connections over queues).
     pub src_port: u16,
     /// UDP destination port; [`UDP_PORT`] for deposit frames.
     pub dst_port: u16,
+}
+
+impl Default for UnderlayRepr {
+    fn default() -> Self {
+        let zero = IpAddr::V4(Ipv4Addr::UNSPECIFIED);
+        UnderlayRepr {
+            src_mac: [0; 6],
+            dst_mac: [0; 6],
+            src_ip: zero,
+            dst_ip: zero,
+            src_port: 0,
+            dst_port: 0,
+        }
+    }
+}
+
+/// `ip`'s four bytes: an IPv4 address, or the IPv4 address an IPv6 one maps (0.0.0.0
+/// for any other).
+#[inline]
+pub fn v4_octets(ip: IpAddr) -> [u8; 4] {
+    match ip {
+        IpAddr::V4(a) => a.octets(),
+        IpAddr::V6(a) => a.to_ipv4_mapped().map_or([0; 4], |a| a.octets()),
+    }
+}
+
+/// `ip`'s sixteen bytes: an IPv6 address, or an IPv4 one's mapped form.
+#[inline]
+pub fn v6_octets(ip: IpAddr) -> [u8; 16] {
+    match ip {
+        IpAddr::V4(a) => a.to_ipv6_mapped().octets(),
+        IpAddr::V6(a) => a.octets(),
+    }
 }
 
 impl UnderlayRepr {
@@ -384,10 +403,21 @@ impl UnderlayRepr {
     /// fragmentation, protocol and header checksum, the IPv4 total length against the
     /// buffer, the UDP length against the total length, the UDP destination port, and a
     /// non-zero UDP checksum. Bytes after the IPv4 total length (Ethernet padding) are
-    /// allowed.
+    /// allowed. An IPv6 frame is decoded as [`UnderlayRepr::parse_datagram`] does.
     pub fn parse<T: AsRef<[u8]>>(packet: &UnderlayPacket<T>) -> Result<Self, WireError> {
-        let data = packet.buffer.as_ref();
-        check_len(data, UNDERLAY_LEN)?;
+        Self::parse_datagram(packet.buffer.as_ref()).map(|(u, _)| u)
+    }
+
+    /// [`UnderlayRepr::parse`] of a frame of either family, with where its UDP payload
+    /// lies in it. IPv6: the Ethernet and IPv6 headers ([`super::ipv6::check_ipv6_header`]),
+    /// next header UDP (no extension headers), the payload length equal to the UDP
+    /// length, the UDP destination port, and a non-zero UDP checksum.
+    #[inline]
+    pub fn parse_datagram(data: &[u8]) -> Result<(Self, Range<usize>), WireError> {
+        if data.get(12..14) == Some(&ETHERTYPE_IPV6.to_be_bytes()) {
+            return Self::parse_v6(data);
+        }
+        let packet = UnderlayPacket::new_checked(data)?;
         packet.check_ipv4_header()?;
         if packet.ip_protocol() != IP_PROTO_UDP {
             return Err(WireError::BadIpProtocol(packet.ip_protocol()));
@@ -416,34 +446,127 @@ impl UnderlayRepr {
                 return Err(WireError::BadUdpChecksum { expected, got });
             }
         }
-        Ok(UnderlayRepr {
+        let repr = UnderlayRepr {
             src_mac: packet.src_mac(),
             dst_mac: packet.dst_mac(),
-            src_ip: packet.src_ip(),
-            dst_ip: packet.dst_ip(),
+            src_ip: IpAddr::V4(packet.src_ip().into()),
+            dst_ip: IpAddr::V4(packet.dst_ip().into()),
             src_port: packet.src_port(),
             dst_port: packet.dst_port(),
-        })
+        };
+        Ok((repr, UNDERLAY_LEN..ETH_HEADER_LEN + total as usize))
     }
 
-    /// Writes the 42 underlay bytes for a UDP payload of `payload_len` bytes: ethertype
-    /// IPv4, IPv4 without options, DF set, TTL 64, identification 0, protocol UDP, header
-    /// checksum, UDP checksum 0. The packet must hold [`UNDERLAY_LEN`] bytes and
-    /// `payload_len` must keep the IPv4 total length within 16 bits.
+    #[cold]
+    fn parse_v6(data: &[u8]) -> Result<(Self, Range<usize>), WireError> {
+        let h = check_ipv6_header(data)?;
+        if h.next != v6::NEXT_UDP {
+            return Err(WireError::BadIpProtocol(h.next));
+        }
+        let min = UDP_HEADER_LEN as u16;
+        if h.payload_len < min {
+            return Err(WireError::BadIpLength {
+                total: h.payload_len,
+                min,
+            });
+        }
+        let udp_len = get_u16(data, v6::field::UDP_LEN);
+        if udp_len != h.payload_len {
+            return Err(WireError::BadUdpLength {
+                udp: udp_len,
+                expected: h.payload_len,
+            });
+        }
+        let dst_port = get_u16(data, v6::field::DST_PORT);
+        if dst_port != UDP_PORT {
+            return Err(WireError::BadUdpPort(dst_port));
+        }
+        let end = IPV6_HEADERS_LEN + usize::from(h.payload_len);
+        let got = get_u16(data, v6::field::UDP_CHECKSUM);
+        if got != 0 {
+            let c = v6::upper_checksum(data, IPV6_HEADERS_LEN, udp_len.into(), v6::NEXT_UDP, 6)
+                .unwrap_or(0);
+            let expected = if c == 0 { 0xffff } else { c };
+            if expected != got {
+                return Err(WireError::BadUdpChecksum { expected, got });
+            }
+        }
+        let repr = UnderlayRepr {
+            src_mac: h.src_mac,
+            dst_mac: h.dst_mac,
+            src_ip: IpAddr::V6(h.src.into()),
+            dst_ip: IpAddr::V6(h.dst.into()),
+            src_port: get_u16(data, v6::field::SRC_PORT),
+            dst_port,
+        };
+        Ok((repr, IPV6_UNDERLAY_LEN..end))
+    }
+
+    /// Whether the frame goes over IPv6 (its destination is an IPv6 address).
+    #[inline]
+    pub fn is_ipv6(&self) -> bool {
+        self.dst_ip.is_ipv6()
+    }
+
+    /// Bytes of the underlay: [`UNDERLAY_LEN`] over IPv4, [`IPV6_UNDERLAY_LEN`] over
+    /// IPv6.
+    #[inline]
+    pub fn header_len(&self) -> usize {
+        if self.is_ipv6() {
+            IPV6_UNDERLAY_LEN
+        } else {
+            UNDERLAY_LEN
+        }
+    }
+
+    /// Writes the underlay bytes ([`UnderlayRepr::header_len`]) for a UDP payload of
+    /// `payload_len` bytes. IPv4: ethertype IPv4, IPv4 without options, DF set, TTL
+    /// 64, identification 0, protocol UDP, header checksum, UDP checksum 0. IPv6: hop
+    /// limit 64, traffic class 0, the flow label of the ports
+    /// ([`super::ipv6::flow_label`]), next header UDP, UDP checksum 0. The packet
+    /// must hold that many bytes and `payload_len` must keep the lengths within 16
+    /// bits.
     pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(
         &self,
         packet: &mut UnderlayPacket<T>,
         payload_len: usize,
     ) {
-        {
-            let data = packet.buffer.as_mut();
-            let (macs, ips) = ((self.dst_mac, self.src_mac), (self.src_ip, self.dst_ip));
+        let data = packet.buffer.as_mut();
+        let macs = (self.dst_mac, self.src_mac);
+        if self.is_ipv6() {
+            let ips = (v6_octets(self.src_ip), v6_octets(self.dst_ip));
+            let flow = v6::flow_label(self.src_port, self.dst_port);
+            put_ipv6_header(
+                data,
+                macs,
+                ips,
+                (v6::NEXT_UDP, v6::IPV6_HOP_LIMIT),
+                (0, flow),
+            );
+            set_u16(data, v6::field::SRC_PORT, self.src_port);
+            set_u16(data, v6::field::DST_PORT, self.dst_port);
+            set_u16(data, v6::field::UDP_CHECKSUM, 0);
+        } else {
+            let ips = (v4_octets(self.src_ip), v4_octets(self.dst_ip));
             put_ipv4_header(data, macs, ips, IP_PROTO_UDP, IP_DONT_FRAGMENT);
             set_u16(data, field::SRC_PORT, self.src_port);
             set_u16(data, field::DST_PORT, self.dst_port);
             set_u16(data, field::UDP_CHECKSUM, 0);
         }
-        packet.set_lengths(payload_len);
+        set_lengths(data, payload_len);
+    }
+}
+
+/// Sets the lengths of the underlay at the front of `frame` (either family, by its
+/// ethertype) for a UDP payload of `payload_len` bytes, and the IPv4 header checksum.
+#[inline]
+pub fn set_lengths(frame: &mut [u8], payload_len: usize) {
+    if frame[12..14] == ETHERTYPE_IPV6.to_be_bytes() {
+        let udp = (UDP_HEADER_LEN + payload_len) as u16;
+        v6::set_payload_len(frame, udp);
+        set_u16(frame, v6::field::UDP_LEN, udp);
+    } else {
+        UnderlayPacket::new_unchecked(frame).set_lengths(payload_len);
     }
 }
 
@@ -497,8 +620,8 @@ mod tests {
         UnderlayRepr {
             src_mac: [2, 0, 0, 0, 0, 1],
             dst_mac: [2, 0, 0, 0, 0, 2],
-            src_ip: [10, 0, 0, 1],
-            dst_ip: [10, 0, 0, 2],
+            src_ip: [10, 0, 0, 1].into(),
+            dst_ip: [10, 0, 0, 2].into(),
             src_port: 49153,
             dst_port: UDP_PORT,
         }

@@ -26,6 +26,7 @@ use std::time::{Duration, Instant};
 
 use deposit_transport::identity::Identity;
 use deposit_transport::wire::cm::{CmMessage, RejectReason};
+use deposit_transport::wire::underlay::v4_octets;
 use deposit_transport::wire::{hflags, FrameView, UnderlayRepr, UDP_PORT};
 
 use super::secure::{raw_socket, recv, send, MARKER};
@@ -123,7 +124,7 @@ fn answer(v: &FrameView<'_>, c: &mut Counts, fg: &mut Forger) {
             mac: fg.tag(),
         };
         fg.emit(&drep, &back(&v.underlay));
-        if v.underlay.dst_ip == SERVER {
+        if v.underlay.dst_ip == std::net::IpAddr::from(SERVER) {
             c.dreq_server += 1;
             c.drep_client += 1;
         } else {
@@ -237,7 +238,7 @@ pub fn bystander(port: &str) {
         };
         let f = &buf[..len];
         if let Ok(v) = FrameView::parse(f) {
-            let (src, dst) = (v.underlay.src_ip, v.underlay.dst_ip);
+            let (src, dst) = (v4_octets(v.underlay.src_ip), v4_octets(v.underlay.dst_ip));
             if (src == CLIENT && dst == SERVER) || (src == SERVER && dst == CLIENT) {
                 seen += 1;
                 answer(&v, &mut c, &mut fg);

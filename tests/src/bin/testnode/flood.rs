@@ -414,7 +414,9 @@ fn half_take(cm: &mut Cm, f: &[u8], now: u64, c: &mut HalfCounts) {
     let Ok(v) = FrameView::parse(f) else {
         return;
     };
-    if v.underlay.src_ip != SERVER || v.underlay.dst_ip != FLOODER {
+    if v.underlay.src_ip != std::net::IpAddr::from(SERVER)
+        || v.underlay.dst_ip != std::net::IpAddr::from(FLOODER)
+    {
         return;
     }
     c.frames_rx += 1;

@@ -1244,7 +1244,7 @@ fn spoof_flood(port: &str, n: u64) {
         let underlay = UnderlayRepr {
             src_mac: mac,
             dst_mac: server.mac,
-            src_ip: ip,
+            src_ip: ip.into(),
             dst_ip: server.ip,
             src_port: UDP_PORT,
             dst_port: UDP_PORT,

@@ -296,7 +296,8 @@ pub fn secure_tap(port: &str, n: u64) {
         let Ok(v) = FrameView::parse(f) else {
             continue;
         };
-        let ours = v.underlay.src_ip == [10, 0, 0, 2] && v.underlay.dst_ip == [10, 0, 0, 1];
+        let ours = v.underlay.src_ip == std::net::IpAddr::from([10, 0, 0, 2])
+            && v.underlay.dst_ip == std::net::IpAddr::from([10, 0, 0, 1]);
         if !ours || v.header.dst_conn == 0 || v.seal().is_none() {
             continue;
         }
