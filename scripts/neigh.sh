@@ -23,6 +23,8 @@
 #   8. IPv6: write_lat and write_bw --verify between a and b at fd77::1/64 and
 #      fd77::2/64 (UDP over IPv6, MACs by neighbour discovery), `ping -6` from the
 #      kernel host answered, an unresolved IPv6 peer's error;
+#   8b. --tclass: the frames of both families carry the traffic class (read on the
+#      bridge port);
 #   3. routed: two subnets joined by a router namespace (kernel forwarding); ddperf
 #      between a node on each, with --ip ADDR/24 and --gateway; the same over IPv6;
 #   6. the router's MAC changes in the middle of a routed transfer (as when its port is
@@ -261,6 +263,44 @@ fi
 grep -q "no neighbour advertisement from fd77::50 on port af_packet:${p}v1 after 8 tries" "/tmp/$p.unres" ||
     { cat "/tmp/$p.unres"; fail "unresolved IPv6 error"; }
 ok "unresolved IPv6 peer: $(grep -o 'no neighbour advertisement.*' "/tmp/$p.unres" | head -1)"
+
+# 8b. the traffic class (--tclass, verbs' traffic_class) on the frames of both
+# families, read on b's bridge port: b's frames carry it, ECN bits clear.
+for fam in 4 6; do
+    if [[ $fam == 4 ]]; then sip=10.77.0.1 cip=10.77.0.2 plen=24 tc=104; else sip=fd77::1 cip=fd77::2 plen=64 tc=184; fi
+    server "${ns[0]}" "${p}v0" write_lat --ip "$sip/$plen" --tclass "$tc" -n 2000
+    python3 - "${p}h1" "$fam" >"/tmp/$p.tc" 2>&1 <<'PY' &
+import socket, sys, time
+s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(3))
+s.bind((sys.argv[1], 0))
+s.settimeout(0.5)
+counts = {}
+end = time.time() + 4
+while time.time() < end:
+    try:
+        f = s.recv(2048)
+    except socket.timeout:
+        continue
+    if sys.argv[2] == "4" and f[12:14] == b"\x08\x00" and f[23] == 17:
+        tc = f[15]
+    elif sys.argv[2] == "6" and f[12:14] == b"\x86\xdd" and f[20] == 17:
+        tc = ((f[14] & 15) << 4) | (f[15] >> 4)
+    else:
+        continue
+    counts[tc] = counts.get(tc, 0) + 1
+print(" ".join(f"{k}:{v}" for k, v in sorted(counts.items())))
+PY
+    cap=$!
+    sleep 0.3
+    ip netns exec "${ns[1]}" timeout 30 "$dd" write_lat --dev "af_packet:${p}v1" --ip "$cip/$plen" \
+        --tclass "$tc" -n 2000 "$sip" >"/tmp/$p.client" 2>&1 ||
+        { cat "/tmp/$p.client" "/tmp/$p.server"; fail "--tclass $tc over IPv$fam"; }
+    wait "$spid" || { cat "/tmp/$p.server"; fail "--tclass server over IPv$fam"; }
+    wait "$cap" || true
+    got=$(tr ' ' '\n' <"/tmp/$p.tc" | awk -F: -v t="$tc" '$1 == t {print $2}')
+    ((${got:-0} > 1000)) || { cat "/tmp/$p.tc"; fail "IPv$fam frames with traffic class $tc: ${got:-0}"; }
+    ok "--tclass $tc over IPv$fam: UDP frames on b's bridge port by traffic class: $(cat "/tmp/$p.tc")"
+done
 
 # 3. routed: a in 10.1.0.0/24, b in 10.2.0.0/24, router r between (kernel forwarding).
 for i in 0 1; do ip link set "${p}h$i" nomaster; ip link del "${p}h$i"; done

@@ -1773,6 +1773,10 @@ pub struct ConnOptions {
     /// Send priority of this side's work requests: [`Priority::High`] messages
     /// overtake low-priority bulk transfers of the same device between frames.
     pub priority: Priority,
+    /// The IP traffic class of this side's frames, as verbs' `traffic_class`
+    /// (perftest's `--tclass`): DSCP in its top six bits (`26 << 2` for AF31, a common
+    /// RoCE class). The two ECN bits are the transport's and ignored. Default 0.
+    pub traffic_class: u8,
     /// Messages from the peer kept when they arrive ahead of a gap (selective repeat;
     /// at most 256; 0: refused, the peer resends from the gap).
     pub receive_window: u32,
@@ -1845,6 +1849,7 @@ impl Default for ConnOptions {
             report_traps: false,
             sq_depth: 4096,
             priority: Priority::Low,
+            traffic_class: 0,
             receive_window: deposit_transport::reliability::SACK_BITS,
             instructions: None,
             isolated: false,
@@ -1880,6 +1885,7 @@ impl ConnOptions {
         Ok(ConnectOptions {
             sq_depth: self.sq_depth,
             priority: self.priority,
+            traffic_class: self.traffic_class,
             registers: self.registers,
             allow_forced_interrupts: self.allow_forced_interrupts,
             report_traps: self.report_traps,

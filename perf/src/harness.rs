@@ -565,6 +565,7 @@ fn meet<B: Bench>(
         peer.is_none(),
     )?;
     (su.opts.secure, su.opts.psk) = (p.secure, p.psk);
+    su.opts.traffic_class = p.traffic_class;
     // The server's key: as given, else (loopback) the device's own, which both sides
     // share (`setup`); the known peers and --tofu cover the rest.
     let peer_key = p
@@ -576,6 +577,7 @@ fn meet<B: Bench>(
     let ccq = dev.create_cq(64);
     let hi = ConnOptions {
         private_data: hello(p, su.offer),
+        traffic_class: p.traffic_class,
         secure: p.secure,
         psk: p.psk,
         peer_key,

@@ -202,6 +202,10 @@ struct Cli {
     /// hop's, when the peer is behind a router).
     #[arg(long = "peer-mac", value_name = "MAC", value_parser = parse_mac)]
     peer_mac: Option<[u8; 6]>,
+    /// The IP traffic class of this side's frames (perftest's --tclass): DSCP in its
+    /// top six bits (104: AF31, DSCP 26); the ECN bits are the transport's.
+    #[arg(long, value_name = "TC", default_value_t = 0)]
+    tclass: u8,
     /// The 802.1Q VLAN (1 to 4094): frames leave tagged, only that VLAN's are taken.
     #[arg(long, value_name = "ID", value_parser = clap::value_parser!(u16).range(1..=4094))]
     vlan: Option<u16>,
@@ -403,6 +407,8 @@ pub struct Params {
     pub gateway: Option<IpAddr>,
     /// `--vlan`.
     pub vlan: Option<u16>,
+    /// `--tclass`.
+    pub traffic_class: u8,
     /// `--peer-mac`: the peer's address with its configured MAC.
     pub peer_mac: Option<(IpAddr, [u8; 6])>,
     pub tx_depth: u32,
@@ -673,6 +679,7 @@ fn resolve(cli: Cli) -> Result<Params> {
         ip,
         prefix_len: cli.ip.map_or(0, |a| a.1),
         vlan: cli.vlan,
+        traffic_class: cli.tclass,
         gateway: cli.gateway,
         peer_mac: match (cli.peer_mac, role) {
             (Some(mac), Role::Client { peer }) => Some((peer, mac)),

@@ -367,6 +367,7 @@ pub fn raw_frame(dst_conn: u32, key: u64, seq: u32, msgs: &[(ControlRepr, Vec<u8
         dst_ip: [10, 0, 0, 1].into(),
         src_port: 50000,
         dst_port: UDP_PORT,
+        traffic_class: 0,
     };
     let hdr = TransportRepr {
         dst_conn,
@@ -464,5 +465,6 @@ pub fn underlay_between(src: [u8; 4], dst: [u8; 4]) -> UnderlayRepr {
         dst_ip: dst.into(),
         src_port: UDP_PORT,
         dst_port: UDP_PORT,
+        traffic_class: 0,
     }
 }

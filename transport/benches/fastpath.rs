@@ -60,6 +60,7 @@ fn underlay() -> UnderlayRepr {
         dst_ip: [10, 0, 0, 1].into(),
         src_port: 49152,
         dst_port: UDP_PORT,
+        traffic_class: 0,
     }
 }
 

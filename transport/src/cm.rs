@@ -122,6 +122,10 @@ pub struct ConnectOptions {
     pub sq_depth: usize,
     /// Send priority of what this side posts.
     pub priority: Priority,
+    /// The IP traffic class this side's frames leave with, as verbs' `traffic_class`
+    /// (perftest's `--tclass`): DSCP in the top six bits (`46 << 2` for expedited
+    /// forwarding). Its two ECN bits are the transport's and ignored here. Default 0.
+    pub traffic_class: u8,
     pub registers: Registers,
     /// Whether the peer may force interrupts (cond ALWAYS, software exceptions).
     pub allow_forced_interrupts: bool,
@@ -178,6 +182,7 @@ impl Default for ConnectOptions {
         ConnectOptions {
             sq_depth: 4096,
             priority: Priority::Low,
+            traffic_class: 0,
             registers: Registers::None,
             allow_forced_interrupts: true,
             report_traps: false,

@@ -247,6 +247,7 @@ fn spoofed_request(
         dst_ip: to.ip,
         src_port: UDP_PORT,
         dst_port: UDP_PORT,
+        traffic_class: 0,
     };
     let mut buf = vec![0u8; 512];
     let n = msg.write_frame(&[], &underlay, &mut buf).unwrap();

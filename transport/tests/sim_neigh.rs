@@ -34,15 +34,16 @@ fn ip_only(ip: impl Into<std::net::IpAddr>) -> NodeAddr {
     NodeAddr::at(ip.into(), UDP_PORT)
 }
 
-#[test]
-fn a_connect_that_knows_only_the_ip_resolves_the_mac_and_moves_data() {
-    let (mut net, eps) = network(2, &resolving(), LinkConfig::default(), 1);
-    let server_mac = net.hosts[1].addr().mac;
-    assert_ne!(
-        server_mac,
-        ip_only([10, 0, 0, 2]).mac,
-        "the derived MAC would be wrong"
-    );
+/// Host 0 connects to host 1 (listening on service 7) knowing only its IP; both ends
+/// once the connection is up (within 5 simulated seconds).
+fn connect_knowing_only_the_ip(
+    net: &mut deposit_transport::sim::Network,
+    eps: &[(
+        deposit_transport::tables::EndpointId,
+        std::sync::Arc<deposit_transport::connection::CqShared>,
+    )],
+    server: std::net::IpAddr,
+) -> (End, End) {
     let (ep, cq) = eps[0].clone();
     let (sep, scq) = eps[1].clone();
     let accepted = net.hosts[1]
@@ -54,18 +55,43 @@ fn a_connect_that_knows_only_the_ip_resolves_the_mac_and_moves_data() {
     let conn = net.hosts[0]
         .node
         .connect(
-            ip_only([10, 0, 0, 2]),
+            ip_only(server),
             7,
             ep,
             cq.clone(),
             &ConnectOptions::default(),
         )
         .unwrap();
-    let mut server = None;
+    let mut taken = None;
     assert!(net.run_until(5 * HZ, |_| {
-        server = server.take().or_else(|| accepted.pop().map(|a| a.shared));
-        server.is_some() && conn.state() == ConnState::Normal
+        taken = taken.take().or_else(|| accepted.pop().map(|a| a.shared));
+        taken.is_some() && conn.state() == ConnState::Normal
     }));
+    let client = End {
+        host: 0,
+        ep,
+        cq,
+        conn,
+    };
+    let server = End {
+        host: 1,
+        ep: sep,
+        cq: scq,
+        conn: taken.unwrap(),
+    };
+    (client, server)
+}
+
+#[test]
+fn a_connect_that_knows_only_the_ip_resolves_the_mac_and_moves_data() {
+    let (mut net, eps) = network(2, &resolving(), LinkConfig::default(), 1);
+    let server_mac = net.hosts[1].addr().mac;
+    assert_ne!(
+        server_mac,
+        ip_only([10, 0, 0, 2]).mac,
+        "the derived MAC would be wrong"
+    );
+    let (client, server_end) = connect_knowing_only_the_ip(&mut net, &eps, [10, 0, 0, 2].into());
     let c = net.hosts[0].node.stats();
     assert!(
         c.arp_requests_tx >= 2,
@@ -74,18 +100,6 @@ fn a_connect_that_knows_only_the_ip_resolves_the_mac_and_moves_data() {
     );
     assert_eq!(c.neigh_resolved, 1);
     assert_eq!(net.hosts[1].node.stats().arp_replies_tx, 1);
-    let client = End {
-        host: 0,
-        ep,
-        cq,
-        conn,
-    };
-    let server_end = End {
-        host: 1,
-        ep: sep,
-        cq: scq,
-        conn: server.unwrap(),
-    };
     let data = pattern(&net, &client, 0, 4096, 3);
     post_all(&client, [write(1, &client, 0, 4096, 8192)]);
     all_ok(&complete(&mut net, &client, 1, 5));
@@ -323,29 +337,7 @@ fn ipv6_nodes_resolve_by_neighbour_discovery_and_move_data_over_ipv6() {
     let (mut net, eps) = network(2, &resolving_v6(), LinkConfig::default(), 11);
     let server: std::net::IpAddr = "fd00::2".parse().unwrap();
     assert_eq!(net.hosts[1].addr().ip, server);
-    let (ep, cq) = eps[0].clone();
-    let (sep, scq) = eps[1].clone();
-    let accepted = net.hosts[1]
-        .node
-        .listen(7, sep, scq.clone(), &ConnectOptions::default(), 8)
-        .unwrap();
-    let now = net.now;
-    net.hosts[0].node.set_now(now);
-    let conn = net.hosts[0]
-        .node
-        .connect(
-            ip_only(server),
-            7,
-            ep,
-            cq.clone(),
-            &ConnectOptions::default(),
-        )
-        .unwrap();
-    let mut taken = None;
-    assert!(net.run_until(5 * HZ, |_| {
-        taken = taken.take().or_else(|| accepted.pop().map(|a| a.shared));
-        taken.is_some() && conn.state() == ConnState::Normal
-    }));
+    let (client, server_end) = connect_knowing_only_the_ip(&mut net, &eps, server);
     let c = net.hosts[0].node.stats();
     assert!(
         c.arp_requests_tx >= 2,
@@ -354,18 +346,6 @@ fn ipv6_nodes_resolve_by_neighbour_discovery_and_move_data_over_ipv6() {
     );
     assert_eq!(c.neigh_resolved, 1);
     assert_eq!(net.hosts[1].node.stats().arp_replies_tx, 1);
-    let client = End {
-        host: 0,
-        ep,
-        cq,
-        conn,
-    };
-    let server_end = End {
-        host: 1,
-        ep: sep,
-        cq: scq,
-        conn: taken.unwrap(),
-    };
     // A full frame's worth and more: the 20 bytes IPv6 adds fit in every frame.
     let data = pattern(&net, &client, 0, 64 << 10, 5);
     post_all(&client, [write(1, &client, 0, 64 << 10, 0)]);
@@ -377,7 +357,7 @@ fn ipv6_nodes_resolve_by_neighbour_discovery_and_move_data_over_ipv6() {
     );
     assert_eq!(net.hosts[1].node.stats().drops.iter().sum::<u64>(), 0);
     // An IPv4 peer is not reachable from an IPv6 node.
-    let (ep2, cq2) = eps[0].clone();
+    let (ep2, cq2) = (client.ep, client.cq.clone());
     let v4 = net.hosts[0].node.connect(
         ip_only([10, 0, 0, 2]),
         7,
@@ -390,4 +370,37 @@ fn ipv6_nodes_resolve_by_neighbour_discovery_and_move_data_over_ipv6() {
         "another family: {:?}",
         v4.err()
     );
+}
+
+#[test]
+fn a_connections_traffic_class_is_on_its_frames_over_ipv4_and_ipv6() {
+    for cfg in [resolving(), resolving_v6()] {
+        let (mut net, eps) = network(2, &cfg, LinkConfig::default(), 12);
+        let seen = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
+        let s = seen.clone();
+        net.set_filter(Some(Box::new(move |from, _, f: &[u8]| {
+            if from == 0 && f.len() > 62 {
+                // IPv4: byte 15; IPv6: the traffic class across bytes 14 and 15.
+                let tc = match f[12..14] {
+                    [0x86, 0xdd] => (f[14] << 4) | (f[15] >> 4),
+                    _ => f[15],
+                };
+                s.borrow_mut().push(tc);
+            }
+            false
+        })));
+        let opts = ConnectOptions {
+            traffic_class: (46 << 2) | 3, // EF; the ECN bits are the transport's
+            ..ConnectOptions::default()
+        };
+        let (client, server) = connect(&mut net, &eps, 0, 1, &opts);
+        let data = pattern(&net, &client, 0, 8192, 9);
+        post_all(&client, [write(1, &client, 0, 8192, 0)]);
+        all_ok(&complete(&mut net, &client, 1, 5));
+        same(&bytes(&net, &server, 0, 8192), &data, "written");
+        let seen = seen.borrow();
+        let classed = seen.iter().filter(|&&tc| tc == 46 << 2).count();
+        assert!(classed >= 3, "frames with EF: {classed} of {}", seen.len());
+        assert!(seen.iter().all(|&tc| tc == 0 || tc == 46 << 2), "{seen:?}");
+    }
 }

@@ -262,6 +262,7 @@ fn an_on_path_attacker_gets_every_frame_refused_and_counted_and_the_data_verifie
                 dst_ip: server.ip,
                 src_port: wire::UDP_PORT,
                 dst_port: wire::UDP_PORT,
+                traffic_class: 0,
             };
             let mut buf = vec![0u8; 1514];
             let len = dreq.write_frame(&[], &underlay, &mut buf).unwrap();

@@ -33,6 +33,7 @@ fn frame(msg: &CmMessage, from: NodeAddr, to: NodeAddr) -> Vec<u8> {
         dst_ip: to.ip,
         src_port: wire::UDP_PORT,
         dst_port: wire::UDP_PORT,
+        traffic_class: 0,
     };
     let mut buf = vec![0u8; 1514];
     let n = msg.write_frame(&[], &underlay, &mut buf).unwrap();

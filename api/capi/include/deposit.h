@@ -680,6 +680,10 @@ struct dd_conn_options {
   // (`unauthorized`). Read once, by `dd_listen`: a missing, unreadable or malformed
   // file is `DD_ERR_INVALID`. NULL: any client.
   const char *authorized_keys_path;
+  // The IP traffic class of this side's frames (0 to 255), as verbs'
+  // `traffic_class`: DSCP in its top six bits; the two ECN bits are the transport's
+  // and ignored. 0: the default class.
+  uint32_t traffic_class;
 };
 
 // A register operation: `dst ← dst op src` (`op`: 0 none, then deposit's codes:

@@ -1402,6 +1402,10 @@ pub struct dd_conn_options {
     /// (`unauthorized`). Read once, by `dd_listen`: a missing, unreadable or malformed
     /// file is `DD_ERR_INVALID`. NULL: any client.
     pub authorized_keys_path: *const c_char,
+    /// The IP traffic class of this side's frames (0 to 255), as verbs'
+    /// `traffic_class`: DSCP in its top six bits; the two ECN bits are the transport's
+    /// and ignored. 0: the default class.
+    pub traffic_class: u32,
 }
 
 /// Bytes of a pre-shared key.
@@ -1421,6 +1425,12 @@ unsafe fn conn_options(o: *const dd_conn_options) -> Result<ConnOptions, Fail> {
     let Some(o) = o.as_ref() else {
         return Ok(opts);
     };
+    opts.traffic_class = u8::try_from(o.traffic_class).map_err(|_| {
+        invalid(format!(
+            "opts->traffic_class {} (0 to 255)",
+            o.traffic_class
+        ))
+    })?;
     if o.registers.len > 0 {
         opts.registers = Registers::Window(regwin(o.registers));
     }

@@ -329,6 +329,7 @@ impl World {
             dst_ip: s.ip,
             src_port,
             dst_port: UDP_PORT,
+            traffic_class: 0,
         }
     }
 

@@ -605,6 +605,7 @@ pub(super) fn underlay() -> UnderlayRepr {
         dst_ip: [10, 0, 0, 2].into(),
         src_port: 49153,
         dst_port: UDP_PORT,
+        traffic_class: 0,
     }
 }
 

@@ -103,6 +103,47 @@ pub type Naks = super::refusals::NakList<MAX_PENDING_NAKS>;
 /// meet the held connection: a few slots are plenty (each costs every connection 8 B).
 pub const MAX_PENDING_NAKS: usize = 4;
 
+/// A connection's options that are flags, in one byte (the connection entry stays
+/// within 512 bytes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Policy(u8);
+
+impl Policy {
+    const FORCED: u8 = 1;
+    const TRAPS: u8 = 2;
+    const ISOLATED: u8 = 4;
+
+    /// The flags of `ConnectOptions`: `allow_forced_interrupts`, `report_traps`,
+    /// `isolated`.
+    pub fn new(allow_forced_interrupts: bool, report_traps: bool, isolated: bool) -> Policy {
+        let bit = |on: bool, b: u8| if on { b } else { 0 };
+        Policy(
+            bit(allow_forced_interrupts, Self::FORCED)
+                | bit(report_traps, Self::TRAPS)
+                | bit(isolated, Self::ISOLATED),
+        )
+    }
+
+    /// The peer may force interrupts (cond ALWAYS, software exceptions).
+    #[inline]
+    pub fn allow_forced_interrupts(self) -> bool {
+        self.0 & Self::FORCED != 0
+    }
+
+    /// Refused messages are also reported on the endpoint's event queue.
+    #[inline]
+    pub fn report_traps(self) -> bool {
+        self.0 & Self::TRAPS != 0
+    }
+
+    /// Isolation mode: every message that is not an instruction pointer or a payload
+    /// token's write or read is refused (`Trap::Isolated`).
+    #[inline]
+    pub fn isolated(self) -> bool {
+        self.0 & Self::ISOLATED != 0
+    }
+}
+
 /// The worker's entry for one connection.
 pub struct ConnContext {
     pub number: u32,
@@ -121,17 +162,15 @@ pub struct ConnContext {
     pub segment_max: u32,
     /// Send priority.
     pub priority: Priority,
+    /// The IP traffic class its frames leave with (`ConnectOptions::traffic_class`;
+    /// its ECN bits clear).
+    pub traffic_class: u8,
     /// The register window the peer's messages name (0..len).
     pub regs: crate::tables::RegWindow,
-    /// Whether the peer may force interrupts (cond ALWAYS, software exceptions).
-    pub allow_forced_interrupts: bool,
-    /// Whether refused messages are also reported on the endpoint's event queue.
-    pub report_traps: bool,
+    /// What the peer may do and what is reported of it ([`Policy`]).
+    pub policy: Policy,
     /// The instruction window the peer's instruction pointers name.
     pub instructions: crate::tables::RegWindow,
-    /// Isolation mode: every message that is not an instruction pointer or a payload
-    /// token's write or read is refused (`Trap::Isolated`).
-    pub isolated: bool,
     /// The message a fault keeps (state Exceptioned).
     pub held: Option<Box<Held>>,
     /// A register window allocated for this connection alone (freed with it).

@@ -19,6 +19,7 @@ use crate::reliability::{Receiver, Sender, SeqBits};
 use crate::status::DropReason;
 use crate::tables::{EndpointId, NodeAddr, NodeId, RegWindow};
 use crate::wake::WaitQueue;
+use crate::wire::underlay::ECN_MASK;
 use crate::wire::{self, FrameView, UnderlayRepr};
 
 use super::{
@@ -63,11 +64,14 @@ impl Node {
             shared,
             segment_max: self.segment_max,
             priority: opts.priority,
+            traffic_class: opts.traffic_class & !ECN_MASK,
             regs: window,
-            allow_forced_interrupts: opts.allow_forced_interrupts,
-            report_traps: opts.report_traps,
+            policy: super::conn::Policy::new(
+                opts.allow_forced_interrupts,
+                opts.report_traps,
+                opts.isolated,
+            ),
             instructions: opts.instructions,
-            isolated: opts.isolated,
             held: None,
             rx: Receiver::new(0, opts.receive_window),
             reorder: super::conn::Reorder::default(),
@@ -759,6 +763,7 @@ impl Node {
             dst_ip: to.ip,
             src_port: wire::UDP_PORT,
             dst_port: to.udp_port,
+            traffic_class: 0,
         };
         let max = self.caps.max_frame;
         let tag = super::link::Tagging::of(&self.cfg);

@@ -725,7 +725,7 @@ fn reg_context<'a>(
         regs,
         window: conn.regs,
         globals: ep.globals(),
-        allow_forced_interrupts: conn.allow_forced_interrupts,
+        allow_forced_interrupts: conn.policy.allow_forced_interrupts(),
         prior: &[],
         trusted: [false; 5],
         segment_base,
@@ -789,7 +789,7 @@ fn run_message(
         op::INVOKE => {}
         op::TOKEN_WRITE => return run_token(conn, seq, control, payload, ex),
         op::TOKEN_READ => return run_token_read(conn, seq, control, payload, ex),
-        _ if conn.isolated => return refuse(conn, seq, control, Trap::Isolated, ex),
+        _ if conn.policy.isolated() => return refuse(conn, seq, control, Trap::Isolated, ex),
         _ => {}
     }
     let Some(ep) = ex.endpoints.get(conn.endpoint) else {
@@ -1197,7 +1197,7 @@ fn refuse(
     conn.shared
         .dropped
         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    if conn.report_traps {
+    if conn.policy.report_traps() {
         report_exception(conn, control, t.status(), t, ex);
     }
     Ran::Refused

@@ -827,6 +827,7 @@ pub(super) fn conn_underlay(
         dst_ip: peer.ip,
         src_port: Node::src_port_for(conn.number),
         dst_port: peer.udp_port,
+        traffic_class: conn.traffic_class,
     }
 }
 

@@ -706,6 +706,7 @@ mod tests {
             dst_ip: [192, 168, 7, 2].into(),
             src_port: 0xc123,
             dst_port: UDP_PORT,
+            traffic_class: 0,
         }
     }
 

@@ -74,6 +74,8 @@ pub struct Ipv6Header {
     pub next: u8,
     /// Hop limit as received.
     pub hop_limit: u8,
+    /// Traffic class (DSCP and ECN).
+    pub traffic_class: u8,
     /// Payload length: the bytes after the 40-byte header, all in the buffer.
     pub payload_len: u16,
 }
@@ -101,6 +103,7 @@ pub fn check_ipv6_header(frame: &[u8]) -> Result<Ipv6Header, WireError> {
         dst: super::array(frame, field::DST_IP),
         next: frame[field::NEXT_HEADER],
         hop_limit: frame[field::HOP_LIMIT],
+        traffic_class: (frame[14] << 4) | (frame[15] >> 4),
         payload_len,
     })
 }
@@ -191,6 +194,7 @@ mod tests {
         assert_eq!(h.src, SRC);
         assert_eq!(h.dst, DST);
         assert_eq!((h.next, h.hop_limit, h.payload_len), (17, 64, 10));
+        assert_eq!(h.traffic_class, 0xb8);
         assert_eq!((h.src_mac, h.dst_mac), ([2; 6], [1; 6]));
     }
 

@@ -2,7 +2,7 @@
 //!
 //! ```text
 //!  0..6   destination MAC          14     version 4 | IHL 5     34..36  UDP source port
-//!  6..12  source MAC               15     DSCP/ECN (0)          36..38  UDP dest port 18515
+//!  6..12  source MAC               15     DSCP/ECN (traffic class)          36..38  UDP dest port 18515
 //! 12..14  ethertype 0x0800         16..18 total length          38..40  UDP length
 //!                                  18..20 identification (0)    40..42  UDP checksum (0)
 //!                                  20..22 DF | fragment offset
@@ -57,6 +57,8 @@ pub(super) mod field {
     pub const UDP_START: usize = 34;
 }
 
+/// The ECN bits of an IP traffic class (RFC 3168; the low two of the DSCP/ECN byte).
+pub const ECN_MASK: u8 = 0b11;
 /// Ethernet type of IPv4.
 pub const ETHERTYPE_IPV4: u16 = 0x0800;
 /// IPv4 protocol number of UDP.
@@ -363,6 +365,9 @@ pub struct UnderlayRepr {
     pub src_port: u16,
     /// UDP destination port; [`UDP_PORT`] for deposit frames.
     pub dst_port: u16,
+    /// The IP traffic class: IPv4's DSCP/ECN byte, IPv6's traffic class (DSCP in the
+    /// top six bits, ECN in the low two).
+    pub traffic_class: u8,
 }
 
 impl Default for UnderlayRepr {
@@ -375,6 +380,7 @@ impl Default for UnderlayRepr {
             dst_ip: zero,
             src_port: 0,
             dst_port: 0,
+            traffic_class: 0,
         }
     }
 }
@@ -453,6 +459,7 @@ impl UnderlayRepr {
             dst_ip: IpAddr::V4(packet.dst_ip().into()),
             src_port: packet.src_port(),
             dst_port: packet.dst_port(),
+            traffic_class: packet.ip_dscp_ecn(),
         };
         Ok((repr, UNDERLAY_LEN..ETH_HEADER_LEN + total as usize))
     }
@@ -498,6 +505,7 @@ impl UnderlayRepr {
             dst_ip: IpAddr::V6(h.dst.into()),
             src_port: get_u16(data, v6::field::SRC_PORT),
             dst_port,
+            traffic_class: h.traffic_class,
         };
         Ok((repr, IPV6_UNDERLAY_LEN..end))
     }
@@ -520,9 +528,10 @@ impl UnderlayRepr {
     }
 
     /// Writes the underlay bytes ([`UnderlayRepr::header_len`]) for a UDP payload of
-    /// `payload_len` bytes. IPv4: ethertype IPv4, IPv4 without options, DF set, TTL
-    /// 64, identification 0, protocol UDP, header checksum, UDP checksum 0. IPv6: hop
-    /// limit 64, traffic class 0, the flow label of the ports
+    /// `payload_len` bytes. IPv4: ethertype IPv4, IPv4 without options, the traffic
+    /// class as DSCP/ECN, DF set, TTL 64, identification 0, protocol UDP, header
+    /// checksum, UDP checksum 0. IPv6: hop limit 64, the traffic class, the flow label
+    /// of the ports
     /// ([`super::ipv6::flow_label`]), next header UDP, UDP checksum 0. The packet
     /// must hold that many bytes and `payload_len` must keep the lengths within 16
     /// bits.
@@ -541,7 +550,7 @@ impl UnderlayRepr {
                 macs,
                 ips,
                 (v6::NEXT_UDP, v6::IPV6_HOP_LIMIT),
-                (0, flow),
+                (self.traffic_class, flow),
             );
             set_u16(data, v6::field::SRC_PORT, self.src_port);
             set_u16(data, v6::field::DST_PORT, self.dst_port);
@@ -549,6 +558,7 @@ impl UnderlayRepr {
         } else {
             let ips = (v4_octets(self.src_ip), v4_octets(self.dst_ip));
             put_ipv4_header(data, macs, ips, IP_PROTO_UDP, IP_DONT_FRAGMENT);
+            data[field::DSCP_ECN] = self.traffic_class;
             set_u16(data, field::SRC_PORT, self.src_port);
             set_u16(data, field::DST_PORT, self.dst_port);
             set_u16(data, field::UDP_CHECKSUM, 0);
@@ -624,6 +634,7 @@ mod tests {
             dst_ip: [10, 0, 0, 2].into(),
             src_port: 49153,
             dst_port: UDP_PORT,
+            traffic_class: 0,
         }
     }
 
@@ -760,5 +771,69 @@ mod tests {
                 UnderlayRepr::parse(&UnderlayPacket::new_checked(&buf[..len]).unwrap()).is_err()
             );
         }
+    }
+
+    #[test]
+    fn the_traffic_class_goes_out_and_comes_back_over_either_family() {
+        for (src, dst) in [
+            (IpAddr::from([10, 0, 0, 1]), IpAddr::from([10, 0, 0, 2])),
+            ("fd00::1".parse().unwrap(), "fd00:1::2".parse().unwrap()),
+        ] {
+            let r = UnderlayRepr {
+                src_ip: src,
+                dst_ip: dst,
+                traffic_class: 26 << 2,
+                ..repr()
+            };
+            let mut buf = [0u8; 62 + 36];
+            let n = r.header_len();
+            r.emit(&mut UnderlayPacket::new_unchecked(&mut buf[..n]), 36);
+            let (back, udp) = UnderlayRepr::parse_datagram(&buf[..n + 36]).unwrap();
+            assert_eq!(back, r);
+            assert_eq!(udp, n..n + 36);
+            if src.is_ipv6() {
+                assert_eq!(n, 62);
+                assert_eq!(&buf[12..14], &[0x86, 0xdd]);
+                assert_eq!(buf[14] & 0xf0, 0x60, "version 6");
+                assert_eq!((buf[20], buf[21]), (17, 64), "UDP, hop limit 64");
+                assert_eq!(&buf[18..20], &44u16.to_be_bytes(), "payload: UDP 8 + 36");
+                let flow = u32::from_be_bytes([0, buf[15] & 0x0f, buf[16], buf[17]]);
+                assert_eq!(flow, crate::wire::ipv6::flow_label(49153, UDP_PORT));
+            } else {
+                assert_eq!(n, 42);
+                assert_eq!(buf[15], 104);
+                assert!(UnderlayPacket::new_unchecked(&buf[..]).ip_checksum_ok());
+            }
+        }
+    }
+
+    #[test]
+    fn a_bad_ipv6_underlay_says_what_is_wrong() {
+        let r = UnderlayRepr {
+            src_ip: "fd00::1".parse().unwrap(),
+            dst_ip: "fd00::2".parse().unwrap(),
+            ..repr()
+        };
+        let mut buf = [0u8; 62 + 36];
+        r.emit(&mut UnderlayPacket::new_unchecked(&mut buf[..62]), 36);
+        let parse = |b: &[u8]| UnderlayRepr::parse_datagram(b).map(|(u, _)| u);
+        assert_eq!(parse(&buf), Ok(r));
+        let mut next = buf;
+        next[20] = 58;
+        assert_eq!(parse(&next), Err(WireError::BadIpProtocol(58)));
+        let mut port = buf;
+        port[56] = 0;
+        assert!(matches!(parse(&port), Err(WireError::BadUdpPort(_))));
+        let mut udp = buf;
+        udp[59] ^= 1;
+        assert!(matches!(parse(&udp), Err(WireError::BadUdpLength { .. })));
+        assert!(matches!(
+            parse(&buf[..61]),
+            Err(WireError::Truncated { .. })
+        ));
+        // A non-zero UDP checksum is checked (over the IPv6 pseudo header).
+        let mut sum = buf;
+        sum[60] = 0x12;
+        assert!(matches!(parse(&sum), Err(WireError::BadUdpChecksum { .. })));
     }
 }

@@ -68,6 +68,7 @@ fn back(u: &UnderlayRepr) -> UnderlayRepr {
         dst_ip: u.src_ip,
         src_port: UDP_PORT,
         dst_port: UDP_PORT,
+        traffic_class: 0,
     }
 }
 

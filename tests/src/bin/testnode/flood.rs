@@ -546,6 +546,7 @@ pub fn flood_half(port: &str, n: u64, server: &str) {
                 dst_ip: dst.ip,
                 src_port: UDP_PORT,
                 dst_port: dst.udp_port,
+                traffic_class: 0,
             };
             let len = msg
                 .write_frame(private.as_deref().unwrap_or(&[]), &underlay, &mut out)

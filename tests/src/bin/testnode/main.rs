@@ -1248,6 +1248,7 @@ fn spoof_flood(port: &str, n: u64) {
             dst_ip: server.ip,
             src_port: UDP_PORT,
             dst_port: UDP_PORT,
+            traffic_class: 0,
         };
         let mut frame = [0u8; 512];
         let n = msg
