@@ -23,6 +23,8 @@
 #   8. IPv6: write_lat and write_bw --verify between a and b at fd77::1/64 and
 #      fd77::2/64 (UDP over IPv6, MACs by neighbour discovery), `ping -6` from the
 #      kernel host answered, an unresolved IPv6 peer's error;
+#   8c. an IPv6 attacker (scripts/ndpflood.py) through a verified IPv6 transfer: it is not
+#      redirected, the table stays bounded, what was refused is counted;
 #   8b. --tclass: the frames of both families carry the traffic class (read on the
 #      bridge port);
 #   3. routed: two subnets joined by a router namespace (kernel forwarding); ddperf
@@ -263,6 +265,25 @@ fi
 grep -q "no neighbour advertisement from fd77::50 on port af_packet:${p}v1 after 8 tries" "/tmp/$p.unres" ||
     { cat "/tmp/$p.unres"; fail "unresolved IPv6 error"; }
 ok "unresolved IPv6 peer: $(grep -o 'no neighbour advertisement.*' "/tmp/$p.unres" | head -1)"
+
+# 8c. an IPv6 attacker (the kernel host k, scripts/ndpflood.py) through a verified
+# transfer: forged advertisements for the server's address, advertisements nobody asked
+# for, solicitations from thousands of sources, malformed neighbour discovery.
+server "${ns[0]}" "${p}v0" write_bw --ip fd77::1/64 -s 65536 -D 5 --verify
+ip netns exec "${ns[1]}" timeout 60 "$dd" write_bw --dev "af_packet:${p}v1" --ip fd77::2/64 \
+    -s 65536 -D 5 --verify --json --stats fd77::1 >"/tmp/$p.client" 2>&1 &
+cpid=$!
+sleep 1.5
+ip netns exec "${ns[2]}" timeout 20 python3 scripts/ndpflood.py "${p}v2" fd77::1 fd77::2 "$mac_b" 3 \
+    >"/tmp/$p.flood" 2>&1
+wait "$cpid" || { cat "/tmp/$p.client" "/tmp/$p.server" "/tmp/$p.flood"; fail "transfer under an NDP attack"; }
+wait "$spid" || { cat "/tmp/$p.server"; fail "server under an NDP attack"; }
+grep -q 'ddperf: verify: OK' "/tmp/$p.client" || { cat "/tmp/$p.client"; fail "NDP attack: not verified"; }
+uns=$(count unsolicited) bad=$(count bad_neighbour) capped=$(count neigh_capped) moved=$(count peer_mac_changes)
+((uns > 1000 && bad > 0 && capped > 0)) ||
+    { cat "/tmp/$p.client"; fail "NDP attack: refusals not counted (unsolicited $uns, bad_neighbour $bad, neigh_capped $capped)"; }
+((moved == 0)) || { cat "/tmp/$p.client"; fail "NDP attack: the connection moved ($moved)"; }
+ok "NDP attack ($(cat "/tmp/$p.flood") forged frames): transfer verified, unsolicited $uns, bad_neighbour $bad, neigh_capped $capped, peer_mac_changes 0"
 
 # 8b. the traffic class (--tclass, verbs' traffic_class) on the frames of both
 # families, read on b's bridge port: b's frames carry it, ECN bits clear.
