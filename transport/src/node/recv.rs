@@ -145,8 +145,10 @@ impl Node {
         let conn = self.conns.get_mut(slot).expect("slot from lookup");
         // Step 3, a secure connection's seal: nothing of the section is looked at
         // before it opens.
+        // (A reference, not a copy: the view is some 140 bytes.)
+        let opened;
         let frame = match (conn.secure.as_mut(), frame.seal()) {
-            (None, None) => *frame,
+            (None, None) => frame,
             (Some(session), Some(seal)) => {
                 let n = frame.cells().len();
                 match session.open(frame.head(), frame.cells(), seal, &mut self.opened[..n]) {
@@ -154,14 +156,14 @@ impl Node {
                     Err(Refusal::Auth) => return self.stats.drop_for(DropReason::AuthFailed),
                     Err(Refusal::Replay) => return self.stats.drop_for(DropReason::Replayed),
                 }
-                frame.with_cells(&self.opened[..n])
+                opened = frame.with_cells(&self.opened[..n]);
+                &opened
             }
             _ => return self.stats.drop_for(DropReason::NotSealed),
         };
         // A frame that passed (opened, when sealed) confirms a connection accepted
         // here whose peer had not shown it finished the handshake.
         let confirmed = (!self.unconfirmed.is_empty()).then_some(conn.number);
-        let frame = &frame;
         if frame.underlay.src_mac != conn.peer_mac && !self.nodes.is_static(conn.peer) {
             // The peer (or its router) moved to another MAC: learned only from a frame
             // of this connection that passed every check, never from ARP alone.

@@ -418,7 +418,7 @@ impl UnderlayRepr {
     /// lies in it. IPv6: the Ethernet and IPv6 headers ([`super::ipv6::check_ipv6_header`]),
     /// next header UDP (no extension headers), the payload length equal to the UDP
     /// length, the UDP destination port, and a non-zero UDP checksum.
-    #[inline]
+    #[inline(always)]
     pub fn parse_datagram(data: &[u8]) -> Result<(Self, Range<usize>), WireError> {
         if data.get(12..14) == Some(&ETHERTYPE_IPV6.to_be_bytes()) {
             return Self::parse_v6(data);
@@ -543,6 +543,8 @@ impl UnderlayRepr {
         let data = packet.buffer.as_mut();
         let macs = (self.dst_mac, self.src_mac);
         if self.is_ipv6() {
+            // Sliced to the underlay's length: the field writes need no bounds checks.
+            let data = &mut data[..IPV6_UNDERLAY_LEN];
             let ips = (v6_octets(self.src_ip), v6_octets(self.dst_ip));
             let flow = v6::flow_label(self.src_port, self.dst_port);
             put_ipv6_header(
@@ -555,15 +557,17 @@ impl UnderlayRepr {
             set_u16(data, v6::field::SRC_PORT, self.src_port);
             set_u16(data, v6::field::DST_PORT, self.dst_port);
             set_u16(data, v6::field::UDP_CHECKSUM, 0);
+            set_lengths_v6(data, payload_len);
         } else {
+            let data = &mut data[..UNDERLAY_LEN];
             let ips = (v4_octets(self.src_ip), v4_octets(self.dst_ip));
             put_ipv4_header(data, macs, ips, IP_PROTO_UDP, IP_DONT_FRAGMENT);
             data[field::DSCP_ECN] = self.traffic_class;
             set_u16(data, field::SRC_PORT, self.src_port);
             set_u16(data, field::DST_PORT, self.dst_port);
             set_u16(data, field::UDP_CHECKSUM, 0);
+            UnderlayPacket::new_unchecked(data).set_lengths(payload_len);
         }
-        set_lengths(data, payload_len);
     }
 }
 
@@ -572,12 +576,18 @@ impl UnderlayRepr {
 #[inline]
 pub fn set_lengths(frame: &mut [u8], payload_len: usize) {
     if frame[12..14] == ETHERTYPE_IPV6.to_be_bytes() {
-        let udp = (UDP_HEADER_LEN + payload_len) as u16;
-        v6::set_payload_len(frame, udp);
-        set_u16(frame, v6::field::UDP_LEN, udp);
+        set_lengths_v6(&mut frame[..IPV6_UNDERLAY_LEN], payload_len);
     } else {
-        UnderlayPacket::new_unchecked(frame).set_lengths(payload_len);
+        UnderlayPacket::new_unchecked(&mut frame[..UNDERLAY_LEN]).set_lengths(payload_len);
     }
+}
+
+/// [`set_lengths`] of an IPv6 underlay (its 62 bytes).
+#[inline]
+fn set_lengths_v6(underlay: &mut [u8], payload_len: usize) {
+    let udp = (UDP_HEADER_LEN + payload_len) as u16;
+    v6::set_payload_len(underlay, udp);
+    set_u16(underlay, v6::field::UDP_LEN, udp);
 }
 
 /// Writes the Ethernet header (`(dst, src)` MACs, IPv4) and the IPv4 header (no
