@@ -325,6 +325,7 @@ pub struct Messages<'a> {
 }
 
 impl<'a> Messages<'a> {
+    #[inline(always)]
     fn decode(&self) -> Result<Message<'a>, WireError> {
         let rest = self.cells.get(self.offset..).unwrap_or(&[]);
         let control = ControlRepr::parse(&ControlPacket::new_checked(rest)?)?;
