@@ -441,6 +441,7 @@ impl Sender {
     }
     /// The next message to put on the wire: a retransmission if one is due, else the
     /// next never-sent one. `None`: nothing to send.
+    #[inline]
     pub fn next_to_send(&mut self) -> Option<u32> {
         if self.loss.is_some() {
             while let Some(s) = self.loss.as_ref().and_then(|l| l.resend.front().copied()) {

@@ -355,7 +355,7 @@ impl<'a> Messages<'a> {
 impl<'a> Iterator for Messages<'a> {
     type Item = Result<Message<'a>, WireError>;
 
-    #[inline]
+    #[inline(always)]
     fn next(&mut self) -> Option<Self::Item> {
         if self.done || self.offset >= self.cells.len() {
             return None;
