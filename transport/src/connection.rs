@@ -143,8 +143,15 @@ pub fn shard_of_conn(number: u32) -> u8 {
     number as u8
 }
 
-/// A random nonzero u32 from the OS random source.
+/// A random nonzero u32 from the OS random source (from a seeded stream in a
+/// simulation that asks for one: `crate::rng::SeededNumbers`).
 pub fn random_u32() -> u32 {
+    #[cfg(any(test, feature = "sim"))]
+    while let Some(v) = crate::rng::seeded_u64() {
+        if v as u32 != 0 {
+            return v as u32;
+        }
+    }
     loop {
         let mut b = [0u8; 4];
         getrandom::getrandom(&mut b).expect("OS random source");
@@ -155,8 +162,14 @@ pub fn random_u32() -> u32 {
     }
 }
 
-/// A random nonzero u64 from the OS random source.
+/// A random nonzero u64 from the OS random source (or a simulation's seeded stream).
 pub fn random_u64() -> u64 {
+    #[cfg(any(test, feature = "sim"))]
+    while let Some(v) = crate::rng::seeded_u64() {
+        if v != 0 {
+            return v;
+        }
+    }
     loop {
         let mut b = [0u8; 8];
         getrandom::getrandom(&mut b).expect("OS random source");

@@ -9,6 +9,10 @@
 //! keepalive runs in milliseconds. A host can be taken down (it neither sends nor
 //! receives: a crashed peer) and a filter can drop chosen frames (a targeted loss).
 //!
+//! Instead of the flat link, a network can be built on a switch [`fabric`]
+//! ([`Network::with_fabric`]): links with rates, switch queues that fill, drop and
+//! mark ECN, ECMP over a leaf–spine, and a record of what every flow and queue did.
+//!
 //! Beside it, [`SegmentDriver`]: nodes in real time on a named in-process segment, the
 //! driver `deposit` runs its devices on when built without DPDK (its own tests'
 //! sans-IO step).
@@ -19,8 +23,11 @@
 //!          node.poll_transmit -> link faults -> in flight until now + latency (+ jitter)
 //! ```
 
+#[warn(missing_docs)]
+pub mod fabric;
 mod segment;
 
+pub use fabric::{Fabric, FabricConfig, FabricStats, LinkSpec, Port, QueueSpec};
 pub use segment::{SegmentDriver, SegmentError};
 
 use std::cmp::Reverse;
@@ -178,7 +185,7 @@ struct InFlight {
 /// Which frames a filter sees: (from host, to host, frame bytes); true drops it.
 pub type Filter = Box<dyn FnMut(usize, usize, &[u8]) -> bool>;
 
-/// Hosts on one simulated segment.
+/// Hosts on one simulated segment, or on a switch fabric.
 pub struct Network {
     pub hosts: Vec<Host>,
     /// Simulated time, ns.
@@ -189,6 +196,10 @@ pub struct Network {
     wire: BinaryHeap<Reverse<InFlight>>,
     order: u64,
     filter: Option<Filter>,
+    /// The fabric every frame crosses instead of the flat link, when built with one.
+    fabric: Option<Fabric>,
+    /// A fabric network's nodes draw their numbers from its seed while it lives.
+    _numbers: Option<crate::rng::SeededNumbers>,
 }
 
 /// Largest frame of the simulated link (a standard Ethernet frame: writes of a few
@@ -199,7 +210,41 @@ impl Network {
     /// `n` hosts 10.0.0.1.. with node configuration `cfg` (its `local` is replaced),
     /// on a link that behaves as `link`, faults drawn from `seed`.
     pub fn new(n: usize, cfg: &NodeConfig, link: LinkConfig, seed: u64) -> Network {
-        let hosts = (0..n)
+        Network::build(n, cfg, link, seed, None)
+    }
+
+    /// `n` hosts as [`Network::new`] makes them, on the switch fabric `fabric`
+    /// instead of a flat link: every frame waits for its links and queues, ECMP
+    /// hashes and tail drops are seeded by `seed`. Of `link`, only the faults drawn
+    /// per frame apply (loss, duplication, corruption, at the sending host) and
+    /// `external_min`; latency, jitter and reordering are the fabric's business.
+    ///
+    /// While the network lives, the nodes on this thread draw their connection
+    /// numbers, keys and initial sequence numbers from `seed`
+    /// ([`crate::rng::SeededNumbers`]): a connection's UDP source port comes from its
+    /// number, and the path ECMP gives it from the port, so this is what makes a run
+    /// the same for the same seed.
+    pub fn with_fabric(
+        n: usize,
+        cfg: &NodeConfig,
+        link: LinkConfig,
+        fabric: &FabricConfig,
+        seed: u64,
+    ) -> Network {
+        let numbers = crate::rng::SeededNumbers::new(seed);
+        let mut net = Network::build(n, cfg, link, seed, Some(fabric));
+        net._numbers = Some(numbers);
+        net
+    }
+
+    fn build(
+        n: usize,
+        cfg: &NodeConfig,
+        link: LinkConfig,
+        seed: u64,
+        fabric: Option<&FabricConfig>,
+    ) -> Network {
+        let hosts: Vec<Host> = (0..n)
             .map(|i| {
                 let mac = [2, 0, 0, 0, 0, i as u8 + 1];
                 let caps = LinkCaps {
@@ -233,7 +278,9 @@ impl Network {
                 }
             })
             .collect();
+        let macs: Vec<[u8; 6]> = hosts.iter().map(|h| h.addr().mac).collect();
         Network {
+            fabric: fabric.map(|f| Fabric::new(f, &macs, seed)),
             hosts,
             now: 0,
             link,
@@ -242,7 +289,28 @@ impl Network {
             wire: BinaryHeap::new(),
             order: 0,
             filter: None,
+            _numbers: None,
         }
+    }
+
+    /// The fabric, when the network was built with one.
+    pub fn fabric(&self) -> Option<&Fabric> {
+        self.fabric.as_ref()
+    }
+
+    /// The fabric, to change (a link's rate, a tap), when the network was built with
+    /// one.
+    pub fn fabric_mut(&mut self) -> Option<&mut Fabric> {
+        self.fabric.as_mut()
+    }
+
+    /// What the fabric recorded; panics on a flat network (a test that asks expects a
+    /// fabric).
+    pub fn fabric_stats(&self) -> &FabricStats {
+        self.fabric
+            .as_ref()
+            .expect("a network built with_fabric")
+            .stats()
     }
 
     /// Gives host `h` a receive queue of `n` descriptors (what it shares out as
@@ -264,6 +332,18 @@ impl Network {
     /// goes on the wire.
     pub fn step(&mut self) {
         let now = self.now;
+        if let Some(fabric) = self.fabric.as_mut() {
+            let (hosts, stats) = (&mut self.hosts, &mut self.stats);
+            fabric.advance(now, |to, bytes| {
+                let h = &mut hosts[to];
+                if h.down {
+                    stats.filtered += 1;
+                } else {
+                    stats.delivered += 1;
+                    h.out.rx.push_back(bytes);
+                }
+            });
+        }
         while self.wire.peek().is_some_and(|f| f.0.at <= now) {
             let Reverse(f) = self.wire.pop().expect("peeked");
             let h = &mut self.hosts[f.to];
@@ -297,18 +377,27 @@ impl Network {
         self.stats.sent += 1;
         if frame[0] & 1 != 0 {
             for to in (0..self.hosts.len()).filter(|&h| h != from) {
-                self.send_to(from, to, frame.clone());
+                self.send_to(from, to, frame.clone(), true);
             }
             return;
         }
-        let Some(to) = self.hosts.iter().position(|h| frame[..6] == h.addr().mac) else {
+        let to = match &self.fabric {
+            Some(f) => f.host_of(&frame),
+            None => self.hosts.iter().position(|h| frame[..6] == h.addr().mac),
+        };
+        let Some(to) = to else {
             self.stats.filtered += 1;
+            if let Some(f) = self.fabric.as_mut() {
+                f.unknown_mac();
+            }
             return;
         };
-        self.send_to(from, to, frame);
+        self.send_to(from, to, frame, false);
     }
 
-    fn send_to(&mut self, from: usize, to: usize, mut frame: Vec<u8>) {
+    /// One frame (a broadcast's copy when `flood`) from host `from` to host `to`,
+    /// through the filter and the link's faults.
+    fn send_to(&mut self, from: usize, to: usize, mut frame: Vec<u8>, flood: bool) {
         if let Some(f) = self.filter.as_mut() {
             if f(from, to, &frame) {
                 self.stats.filtered += 1;
@@ -332,6 +421,14 @@ impl Network {
             1
         };
         for _ in 0..copies {
+            if let Some(f) = self.fabric.as_mut() {
+                if flood {
+                    f.flood(self.now, from, to, frame.clone());
+                } else {
+                    f.inject(self.now, from, to, frame.clone());
+                }
+                continue;
+            }
             let mut at = self.now + l.latency_ns;
             if l.jitter_ns > 0 {
                 at += self.rng.below(l.jitter_ns + 1);
@@ -350,9 +447,9 @@ impl Network {
         }
     }
 
-    /// When something next happens: a delivery or a node's timer (at least 100 ns on).
-    fn next_event(&self) -> u64 {
-        let wire = self.wire.peek().map_or(u64::MAX, |f| f.0.at);
+    /// When something next happens for a host: a delivery or a node's timer (at least
+    /// 100 ns on). A fabric runs what happens inside it meanwhile, up to `end` at most.
+    fn next_event(&mut self, end: u64) -> u64 {
         let timers = self
             .hosts
             .iter()
@@ -366,6 +463,10 @@ impl Network {
             })
             .min()
             .unwrap_or(u64::MAX);
+        let wire = match self.fabric.as_mut() {
+            Some(f) => f.next_delivery(timers.min(end)),
+            None => self.wire.peek().map_or(u64::MAX, |f| f.0.at),
+        };
         wire.min(timers).max(self.now + 100)
     }
 
@@ -377,7 +478,7 @@ impl Network {
             if done(self) {
                 return true;
             }
-            let next = self.next_event();
+            let next = self.next_event(end);
             if next > end {
                 self.now = end;
                 return done(self);

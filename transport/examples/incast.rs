@@ -1,0 +1,399 @@
+//! An N:1 incast over a simulated switch with today's transport (no congestion
+//! control): N senders each write one message to one receiver through one switch
+//! port, all at once. Prints what the fabric saw — goodput against the bottleneck,
+//! Jain's fairness over the flows, the queue's depth, drops, marks — and what the
+//! senders did about it (retransmissions, timeouts): the figures congestion control
+//! (issue 38) is to improve.
+//!
+//! ```text
+//! cargo run --release -p deposit-transport --example incast -- [--senders 64] \
+//!     [--rate-gbps 100] [--buffer-kib 1024] [--ecn-kib 100] [--msg-kib 1024] \
+//!     [--write-kib 64] [--latency-ns 1000] [--ect] [--seed 1] [--json FILE]
+//! ```
+//!
+//! `--ect` makes the senders' frames ECN-capable (the fabric's test hook), so that
+//! `marks` counts what a switch would mark; without it the frames leave ECN 00, as
+//! today's transport sends them, and are only dropped. `--json` writes, for a
+//! plotter, each sender's bytes delivered per bin (bins of `--bin-us`, default 100,
+//! at simulated times from 0: the writes are posted at `summary.start_ns`, after the
+//! connections came up) and the bottleneck queue's largest depth per bin.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use deposit_transport::cm::ConnectOptions;
+use deposit_transport::connection::{ConnShared, CqShared, Source, WcStatus, Wqe, WR_SIGNALED};
+use deposit_transport::node::NodeConfig;
+use deposit_transport::sim::fabric::{FabricStats, FlowKey, ETH_OVERHEAD};
+use deposit_transport::sim::{
+    self, FabricConfig, LinkConfig, LinkSpec, Network, Port, QueueSpec, HZ,
+};
+use deposit_transport::tables::{EndpointId, Rights};
+
+/// The command line.
+struct Args {
+    senders: usize,
+    rate_gbps: f64,
+    buffer_kib: u64,
+    ecn_kib: u64,
+    msg_kib: u64,
+    write_kib: u64,
+    latency_ns: u64,
+    ect: bool,
+    seed: u64,
+    bin_us: u64,
+    json: Option<String>,
+}
+
+fn usage(why: &str) -> ! {
+    eprintln!("incast: {why}");
+    eprintln!(
+        "usage: incast [--senders N] [--rate-gbps G] [--buffer-kib B] [--ecn-kib K] \
+         [--msg-kib M] [--write-kib W] [--latency-ns L] [--ect] [--seed S] [--bin-us U] \
+         [--json FILE]"
+    );
+    std::process::exit(2);
+}
+
+fn parse() -> Args {
+    let mut a = Args {
+        senders: 64,
+        rate_gbps: 100.0,
+        buffer_kib: 1024,
+        ecn_kib: 100,
+        msg_kib: 1024,
+        write_kib: 64,
+        latency_ns: 1000,
+        ect: false,
+        seed: 1,
+        bin_us: 100,
+        json: None,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        if flag == "--ect" {
+            a.ect = true;
+            continue;
+        }
+        let v = it
+            .next()
+            .unwrap_or_else(|| usage(&format!("{flag} wants a value")));
+        let num = |v: &str| -> u64 {
+            v.parse()
+                .unwrap_or_else(|_| usage(&format!("{flag} {v}: not a number")))
+        };
+        match flag.as_str() {
+            "--senders" => a.senders = num(&v) as usize,
+            "--rate-gbps" => {
+                a.rate_gbps = v
+                    .parse()
+                    .unwrap_or_else(|_| usage(&format!("--rate-gbps {v}")))
+            }
+            "--buffer-kib" => a.buffer_kib = num(&v),
+            "--ecn-kib" => a.ecn_kib = num(&v),
+            "--msg-kib" => a.msg_kib = num(&v),
+            "--write-kib" => a.write_kib = num(&v),
+            "--latency-ns" => a.latency_ns = num(&v),
+            "--seed" => a.seed = num(&v),
+            "--bin-us" => a.bin_us = num(&v),
+            "--json" => a.json = Some(v),
+            _ => usage(&format!("unknown option {flag}")),
+        }
+    }
+    if a.senders == 0 || a.msg_kib == 0 || a.write_kib == 0 || a.bin_us == 0 {
+        usage("senders, sizes and bins must be positive");
+    }
+    a
+}
+
+/// Jain's fairness index of `x`: 1 when all are equal, 1/n when one has everything.
+fn jain(x: &[f64]) -> f64 {
+    let (s, q) = x.iter().fold((0.0, 0.0), |(s, q), v| (s + v, q + v * v));
+    if q == 0.0 {
+        1.0
+    } else {
+        s * s / (x.len() as f64 * q)
+    }
+}
+
+/// The data flows: each sender's flow into the receiver with the most bytes (its
+/// connection's source port; the connection manager's own frames are another flow).
+fn data_flows(st: &FabricStats, senders: usize) -> Vec<FlowKey> {
+    (1..=senders)
+        .filter_map(|s| {
+            st.flows_to(0)
+                .filter(|(k, _)| k.from == s)
+                .max_by_key(|(_, f)| f.bytes)
+                .map(|(k, _)| *k)
+        })
+        .collect()
+}
+
+/// Jain's index over the flows still sending, per window of `window` ns from `from`
+/// to `end`: (window start, index, flows counted).
+fn fairness(
+    st: &FabricStats,
+    flows: &[FlowKey],
+    from: u64,
+    end: u64,
+    window: u64,
+) -> Vec<(u64, f64, usize)> {
+    let mut out = Vec::new();
+    let mut t = from;
+    while t < end {
+        let x: Vec<f64> = flows
+            .iter()
+            .map(|k| &st.flows[k])
+            .filter(|f| f.first_ns < t + window && f.last_ns >= t)
+            .map(|f| f.delivered.sum_between(t, t + window) as f64)
+            .collect();
+        if !x.is_empty() {
+            out.push((t, jain(&x), x.len()));
+        }
+        t += window;
+    }
+    out
+}
+
+fn write_json(path: &str, a: &Args, st: &FabricStats, flows: &[FlowKey], summary: &str) {
+    let series = |bins: &[(u64, u64)]| {
+        let v: Vec<String> = bins.iter().map(|(t, x)| format!("[{t},{x}]")).collect();
+        format!("[{}]", v.join(","))
+    };
+    let fl: Vec<String> = flows
+        .iter()
+        .map(|k| {
+            let f = &st.flows[k];
+            format!(
+                "{{\"from\":{},\"to\":{},\"src_port\":{},\"bytes\":{},\"bytes_per_bin\":{}}}",
+                k.from,
+                k.to,
+                k.src_port,
+                f.bytes,
+                series(&f.delivered.bins)
+            )
+        })
+        .collect();
+    let q = st.port(Port::ToHost(0));
+    let json = format!(
+        "{{\"senders\":{},\"rate_gbps\":{},\"buffer_kib\":{},\"ecn_kib\":{},\"msg_kib\":{},\
+         \"ect\":{},\"seed\":{},\"bin_ns\":{},\"summary\":{summary},\"flows\":[{}],\
+         \"queue\":{{\"port\":\"ToHost(0)\",\"max_depth_per_bin\":{}}}}}\n",
+        a.senders,
+        a.rate_gbps,
+        a.buffer_kib,
+        a.ecn_kib,
+        a.msg_kib,
+        a.ect,
+        a.seed,
+        st.bin_ns,
+        fl.join(","),
+        series(&q.depth.bins)
+    );
+    std::fs::write(path, json).unwrap_or_else(|e| {
+        eprintln!("incast: writing {path}: {e}");
+        std::process::exit(1);
+    });
+}
+
+fn main() {
+    let a = parse();
+    let wall = Instant::now();
+    let n = a.senders + 1;
+    let msg = (a.msg_kib << 10) as usize;
+    let wr = (a.write_kib << 10).min(msg as u64) as usize;
+    let link = LinkSpec::gbps(a.rate_gbps, a.latency_ns);
+    let mut fab = FabricConfig::switch(link, QueueSpec::new(a.buffer_kib << 10, a.ecn_kib << 10));
+    fab.make_ect = a.ect;
+    fab.bin_ns = a.bin_us * 1000;
+    let cfg = NodeConfig {
+        max_connections: n + 16,
+        ..NodeConfig::default()
+    };
+    let mut net = Network::with_fabric(n, &cfg, LinkConfig::default(), &fab, a.seed);
+    // Host 0 receives every sender's message at its own offset.
+    let rx_ep = net.hosts[0].endpoint(msg * a.senders, Rights::ALL, 1024);
+    let rx_cq = CqShared::new(4096);
+    let mut conns: Vec<(usize, EndpointId, Arc<CqShared>, Arc<ConnShared>)> = Vec::new();
+    for s in 1..=a.senders {
+        let ep = net.hosts[s].endpoint(msg, Rights::ALL, 1024);
+        let data: Vec<u8> = (0..msg).map(|i| (i * 7 + s) as u8).collect();
+        net.hosts[s].mem(ep).write(0, &data).expect("sender memory");
+        let cq = CqShared::new(4096);
+        let (c, _) = net
+            .connect(s, ep, &cq, 0, rx_ep, &rx_cq, 7, &ConnectOptions::default())
+            .unwrap_or_else(|| {
+                eprintln!("incast: sender {s} did not connect");
+                std::process::exit(1);
+            });
+        conns.push((s, ep, cq, c));
+    }
+    net.run_for(1_000_000);
+    let before: Vec<_> = (0..n).map(|h| net.hosts[h].node.stats()).collect();
+    let t0 = net.now;
+    let writes = msg.div_ceil(wr);
+    for (s, ep, _, c) in &conns {
+        for w in 0..writes {
+            let off = w * wr;
+            let len = wr.min(msg - off);
+            let mut req = Wqe::write(
+                w as u64,
+                Source::Endpoint {
+                    id: *ep,
+                    offset: off as u64,
+                },
+                len as u32,
+                ((s - 1) * msg + off) as u32,
+            );
+            req.flags |= WR_SIGNALED;
+            assert!(sim::post(c, req), "sender {s}: send queue full");
+        }
+    }
+    let mut done = vec![0usize; conns.len()];
+    let mut finish = vec![0u64; conns.len()];
+    let mut failed = 0;
+    let all = net.run_until(60 * HZ, |net| {
+        for (i, (_, _, cq, _)) in conns.iter().enumerate() {
+            for c in sim::drain(cq) {
+                if c.status != WcStatus::Success {
+                    failed += 1;
+                }
+                done[i] += 1;
+                if done[i] == writes {
+                    finish[i] = net.now - t0;
+                }
+            }
+        }
+        done.iter().all(|&d| d == writes)
+    });
+    let elapsed = net.now - t0;
+    if !all || failed > 0 {
+        eprintln!(
+            "incast: {} of {} writes completed, {failed} failed, in {} ms",
+            done.iter().sum::<usize>(),
+            writes * conns.len(),
+            elapsed / 1_000_000
+        );
+    }
+    // Every byte where it belongs.
+    let mut got = vec![0u8; msg];
+    let mut wrong = 0;
+    for s in 1..=a.senders {
+        net.hosts[0]
+            .mem(rx_ep)
+            .read((s - 1) * msg, &mut got)
+            .expect("receiver memory");
+        wrong += got.iter().enumerate().any(|(i, &b)| b != (i * 7 + s) as u8) as usize;
+    }
+
+    let st = net.fabric_stats();
+    let total = (msg * a.senders) as f64;
+    let goodput = total * 8.0 / elapsed as f64; // Gb/s
+    let flows = data_flows(st, a.senders);
+    let win10 = fairness(st, &flows, t0 + 1_000_000, net.now, 10_000_000);
+    let win1 = fairness(st, &flows, t0 + 1_000_000, net.now, 1_000_000);
+    let mean = |v: &[(u64, f64, usize)]| v.iter().map(|x| x.1).sum::<f64>() / v.len() as f64;
+    let worst = |v: &[(u64, f64, usize)]| v.iter().map(|x| x.1).fold(1.0, f64::min);
+    let fair = |v: &[(u64, f64, usize)], w: &str| {
+        if v.is_empty() {
+            format!("{w} windows: none (the run ended first)")
+        } else {
+            format!(
+                "{w} windows: mean {:.3}, worst {:.3} ({} windows)",
+                mean(v),
+                worst(v),
+                v.len()
+            )
+        }
+    };
+    let q = st.port(Port::ToHost(0));
+    let (mut retx, mut timeouts) = (0, 0);
+    let (mut frames, mut sent, mut payload) = (0, 0, 0);
+    for (h, b) in before.iter().enumerate().skip(1) {
+        let s = net.hosts[h].node.stats();
+        retx += s.retransmits - b.retransmits;
+        timeouts += s.timeouts - b.timeouts;
+        frames += s.frames_tx - b.frames_tx;
+        sent += s.bytes_tx - b.bytes_tx;
+        payload += s.bytes_payload_tx - b.bytes_payload_tx;
+    }
+    // The most payload the line carries: what the senders' frames held of it, once
+    // every frame's headers and 24 bytes of preamble, FCS and gap are paid.
+    let carried = 100.0 * payload as f64 / (sent + frames * ETH_OVERHEAD) as f64;
+    let mut fin = finish.clone();
+    fin.sort_unstable();
+    let pct = |q: f64| fin[((q * fin.len() as f64).ceil() as usize).clamp(1, fin.len()) - 1];
+    let wall_s = wall.elapsed().as_secs_f64();
+    let ideal_ns = total * 8.0 / a.rate_gbps;
+
+    println!(
+        "incast {}:1, {} KiB each in {} KiB writes, {} Gb/s links ({} ns), buffer {} KiB, ECN above {} KiB{}, seed {}",
+        a.senders,
+        a.msg_kib,
+        wr >> 10,
+        a.rate_gbps,
+        a.latency_ns,
+        a.buffer_kib,
+        a.ecn_kib,
+        if a.ect { " (frames ECT)" } else { " (frames not ECT)" },
+        a.seed
+    );
+    println!(
+        "completed        {} of {} writes ({failed} failed), data {}",
+        done.iter().sum::<usize>(),
+        writes * conns.len(),
+        if wrong == 0 { "verified" } else { "WRONG" }
+    );
+    println!(
+        "time             {:.3} ms (bottleneck alone: {:.3} ms); senders done p50 {:.3} ms, p99 {:.3} ms, last {:.3} ms",
+        elapsed as f64 / 1e6,
+        ideal_ns / 1e6,
+        pct(0.5) as f64 / 1e6,
+        pct(0.99) as f64 / 1e6,
+        fin.last().copied().unwrap_or(0) as f64 / 1e6
+    );
+    println!(
+        "goodput          {goodput:.2} Gb/s of {} ({:.1} %; the line carries at most {carried:.1} % as payload)",
+        a.rate_gbps,
+        100.0 * goodput / a.rate_gbps
+    );
+    println!(
+        "fairness (Jain)  after the first 1 ms, {}; {}",
+        fair(&win10, "10 ms"),
+        fair(&win1, "1 ms")
+    );
+    println!(
+        "queue ToHost(0)  p50 {} KiB, p99 {} KiB, max {} KiB (of {} KiB)",
+        q.depth_percentile(50.0) >> 10,
+        q.depth_percentile(99.0) >> 10,
+        q.max_depth >> 10,
+        a.buffer_kib
+    );
+    println!(
+        "drops            {} (bottleneck {}), marks {} (bottleneck {})",
+        st.drops(),
+        q.drops,
+        st.marks(),
+        q.marks
+    );
+    println!("senders          {retx} retransmissions, {timeouts} timeouts");
+    println!("wall clock       {wall_s:.2} s");
+    if let Some(path) = &a.json {
+        let summary = format!(
+            "{{\"start_ns\":{t0},\"elapsed_ns\":{elapsed},\"goodput_gbps\":{goodput:.3},\"jain_10ms_mean\":{:.4},\
+             \"jain_1ms_mean\":{:.4},\"queue_p99_bytes\":{},\"queue_max_bytes\":{},\"drops\":{},\
+             \"marks\":{},\"retransmits\":{retx},\"timeouts\":{timeouts}}}",
+            mean(&win10),
+            mean(&win1),
+            q.depth_percentile(99.0),
+            q.max_depth,
+            st.drops(),
+            st.marks()
+        );
+        write_json(path, &a, st, &flows, &summary);
+        println!("json             {path}");
+    }
+    if !all || failed > 0 || wrong > 0 {
+        std::process::exit(1);
+    }
+}
