@@ -369,6 +369,14 @@ fn main() {
         q.max_depth >> 10,
         a.buffer_kib
     );
+    let nic = (1..=a.senders)
+        .map(|h| st.port(Port::Nic(h)).max_depth)
+        .max()
+        .unwrap_or(0);
+    println!(
+        "sender NICs      at most {} KiB queued behind a host link",
+        nic >> 10
+    );
     println!(
         "drops            {} (bottleneck {}), marks {} (bottleneck {})",
         st.drops(),
