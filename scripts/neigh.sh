@@ -26,7 +26,7 @@
 #   8c. an IPv6 attacker (scripts/ndpflood.py) through a verified IPv6 transfer: it is not
 #      redirected, the table stays bounded, what was refused is counted;
 #   8b. --tclass: the frames of both families carry the traffic class (read on the
-#      bridge port);
+#      bridge port), data frames ECN-capable (ECT(0));
 #   3. routed: two subnets joined by a router namespace (kernel forwarding); ddperf
 #      between a node on each, with --ip ADDR/24 and --gateway; the same over IPv6;
 #   6. the router's MAC changes in the middle of a routed transfer (as when its port is
@@ -295,7 +295,7 @@ import socket, sys, time
 s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(3))
 s.bind((sys.argv[1], 0))
 s.settimeout(0.5)
-counts = {}
+counts, ect = {}, {}
 end = time.time() + 4
 while time.time() < end:
     try:
@@ -308,8 +308,10 @@ while time.time() < end:
         tc = ((f[14] & 15) << 4) | (f[15] >> 4)
     else:
         continue
-    counts[tc] = counts.get(tc, 0) + 1
-print(" ".join(f"{k}:{v}" for k, v in sorted(counts.items())))
+    # By DSCP (the ECN bits are the transport's: ECT(0) on data frames).
+    counts[tc & 0xFC] = counts.get(tc & 0xFC, 0) + 1
+    ect[tc & 3] = ect.get(tc & 3, 0) + 1
+print(" ".join(f"{k}:{v}" for k, v in sorted(counts.items())), "ecn", " ".join(f"{k}:{v}" for k, v in sorted(ect.items())))
 PY
     cap=$!
     sleep 0.3
@@ -318,8 +320,10 @@ PY
         { cat "/tmp/$p.client" "/tmp/$p.server"; fail "--tclass $tc over IPv$fam"; }
     wait "$spid" || { cat "/tmp/$p.server"; fail "--tclass server over IPv$fam"; }
     wait "$cap" || true
-    got=$(tr ' ' '\n' <"/tmp/$p.tc" | awk -F: -v t="$tc" '$1 == t {print $2}')
+    got=$(sed 's/ ecn .*//' "/tmp/$p.tc" | tr ' ' '\n' | awk -F: -v t="$tc" '$1 == t {print $2}')
     ((${got:-0} > 1000)) || { cat "/tmp/$p.tc"; fail "IPv$fam frames with traffic class $tc: ${got:-0}"; }
+    ect0=$(sed 's/.* ecn //' "/tmp/$p.tc" | tr ' ' '\n' | awk -F: '$1 == 2 {print $2}')
+    ((${ect0:-0} > 500)) || { cat "/tmp/$p.tc"; fail "IPv$fam: ECT(0) data frames: ${ect0:-0}"; }
     ok "--tclass $tc over IPv$fam: UDP frames on b's bridge port by traffic class: $(cat "/tmp/$p.tc")"
 done
 

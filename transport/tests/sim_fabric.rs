@@ -31,8 +31,21 @@ fn fabric_network(
     seed: u64,
     ep_len: usize,
 ) -> (Network, Vec<(EndpointId, Arc<CqShared>)>) {
+    fabric_network_ecn(n, fab, seed, ep_len, true)
+}
+
+/// [`fabric_network`] with the nodes' data frames ECN-capable or not
+/// (`NodeConfig::ecn`).
+fn fabric_network_ecn(
+    n: usize,
+    fab: &FabricConfig,
+    seed: u64,
+    ep_len: usize,
+    ecn: bool,
+) -> (Network, Vec<(EndpointId, Arc<CqShared>)>) {
     let cfg = NodeConfig {
         max_connections: 64,
+        ecn,
         ..NodeConfig::default()
     };
     let mut net = Network::with_fabric(n, &cfg, LinkConfig::default(), fab, seed);
@@ -203,9 +216,20 @@ fn one_flow_gets_its_host_links_rate_less_the_overheads() {
 /// returns the network and the senders' ends once every write completed, the data
 /// verified.
 fn incast(senders: usize, len: usize, queue: QueueSpec, ect: bool) -> (Network, Vec<End>) {
+    incast_ecn(senders, len, queue, ect, true)
+}
+
+/// [`incast`] with the nodes' own ECN (`NodeConfig::ecn`) on or off.
+fn incast_ecn(
+    senders: usize,
+    len: usize,
+    queue: QueueSpec,
+    ect: bool,
+    ecn: bool,
+) -> (Network, Vec<End>) {
     let mut fab = FabricConfig::switch(LinkSpec::gbps(10.0, 1_000), queue);
     fab.make_ect = ect;
-    let (mut net, eps) = fabric_network(senders + 1, &fab, 3, senders * len);
+    let (mut net, eps) = fabric_network_ecn(senders + 1, &fab, 3, senders * len, ecn);
     let ends: Vec<(End, End)> = (1..=senders)
         .map(|s| connect(&mut net, &eps, s, 0, &ConnectOptions::default()))
         .collect();
@@ -564,4 +588,34 @@ fn the_same_seed_gives_the_same_run() {
         c.fabric != a.fabric,
         "another seed, other connection numbers and paths"
     );
+}
+
+#[test]
+fn data_frames_are_ecn_capable_and_a_receiver_echoes_the_marks_it_gets() {
+    const SENDERS: usize = 8;
+    let queue = QueueSpec::new(4 << 20, 32 << 10);
+    // The nodes' own ECT(0) (no hook): the switch marks, the receiver counts each CE
+    // data frame and its acknowledgements carry ECE back to the senders.
+    let (net, _) = incast_ecn(SENDERS, 128 << 10, queue, false, true);
+    let st = net.fabric_stats();
+    let marks = st.port(Port::ToHost(0)).marks;
+    assert!(
+        marks > 0,
+        "ECN-capable frames past the threshold are marked"
+    );
+    assert_eq!(st.made_ect, 0, "no hook");
+    let rx = net.hosts[0].node.stats();
+    assert_eq!(
+        rx.ce_rx, marks,
+        "every mark reached the receiver as a CE data frame"
+    );
+    let echoes: u64 = (1..=SENDERS)
+        .map(|h| net.hosts[h].node.stats().ecn_echoes_rx)
+        .sum();
+    assert!(echoes > 0, "{marks} marks, no echo");
+    // Without ECN the same queue marks nothing: only a full buffer drops.
+    let (net, _) = incast_ecn(SENDERS, 128 << 10, queue, false, false);
+    let st = net.fabric_stats();
+    assert_eq!(st.marks(), 0);
+    assert_eq!(net.hosts[0].node.stats().ce_rx, 0);
 }

@@ -163,8 +163,10 @@ pub struct ConnContext {
     /// Send priority.
     pub priority: Priority,
     /// The IP traffic class its frames leave with (`ConnectOptions::traffic_class`;
-    /// its ECN bits clear).
+    /// its ECN bits clear; data frames add ECT(0) when `NodeConfig::ecn`).
     pub traffic_class: u8,
+    /// The last data frame received was marked CE: acknowledgements carry ECE.
+    pub ce_last: bool,
     /// The register window the peer's messages name (0..len).
     pub regs: crate::tables::RegWindow,
     /// What the peer may do and what is reported of it ([`Policy`]).

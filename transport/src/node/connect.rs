@@ -65,6 +65,7 @@ impl Node {
             segment_max: self.segment_max,
             priority: opts.priority,
             traffic_class: opts.traffic_class & !ECN_MASK,
+            ce_last: false,
             regs: window,
             policy: super::conn::Policy::new(
                 opts.allow_forced_interrupts,

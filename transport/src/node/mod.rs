@@ -122,6 +122,10 @@ pub struct NodeConfig {
     /// bandwidth-delay-product cap: it bounds what one connection queues in the port
     /// ahead of the others' — and the high-priority — messages).
     pub max_inflight_bytes: u64,
+    /// Data frames leave ECN-capable (ECT(0) in their IP traffic class), so that an
+    /// ECN switch marks them CE instead of dropping; a receiver echoes the mark in its
+    /// acknowledgements (`hflags::ECE`). Default on.
+    pub ecn: bool,
     /// Most connections this node accepts.
     pub max_connections: usize,
     /// Address registers in the node-wide file.
@@ -175,6 +179,7 @@ impl Default for NodeConfig {
             rekey_after: crate::secure::DEFAULT_REKEY_AFTER,
             window: 4096,
             max_inflight_bytes: 1 << 20,
+            ecn: true,
             max_connections: 4096,
             registers: 65536,
             instructions: 4096,

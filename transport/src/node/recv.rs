@@ -23,6 +23,7 @@ use crate::tables::{EndpointTable, RegisterFile};
 use crate::tlb::Tlb;
 use crate::wire::cell::flags as cflags;
 use crate::wire::compound::COMPOUND_LEN;
+use crate::wire::underlay::ECN_MASK;
 use crate::wire::{self, hflags, op, ControlRepr, FrameView, Message, WireError};
 use crate::wr::{Pending, WcStatus};
 
@@ -169,6 +170,14 @@ impl Node {
             // of this connection that passed every check, never from ARP alone.
             conn.peer_mac = frame.underlay.src_mac;
             self.stats.peer_mac_changes += 1;
+        }
+        if frame.header.cells > 0 {
+            // ECN: the echo of the last data frame's mark rides on our acknowledgements.
+            conn.ce_last = frame.underlay.traffic_class & ECN_MASK == ECN_MASK;
+            self.stats.ce_rx += u64::from(conn.ce_last);
+        }
+        if frame.header.flags & hflags::ECE != 0 {
+            self.stats.ecn_echoes_rx += 1;
         }
         conn.last_rx = now;
         conn.probes_unanswered = 0;

@@ -566,7 +566,10 @@ impl Node {
         } else {
             self.caps.max_frame
         };
-        let underlay = conn_underlay(&self.cfg.local, &self.nodes, conn);
+        let mut underlay = conn_underlay(&self.cfg.local, &self.nodes, conn);
+        if self.cfg.ecn {
+            underlay.traffic_class |= ECT0;
+        }
         let hdr = data_header(conn, first, self.credits);
         let (tag, pcp) = (super::link::Tagging::of(&self.cfg), pcp_of(conn.priority));
         let room = tag.room(&mut mbuf, max);
@@ -814,6 +817,9 @@ fn sack_cells(conn: &ConnContext) -> impl Iterator<Item = ControlRepr> + '_ {
         })
 }
 
+/// ECN-capable transport, codepoint 0 (RFC 3168), in the IP traffic class.
+const ECT0: u8 = 0b10;
+
 pub(super) fn conn_underlay(
     local: &NodeAddr,
     nodes: &NodeTable,
@@ -857,12 +863,14 @@ fn seal_len(conn: &ConnContext) -> u32 {
 }
 
 fn ack_header(conn: &ConnContext, credits: u16) -> TransportRepr {
+    let ece = if conn.ce_last { hflags::ECE } else { 0 };
     TransportRepr {
-        flags: if conn.secure.is_some() {
-            hflags::ACK | hflags::SEALED
-        } else {
-            hflags::ACK
-        },
+        flags: ece
+            | if conn.secure.is_some() {
+                hflags::ACK | hflags::SEALED
+            } else {
+                hflags::ACK
+            },
         cells: 0,
         dst_conn: conn.peer_conn,
         key: conn.peer_key,

@@ -163,6 +163,11 @@ counters! {
     /// Frames a shard received on its queue and handed to the shard that owns their
     /// connection (software dispatch, or a queue the port's hashing chose).
     frames_forwarded,
+    /// Data frames that arrived marked CE (congestion experienced: a switch queue past
+    /// its ECN threshold) on a connection.
+    ce_rx,
+    /// Acknowledgements that came back with ECE: the peer saw CE on our data frames.
+    ecn_echoes_rx,
 }
 
 impl Stats {

@@ -50,6 +50,10 @@ pub mod hflags {
     /// seal cell (packet number, key generation, tag; `crate::secure`) that the cell
     /// count does not include.
     pub const SEALED: u8 = 0x10;
+    /// ECN echo (version 14, ignored by receivers that predate it): the last data
+    /// frame of this connection the sender of this acknowledgement received was
+    /// marked CE (DCTCP's echo of the receiver's CE state).
+    pub const ECE: u8 = 0x20;
 }
 
 /// A view of a transport header (the buffer may extend past its 32 bytes).
