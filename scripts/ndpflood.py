@@ -10,7 +10,7 @@ would: hop limit 255 and right checksums, unless said otherwise):
     advertisement to the victim (the client), which never asked;
   * solicited advertisements to the victim for 64 addresses nobody asked for;
   * solicitations for the victim's address from 32 new source addresses each round
-    (fd77::1:0:N, N counting up: thousands over the run), each with its source
+    (fd77::1:N, N counting up: thousands over the run), each with its source
     link-layer address, which the victim may take in (RFC 826's merge) only within its
     table's size;
   * malformed ones to the victim's MAC: a solicitation with hop limit 64, one with a
@@ -80,7 +80,7 @@ while time.time() < end:
     fresh = []
     for _ in range(32):
         n += 1
-        fresh.append(solicit(ip6("fd77::1:0:%x" % n)))
+        fresh.append(solicit(ip6("fd77::1:%x:%x" % (n >> 16 & 0xFFFF, n & 0xFFFF))))
     for f in frames + fresh:
         try:
             s.send(f)

@@ -175,7 +175,7 @@ ip netns exec "${ns[1]}" timeout 60 "$dd" write_bw --dev "af_packet:${p}v1" --ip
 cpid=$!
 sleep 1.5
 ip netns exec "${ns[2]}" timeout 20 python3 scripts/arpflood.py "${p}v2" 10.77.0.1 10.77.0.2 "$mac_b" 3 \
-    >"/tmp/$p.flood" 2>&1
+    >"/tmp/$p.flood" 2>&1 || { cat "/tmp/$p.flood"; fail "arpflood.py"; }
 wait "$cpid" || { cat "/tmp/$p.client" "/tmp/$p.server" "/tmp/$p.flood"; fail "transfer under an ARP attack"; }
 wait "$spid" || { cat "/tmp/$p.server"; fail "server under an ARP attack"; }
 grep -q 'ddperf: verify: OK' "/tmp/$p.client" || { cat "/tmp/$p.client"; fail "attack: not verified"; }
@@ -275,7 +275,7 @@ ip netns exec "${ns[1]}" timeout 60 "$dd" write_bw --dev "af_packet:${p}v1" --ip
 cpid=$!
 sleep 1.5
 ip netns exec "${ns[2]}" timeout 20 python3 scripts/ndpflood.py "${p}v2" fd77::1 fd77::2 "$mac_b" 3 \
-    >"/tmp/$p.flood" 2>&1
+    >"/tmp/$p.flood" 2>&1 || { cat "/tmp/$p.flood"; fail "ndpflood.py"; }
 wait "$cpid" || { cat "/tmp/$p.client" "/tmp/$p.server" "/tmp/$p.flood"; fail "transfer under an NDP attack"; }
 wait "$spid" || { cat "/tmp/$p.server"; fail "server under an NDP attack"; }
 grep -q 'ddperf: verify: OK' "/tmp/$p.client" || { cat "/tmp/$p.client"; fail "NDP attack: not verified"; }

@@ -599,6 +599,17 @@ fn locate_in(inflight: &VecDeque<Pending>, seq: u32) -> Option<(usize, u32)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn one_shards_connections_get_source_ports_of_their_own() {
+        // Connection numbers of shard 3 (its low byte): 256 of them, as they come.
+        let mut rng = crate::rng::Rng::new(7);
+        let ports: std::collections::HashSet<u16> = (0..256)
+            .map(|_| super::super::Node::src_port_for((rng.next_u64() as u32) << 8 | 3))
+            .collect();
+        assert!(ports.len() > 240, "{} distinct of 256", ports.len());
+        assert!(ports.iter().all(|&p| p >= 49152));
+    }
     use crate::wr::{Source, WcStatus};
 
     #[test]

@@ -868,9 +868,11 @@ impl Node {
         &self.conns
     }
 
-    /// The UDP source port of a connection (spreads connections over RSS queues).
+    /// The UDP source port of a connection, in 49152..65536: the entropy that ECMP
+    /// paths and RSS queues hash. Mixed from every bit of the number — its low byte
+    /// is its shard, so the low 14 bits alone gave one shard's connections 64 ports.
     pub(crate) fn src_port_for(number: u32) -> u16 {
-        49152 | (number as u16 & 0x3fff)
+        49152 | (number.wrapping_mul(0x9e37_79b1) >> 18) as u16
     }
 }
 
