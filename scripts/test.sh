@@ -256,6 +256,12 @@ examples() {
             rc=1
         }
     done
+    # The simulated incast (issue 38), small: it completes and verifies its data.
+    echo "--- example incast (sim fabric, 16:1)"
+    timeout 300 cargo run -q --release -p deposit-transport --example incast -- --senders 16 --msg-kib 256 || {
+        echo "test: example incast failed" >&2
+        rc=1
+    }
     echo "--- examples/barrier.sh"
     timeout 120 examples/barrier.sh || {
         echo "test: examples/barrier.sh failed" >&2

@@ -8,12 +8,11 @@
 //! ```text
 //! cargo run --release -p deposit-transport --example incast -- [--senders 64] \
 //!     [--rate-gbps 100] [--buffer-kib 1024] [--ecn-kib 100] [--msg-kib 1024] \
-//!     [--write-kib 64] [--latency-ns 1000] [--ect] [--seed 1] [--json FILE]
+//!     [--write-kib 64] [--latency-ns 1000] [--no-ecn] [--seed 1] [--json FILE]
 //! ```
 //!
-//! `--ect` makes the senders' frames ECN-capable (the fabric's test hook), so that
-//! `marks` counts what a switch would mark; without it the frames leave ECN 00, as
-//! today's transport sends them, and are only dropped. `--json` writes, for a
+//! The nodes' data frames are ECN-capable (`NodeConfig::ecn`), so that the switch marks
+//! them above `--ecn-kib`; `--no-ecn` sends them ECN 00, and they are only dropped. `--json` writes, for a
 //! plotter, each sender's bytes delivered per bin (bins of `--bin-us`, default 100,
 //! at simulated times from 0: the writes are posted at `summary.start_ns`, after the
 //! connections came up) and the bottleneck queue's largest depth per bin.
@@ -39,7 +38,7 @@ struct Args {
     msg_kib: u64,
     write_kib: u64,
     latency_ns: u64,
-    ect: bool,
+    ecn: bool,
     seed: u64,
     bin_us: u64,
     json: Option<String>,
@@ -49,7 +48,7 @@ fn usage(why: &str) -> ! {
     eprintln!("incast: {why}");
     eprintln!(
         "usage: incast [--senders N] [--rate-gbps G] [--buffer-kib B] [--ecn-kib K] \
-         [--msg-kib M] [--write-kib W] [--latency-ns L] [--ect] [--seed S] [--bin-us U] \
+         [--msg-kib M] [--write-kib W] [--latency-ns L] [--no-ecn] [--seed S] [--bin-us U] \
          [--json FILE]"
     );
     std::process::exit(2);
@@ -64,15 +63,15 @@ fn parse() -> Args {
         msg_kib: 1024,
         write_kib: 64,
         latency_ns: 1000,
-        ect: false,
+        ecn: true,
         seed: 1,
         bin_us: 100,
         json: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
-        if flag == "--ect" {
-            a.ect = true;
+        if flag == "--no-ecn" {
+            a.ecn = false;
             continue;
         }
         let v = it
@@ -177,14 +176,14 @@ fn write_json(path: &str, a: &Args, st: &FabricStats, flows: &[FlowKey], summary
     let q = st.port(Port::ToHost(0));
     let json = format!(
         "{{\"senders\":{},\"rate_gbps\":{},\"buffer_kib\":{},\"ecn_kib\":{},\"msg_kib\":{},\
-         \"ect\":{},\"seed\":{},\"bin_ns\":{},\"summary\":{summary},\"flows\":[{}],\
+         \"ecn\":{},\"seed\":{},\"bin_ns\":{},\"summary\":{summary},\"flows\":[{}],\
          \"queue\":{{\"port\":\"ToHost(0)\",\"max_depth_per_bin\":{}}}}}\n",
         a.senders,
         a.rate_gbps,
         a.buffer_kib,
         a.ecn_kib,
         a.msg_kib,
-        a.ect,
+        a.ecn,
         a.seed,
         st.bin_ns,
         fl.join(","),
@@ -204,10 +203,10 @@ fn main() {
     let wr = (a.write_kib << 10).min(msg as u64) as usize;
     let link = LinkSpec::gbps(a.rate_gbps, a.latency_ns);
     let mut fab = FabricConfig::switch(link, QueueSpec::new(a.buffer_kib << 10, a.ecn_kib << 10));
-    fab.make_ect = a.ect;
     fab.bin_ns = a.bin_us * 1000;
     let cfg = NodeConfig {
         max_connections: n + 16,
+        ecn: a.ecn,
         ..NodeConfig::default()
     };
     let mut net = Network::with_fabric(n, &cfg, LinkConfig::default(), &fab, a.seed);
@@ -335,7 +334,7 @@ fn main() {
         a.latency_ns,
         a.buffer_kib,
         a.ecn_kib,
-        if a.ect { " (frames ECT)" } else { " (frames not ECT)" },
+        if a.ecn { " (data frames ECT(0))" } else { " (frames not ECT: --no-ecn)" },
         a.seed
     );
     println!(
