@@ -164,7 +164,7 @@ impl Clock for WallClock {
     }
 }
 
-/// A node driven in real time on a segment (see the [module doc](self)): one shard of
+/// A node driven in real time on a segment (see [`crate::sim`]): one shard of
 /// a device. Made by [`SegmentDriver::attach`].
 pub struct SegmentDriver {
     node: Node,
