@@ -65,14 +65,12 @@ impl Node {
             Some(_) => frame.get(wire::vlan::VLAN_LEN..)?,
             None => frame,
         };
-        let start = match (frame.get(12..14), frame.get(23), frame.get(20)) {
-            (Some([0x08, 0x00]), Some(17), _) => wire::UNDERLAY_LEN,
-            (Some([0x86, 0xdd]), _, Some(17)) => wire::ipv6::IPV6_UNDERLAY_LEN,
+        if wire::classify(frame) != wire::FrameKind::Udp {
             // Not UDP (ARP, ICMP, ICMPv6): the neighbour machine of the shard that
             // received it answers (their table is the device's).
-            _ => return None,
-        };
-        let at = start + 4;
+            return None;
+        }
+        let at = wire::underlay::header_len_of(frame) + 4;
         let conn = u32::from_be_bytes(frame.get(at..at + 4)?.try_into().ok()?);
         let owner = if conn != 0 {
             shard_of_conn(conn)

@@ -252,13 +252,7 @@ pub fn trailer(covered: &[u8]) -> u32 {
 /// Writes the [`trailer`] of the frame `frame[..len]`, as its sender would: for tests
 /// and hostile senders that change a frame and keep the rest of it sound.
 pub fn write_trailer(frame: &mut [u8], len: usize) {
-    let start = match UnderlayRepr::parse_datagram(&frame[..len]) {
-        Ok((u, _)) => u.header_len(),
-        Err(_) if frame.get(12..14) == Some(&super::ipv6::ETHERTYPE_IPV6.to_be_bytes()) => {
-            super::ipv6::IPV6_UNDERLAY_LEN
-        }
-        Err(_) => UNDERLAY_LEN,
-    };
+    let start = super::underlay::header_len_of(frame);
     let t = trailer(&frame[start..len - CRC_LEN]);
     frame[len - CRC_LEN..len].copy_from_slice(&t.to_be_bytes());
 }
@@ -410,12 +404,6 @@ impl<'a> FrameWriter<'a> {
         underlay: &UnderlayRepr,
         header: &TransportRepr,
     ) -> Result<Self, WireError> {
-        if buf.len() < FRAME_OVERHEAD {
-            return Err(WireError::BufferTooSmall {
-                needed: FRAME_OVERHEAD,
-                got: buf.len(),
-            });
-        }
         let start = underlay.header_len();
         if buf.len() < FRAME_OVERHEAD - UNDERLAY_LEN + start {
             return Err(WireError::BufferTooSmall {

@@ -571,6 +571,18 @@ impl UnderlayRepr {
     }
 }
 
+/// Bytes of the underlay at the front of `frame`, by its ethertype alone:
+/// [`IPV6_UNDERLAY_LEN`] for IPv6, [`UNDERLAY_LEN`] for anything else (as
+/// [`UnderlayRepr::header_len`] of a frame that parses). Nothing is checked.
+#[inline]
+pub fn header_len_of(frame: &[u8]) -> usize {
+    if frame.get(12..14) == Some(&ETHERTYPE_IPV6.to_be_bytes()) {
+        IPV6_UNDERLAY_LEN
+    } else {
+        UNDERLAY_LEN
+    }
+}
+
 /// Sets the lengths of the underlay at the front of `frame` (either family, by its
 /// ethertype) for a UDP payload of `payload_len` bytes, and the IPv4 header checksum.
 #[inline]
