@@ -22,6 +22,7 @@ use std::time::Instant;
 
 use deposit_transport::cm::ConnectOptions;
 use deposit_transport::connection::{ConnShared, CqShared, Source, WcStatus, Wqe, WR_SIGNALED};
+use deposit_transport::node::cc::CcConfig;
 use deposit_transport::node::NodeConfig;
 use deposit_transport::sim::fabric::{FabricStats, FlowKey, ETH_OVERHEAD};
 use deposit_transport::sim::{
@@ -39,6 +40,9 @@ struct Args {
     write_kib: u64,
     latency_ns: u64,
     ecn: bool,
+    cc: bool,
+    budget_kib: u64,
+    target_us: u64,
     seed: u64,
     bin_us: u64,
     json: Option<String>,
@@ -64,6 +68,9 @@ fn parse() -> Args {
         write_kib: 64,
         latency_ns: 1000,
         ecn: true,
+        cc: true,
+        budget_kib: 0,
+        target_us: 10,
         seed: 1,
         bin_us: 100,
         json: None,
@@ -72,6 +79,10 @@ fn parse() -> Args {
     while let Some(flag) = it.next() {
         if flag == "--no-ecn" {
             a.ecn = false;
+            continue;
+        }
+        if flag == "--no-cc" {
+            a.cc = false;
             continue;
         }
         let v = it
@@ -94,6 +105,8 @@ fn parse() -> Args {
             "--write-kib" => a.write_kib = num(&v),
             "--latency-ns" => a.latency_ns = num(&v),
             "--seed" => a.seed = num(&v),
+            "--budget-kib" => a.budget_kib = num(&v),
+            "--target-us" => a.target_us = num(&v),
             "--bin-us" => a.bin_us = num(&v),
             "--json" => a.json = Some(v),
             _ => usage(&format!("unknown option {flag}")),
@@ -207,6 +220,12 @@ fn main() {
     let cfg = NodeConfig {
         max_connections: n + 16,
         ecn: a.ecn,
+        cc: CcConfig {
+            enabled: a.cc,
+            line_rate_mbps: (a.rate_gbps * 1000.0) as u64,
+            receive_budget: a.budget_kib << 10,
+            target_delay_ns: a.target_us * 1000,
+        },
         ..NodeConfig::default()
     };
     let mut net = Network::with_fabric(n, &cfg, LinkConfig::default(), &fab, a.seed);
@@ -251,7 +270,31 @@ fn main() {
     let mut done = vec![0usize; conns.len()];
     let mut finish = vec![0u64; conns.len()];
     let mut failed = 0;
+    let trace = std::env::var("INCAST_TRACE_US")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok());
+    let mut next_trace = t0;
     let all = net.run_until(60 * HZ, |net| {
+        if let Some(every) = trace.filter(|_| net.now >= next_trace) {
+            next_trace = net.now + every * 1000;
+            let w: Vec<String> = (1..=4.min(n - 1))
+                .filter_map(|h| net.hosts[h].node.peer_summaries().first().copied())
+                .map(|p| format!("{}/{}/{}", p.window, p.inflight, p.srtt_ns))
+                .collect();
+            let total: u64 = (1..n)
+                .filter_map(|h| net.hosts[h].node.peer_summaries().first().map(|p| p.window))
+                .sum();
+            let q = net.fabric_stats().port(Port::ToHost(0));
+            eprintln!(
+                "t={:>8} us  windows(sum {:>8}) {}  queue max so far {} drops {} marks {}",
+                (net.now - t0) / 1000,
+                total,
+                w.join(" "),
+                q.max_depth,
+                q.drops,
+                q.marks
+            );
+        }
         for (i, (_, _, cq, _)) in conns.iter().enumerate() {
             for c in sim::drain(cq) {
                 if c.status != WcStatus::Success {
@@ -384,6 +427,13 @@ fn main() {
         q.marks
     );
     println!("senders          {retx} retransmissions, {timeouts} timeouts");
+    if std::env::var_os("INCAST_PEERS").is_some() {
+        for h in 1..=a.senders {
+            for p in net.hosts[h].node.peer_summaries() {
+                println!("  sender {h} -> {}: {p:?}", p.peer_ip);
+            }
+        }
+    }
     println!("wall clock       {wall_s:.2} s");
     if let Some(path) = &a.json {
         let summary = format!(

@@ -224,6 +224,14 @@ pub struct Acked {
     pub to: u32,
     /// Messages found lost (queued for retransmission) by this acknowledgement.
     pub lost: u32,
+    /// Bytes of first transmissions it acknowledged (the frames it completed, as
+    /// [`Sender::bytes_in_flight`] counts them).
+    pub bytes: u64,
+    /// A round-trip sample for congestion control (clock ticks, 0: none): from when
+    /// the newest frame it completed was sent. Only while nothing was lost or resent
+    /// (Karn's rule, per frame): a frame retransmitted since, or one acknowledged late
+    /// behind a hole, would read as queueing.
+    pub rtt: u64,
 }
 
 /// What the retransmission timer decided.
@@ -279,8 +287,9 @@ pub struct Sender {
     bytes_sent: u64,
     /// Of those, the bytes of frames whose messages are all acknowledged.
     bytes_acked: u64,
-    /// (one past the frame's last new message, `bytes_sent` after it), oldest first.
-    frames_out: std::collections::VecDeque<(u32, u64)>,
+    /// (one past the frame's last new message, `bytes_sent` after it, when it was
+    /// sent), oldest first.
+    frames_out: std::collections::VecDeque<(u32, u64, u64)>,
     /// The configured cap; `max_bytes_in_flight` is the smaller of it and the peer's
     /// credit (see [`Sender::on_credit`]).
     max_bytes_cap: u64,
@@ -382,16 +391,19 @@ impl Sender {
     pub fn next_seq(&self) -> u32 {
         self.next
     }
-    /// A frame went out whose new (never sent) messages end before `new_end`, carrying
-    /// `bytes` bytes of them. Frames under [`BDP_MIN_FRAME`] bytes are not counted: the
-    /// cap is for bulk data, and a latency-bound ping-pong should not pay for it.
+    /// A frame went out at `now` whose new (never sent) messages end before `new_end`,
+    /// carrying `bytes` bytes of them; returns the bytes it added to
+    /// [`Sender::bytes_in_flight`]. Frames under [`BDP_MIN_FRAME`] bytes are not
+    /// counted: the cap is for bulk data, and a latency-bound ping-pong should not pay
+    /// for it.
     #[inline]
-    pub fn on_frame_sent(&mut self, new_end: u32, bytes: u64) {
+    pub fn on_frame_sent(&mut self, new_end: u32, bytes: u64, now: u64) -> u64 {
         if bytes < BDP_MIN_FRAME {
-            return;
+            return 0;
         }
         self.bytes_sent += bytes;
-        self.frames_out.push_back((new_end, self.bytes_sent));
+        self.frames_out.push_back((new_end, self.bytes_sent, now));
+        bytes
     }
     /// Unacknowledged bytes of first transmissions (frame granularity: a frame counts
     /// until all its messages are acknowledged cumulatively).
@@ -488,14 +500,20 @@ impl Sender {
         let mut out = Acked {
             from: self.acked,
             to: self.acked,
-            lost: 0,
+            ..Acked::default()
         };
         if seq_lt(self.next, ack) {
             return out; // acknowledges what was never sent
         }
         if seq_lt(self.acked, ack) {
-            self.advance_to(ack, now);
+            // A clean sample: nothing lost, resent or acknowledged beyond a hole.
+            let clean = self.loss.is_none() && self.retries == 0;
+            let (bytes, sent_at) = self.advance_to(ack, now);
             out.to = ack;
+            out.bytes = bytes;
+            if clean && sent_at != 0 {
+                out.rtt = now.saturating_sub(sent_at).max(1);
+            }
         } else if ack != self.acked {
             return out; // an old acknowledgement
         }
@@ -510,9 +528,10 @@ impl Sender {
     }
     /// The cumulative point moves forward to `ack`: the bitmaps follow it, the timer
     /// and retries restart, a round-trip probe it covers is sampled and the frames it
-    /// completes leave the unacknowledged bytes.
+    /// completes leave the unacknowledged bytes. Returns those bytes and when the
+    /// newest of those frames was sent (0: none).
     #[inline]
-    fn advance_to(&mut self, ack: u32, now: u64) {
+    fn advance_to(&mut self, ack: u32, now: u64) -> (u64, u64) {
         let n = ack.wrapping_sub(self.acked);
         let recovery = self.loss.as_mut().and_then(|l| {
             l.sacked.shift(n);
@@ -541,19 +560,23 @@ impl Sender {
                 self.on_rtt(now.saturating_sub(at));
             }
         }
-        self.retire_frames(ack);
+        self.retire_frames(ack)
     }
-    /// Counts the frames whose messages are all before `ack` as acknowledged bytes.
+    /// Counts the frames whose messages are all before `ack` as acknowledged bytes;
+    /// returns how many bytes, and when the newest of those frames was sent (0: none).
     #[inline]
-    fn retire_frames(&mut self, ack: u32) {
-        while let Some(&(end, cum)) = self.frames_out.front() {
+    fn retire_frames(&mut self, ack: u32) -> (u64, u64) {
+        let (before, mut sent_at) = (self.bytes_acked, 0);
+        while let Some(&(end, cum, at)) = self.frames_out.front() {
             // (empty unless bulk frames are out: the in-order path skips this)
             if seq_lt(ack, end) {
                 break;
             }
             self.bytes_acked = cum;
+            sent_at = at;
             self.frames_out.pop_front();
         }
+        (self.bytes_acked - before, sent_at)
     }
     /// Queues the messages the selective bits show lost for resending; returns how many.
     ///
@@ -665,7 +688,7 @@ impl Sender {
         while self
             .frames_out
             .back()
-            .is_some_and(|&(end, _)| seq_lt(seq, end))
+            .is_some_and(|&(end, _, _)| seq_lt(seq, end))
         {
             self.frames_out.pop_back();
         }
@@ -919,6 +942,37 @@ mod tests {
     }
 
     #[test]
+    fn an_acknowledgement_reports_the_bytes_it_retired_and_a_clean_sample() {
+        let mut s = Sender::new(0, 1_000_000, 5).with_min_rto(1);
+        s.assign(6);
+        for (seq, at) in [(0, 100), (1, 200), (2, 300), (3, 400), (4, 500), (5, 600)] {
+            s.on_sent(seq, at);
+            assert_eq!(s.on_frame_sent(seq + 1, 4096, at), 4096);
+        }
+        // Frames 0 and 1 acknowledged at 1 200: the sample is the newer one's.
+        let a = s.on_ack(2, &SeqBits::default(), 1_200);
+        assert_eq!((a.bytes, a.rtt), (8192, 1_000));
+        // A hole (2 lost, 3 4 5 arrived): no sample from what is acknowledged behind
+        // it, but the bytes still leave the flight.
+        let mut sack = SeqBits::default();
+        for off in 0..3 {
+            sack.set(off);
+        }
+        let a = s.on_ack(2, &sack, 1_300);
+        assert_eq!((a.bytes, a.rtt, a.lost), (0, 0, 1));
+        let r = s.next_to_send().unwrap();
+        s.on_sent(r, 1_400);
+        let a = s.on_ack(6, &SeqBits::default(), 2_000);
+        assert_eq!((a.bytes, a.rtt), (4 * 4096, 0));
+        assert_eq!(s.bytes_in_flight(), 0);
+        // Small frames are not counted and give no sample.
+        s.assign(1);
+        s.on_sent(6, 2_100);
+        assert_eq!(s.on_frame_sent(7, 64, 2_100), 0);
+        assert_eq!(s.on_ack(7, &SeqBits::default(), 2_500).rtt, 0);
+    }
+
+    #[test]
     fn bulk_data_waits_for_the_peers_credit_and_the_configured_cap() {
         let mut s = Sender::new(0, 1_000, 5).with_max_bytes_in_flight(1 << 20);
         s.on_credit(8 * 9000); // the receiver grants 8 frames of 9000 bytes
@@ -926,7 +980,7 @@ mod tests {
         let mut frames = 0;
         while let Some(seq) = s.next_to_send() {
             s.on_sent(seq, 1);
-            s.on_frame_sent(seq + 1, 9000);
+            s.on_frame_sent(seq + 1, 9000, 1);
             frames += 1;
         }
         assert_eq!(frames, 8, "one frame per message of 9000 bytes, 8 granted");
@@ -935,10 +989,10 @@ mod tests {
         s.on_ack(2, &SeqBits::default(), 2);
         assert_eq!(s.next_to_send(), Some(8));
         s.on_sent(8, 3);
-        s.on_frame_sent(9, 9000);
+        s.on_frame_sent(9, 9000, 1);
         assert_eq!(s.next_to_send(), Some(9));
         s.on_sent(9, 3);
-        s.on_frame_sent(10, 9000);
+        s.on_frame_sent(10, 9000, 1);
         assert_eq!(s.next_to_send(), None);
         // A larger credit than the configured cap does not lift the cap; 0 changes
         // nothing.
@@ -952,7 +1006,7 @@ mod tests {
         for seq in 0..3 {
             assert_eq!(t.next_to_send(), Some(seq));
             t.on_sent(seq, 1);
-            t.on_frame_sent(seq + 1, 48);
+            t.on_frame_sent(seq + 1, 48, 1);
         }
     }
 

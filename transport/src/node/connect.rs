@@ -125,6 +125,11 @@ impl Node {
     pub(crate) fn remove_connection(&mut self, number: u32) -> Option<ConnContext> {
         let slot = self.conns.slot_of(number)?;
         let c = self.conns.remove(number)?;
+        if c.tx.bytes_in_flight() != 0 && self.cc.params.enabled {
+            // What it had in flight leaves its peer's.
+            self.cc.peer(c.peer).forget(c.tx.bytes_in_flight());
+            self.unpark(c.peer, self.now);
+        }
         if c.ready {
             // Off the ready list now: a connection that takes the slot is listed anew.
             self.ready.retain(|&s| s != slot);
@@ -707,8 +712,11 @@ impl Node {
         };
         let c = self.conns.get_mut(slot).expect("slot");
         if c.state.is_up() {
-            process_ack(c, ack, &SeqBits::default(), self.now);
+            let a = process_ack(c, ack, &SeqBits::default(), self.now);
             complete_ready(c);
+            if a.bytes != 0 && self.cc.params.enabled {
+                self.cc.peer(c.peer).forget(a.bytes);
+            }
         }
         fail_connection(c, None);
         c.state = ConnState::Closed;

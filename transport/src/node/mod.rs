@@ -39,6 +39,7 @@ use std::collections::{HashMap, VecDeque};
 use std::net::IpAddr;
 use std::sync::Arc;
 
+pub mod cc;
 pub mod conn;
 mod connect;
 mod link;
@@ -126,6 +127,8 @@ pub struct NodeConfig {
     /// ECN switch marks them CE instead of dropping; a receiver echoes the mark in its
     /// acknowledgements (`hflags::ECE`). Default on.
     pub ecn: bool,
+    /// Congestion control per peer node ([`cc`]): on by default.
+    pub cc: cc::CcConfig,
     /// Most connections this node accepts.
     pub max_connections: usize,
     /// Address registers in the node-wide file.
@@ -180,6 +183,7 @@ impl Default for NodeConfig {
             window: 4096,
             max_inflight_bytes: 1 << 20,
             ecn: true,
+            cc: cc::CcConfig::default(),
             max_connections: 4096,
             registers: 65536,
             instructions: 4096,
@@ -261,6 +265,50 @@ impl Node {
         v.sort_unstable_by_key(|c| c.number);
         v.truncate(max);
         (self.conns.len(), v)
+    }
+}
+
+/// One peer node's congestion state as a listing shows it (`deposit` telemetry's
+/// `/deposit/peers`, `ddperf --stats`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PeerSummary {
+    pub peer_ip: IpAddr,
+    /// Window and bytes in flight (first transmissions), bytes.
+    pub window: u64,
+    pub inflight: u64,
+    /// The pace, bytes per second (0: not paced: the window is two frames or more).
+    pub paced_rate: u64,
+    /// Smallest and smoothed round trips, nanoseconds (0: no sample yet).
+    pub base_rtt_ns: u64,
+    pub srtt_ns: u64,
+    /// Connections waiting for its window or pace.
+    pub parked: usize,
+    pub counters: cc::CcCounters,
+}
+
+impl Node {
+    /// Every peer node's congestion state (this shard's), in address order.
+    pub fn peer_summaries(&self) -> Vec<PeerSummary> {
+        let ns = |t: u64| (u128::from(t) * 1_000_000_000 / u128::from(self.hz.max(1))) as u64;
+        let mut v: Vec<PeerSummary> = self
+            .cc
+            .iter()
+            .map(|(id, p)| {
+                let (base, srtt) = p.rtts();
+                PeerSummary {
+                    peer_ip: self.nodes.get(id).map_or(IpAddr::from([0; 4]), |a| a.ip),
+                    window: p.window(),
+                    inflight: p.inflight,
+                    paced_rate: p.paced_rate(&self.cc.params),
+                    base_rtt_ns: ns(base),
+                    srtt_ns: ns(srtt),
+                    parked: p.parked.len(),
+                    counters: p.counters,
+                }
+            })
+            .collect();
+        v.sort_unstable_by_key(|p| p.peer_ip);
+        v
     }
 }
 
@@ -368,6 +416,17 @@ pub struct Node {
     owed_frames: u32,
     /// Ticks per second of the `now` the driver passes.
     pub(crate) hz: u64,
+    /// Each peer node's congestion window and pace (`NodeConfig::cc`).
+    pub(crate) cc: cc::CcTable,
+    /// Scratch lists: connections unparked, peers whose pace came.
+    unparked: Vec<u32>,
+    paced_due: Vec<NodeId>,
+    /// Receiver credit (RCCC): the peers that sent bulk data this period (a bit by
+    /// node), how many did in the last one, and when this one ends.
+    rx_seen: Vec<u64>,
+    rx_seen_now: u32,
+    rx_active: u32,
+    rx_period_end: u64,
     pub(crate) segment_max: u32,
     /// Largest payload of one message in a frame of `send::BULK_FRAME_BESIDE_HIGH` bytes.
     pub(crate) bulk_segment: u32,
@@ -513,7 +572,19 @@ impl Node {
         let ring = RingConsumer::new(cfg.submit_ring);
         let conns = ConnTable::with_capacity(cfg.max_connections);
         let neigh = crate::neigh::Neigh::new(cfg.neigh.clone(), cfg.local.ip, cfg.local.mac, hz);
+        // A peer's first window: one frame (an incast of many senders must not start
+        // with a burst of windows); it grows by proportion while the path shows no
+        // queue.
+        let params = cc::Params::new(&cfg.cc, hz, caps.max_frame, cfg.max_inflight_bytes);
+        let cc = cc::CcTable::new(params, caps.max_frame as u64);
         Node {
+            cc,
+            unparked: Vec::new(),
+            paced_due: Vec::new(),
+            rx_seen: Vec::new(),
+            rx_seen_now: 0,
+            rx_active: 0,
+            rx_period_end: 0,
             neigh,
             path_probes: Vec::new(),
             cfg,
@@ -702,7 +773,8 @@ impl Node {
             .next()
             .min(self.cm.next_timeout())
             .min(self.neigh.next_timeout())
-            .min(expiry.min(self.unconfirmed_probe));
+            .min(expiry.min(self.unconfirmed_probe))
+            .min(self.cc.next_pace());
         if self.held_frames.is_empty() && self.stranded.is_empty() {
             t
         } else {
@@ -755,6 +827,7 @@ impl Node {
             self.report_stranded();
         }
         self.run_timers(now);
+        self.run_pacing(now);
         self.expire_unconfirmed(now);
         if self.cm.next_timeout() <= now {
             self.cm.handle_timeout(now);
@@ -766,11 +839,46 @@ impl Node {
         }
     }
 
-    /// Our receive queue shared among the live connections: each peer may have this
-    /// many frames unacknowledged (at least 4).
+    /// The credits every acknowledgement grants (units of [`wire::CREDIT_UNIT`]): our
+    /// receive queue shared among the live connections (at least 4 frames each) and,
+    /// with congestion control, the receive budget shared among the peers that sent
+    /// bulk data in the last period (RCCC: a receiver of many senders grants each its
+    /// share of what it drains, so an incast is paced before a queue forms).
     pub(crate) fn credit_grant(&self) -> u16 {
         let n = self.conns.len().max(1);
-        (usize::from(self.caps.rx_desc) / n).clamp(4, usize::from(u16::MAX)) as u16
+        let frames = (usize::from(self.caps.rx_desc) / n).max(4) as u64;
+        let mut bytes = frames * u64::from(self.segment_max);
+        if self.cc.params.enabled {
+            let share = self.cfg.cc.receive_budget_bytes() / u64::from(self.rx_active.max(1));
+            bytes = bytes.min(share);
+        }
+        (bytes / wire::CREDIT_UNIT).clamp(1, u64::from(u16::MAX)) as u16
+    }
+
+    /// A bulk section from peer `id` arrived at `now`: it counts as sending in this
+    /// period. More senders than the last period's share the budget at once (an
+    /// incast's first frames shrink every grant); fewer, when the period ends.
+    #[inline]
+    pub(crate) fn saw_sender(&mut self, id: NodeId, now: u64) {
+        if now >= self.rx_period_end {
+            self.rx_active = self.rx_seen_now;
+            self.rx_seen.fill(0);
+            self.rx_seen_now = 0;
+            self.rx_period_end = now + self.cc.params.credit_period();
+            self.credits = self.credit_grant();
+        }
+        let (w, b) = (id.0 as usize / 64, id.0 % 64);
+        if w >= self.rx_seen.len() {
+            self.rx_seen.resize(w + 1, 0);
+        }
+        if self.rx_seen[w] & (1 << b) == 0 {
+            self.rx_seen[w] |= 1 << b;
+            self.rx_seen_now += 1;
+            if self.rx_seen_now > self.rx_active {
+                self.rx_active = self.rx_seen_now;
+                self.credits = self.credit_grant();
+            }
+        }
     }
 
     /// Turns fault injection on (or off with `None`) for the frames this node receives.

@@ -17,6 +17,7 @@ use crate::oplogic::{
     self, DropReason, EndpointAccess, Nak, Plan, RegContext, RemoteStatus, SeqPlan, TlbAccess,
     TokenEvent, Trap,
 };
+use crate::reliability::BDP_MIN_FRAME;
 use crate::reliability::{Arrival, SeqBits};
 use crate::secure::Refusal;
 use crate::tables::{EndpointTable, RegisterFile};
@@ -89,6 +90,9 @@ struct Intake {
     frame_desc: Option<[u8; COMPOUND_LEN]>,
     /// The selective part of the peer's acknowledgement, when the frame carries one.
     sack: SeqBits,
+    /// What the frame's acknowledgement did to what we sent (congestion control's
+    /// signals).
+    acked: crate::reliability::Acked,
 }
 
 /// Whether the frame's messages go on after one of them.
@@ -214,6 +218,7 @@ impl Node {
         if !conn.refusals.is_empty() {
             take_echo(conn, frame, &mut intake, &mut ex);
         }
+        let flight = conn.tx.bytes_in_flight();
         for msg in frame.messages() {
             if let Flow::Stop = take_message(conn, msg, &mut intake, &mut ex) {
                 break;
@@ -222,6 +227,11 @@ impl Node {
         if frame.header.flags & hflags::ACK != 0 {
             take_ack(conn, frame, &mut intake, &mut ex);
         }
+        let left = flight.saturating_sub(conn.tx.bytes_in_flight());
+        let peer = conn.peer;
+        // (What congestion control needs of the header, read while the view is here.)
+        let bulk = usize::from(frame.header.cells) * wire::CELL_LEN >= BDP_MIN_FRAME as usize;
+        let (ece, credits) = (frame.header.flags & hflags::ECE != 0, frame.header.credits);
         notify_host(conn, &intake);
         if intake.owe_ack {
             self.owed_frames = self.owed_frames.saturating_add(1);
@@ -229,6 +239,22 @@ impl Node {
                 conn.ack_pending = true;
                 self.ack_new.push(slot);
             }
+        }
+        if self.cc.params.enabled && bulk {
+            // A bulk section: its sender shares this receiver's budget (RCCC).
+            self.saw_sender(peer, now);
+        }
+        if self.cc.params.enabled && (left != 0 || intake.acked.lost != 0) {
+            // Acknowledged (or rewound: a receiver-not-ready NAK) bytes leave the
+            // peer's flight; the acknowledgement's signals go to its law.
+            let (params, a) = (self.cc.params, intake.acked);
+            let cc = self.cc.peer(peer);
+            cc.forget(left);
+            if credits != 0 {
+                cc.credit = u64::from(credits) * wire::CREDIT_UNIT;
+            }
+            cc.on_ack(&params, now, a.bytes, a.rtt, ece, a.lost != 0);
+            self.unpark(peer, now);
         }
         self.rearm(slot);
         if let Some(number) = confirmed {
@@ -554,9 +580,9 @@ fn take_echo(
 /// reply's acknowledgement may run now.
 #[inline]
 fn take_ack(conn: &mut ConnContext, frame: &FrameView<'_>, intake: &mut Intake, ex: &mut Exec<'_>) {
-    send::process_ack(conn, frame.header.ack, &intake.sack, ex.now);
+    intake.acked = send::process_ack(conn, frame.header.ack, &intake.sack, ex.now);
     conn.tx
-        .on_credit(u64::from(frame.header.credits) * u64::from(conn.segment_max));
+        .on_credit(u64::from(frame.header.credits) * wire::CREDIT_UNIT);
     if !conn.read_replies.is_empty() {
         let n = run_waiting(conn, ex);
         intake.owe_ack |= n.is_some();

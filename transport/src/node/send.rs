@@ -13,7 +13,7 @@ use crate::cq::CqShared;
 use crate::message;
 use crate::reliability::SeqBits;
 use crate::status::{DropReason, Nak, RemoteStatus};
-use crate::tables::{EndpointTable, NodeAddr, NodeTable};
+use crate::tables::{EndpointTable, NodeAddr, NodeId, NodeTable};
 use crate::wire::{self, hflags, op, ControlRepr, FrameWriter, TransportRepr, UnderlayRepr};
 use crate::wr::{Completion, Pending, Priority, WcStatus, Work, WrOpcode, WR_SIGNALED};
 
@@ -21,7 +21,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use super::link::Tagging;
-use super::{External, FrameBuf, Link, Node, Stats};
+use super::{cc, External, FrameBuf, Link, Node, Stats};
 
 impl Node {
     /// Sends one acknowledgement frame (with any NAKs) per connection that needs one.
@@ -253,6 +253,7 @@ impl Node {
     /// Returns false when the link took no more frames.
     pub fn transmit_data<L: Link>(&mut self, now: u64, link: &mut L) -> bool {
         self.take_submissions(now);
+        self.run_pacing(now);
         if !self.conns.high_slots().is_empty() && !self.transmit_high(now, link) {
             return false;
         }
@@ -278,11 +279,13 @@ impl Node {
             }
             let served = self.service_conn(link, slot, now, burst, Some(idx + 1));
             self.rearm(slot); // what it sent starts the retransmission timer
-            if !self.has_send_work(slot) {
+                              // A parked connection is listed again when its peer's window or pace
+                              // opens (`Node::unpark`).
+            if served == Served::Parked || !self.has_send_work(slot) {
                 finished |= self.unlist(slot);
             }
             match served {
-                Served::Done => {}
+                Served::Done | Served::Parked => {}
                 // Resume with this connection next turn (after the high ones).
                 Served::Yielded => {
                     next = idx;
@@ -498,6 +501,9 @@ impl Node {
             if link.full(high) {
                 return Served::PortFull;
             }
+            if self.cc.params.enabled && !self.cc_admits(slot, first, now) {
+                return Served::Parked;
+            }
             let bundle = bundle_from.filter(|_| !high && !beside_high);
             match self.send_data_frame(link, slot, first, high, beside_high, bundle, now) {
                 Built::Sent => {}
@@ -577,7 +583,8 @@ impl Node {
             return Built::Nothing;
         };
         let mut ext = Payloads::new(self.caps.external_min);
-        let (sent, bytes, resent) = fill_frame(conn, first, &mut w, &self.endpoints, now, &mut ext);
+        let (sent, bytes, resent, mut counted) =
+            fill_frame(conn, first, &mut w, &self.endpoints, now, &mut ext);
         if sent == 0 {
             return Built::Nothing;
         }
@@ -586,7 +593,7 @@ impl Node {
         let (peer, done) = (conn.dest(), conn.tx.next_to_send().is_none());
         self.stats.count_sent(sent, bytes, resent);
         if let Some(from) = bundle.filter(|_| done) {
-            self.bundle(&mut w, peer, from, now, &mut ext);
+            counted += self.bundle(&mut w, peer, from, now, &mut ext);
             self.ride_acks(&mut w, peer);
         }
         self.stats.cells_tx += w.frame_cells() as u64;
@@ -605,6 +612,12 @@ impl Node {
         if link.push(mbuf, high) {
             self.stats.frames_tx += 1;
         }
+        if self.cc.params.enabled {
+            let params = self.cc.params;
+            self.cc
+                .peer(peer.node)
+                .on_frame_sent(&params, now, len as u64, counted);
+        }
         for i in 0..self.bundled.len() {
             let s = self.bundled[i];
             self.rearm(s); // what went in the frame starts its retransmission timer
@@ -617,7 +630,9 @@ impl Node {
     /// that have messages to send, looking at up to [`BUNDLE_SCAN`] connections of the
     /// ready list from `from` on (a cell train across connections, docs/design.md §4): many
     /// connections with a few small messages each then share frames instead of each
-    /// costing one. The connections taken are left in `self.bundled`.
+    /// costing one. The connections taken are left in `self.bundled`. Returns the
+    /// bytes of first transmissions they added to the flight ([`cc`]). Nothing is
+    /// added while the peer's congestion window is full.
     fn bundle(
         &mut self,
         w: &mut FrameWriter<'_>,
@@ -625,7 +640,11 @@ impl Node {
         from: usize,
         now: u64,
         ext: &mut Payloads,
-    ) {
+    ) -> u64 {
+        let mut counted = 0;
+        if self.cc.params.enabled && self.cc.peer(peer.node).gate(now) != cc::Gate::Open {
+            return 0;
+        }
         let n = self.ready.len();
         for j in 0..n.min(BUNDLE_SCAN) {
             if !w.section_fits(1) {
@@ -650,13 +669,15 @@ impl Node {
             if !w.begin_section(&data_header(conn, first, self.credits), cells) {
                 continue;
             }
-            let (sent, bytes, resent) = fill_frame(conn, first, w, &self.endpoints, now, ext);
+            let (sent, bytes, resent, c) = fill_frame(conn, first, w, &self.endpoints, now, ext);
+            counted += c;
             seal(conn, w, &mut self.stats);
             took_ack(conn);
             self.stats.sections_tx += 1;
             self.stats.count_sent(sent, bytes, resent);
             self.bundled.push(slot);
         }
+        counted
     }
 }
 
@@ -686,6 +707,74 @@ enum Built {
 }
 
 impl Node {
+    /// Whether connection `slot` may put message `first` in a frame now as far as its
+    /// peer's congestion state goes: a retransmission always may (the window counts
+    /// first transmissions); a new message when the peer's window has room and its
+    /// pace allows. Otherwise the connection is parked on the peer.
+    #[inline]
+    fn cc_admits(&mut self, slot: usize, first: u32, now: u64) -> bool {
+        let Some(conn) = self.conns.get(slot) else {
+            return false;
+        };
+        if seq_lt(first, conn.tx_sent_high) {
+            return true;
+        }
+        // A lone small message (a ping-pong's, a credit write) is latency, not bulk: it
+        // is not counted in flight, and waits for no window (another connection's
+        // stalled bulk data must not hold it back).
+        if first.wrapping_add(1) == conn.tx.next_seq()
+            && u64::from(first_message_len(conn, first)) < crate::reliability::BDP_MIN_FRAME
+        {
+            return true;
+        }
+        let peer = conn.peer;
+        let cc = self.cc.peer(peer);
+        match cc.gate(now) {
+            cc::Gate::Open => true,
+            cc::Gate::Window => {
+                cc.counters.window_waits += 1;
+                self.cc.park(peer, slot, None);
+                false
+            }
+            cc::Gate::Until(t) => {
+                cc.counters.pace_waits += 1;
+                self.cc.park(peer, slot, Some(t));
+                false
+            }
+        }
+    }
+
+    /// Lists again the connections parked on peer `id` if its window and pace let
+    /// it send now.
+    pub(super) fn unpark(&mut self, id: NodeId, now: u64) {
+        let Some(cc) = self.cc.get(id) else {
+            return;
+        };
+        if cc.parked.is_empty() || cc.gate(now) != cc::Gate::Open {
+            return;
+        }
+        let mut slots = std::mem::take(&mut self.unparked);
+        self.cc.unpark(id, &mut slots);
+        for s in slots.drain(..) {
+            self.schedule(s as usize);
+        }
+        self.unparked = slots;
+    }
+
+    /// Peers whose pace came by `now`: their parked connections are listed again.
+    #[inline]
+    pub(super) fn run_pacing(&mut self, now: u64) {
+        if self.cc.next_pace() > now {
+            return;
+        }
+        let mut due = std::mem::take(&mut self.paced_due);
+        self.cc.due(now, &mut due);
+        for id in due.drain(..) {
+            self.unpark(id, now);
+        }
+        self.paced_due = due;
+    }
+
     /// Whether the frames of a connection of `priority` take the link's high-priority
     /// queue (a high-priority connection, on a link that has one).
     #[inline]
@@ -737,6 +826,9 @@ enum Served {
     PortFull,
     /// A high-priority connection has work: low-priority sending stops for this turn.
     Yielded,
+    /// Its peer's congestion window or pace is shut: it waits on the peer
+    /// ([`cc::CcTable::park`]) off the ready list.
+    Parked,
 }
 
 /// An acknowledgement frame of `conn` started in `mbuf` (up to `max` bytes): its
@@ -980,7 +1072,7 @@ fn admit_one(
 
 /// Puts a run of consecutive messages from `first` on into the frame (retransmissions
 /// the reliability state asks for, then new ones); returns (messages, payload bytes,
-/// retransmitted messages).
+/// retransmitted messages, bytes added to the connection's flight).
 fn fill_frame(
     conn: &mut ConnContext,
     first: u32,
@@ -988,9 +1080,9 @@ fn fill_frame(
     endpoints: &EndpointTable,
     now: u64,
     ext: &mut Payloads,
-) -> (u32, u64, u32) {
+) -> (u32, u64, u32, u64) {
     let Some((mut idx, mut seg)) = conn.locate(first) else {
-        return (0, 0, 0);
+        return (0, 0, 0, 0);
     };
     let mut run = Run {
         new_end: first,
@@ -1048,8 +1140,8 @@ fn fill_frame(
             seg = 0;
         }
     }
-    conn.tx.on_frame_sent(run.new_end, run.new_bytes);
-    (run.sent, run.bytes, run.resent)
+    let counted = conn.tx.on_frame_sent(run.new_end, run.new_bytes, now);
+    (run.sent, run.bytes, run.resent, counted)
 }
 
 /// The payload a frame takes by reference to endpoint memory, if any (one per frame:
@@ -1161,12 +1253,17 @@ pub(super) fn apply_nak(conn: &mut ConnContext, seq: u32, code: u32, now: u64, s
 
 /// An acknowledgement from the peer: everything before `ack` arrived and ran, and the
 /// messages in `sack` (beyond it) arrived.
-pub(crate) fn process_ack(conn: &mut ConnContext, ack: u32, sack: &SeqBits, now: u64) {
-    let before = conn.tx.acked();
-    conn.tx.on_ack(ack, sack, now);
-    if conn.tx.acked() != before {
+pub(crate) fn process_ack(
+    conn: &mut ConnContext,
+    ack: u32,
+    sack: &SeqBits,
+    now: u64,
+) -> crate::reliability::Acked {
+    let acked = conn.tx.on_ack(ack, sack, now);
+    if acked.to != acked.from {
         conn.rnr_retries = 0;
     }
+    acked
 }
 
 /// Completes, in posting order, the requests that are acknowledged and ready.

@@ -279,6 +279,16 @@ impl Node {
                 Timeout::GiveUp => fail_connection(conn, Some(WcStatus::RetryExceeded)),
                 Timeout::Retransmit => {
                     self.stats.timeouts += 1;
+                    // As after TCP's timeout, what the connection had out no longer
+                    // counts in flight (its later acknowledgements find the count at
+                    // zero at worst): a connection that stalls must not hold the
+                    // peer's window for the others.
+                    let (params, peer, out) =
+                        (self.cc.params, conn.peer, conn.tx.bytes_in_flight());
+                    let cc = self.cc.peer(peer);
+                    cc.on_timeout(&params);
+                    cc.forget(out);
+                    self.unpark(peer, now);
                     self.try_new_path(slot, now);
                 }
                 Timeout::Idle => {}

@@ -222,7 +222,8 @@ pub struct TransportRepr {
     pub seq: u32,
     /// Cumulative acknowledgement (valid when `flags` has [`hflags::ACK`]).
     pub ack: u32,
-    /// Credits granted to the receiver of this frame.
+    /// Credits granted to the receiver of this frame, in units of
+    /// [`super::CREDIT_UNIT`] bytes.
     pub credits: u16,
     /// Low 16 bits of the sender's send base (see the module doc).
     pub acked: u16,
@@ -287,7 +288,7 @@ mod tests {
 
     #[rustfmt::skip]
     const BYTES: [u8; 32] = [
-        0x0e, 0x01, 0x00, 0x03,                         // version 14, ACK, 3 cells
+        0x0f, 0x01, 0x00, 0x03,                         // version 15, ACK, 3 cells
         0x00, 0x00, 0x01, 0x02,                         // dst conn 258
         0x01, 0x23, 0x45, 0x67, 0x89, 0xab, 0xcd, 0xef, // key
         0x00, 0x00, 0x00, 0x2a,                         // seq 42

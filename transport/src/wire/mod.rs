@@ -112,7 +112,9 @@
 //! every section is sealed ends with a zero trailer, not its CRC32C; 13: the Noise IK
 //! handshake in connect requests and replies, the listener's identity key in the
 //! challenge, authenticated REJECT and DISCONNECT messages, `crate::handshake`; 14:
-//! read tokens, [`op::TOKEN_READ`]).
+//! read tokens, [`op::TOKEN_READ`], and the ECN echo, [`hflags::ECE`]; 15: credits
+//! count bytes in units of [`CREDIT_UNIT`], not frames, so that a receiver can grant
+//! less than a frame to each of many senders).
 //!
 //! # Neighbour traffic
 //!
@@ -157,7 +159,11 @@ pub use kind::{classify, FrameKind};
 pub use underlay::{UnderlayPacket, UnderlayRepr};
 
 /// Transport protocol version carried in byte 0 of the transport header.
-pub const VERSION: u8 = 14;
+pub const VERSION: u8 = 15;
+/// Bytes per credit (the transport header's `credits`): a receiver grants the
+/// receiver of its frame `credits × CREDIT_UNIT` bytes of bulk data unacknowledged on
+/// the connection (at most 4 MiB; 0: no grant said).
+pub const CREDIT_UNIT: u64 = 64;
 /// UDP destination port of every deposit frame.
 pub const UDP_PORT: u16 = 18515;
 /// Ethernet II (14) + IPv4 without options (20) + UDP (8).
@@ -396,6 +402,6 @@ mod tests {
         let e = WireError::BadUdpPort(80);
         assert_eq!(e.to_string(), "UDP destination port 80 is not 18515");
         let e = WireError::BadVersion(6);
-        assert_eq!(e.to_string(), "transport version 6 is not 14");
+        assert_eq!(e.to_string(), "transport version 6 is not 15");
     }
 }
