@@ -15,6 +15,7 @@ use common::*;
 use deposit_transport::cm::ConnectOptions;
 use deposit_transport::connection::CqShared;
 use deposit_transport::neigh::NeighConfig;
+use deposit_transport::node::cc::CcConfig;
 use deposit_transport::node::NodeConfig;
 use deposit_transport::sim::fabric::{ecn, set_ecn, FlowKey, FlowStats, CE, ECT0};
 use deposit_transport::sim::{
@@ -35,7 +36,8 @@ fn fabric_network(
 }
 
 /// [`fabric_network`] with the nodes' data frames ECN-capable or not
-/// (`NodeConfig::ecn`).
+/// (`NodeConfig::ecn`). These are tests of the fabric: the nodes' congestion control
+/// is off, so that queues fill, drop and mark (its own tests are in `sim_cc.rs`).
 fn fabric_network_ecn(
     n: usize,
     fab: &FabricConfig,
@@ -46,6 +48,10 @@ fn fabric_network_ecn(
     let cfg = NodeConfig {
         max_connections: 64,
         ecn,
+        cc: CcConfig {
+            enabled: false,
+            ..CcConfig::default()
+        },
         ..NodeConfig::default()
     };
     let mut net = Network::with_fabric(n, &cfg, LinkConfig::default(), fab, seed);

@@ -155,9 +155,11 @@ pub struct PeerCc {
     achieved: u64,
     qa_end: u64,
     qa_loss: bool,
-    /// What the peer's receiver grants (bytes, its latest credit; `u64::MAX`: none
-    /// said): the window used is the smaller of this and `cwnd`.
-    pub credit: u64,
+    /// What the peer's receiver grants (bytes per credit period, its latest credit;
+    /// `u64::MAX`: none said), and the window that rate makes over this path's round
+    /// trip and a target: the window used is the smaller of this and `cwnd`.
+    credit: u64,
+    credit_window: f64,
     /// Paced: no frame before this.
     next_send: u64,
     /// On the pacing queue until this time (0: not on it).
@@ -241,6 +243,7 @@ impl PeerCc {
             qa_end: 0,
             qa_loss: false,
             credit: u64::MAX,
+            credit_window: f64::MAX,
             next_send: 0,
             queued_until: 0,
             parked: Vec::new(),
@@ -253,10 +256,28 @@ impl PeerCc {
         self.effective() as u64
     }
 
-    /// The law's window and the receiver's credit, the smaller.
+    /// The law's window and the receiver's credit's, the smaller.
     #[inline]
     fn effective(&self) -> f64 {
-        self.cwnd.min(self.credit as f64)
+        self.cwnd.min(self.credit_window)
+    }
+
+    /// The receiver's credit, `bytes` per credit period ([`Params::credit_period_of_rate`],
+    /// what a receiver of many senders shares out is a rate: RCCC): over this path's
+    /// base round trip and a target that rate keeps `bytes × (base + target) /
+    /// period` in flight, whatever the path's length.
+    pub fn on_credit(&mut self, p: &Params, bytes: u64) {
+        if bytes == self.credit {
+            return;
+        }
+        self.credit = bytes;
+        let base = if self.base_rtt == 0 {
+            p.target
+        } else {
+            self.base_rtt
+        };
+        let per = p.credit_period_of_rate() as f64;
+        self.credit_window = bytes as f64 * (base + p.target) as f64 / per;
     }
 
     /// Smallest and smoothed round trips, ticks (0: no sample yet).
@@ -279,8 +300,10 @@ impl PeerCc {
     /// the law's window over the smoothed round trip.
     #[inline]
     fn pace(&self, p: &Params) -> (f64, u64) {
-        if (self.credit as f64) <= self.cwnd {
-            (self.credit as f64, p.credit_period_of_rate())
+        if self.credit_window <= self.cwnd {
+            // The credit's rate, spread so as to keep its window.
+            let per = self.credit_window / self.credit as f64 * p.credit_period_of_rate() as f64;
+            (self.credit_window, per as u64)
         } else {
             (self.cwnd, self.period(p))
         }
@@ -329,7 +352,10 @@ impl PeerCc {
         self.counters.marks += u64::from(ece);
         let delay = (rtt != 0).then(|| self.sample(rtt));
         self.achieved += bytes;
-        if lost {
+        if lost && self.congested(p) {
+            // A loss on a path that shows a queue: the network dropped. (Losses on an
+            // empty path — corruption, a lossy link — say nothing of congestion, and
+            // shrinking for them would starve the connection.)
             self.qa_loss = true;
         }
         if self.quick_adapt(p, now, delay) {
@@ -372,7 +398,9 @@ impl PeerCc {
         if self.acked_since as f64 >= ADJUST_FRAMES as f64 * p.mss
             || now.saturating_sub(self.last_adjust) >= period
         {
-            self.cwnd += self.inc / self.cwnd;
+            // At most doubling per adjustment (the first sample of a path comes with
+            // no queue, and all it says is that the path was empty).
+            self.cwnd += (self.inc / self.cwnd).min(self.cwnd);
             self.inc = 0.0;
             self.acked_since = 0;
             self.last_adjust = now;
@@ -446,13 +474,20 @@ impl PeerCc {
         done
     }
 
-    /// A retransmission timeout on a connection to the peer: what it carried in the
-    /// last period is all the path took.
+    /// A retransmission timeout on a connection to the peer: on a congested path the
+    /// window halves and quick adapt follows (what the path carried in the period is
+    /// all it takes).
     pub fn on_timeout(&mut self, p: &Params) {
-        if p.enabled {
+        if p.enabled && self.congested(p) {
             self.qa_loss = true;
             self.cwnd = (self.cwnd / 2.0).max(p.min_window());
         }
+    }
+
+    /// Whether the path shows congestion: the smoothed queueing delay above the
+    /// target.
+    fn congested(&self, p: &Params) -> bool {
+        self.avg_delay > p.target as f64
     }
 
     fn bound(&mut self, p: &Params) {
@@ -659,13 +694,22 @@ mod tests {
         let mut cc = PeerCc::new(&p, 128 << 10);
         let mut now = 1;
         acks(&mut cc, &p, &mut now, 1, 5_000, false);
-        // A period in which only 8 KiB was acknowledged, and a loss.
+        // A loss on an empty path (corruption): nothing changes.
         now += 30_000;
         cc.on_ack(&p, now, 4096, 0, false, true);
-        cc.on_ack(&p, now + 1, 4096, 0, false, false);
         now += 30_000;
         cc.on_ack(&p, now, 4096, 0, false, false);
-        assert!(cc.window() <= 12 << 10, "{}", cc.window());
+        assert!(cc.window() >= 128 << 10 && cc.counters.quick_adapts == 0);
+        // A queue builds (20 µs above the 5 µs base, unmarked), then a period in which
+        // only 8 KiB was acknowledged, and a loss.
+        acks(&mut cc, &p, &mut now, 30, 25_000, false);
+        let before = cc.window();
+        now += 60_000;
+        cc.on_ack(&p, now, 4096, 0, false, true);
+        cc.on_ack(&p, now + 1, 4096, 0, false, false);
+        now += 60_000;
+        cc.on_ack(&p, now, 4096, 0, false, false);
+        assert!(cc.window() < before / 2, "{before} -> {}", cc.window());
         assert_eq!(cc.counters.quick_adapts, 1);
     }
 

@@ -116,8 +116,13 @@ impl Node {
 
     /// Adds a connection: its timer armed, the credits shared out again.
     fn insert_connection(&mut self, c: ConnContext) {
+        let peer = c.peer;
         let slot = self.conns.insert(c);
-        self.credits = self.credit_grant();
+        self.count_peer_conn(peer, true);
+        // Until a period shows who sends, every peer may (RCCC's new senders start on
+        // a share): an incast's first frames then come paced.
+        self.rx_active = self.rx_active.max(self.peers_live);
+        self.set_credits();
         self.rearm(slot);
     }
 
@@ -125,6 +130,7 @@ impl Node {
     pub(crate) fn remove_connection(&mut self, number: u32) -> Option<ConnContext> {
         let slot = self.conns.slot_of(number)?;
         let c = self.conns.remove(number)?;
+        self.count_peer_conn(c.peer, false);
         if c.tx.bytes_in_flight() != 0 && self.cc.params.enabled {
             // What it had in flight leaves its peer's.
             self.cc.peer(c.peer).forget(c.tx.bytes_in_flight());
@@ -154,7 +160,7 @@ impl Node {
         if let Some(w) = c.owned_regs {
             let _ = self.regs.free(w);
         }
-        self.credits = self.credit_grant();
+        self.set_credits();
         if Arc::strong_count(&c.shared) > 1 {
             self.departed.push(c.shared.clone());
         }

@@ -268,6 +268,46 @@ impl Node {
     }
 }
 
+/// The credits a node grants (units of [`wire::CREDIT_UNIT`], see
+/// [`Node::credit_grant`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct CreditShare {
+    /// A peer's only connection's.
+    one: u16,
+    /// Each connection's share of the receive queue.
+    desc: u16,
+    /// Each peer's share of the receive budget (RCCC).
+    peer: u32,
+    /// Peers with more than one connection (their connections split the share).
+    multi: u32,
+}
+
+impl Default for CreditShare {
+    fn default() -> Self {
+        CreditShare {
+            one: u16::MAX,
+            desc: u16::MAX,
+            peer: u32::MAX,
+            multi: 0,
+        }
+    }
+}
+
+impl CreditShare {
+    /// What a connection to peer `id` grants, `conns` counting each peer's
+    /// connections.
+    #[inline]
+    pub(crate) fn for_peer(&self, conns: &[u32], id: NodeId) -> u16 {
+        if self.multi == 0 {
+            return self.one;
+        }
+        match conns.get(id.0 as usize).copied().unwrap_or(0) {
+            0 | 1 => self.one,
+            k => (self.peer / k).clamp(1, u32::from(self.desc)) as u16,
+        }
+    }
+}
+
 /// One peer node's congestion state as a listing shows it (`deposit` telemetry's
 /// `/deposit/peers`, `ddperf --stats`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -425,7 +465,7 @@ pub struct Node {
     /// node), how many did in the last one, and when this one ends.
     rx_seen: Vec<u64>,
     rx_seen_now: u32,
-    rx_active: u32,
+    pub(crate) rx_active: u32,
     rx_period_end: u64,
     pub(crate) segment_max: u32,
     /// Largest payload of one message in a frame of `send::BULK_FRAME_BESIDE_HIGH` bytes.
@@ -475,9 +515,20 @@ pub struct Node {
     /// the application polls room free (`Node::report_stranded`). Never dropped while
     /// the application holds the queue.
     pub(crate) stranded: send::Stranded,
-    /// Frames of our receive queue each connection's peer may have unacknowledged
-    /// (advertised in every header; recomputed at the timer tick).
+    /// What each connection's peer may have unacknowledged towards us (units of
+    /// [`wire::CREDIT_UNIT`], advertised in every header; see
+    /// [`Node::credit_grant`]): the grant of a peer's only connection, and the shares
+    /// of a peer's several connections.
     pub(crate) credits: u16,
+    pub(crate) share: CreditShare,
+    /// Connections to each peer node (by its number): a peer's share of the receive
+    /// budget is split among its connections, and summed back at its sender.
+    pub(crate) peer_conns: Vec<u32>,
+    /// Peers with a connection, and with more than one.
+    pub(crate) peers_live: u32,
+    /// The least grant every live connection was told since the credits last grew
+    /// (see [`Node::set_credits`]).
+    credits_told: u16,
     /// Where a secure connection's sealed cells are opened (a frame's worth).
     opened: Vec<u8>,
     /// Connections accepted here whose peer has not yet shown that it finished the
@@ -572,11 +623,11 @@ impl Node {
         let ring = RingConsumer::new(cfg.submit_ring);
         let conns = ConnTable::with_capacity(cfg.max_connections);
         let neigh = crate::neigh::Neigh::new(cfg.neigh.clone(), cfg.local.ip, cfg.local.mac, hz);
-        // A peer's first window: one frame (an incast of many senders must not start
-        // with a burst of windows); it grows by proportion while the path shows no
-        // queue.
+        // A peer's first window: the ceiling, as RDMA and NSCC start at line rate (an
+        // incast's first round trip is held by the receivers' credits, which count
+        // every connection as a sender until a period shows otherwise).
         let params = cc::Params::new(&cfg.cc, hz, caps.max_frame, cfg.max_inflight_bytes);
-        let cc = cc::CcTable::new(params, caps.max_frame as u64);
+        let cc = cc::CcTable::new(params, cfg.max_inflight_bytes);
         Node {
             cc,
             unparked: Vec::new(),
@@ -632,6 +683,10 @@ impl Node {
             departed: Vec::new(),
             stranded: send::Stranded::new(),
             credits: u16::MAX,
+            credits_told: u16::MAX,
+            share: CreditShare::default(),
+            peer_conns: Vec::new(),
+            peers_live: 0,
         }
     }
 
@@ -844,15 +899,67 @@ impl Node {
     /// with congestion control, the receive budget shared among the peers that sent
     /// bulk data in the last period (RCCC: a receiver of many senders grants each its
     /// share of what it drains, so an incast is paced before a queue forms).
-    pub(crate) fn credit_grant(&self) -> u16 {
+    ///
+    /// Returns the grant of a peer's only connection; [`Node::share`] keeps what a
+    /// peer of several connections grants each (its share split among them).
+    pub(crate) fn credit_grant(&mut self) -> u16 {
         let n = self.conns.len().max(1);
         let frames = (usize::from(self.caps.rx_desc) / n).max(4) as u64;
-        let mut bytes = frames * u64::from(self.segment_max);
-        if self.cc.params.enabled {
-            let share = self.cfg.cc.receive_budget_bytes() / u64::from(self.rx_active.max(1));
-            bytes = bytes.min(share);
+        let desc = frames * u64::from(self.segment_max) / wire::CREDIT_UNIT;
+        let peer = if self.cc.params.enabled {
+            self.cfg.cc.receive_budget_bytes()
+                / u64::from(self.rx_active.max(1))
+                / wire::CREDIT_UNIT
+        } else {
+            u64::MAX
+        };
+        let units = |u: u64| u.clamp(1, u64::from(u16::MAX)) as u16;
+        self.share = CreditShare {
+            one: units(desc.min(peer)),
+            desc: units(desc),
+            peer: peer.min(u64::from(u32::MAX)) as u32,
+            multi: self.share.multi,
+        };
+        self.share.one
+    }
+
+    /// Counts connection to (`up`) or from (`!up`) peer `id` going.
+    pub(crate) fn count_peer_conn(&mut self, id: NodeId, up: bool) {
+        let i = id.0 as usize;
+        if i >= self.peer_conns.len() {
+            self.peer_conns.resize(i + 1, 0);
         }
-        (bytes / wire::CREDIT_UNIT).clamp(1, u64::from(u16::MAX)) as u16
+        let k = &mut self.peer_conns[i];
+        if up {
+            *k += 1;
+            self.peers_live += u32::from(*k == 1);
+            self.share.multi += u32::from(*k == 2);
+        } else {
+            *k = k.saturating_sub(1);
+            self.peers_live -= u32::from(*k == 0);
+            self.share.multi -= u32::from(*k == 1);
+        }
+    }
+
+    /// The credits shared out again ([`Node::credit_grant`]). When they fell to half
+    /// of what the connections were last all told, every live connection owes an
+    /// acknowledgement to carry them: a peer that last heard a larger grant (a
+    /// connection made before many others) must not start a burst on it.
+    pub(crate) fn set_credits(&mut self) {
+        let grant = self.credit_grant();
+        if u32::from(grant) * 2 <= u32::from(self.credits_told) {
+            for s in 0..self.conns.slots() {
+                if let Some(c) = self.conns.get_mut(s) {
+                    if c.state.is_up() && !c.ack_pending {
+                        c.ack_pending = true;
+                        self.ack_new.push(s);
+                    }
+                }
+            }
+            self.credits_told = grant;
+        }
+        self.credits_told = self.credits_told.max(grant);
+        self.credits = grant;
     }
 
     /// A bulk section from peer `id` arrived at `now`: it counts as sending in this
@@ -861,11 +968,15 @@ impl Node {
     #[inline]
     pub(crate) fn saw_sender(&mut self, id: NodeId, now: u64) {
         if now >= self.rx_period_end {
-            self.rx_active = self.rx_seen_now;
+            // A period in which nobody sent (an idle spell) says nothing of how many
+            // will: the last count stands.
+            if self.rx_seen_now != 0 {
+                self.rx_active = self.rx_seen_now;
+            }
             self.rx_seen.fill(0);
             self.rx_seen_now = 0;
             self.rx_period_end = now + self.cc.params.credit_period();
-            self.credits = self.credit_grant();
+            self.set_credits();
         }
         let (w, b) = (id.0 as usize / 64, id.0 % 64);
         if w >= self.rx_seen.len() {
@@ -876,7 +987,7 @@ impl Node {
             self.rx_seen_now += 1;
             if self.rx_seen_now > self.rx_active {
                 self.rx_active = self.rx_seen_now;
-                self.credits = self.credit_grant();
+                self.set_credits();
             }
         }
     }

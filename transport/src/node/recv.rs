@@ -72,6 +72,11 @@ struct Exec<'a> {
     queues: &'a [Option<super::EndpointQueues>],
     stats: &'a mut Stats,
     segment_max: u32,
+    /// What the peer's credit is multiplied by for this connection's own cap: with
+    /// congestion control the peer's receiver grants the peer a share that its
+    /// connections split (the peer's window holds the sum), without it each
+    /// connection its share of the receive queue.
+    credit_scale: u64,
     now: u64,
 }
 
@@ -194,6 +199,13 @@ impl Node {
                 .heard
                 .store(true, std::sync::atomic::Ordering::Relaxed);
         }
+        let credit_scale = if self.cc.params.enabled {
+            self.peer_conns
+                .get(conn.peer.0 as usize)
+                .map_or(1, |&k| u64::from(k.max(1)))
+        } else {
+            1
+        };
         let mut ex = Exec {
             endpoints: &self.endpoints,
             regs: &mut self.regs,
@@ -203,6 +215,7 @@ impl Node {
             queues: &self.event_queues,
             stats: &mut self.stats,
             segment_max: self.segment_max,
+            credit_scale,
             now,
         };
         // A liveness probe asks for an acknowledgement whatever the frame carries.
@@ -247,11 +260,11 @@ impl Node {
         if self.cc.params.enabled && (left != 0 || intake.acked.lost != 0) {
             // Acknowledged (or rewound: a receiver-not-ready NAK) bytes leave the
             // peer's flight; the acknowledgement's signals go to its law.
-            let (params, a) = (self.cc.params, intake.acked);
+            let (params, a, k) = (self.cc.params, intake.acked, credit_scale);
             let cc = self.cc.peer(peer);
             cc.forget(left);
             if credits != 0 {
-                cc.credit = u64::from(credits) * wire::CREDIT_UNIT;
+                cc.on_credit(&params, u64::from(credits) * wire::CREDIT_UNIT * k);
             }
             cc.on_ack(&params, now, a.bytes, a.rtt, ece, a.lost != 0);
             self.unpark(peer, now);
@@ -373,6 +386,7 @@ impl Node {
             queues: &self.event_queues,
             stats: &mut self.stats,
             segment_max: self.segment_max,
+            credit_scale: 1,
             now,
         };
         conn.state = ConnState::Normal;
@@ -582,7 +596,7 @@ fn take_echo(
 fn take_ack(conn: &mut ConnContext, frame: &FrameView<'_>, intake: &mut Intake, ex: &mut Exec<'_>) {
     intake.acked = send::process_ack(conn, frame.header.ack, &intake.sack, ex.now);
     conn.tx
-        .on_credit(u64::from(frame.header.credits) * wire::CREDIT_UNIT);
+        .on_credit(u64::from(frame.header.credits) * wire::CREDIT_UNIT * ex.credit_scale);
     if !conn.read_replies.is_empty() {
         let n = run_waiting(conn, ex);
         intake.owe_ack |= n.is_some();

@@ -85,7 +85,8 @@ impl Node {
         // the first left out.
         let room = wire::max_cells(max) - seal_len(conn) as usize / wire::CELL_LEN;
         let told = conn.refusals.len().min(room);
-        let (local, nodes, credits) = (&self.cfg.local, &self.nodes, self.credits);
+        let credits = self.share.for_peer(&self.peer_conns, conn.peer);
+        let (local, nodes) = (&self.cfg.local, &self.nodes);
         let (tag, pcp) = (super::link::Tagging::of(&self.cfg), pcp_of(conn.priority));
         let Some(mut w) = ack_frame(&mut mbuf, tag, max, conn, local, nodes, credits, 0, told)
         else {
@@ -161,8 +162,8 @@ impl Node {
         if !eligible {
             return true;
         }
-        let credits = self.credits;
         let conn = self.conns.get_mut(slot).expect("eligible slot");
+        let credits = self.share.for_peer(&self.peer_conns, conn.peer);
         let sack = sack_cells(conn).count();
         if !w.begin_section(&ack_header(conn, credits), sack) {
             return false;
@@ -192,7 +193,8 @@ impl Node {
                 break;
             };
             let max = self.caps.max_frame;
-            let (local, nodes, credits) = (&self.cfg.local, &self.nodes, self.credits);
+            let credits = self.share.for_peer(&self.peer_conns, conn.peer);
+            let (local, nodes) = (&self.cfg.local, &self.nodes);
             let (tag, pcp) = (super::link::Tagging::of(&self.cfg), pcp_of(conn.priority));
             let extra = hflags::ACK_REQ;
             let Some(mut w) = ack_frame(&mut mbuf, tag, max, conn, local, nodes, credits, extra, 0)
@@ -576,7 +578,11 @@ impl Node {
         if self.cfg.ecn {
             underlay.traffic_class |= ECT0;
         }
-        let hdr = data_header(conn, first, self.credits);
+        let hdr = data_header(
+            conn,
+            first,
+            self.share.for_peer(&self.peer_conns, conn.peer),
+        );
         let (tag, pcp) = (super::link::Tagging::of(&self.cfg), pcp_of(conn.priority));
         let room = tag.room(&mut mbuf, max);
         let Ok(mut w) = FrameWriter::new(room, &underlay, &hdr) else {
@@ -666,7 +672,8 @@ impl Node {
                 continue;
             };
             let cells = wire::cells_for(first_message_len(conn, first));
-            if !w.begin_section(&data_header(conn, first, self.credits), cells) {
+            let credits = self.share.for_peer(&self.peer_conns, conn.peer);
+            if !w.begin_section(&data_header(conn, first, credits), cells) {
                 continue;
             }
             let (sent, bytes, resent, c) = fill_frame(conn, first, w, &self.endpoints, now, ext);

@@ -255,6 +255,13 @@ impl Network {
                     external_min: link.external_min,
                 };
                 let mut c = cfg.clone();
+                if let Some(f) = fabric {
+                    // The port's line rate is its link's, as a DPDK port reads its
+                    // link's speed (unless the configuration named one).
+                    if c.cc.line_rate_mbps == crate::node::cc::CcConfig::default().line_rate_mbps {
+                        c.cc.line_rate_mbps = (f.host_link.rate_bps / 1_000_000).max(1);
+                    }
+                }
                 // Every host a node of its own: its own identity key.
                 c.identity =
                     Arc::new(crate::identity::Identity::generate().expect("the OS random source"));
@@ -318,7 +325,7 @@ impl Network {
     pub fn set_rx_desc(&mut self, h: usize, n: u16) {
         let node = &mut self.hosts[h].node;
         node.caps.rx_desc = n;
-        node.credits = node.credit_grant();
+        node.set_credits();
     }
 
     /// Drops the frames `f` returns true for (until replaced or cleared with `None`).
