@@ -557,10 +557,16 @@ impl CcTable {
             peer.parked.push(slot as u32);
         }
         if let Some(t) = until {
-            if peer.queued_until != t {
-                peer.queued_until = t;
-                self.paced.push(Reverse((t, id.0)));
-            }
+            self.wait_for(id, t);
+        }
+    }
+
+    /// Puts peer `id` (whose connections are parked) on the pacing queue for `until`.
+    pub fn wait_for(&mut self, id: NodeId, until: u64) {
+        let peer = self.peer(id);
+        if peer.queued_until != until {
+            peer.queued_until = until;
+            self.paced.push(Reverse((until, id.0)));
         }
     }
 

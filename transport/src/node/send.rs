@@ -757,8 +757,15 @@ impl Node {
         let Some(cc) = self.cc.get(id) else {
             return;
         };
-        if cc.parked.is_empty() || cc.gate(now) != cc::Gate::Open {
+        if cc.parked.is_empty() {
             return;
+        }
+        match cc.gate(now) {
+            cc::Gate::Open => {}
+            cc::Gate::Window => return,
+            // The pace moved on since the connections were parked (a retransmission
+            // or a lone small message went meanwhile): wait for it.
+            cc::Gate::Until(t) => return self.cc.wait_for(id, t),
         }
         let mut slots = std::mem::take(&mut self.unparked);
         self.cc.unpark(id, &mut slots);
