@@ -218,9 +218,15 @@ impl Params {
         4 * self.target
     }
 
-    /// The least window: a sixty-fourth of a frame (paced one frame per 64 round
-    /// trips at worst).
+    /// The law's least window: a frame (NSCC's; below that only a receiver's credit
+    /// goes, which paces many senders each under a frame per round trip).
     fn min_window(&self) -> f64 {
+        self.mss
+    }
+
+    /// The least window a pace is spread over: a sixty-fourth of a frame (a frame
+    /// per 64 credit periods at worst).
+    fn min_pace_window(&self) -> f64 {
         self.mss / 64.0
     }
 }
@@ -327,11 +333,13 @@ impl PeerCc {
     /// (counted in flight). Under a window of two frames the peer is paced: the next
     /// may go a round trip's share later (`bytes / window` round trips).
     #[inline]
-    pub fn on_frame_sent(&mut self, p: &Params, now: u64, bytes: u64, new: u64) {
+    pub fn on_frame_sent(&mut self, p: &Params, now: u64, bytes: u64, new: u64, paced: bool) {
         self.inflight += new;
         let (w, per) = self.pace(p);
-        if w < 2.0 * p.mss && bytes > 0 {
-            let gap = bytes as f64 * per as f64 / w.max(p.min_window());
+        // (Only frames the gate let through move the pace, `paced`: a retransmission
+        // or a lone small message that went past it must not push new data back.)
+        if w < 2.0 * p.mss && paced && bytes > 0 {
+            let gap = bytes as f64 * per as f64 / w.max(p.min_pace_window());
             self.next_send = now.max(self.next_send) + gap as u64;
         }
     }
@@ -370,7 +378,9 @@ impl PeerCc {
             (true, _) => {}
             // No mark, but far above the target: a path without ECN (a software
             // port, a shaper, a switch that only drops) says so by delay alone.
-            (false, Some(d)) if d > DELAY_ONLY_TARGETS * p.target => self.decrease(p, now),
+            (false, Some(_)) if self.avg_delay > (DELAY_ONLY_TARGETS * p.target) as f64 => {
+                self.decrease(p, now)
+            }
             (false, Some(d)) if (d as f64) < target => {
                 if (d as f64) < target * FAST_BELOW {
                     // An empty path for a whole window: double per round trip.
@@ -462,7 +472,7 @@ impl PeerCc {
         }
         let mut done = false;
         if self.qa_end != 0 && self.qa_loss && (self.achieved as f64) < self.cwnd {
-            self.cwnd = (self.achieved as f64).max(p.min_window());
+            self.cwnd = (self.achieved as f64).max(self.floor(p));
             self.inc = 0.0;
             self.acked_since = 0;
             self.counters.quick_adapts += 1;
@@ -480,7 +490,7 @@ impl PeerCc {
     pub fn on_timeout(&mut self, p: &Params) {
         if p.enabled && self.congested(p) {
             self.qa_loss = true;
-            self.cwnd = (self.cwnd / 2.0).max(p.min_window());
+            self.cwnd = (self.cwnd / 2.0).max(self.floor(p));
         }
     }
 
@@ -491,7 +501,16 @@ impl PeerCc {
     }
 
     fn bound(&mut self, p: &Params) {
-        self.cwnd = self.cwnd.clamp(p.min_window(), p.max_window(self.base_rtt));
+        self.cwnd = self.cwnd.clamp(self.floor(p), p.max_window(self.base_rtt));
+    }
+
+    /// The law's least window: a frame, or under a receiver's credit of less than a
+    /// frame (an incast of many senders), a quarter of that credit's window, so that
+    /// the law can still take the queue below what the receiver allows.
+    fn floor(&self, p: &Params) -> f64 {
+        p.min_window()
+            .min(self.credit_window / 4.0)
+            .max(p.min_pace_window())
     }
 
     /// The pace's rate, bytes per second (0: not paced).
@@ -626,7 +645,7 @@ mod tests {
     fn acks(cc: &mut PeerCc, p: &Params, now: &mut u64, n: usize, rtt: u64, ece: bool) {
         for _ in 0..n {
             *now += 1000;
-            cc.on_frame_sent(p, *now, 4096, 4096);
+            cc.on_frame_sent(p, *now, 4096, 4096, true);
             cc.forget(4096);
             cc.on_ack(p, *now, 4096, rtt, ece, false);
         }
@@ -685,7 +704,7 @@ mod tests {
         cc.cwnd = 1024.0;
         now += 100_000;
         assert_eq!(cc.gate(now), Gate::Open);
-        cc.on_frame_sent(&p, now, 4096, 4096);
+        cc.on_frame_sent(&p, now, 4096, 4096, true);
         // 4096 bytes at 1024 a round trip of 10 µs: the next in 40 µs.
         match cc.gate(now) {
             Gate::Until(t) => assert_eq!(t - now, 40_000),

@@ -503,11 +503,18 @@ impl Node {
             if link.full(high) {
                 return Served::PortFull;
             }
-            if self.cc.params.enabled && !self.cc_admits(slot, first, now) {
-                return Served::Parked;
-            }
+            let paced = match self
+                .cc
+                .params
+                .enabled
+                .then(|| self.cc_admits(slot, first, now))
+            {
+                None => false,
+                Some(Admit::Parked) => return Served::Parked,
+                Some(a) => a == Admit::Gated,
+            };
             let bundle = bundle_from.filter(|_| !high && !beside_high);
-            match self.send_data_frame(link, slot, first, high, beside_high, bundle, now) {
+            match self.send_data_frame(link, slot, first, high, beside_high, bundle, now, paced) {
                 Built::Sent => {}
                 Built::NoBuffer => return Served::PortFull,
                 Built::Nothing => break,
@@ -559,6 +566,7 @@ impl Node {
         beside_high: bool,
         bundle: Option<usize>,
         now: u64,
+        paced: bool,
     ) -> Built {
         let Some(conn) = self.conns.get_mut(slot) else {
             return Built::Nothing;
@@ -622,7 +630,7 @@ impl Node {
             let params = self.cc.params;
             self.cc
                 .peer(peer.node)
-                .on_frame_sent(&params, now, len as u64, counted);
+                .on_frame_sent(&params, now, len as u64, counted, paced);
         }
         for i in 0..self.bundled.len() {
             let s = self.bundled[i];
@@ -704,6 +712,17 @@ fn took_ack(conn: &mut ConnContext) {
     }
 }
 
+/// What the peer's congestion state says of a connection's next frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Admit {
+    /// Through the gate: the frame moves the pace.
+    Gated,
+    /// Past the gate (a retransmission, a lone small message).
+    Past,
+    /// The window or the pace is shut: the connection waits on the peer.
+    Parked,
+}
+
 /// What building a data frame came to.
 enum Built {
     Sent,
@@ -715,16 +734,17 @@ enum Built {
 
 impl Node {
     /// Whether connection `slot` may put message `first` in a frame now as far as its
-    /// peer's congestion state goes: a retransmission always may (the window counts
-    /// first transmissions); a new message when the peer's window has room and its
-    /// pace allows. Otherwise the connection is parked on the peer.
+    /// peer's congestion state goes: a retransmission always may, past the gate (the
+    /// window counts first transmissions), and so may a lone small message; a new
+    /// message when the peer's window has room and its pace allows. Otherwise the
+    /// connection is parked on the peer.
     #[inline]
-    fn cc_admits(&mut self, slot: usize, first: u32, now: u64) -> bool {
+    fn cc_admits(&mut self, slot: usize, first: u32, now: u64) -> Admit {
         let Some(conn) = self.conns.get(slot) else {
-            return false;
+            return Admit::Parked;
         };
         if seq_lt(first, conn.tx_sent_high) {
-            return true;
+            return Admit::Past;
         }
         // A lone small message (a ping-pong's, a credit write) is latency, not bulk: it
         // is not counted in flight, and waits for no window (another connection's
@@ -732,21 +752,21 @@ impl Node {
         if first.wrapping_add(1) == conn.tx.next_seq()
             && u64::from(first_message_len(conn, first)) < crate::reliability::BDP_MIN_FRAME
         {
-            return true;
+            return Admit::Past;
         }
         let peer = conn.peer;
         let cc = self.cc.peer(peer);
         match cc.gate(now) {
-            cc::Gate::Open => true,
+            cc::Gate::Open => Admit::Gated,
             cc::Gate::Window => {
                 cc.counters.window_waits += 1;
                 self.cc.park(peer, slot, None);
-                false
+                Admit::Parked
             }
             cc::Gate::Until(t) => {
                 cc.counters.pace_waits += 1;
                 self.cc.park(peer, slot, Some(t));
-                false
+                Admit::Parked
             }
         }
     }
