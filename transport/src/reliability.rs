@@ -696,6 +696,14 @@ impl Sender {
         self.tidy_loss();
         self.timer_start = now;
     }
+    /// The connection failed or closed: nothing it sent counts as in flight any more.
+    /// Returns the bytes that did.
+    pub fn drop_flight(&mut self) -> u64 {
+        let b = self.bytes_in_flight();
+        self.frames_out.clear();
+        self.bytes_acked = self.bytes_sent;
+        b
+    }
     /// Retries spent on the current oldest message.
     pub fn retries(&self) -> u32 {
         self.retries

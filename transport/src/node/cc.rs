@@ -568,12 +568,17 @@ impl CcTable {
             .filter_map(|(i, p)| Some((NodeId(i as u32), p.as_deref()?)))
     }
 
-    /// Parks connection `slot` on peer `id` (its window or pace is shut); with a pace,
-    /// the peer goes on the queue for `until`.
-    pub fn park(&mut self, id: NodeId, slot: usize, until: Option<u64>) {
+    /// Parks connection `slot` on peer `id` (its window or pace is shut), `behind`
+    /// the connections parked already or ahead of them; with a pace, the peer goes
+    /// on the queue for `until`.
+    pub fn park(&mut self, id: NodeId, slot: usize, until: Option<u64>, behind: bool) {
         let peer = self.peer(id);
         if !peer.parked.contains(&(slot as u32)) {
-            peer.parked.push(slot as u32);
+            if behind {
+                peer.parked.push(slot as u32);
+            } else {
+                peer.parked.insert(0, slot as u32);
+            }
         }
         if let Some(t) = until {
             self.wait_for(id, t);
@@ -741,10 +746,11 @@ mod tests {
     #[test]
     fn the_table_parks_connections_and_wakes_paced_peers_in_time_order() {
         let mut t = CcTable::new(params(), 4096);
-        t.park(NodeId(3), 7, Some(500));
-        t.park(NodeId(3), 7, Some(500));
-        t.park(NodeId(1), 2, Some(200));
-        t.park(NodeId(5), 9, None);
+        t.park(NodeId(3), 7, Some(500), true);
+        t.park(NodeId(3), 7, Some(500), true);
+        t.park(NodeId(1), 2, Some(200), true);
+        t.park(NodeId(5), 9, None, true);
+        t.park(NodeId(5), 4, None, false);
         assert_eq!(t.next_pace(), 200);
         let mut due = Vec::new();
         t.due(300, &mut due);
@@ -755,7 +761,7 @@ mod tests {
         t.unpark(NodeId(3), &mut slots);
         assert_eq!(slots, [7], "parked once");
         t.unpark(NodeId(5), &mut slots);
-        assert_eq!(slots, [7, 9]);
+        assert_eq!(slots, [7, 4, 9], "one that could not send goes first");
         assert_eq!(t.next_pace(), u64::MAX);
     }
 }

@@ -131,11 +131,8 @@ impl Node {
         let slot = self.conns.slot_of(number)?;
         let c = self.conns.remove(number)?;
         self.count_peer_conn(c.peer, false);
-        if c.tx.bytes_in_flight() != 0 && self.cc.params.enabled {
-            // What it had in flight leaves its peer's.
-            self.cc.peer(c.peer).forget(c.tx.bytes_in_flight());
-            self.unpark(c.peer, self.now);
-        }
+        // What it had in flight leaves its peer's.
+        self.cc_forget(c.peer, c.tx.bytes_in_flight());
         if c.ready {
             // Off the ready list now: a connection that takes the slot is listed anew.
             self.ready.retain(|&s| s != slot);
@@ -295,8 +292,10 @@ impl Node {
         let conn = self.conns.get_mut(slot).expect("slot");
         let was_normal = conn.state.is_up();
         if was_normal || conn.state == ConnState::Error {
-            fail_connection(conn, None);
+            let (flight, peer) = (fail_connection(conn, None), conn.peer);
+            self.cc_forget(peer, flight);
         }
+        let conn = self.conns.get_mut(slot).expect("slot");
         conn.state = ConnState::Closed;
         conn.shared.set_state(ConnState::Closed);
         if !was_normal || conn.peer_conn == 0 {
@@ -724,7 +723,9 @@ impl Node {
                 self.cc.peer(c.peer).forget(a.bytes);
             }
         }
-        fail_connection(c, None);
+        let (flight, peer) = (fail_connection(c, None), c.peer);
+        self.cc_forget(peer, flight);
+        let c = self.conns.get_mut(slot).expect("slot");
         c.state = ConnState::Closed;
         c.shared.set_state(ConnState::Closed);
         self.remove_connection(conn);

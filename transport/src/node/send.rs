@@ -503,11 +503,12 @@ impl Node {
             if link.full(high) {
                 return Served::PortFull;
             }
+            let sent = frames > 0;
             let paced = match self
                 .cc
                 .params
                 .enabled
-                .then(|| self.cc_admits(slot, first, now))
+                .then(|| self.cc_admits(slot, first, now, sent))
             {
                 None => false,
                 Some(Admit::Parked) => return Served::Parked,
@@ -737,9 +738,11 @@ impl Node {
     /// peer's congestion state goes: a retransmission always may, past the gate (the
     /// window counts first transmissions), and so may a lone small message; a new
     /// message when the peer's window has room and its pace allows. Otherwise the
-    /// connection is parked on the peer.
+    /// connection is parked on the peer: behind the others when it `sent` in this
+    /// service, ahead of them when it could not send at all (the connections of a
+    /// peer take its window in turn).
     #[inline]
-    fn cc_admits(&mut self, slot: usize, first: u32, now: u64) -> Admit {
+    fn cc_admits(&mut self, slot: usize, first: u32, now: u64, sent: bool) -> Admit {
         let Some(conn) = self.conns.get(slot) else {
             return Admit::Parked;
         };
@@ -760,14 +763,23 @@ impl Node {
             cc::Gate::Open => Admit::Gated,
             cc::Gate::Window => {
                 cc.counters.window_waits += 1;
-                self.cc.park(peer, slot, None);
+                self.cc.park(peer, slot, None, sent);
                 Admit::Parked
             }
             cc::Gate::Until(t) => {
                 cc.counters.pace_waits += 1;
-                self.cc.park(peer, slot, Some(t));
+                self.cc.park(peer, slot, Some(t), sent);
                 Admit::Parked
             }
+        }
+    }
+
+    /// `bytes` of peer `id`'s flight are no longer in flight (a connection failed,
+    /// closed or went): its parked connections may go.
+    pub(super) fn cc_forget(&mut self, id: NodeId, bytes: u64) {
+        if bytes != 0 && self.cc.params.enabled {
+            self.cc.peer(id).forget(bytes);
+            self.unpark(id, self.now);
         }
     }
 
@@ -1268,6 +1280,7 @@ pub(super) fn apply_nak(conn: &mut ConnContext, seq: u32, code: u32, now: u64, s
         }
         conn.rnr_retries = conn.rnr_retries.saturating_add(1);
         if conn.rnr_retries > conn.rnr_retry_limit || conn.rnr_retries == u16::MAX {
+            // (Its bytes leave the peer's flight with the section's count.)
             fail_connection(conn, Some(WcStatus::RnrRetryExceeded));
             return;
         }
@@ -1531,7 +1544,11 @@ fn flush_queue(conn: &mut ConnContext) {
 /// the oldest request completes with that status; every other one (all of them
 /// without: a close) as [`flush_queue`] says — `Unacknowledged` when it was
 /// transmitted, `Flushed` when it never was.
-pub(crate) fn fail_connection(conn: &mut ConnContext, failed: Option<WcStatus>) {
+///
+/// Returns the bytes it had in flight (no longer counted: the caller takes them off
+/// its peer's congestion window, `cc::PeerCc::forget`).
+pub(crate) fn fail_connection(conn: &mut ConnContext, failed: Option<WcStatus>) -> u64 {
+    let flight = conn.tx.drop_flight();
     conn.state = ConnState::Error;
     conn.shared.set_state(ConnState::Error);
     if let Some(status) = failed {
@@ -1540,4 +1557,5 @@ pub(crate) fn fail_connection(conn: &mut ConnContext, failed: Option<WcStatus>) 
         }
     }
     flush_queue(conn);
+    flight
 }

@@ -260,8 +260,12 @@ impl Node {
                 release_idle_memory(conn);
                 if u32::from(conn.probes_unanswered) >= self.cfg.keepalive_count {
                     self.stats.keepalive_failures += 1;
-                    fail_connection(conn, Some(WcStatus::RetryExceeded));
+                    let (flight, peer) = (
+                        fail_connection(conn, Some(WcStatus::RetryExceeded)),
+                        conn.peer,
+                    );
                     let number = conn.number;
+                    self.cc_forget(peer, flight);
                     if self.unconfirmed.contains_key(&number) {
                         // No application holds it: a secure requester that never
                         // showed it had the keys.
@@ -276,7 +280,13 @@ impl Node {
             }
         } else if now >= conn.rnr_until {
             match conn.tx.on_timer(now) {
-                Timeout::GiveUp => fail_connection(conn, Some(WcStatus::RetryExceeded)),
+                Timeout::GiveUp => {
+                    let (flight, peer) = (
+                        fail_connection(conn, Some(WcStatus::RetryExceeded)),
+                        conn.peer,
+                    );
+                    self.cc_forget(peer, flight);
+                }
                 Timeout::Retransmit => {
                     self.stats.timeouts += 1;
                     // As after TCP's timeout, what the connection had out no longer
