@@ -950,7 +950,9 @@ impl Node {
         if u32::from(grant) * 2 <= u32::from(self.credits_told) {
             for s in 0..self.conns.slots() {
                 if let Some(c) = self.conns.get_mut(s) {
-                    if c.state.is_up() && !c.ack_pending {
+                    // (One whose peer was not heard yet is still being made: its first
+                    // frames carry the grant.)
+                    if c.state.is_up() && c.heard && !c.ack_pending {
                         c.ack_pending = true;
                         self.ack_new.push(s);
                     }
