@@ -122,7 +122,7 @@ impl Node {
         // Until a period shows who sends, every peer may (RCCC's new senders start on
         // a share): an incast's first frames then come paced.
         self.rx_active = self.rx_active.max(self.peers_live);
-        self.set_credits();
+        self.set_credits_except(slot);
         self.rearm(slot);
     }
 

@@ -946,13 +946,20 @@ impl Node {
     /// acknowledgement to carry them: a peer that last heard a larger grant (a
     /// connection made before many others) must not start a burst on it.
     pub(crate) fn set_credits(&mut self) {
+        self.set_credits_except(usize::MAX);
+    }
+
+    /// [`Node::set_credits`], connection slot `except` (one being made) told by its
+    /// own first frames.
+    pub(crate) fn set_credits_except(&mut self, except: usize) {
         let grant = self.credit_grant();
         if u32::from(grant) * 2 <= u32::from(self.credits_told) {
             for s in 0..self.conns.slots() {
+                if s == except {
+                    continue; // the one being made: its first frames carry the grant
+                }
                 if let Some(c) = self.conns.get_mut(s) {
-                    // (One whose peer was not heard yet is still being made: its first
-                    // frames carry the grant.)
-                    if c.state.is_up() && c.heard && !c.ack_pending {
+                    if c.state.is_up() && !c.ack_pending {
                         c.ack_pending = true;
                         self.ack_new.push(s);
                     }
