@@ -108,10 +108,7 @@ fn server(sock: &str) -> Result<()> {
         [10, 0, 0, 1],
     ))?;
     let mut m = dev.mailbox(&MailboxConfig::new(SERVICE))?;
-    let to_client = m.peer(PeerAddr {
-        ip: [10, 0, 0, 2],
-        service: SERVICE,
-    });
+    let to_client = m.peer(PeerAddr::new([10, 0, 0, 2], SERVICE));
     let max = *SIZES.iter().max().expect("sizes");
     let mut bufs: Vec<Vec<u8>> = (0..WINDOW).map(|_| vec![0u8; max]).collect();
     for size in SIZES {
@@ -170,10 +167,7 @@ fn client(sock: &str) -> Result<()> {
         [10, 0, 0, 2],
     ))?;
     let mut m = dev.mailbox(&MailboxConfig::new(SERVICE))?;
-    let to_server = m.peer(PeerAddr {
-        ip: [10, 0, 0, 1],
-        service: SERVICE,
-    });
+    let to_server = m.peer(PeerAddr::new([10, 0, 0, 1], SERVICE));
     println!("# mailbox_bw over memif: eager up to {} B", m.eager_max());
     println!("# {:>10} {:>12} {:>10}", "bytes", "MiB/s", "Gb/s");
     let max = *SIZES.iter().max().expect("sizes");

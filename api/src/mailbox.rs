@@ -155,18 +155,7 @@ impl Device {
             start: Instant::now(),
             nothing: None,
         };
-        // Tagged endpoints' names (and the provider's) carry IPv4 addresses.
-        let std::net::IpAddr::V4(ip) = self.local_addr().ip else {
-            return Err(Error::InvalidArgument(
-                "tagged messaging (the libfabric provider) runs over IPv4 only: \
-                 open the device with an IPv4 address"
-                    .into(),
-            ));
-        };
-        let local = PeerAddr {
-            ip: ip.octets(),
-            service: cfg.service,
-        };
+        let local = PeerAddr::new(self.local_addr().ip, cfg.service);
         let engine = Engine::new(fab, c, local).map_err(tag_error)?;
         Ok(Mailbox { engine })
     }
@@ -709,7 +698,7 @@ impl DevFabric {
         };
         let c = self
             .dev
-            .connect_start(to.ip.into(), to.service, ep, &self.cq, &opts)?;
+            .connect_start(to.ip, to.service, ep, &self.cq, &opts)?;
         Ok(DevConn::Connecting(Some(c)))
     }
 

@@ -1,7 +1,8 @@
 //! Mailboxes (tagged messaging) over a real PMD: two devices on an in-process ring
 //! port, one with a dedicated worker, one inline. Eager and rendezvous sizes up to
 //! 4 MiB land byte-exact, whichever side posts first; probes, claims and cancels; a
-//! secure pair; the sender's buffer is read in place (zero copy) for rendezvous.
+//! secure pair; the sender's buffer is read in place (zero copy) for rendezvous; the
+//! same over IPv6 devices.
 
 use std::time::{Duration, Instant};
 
@@ -23,7 +24,22 @@ struct Pair {
 }
 
 fn pair(name: &str, conn: ConnOptions) -> Pair {
-    let ring = RingPair::new(name);
+    pair_on(RingPair::new(name), conn)
+}
+
+/// A ring pair on IPv6: the server at fd00::1, the client at fd00::2.
+fn ipv6_ring(name: &str) -> RingPair {
+    let ip = |s: &str| s.parse::<std::net::Ipv6Addr>().unwrap();
+    let server = Device::open(
+        DeviceConfig::new(&format!("ring:{name}:b"), ip("fd00::1")).progress(Progress::Dedicated),
+    )
+    .expect("server device");
+    let client = Device::open(DeviceConfig::new(&format!("ring:{name}:a"), ip("fd00::2")))
+        .expect("client device");
+    RingPair { client, server }
+}
+
+fn pair_on(ring: RingPair, conn: ConnOptions) -> Pair {
     let cfg = MailboxConfig {
         conn,
         ..MailboxConfig::new(40)
@@ -327,10 +343,7 @@ fn a_peer_reaches_nothing_over_the_connection_a_mailbox_opened_to_it() {
         .alloc_endpoint(4096, Rights::NONE)
         .expect("endpoint");
     let l = ring.server.listen(41, &ep, &cq).expect("listen");
-    let to = a.peer(PeerAddr {
-        ip: deposit_transport::wire::underlay::v4_octets(ring.server.local_addr().ip),
-        service: 41,
-    });
+    let to = a.peer(PeerAddr::new(ring.server.local_addr().ip, 41));
     a.send(to, Some(1), b"hello", 1).expect("send");
     let deadline = Instant::now() + T;
     let c = loop {
@@ -450,4 +463,77 @@ fn a_rendezvous_send_fails_when_its_receiver_goes_without_flushing() {
     assert!(b.peer_error(to_a).is_some());
     assert!(b.flush(T), "b has nothing left in flight");
     drop(_ring);
+}
+
+#[test]
+fn ipv6_mailboxes_carry_eager_rendezvous_and_one_sided_operations() {
+    let mut p = pair_on(ipv6_ring("mbox6"), ConnOptions::default());
+    let b_addr = p.b.addr();
+    assert_eq!(b_addr.ip, "fd00::1".parse::<std::net::IpAddr>().unwrap());
+    assert_eq!(b_addr.to_string(), "[fd00::1]:40");
+    let to_b = p.a.peer(b_addr);
+    let eager = p.a.eager_max() as usize;
+    for (k, n) in [0, 1, eager, eager + 1, 1 << 20].into_iter().enumerate() {
+        let k = k as u64;
+        let msg = pattern(n, k as u8);
+        let mut got = vec![0u8; n];
+        // SAFETY: `got` lives until the completion below.
+        unsafe {
+            p.b.recv(Selector::tag(k), true, got.as_mut_ptr(), n, 10 + k)
+        }
+        .unwrap();
+        // SAFETY: `msg` lives until the send's completion below (zero copy).
+        unsafe {
+            p.a.send_raw(to_b, Some(k), None, msg.as_ptr(), n, 20 + k, false)
+        }
+        .unwrap();
+        let c = wait_for(&mut p, false, TagOp::Recv, 10 + k);
+        assert_eq!((c.status, c.len), (TagStatus::Success, n as u64), "{n} B");
+        assert!(got == msg, "{n} bytes over IPv6");
+        assert_eq!(
+            wait_for(&mut p, true, TagOp::Send, 20 + k).status,
+            TagStatus::Success
+        );
+        // The receiver knows the sender by its IPv6 address.
+        let src = c.src.expect("a source");
+        assert_eq!(p.b.peer_addr(src), Some(p.a.addr()));
+    }
+    let s = p.b.stats();
+    assert!(s.rndv_rx >= 2 && s.eager_rx >= 3, "{s:?}");
+    assert_eq!(
+        (s.bad_hello, s.bad_header, s.bad_source),
+        (0, 0, 0),
+        "{s:?}"
+    );
+    // A region of b's, written and read back by a (its connection dialed to b's IPv6
+    // address).
+    let mut region = vec![0u8; 2 << 20];
+    // SAFETY: the region outlives the mailboxes' use of it (the pair goes first).
+    let key = unsafe {
+        p.b.expose(region.as_mut_ptr(), region.len(), Rights::ALL, false)
+    }
+    .expect("expose");
+    let mut src = pattern(1 << 20, 3);
+    rma(&mut p, RmaOp::Write, key, 7, &mut src, 30);
+    let c = wait_for(&mut p, true, TagOp::Write, 30);
+    assert_eq!((c.status, c.len), (TagStatus::Success, 1 << 20));
+    assert!(region[7..7 + (1 << 20)] == src[..], "the write landed");
+    let mut back = vec![0u8; 1 << 20];
+    rma(&mut p, RmaOp::Read, key, 7, &mut back, 31);
+    assert_eq!(
+        wait_for(&mut p, true, TagOp::Read, 31).status,
+        TagStatus::Success
+    );
+    assert!(back == src, "the read brought the bytes back");
+    let mut old = [0u8; 8];
+    rma(&mut p, RmaOp::FetchAdd(5), key, 1 << 20 | 8, &mut old, 32);
+    assert_eq!(
+        wait_for(&mut p, true, TagOp::Atomic, 32).status,
+        TagStatus::Success
+    );
+    let w = (1 << 20) + 8;
+    assert_eq!(
+        u64::from_ne_bytes(region[w..w + 8].try_into().unwrap()),
+        u64::from_ne_bytes(old) + 5
+    );
 }

@@ -75,7 +75,7 @@ impl SimFabric {
             .hosts
             .iter()
             .map(|h| h.addr())
-            .find(|a| a.ip == std::net::IpAddr::from(to.ip))
+            .find(|a| a.ip == to.ip)
             .ok_or_else(|| format!("no host {to}"))?;
         let node = &mut net.hosts[self.host].node;
         node.set_now(now);
@@ -322,23 +322,25 @@ impl Job {
 
     fn with_cm_timeout(n: usize, link: LinkConfig, seed: u64, cfg: Config, cm_us: u64) -> Job {
         let node = NodeConfig {
-            max_connections: 4 * n + 16,
             cm_timeout_us: cm_us,
             ..NodeConfig::default()
+        };
+        Job::with_node(n, link, seed, cfg, node)
+    }
+
+    /// Hosts of `node`'s configuration (on IPv6 when its address is), with room for the
+    /// job's connections.
+    fn with_node(n: usize, link: LinkConfig, seed: u64, cfg: Config, node: NodeConfig) -> Job {
+        let node = NodeConfig {
+            max_connections: 4 * n + 16,
+            ..node
         };
         let net = Rc::new(RefCell::new(Network::new(n, &node, link, seed)));
         let engines = (0..n)
             .map(|h| {
                 let ip = net.borrow().hosts[h].addr().ip;
-                Engine::new(
-                    SimFabric::new(&net, h),
-                    cfg,
-                    PeerAddr {
-                        ip: deposit_transport::wire::underlay::v4_octets(ip),
-                        service: SERVICE,
-                    },
-                )
-                .expect("engine")
+                Engine::new(SimFabric::new(&net, h), cfg, PeerAddr::new(ip, SERVICE))
+                    .expect("engine")
             })
             .collect();
         Job {
@@ -867,7 +869,6 @@ fn a_peer_that_writes_garbage_is_counted_and_cannot_pose_as_another() {
             kind: Kind::Eager,
             flags: TAGGED,
             service: SERVICE,
-            ip: j.addr(0).ip,
             seq: 0,
             tag: 1,
             data: 0,
@@ -921,10 +922,7 @@ fn a_peer_that_writes_garbage_is_counted_and_cannot_pose_as_another() {
     );
     let (_, waiting) = j.engines[1].queued();
     assert_eq!(waiting, 1, "the forged message waits, as the raw peer's");
-    let forger = j.engines[1].peer(PeerAddr {
-        ip: [10, 0, 0, 3],
-        service: 999,
-    });
+    let forger = j.engines[1].peer(PeerAddr::new([10, 0, 0, 3], 999));
     let info = j.engines[1]
         .peek(&Selector::tag(1).from(forger), true)
         .expect("its");
@@ -1322,4 +1320,108 @@ fn a_sender_that_goes_in_the_middle_of_a_multi_slot_message_fails_the_receive_it
     }
     let c = j.wait(1, TagOp::Recv, 3);
     assert_eq!((c.status, c.len), (TagStatus::Unreachable, 0));
+}
+
+/// Hosts on IPv6 (fd00::1..).
+fn ipv6_job(n: usize, seed: u64) -> Job {
+    let mut node = NodeConfig::default();
+    node.local.ip = "fd00::1".parse().unwrap();
+    Job::with_node(n, LinkConfig::default(), seed, cfg(), node)
+}
+
+#[test]
+fn ipv6_engines_name_each_other_by_ipv6_address_and_move_every_kind_of_message() {
+    let mut j = ipv6_job(2, 41);
+    let a1: std::net::IpAddr = "fd00::2".parse().unwrap();
+    assert_eq!(j.addr(1), PeerAddr::new(a1, SERVICE));
+    assert_eq!(j.addr(1).to_string(), "[fd00::2]:18700");
+    // Eager in one slot, in several, and rendezvous.
+    for (k, n) in [5usize, 4000, 100_000].into_iter().enumerate() {
+        let k = k as u64;
+        let msg = pattern(n, k as u8);
+        let mut b = vec![0u8; n];
+        recv(&mut j, 1, Selector::tag(k), true, &mut b, k);
+        send(&mut j, 0, 1, Some(k), &msg, k);
+        let c = j.wait(1, TagOp::Recv, k);
+        assert_eq!((c.status, c.len), (TagStatus::Success, n as u64));
+        assert!(b == msg, "{n} bytes over IPv6");
+        assert_eq!(j.wait(0, TagOp::Send, k).status, TagStatus::Success);
+    }
+    // The receiver knows its sender by the IPv6 hello: the same peer it sends to.
+    let from0 = j.peer(1, 0);
+    assert_eq!(
+        j.engines[1].peer_addr(from0),
+        Some(PeerAddr::new(
+            "fd00::1".parse::<std::net::IpAddr>().unwrap(),
+            SERVICE
+        ))
+    );
+    assert_eq!(j.engines[1].peers(), 1, "one peer for host 0, both ways");
+    // A one-sided write and read of an exposed region (its connection is dialed from
+    // the peer's IPv6 address too).
+    let mut region = vec![0u8; 8192];
+    // SAFETY: the region outlives the engines' use of it (the job ends first).
+    let key = unsafe { j.engines[1].expose(region.as_mut_ptr(), 8192, Rights::ALL, false) }
+        .expect("expose");
+    let mut w = pattern(5000, 9);
+    rma(&mut j, 0, 1, RmaOp::Write, key, 100, &mut w, 50);
+    assert_eq!(j.wait(0, TagOp::Write, 50).status, TagStatus::Success);
+    assert!(region[100..5100] == w[..]);
+    let mut r = vec![0u8; 5000];
+    rma(&mut j, 0, 1, RmaOp::Read, key, 100, &mut r, 51);
+    assert_eq!(j.wait(0, TagOp::Read, 51).status, TagStatus::Success);
+    assert!(r == w);
+    let s = j.engines[1].stats();
+    assert_eq!(
+        (s.bad_hello, s.bad_header, s.bad_source),
+        (0, 0, 0),
+        "{s:?}"
+    );
+}
+
+#[test]
+fn a_connect_whose_hello_is_garbage_is_refused_and_counted() {
+    let mut j = Job::new(3, LinkConfig::default(), 12, cfg());
+    // Raw connections from host 2 to host 1's listener with what they like as hello.
+    let dial = |j: &mut Job, hello: &[u8]| {
+        let mut net = j.net.borrow_mut();
+        let now = net.now;
+        let to = net.hosts[1].addr();
+        let h = &mut net.hosts[2];
+        let ep = h.endpoint(4096, Rights::NONE, 16);
+        let opts = ConnectOptions {
+            private_data: private_data(hello),
+            ..ConnectOptions::default()
+        };
+        h.node.set_now(now);
+        h.node
+            .connect(to, SERVICE, ep, CqShared::new(64), &opts)
+            .expect("connect")
+    };
+    let mut v6 = Vec::new();
+    v6.extend_from_slice(&0x6464_7436u32.to_le_bytes());
+    v6.extend_from_slice(&[0xfd; 16]);
+    v6.extend_from_slice(&7u32.to_le_bytes());
+    let mut v4 = 0x6464_7467u32.to_le_bytes().to_vec();
+    v4.extend_from_slice(&[10, 0, 0, 3, 7, 0, 0, 0]);
+    let _keep: Vec<_> = [&[0xee; 12][..], &[], &v6[..23], &v4[..11]]
+        .into_iter()
+        .map(|h| dial(&mut j, h))
+        .collect();
+    assert!(
+        j.run(100_000_000, |j| j.engines[1].stats().bad_hello >= 4),
+        "{:?}",
+        j.engines[1].stats()
+    );
+    assert_eq!(j.engines[1].peers(), 0, "none of them is a peer");
+    // A whole old IPv4 hello and a whole IPv6 one are peers.
+    let _ok = (dial(&mut j, &v4), dial(&mut j, &v6));
+    assert!(j.run(100_000_000, |j| j.engines[1].peers() == 2));
+    assert_eq!(j.engines[1].stats().bad_hello, 4);
+    let v6addr = PeerAddr::new([0xfdu8; 16], 7);
+    assert_eq!(j.engines[1].peer(v6addr), PeerId(1), "known from its hello");
+    assert_eq!(
+        j.engines[1].peer(PeerAddr::new([10, 0, 0, 3], 7)),
+        PeerId(0)
+    );
 }

@@ -19,7 +19,7 @@ pub struct dd_mailbox(Mailbox);
 #[derive(Debug, Clone, Copy)]
 pub struct dd_mailbox_config {
     /// The service number its listener takes (what peers name it by, with the node's
-    /// IPv4 address).
+    /// address, IPv4 or IPv6).
     pub service: u32,
     /// Bytes per ring slot, a power of two (0, the default: the largest up to 8 KiB
     /// one message of the device carries).
@@ -289,12 +289,20 @@ pub unsafe extern "C" fn dd_mailbox_addr(
 ) -> c_int {
     guard(|| {
         let a = obj(m, "mailbox")?.0.addr();
-        if ip.is_null() {
-            return Err(invalid("ip is NULL"));
-        }
-        std::ptr::copy_nonoverlapping(a.ip.as_ptr(), ip, 4);
+        put(ip.cast::<[u8; 4]>(), v4(a, "dd_mailbox_addr")?, "ip")?;
         put(service, a.service, "service")
     })
+}
+
+/// `a`'s IPv4 address for a function of 4-byte addresses (`what`), or the error that
+/// names the function of 16 bytes to use instead.
+fn v4(a: PeerAddr, what: &str) -> Result<[u8; 4], Fail> {
+    match a.ip {
+        std::net::IpAddr::V4(ip) => Ok(ip.octets()),
+        std::net::IpAddr::V6(ip) => Err(invalid(format!(
+            "{what}: {ip} is an IPv6 address, which 4 bytes cannot hold: use {what}6"
+        ))),
+    }
 }
 
 /// Bytes up to which a message goes eager (through the ring); longer ones go by
@@ -320,7 +328,7 @@ pub unsafe extern "C" fn dd_mailbox_peer(
         }
         let mut a = [0u8; 4];
         std::ptr::copy_nonoverlapping(ip, a.as_mut_ptr(), 4);
-        let p = m.peer(PeerAddr { ip: a, service });
+        let p = m.peer(PeerAddr::new(a, service));
         put(peer, p.0, "peer")
     })
 }
@@ -338,10 +346,7 @@ pub unsafe extern "C" fn dd_mailbox_peer_addr(
             .0
             .peer_addr(PeerId(peer))
             .ok_or_else(|| invalid(format!("no peer {peer}")))?;
-        if ip.is_null() {
-            return Err(invalid("ip is NULL"));
-        }
-        std::ptr::copy_nonoverlapping(a.ip.as_ptr(), ip, 4);
+        put(ip.cast::<[u8; 4]>(), v4(a, "dd_mailbox_peer_addr")?, "ip")?;
         put(service, a.service, "service")
     })
 }

@@ -57,6 +57,7 @@
 //! as a verbs shared receive queue is — but it is caught doing so (`bad_sequence`).
 
 use std::collections::{HashMap, VecDeque};
+use std::net::IpAddr;
 
 use super::ids::{IdMap, IdSet};
 
@@ -73,18 +74,80 @@ mod regs;
 mod rma;
 pub use rma::{RegionKey, RmaOp};
 
-/// A tagged endpoint's address: its node and its service number.
+/// A tagged endpoint's address: its node (IPv4 or IPv6, the device's family) and its
+/// service number.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
 pub struct PeerAddr {
-    pub ip: [u8; 4],
+    pub ip: IpAddr,
     pub service: u32,
+}
+
+impl PeerAddr {
+    /// `ip`'s IPv4-mapped IPv6 form (`::ffff:a.b.c.d`) as the IPv4 address it names, so
+    /// that one endpoint has one address however the caller spelt it.
+    pub fn new(ip: impl Into<IpAddr>, service: u32) -> PeerAddr {
+        PeerAddr {
+            ip: ip.into().to_canonical(),
+            service,
+        }
+    }
 }
 
 impl std::fmt::Display for PeerAddr {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let [a, b, c, d] = self.ip;
-        write!(f, "{a}.{b}.{c}.{d}:{}", self.service)
+        match self.ip {
+            IpAddr::V4(a) => write!(f, "{a}:{}", self.service),
+            IpAddr::V6(a) => write!(f, "[{a}]:{}", self.service),
+        }
     }
+}
+
+/// The hello a connecting engine sends (its connect request's private data): who it
+/// is, so that the listener numbers the connection as the peer it sends to. Little
+/// endian; the family by the magic:
+///
+/// ```text
+///  IPv4 (12 bytes)              IPv6 (24 bytes)
+///  0  magic   u32  "ddtg"       0  magic   u32  "ddt6"
+///  4  ip      [4]               4  ip      [16]
+///  8  service u32              20  service u32
+/// ```
+///
+/// The IPv4 form is the only one engines before IPv6 sent and read: they still reach
+/// us, and an IPv4 engine's hello still reaches them.
+fn hello(local: PeerAddr) -> Vec<u8> {
+    let mut h = Vec::with_capacity(24);
+    match local.ip {
+        IpAddr::V4(a) => {
+            h.extend_from_slice(&HELLO_MAGIC.to_le_bytes());
+            h.extend_from_slice(&a.octets());
+        }
+        IpAddr::V6(a) => {
+            h.extend_from_slice(&HELLO6_MAGIC.to_le_bytes());
+            h.extend_from_slice(&a.octets());
+        }
+    }
+    h.extend_from_slice(&local.service.to_le_bytes());
+    h
+}
+
+/// The address a hello names; `None`: not a hello (refused, counted as `bad_hello`).
+/// Bytes past the form's length are ignored (room for later fields).
+fn parse_hello(h: &[u8]) -> Option<PeerAddr> {
+    let magic = u32::from_le_bytes(h.get(..4)?.try_into().ok()?);
+    let (ip, rest): (IpAddr, &[u8]) = match magic {
+        HELLO_MAGIC => {
+            let ip: [u8; 4] = h.get(4..8)?.try_into().ok()?;
+            (ip.into(), &h[8..])
+        }
+        HELLO6_MAGIC => {
+            let ip: [u8; 16] = h.get(4..20)?.try_into().ok()?;
+            (ip.into(), &h[20..])
+        }
+        _ => return None,
+    };
+    let service = u32::from_le_bytes(rest.get(..4)?.try_into().ok()?);
+    Some(PeerAddr::new(ip, service))
 }
 
 /// The ring's shape and the engine's limits.
@@ -454,7 +517,9 @@ pub struct TagStats {
     pub registrations_reused: u64,
 }
 
+/// The hellos' magic numbers ([`hello`]), and the listener's reply's.
 const HELLO_MAGIC: u32 = 0x6464_7467; // "ddtg"
+const HELLO6_MAGIC: u32 = 0x6464_7436; // "ddt6"
 /// Bytes of a credit-table bucket: 4 entries of (connection number u32, zero u32,
 /// total granted u64).
 const CREDIT_BUCKET: usize = 64;
@@ -649,6 +714,7 @@ impl<F: Fabric> Engine<F> {
     /// nothing else listens on).
     pub fn new(mut fab: F, cfg: Config, local: PeerAddr) -> Result<Engine<F>, TagError> {
         cfg.check().map_err(TagError::Invalid)?;
+        let local = PeerAddr::new(local.ip, local.service);
         let (ring, base, ip) = fab
             .open(cfg.endpoint_len(), cfg.slot, cfg.slots)
             .map_err(fabric)?;
@@ -735,7 +801,9 @@ impl<F: Fabric> Engine<F> {
     }
 
     /// The peer at `addr` (entered on first use; connections are made when needed).
+    /// An IPv4-mapped IPv6 address names the IPv4 peer ([`PeerAddr::new`]).
     pub fn peer(&mut self, addr: PeerAddr) -> PeerId {
+        let addr = PeerAddr::new(addr.ip, addr.service);
         if let Some(&p) = self.by_addr.get(&addr) {
             return p;
         }
@@ -1064,14 +1132,9 @@ impl<F: Fabric> Engine<F> {
 
     fn accept_all(&mut self) {
         while let Some(a) = self.fab.accept() {
-            let h = &a.hello;
-            if h.len() < 12 || h[..4] != HELLO_MAGIC.to_le_bytes() {
+            let Some(addr) = parse_hello(&a.hello) else {
                 self.stats.bad_hello += 1;
                 continue;
-            }
-            let addr = PeerAddr {
-                ip: h[4..8].try_into().expect("4 bytes"),
-                service: u32::from_le_bytes(h[8..12].try_into().expect("4 bytes")),
             };
             // Its entry in the credit table: a free one of its bucket.
             let bucket = self.cfg.credits_off() + self.cfg.bucket(a.number);
@@ -1677,11 +1740,7 @@ impl<F: Fabric> Engine<F> {
             return false;
         }
         if self.peers[i].out.is_none() {
-            let mut hello = Vec::with_capacity(12);
-            hello.extend_from_slice(&HELLO_MAGIC.to_le_bytes());
-            hello.extend_from_slice(&self.local.ip);
-            hello.extend_from_slice(&self.local.service.to_le_bytes());
-            match self.fab.connect(self.peers[i].addr, &hello) {
+            match self.fab.connect(self.peers[i].addr, &hello(self.local)) {
                 Ok(c) => self.peers[i].out = Some(c),
                 Err(e) => {
                     self.peers[i].error = Some(e.to_string());
@@ -1857,7 +1916,6 @@ impl<F: Fabric> Engine<F> {
             kind: Kind::Fin,
             flags: 0,
             service: self.local.service,
-            ip: self.local.ip,
             seq,
             tag: 0,
             data: 0,
@@ -2026,6 +2084,59 @@ impl<F: Fabric> Engine<F> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_ipv4_hello_is_the_12_bytes_engines_before_ipv6_sent() {
+        let a = PeerAddr::new([10, 0, 0, 3], 999);
+        let mut old = Vec::new();
+        old.extend_from_slice(&0x6464_7467u32.to_le_bytes());
+        old.extend_from_slice(&[10, 0, 0, 3]);
+        old.extend_from_slice(&999u32.to_le_bytes());
+        assert_eq!(hello(a), old);
+        assert_eq!(parse_hello(&old), Some(a));
+        // An IPv4-mapped address is the IPv4 endpoint, in its hello too.
+        let mapped = PeerAddr::new("::ffff:10.0.0.3".parse::<IpAddr>().unwrap(), 999);
+        assert_eq!(mapped, a);
+        assert_eq!(hello(mapped), old);
+    }
+
+    #[test]
+    fn an_ipv6_hello_carries_the_whole_address() {
+        let a = PeerAddr::new("fd77::1:2".parse::<IpAddr>().unwrap(), 18700);
+        let h = hello(a);
+        assert_eq!(h.len(), 24);
+        assert_eq!(&h[..4], b"6tdd");
+        assert_eq!(
+            &h[4..20],
+            &[0xfd, 0x77, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 2]
+        );
+        assert_eq!(&h[20..], &18700u32.to_le_bytes());
+        assert_eq!(parse_hello(&h), Some(a));
+        assert_eq!(a.to_string(), "[fd77::1:2]:18700");
+        assert_eq!(PeerAddr::new([10, 0, 0, 3], 7).to_string(), "10.0.0.3:7");
+        // Later fields after it are ignored.
+        let mut longer = h.clone();
+        longer.extend_from_slice(&[1, 2, 3]);
+        assert_eq!(parse_hello(&longer), Some(a));
+    }
+
+    #[test]
+    fn what_is_not_a_hello_names_no_peer() {
+        let v4 = hello(PeerAddr::new([10, 0, 0, 3], 999));
+        let v6 = hello(PeerAddr::new("fd77::1".parse::<IpAddr>().unwrap(), 999));
+        assert_eq!(parse_hello(&[]), None);
+        assert_eq!(parse_hello(&v4[..11]), None, "short");
+        assert_eq!(parse_hello(&v6[..23]), None, "short");
+        assert_eq!(
+            parse_hello(&v6[..12]),
+            None,
+            "an IPv6 hello cut to IPv4's length"
+        );
+        let mut bad = v4.clone();
+        bad[0] ^= 1;
+        assert_eq!(parse_hello(&bad), None, "no magic");
+        assert_eq!(parse_hello(&[0xee; 64]), None);
+    }
 
     #[test]
     fn a_peer_costs_a_few_hundred_bytes_beside_its_connections() {

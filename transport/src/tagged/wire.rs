@@ -6,7 +6,9 @@
 //!  1  flags     u8   TAGGED 1, DATA 2 (immediate data present)
 //!  2  zero      u16
 //!  4  service   u32  the sender's tagged endpoint (its service number)
-//!  8  ip        [4]  the sender's node address
+//!  8  reserved  [4]  written zero, never read (senders before IPv6 wrote their IPv4
+//!                    address here: the receiver knows a slot's sender from the
+//!                    connection it came on, not from what the sender wrote)
 //! 12  seq       u32  the sender's count of slots sent to this receiver before this one
 //! 16  tag       u64
 //! 24  data      u64  immediate data (0 without DATA)
@@ -21,8 +23,9 @@
 //! ```
 //!
 //! [`Header::decode`] refuses what a correct sender never writes (an unknown kind or
-//! flag, non-zero reserved bytes, an eager length past the slot), so that a peer's
-//! garbage is counted and skipped, never acted on.
+//! flag, non-zero bytes 2..4, an eager length past the slot), so that a peer's
+//! garbage is counted and skipped, never acted on. Bytes 8..12 it does not look at:
+//! older senders fill them, and nothing depends on them.
 
 /// Bytes of the header.
 pub const HEADER: usize = 64;
@@ -50,7 +53,6 @@ pub struct Header {
     pub kind: Kind,
     pub flags: u8,
     pub service: u32,
-    pub ip: [u8; 4],
     pub seq: u32,
     pub tag: u64,
     pub data: u64,
@@ -67,7 +69,7 @@ pub enum BadHeader {
     Short,
     /// A kind no sender writes.
     Kind(u8),
-    /// Flags beyond TAGGED and DATA, or reserved bytes not zero.
+    /// Flags beyond TAGGED and DATA, or bytes 2..4 not zero.
     Reserved,
     /// An eager payload longer than the slot holds.
     Length(u64),
@@ -89,7 +91,7 @@ impl Header {
         o[1] = self.flags;
         o[2..4].fill(0);
         o[4..8].copy_from_slice(&self.service.to_le_bytes());
-        o[8..12].copy_from_slice(&self.ip);
+        o[8..12].fill(0);
         o[12..16].copy_from_slice(&self.seq.to_le_bytes());
         o[16..24].copy_from_slice(&self.tag.to_le_bytes());
         o[24..32].copy_from_slice(&self.data.to_le_bytes());
@@ -117,7 +119,6 @@ impl Header {
             kind,
             flags,
             service: u32_at(b, 4),
-            ip: b[8..12].try_into().expect("4 bytes"),
             seq: u32_at(b, 12),
             tag: u64_at(b, 16),
             data: u64_at(b, 24),
@@ -142,7 +143,6 @@ mod tests {
             kind: Kind::Rts,
             flags: TAGGED | DATA,
             service: 18700,
-            ip: [10, 0, 0, 2],
             seq: 7,
             tag: 0xdead_beef_0000_0001,
             data: 42,
@@ -159,6 +159,19 @@ mod tests {
         sample().encode(&mut b);
         assert_eq!(Header::decode(&b, 960), Ok(sample()));
         assert_eq!(&b[64..], &[0xff; 16], "nothing past the header");
+    }
+
+    #[test]
+    fn bytes_8_to_12_are_written_zero_and_ignored() {
+        let mut b = [0xffu8; 64];
+        sample().encode(&mut b);
+        assert_eq!(&b[8..12], &[0; 4], "reserved: written zero");
+        // A sender from before IPv6 puts its IPv4 address there: still a good header,
+        // the same one.
+        b[8..12].copy_from_slice(&[10, 0, 0, 2]);
+        assert_eq!(Header::decode(&b, 960), Ok(sample()));
+        b[8..12].fill(0xff);
+        assert_eq!(Header::decode(&b, 960), Ok(sample()));
     }
 
     #[test]
