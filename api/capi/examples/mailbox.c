@@ -3,7 +3,9 @@
  * ring) and a 1 MiB one (rendezvous: the receiver reads it straight from the sender's
  * buffer into the posted one), a probe that leaves a message waiting, a claim and a
  * matched receive, an any-source any-tag receive, a cancelled receive; every byte
- * checked.
+ * checked. Then the same small and big messages between mailboxes of two IPv6
+ * devices, named with the 16-byte functions (dd_mailbox_addr6, dd_mailbox_peer6,
+ * dd_mailbox_peer_addr6), which give IPv4 nodes as IPv4-mapped addresses.
  *
  *   scripts/capi.sh        # builds libdeposit and this example, and runs it
  *
@@ -134,11 +136,74 @@ int main(void) {
     if (dd_mailbox_cancel(b, 77) != 1 || wait_for(b, DD_MB_OP_RECV, 77).status != DD_MB_CANCELLED)
         fail("the cancel");
 
+    /* 4. The same peer by its IPv4-mapped address (the 16-byte functions). */
+    uint8_t ip6[16], mapped[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+    memcpy(mapped + 12, ip, 4);
+    uint32_t service6, again;
+    CHECK(dd_mailbox_addr6(b, ip6, &service6));
+    if (memcmp(ip6, mapped, 16) || service6 != service)
+        fail("dd_mailbox_addr6 of an IPv4 mailbox is its IPv4-mapped address");
+    CHECK(dd_mailbox_peer6(a, mapped, service, &again));
+    if (again != to_b)
+        fail("an IPv4-mapped address names the IPv4 peer");
+    memset(ip6, 0, sizeof ip6);
+    CHECK(dd_mailbox_peer_addr6(a, to_b, ip6, &service6));
+    if (memcmp(ip6, mapped, 16) || service6 != service)
+        fail("dd_mailbox_peer_addr6 of an IPv4 peer");
+    printf("mailbox.c: the IPv4 peer as ::ffff:%u.%u.%u.%u\n", ip[0], ip[1], ip[2], ip[3]);
+
     struct dd_mailbox_stats s;
     CHECK(dd_mailbox_stats(b, &s));
     printf("mailbox.c: receiver: %llu eager, %llu rendezvous, %llu refused slots\n",
            (unsigned long long)s.eager_rx, (unsigned long long)s.rndv_rx,
            (unsigned long long)(s.bad_header + s.bad_source + s.bad_sequence));
+    dd_mailbox_close(a);
+    dd_mailbox_close(b);
+    dd_device_close(da);
+    dd_device_close(db);
+
+    /* 5. IPv6: devices at fd00::1 and fd00::2, mailboxes named by 16 bytes. */
+    static const uint8_t fd00_1[16] = {0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1};
+    CHECK(dd_device_config_init(&cfg));
+    cfg.port = "ring:mbox-c6:a";
+    memcpy(cfg.ip6, fd00_1, 16);
+    CHECK(dd_device_open(&cfg, &da));
+    cfg.port = "ring:mbox-c6:b";
+    cfg.ip6[15] = 2;
+    CHECK(dd_device_open(&cfg, &db));
+    CHECK(dd_mailbox_open(da, &mc, &a));
+    CHECK(dd_mailbox_open(db, &mc, &b));
+    if (dd_mailbox_addr(b, ip, &service) != DD_ERR_INVALID || !strstr(dd_last_error(), "dd_mailbox_addr6"))
+        fail("dd_mailbox_addr of an IPv6 mailbox says to use dd_mailbox_addr6");
+    CHECK(dd_mailbox_addr6(b, ip6, &service));
+    if (memcmp(ip6, cfg.ip6, 16))
+        fail("dd_mailbox_addr6 of an IPv6 mailbox is its device's address");
+    CHECK(dd_mailbox_peer6(a, ip6, service, &to_b));
+    fill(small, sizeof small, 3);
+    fill(big, BIG, 4);
+    memset(got_big, 0, BIG);
+    CHECK(dd_mailbox_recv(b, DD_MB_ANY_SOURCE, 7, 0, got_small, sizeof got_small, 1, DD_MB_TAGGED));
+    CHECK(dd_mailbox_recv(b, DD_MB_ANY_SOURCE, 8, 0, got_big, BIG, 2, DD_MB_TAGGED));
+    CHECK(dd_mailbox_send(a, to_b, 7, 0, small, sizeof small, 11, DD_MB_TAGGED | DD_MB_INJECT));
+    CHECK(dd_mailbox_send(a, to_b, 8, 0, big, BIG, 12, DD_MB_TAGGED));
+    c = wait_for(b, DD_MB_OP_RECV, 1);
+    if (c.status != DD_MB_SUCCESS || c.len != sizeof small)
+        fail("the small message over IPv6");
+    check(got_small, sizeof small, 3, "small over IPv6");
+    uint32_t from = c.src;
+    c = wait_for(b, DD_MB_OP_RECV, 2);
+    if (c.status != DD_MB_SUCCESS || c.len != BIG)
+        fail("the big message over IPv6");
+    check(got_big, BIG, 4, "big over IPv6");
+    if (wait_for(a, DD_MB_OP_SEND, 12).status != DD_MB_SUCCESS)
+        fail("the big send over IPv6");
+    /* The receiver names its sender by the sender's IPv6 address. */
+    CHECK(dd_mailbox_peer_addr6(b, from, ip6, &service6));
+    if (memcmp(ip6, fd00_1, 16) || service6 != service)
+        fail("dd_mailbox_peer_addr6 of the IPv6 sender");
+    if (dd_mailbox_peer_addr(b, from, ip, &service6) != DD_ERR_INVALID)
+        fail("dd_mailbox_peer_addr of an IPv6 peer fails");
+    printf("mailbox.c: 100 B eager and 1 MiB rendezvous between fd00::1 and fd00::2\n");
     dd_mailbox_close(a);
     dd_mailbox_close(b);
     dd_device_close(da);

@@ -817,7 +817,7 @@ struct dd_event {
 // How a mailbox is made (`dd_mailbox_config_init` fills in the defaults).
 struct dd_mailbox_config {
   // The service number its listener takes (what peers name it by, with the node's
-  // IPv4 address).
+  // address, IPv4 or IPv6).
   uint32_t service;
   // Bytes per ring slot, a power of two (0, the default: the largest up to 8 KiB
   // one message of the device carries).
@@ -1217,7 +1217,8 @@ int dd_mailbox_flush(struct dd_mailbox *m, uint32_t timeout_ms);
 void dd_mailbox_close(struct dd_mailbox *m);
 
 // The mailbox's address: the node's IPv4 address (4 bytes, network order) into
-// `ip` and its service into `*service`.
+// `ip` and its service into `*service`. A mailbox on an IPv6 device fails
+// (`DD_ERR_INVALID`): `dd_mailbox_addr6` gives an address of either family.
 int dd_mailbox_addr(const struct dd_mailbox *m, uint8_t *ip, uint32_t *service);
 
 // Bytes up to which a message goes eager (through the ring); longer ones go by
@@ -1225,11 +1226,27 @@ int dd_mailbox_addr(const struct dd_mailbox *m, uint8_t *ip, uint32_t *service);
 uint32_t dd_mailbox_eager_max(const struct dd_mailbox *m);
 
 // The peer number of the mailbox at `ip` (4 bytes, network order) and `service`
-// into `*peer` (the same number for the same address; connected on first use).
+// into `*peer` (the same number for the same address; connected on first use). IPv6
+// peers: `dd_mailbox_peer6`.
 int dd_mailbox_peer(struct dd_mailbox *m, const uint8_t *ip, uint32_t service, uint32_t *peer);
 
-// The address of peer number `peer` (as `dd_mailbox_addr`).
+// The address of peer number `peer` (as `dd_mailbox_addr`: an IPv6 peer fails,
+// `dd_mailbox_peer_addr6` gives it).
 int dd_mailbox_peer_addr(const struct dd_mailbox *m, uint32_t peer, uint8_t *ip, uint32_t *service);
+
+// [`dd_mailbox_addr`] of either family: the node's address as 16 bytes in address
+// order (a `struct in6_addr`'s) into `ip6` — an IPv6 address, or an IPv4 one
+// IPv4-mapped (`::ffff:a.b.c.d`) — and its service into `*service`.
+int dd_mailbox_addr6(const struct dd_mailbox *m, uint8_t *ip6, uint32_t *service);
+
+// [`dd_mailbox_peer`] of either family: the mailbox at `ip6` (16 bytes in address
+// order; an IPv4-mapped address `::ffff:a.b.c.d` names the IPv4 node, the same peer
+// as `dd_mailbox_peer` with its 4 bytes) and `service`.
+int dd_mailbox_peer6(struct dd_mailbox *m, const uint8_t *ip6, uint32_t service, uint32_t *peer);
+
+// The address of peer number `peer` (as `dd_mailbox_addr6`: 16 bytes, IPv4
+// IPv4-mapped).
+int dd_mailbox_peer_addr6(const struct dd_mailbox *m, uint32_t peer, uint8_t *ip6, uint32_t *service);
 
 // Why peer `peer` cannot be reached (a NUL-terminated message, valid until this
 // thread's next failing call), or NULL when it can (or no reason was given).

@@ -280,7 +280,8 @@ pub unsafe extern "C" fn dd_mailbox_close(m: *mut dd_mailbox) {
 }
 
 /// The mailbox's address: the node's IPv4 address (4 bytes, network order) into
-/// `ip` and its service into `*service`.
+/// `ip` and its service into `*service`. A mailbox on an IPv6 device fails
+/// (`DD_ERR_INVALID`): `dd_mailbox_addr6` gives an address of either family.
 #[no_mangle]
 pub unsafe extern "C" fn dd_mailbox_addr(
     m: *const dd_mailbox,
@@ -313,7 +314,8 @@ pub unsafe extern "C" fn dd_mailbox_eager_max(m: *const dd_mailbox) -> u32 {
 }
 
 /// The peer number of the mailbox at `ip` (4 bytes, network order) and `service`
-/// into `*peer` (the same number for the same address; connected on first use).
+/// into `*peer` (the same number for the same address; connected on first use). IPv6
+/// peers: `dd_mailbox_peer6`.
 #[no_mangle]
 pub unsafe extern "C" fn dd_mailbox_peer(
     m: *mut dd_mailbox,
@@ -333,7 +335,8 @@ pub unsafe extern "C" fn dd_mailbox_peer(
     })
 }
 
-/// The address of peer number `peer` (as `dd_mailbox_addr`).
+/// The address of peer number `peer` (as `dd_mailbox_addr`: an IPv6 peer fails,
+/// `dd_mailbox_peer_addr6` gives it).
 #[no_mangle]
 pub unsafe extern "C" fn dd_mailbox_peer_addr(
     m: *const dd_mailbox,
@@ -347,6 +350,71 @@ pub unsafe extern "C" fn dd_mailbox_peer_addr(
             .peer_addr(PeerId(peer))
             .ok_or_else(|| invalid(format!("no peer {peer}")))?;
         put(ip.cast::<[u8; 4]>(), v4(a, "dd_mailbox_peer_addr")?, "ip")?;
+        put(service, a.service, "service")
+    })
+}
+
+/// `a`'s address as 16 bytes in address order: an IPv6 address, or an IPv4 one mapped
+/// (`::ffff:a.b.c.d`).
+fn v6(a: PeerAddr) -> [u8; 16] {
+    match a.ip {
+        std::net::IpAddr::V4(ip) => ip.to_ipv6_mapped().octets(),
+        std::net::IpAddr::V6(ip) => ip.octets(),
+    }
+}
+
+/// [`dd_mailbox_addr`] of either family: the node's address as 16 bytes in address
+/// order (a `struct in6_addr`'s) into `ip6` — an IPv6 address, or an IPv4 one
+/// IPv4-mapped (`::ffff:a.b.c.d`) — and its service into `*service`.
+#[no_mangle]
+pub unsafe extern "C" fn dd_mailbox_addr6(
+    m: *const dd_mailbox,
+    ip6: *mut u8,
+    service: *mut u32,
+) -> c_int {
+    guard(|| {
+        let a = obj(m, "mailbox")?.0.addr();
+        put(ip6.cast::<[u8; 16]>(), v6(a), "ip6")?;
+        put(service, a.service, "service")
+    })
+}
+
+/// [`dd_mailbox_peer`] of either family: the mailbox at `ip6` (16 bytes in address
+/// order; an IPv4-mapped address `::ffff:a.b.c.d` names the IPv4 node, the same peer
+/// as `dd_mailbox_peer` with its 4 bytes) and `service`.
+#[no_mangle]
+pub unsafe extern "C" fn dd_mailbox_peer6(
+    m: *mut dd_mailbox,
+    ip6: *const u8,
+    service: u32,
+    peer: *mut u32,
+) -> c_int {
+    guard(|| {
+        let m = mb(m)?;
+        if ip6.is_null() {
+            return Err(invalid("ip6 is NULL"));
+        }
+        let a: [u8; 16] = ip6.cast::<[u8; 16]>().read();
+        let p = m.peer(PeerAddr::new(a, service));
+        put(peer, p.0, "peer")
+    })
+}
+
+/// The address of peer number `peer` (as `dd_mailbox_addr6`: 16 bytes, IPv4
+/// IPv4-mapped).
+#[no_mangle]
+pub unsafe extern "C" fn dd_mailbox_peer_addr6(
+    m: *const dd_mailbox,
+    peer: u32,
+    ip6: *mut u8,
+    service: *mut u32,
+) -> c_int {
+    guard(|| {
+        let a = obj(m, "mailbox")?
+            .0
+            .peer_addr(PeerId(peer))
+            .ok_or_else(|| invalid(format!("no peer {peer}")))?;
+        put(ip6.cast::<[u8; 16]>(), v6(a), "ip6")?;
         put(service, a.service, "service")
     })
 }
