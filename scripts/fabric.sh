@@ -10,8 +10,10 @@
 # fi_getpeer, shutdown), then RMA
 # and atomics checked byte for byte (api/fabric/rma_check.c), then wait objects,
 # counters and iovecs (api/fabric/wait_check.c: fi_cq_sread asleep on FI_WAIT_FD,
-# the FI_GETWAIT fd in epoll with fi_trywait, fi_cntr, fi_sendv/fi_recvv); otherwise
-# with the given arguments
+# the FI_GETWAIT fd in epoll with fi_trywait, fi_cntr, fi_sendv/fi_recvv), then over
+# IPv6 (DEPOSIT_FI_IP fd77::1/64 and fd77::2/64: FI_TAGGED every size checked, FI_EP_MSG,
+# connection management and the wait checks, whose names and fi_av_straddr it checks);
+# otherwise with the given arguments
 # (default: fi_pingpong's sizes, 10000 iterations), printing its table. --build only
 # builds it. --bridge (root) runs fi_pingpong between two network namespaces whose
 # veths are ports of one Linux bridge, for -p deposit (af_packet on the veth), -p tcp
@@ -39,15 +41,17 @@ fi_info -p deposit | grep -q 'provider: deposit' || { echo "fabric: fi_info does
 echo "fabric: fi_info -p deposit lists it:"
 fi_info -p deposit | sed 's/^/  /'
 
-# fi_pingpong between two processes joined by memif.
+# fi_pingpong between two processes joined by memif, the server at ${ips[0]}, the
+# client at ${ips[1]}.
+ips=(10.77.0.1 10.77.0.2)
 pingpong() {
     local s rc=0
     s=$(mktemp -u /tmp/deposit-fi.XXXXXX.sock)
-    DEPOSIT_FI_DEV=memif:$s:server DEPOSIT_FI_IP=10.77.0.1 timeout 300 fi_pingpong -p deposit -e rdm "$@" \
+    DEPOSIT_FI_DEV=memif:$s:server DEPOSIT_FI_IP=${ips[0]} timeout 300 fi_pingpong -p deposit -e rdm "$@" \
         >"$s.server.log" 2>&1 &
     local pid=$!
     for _ in $(seq 100); do [[ -S $s ]] && break; sleep 0.05; done
-    DEPOSIT_FI_DEV=memif:$s:client DEPOSIT_FI_IP=10.77.0.2 timeout 300 fi_pingpong -p deposit -e rdm "$@" \
+    DEPOSIT_FI_DEV=memif:$s:client DEPOSIT_FI_IP=${ips[1]} timeout 300 fi_pingpong -p deposit -e rdm "$@" \
         localhost || rc=$?
     wait "$pid" || { echo "fabric: the fi_pingpong server failed:" >&2; cat "$s.server.log" >&2; rc=1; }
     rm -f "$s" "$s.server.log"
@@ -122,6 +126,16 @@ elif ((check)); then
     check_prog rma_check "(the same, FI_MR_VIRT_ADDR off)" --offsets
     check_prog cm_check "(FI_EP_MSG: FI_CONNREQ, fi_reject, fi_accept, FI_CONNECTED, fi_getpeer, fi_shutdown)"
     check_prog wait_check "(FI_WAIT_FD: fi_cq_sread, epoll + fi_trywait; fi_cntr; iovecs)"
+    # IPv6: the nodes at fd77::1 and fd77::2 (endpoint names carry 16-byte addresses).
+    ips=(fd77::1/64 fd77::2/64)
+    echo "== fi_pingpong -p deposit -e rdm -m tagged -c -S all -I 20 over IPv6 (DEPOSIT_FI_IP ${ips[*]})"
+    pingpong -m tagged -c -S all -I 20 | tail -4
+    echo "== fi_pingpong -p deposit -e msg -m tagged -c -I 200 over IPv6"
+    pingpong -e msg -m tagged -c -I 200
+    export DFI_CHECK_IPV6=1
+    check_prog cm_check "over IPv6 (fd77::1, fd77::2)"
+    check_prog wait_check "over IPv6 (fd77::1, fd77::2: names, fi_av_straddr)"
+    unset DFI_CHECK_IPV6
 else
     (($#)) || set -- -I 10000
     echo "== fi_pingpong -p deposit -e rdm $* (two processes, memif)"

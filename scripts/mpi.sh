@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Usage: scripts/mpi.sh [-np N] [--over deposit|tcp|vader] [--pml cm|ob1] [--bridge | --hosts]
-#                      [--mtu M] [--gso-segs N] [--provider DIR]
+#                      [--mtu M] [--gso-segs N] [--provider DIR] [--ipv6]
 #                      [--check | --probes | --fi-peek | --compare [ROUNDS]] [-- PROGRAM_ARGS...]
 # Builds mpi/ddmpi.c (the project's MPI benchmark and check: ping-pong latency,
 # streaming and multi-pair bandwidth, MPI_Allreduce, MPI_Alltoall and a halo exchange
@@ -42,6 +42,10 @@
 # segments of one kernel send on every veth and the bridge (`gso_max_segs`): with 1,
 # kernel TCP puts one MTU-sized frame at a time on the wire, as deposit's af_packet port
 # does, instead of 64 KiB super-frames the veths never split (a frame-rate comparison).
+# `--ipv6` (--over deposit) puts the ranks on IPv6: DEPOSIT_FI_IP=fd77::1:%r/64 (rank r
+# at fd77::1:r, the rank's decimal digits read as hex: up to 9999 ranks), so the
+# provider's endpoint names, the mailboxes' hellos and every frame are IPv6 (MACs by
+# neighbour discovery on a bridge, derived ones on memif).
 # `--provider DIR` runs the provider built in DIR (its libdeposit-fi.so, found by
 # FI_PROVIDER_PATH) instead of building this tree's: another version, for an A/B
 # comparison with rounds interleaved.
@@ -68,6 +72,7 @@ gso_segs=
 provider=
 args=()
 compare=0
+ipv6=0
 while (($#)); do
     case $1 in
         --compare)
@@ -87,10 +92,11 @@ while (($#)); do
         --mtu) mtu=${2:?}; shift 2 ;;
         --gso-segs) gso_segs=${2:?}; shift 2 ;;
         --provider) provider=$(realpath "${2:?}"); shift 2 ;;
+        --ipv6) ipv6=1; shift ;;
         --) shift; args+=("$@"); break ;;
         *)
             echo "usage: $0 [-np N] [--over deposit|tcp|vader] [--pml cm|ob1] [--bridge | --hosts] [--mtu M]" \
-                "[--gso-segs N] [--provider DIR] [--static-macs] [--check | --probes | --fi-peek | --compare [ROUNDS]] [-- PROGRAM_ARGS...]" >&2
+                "[--gso-segs N] [--provider DIR] [--static-macs] [--ipv6] [--check | --probes | --fi-peek | --compare [ROUNDS]] [-- PROGRAM_ARGS...]" >&2
             exit 2
             ;;
     esac
@@ -168,6 +174,7 @@ case $over/$pml in
     deposit/*) echo "mpi: --pml cm or ob1" >&2; exit 2 ;;
     *) echo "mpi: --pml: --over $over runs pml ob1 only" >&2; exit 2 ;;
 esac
+((ipv6)) && [[ $over != deposit ]] && { echo "mpi: --ipv6 is for --over deposit" >&2; exit 2; }
 libs=()
 if [[ $prog == fi_peek ]]; then
     [[ $over != deposit && -z $hosts ]] && ((np == 2 && !bridge)) ||
@@ -232,13 +239,22 @@ if [[ $over == deposit || $prog == fi_peek ]]; then
         export DEPOSIT_FI_DEV=memif:$sock:%r
     fi
     run+=(-x FI_PROVIDER_PATH -x DEPOSIT_FI_DEV)
+    if ((ipv6)); then
+        export DEPOSIT_FI_IP=fd77::1:%r/64
+        run+=(-x DEPOSIT_FI_IP)
+        echo "mpi: the ranks on IPv6, DEPOSIT_FI_IP=$DEPOSIT_FI_IP"
+    fi
     if ((${static_macs:-0})) && [[ $DEPOSIT_FI_DEV == af_packet:* && -z $hosts ]]; then
         # Every rank's veth MAC in a node table (static entries: no ARP between the
         # ranks), as a launcher that knows its hosts' addresses would hand them out.
         nodes=$out/nodes
         for ((r = 0; r < np; r++)); do
             mac=$(ip -o link show "ddmv$r" | grep -o 'link/ether [0-9a-f:]*' | cut -d' ' -f2)
-            echo "10.77.$(((r + 1) >> 8)).$(((r + 1) & 255)) $mac 18515"
+            if ((ipv6)); then
+                echo "fd77::1:$r $mac 18515"
+            else
+                echo "10.77.$(((r + 1) >> 8)).$(((r + 1) & 255)) $mac 18515"
+            fi
         done >"$nodes"
         export DEPOSIT_FI_NODES=$nodes
         run+=(-x DEPOSIT_FI_NODES)

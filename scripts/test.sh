@@ -356,12 +356,16 @@ step "MPI probes, 4 ranks (tcp)" scripts/mpi.sh -np 4 --probes
 # in epoll); its probes (FI_PEEK, FI_CLAIM, FI_DISCARD, fi_cancel) through libfabric
 # itself; then the MPI program on 2 ranks over
 # it: Open MPI's mtl ofi (pml cm: the provider matches and probes), the same checks and
-# the MPI matching checks, and ddmpi's checks under pml ob1 (its btl ofi).
+# the MPI matching checks, and ddmpi's checks under pml ob1 (its btl ofi). The provider's
+# checks run over IPv6 too (fabric.sh --check's last steps), and so do ddmpi's checks and
+# the MPI matching checks on 2 ranks (--ipv6: the ranks at fd77::1:r).
 step "libfabric provider" scripts/fabric.sh --check
 step "libfabric probes (memif)" scripts/mpi.sh --fi-peek
 step "MPI over deposit, 2 ranks (memif)" scripts/mpi.sh -np 2 --over deposit -- -n 200 -m 65536
 step "MPI probes over deposit, 2 ranks (memif)" scripts/mpi.sh -np 2 --over deposit --probes
 step "MPI over deposit, pml ob1, 2 ranks (memif)" scripts/mpi.sh -np 2 --over deposit --pml ob1 --check
+step "MPI over deposit, IPv6, 2 ranks (memif)" scripts/mpi.sh -np 2 --over deposit --ipv6 --check
+step "MPI probes over deposit, IPv6, 2 ranks (memif)" scripts/mpi.sh -np 2 --over deposit --ipv6 --probes
 # 4 ranks on an L2 switch: one veth per rank on a Linux bridge, af_packet on each (root);
 # 64 ranks so (oversubscribed: about a minute on 2 cores), the provider having no limit
 # on peers. Then 2 ranks as 2 hosts: each rank in a network namespace of its own on the
@@ -370,6 +374,8 @@ step "MPI over deposit, pml ob1, 2 ranks (memif)" scripts/mpi.sh -np 2 --over de
 if (($(id -u) == 0)); then
     step "MPI over deposit, 4 ranks (bridge)" scripts/mpi.sh -np 4 --over deposit -- -n 100 -m 16384
     step "MPI probes over deposit, 4 ranks (bridge)" scripts/mpi.sh -np 4 --over deposit --probes
+    # IPv6 on the bridge: MACs by neighbour discovery, every frame UDP over IPv6.
+    step "MPI checks over deposit, IPv6, 4 ranks (bridge)" scripts/mpi.sh -np 4 --over deposit --ipv6 --check
     # 64 ranks on 2 cores: each rank gets the others' MACs in a node table (ARP among 64
     # oversubscribed ranks lost connects now and then: issue 37's note); the 4-rank and
     # 2-host steps resolve by ARP.

@@ -35,9 +35,11 @@
 #define MAX_MSG UINT32_MAX
 #define MIN(a, b) ((a) < (b) ? (a) : (b))
 
-/* An endpoint's name (fi_getname, the AV's entries). */
+/* An endpoint's name (fi_getname, the AV's entries; 20 bytes): the node's address in
+ * address order, IPv6 or IPv4-mapped (::ffff:a.b.c.d), as dd_mailbox_addr6 gives it,
+ * and the mailbox's service. */
 struct dfi_addr {
-    uint8_t ip[4];
+    uint8_t ip[16];
     uint32_t service;
 };
 
@@ -119,7 +121,7 @@ static inline void dfi_unlock(int *p) { (void)p, pthread_mutex_unlock(&dfi_lock)
 int dfi_device_get(void);
 void dfi_device_put(void);
 extern struct dd_device *dfi_dev;
-extern uint8_t dfi_ip[4];
+extern uint8_t dfi_ip[16]; /* this node's, as in struct dfi_addr */
 extern struct dfi_ep *dfi_eps;
 extern int dfi_virt_addr, dfi_next_service;
 extern uint64_t dfi_events; /* completions retired so far (has progress found any?) */

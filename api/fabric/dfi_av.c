@@ -1,9 +1,10 @@
-/* Address vectors: a table of endpoint names (an IPv4 address and a service number,
- * struct dfi_addr, 8 bytes); fi_addr_t is the index. Entries stay valid until the AV
+/* Address vectors: a table of endpoint names (an IPv6 or IPv4-mapped address and a
+ * service number, struct dfi_addr, 20 bytes); fi_addr_t is the index. Entries stay valid until the AV
  * closes (fi_av_remove forgets nothing). Each endpoint maps indices to its mailbox's
  * peer numbers as it first needs them (dfi_ep.c).
  */
 #include "dfi.h"
+#include <arpa/inet.h>
 
 static int av_insert(struct fid_av *f, const void *addr, size_t count, fi_addr_t *out, uint64_t flags, void *ctx) {
     (void)flags, (void)ctx;
@@ -43,8 +44,13 @@ static int av_lookup(struct fid_av *f, fi_addr_t a, void *addr, size_t *len) {
 static const char *av_straddr(struct fid_av *f, const void *addr, char *buf, size_t *len) {
     (void)f;
     const struct dfi_addr *a = addr;
-    char s[40];
-    int n = snprintf(s, sizeof s, "deposit://%u.%u.%u.%u:%u", a->ip[0], a->ip[1], a->ip[2], a->ip[3], a->service);
+    /* deposit://a.b.c.d:SERVICE for an IPv4(-mapped) address, deposit://[v6]:SERVICE */
+    static const uint8_t mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+    char ip[INET6_ADDRSTRLEN], s[96];
+    int v4 = !memcmp(a->ip, mapped, sizeof mapped);
+    if (!inet_ntop(v4 ? AF_INET : AF_INET6, v4 ? a->ip + 12 : a->ip, ip, sizeof ip))
+        strcpy(ip, "?");
+    int n = snprintf(s, sizeof s, v4 ? "deposit://%s:%u" : "deposit://[%s]:%u", ip, a->service);
     if (buf && *len)
         snprintf(buf, *len, "%s", s);
     *len = (size_t)n + 1;

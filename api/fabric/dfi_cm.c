@@ -136,11 +136,11 @@ int dfi_eq_open(struct fid_fabric *fab, struct fi_eq_attr *attr, struct fid_eq *
 static int cm_send(struct dd_mailbox *mb, const struct dfi_addr *to, uint32_t kind, uint32_t service,
                    const void *data, size_t len) {
     struct cm_msg m = {kind, (uint32_t)MIN(len, DFI_CM_DATA), {{0}, service}, {0}};
-    memcpy(m.from.ip, dfi_ip, 4);
+    memcpy(m.from.ip, dfi_ip, sizeof m.from.ip);
     if (data)
         memcpy(m.data, data, m.len);
     uint32_t peer;
-    if (len > DFI_CM_DATA || dd_mailbox_peer(mb, to->ip, to->service, &peer) < 0)
+    if (len > DFI_CM_DATA || dd_mailbox_peer6(mb, to->ip, to->service, &peer) < 0)
         return -FI_EINVAL;
     int rc = dd_mailbox_send(mb, peer, DFI_CM_TAG, 0, &m, sizeof m, 0, DD_MB_TAGGED | DD_MB_INJECT);
     dd_device_progress(dfi_dev);
@@ -225,7 +225,8 @@ static int pep_getname(fid_t f, void *addr, size_t *len) {
     if (have < sizeof(struct dfi_addr))
         return -FI_ETOOSMALL;
     int rc = pep_open(p);
-    struct dfi_addr a = {{dfi_ip[0], dfi_ip[1], dfi_ip[2], dfi_ip[3]}, p->service};
+    struct dfi_addr a = {{0}, p->service};
+    memcpy(a.ip, dfi_ip, sizeof a.ip);
     memcpy(addr, &a, sizeof a);
     return rc;
 }
@@ -313,7 +314,7 @@ void dfi_cm_retire(struct dfi_ep *ep, const struct dd_tag_completion *c) {
     if (c->status != DD_MB_SUCCESS || c->len != sizeof *m)
         return; /* cancelled at close, or not ours */
     if (m->kind == CM_ACCEPT && ep->state == DFI_CONNECTING &&
-        dd_mailbox_peer(ep->mb, m->from.ip, m->from.service, &ep->cm_peer) == 0) {
+        dd_mailbox_peer6(ep->mb, m->from.ip, m->from.service, &ep->cm_peer) == 0) {
         ep->state = DFI_CONNECTED;
         eq_push(ep->eq, FI_CONNECTED, 0, &ep->fid.fid, NULL, m);
     } else if (m->kind == CM_REJECT && ep->state == DFI_CONNECTING) {
@@ -354,7 +355,7 @@ static int ep_accept(struct fid_ep *f, const void *param, size_t len) {
     if (rc || !h || h->fid.fclass != FI_CLASS_CONNREQ || ep->state != DFI_IDLE)
         return rc ? rc : -FI_EINVAL;
     if ((rc = cm_send(ep->mb, &h->from, CM_ACCEPT, ep->service, param, len)) ||
-        (rc = dd_mailbox_peer(ep->mb, h->from.ip, h->from.service, &ep->cm_peer) < 0 ? -FI_EIO : 0))
+        (rc = dd_mailbox_peer6(ep->mb, h->from.ip, h->from.service, &ep->cm_peer) < 0 ? -FI_EIO : 0))
         return rc;
     ep->state = DFI_CONNECTED;
     free(h); /* the request is answered */
@@ -371,7 +372,7 @@ static int ep_shutdown(struct fid_ep *f, uint64_t flags) {
         return -FI_ENOTCONN;
     struct dfi_addr to;
     uint32_t service;
-    if (dd_mailbox_peer_addr(ep->mb, ep->cm_peer, to.ip, &service) < 0)
+    if (dd_mailbox_peer_addr6(ep->mb, ep->cm_peer, to.ip, &service) < 0)
         return -FI_EIO;
     to.service = service;
     ep->state = DFI_IDLE;
@@ -390,7 +391,7 @@ static int ep_getpeer(struct fid_ep *f, void *addr, size_t *len) {
     if (have < sizeof(struct dfi_addr))
         return -FI_ETOOSMALL;
     struct dfi_addr *a = addr;
-    return dd_mailbox_peer_addr(ep->mb, ep->cm_peer, a->ip, &a->service) < 0 ? -FI_EIO : 0;
+    return dd_mailbox_peer_addr6(ep->mb, ep->cm_peer, a->ip, &a->service) < 0 ? -FI_EIO : 0;
 }
 
 struct fi_ops_cm dfi_msg_cm_ops = {

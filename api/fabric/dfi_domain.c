@@ -1,6 +1,7 @@
 /* The domain: one deposit device per process, opened from the environment (so that
  * mpirun needs no wrapper; "%r" in a value is the rank): DEPOSIT_FI_DEV, DEPOSIT_FI_IP
- * (ADDR or ADDR/PREFIX), DEPOSIT_FI_GATEWAY, DEPOSIT_FI_VLAN, DEPOSIT_FI_NODES (a node table file of static
+ * (ADDR or ADDR/PREFIX, IPv4 or IPv6: the node then runs over IPv6; default 10.77.x.y
+ * from the rank), DEPOSIT_FI_GATEWAY (of the address's family), DEPOSIT_FI_VLAN, DEPOSIT_FI_NODES (a node table file of static
  * `IP [MAC] UDP-PORT` lines), DEPOSIT_FI_IDENTITY, DEPOSIT_FI_KNOWN_PEERS,
  * DEPOSIT_FI_STATS (docs/design.md §12).
  * Also here: progress of every endpoint, with a guard thread that takes a turn when
@@ -13,10 +14,11 @@
  */
 #define _GNU_SOURCE /* PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP */
 #include "dfi.h"
+#include <arpa/inet.h>
 #include <time.h>
 
 struct dd_device *dfi_dev;
-uint8_t dfi_ip[4];
+uint8_t dfi_ip[16];
 struct dfi_ep *dfi_eps;
 int dfi_virt_addr, dfi_next_service;
 uint64_t dfi_events;
@@ -71,6 +73,20 @@ static void subst(const char *s, char *out, size_t n) {
     out[k] = 0;
 }
 
+/* `s` as an address of either family: its bytes (4 or 16) into `out`, the family's
+ * length returned (an IPv4-mapped IPv6 address is IPv4); 0 when it is neither, or ::
+ * (which names no node). */
+static int parse_ip(const char *s, uint8_t out[16]) {
+    static const uint8_t mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff}, zero[16] = {0};
+    if (inet_pton(AF_INET, s, out) == 1)
+        return 4;
+    if (inet_pton(AF_INET6, s, out) != 1 || !memcmp(out, zero, 16))
+        return 0;
+    if (!memcmp(out, mapped, 12))
+        return memmove(out, out + 12, 4), 4;
+    return 16;
+}
+
 int dfi_device_get(void) {
     if (dfi_dev) {
         refs++;
@@ -88,17 +104,23 @@ int dfi_device_get(void) {
         subst(i, ip, sizeof ip);
     else
         snprintf(ip, sizeof ip, "10.77.%d.%d", (r + 1) >> 8, (r + 1) & 255);
-    unsigned a, b, c, d, prefix = 0;
-    int n = sscanf(ip, "%u.%u.%u.%u/%u", &a, &b, &c, &d, &prefix);
-    if (n < 4 || a > 255 || b > 255 || c > 255 || d > 255 || prefix > 32) {
-        fprintf(stderr, "deposit-fi: DEPOSIT_FI_IP %s is not an IPv4 address[/prefix]\n", ip);
+    /* ADDR[/PREFIX], IPv4 or IPv6. */
+    uint8_t addr[16], g[16] = {0};
+    char *slash = strchr(ip, '/'), *end = NULL;
+    unsigned long prefix = 0;
+    if (slash)
+        *slash = 0, prefix = strtoul(slash + 1, &end, 10);
+    int fam = parse_ip(ip, addr);
+    if (!fam || (slash && (end == slash + 1 || *end || prefix > (fam == 4 ? 32u : 128u)))) {
+        if (slash)
+            *slash = '/';
+        fprintf(stderr, "deposit-fi: DEPOSIT_FI_IP %s is not an IPv4 or IPv6 address[/prefix]\n", ip);
         return -FI_EINVAL;
     }
     const char *gw = getenv("DEPOSIT_FI_GATEWAY"), *nt = getenv("DEPOSIT_FI_NODES");
-    unsigned g[4] = {0, 0, 0, 0};
-    if (gw && (sscanf(gw, "%u.%u.%u.%u", &g[0], &g[1], &g[2], &g[3]) != 4 || g[0] > 255 ||
-               g[1] > 255 || g[2] > 255 || g[3] > 255)) {
-        fprintf(stderr, "deposit-fi: DEPOSIT_FI_GATEWAY %s is not an IPv4 address\n", gw);
+    if (gw && parse_ip(gw, g) != fam) {
+        fprintf(stderr, "deposit-fi: DEPOSIT_FI_GATEWAY %s is not an %s address (DEPOSIT_FI_IP is %s)\n", gw,
+                fam == 4 ? "IPv4" : "IPv6", ip);
         return -FI_EINVAL;
     }
     struct dd_device_config cfg;
@@ -107,12 +129,13 @@ int dfi_device_get(void) {
     if (id)
         subst(id, identity, sizeof identity), cfg.identity_path = identity;
     cfg.known_peers_path = getenv("DEPOSIT_FI_KNOWN_PEERS");
-    cfg.ip[0] = (uint8_t)a, cfg.ip[1] = (uint8_t)b, cfg.ip[2] = (uint8_t)c, cfg.ip[3] = (uint8_t)d;
-    cfg.prefix_len = prefix;
+    if (fam == 4)
+        memcpy(cfg.ip, addr, 4), memcpy(cfg.gateway, g, 4);
+    else
+        memcpy(cfg.ip6, addr, 16), memcpy(cfg.gateway6, g, 16);
+    cfg.prefix_len = (uint32_t)prefix;
     if (getenv("DEPOSIT_FI_VLAN"))
         cfg.vlan = (uint32_t)atoi(getenv("DEPOSIT_FI_VLAN"));
-    for (int k = 0; k < 4; k++)
-        cfg.gateway[k] = (uint8_t)g[k];
     if (nt)
         subst(nt, nodes, sizeof nodes), cfg.nodes_path = nodes;
     cfg.max_connections = 4 * (uint32_t)job_size() > 4096 ? 4 * (uint32_t)job_size() : 4096;
@@ -128,7 +151,11 @@ int dfi_device_get(void) {
         }
         nanosleep(&(struct timespec){0, 50 * 1000 * 1000}, NULL);
     }
-    memcpy(dfi_ip, cfg.ip, 4);
+    /* Endpoint names carry 16 bytes: an IPv4 address IPv4-mapped. */
+    if (fam == 4)
+        memset(dfi_ip, 0, 10), dfi_ip[10] = dfi_ip[11] = 0xff, memcpy(dfi_ip + 12, addr, 4);
+    else
+        memcpy(dfi_ip, addr, 16);
     refs = guard_run = 1;
     if (pthread_create(&guard, NULL, guard_main, NULL))
         guard_run = 0;

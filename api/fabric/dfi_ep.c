@@ -65,7 +65,7 @@ static void sync_peers(struct dfi_ep *ep) {
     for (ep->peer = p; ep->npeer < n; ep->npeer++) {
         const struct dfi_addr *a = &ep->av->table[ep->npeer];
         uint32_t q;
-        if (dd_mailbox_peer(ep->mb, a->ip, a->service, &q) < 0)
+        if (dd_mailbox_peer6(ep->mb, a->ip, a->service, &q) < 0)
             break;
         if (q >= ep->naddr) {
             size_t cap = 2 * q + 64;
@@ -523,7 +523,8 @@ int dfi_ep_getname(fid_t f, void *addr, size_t *len) {
     if (have < sizeof(struct dfi_addr))
         return -FI_ETOOSMALL;
     int rc = dfi_ep_enable(ep);
-    struct dfi_addr a = {{dfi_ip[0], dfi_ip[1], dfi_ip[2], dfi_ip[3]}, ep->service};
+    struct dfi_addr a = {{0}, ep->service};
+    memcpy(a.ip, dfi_ip, sizeof a.ip);
     memcpy(addr, &a, sizeof a);
     return rc;
 }

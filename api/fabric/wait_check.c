@@ -111,6 +111,14 @@ static void open_all(const char *sock, int server) {
     xfer(&tlen, sizeof tlen, 0);
     xfer(theirs, tlen, 0);
     CHECK(fi_av_insert(av, theirs, 1, &peer, 0, NULL) == 1, "fi_av_insert");
+    /* A name is 20 bytes (an IPv6 or IPv4-mapped address, the service), and the AV
+     * spells it by its family. */
+    CHECK(len == 20 && tlen == 20, "names of %zu and %zu bytes, not 20", len, tlen);
+    char s[128];
+    size_t slen = sizeof s;
+    const char *want = check_peer_straddr(server);
+    fi_av_straddr(av, theirs, s, &slen);
+    CHECK(!strncmp(s, want, strlen(want)), "fi_av_straddr gives %s, not %s...", s, want);
     fi_freeinfo(hints);
 }
 
