@@ -148,6 +148,11 @@ pub struct DeviceConfig {
     /// bandwidth-delay-product cap that bounds what one connection queues in the port
     /// ahead of others (default 1 MiB).
     pub max_inflight_bytes: u64,
+    /// Congestion control per peer node (docs/design.md §5, "Congestion"): on by
+    /// default, with a target queueing delay of 10 µs and the receive budget of a
+    /// 100 Gb/s line. `enabled: false` leaves only `max_inflight_bytes` and the
+    /// receivers' credits (what the transport did before, for comparison).
+    pub congestion: crate::CcConfig,
     /// Fault injection on received frames (loss, duplication, reordering, corruption,
     /// delay), deterministic per seed: `"loss=0.01,reorder=0.01,seed=7".parse()`.
     pub faults: Option<deposit_transport::faults::FaultConfig>,
@@ -209,6 +214,7 @@ impl DeviceConfig {
             keepalive: Duration::from_secs(5),
             keepalive_count: 5,
             max_inflight_bytes: 1 << 20,
+            congestion: crate::CcConfig::default(),
             faults: None,
             identity: None,
             known_peers: None,
@@ -753,6 +759,7 @@ impl Device {
             rnr_timeout_us: cfg.rnr_timeout.as_micros() as u64,
             rnr_retry_count: cfg.rnr_retry_count,
             max_inflight_bytes: cfg.max_inflight_bytes,
+            cc: cfg.congestion,
             keepalive_us: cfg.keepalive.as_micros() as u64,
             keepalive_count: cfg.keepalive_count,
             shards: n as u8,
@@ -1495,6 +1502,17 @@ impl Device {
     /// listener's challenge (docs/design.md §7), so spoofed requests never count here.
     pub fn connections(&self) -> usize {
         self.inner.call_all(|w| w.connections()).into_iter().sum()
+    }
+
+    /// Each peer node's congestion state: window, bytes in flight, pace, round trips,
+    /// marks (docs/design.md §5, "Congestion"), one entry per peer and shard (a
+    /// shard's connections to a peer share one context).
+    pub fn peers(&self) -> Vec<crate::PeerSummary> {
+        self.inner
+            .call_all(|w| w.peer_summaries())
+            .into_iter()
+            .flatten()
+            .collect()
     }
 
     /// Each shard's counters (per-shard counters are summed by [`Device::stats`]).

@@ -9,6 +9,7 @@
 //! | `/deposit/stats` | `DEVICE` (0) | every counter of [`crate::DeviceStats`], by name |
 //! | `/deposit/drops` | `DEVICE` (0) | refusals by [`crate::DropReason`] |
 //! | `/deposit/conns` | `DEVICE[,FROM]` | connections from number `FROM`: peer, state, counts |
+//! | `/deposit/peers` | `DEVICE` (0) | each peer's congestion state: shard, window, flight, pace, round trips, marks, decreases |
 
 use std::sync::{Arc, OnceLock};
 
@@ -40,7 +41,7 @@ pub(crate) fn register_commands() {
 
 type Command = (&'static str, &'static str, fn(&str) -> Reply);
 
-const COMMANDS: [Command; 4] = [
+const COMMANDS: [Command; 5] = [
     (
         "/deposit/devices",
         "The process's deposit devices: index -> port, address, workers.",
@@ -60,6 +61,11 @@ const COMMANDS: [Command; 4] = [
         "/deposit/conns",
         "Connections of a deposit device. Parameters: device index (0), first number (0).",
         conns,
+    ),
+    (
+        "/deposit/peers",
+        "Congestion state of a deposit device's peers (window, flight, pace, round trips, marks). Parameters: device index (0).",
+        peers,
     ),
 ];
 
@@ -124,6 +130,61 @@ fn drops(params: &str) -> Reply {
         .iter()
         .map(|r| (r.name().to_string(), TelValue::U64(s.dropped(*r))))
         .collect()
+}
+
+fn peers(params: &str) -> Reply {
+    let d = match device(params) {
+        Ok(d) => d,
+        Err(r) => return r,
+    };
+    let all: Vec<_> = d
+        .call_all(|w| w.peer_summaries())
+        .into_iter()
+        .enumerate()
+        .flat_map(|(shard, v)| v.into_iter().map(move |p| (shard, p)))
+        .collect();
+    let mut r: Reply = vec![(
+        "fields".into(),
+        TelValue::Strs(
+            [
+                "shard",
+                "window",
+                "inflight",
+                "paced_rate",
+                "base_rtt_ns",
+                "srtt_ns",
+                "parked",
+                "marks",
+                "decreases",
+                "quick_adapts",
+            ]
+            .map(String::from)
+            .to_vec(),
+        ),
+    )];
+    for (shard, p) in all {
+        let c = p.counters;
+        r.push((
+            p.peer_ip.to_string(),
+            TelValue::Strs(
+                [
+                    shard as u64,
+                    p.window,
+                    p.inflight,
+                    p.paced_rate,
+                    p.base_rtt_ns,
+                    p.srtt_ns,
+                    p.parked as u64,
+                    c.marks,
+                    c.decreases,
+                    c.quick_adapts,
+                ]
+                .map(|v| v.to_string())
+                .to_vec(),
+            ),
+        ));
+    }
+    r
 }
 
 fn conns(params: &str) -> Reply {

@@ -206,6 +206,17 @@ struct Cli {
     /// top six bits (104: AF31, DSCP 26); the ECN bits are the transport's.
     #[arg(long, value_name = "TC", default_value_t = 0)]
     tclass: u8,
+    /// Congestion control off (on by default): only the per-connection cap and the
+    /// receiver's credits hold a sender back, as before issue 38 (for comparison).
+    #[arg(long = "no-cc")]
+    no_cc: bool,
+    /// Congestion control's target queueing delay, microseconds (default 10).
+    #[arg(long = "cc-target-us", value_name = "US")]
+    cc_target_us: Option<u64>,
+    /// Delay alone decreases the window (for paths whose switches drop instead of
+    /// marking ECN: a kernel bridge with a shaper).
+    #[arg(long = "cc-delay")]
+    cc_delay: bool,
     /// The 802.1Q VLAN (1 to 4094): frames leave tagged, only that VLAN's are taken.
     #[arg(long, value_name = "ID", value_parser = clap::value_parser!(u16).range(1..=4094))]
     vlan: Option<u16>,
@@ -409,6 +420,8 @@ pub struct Params {
     pub vlan: Option<u16>,
     /// `--tclass`.
     pub traffic_class: u8,
+    /// `--no-cc`, `--cc-target-us`.
+    pub congestion: deposit::CcConfig,
     /// `--peer-mac`: the peer's address with its configured MAC.
     pub peer_mac: Option<(IpAddr, [u8; 6])>,
     pub tx_depth: u32,
@@ -680,6 +693,14 @@ fn resolve(cli: Cli) -> Result<Params> {
         prefix_len: cli.ip.map_or(0, |a| a.1),
         vlan: cli.vlan,
         traffic_class: cli.tclass,
+        congestion: deposit::CcConfig {
+            enabled: !cli.no_cc,
+            target_delay_ns: cli
+                .cc_target_us
+                .map_or(deposit::CcConfig::default().target_delay_ns, |us| us * 1000),
+            delay_decrease: cli.cc_delay,
+            ..deposit::CcConfig::default()
+        },
         gateway: cli.gateway,
         peer_mac: match (cli.peer_mac, role) {
             (Some(mac), Role::Client { peer }) => Some((peer, mac)),

@@ -131,6 +131,7 @@ pub fn open_device(p: &Params, spec: &str, ip: std::net::IpAddr) -> Result<Devic
         cfg = cfg.max_frame(m);
     }
     cfg.cm_timeout = p.timeout;
+    cfg.congestion = p.congestion;
     if p.role != Role::Loopback {
         cfg.prefix_len = p.prefix_len;
         cfg.vlan = p.vlan;
@@ -224,6 +225,28 @@ pub fn print_stats(show: bool) {
             eprintln!("  drops {:<18} {n:>16}  ({r})", r.name());
         }
         eprintln!("  ({zero} other counters 0)");
+        // Congestion control's view of each peer (docs/design.md §5).
+        for p in d.peers() {
+            let c = p.counters;
+            eprintln!(
+                "  peer {}: window {} B, in flight {} B, pace {}, rtt base {:.1} us smoothed {:.1} us, marks {}, decreases {}, quick adapts {}, waits for window {} pace {}",
+                p.peer_ip,
+                p.window,
+                p.inflight,
+                if p.paced_rate == 0 {
+                    "none".to_string()
+                } else {
+                    format!("{:.3} Gb/s", p.paced_rate as f64 * 8.0 / 1e9)
+                },
+                p.base_rtt_ns as f64 / 1e3,
+                p.srtt_ns as f64 / 1e3,
+                c.marks,
+                c.decreases,
+                c.quick_adapts,
+                c.window_waits,
+                c.pace_waits
+            );
+        }
         let shards = d.shard_stats();
         if shards.len() > 1 {
             // Where frames came in: a shard with a queue of its own forwards what the

@@ -77,6 +77,19 @@ fn the_telemetry_socket_answers_deposits_commands_with_the_devices_counters() {
     assert_eq!(me[4], "1", "{conns}");
     assert_eq!(c.server.dropped(), 1);
 
+    // The client's congestion state of its one peer, as the API reads it.
+    let peers = tel.ask("/deposit/peers,1").unwrap();
+    let api = pair.client.peers();
+    assert_eq!(api.len(), 1, "{api:?}");
+    let p = &peers["10.0.0.1"];
+    assert_eq!(p[0], "0", "{peers}");
+    assert_eq!(p[1], api[0].window.to_string(), "{peers}");
+    assert_eq!(
+        p[2], "0",
+        "nothing in flight once the traffic is over: {peers}"
+    );
+    assert_eq!(peers["fields"][1], "window", "{peers}");
+
     // A device that does not exist is an answer, not a crash.
     let none = tel.ask("/deposit/stats,9").unwrap();
     assert!(

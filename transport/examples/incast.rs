@@ -1,21 +1,27 @@
-//! An N:1 incast over a simulated switch with today's transport (no congestion
-//! control): N senders each write one message to one receiver through one switch
-//! port, all at once. Prints what the fabric saw — goodput against the bottleneck,
-//! Jain's fairness over the flows, the queue's depth, drops, marks — and what the
-//! senders did about it (retransmissions, timeouts): the figures congestion control
-//! (issue 38) is to improve.
+//! An N:1 incast over a simulated switch: N senders each write one message to one
+//! receiver through one switch port, all at once. Prints what the fabric saw —
+//! goodput against the bottleneck, Jain's fairness over the flows, the queue's depth,
+//! drops, marks — and what the senders did (retransmissions, timeouts), with the
+//! nodes' congestion control (`node::cc`: the receiver's credit and the senders' law)
+//! or without it (`--no-cc`, the transport before issue 38).
 //!
 //! ```text
 //! cargo run --release -p deposit-transport --example incast -- [--senders 64] \
-//!     [--rate-gbps 100] [--buffer-kib 1024] [--ecn-kib 100] [--msg-kib 1024] \
-//!     [--write-kib 64] [--latency-ns 1000] [--no-ecn] [--seed 1] [--json FILE]
+//!     [--rate-gbps 25] [--buffer-kib 256] [--ecn-kib 32] [--msg-kib 1024] \
+//!     [--write-kib 64] [--latency-ns 4000] [--no-ecn] [--no-cc] [--target-us 10] \
+//!     [--budget-kib 0] [--seed 1] [--json FILE] [--trace-us US] [--peers]
 //! ```
 //!
-//! The nodes' data frames are ECN-capable (`NodeConfig::ecn`), so that the switch marks
-//! them above `--ecn-kib`; `--no-ecn` sends them ECN 00, and they are only dropped. `--json` writes, for a
-//! plotter, each sender's bytes delivered per bin (bins of `--bin-us`, default 100,
-//! at simulated times from 0: the writes are posted at `summary.start_ns`, after the
-//! connections came up) and the bottleneck queue's largest depth per bin.
+//! The defaults are issue 38's incast: 25 Gb/s links with 4 µs of cable (a base round
+//! trip near 18 µs, a bandwidth-delay product near 56 KB), a port buffer of about four
+//! of those and an ECN threshold near the target delay's bytes. The nodes' data frames
+//! are ECN-capable (`NodeConfig::ecn`), so that the switch marks them above
+//! `--ecn-kib`; `--no-ecn` sends them ECN 00, and they are only dropped. `--json`
+//! writes, for `ddperf --plot`, each sender's bytes delivered per bin (bins of
+//! `--bin-us`, default 100, at simulated times from 0: the writes are posted at
+//! `summary.start_ns`, after the connections came up) and the bottleneck queue's
+//! largest depth per bin. `--trace-us` prints the first senders' windows every so
+//! often; `--peers` each sender's congestion state at the end.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -43,6 +49,8 @@ struct Args {
     cc: bool,
     budget_kib: u64,
     target_us: u64,
+    trace_us: Option<u64>,
+    peers: bool,
     seed: u64,
     bin_us: u64,
     json: Option<String>,
@@ -52,8 +60,8 @@ fn usage(why: &str) -> ! {
     eprintln!("incast: {why}");
     eprintln!(
         "usage: incast [--senders N] [--rate-gbps G] [--buffer-kib B] [--ecn-kib K] \
-         [--msg-kib M] [--write-kib W] [--latency-ns L] [--no-ecn] [--seed S] [--bin-us U] \
-         [--json FILE]"
+         [--msg-kib M] [--write-kib W] [--latency-ns L] [--no-ecn] [--no-cc] [--target-us T] \
+         [--budget-kib B] [--seed S] [--bin-us U] [--json FILE] [--trace-us U] [--peers]"
     );
     std::process::exit(2);
 }
@@ -61,16 +69,18 @@ fn usage(why: &str) -> ! {
 fn parse() -> Args {
     let mut a = Args {
         senders: 64,
-        rate_gbps: 100.0,
-        buffer_kib: 1024,
-        ecn_kib: 100,
+        rate_gbps: 25.0,
+        buffer_kib: 256,
+        ecn_kib: 32,
         msg_kib: 1024,
         write_kib: 64,
-        latency_ns: 1000,
+        latency_ns: 4000,
         ecn: true,
         cc: true,
         budget_kib: 0,
         target_us: 10,
+        trace_us: None,
+        peers: false,
         seed: 1,
         bin_us: 100,
         json: None,
@@ -83,6 +93,10 @@ fn parse() -> Args {
         }
         if flag == "--no-cc" {
             a.cc = false;
+            continue;
+        }
+        if flag == "--peers" {
+            a.peers = true;
             continue;
         }
         let v = it
@@ -107,6 +121,7 @@ fn parse() -> Args {
             "--seed" => a.seed = num(&v),
             "--budget-kib" => a.budget_kib = num(&v),
             "--target-us" => a.target_us = num(&v),
+            "--trace-us" => a.trace_us = Some(num(&v)),
             "--bin-us" => a.bin_us = num(&v),
             "--json" => a.json = Some(v),
             _ => usage(&format!("unknown option {flag}")),
@@ -189,7 +204,7 @@ fn write_json(path: &str, a: &Args, st: &FabricStats, flows: &[FlowKey], summary
     let q = st.port(Port::ToHost(0));
     let json = format!(
         "{{\"senders\":{},\"rate_gbps\":{},\"buffer_kib\":{},\"ecn_kib\":{},\"msg_kib\":{},\
-         \"ecn\":{},\"seed\":{},\"bin_ns\":{},\"summary\":{summary},\"flows\":[{}],\
+         \"ecn\":{},\"cc\":{},\"seed\":{},\"bin_ns\":{},\"summary\":{summary},\"flows\":[{}],\
          \"queue\":{{\"port\":\"ToHost(0)\",\"max_depth_per_bin\":{}}}}}\n",
         a.senders,
         a.rate_gbps,
@@ -197,6 +212,7 @@ fn write_json(path: &str, a: &Args, st: &FabricStats, flows: &[FlowKey], summary
         a.ecn_kib,
         a.msg_kib,
         a.ecn,
+        a.cc,
         a.seed,
         st.bin_ns,
         fl.join(","),
@@ -225,6 +241,7 @@ fn main() {
             line_rate_mbps: (a.rate_gbps * 1000.0) as u64,
             receive_budget: a.budget_kib << 10,
             target_delay_ns: a.target_us * 1000,
+            ..CcConfig::default()
         },
         ..NodeConfig::default()
     };
@@ -369,7 +386,7 @@ fn main() {
     let ideal_ns = total * 8.0 / a.rate_gbps;
 
     println!(
-        "incast {}:1, {} KiB each in {} KiB writes, {} Gb/s links ({} ns), buffer {} KiB, ECN above {} KiB{}, seed {}",
+        "incast {}:1, {} KiB each in {} KiB writes, {} Gb/s links ({} ns), buffer {} KiB, ECN above {} KiB{}, congestion control {}, seed {}",
         a.senders,
         a.msg_kib,
         wr >> 10,
@@ -378,6 +395,7 @@ fn main() {
         a.buffer_kib,
         a.ecn_kib,
         if a.ecn { " (data frames ECT(0))" } else { " (frames not ECT: --no-ecn)" },
+        if a.cc { "on" } else { "off (--no-cc)" },
         a.seed
     );
     println!(
@@ -427,7 +445,7 @@ fn main() {
         q.marks
     );
     println!("senders          {retx} retransmissions, {timeouts} timeouts");
-    if std::env::var_os("INCAST_PEERS").is_some() {
+    if a.peers {
         for h in 1..=a.senders {
             for p in net.hosts[h].node.peer_summaries() {
                 println!("  sender {h} -> {}: {p:?}", p.peer_ip);

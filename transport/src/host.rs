@@ -269,6 +269,10 @@ pub trait Host: Drives {
     fn conn_summaries(&self, from: u32, max: usize) -> (usize, Vec<ConnSummary>) {
         self.node().conn_summaries(from, max)
     }
+    /// Every peer node's congestion state (see [`Node::peer_summaries`]).
+    fn peer_summaries(&self) -> Vec<crate::node::PeerSummary> {
+        self.node().peer_summaries()
+    }
 
     // Faults and counters.
 

@@ -55,6 +55,11 @@ pub struct CcConfig {
     /// forms). Shared out as the credits of every acknowledgement. 0: what the line
     /// drains in two target delays (the path's round trip and a target of queue).
     pub receive_budget: u64,
+    /// Delay alone (no ECN mark) far above the target — four targets, smoothed —
+    /// decreases the window, as Swift does: for paths whose switches drop instead of
+    /// marking (a kernel bridge with a shaper). Off by default: NSCC decreases on
+    /// marks, and on software ports the round trip is mostly the hosts' turns.
+    pub delay_decrease: bool,
 }
 
 impl Default for CcConfig {
@@ -64,6 +69,7 @@ impl Default for CcConfig {
             target_delay_ns: 10_000,
             line_rate_mbps: 100_000,
             receive_budget: 0,
+            delay_decrease: false,
         }
     }
 }
@@ -173,6 +179,8 @@ pub struct PeerCc {
 #[derive(Debug, Clone, Copy)]
 pub struct Params {
     pub enabled: bool,
+    /// [`CcConfig::delay_decrease`].
+    delay_decrease: bool,
     /// Target queueing delay.
     target: u64,
     /// Line bytes per tick.
@@ -191,6 +199,7 @@ impl Params {
         let mss = mss.max(64) as f64;
         Params {
             enabled: cfg.enabled,
+            delay_decrease: cfg.delay_decrease,
             target: (crate::ticks::us_to_ticks(cfg.target_delay_ns, hz) / 1000).max(1),
             rate: cfg.line_rate_mbps.max(1) as f64 * 1e6 / 8.0 / hz.max(1) as f64,
             mss,
@@ -376,9 +385,13 @@ impl PeerCc {
             (true, _) if self.avg_delay > target => self.decrease(p, now),
             // A mark under the target: a queue forming, or noise. Nothing.
             (true, _) => {}
-            // No mark, but far above the target: a path without ECN (a software
-            // port, a shaper, a switch that only drops) says so by delay alone.
-            (false, Some(_)) if self.avg_delay > (DELAY_ONLY_TARGETS * p.target) as f64 => {
+            // No mark, but far above the target: on a path without ECN (a shaper, a
+            // switch that only drops) delay alone says so, when the configuration
+            // trusts it (`CcConfig::delay_decrease`: on software ports the round trip
+            // is mostly the hosts' turns, which a smaller window does not shorten).
+            (false, Some(_))
+                if p.delay_decrease && self.avg_delay > (DELAY_ONLY_TARGETS * p.target) as f64 =>
+            {
                 self.decrease(p, now)
             }
             (false, Some(d)) if (d as f64) < target => {
