@@ -460,6 +460,8 @@ pub struct Node {
     pub(crate) cc: cc::CcTable,
     /// Scratch lists: connections unparked, peers whose pace came.
     unparked: Vec<u32>,
+    /// Connections whose persist timer fired: their next frame goes past the gate.
+    persist: Vec<usize>,
     paced_due: Vec<NodeId>,
     /// Receiver credit (RCCC): the peers that sent bulk data this period (a bit by
     /// node), how many did in the last one, and when this one ends.
@@ -631,6 +633,7 @@ impl Node {
         Node {
             cc,
             unparked: Vec::new(),
+            persist: Vec::new(),
             paced_due: Vec::new(),
             rx_seen: Vec::new(),
             rx_seen_now: 0,

@@ -749,6 +749,12 @@ impl Node {
         if seq_lt(first, conn.tx_sent_high) {
             return Admit::Past;
         }
+        if !self.persist.is_empty() {
+            if let Some(i) = self.persist.iter().position(|&s| s == slot) {
+                self.persist.swap_remove(i);
+                return Admit::Past; // its persist timer fired
+            }
+        }
         // A lone small message (a ping-pong's, a credit write) is latency, not bulk: it
         // is not counted in flight, and waits for no window (another connection's
         // stalled bulk data must not hold it back).

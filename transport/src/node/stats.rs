@@ -168,6 +168,10 @@ counters! {
     ce_rx,
     /// Acknowledgements that came back with ECE: the peer saw CE on our data frames.
     ecn_echoes_rx,
+    /// Frames a connection sent past its peer's shut congestion window when its
+    /// persist timer fired (nothing of its own had been on the wire for a
+    /// retransmission timeout).
+    cc_persists,
 }
 
 impl Stats {

@@ -172,6 +172,14 @@ pub(crate) fn arm(timers: &mut TimerQueue, conn: &mut ConnContext, when: u64) {
     }
 }
 
+/// When the persist timer of `conn` (work waiting, nothing on the wire) fires: a
+/// retransmission timeout after it last heard its peer or last fired, doubling while
+/// the peer stays silent.
+fn persist_at(conn: &ConnContext) -> u64 {
+    let backoff = conn.tx.rto().max(1) << conn.probes_unanswered.min(12);
+    conn.last_rx.max(conn.last_probe).saturating_add(backoff)
+}
+
 /// When `conn` next needs its timer, as of `now` (`u64::MAX`: not until something
 /// else happens to it). `keepalive` and `tick` in clock ticks.
 #[inline]
@@ -190,8 +198,16 @@ pub(crate) fn deadline(conn: &ConnContext, now: u64, keepalive: u64, tick: u64) 
         // was sent in the last one).
         return t.min(conn.last_rx.max(conn.last_probe) + keepalive + 1);
     }
-    if let Some(d) = conn.tx.deadline() {
-        t = t.min(d.max(conn.rnr_until));
+    match conn.tx.deadline() {
+        Some(d) => t = t.min(d.max(conn.rnr_until)),
+        // Work waiting with nothing of its own on the wire: its peer's congestion
+        // window or pace holds it. A persist timer (TCP's for a shut window) lets one
+        // frame past the gate a retransmission timeout after it last heard the peer,
+        // so that it finds out whether the peer is still there (and a window that
+        // never opens cannot hold it for ever).
+        // (Not before a receiver-not-ready back-off ends.)
+        None if conn.tx.has_to_send() => t = t.min(persist_at(conn).max(conn.rnr_until)),
+        None => {}
     }
     if conn.rnr_until > now {
         // Sending resumes then: the driver must come back.
@@ -279,6 +295,16 @@ impl Node {
                 }
             }
         } else if now >= conn.rnr_until {
+            if conn.tx.deadline().is_none() && conn.tx.has_to_send() && now >= persist_at(conn) {
+                // The persist timer (see `deadline`): one frame past the gate.
+                conn.last_probe = now;
+                conn.probes_unanswered = conn.probes_unanswered.saturating_add(1);
+                if !self.persist.contains(&slot) {
+                    self.persist.push(slot);
+                }
+                self.stats.cc_persists += 1;
+                return true;
+            }
             match conn.tx.on_timer(now) {
                 Timeout::GiveUp => {
                     let (flight, peer) = (
