@@ -9,7 +9,7 @@
 //! | `/deposit/stats` | `DEVICE` (0) | every counter of [`crate::DeviceStats`], by name |
 //! | `/deposit/drops` | `DEVICE` (0) | refusals by [`crate::DropReason`] |
 //! | `/deposit/conns` | `DEVICE[,FROM]` | connections from number `FROM`: peer, state, counts |
-//! | `/deposit/peers` | `DEVICE` (0) | each peer's congestion state: shard, window, flight, pace, round trips, marks, decreases |
+//! | `/deposit/peers` | `DEVICE` (0) | each peer's congestion state: its address, shard, window, flight, pace, round trips, marks, decreases |
 
 use std::sync::{Arc, OnceLock};
 
@@ -147,6 +147,7 @@ fn peers(params: &str) -> Reply {
         "fields".into(),
         TelValue::Strs(
             [
+                "peer_ip",
                 "shard",
                 "window",
                 "inflight",
@@ -162,27 +163,26 @@ fn peers(params: &str) -> Reply {
             .to_vec(),
         ),
     )];
-    for (shard, p) in all {
+    // (Keyed by their place: telemetry names hold no dots.)
+    for (i, (shard, p)) in all.into_iter().enumerate() {
         let c = p.counters;
-        r.push((
-            p.peer_ip.to_string(),
-            TelValue::Strs(
-                [
-                    shard as u64,
-                    p.window,
-                    p.inflight,
-                    p.paced_rate,
-                    p.base_rtt_ns,
-                    p.srtt_ns,
-                    p.parked as u64,
-                    c.marks,
-                    c.decreases,
-                    c.quick_adapts,
-                ]
-                .map(|v| v.to_string())
-                .to_vec(),
-            ),
-        ));
+        let mut v = vec![p.peer_ip.to_string()];
+        v.extend(
+            [
+                shard as u64,
+                p.window,
+                p.inflight,
+                p.paced_rate,
+                p.base_rtt_ns,
+                p.srtt_ns,
+                p.parked as u64,
+                c.marks,
+                c.decreases,
+                c.quick_adapts,
+            ]
+            .map(|v| v.to_string()),
+        );
+        r.push((i.to_string(), TelValue::Strs(v)));
     }
     r
 }

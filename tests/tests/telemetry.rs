@@ -81,14 +81,15 @@ fn the_telemetry_socket_answers_deposits_commands_with_the_devices_counters() {
     let peers = tel.ask("/deposit/peers,1").unwrap();
     let api = pair.client.peers();
     assert_eq!(api.len(), 1, "{api:?}");
-    let p = &peers["10.0.0.1"];
-    assert_eq!(p[0], "0", "{peers}");
-    assert_eq!(p[1], api[0].window.to_string(), "{peers}");
+    let p = &peers["0"];
+    assert_eq!(p[0], "10.0.0.1", "{peers}");
+    assert_eq!(p[1], "0", "shard 0: {peers}");
+    assert_eq!(p[2], api[0].window.to_string(), "{peers}");
     assert_eq!(
-        p[2], "0",
+        p[3], "0",
         "nothing in flight once the traffic is over: {peers}"
     );
-    assert_eq!(peers["fields"][1], "window", "{peers}");
+    assert_eq!(peers["fields"][2], "window", "{peers}");
 
     // A device that does not exist is an answer, not a crash.
     let none = tel.ask("/deposit/stats,9").unwrap();

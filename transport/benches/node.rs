@@ -8,7 +8,9 @@
 //! writes deposited, acknowledgements built): the protocol's share of a worker turn,
 //! which a shard pays per message on top of the port's bursts. Frames here are byte
 //! vectors (an allocation each, which the DPDK driver does not pay), so these are
-//! upper bounds. Best of 5 runs (the machine is shared and noisy).
+//! upper bounds. Best of 5 runs (the machine is shared and noisy). With
+//! `NODE_BENCH_NO_CC=1` the nodes run without congestion control (`NodeConfig::cc`),
+//! for the cost of the per-peer window and pace.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -92,7 +94,13 @@ fn run(case: Case, ns: f64) -> (f64, f64, f64) {
         signal_every,
         secure,
     } = case;
-    let cfg = NodeConfig::default();
+    let cfg = NodeConfig {
+        cc: deposit_transport::node::cc::CcConfig {
+            enabled: std::env::var_os("NODE_BENCH_NO_CC").is_none(),
+            ..Default::default()
+        },
+        ..NodeConfig::default()
+    };
     let opts = ConnectOptions {
         secure: if secure { Security::On } else { Security::Off },
         peer_key: PeerTrust::FirstUse,
