@@ -51,6 +51,36 @@ fn pair_on(ring: RingPair, conn: ConnOptions) -> Pair {
 
 /// Drives both mailboxes until `b` (or `a`, with `on_a`) yields the completion with
 /// `context` and `op`.
+/// Message `k` of `n` bytes from a to b (`to_b`), its receive posted first: its
+/// bytes land whole, both ends complete successfully. Returns the message and the
+/// receive's completion.
+fn receive_first(p: &mut Pair, to_b: PeerId, k: u64, n: usize) -> (Vec<u8>, TagCompletion) {
+    let msg = pattern(n, k as u8);
+    let mut got = vec![0u8; n];
+    // SAFETY: `got` lives until the completion below.
+    unsafe {
+        p.b.recv(Selector::tag(k), true, got.as_mut_ptr(), n, 10 + k)
+    }
+    .unwrap();
+    // SAFETY: `msg` lives until the send's completion below (zero copy).
+    unsafe {
+        p.a.send_raw(to_b, Some(k), None, msg.as_ptr(), n, 20 + k, false)
+    }
+    .unwrap();
+    let c = wait_for(p, false, TagOp::Recv, 10 + k);
+    assert_eq!(
+        (c.status, c.len, c.olen),
+        (TagStatus::Success, n as u64, n as u64),
+        "{n} B"
+    );
+    assert!(got == msg, "{n} bytes, receive posted first");
+    assert_eq!(
+        wait_for(p, true, TagOp::Send, 20 + k).status,
+        TagStatus::Success
+    );
+    (msg, c)
+}
+
 fn wait_for(p: &mut Pair, on_a: bool, op: TagOp, context: u64) -> TagCompletion {
     let deadline = Instant::now() + T;
     let mut out = [deposit::mailbox::EMPTY; 16];
@@ -87,29 +117,7 @@ fn eager_and_rendezvous_messages_land_whole_either_way_round() {
         .enumerate()
     {
         let k = k as u64;
-        let msg = pattern(n, k as u8);
-        // The receive first.
-        let mut got = vec![0u8; n];
-        // SAFETY: `got` lives until the completion below.
-        unsafe {
-            p.b.recv(Selector::tag(k), true, got.as_mut_ptr(), n, 10 + k)
-        }
-        .unwrap();
-        // SAFETY: `msg` lives until the send's completion below (zero copy).
-        unsafe {
-            p.a.send_raw(to_b, Some(k), None, msg.as_ptr(), n, 20 + k, false)
-        }
-        .unwrap();
-        let c = wait_for(&mut p, false, TagOp::Recv, 10 + k);
-        assert_eq!(
-            (c.status, c.len, c.olen),
-            (TagStatus::Success, n as u64, n as u64)
-        );
-        assert!(got == msg, "{n} bytes, receive posted first");
-        assert_eq!(
-            wait_for(&mut p, true, TagOp::Send, 20 + k).status,
-            TagStatus::Success
-        );
+        let (msg, _) = receive_first(&mut p, to_b, k, n);
         // The message first (unexpected: copied out of the ring, or announced).
         p.a.send(to_b, Some(k), &msg, 30 + k).unwrap();
         let deadline = Instant::now() + T;
@@ -475,25 +483,7 @@ fn ipv6_mailboxes_carry_eager_rendezvous_and_one_sided_operations() {
     let eager = p.a.eager_max() as usize;
     for (k, n) in [0, 1, eager, eager + 1, 1 << 20].into_iter().enumerate() {
         let k = k as u64;
-        let msg = pattern(n, k as u8);
-        let mut got = vec![0u8; n];
-        // SAFETY: `got` lives until the completion below.
-        unsafe {
-            p.b.recv(Selector::tag(k), true, got.as_mut_ptr(), n, 10 + k)
-        }
-        .unwrap();
-        // SAFETY: `msg` lives until the send's completion below (zero copy).
-        unsafe {
-            p.a.send_raw(to_b, Some(k), None, msg.as_ptr(), n, 20 + k, false)
-        }
-        .unwrap();
-        let c = wait_for(&mut p, false, TagOp::Recv, 10 + k);
-        assert_eq!((c.status, c.len), (TagStatus::Success, n as u64), "{n} B");
-        assert!(got == msg, "{n} bytes over IPv6");
-        assert_eq!(
-            wait_for(&mut p, true, TagOp::Send, 20 + k).status,
-            TagStatus::Success
-        );
+        let (_, c) = receive_first(&mut p, to_b, k, n);
         // The receiver knows the sender by its IPv6 address.
         let src = c.src.expect("a source");
         assert_eq!(p.b.peer_addr(src), Some(p.a.addr()));

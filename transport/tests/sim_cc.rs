@@ -81,17 +81,7 @@ fn incast(senders: usize, len: usize, cc: bool) -> Incast {
     let t0 = net.now;
     let writes: Vec<usize> = ends
         .iter()
-        .map(|(a, _)| {
-            let dst = (a.host - 1) * len;
-            post_all(
-                a,
-                (0..len.div_ceil(64 << 10)).map(|i| {
-                    let off = i * (64 << 10);
-                    let w = (64 << 10).min(len - off);
-                    write(i as u64, a, off as u64, w as u32, (dst + off) as u32)
-                }),
-            )
-        })
+        .map(|(a, _)| stream(a, len, 64 << 10, (a.host - 1) * len))
         .collect();
     let mut got = vec![0; senders];
     let done = net.run_until(10 * HZ, |_| {
@@ -308,18 +298,6 @@ fn the_connections_to_one_peer_share_one_window() {
     );
 }
 
-/// Streams `len` bytes from `a` (its endpoint from 0) to its peer at `dst`.
-fn stream(a: &End, len: usize, dst: usize) -> usize {
-    post_all(
-        a,
-        (0..len.div_ceil(64 << 10)).map(|i| {
-            let off = i * (64 << 10);
-            let w = (64 << 10).min(len - off);
-            write(i as u64, a, off as u64, w as u32, (dst + off) as u32)
-        }),
-    )
-}
-
 /// Bytes flow `k` delivered in `[from, to)`, as a rate in Gb/s.
 fn rate(st: &FabricStats, k: &FlowKey, from: u64, to: u64) -> f64 {
     st.flows[k].delivered.sum_between(from, to) as f64 * 8.0 / (to - from) as f64
@@ -348,12 +326,12 @@ fn a_flow_that_joins_gets_its_share_within_50_round_trips_and_the_others_take_ba
     net.run_for(1_000_000);
     // Four flows, then a fifth 3 ms later.
     for (a, _) in &ends[..4] {
-        stream(a, LONG, (a.host - 1) * LONG);
+        stream(a, LONG, 64 << 10, (a.host - 1) * LONG);
     }
     net.run_for(3_000_000);
     let (joiner, _) = &ends[4];
     let start = net.now;
-    let n = stream(joiner, SHORT, 4 * LONG);
+    let n = stream(joiner, SHORT, 64 << 10, 4 * LONG);
     let mut got = 0;
     assert!(net.run_until(HZ, |_| {
         got += deposit_transport::sim::drain(&joiner.cq).len();

@@ -64,19 +64,6 @@ fn fabric_network_ecn(
     (net, eps)
 }
 
-/// Writes `len` bytes from `from`'s endpoint at 0 to the peer's at `dst`, in writes
-/// of `chunk`; returns how many were posted.
-fn stream(from: &End, len: usize, chunk: usize, dst: usize) -> usize {
-    post_all(
-        from,
-        (0..len.div_ceil(chunk)).map(|i| {
-            let off = i * chunk;
-            let n = chunk.min(len - off);
-            write(i as u64, from, off as u64, n as u32, (dst + off) as u32)
-        }),
-    )
-}
-
 /// Runs until every sender got `writes` completions, all successful; returns when
 /// each finished (ns after the call). Senders on one host share its completion
 /// queue: a completion names its connection.

@@ -323,16 +323,36 @@ pub unsafe extern "C" fn dd_mailbox_peer(
     service: u32,
     peer: *mut u32,
 ) -> c_int {
-    guard(|| {
-        let m = mb(m)?;
-        if ip.is_null() {
-            return Err(invalid("ip is NULL"));
-        }
-        let mut a = [0u8; 4];
-        std::ptr::copy_nonoverlapping(ip, a.as_mut_ptr(), 4);
-        let p = m.peer(PeerAddr::new(a, service));
-        put(peer, p.0, "peer")
-    })
+    guard(|| peer_at::<4>(m, ip, "ip", service, peer))
+}
+
+/// The peer number of the mailbox at the `N`-byte address `ip` (named `what`) and
+/// `service` into `*peer`: `dd_mailbox_peer` and `dd_mailbox_peer6`.
+unsafe fn peer_at<const N: usize>(
+    m: *mut dd_mailbox,
+    ip: *const u8,
+    what: &str,
+    service: u32,
+    peer: *mut u32,
+) -> Result<(), Fail>
+where
+    [u8; N]: Into<std::net::IpAddr>,
+{
+    let m = mb(m)?;
+    if ip.is_null() {
+        return Err(invalid(format!("{what} is NULL")));
+    }
+    let a: [u8; N] = ip.cast::<[u8; N]>().read_unaligned();
+    let p = m.peer(PeerAddr::new(a, service));
+    put(peer, p.0, "peer")
+}
+
+/// The address of mailbox `m`'s peer number `peer`.
+unsafe fn peer_addr_of(m: *const dd_mailbox, peer: u32) -> Result<PeerAddr, Fail> {
+    obj(m, "mailbox")?
+        .0
+        .peer_addr(PeerId(peer))
+        .ok_or_else(|| invalid(format!("no peer {peer}")))
 }
 
 /// The address of peer number `peer` (as `dd_mailbox_addr`: an IPv6 peer fails,
@@ -345,10 +365,7 @@ pub unsafe extern "C" fn dd_mailbox_peer_addr(
     service: *mut u32,
 ) -> c_int {
     guard(|| {
-        let a = obj(m, "mailbox")?
-            .0
-            .peer_addr(PeerId(peer))
-            .ok_or_else(|| invalid(format!("no peer {peer}")))?;
+        let a = peer_addr_of(m, peer)?;
         put(ip.cast::<[u8; 4]>(), v4(a, "dd_mailbox_peer_addr")?, "ip")?;
         put(service, a.service, "service")
     })
@@ -389,15 +406,7 @@ pub unsafe extern "C" fn dd_mailbox_peer6(
     service: u32,
     peer: *mut u32,
 ) -> c_int {
-    guard(|| {
-        let m = mb(m)?;
-        if ip6.is_null() {
-            return Err(invalid("ip6 is NULL"));
-        }
-        let a: [u8; 16] = ip6.cast::<[u8; 16]>().read();
-        let p = m.peer(PeerAddr::new(a, service));
-        put(peer, p.0, "peer")
-    })
+    guard(|| peer_at::<16>(m, ip6, "ip6", service, peer))
 }
 
 /// The address of peer number `peer` (as `dd_mailbox_addr6`: 16 bytes, IPv4
@@ -410,10 +419,7 @@ pub unsafe extern "C" fn dd_mailbox_peer_addr6(
     service: *mut u32,
 ) -> c_int {
     guard(|| {
-        let a = obj(m, "mailbox")?
-            .0
-            .peer_addr(PeerId(peer))
-            .ok_or_else(|| invalid(format!("no peer {peer}")))?;
+        let a = peer_addr_of(m, peer)?;
         put(ip6.cast::<[u8; 16]>(), v6(a), "ip6")?;
         put(service, a.service, "service")
     })

@@ -45,9 +45,11 @@ pub struct CcConfig {
     /// the window stops growing by proportion (Swift's target: the base round trip
     /// plus this allowance). Nanoseconds.
     pub target_delay_ns: u64,
-    /// The port's line rate, Mb/s: the window's ceiling is 1.5 times the
-    /// bandwidth-delay product at it, and the increase steps scale with that product.
-    /// The DPDK port sets it from the link's speed; `sim` from its links.
+    /// The port's line rate, Mb/s: the receive budget's default is what it drains in
+    /// two targets, and the increase steps scale with the path's bandwidth-delay
+    /// product at it (the window's ceiling is `NodeConfig::max_inflight_bytes`).
+    /// `sim` sets it from its links; the DPDK port leaves the default (virtual PMDs
+    /// report no real speed).
     pub line_rate_mbps: u64,
     /// Bytes a receiver lets all its peers have in flight towards it together
     /// (Ultra Ethernet RCCC's idea: a receiver that sees many senders shares out
@@ -206,13 +208,6 @@ impl Params {
             ceiling: (ceiling as f64).max(2.0 * mss),
             hz,
         }
-    }
-
-    /// The window's ceiling (the path's round trip does not lower it: on software
-    /// ports the loaded round trip is many times the idle one, and a ceiling of a few
-    /// idle bandwidth-delay products would cap them; marks and losses bound it).
-    fn max_window(&self, _base: u64) -> f64 {
-        self.ceiling
     }
 
     /// The time a receiver's budget drains in at its line rate (two targets: see
@@ -514,7 +509,7 @@ impl PeerCc {
     }
 
     fn bound(&mut self, p: &Params) {
-        self.cwnd = self.cwnd.clamp(self.floor(p), p.max_window(self.base_rtt));
+        self.cwnd = self.cwnd.clamp(self.floor(p), p.ceiling);
     }
 
     /// The law's least window: a frame, or under a receiver's credit of less than a
@@ -634,19 +629,6 @@ impl CcTable {
         if let Some(Some(p)) = self.peers.get_mut(id.0 as usize) {
             out.append(&mut p.parked);
         }
-    }
-
-    /// The counters of every peer, summed.
-    pub fn counters(&self) -> CcCounters {
-        self.iter().fold(CcCounters::default(), |mut a, (_, p)| {
-            let c = &p.counters;
-            a.marks += c.marks;
-            a.decreases += c.decreases;
-            a.quick_adapts += c.quick_adapts;
-            a.window_waits += c.window_waits;
-            a.pace_waits += c.pace_waits;
-            a
-        })
     }
 }
 

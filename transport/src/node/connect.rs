@@ -716,15 +716,14 @@ impl Node {
             return;
         };
         let c = self.conns.get_mut(slot).expect("slot");
+        // What it acknowledged and what it had left in flight leave its peer's.
+        let mut gone = 0;
         if c.state.is_up() {
-            let a = process_ack(c, ack, &SeqBits::default(), self.now);
+            gone = process_ack(c, ack, &SeqBits::default(), self.now).bytes;
             complete_ready(c);
-            if a.bytes != 0 && self.cc.params.enabled {
-                self.cc.peer(c.peer).forget(a.bytes);
-            }
         }
         let (flight, peer) = (fail_connection(c, None), c.peer);
-        self.cc_forget(peer, flight);
+        self.cc_forget(peer, gone + flight);
         let c = self.conns.get_mut(slot).expect("slot");
         c.state = ConnState::Closed;
         c.shared.set_state(ConnState::Closed);

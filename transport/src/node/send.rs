@@ -280,9 +280,9 @@ impl Node {
                 continue;
             }
             let served = self.service_conn(link, slot, now, burst, Some(idx + 1));
-            self.rearm(slot); // what it sent starts the retransmission timer
-                              // A parked connection is listed again when its peer's window or pace
-                              // opens (`Node::unpark`).
+            // What it sent starts the retransmission timer. A parked connection is
+            // listed again when its peer's window or pace opens (`Node::unpark`).
+            self.rearm(slot);
             if served == Served::Parked || !self.has_send_work(slot) {
                 finished |= self.unlist(slot);
             }

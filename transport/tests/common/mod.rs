@@ -166,6 +166,19 @@ pub fn post_all(end: &End, wrs: impl IntoIterator<Item = Wqe>) -> usize {
     n
 }
 
+/// Writes `len` bytes from `from`'s endpoint at 0 to the peer's at `dst`, in writes
+/// of `chunk`; returns how many were posted.
+pub fn stream(from: &End, len: usize, chunk: usize, dst: usize) -> usize {
+    post_all(
+        from,
+        (0..len.div_ceil(chunk)).map(|i| {
+            let off = i * chunk;
+            let n = chunk.min(len - off);
+            write(i as u64, from, off as u64, n as u32, (dst + off) as u32)
+        }),
+    )
+}
+
 /// Runs until `n` completions arrived on `end` (within `limit_s` simulated seconds);
 /// returns them.
 pub fn complete(net: &mut Network, end: &End, n: usize, limit_s: u64) -> Vec<Completion> {
