@@ -93,10 +93,10 @@ pub use deposit_transport::identity::{
 pub use deposit_transport::mem::MemError;
 pub use deposit_transport::neigh::{NeighError, Route};
 /// Congestion control's settings ([`DeviceConfig::congestion`]) and counters.
-pub use deposit_transport::node::cc::{CcConfig, CcCounters};
+pub use deposit_transport::node::cc::{CcConfig, CcCounters, PathCounters};
 /// Device counters ([`Device::stats`]): one definition, the worker's own.
 pub use deposit_transport::node::Stats as DeviceStats;
-pub use deposit_transport::node::{PeerSummary, ResumeError};
+pub use deposit_transport::node::{PathSummary, PeerSummary, ResumeError};
 pub use deposit_transport::secure::SecureError;
 pub use deposit_transport::tables::{RegProt, RegWindow, TableError};
 

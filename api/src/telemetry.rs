@@ -158,6 +158,9 @@ fn peers(params: &str) -> Reply {
                 "marks",
                 "decreases",
                 "quick_adapts",
+                "paths",
+                "paths_in_use",
+                "path_exclusions",
             ]
             .map(String::from)
             .to_vec(),
@@ -166,6 +169,8 @@ fn peers(params: &str) -> Reply {
     // (Keyed by their place: telemetry names hold no dots.)
     for (i, (shard, p)) in all.into_iter().enumerate() {
         let c = p.counters;
+        let in_use = p.paths.iter().filter(|q| !q.excluded).count();
+        let exclusions: u64 = p.paths.iter().map(|q| q.counters.exclusions).sum();
         let mut v = vec![p.peer_ip.to_string()];
         v.extend(
             [
@@ -179,6 +184,9 @@ fn peers(params: &str) -> Reply {
                 c.marks,
                 c.decreases,
                 c.quick_adapts,
+                p.paths.len() as u64,
+                in_use as u64,
+                exclusions,
             ]
             .map(|v| v.to_string()),
         );

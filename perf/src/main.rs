@@ -217,6 +217,11 @@ struct Cli {
     /// marking ECN: a kernel bridge with a shaper).
     #[arg(long = "cc-delay")]
     cc_delay: bool,
+    /// Spray each peer's bulk frames over N paths (UDP source ports that a fabric's
+    /// ECMP hashes apart; 1, the default: one per connection; at most 32).
+    #[arg(long = "cc-paths", value_name = "N", default_value_t = 1,
+          value_parser = clap::value_parser!(u8).range(1..=32))]
+    cc_paths: u8,
     /// The 802.1Q VLAN (1 to 4094): frames leave tagged, only that VLAN's are taken.
     #[arg(long, value_name = "ID", value_parser = clap::value_parser!(u16).range(1..=4094))]
     vlan: Option<u16>,
@@ -699,6 +704,7 @@ fn resolve(cli: Cli) -> Result<Params> {
                 .cc_target_us
                 .map_or(deposit::CcConfig::default().target_delay_ns, |us| us * 1000),
             delay_decrease: cli.cc_delay,
+            paths: cli.cc_paths,
             ..deposit::CcConfig::default()
         },
         gateway: cli.gateway,

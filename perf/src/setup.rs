@@ -246,6 +246,26 @@ pub fn print_stats(show: bool) {
                 c.window_waits,
                 c.pace_waits
             );
+            // Its spray paths (--cc-paths): source port, in flight, round trip, state.
+            for q in &p.paths {
+                eprintln!(
+                    "    path {}: in flight {} B, rtt {:.1} us, {}frames {}, marks {}, losses {}, left out {} times",
+                    q.port,
+                    q.inflight,
+                    q.srtt_ns as f64 / 1e3,
+                    if q.excluded {
+                        "left out, "
+                    } else if q.probing {
+                        "on probation, "
+                    } else {
+                        ""
+                    },
+                    q.counters.frames,
+                    q.counters.marks,
+                    q.counters.losses,
+                    q.counters.exclusions
+                );
+            }
         }
         let shards = d.shard_stats();
         if shards.len() > 1 {

@@ -295,7 +295,7 @@ fn main() {
         if let Some(every) = trace.filter(|_| net.now >= next_trace) {
             next_trace = net.now + every * 1000;
             let w: Vec<String> = (1..=4.min(n - 1))
-                .filter_map(|h| net.hosts[h].node.peer_summaries().first().copied())
+                .filter_map(|h| net.hosts[h].node.peer_summaries().first().cloned())
                 .map(|p| format!("{}/{}/{}", p.window, p.inflight, p.srtt_ns))
                 .collect();
             let total: u64 = (1..n)

@@ -10,7 +10,15 @@
 //!   what is missing (selective repeat, not go-back-N).
 //! * Loss is detected by a later message being acknowledged while an earlier one is not
 //!   ([`DUP_THRESHOLD`] messages later: reordering is not loss), or by the
-//!   retransmission timer (exponential back-off, bounded retries).
+//!   retransmission timer (exponential back-off, bounded retries). Over several paths
+//!   (frames sprayed over them: `node::cc`), a hole must also be older than its path's
+//!   expected round trip before it counts as lost (RACK's idea, by time: a frame on a
+//!   slower path is late, not lost); the sender then has a second, earlier timer for
+//!   the holes still waiting on time ([`Timeout::Lost`]).
+//! * A bulk frame's bytes leave the bytes in flight when all its messages are
+//!   acknowledged, cumulatively or selectively (a frame delivered beyond a hole is no
+//!   longer on the wire), and each delivered frame is reported once
+//!   ([`OnDelivery`]) with its path and, unless resent, its round trip.
 //! * The receiver keeps messages that arrive ahead of a gap (the worker stores them)
 //!   within its window, so one loss costs one retransmission, not a window.
 
@@ -216,6 +224,50 @@ impl Receiver {
     }
 }
 
+/// One bulk frame's first transmissions, kept from when it is sent until it is
+/// acknowledged cumulatively.
+#[derive(Debug, Clone, Copy)]
+struct FrameOut {
+    /// Its new messages: `start..end`.
+    start: u32,
+    end: u32,
+    /// `bytes_sent` after it.
+    cum: u64,
+    /// Its bytes (first transmissions).
+    bytes: u32,
+    /// The path it took (its place in its peer's set; 0 on one path).
+    path: u8,
+    /// One of its messages was queued to go again (Karn: its round trip says nothing).
+    resent: bool,
+    /// Every one of its messages is acknowledged (reported; its bytes are out of
+    /// flight).
+    delivered: bool,
+    /// When it was sent.
+    sent_at: u64,
+}
+
+/// What the sender tells its driver of each bulk frame's fate, for congestion control
+/// over several paths (`node::cc`); `()` ignores it.
+pub trait OnDelivery {
+    /// The frame of `bytes` bytes that went on `path` is acknowledged: `rtt` ticks
+    /// after it was sent (0: resent, no sample).
+    fn delivered(&mut self, path: u8, bytes: u64, rtt: u64);
+    /// A message of a frame that went on `path` was found lost.
+    fn lost(&mut self, path: u8);
+    /// The frame's bytes are no longer in flight without an acknowledgement (rewound,
+    /// or the connection went).
+    fn forgot(&mut self, path: u8, bytes: u64);
+}
+
+impl OnDelivery for () {
+    #[inline]
+    fn delivered(&mut self, _: u8, _: u64, _: u64) {}
+    #[inline]
+    fn lost(&mut self, _: u8) {}
+    #[inline]
+    fn forgot(&mut self, _: u8, _: u64) {}
+}
+
 /// What an acknowledgement did on the sending side.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Acked {
@@ -243,6 +295,9 @@ pub enum Timeout {
     Retransmit,
     /// Out of retries: the connection goes to error.
     GiveUp,
+    /// Holes that waited on their paths' round trips are now lost and queued (not a
+    /// timeout: no back-off).
+    Lost,
 }
 
 /// What a sender knows of losses: kept out of line and only while there is some (a
@@ -255,6 +310,13 @@ struct Loss {
     sacked: SeqBits,
     /// Messages to send again, oldest first (sequence numbers).
     resend: std::collections::VecDeque<u32>,
+    /// Bytes of the frames delivered beyond `acked` (out of flight, still kept).
+    bytes_sacked: u64,
+    /// When the oldest hole waiting on its path's round trip counts as lost (0: none).
+    rack_due: u64,
+    /// By path: when the newest frame delivered on it since the loss state began was
+    /// sent (a path keeps its frames in order: a hole sent before is lost).
+    path_seen: Vec<u64>,
     /// Queued for resending (offset from `acked`), to queue each once.
     queued: SeqBits,
     /// After a timeout, which resends the oldest message only: (the end of what the
@@ -265,9 +327,27 @@ struct Loss {
 }
 
 impl Loss {
+    /// A frame sent at `sent_at` on `path` was delivered.
+    fn saw_on(&mut self, path: u8, sent_at: u64) {
+        let i = usize::from(path);
+        if self.path_seen.len() <= i {
+            self.path_seen.resize(i + 1, 0);
+        }
+        self.path_seen[i] = self.path_seen[i].max(sent_at);
+    }
+
+    /// Whether a frame sent at `sent_at` on `path` is behind one delivered on it.
+    fn passed_on(&self, path: u8, sent_at: u64) -> bool {
+        self.path_seen
+            .get(usize::from(path))
+            .is_some_and(|&t| t > sent_at)
+    }
+
     /// Whether it holds nothing (the sender may drop it).
     fn is_clear(&self) -> bool {
         self.sacked.is_empty()
+            && self.bytes_sacked == 0
+            && self.rack_due == 0
             && self.resend.is_empty()
             && self.queued.is_empty()
             && self.recovery.is_none()
@@ -287,9 +367,10 @@ pub struct Sender {
     bytes_sent: u64,
     /// Of those, the bytes of frames whose messages are all acknowledged.
     bytes_acked: u64,
-    /// (one past the frame's last new message, `bytes_sent` after it, when it was
-    /// sent), oldest first.
-    frames_out: std::collections::VecDeque<(u32, u64, u64)>,
+    /// The bulk frames not yet acknowledged cumulatively, oldest first.
+    frames_out: std::collections::VecDeque<FrameOut>,
+    /// `sent_to` after the last frame (where the next frame's new messages start).
+    frame_mark: u32,
     /// The configured cap; `max_bytes_in_flight` is the smaller of it and the peer's
     /// credit (see [`Sender::on_credit`]).
     max_bytes_cap: u64,
@@ -329,6 +410,7 @@ impl Sender {
             bytes_sent: 0,
             bytes_acked: 0,
             frames_out: std::collections::VecDeque::new(),
+            frame_mark: isn,
             max_bytes_in_flight: u64::MAX,
             max_bytes_cap: u64::MAX,
             loss: None,
@@ -392,28 +474,56 @@ impl Sender {
         self.next
     }
     /// A frame went out at `now` whose new (never sent) messages end before `new_end`,
-    /// carrying `bytes` bytes of them; returns the bytes it added to
-    /// [`Sender::bytes_in_flight`]. Frames under [`BDP_MIN_FRAME`] bytes are not
-    /// counted: the cap is for bulk data, and a latency-bound ping-pong should not pay
-    /// for it.
+    /// carrying `bytes` bytes of them, on `path` of its peer's (`None`: on one path);
+    /// returns the bytes it added to [`Sender::bytes_in_flight`]. Frames under
+    /// [`BDP_MIN_FRAME`] bytes are not counted: the cap is for bulk data, and a
+    /// latency-bound ping-pong should not pay for it. Over several paths every frame
+    /// with new messages is kept (its path and time find its losses), small ones
+    /// counting no bytes.
     #[inline]
-    pub fn on_frame_sent(&mut self, new_end: u32, bytes: u64, now: u64) -> u64 {
-        if bytes < BDP_MIN_FRAME {
+    pub fn on_frame_sent(&mut self, new_end: u32, bytes: u64, now: u64, path: Option<u8>) -> u64 {
+        let start = std::mem::replace(&mut self.frame_mark, new_end);
+        let counted = if bytes < BDP_MIN_FRAME { 0 } else { bytes };
+        if counted == 0 && (path.is_none() || !seq_lt(start, new_end)) {
             return 0;
         }
-        self.bytes_sent += bytes;
-        self.frames_out.push_back((new_end, self.bytes_sent, now));
-        bytes
+        self.bytes_sent += counted;
+        self.frames_out.push_back(FrameOut {
+            start: if seq_lt(start, new_end) {
+                start
+            } else {
+                new_end
+            },
+            end: new_end,
+            cum: self.bytes_sent,
+            bytes: counted.min(u64::from(u32::MAX)) as u32,
+            path: path.unwrap_or(0),
+            resent: false,
+            delivered: false,
+            sent_at: now,
+        });
+        counted
     }
     /// Unacknowledged bytes of first transmissions (frame granularity: a frame counts
     /// until all its messages are acknowledged cumulatively).
     #[inline]
     pub fn bytes_in_flight(&self) -> u64 {
-        self.bytes_sent - self.bytes_acked
+        let sacked = self.loss.as_ref().map_or(0, |l| l.bytes_sacked);
+        self.bytes_sent - self.bytes_acked - sacked
     }
     #[inline]
     fn may_send_new(&self) -> bool {
-        seq_lt(self.sent_to, self.next) && self.bytes_in_flight() < self.max_bytes_in_flight
+        seq_lt(self.sent_to, self.next)
+            && self.bytes_in_flight() < self.max_bytes_in_flight
+            && !self.beyond_span()
+    }
+    /// Whether the next new message would be more than [`SACK_BITS`] past a known gap:
+    /// the receiver keeps nothing that far ahead of one (it refuses it), so it waits
+    /// for the gap to close.
+    #[inline]
+    fn beyond_span(&self) -> bool {
+        self.sent_to.wrapping_sub(self.acked) > SACK_BITS
+            && self.loss.as_ref().is_some_and(|l| !l.sacked.is_empty())
     }
     pub fn acked(&self) -> u32 {
         self.acked
@@ -495,43 +605,61 @@ impl Sender {
     fn in_flight_sent(&self) -> u32 {
         self.sent_to.wrapping_sub(self.acked)
     }
-    /// An acknowledgement: cumulative `ack` and selective bits beyond it.
+    /// An acknowledgement: cumulative `ack` and selective bits beyond it (one path:
+    /// see [`Sender::on_ack_paths`]).
     pub fn on_ack(&mut self, ack: u32, sack: &SeqBits, now: u64) -> Acked {
-        let mut out = Acked {
+        self.on_ack_paths(ack, sack, now, &[], &mut ())
+    }
+
+    /// An acknowledgement, for frames sent over several paths: `waits[p]` is how long
+    /// after it was sent a frame on path `p` may still arrive (its expected round
+    /// trip, `u64::MAX`: not known); a hole counts as lost only once that passed
+    /// (empty: at once, on one path). What each frame came to goes to `out`.
+    pub fn on_ack_paths(
+        &mut self,
+        ack: u32,
+        sack: &SeqBits,
+        now: u64,
+        waits: &[u64],
+        out: &mut impl OnDelivery,
+    ) -> Acked {
+        let mut res = Acked {
             from: self.acked,
             to: self.acked,
             ..Acked::default()
         };
         if seq_lt(self.next, ack) {
-            return out; // acknowledges what was never sent
+            return res; // acknowledges what was never sent
         }
+        let mut newest = 0;
         if seq_lt(self.acked, ack) {
-            // A clean sample: nothing lost, resent or acknowledged beyond a hole.
-            let clean = self.loss.is_none() && self.retries == 0;
-            let (bytes, sent_at) = self.advance_to(ack, now);
-            out.to = ack;
-            out.bytes = bytes;
-            if clean && sent_at != 0 {
-                out.rtt = now.saturating_sub(sent_at).max(1);
-            }
+            let (bytes, sent_at) = self.advance_to(ack, now, out);
+            res.to = ack;
+            res.bytes = bytes;
+            newest = sent_at;
         } else if ack != self.acked {
-            return out; // an old acknowledgement
+            return res; // an old acknowledgement
         }
         // Merge the selective part (it is relative to `ack`, which now equals `acked`).
         if sack.is_empty() && self.loss.as_ref().is_none_or(|l| l.sacked.is_empty()) {
             self.tidy_loss();
-            return out; // in-order delivery: no gap, nothing lost
+            res.rtt = sample(now, newest);
+            return res; // in-order delivery: no gap, nothing lost
         }
         self.loss_mut().sacked.union_with(sack);
-        out.lost = self.queue_lost();
-        out
+        let (bytes, sent_at) = self.deliver_sacked(now, out);
+        res.bytes += bytes;
+        res.rtt = sample(now, newest.max(sent_at));
+        res.lost = self.queue_lost(now, waits, out);
+        self.tidy_loss();
+        res
     }
     /// The cumulative point moves forward to `ack`: the bitmaps follow it, the timer
     /// and retries restart, a round-trip probe it covers is sampled and the frames it
-    /// completes leave the unacknowledged bytes. Returns those bytes and when the
-    /// newest of those frames was sent (0: none).
+    /// completes leave the unacknowledged bytes. Returns the bytes that left flight
+    /// and when the newest of those frames that was not resent was sent (0: none).
     #[inline]
-    fn advance_to(&mut self, ack: u32, now: u64) -> (u64, u64) {
+    fn advance_to(&mut self, ack: u32, now: u64, out: &mut impl OnDelivery) -> (u64, u64) {
         let n = ack.wrapping_sub(self.acked);
         let recovery = self.loss.as_mut().and_then(|l| {
             l.sacked.shift(n);
@@ -551,6 +679,9 @@ impl Sender {
         if seq_lt(self.sent_to, ack) {
             self.sent_to = ack;
         }
+        if seq_lt(self.frame_mark, ack) {
+            self.frame_mark = ack;
+        }
         self.retries = 0;
         self.stalled_since = None;
         self.timer_start = now;
@@ -560,30 +691,109 @@ impl Sender {
                 self.on_rtt(now.saturating_sub(at));
             }
         }
-        self.retire_frames(ack)
+        self.retire_frames(ack, now, out)
     }
-    /// Counts the frames whose messages are all before `ack` as acknowledged bytes;
-    /// returns how many bytes, and when the newest of those frames was sent (0: none).
+    /// Retires the frames whose messages are all before `ack`; returns the bytes that
+    /// left flight (those not delivered before, selectively) and when the newest of
+    /// those not resent was sent (0: none).
     #[inline]
-    fn retire_frames(&mut self, ack: u32) -> (u64, u64) {
-        let (before, mut sent_at) = (self.bytes_acked, 0);
-        while let Some(&(end, cum, at)) = self.frames_out.front() {
+    fn retire_frames(&mut self, ack: u32, now: u64, out: &mut impl OnDelivery) -> (u64, u64) {
+        let (mut left, mut sent_at) = (0, 0);
+        while let Some(&f) = self.frames_out.front() {
             // (empty unless bulk frames are out: the in-order path skips this)
-            if seq_lt(ack, end) {
+            if seq_lt(ack, f.end) {
                 break;
             }
-            self.bytes_acked = cum;
-            sent_at = at;
+            self.bytes_acked = f.cum;
+            if f.delivered {
+                if let Some(l) = &mut self.loss {
+                    l.bytes_sacked -= u64::from(f.bytes);
+                }
+            } else {
+                left += u64::from(f.bytes);
+                let rtt = if f.resent {
+                    0
+                } else {
+                    now.saturating_sub(f.sent_at).max(1)
+                };
+                out.delivered(f.path, u64::from(f.bytes), rtt);
+                if !f.resent {
+                    sent_at = sent_at.max(f.sent_at);
+                    if let Some(l) = &mut self.loss {
+                        l.saw_on(f.path, f.sent_at);
+                    }
+                }
+            }
             self.frames_out.pop_front();
         }
-        (self.bytes_acked - before, sent_at)
+        (left, sent_at)
+    }
+    /// Marks delivered the frames beyond `acked` whose messages the selective bits
+    /// now all show; returns their bytes and when the newest not resent was sent.
+    fn deliver_sacked(&mut self, now: u64, out: &mut impl OnDelivery) -> (u64, u64) {
+        let Some(high) = self.loss.as_ref().and_then(|l| l.sacked.highest()) else {
+            return (0, 0);
+        };
+        // Selective bit i is message acked + 1 + i.
+        let end = self.acked.wrapping_add(high + 2);
+        let (mut bytes, mut sent_at) = (0, 0);
+        for i in 0..self.frames_out.len() {
+            let f = self.frames_out[i];
+            if !seq_lt(f.start, end) {
+                break;
+            }
+            if f.delivered || seq_lt(end, f.end) {
+                continue;
+            }
+            // (A frame the cumulative point is inside of starts at the hole: position 0.)
+            let lo = if seq_lt(f.start, self.acked) {
+                0
+            } else {
+                f.start.wrapping_sub(self.acked)
+            };
+            let all =
+                (lo..f.end.wrapping_sub(self.acked)).all(|off| off >= 1 && self.sacked(off - 1));
+            if !all {
+                continue;
+            }
+            self.frames_out[i].delivered = true;
+            let l = self.loss_mut();
+            l.bytes_sacked += u64::from(f.bytes);
+            if !f.resent {
+                l.saw_on(f.path, f.sent_at);
+            }
+            bytes += u64::from(f.bytes);
+            let rtt = if f.resent {
+                0
+            } else {
+                now.saturating_sub(f.sent_at).max(1)
+            };
+            out.delivered(f.path, u64::from(f.bytes), rtt);
+            if !f.resent {
+                sent_at = sent_at.max(f.sent_at);
+            }
+        }
+        (bytes, sent_at)
+    }
+    /// The frame holding message `seq`, if it was a recorded (bulk) one.
+    fn frame_of(&self, seq: u32) -> Option<usize> {
+        let i = self.frames_out.partition_point(|f| !seq_lt(seq, f.end));
+        self.frames_out
+            .get(i)
+            .filter(|f| !seq_lt(seq, f.start))
+            .map(|_| i)
     }
     /// Queues the messages the selective bits show lost for resending; returns how many.
     ///
     /// Lost: a message [`DUP_THRESHOLD`] or more before the highest selectively
-    /// acknowledged one, sent, not acknowledged, not yet queued. Positions count from
+    /// acknowledged one, sent, not acknowledged, not yet queued — and, over several
+    /// paths (`waits` not empty), sent longer ago than its path's wait; the earliest
+    /// of those still waiting sets the loss timer (`rack_due`). Positions count from
     /// `acked` (0: the cumulative hole itself); selective bit i is position i + 1.
-    fn queue_lost(&mut self) -> u32 {
+    fn queue_lost(&mut self, now: u64, waits: &[u64], out: &mut impl OnDelivery) -> u32 {
+        if let Some(l) = &mut self.loss {
+            l.rack_due = 0;
+        }
         let Some(high) = self
             .loss
             .as_ref()
@@ -593,39 +803,85 @@ impl Sender {
         else {
             return 0;
         };
-        let mut lost = 0;
+        let (mut lost, mut due) = (0, u64::MAX);
         for off in 0..=high - DUP_THRESHOLD {
             let seq = self.acked.wrapping_add(off);
             let sacked = off >= 1 && self.sacked(off - 1);
-            if !sacked && seq_lt(seq, self.sent_to) && !self.queued_has(off) {
-                self.queue_resend(off, seq);
-                lost += 1;
+            if sacked || !seq_lt(seq, self.sent_to) || self.queued_has(off) {
+                continue;
             }
+            let frame = self.frame_of(seq);
+            if let (false, Some(i), Some(l)) = (waits.is_empty(), frame, self.loss.as_deref()) {
+                // Over several paths: lost once a frame sent after it on its own path
+                // arrived (a path keeps order; another may be faster or slower), or
+                // once its path's wait passed without that (RACK's idea, per path).
+                let f = &self.frames_out[i];
+                if !l.passed_on(f.path, f.sent_at) {
+                    let wait = waits.get(usize::from(f.path)).copied().unwrap_or(u64::MAX);
+                    let at = f.sent_at.saturating_add(wait);
+                    if now < at {
+                        due = due.min(at); // late, perhaps, on a slower path: not yet lost
+                        continue;
+                    }
+                }
+            }
+            if let Some(i) = frame {
+                out.lost(self.frames_out[i].path);
+            }
+            self.queue_resend(off, seq);
+            lost += 1;
+        }
+        if due != u64::MAX {
+            self.loss_mut().rack_due = due;
         }
         lost
     }
+}
+
+/// A round-trip sample from a frame sent at `sent_at` (0: none).
+#[inline]
+fn sample(now: u64, sent_at: u64) -> u64 {
+    if sent_at == 0 {
+        0
+    } else {
+        now.saturating_sub(sent_at).max(1)
+    }
+}
+
+impl Sender {
     fn queued_has(&self, off: u32) -> bool {
         self.loss.as_ref().is_some_and(|l| l.queued.get(off))
     }
     fn queue_resend(&mut self, off: u32, seq: u32) {
+        if let Some(i) = self.frame_of(seq) {
+            self.frames_out[i].resent = true;
+        }
         let l = self.loss_mut();
         l.queued.set(off);
         l.resend.push_back(seq);
     }
     /// When the retransmission timer fires (`None`: nothing unacknowledged on the
-    /// wire).
+    /// wire), or earlier the loss timer of a hole waiting on its path's round trip.
     pub fn deadline(&self) -> Option<u64> {
         (self.in_flight_sent() > 0).then(|| {
-            let timer = self.timer_start + (self.rto << self.retries.min(6));
-            match self.stalled_since {
-                // The next expiry may give up: no later than the end of the budget, so
-                // that the give-up comes when the budget says, not a back-off after.
-                Some(since) if self.retries >= self.max_retries => {
-                    timer.min(since.saturating_add(self.budget()))
-                }
-                _ => timer,
+            let timer = self.rto_deadline();
+            match self.loss.as_ref().map_or(0, |l| l.rack_due) {
+                0 => timer,
+                due => timer.min(due),
             }
         })
+    }
+    /// The retransmission timer (with something unacknowledged on the wire).
+    fn rto_deadline(&self) -> u64 {
+        let timer = self.timer_start + (self.rto << self.retries.min(6));
+        match self.stalled_since {
+            // The next expiry may give up: no later than the end of the budget, so
+            // that the give-up comes when the budget says, not a back-off after.
+            Some(since) if self.retries >= self.max_retries => {
+                timer.min(since.saturating_add(self.budget()))
+            }
+            _ => timer,
+        }
     }
     /// The give-up budget: what `max_retries` back-offs of the configured timeout take.
     fn budget(&self) -> u64 {
@@ -636,15 +892,37 @@ impl Sender {
     /// them, also those beyond the span the selective part describes (the receiver
     /// refuses what arrives that far ahead of a gap, so nothing is known of them).
     pub fn on_timer(&mut self, now: u64) -> Timeout {
-        match self.deadline() {
-            Some(d) if now >= d => {}
-            _ => return Timeout::Idle,
+        self.on_timer_paths(now, &[], &mut ())
+    }
+
+    /// [`Sender::on_timer`] over several paths (`waits` as [`Sender::on_ack_paths`]):
+    /// the loss timer first, when due: the holes whose paths' waits passed are queued
+    /// ([`Timeout::Lost`], no back-off).
+    pub fn on_timer_paths(
+        &mut self,
+        now: u64,
+        waits: &[u64],
+        out: &mut impl OnDelivery,
+    ) -> Timeout {
+        if self.in_flight_sent() == 0 {
+            return Timeout::Idle;
+        }
+        let due = self.loss.as_ref().map_or(0, |l| l.rack_due);
+        if due != 0 && now >= due && now < self.rto_deadline() {
+            let n = self.queue_lost(now, waits, out);
+            return if n > 0 { Timeout::Lost } else { Timeout::Idle };
+        }
+        if now < self.rto_deadline() {
+            return Timeout::Idle;
         }
         self.retries += 1;
         self.probe = None;
         let since = *self.stalled_since.get_or_insert(self.timer_start);
         if self.retries > self.max_retries && now.saturating_sub(since) >= self.budget() {
             return Timeout::GiveUp;
+        }
+        if let Some(i) = self.frame_of(self.acked) {
+            out.lost(self.frames_out[i].path); // its path is suspect
         }
         // The oldest message only, as TCP after a timeout: a late acknowledgement (a
         // peer or link that paused) costs one message again, not the whole window,
@@ -670,38 +948,66 @@ impl Sender {
                 self.queue_resend(off, seq);
             }
         }
+        if let Some(l) = &mut self.loss {
+            l.rack_due = 0;
+        }
     }
     /// Pauses sending until later (receiver not ready): the timer restarts then, and
     /// everything from `seq` on is sent again.
     pub fn rewind_to(&mut self, seq: u32, now: u64) {
+        self.rewind_to_paths(seq, now, &mut ())
+    }
+
+    /// [`Sender::rewind_to`], telling `out` of the frames forgotten.
+    pub fn rewind_to_paths(&mut self, seq: u32, now: u64, out: &mut impl OnDelivery) {
         if seq_lt(seq, self.acked) || !seq_lt(seq, self.next) {
             return;
         }
         self.sent_to = seq;
+        self.frame_mark = seq;
         if let Some(l) = &mut self.loss {
             l.resend.clear();
             l.queued = SeqBits::default();
             l.recovery = None;
+            l.rack_due = 0;
         }
         self.probe = None;
         // What is sent again from here counts as new: forget the frames it was in.
-        while self
+        while let Some(f) = self
             .frames_out
             .back()
-            .is_some_and(|&(end, _, _)| seq_lt(seq, end))
+            .copied()
+            .filter(|f| seq_lt(seq, f.end))
         {
             self.frames_out.pop_back();
+            if f.delivered {
+                if let Some(l) = &mut self.loss {
+                    l.bytes_sacked -= u64::from(f.bytes);
+                }
+            } else {
+                out.forgot(f.path, u64::from(f.bytes));
+            }
         }
-        self.bytes_sent = self.frames_out.back().map_or(self.bytes_acked, |f| f.1);
+        self.bytes_sent = self.frames_out.back().map_or(self.bytes_acked, |f| f.cum);
         self.tidy_loss();
         self.timer_start = now;
     }
     /// The connection failed or closed: nothing it sent counts as in flight any more.
     /// Returns the bytes that did.
     pub fn drop_flight(&mut self) -> u64 {
+        self.drop_flight_paths(&mut ())
+    }
+
+    /// [`Sender::drop_flight`], telling `out` of the frames forgotten.
+    pub fn drop_flight_paths(&mut self, out: &mut impl OnDelivery) -> u64 {
         let b = self.bytes_in_flight();
-        self.frames_out.clear();
+        for f in self.frames_out.drain(..).filter(|f| !f.delivered) {
+            out.forgot(f.path, u64::from(f.bytes));
+        }
         self.bytes_acked = self.bytes_sent;
+        if let Some(l) = &mut self.loss {
+            l.bytes_sacked = 0;
+        }
         b
     }
     /// Retries spent on the current oldest message.
@@ -925,6 +1231,7 @@ mod tests {
                     s.on_sent(r, t);
                 }
                 Timeout::GiveUp => break,
+                Timeout::Lost => unreachable!("one path: no loss timer"),
             }
             assert!(t - start < 1_000_000, "never gave up");
         }
@@ -955,28 +1262,31 @@ mod tests {
         s.assign(6);
         for (seq, at) in [(0, 100), (1, 200), (2, 300), (3, 400), (4, 500), (5, 600)] {
             s.on_sent(seq, at);
-            assert_eq!(s.on_frame_sent(seq + 1, 4096, at), 4096);
+            assert_eq!(s.on_frame_sent(seq + 1, 4096, at, None), 4096);
         }
         // Frames 0 and 1 acknowledged at 1 200: the sample is the newer one's.
         let a = s.on_ack(2, &SeqBits::default(), 1_200);
         assert_eq!((a.bytes, a.rtt), (8192, 1_000));
-        // A hole (2 lost, 3 4 5 arrived): no sample from what is acknowledged behind
-        // it, but the bytes still leave the flight.
+        // A hole (2 lost, 3 4 5 arrived): the frames delivered beyond it leave the
+        // flight at once, and the newest of them gives its own round trip.
         let mut sack = SeqBits::default();
         for off in 0..3 {
             sack.set(off);
         }
         let a = s.on_ack(2, &sack, 1_300);
-        assert_eq!((a.bytes, a.rtt, a.lost), (0, 0, 1));
+        assert_eq!((a.bytes, a.rtt, a.lost), (3 * 4096, 700, 1));
+        assert_eq!(s.bytes_in_flight(), 4096);
+        // They are not counted again when the hole closes; the resent frame gives no
+        // sample (Karn).
         let r = s.next_to_send().unwrap();
         s.on_sent(r, 1_400);
         let a = s.on_ack(6, &SeqBits::default(), 2_000);
-        assert_eq!((a.bytes, a.rtt), (4 * 4096, 0));
+        assert_eq!((a.bytes, a.rtt), (4096, 0));
         assert_eq!(s.bytes_in_flight(), 0);
         // Small frames are not counted and give no sample.
         s.assign(1);
         s.on_sent(6, 2_100);
-        assert_eq!(s.on_frame_sent(7, 64, 2_100), 0);
+        assert_eq!(s.on_frame_sent(7, 64, 2_100, None), 0);
         assert_eq!(s.on_ack(7, &SeqBits::default(), 2_500).rtt, 0);
     }
 
@@ -988,7 +1298,7 @@ mod tests {
         let mut frames = 0;
         while let Some(seq) = s.next_to_send() {
             s.on_sent(seq, 1);
-            s.on_frame_sent(seq + 1, 9000, 1);
+            s.on_frame_sent(seq + 1, 9000, 1, None);
             frames += 1;
         }
         assert_eq!(frames, 8, "one frame per message of 9000 bytes, 8 granted");
@@ -997,10 +1307,10 @@ mod tests {
         s.on_ack(2, &SeqBits::default(), 2);
         assert_eq!(s.next_to_send(), Some(8));
         s.on_sent(8, 3);
-        s.on_frame_sent(9, 9000, 1);
+        s.on_frame_sent(9, 9000, 1, None);
         assert_eq!(s.next_to_send(), Some(9));
         s.on_sent(9, 3);
-        s.on_frame_sent(10, 9000, 1);
+        s.on_frame_sent(10, 9000, 1, None);
         assert_eq!(s.next_to_send(), None);
         // A larger credit than the configured cap does not lift the cap; 0 changes
         // nothing.
@@ -1014,7 +1324,7 @@ mod tests {
         for seq in 0..3 {
             assert_eq!(t.next_to_send(), Some(seq));
             t.on_sent(seq, 1);
-            t.on_frame_sent(seq + 1, 48, 1);
+            t.on_frame_sent(seq + 1, 48, 1, None);
         }
     }
 
@@ -1029,6 +1339,169 @@ mod tests {
         sack.set(0); // 1 arrived before 0
         assert_eq!(s.on_ack(0, &sack, 2).lost, 0);
         assert_eq!(s.next_to_send(), None);
+    }
+
+    /// Records what a sender says of its frames.
+    #[derive(Default)]
+    struct Fates {
+        delivered: Vec<(u8, u64, u64)>,
+        lost: Vec<u8>,
+        forgot: Vec<(u8, u64)>,
+    }
+
+    impl OnDelivery for Fates {
+        fn delivered(&mut self, path: u8, bytes: u64, rtt: u64) {
+            self.delivered.push((path, bytes, rtt));
+        }
+        fn lost(&mut self, path: u8) {
+            self.lost.push(path);
+        }
+        fn forgot(&mut self, path: u8, bytes: u64) {
+            self.forgot.push((path, bytes));
+        }
+    }
+
+    /// `n` frames of one 4096-byte message each, frame i on path i % paths, sent at
+    /// 10 × i.
+    fn sprayed(n: u32, paths: u8) -> Sender {
+        let mut s = Sender::new(0, 1_000_000, 5).with_min_rto(1);
+        s.assign(n);
+        for seq in 0..n {
+            s.on_sent(seq, 10 * u64::from(seq) + 1);
+            s.on_frame_sent(
+                seq + 1,
+                4096,
+                10 * u64::from(seq) + 1,
+                Some((seq % u32::from(paths)) as u8),
+            );
+        }
+        s
+    }
+
+    #[test]
+    fn a_frame_late_on_a_slower_path_is_not_lost_until_its_paths_wait_passed() {
+        // Frame 0 went on path 0 (slow: expected within 500), 1..8 on path 1 (fast:
+        // within 50); 1..8 arrive first.
+        let mut s = Sender::new(0, 1_000_000, 5).with_min_rto(1);
+        s.assign(8);
+        for seq in 0..8u32 {
+            s.on_sent(seq, 10 * u64::from(seq) + 1);
+            s.on_frame_sent(
+                seq + 1,
+                4096,
+                10 * u64::from(seq) + 1,
+                Some(u8::from(seq != 0)),
+            );
+        }
+        let waits = [500, 50];
+        let mut sack = SeqBits::default();
+        for off in 0..7 {
+            sack.set(off);
+        }
+        let mut fates = Fates::default();
+        let a = s.on_ack_paths(0, &sack, 100, &waits, &mut fates);
+        assert_eq!(
+            a.lost, 0,
+            "seven later frames, but frame 0's path may take 500"
+        );
+        assert_eq!(
+            a.bytes,
+            7 * 4096,
+            "the seven delivered frames left the flight"
+        );
+        assert_eq!(s.bytes_in_flight(), 4096);
+        assert_eq!(fates.delivered.len(), 7);
+        assert!(fates
+            .delivered
+            .iter()
+            .all(|&(p, b, rtt)| p == 1 && b == 4096 && rtt > 0));
+        assert_eq!(s.next_to_send(), None);
+        // The loss timer is set for when frame 0's wait ends, before the RTO.
+        assert_eq!(s.deadline(), Some(501));
+        assert_eq!(s.on_timer_paths(400, &waits, &mut fates), Timeout::Idle);
+        // It arrives in time: delivered, no retransmission at all.
+        let a = s.on_ack_paths(8, &SeqBits::default(), 450, &waits, &mut fates);
+        assert_eq!((a.bytes, a.lost), (4096, 0));
+        assert_eq!(fates.delivered.last(), Some(&(0, 4096, 449)));
+        assert!(fates.lost.is_empty());
+        assert_eq!(s.deadline(), None);
+    }
+
+    #[test]
+    fn a_hole_behind_a_later_frame_of_its_own_path_is_lost_at_once() {
+        // Frames alternate over two paths; 0 is missing, 2 4 6 (its path's) arrived.
+        let mut s = sprayed(8, 2);
+        let mut sack = SeqBits::default();
+        for off in 0..7 {
+            sack.set(off);
+        }
+        let mut fates = Fates::default();
+        let a = s.on_ack_paths(0, &sack, 100, &[10_000, 10_000], &mut fates);
+        assert_eq!(a.lost, 1, "a path keeps order: frame 0 is lost");
+        assert_eq!(fates.lost, vec![0]);
+    }
+
+    #[test]
+    fn a_hole_past_its_paths_wait_is_lost_by_the_loss_timer_without_back_off() {
+        // Frame 0 alone on path 0: nothing later on its path says it is lost.
+        let mut s = Sender::new(0, 1_000_000, 5).with_min_rto(1);
+        s.assign(8);
+        for seq in 0..8u32 {
+            s.on_sent(seq, 10 * u64::from(seq) + 1);
+            s.on_frame_sent(
+                seq + 1,
+                4096,
+                10 * u64::from(seq) + 1,
+                Some(u8::from(seq != 0)),
+            );
+        }
+        let waits = [200, 200];
+        let mut sack = SeqBits::default();
+        for off in 0..7 {
+            sack.set(off);
+        }
+        let mut fates = Fates::default();
+        assert_eq!(s.on_ack_paths(0, &sack, 100, &waits, &mut fates).lost, 0);
+        assert_eq!(s.deadline(), Some(201));
+        assert_eq!(s.on_timer_paths(201, &waits, &mut fates), Timeout::Lost);
+        assert_eq!(fates.lost, vec![0]);
+        assert_eq!(s.retries(), 0, "not a timeout");
+        assert_eq!(s.next_to_send(), Some(0));
+        s.on_sent(0, 210);
+        // Delivered at last: resent, so no sample.
+        let a = s.on_ack_paths(8, &SeqBits::default(), 300, &waits, &mut fates);
+        assert_eq!((a.bytes, a.rtt), (4096, 0));
+        assert_eq!(fates.delivered.last(), Some(&(0, 4096, 0)));
+    }
+
+    #[test]
+    fn on_one_path_a_hole_three_behind_is_lost_at_once() {
+        let mut s = sprayed(8, 1);
+        let mut sack = SeqBits::default();
+        for off in 0..3 {
+            sack.set(off);
+        }
+        assert_eq!(s.on_ack(0, &sack, 40).lost, 1);
+    }
+
+    #[test]
+    fn forgotten_frames_are_told_with_their_paths() {
+        let mut s = sprayed(6, 3);
+        let mut fates = Fates::default();
+        let mut sack = SeqBits::default();
+        sack.set(0); // frame 1 delivered beyond the hole at 0
+        s.on_ack_paths(0, &sack, 50, &[u64::MAX; 3], &mut fates);
+        s.rewind_to_paths(4, 60, &mut fates);
+        assert_eq!(fates.forgot, vec![(2, 4096), (1, 4096)]);
+        assert_eq!(s.bytes_in_flight(), 3 * 4096);
+        fates.forgot.clear();
+        s.drop_flight_paths(&mut fates);
+        assert_eq!(
+            fates.forgot,
+            vec![(0, 4096), (2, 4096), (0, 4096)],
+            "not the delivered one"
+        );
+        assert_eq!(s.bytes_in_flight(), 0);
     }
 
     #[test]

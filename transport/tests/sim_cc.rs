@@ -290,7 +290,7 @@ fn the_connections_to_one_peer_share_one_window() {
         &want,
         "every connection's bytes",
     );
-    let p = net.hosts[1].node.peer_summaries()[0];
+    let p = net.hosts[1].node.peer_summaries().remove(0);
     assert_eq!(
         (p.inflight, p.parked),
         (0, 0),
@@ -349,7 +349,7 @@ fn a_flow_that_joins_gets_its_share_within_50_round_trips_and_the_others_take_ba
     };
     let flows: Vec<FlowKey> = (1..=5).map(flow).collect();
     let (base_ns, _) = {
-        let p = net.hosts[5].node.peer_summaries()[0];
+        let p = net.hosts[5].node.peer_summaries().remove(0);
         (p.base_rtt_ns, p.srtt_ns)
     };
     assert!(

@@ -5,10 +5,11 @@
 //! Signals, per acknowledgement that completes bulk frames:
 //! * **delay**: the round trip of the newest frame it completes, from when the frame
 //!   was sent ([`crate::reliability::Acked::rtt`]; the sender keeps its own send times,
-//!   so no timestamp travels), less the time the receiver held its acknowledgement
-//!   (the acknowledgement says; `wire::op::TIMING`), less the smallest round trip seen
-//!   (the base): the queueing delay. It is compared with a target (Swift's: the base
-//!   plus an allowance, [`CcConfig::target_delay_ns`]).
+//!   so no timestamp travels), less the smallest round trip seen (the base): the
+//!   queueing delay. It is compared with a target (Swift's: the base plus an
+//!   allowance, [`CcConfig::target_delay_ns`]). The time the receiver held its
+//!   acknowledgement is not subtracted (no field carries it): acknowledgements leave
+//!   at the end of the turn that took the frame.
 //! * **ECN**: data frames leave ECT(0); a switch above its threshold marks them CE and
 //!   the receiver echoes the mark on its acknowledgements (`hflags::ECE`).
 //! * **loss**: messages the selective acknowledgements show lost, and timeouts.
@@ -28,6 +29,13 @@
 //! the least that can be): the peer is then **paced**, one frame per
 //! `frame × round trip / window` ([`PeerCc::on_frame_sent`]); the worker keeps the
 //! paced peers in one queue by time ([`CcTable`]), not a timer per connection.
+//!
+//! With [`CcConfig::paths`] over 1 a peer's bulk frames are **sprayed** over that many
+//! UDP source ports ([`Path`]; [`PeerCc::pick_path`]): a path that came back unmarked
+//! and on time is used again first (REPS), a path much slower than the median or that
+//! lost a frame is left out for a while, and the sender's loss detection goes by path
+//! ([`crate::reliability::Sender::on_ack_paths`]), so that reordering across paths is
+//! not loss.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -62,7 +70,22 @@ pub struct CcConfig {
     /// marking (a kernel bridge with a shaper). Off by default: NSCC decreases on
     /// marks, and on software ports the round trip is mostly the hosts' turns.
     pub delay_decrease: bool,
+    /// Paths a peer's bulk frames are sprayed over (Ultra Ethernet's multipath idea):
+    /// each frame takes one of this many UDP source ports (entropy values, one set per
+    /// peer) — the ECMP paths of a fabric hash them apart — chosen by the least bytes
+    /// in flight, and a path that shows ECN marks with its delay above the target, a
+    /// delay far above it or a loss is left out for a while (longer each time it
+    /// comes back bad). Loss is then detected by time per path (a frame late on a
+    /// slower path is not lost: `reliability::Sender::on_ack_paths`). 1 (the
+    /// default): every frame of a connection takes its one port, as before — what a
+    /// port whose receive side hashes frames to queues (RSS, af_packet fanout) wants,
+    /// since sprayed frames of one connection reach several queues and are forwarded
+    /// to their shard. At most [`MAX_PATHS`]; only with `enabled`.
+    pub paths: u8,
 }
+
+/// Most paths a peer's frames are sprayed over ([`CcConfig::paths`]).
+pub const MAX_PATHS: u8 = 32;
 
 impl Default for CcConfig {
     fn default() -> Self {
@@ -72,6 +95,7 @@ impl Default for CcConfig {
             line_rate_mbps: 100_000,
             receive_budget: 0,
             delay_decrease: false,
+            paths: 1,
         }
     }
 }
@@ -175,7 +199,64 @@ pub struct PeerCc {
     /// Connection slots waiting for this peer's window or pace.
     pub parked: Vec<u32>,
     pub counters: CcCounters,
+    /// The paths its frames are sprayed over (empty: one, the connections' own ports).
+    pub paths: Vec<Path>,
+    /// By path, how long after it was sent a frame on it that nothing overtook counts
+    /// as lost (`set_wait`).
+    pub waits: Vec<u64>,
+    /// Paths whose frames came back unmarked and on time, in the order they did
+    /// (Ultra Ethernet's REPS: a path is used again as fast as it delivers, so each
+    /// carries what it drains and a slower one less, whatever the hashing gave it).
+    recycled: std::collections::VecDeque<u8>,
 }
+
+/// One of a peer's paths: a UDP source port, and what its frames showed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Path {
+    pub port: u16,
+    /// Bytes of first transmissions sent on it and not yet acknowledged.
+    pub inflight: u64,
+    /// Smoothed round trip on it, its variation and the latest (ticks; 0: none).
+    pub srtt: u64,
+    rttvar: u64,
+    pub last_rtt: u64,
+    /// Left out until then.
+    pub excluded_until: u64,
+    /// Exclusions in a row (each doubles the next), and since when it is back in use:
+    /// a path that stays good for [`EXCLUDE_FORGIVE_RTTS`] round trips starts over.
+    backoff: u8,
+    in_since: u64,
+    /// Back from an exclusion: one frame at a time until one shows it good.
+    pub probing: bool,
+    pub counters: PathCounters,
+}
+
+/// What one path saw.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct PathCounters {
+    /// Bulk frames sent on it.
+    pub frames: u64,
+    /// Acknowledgements of its frames that echoed ECN.
+    pub marks: u64,
+    /// Its frames' messages found lost.
+    pub losses: u64,
+    /// Times it was left out.
+    pub exclusions: u64,
+}
+
+/// A path left out is out for this many round trips, doubled for each time in a row.
+const EXCLUDE_RTTS: u64 = 8;
+/// Most doublings of an exclusion.
+const EXCLUDE_MAX_BACKOFF: u8 = 6;
+/// A path back in use this many round trips without being left out again is
+/// forgiven its past exclusions.
+const EXCLUDE_FORGIVE_RTTS: u64 = 1024;
+/// A path whose round trip is over this many times the median path's, and a target,
+/// is left out.
+const EXCLUDE_SLOWER: u64 = 1;
+const EXCLUDE_TARGETS: u64 = 2;
+/// Most paths kept for recycling.
+const RECYCLED_MAX: usize = 256;
 
 /// What the law needs of the configuration, in the node's ticks.
 #[derive(Debug, Clone, Copy)]
@@ -192,6 +273,8 @@ pub struct Params {
     /// The window's ceiling (`NodeConfig::max_inflight_bytes`).
     ceiling: f64,
     hz: u64,
+    /// Paths per peer ([`CcConfig::paths`]; 1: no spraying).
+    pub paths: u8,
 }
 
 impl Params {
@@ -207,6 +290,11 @@ impl Params {
             mss,
             ceiling: (ceiling as f64).max(2.0 * mss),
             hz,
+            paths: if cfg.enabled {
+                cfg.paths.clamp(1, MAX_PATHS)
+            } else {
+                1
+            },
         }
     }
 
@@ -258,7 +346,210 @@ impl PeerCc {
             queued_until: 0,
             parked: Vec::new(),
             counters: CcCounters::default(),
+            paths: Vec::new(),
+            waits: Vec::new(),
+            recycled: std::collections::VecDeque::new(),
         }
+    }
+
+    /// Sprays its frames over paths of these source ports (more than one).
+    pub fn with_paths(mut self, ports: impl Iterator<Item = u16>) -> PeerCc {
+        self.paths = ports
+            .map(|port| Path {
+                port,
+                inflight: 0,
+                srtt: 0,
+                rttvar: 0,
+                last_rtt: 0,
+                excluded_until: 0,
+                backoff: 0,
+                in_since: 0,
+                probing: false,
+                counters: PathCounters::default(),
+            })
+            .collect();
+        self.waits = vec![u64::MAX; self.paths.len()];
+        self
+    }
+
+    /// The path the next frame takes at `now` and its source port (`None`: one path,
+    /// the connection's own port): the oldest path that came back good and is not
+    /// left out (REPS's recycling); with none, the path not left out with the fewest
+    /// bytes in flight (the earliest listed on a tie; one on probation only with
+    /// nothing in flight). If every path is left out, the one back soonest.
+    #[inline]
+    pub fn pick_path(&mut self, now: u64) -> Option<(u8, u16)> {
+        if self.paths.is_empty() {
+            return None;
+        }
+        while let Some(i) = self.recycled.pop_front() {
+            let path = &self.paths[usize::from(i)];
+            if path.excluded_until <= now && !path.probing {
+                return Some((i, path.port));
+            }
+        }
+        let mut best: Option<(usize, u64)> = None;
+        for (i, path) in self.paths.iter().enumerate() {
+            if path.excluded_until > now || (path.probing && path.inflight > 0) {
+                continue;
+            }
+            if best.is_none_or(|(_, f)| path.inflight < f) {
+                best = Some((i, path.inflight));
+            }
+        }
+        let i = best.map_or_else(
+            || {
+                (0..self.paths.len())
+                    .min_by_key(|&i| self.paths[i].excluded_until)
+                    .unwrap_or(0)
+            },
+            |(i, _)| i,
+        );
+        Some((i as u8, self.paths[i].port))
+    }
+
+    /// Whether path `i` is in use at `now`: not left out, not on probation.
+    fn path_in_use(&self, i: u8, now: u64) -> bool {
+        self.paths
+            .get(usize::from(i))
+            .is_some_and(|q| q.excluded_until <= now)
+    }
+
+    /// A bulk frame's `bytes` of first transmissions went on path `i`.
+    #[inline]
+    pub fn on_path_sent(&mut self, i: u8, bytes: u64) {
+        if let Some(path) = self.paths.get_mut(usize::from(i)) {
+            path.inflight += bytes;
+            path.counters.frames += 1;
+        }
+    }
+
+    /// A frame of `bytes` that went on path `i` was acknowledged, `rtt` ticks after
+    /// it was sent (0: no sample), the acknowledgement echoing ECN or not.
+    pub fn on_path_delivered(
+        &mut self,
+        p: &Params,
+        now: u64,
+        i: u8,
+        bytes: u64,
+        rtt: u64,
+        ece: bool,
+    ) {
+        let base = self.base_rtt;
+        let period = self.period(p);
+        let Some(path) = self.paths.get_mut(usize::from(i)) else {
+            return;
+        };
+        path.inflight = path.inflight.saturating_sub(bytes);
+        path.counters.marks += u64::from(ece);
+        if rtt != 0 {
+            path.last_rtt = rtt;
+            if path.srtt == 0 {
+                path.srtt = rtt;
+                path.rttvar = rtt / 2;
+            } else {
+                path.rttvar = (3 * path.rttvar + path.srtt.abs_diff(rtt)) / 4;
+                path.srtt = (7 * path.srtt + rtt) / 8;
+            }
+        }
+        // Left out: a path whose round trip is well above the typical path's (twice
+        // the median's and a target: a slower or longer path, or one with a queue of
+        // its own). A mark on it only keeps it from being used again at once (REPS):
+        // marks on every path are the peer's congestion, which its window answers.
+        let typical = self.median_srtt(now).max(base);
+        if rtt != 0 {
+            self.set_wait(p, i);
+        }
+        let path = &mut self.paths[usize::from(i)];
+        let delay = path.srtt.min(path.last_rtt);
+        if path.last_rtt != 0
+            && typical != 0
+            && delay > EXCLUDE_SLOWER * typical + EXCLUDE_TARGETS * p.target
+        {
+            Self::exclude(&mut self.paths, i, now, period);
+            return;
+        }
+        if rtt != 0 && path.probing {
+            path.probing = false; // back, and good
+            path.in_since = now;
+        }
+        if !ece && !path.probing {
+            if self.recycled.len() >= RECYCLED_MAX {
+                self.recycled.pop_front();
+            }
+            self.recycled.push_back(i);
+        }
+    }
+
+    /// Each path's wait for the sender's loss detection by time
+    /// (`reliability::Sender::on_ack_paths`): a frame on it that nothing later on its
+    /// own path overtook counts as lost this long after it was sent — twice its
+    /// latest or smoothed round trip (a queue on it that grew since), four variations
+    /// and a target; `u64::MAX` for a path with no round trip yet (the timeout finds
+    /// its losses).
+    fn set_wait(&mut self, p: &Params, i: u8) {
+        let q = &self.paths[usize::from(i)];
+        self.waits[usize::from(i)] = if q.srtt == 0 {
+            u64::MAX
+        } else {
+            2 * q.srtt.max(q.last_rtt) + 4 * q.rttvar + p.target
+        };
+    }
+
+    /// A message of a frame that went on path `i` was found lost.
+    pub fn on_path_lost(&mut self, p: &Params, now: u64, i: u8) {
+        let period = self.period(p);
+        if let Some(path) = self.paths.get_mut(usize::from(i)) {
+            path.counters.losses += 1;
+            Self::exclude(&mut self.paths, i, now, period);
+        }
+    }
+
+    /// A frame of `bytes` that went on path `i` is no longer in flight, unacknowledged.
+    pub fn on_path_forgot(&mut self, i: u8, bytes: u64) {
+        if let Some(path) = self.paths.get_mut(usize::from(i)) {
+            path.inflight = path.inflight.saturating_sub(bytes);
+        }
+    }
+
+    /// Leaves path `i` out for a while from `now` (unless it is out already, or it is
+    /// the only one left in).
+    fn exclude(paths: &mut [Path], i: u8, now: u64, period: u64) {
+        let i = usize::from(i);
+        if paths[i].excluded_until > now {
+            return;
+        }
+        // At most half the paths are out at once: a fabric whose every path shows a
+        // queue is the peer's congestion (its window's business), not a bad path.
+        let out = paths.iter().filter(|q| q.excluded_until > now).count();
+        if 2 * (out + 1) > paths.len() {
+            return;
+        }
+        let path = &mut paths[i];
+        if now.saturating_sub(path.in_since) > EXCLUDE_FORGIVE_RTTS * period.max(1) {
+            path.backoff = 0;
+        }
+        path.excluded_until = now + ((EXCLUDE_RTTS * period.max(1)) << path.backoff);
+        path.backoff = (path.backoff + 1).min(EXCLUDE_MAX_BACKOFF);
+        path.probing = true;
+        path.counters.exclusions += 1;
+    }
+
+    /// The median smoothed round trip of the paths in use that have one (0: none).
+    fn median_srtt(&self, now: u64) -> u64 {
+        let mut v = [0u64; MAX_PATHS as usize];
+        let mut n = 0;
+        for q in &self.paths {
+            if q.srtt != 0 && q.excluded_until <= now {
+                v[n] = q.srtt;
+                n += 1;
+            }
+        }
+        if n == 0 {
+            return 0;
+        }
+        let (_, m, _) = v[..n].select_nth_unstable(n / 2);
+        *m
     }
 
     /// The window, bytes: the law's, or the receiver's credit when smaller.
@@ -532,6 +823,86 @@ impl PeerCc {
     }
 }
 
+/// What a sender said of its sprayed frames in one acknowledgement or timer
+/// (`reliability::OnDelivery`), for the peer's paths.
+#[derive(Debug, Default)]
+pub struct PathEvents {
+    events: Vec<PathEvent>,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum PathEvent {
+    Delivered { path: u8, bytes: u64, rtt: u64 },
+    Lost(u8),
+    Forgot { path: u8, bytes: u64 },
+}
+
+impl crate::reliability::OnDelivery for PathEvents {
+    #[inline]
+    fn delivered(&mut self, path: u8, bytes: u64, rtt: u64) {
+        self.events.push(PathEvent::Delivered { path, bytes, rtt });
+    }
+    #[inline]
+    fn lost(&mut self, path: u8) {
+        self.events.push(PathEvent::Lost(path));
+    }
+    #[inline]
+    fn forgot(&mut self, path: u8, bytes: u64) {
+        self.events.push(PathEvent::Forgot { path, bytes });
+    }
+}
+
+impl PathEvents {
+    /// Whether nothing was gathered.
+    pub fn is_empty(&self) -> bool {
+        self.events.is_empty()
+    }
+
+    /// Applies what was gathered to `peer`'s paths at `now` (the acknowledgement
+    /// echoing ECN or not) and empties it. Returns the round-trip sample the peer's
+    /// window should hear: the newest frame's delivered on a path in use (0: none) —
+    /// the frames a path just left out (slower, or with a queue of its own) still
+    /// brings in must not read as the peer's queue.
+    pub fn apply(&mut self, peer: &mut PeerCc, p: &Params, now: u64, ece: bool) -> u64 {
+        let mut rtt = 0;
+        for e in self.events.drain(..) {
+            match e {
+                PathEvent::Delivered {
+                    path,
+                    bytes,
+                    rtt: sample,
+                } => {
+                    peer.on_path_delivered(p, now, path, bytes, sample, ece);
+                    if sample != 0 && peer.path_in_use(path, now) {
+                        rtt = sample;
+                    }
+                }
+                PathEvent::Lost(path) => peer.on_path_lost(p, now, path),
+                PathEvent::Forgot { path, bytes } => peer.on_path_forgot(path, bytes),
+            }
+        }
+        // (A connection that failed or closed forgets its frames without saying on
+        // which paths: no path holds more than the peer has in flight.)
+        let all = peer.inflight;
+        for path in &mut peer.paths {
+            path.inflight = path.inflight.min(all);
+        }
+        rtt
+    }
+}
+
+/// The source port of path `i` of a peer, in 49152..65536, from a salt of this node
+/// and the peer: different peers' paths hash differently, and a peer's paths stay
+/// put for the node's life.
+pub fn path_port(salt: u64, peer: NodeId, i: u8) -> u16 {
+    let mut x = salt ^ (u64::from(peer.0) << 8 | u64::from(i));
+    // (splitmix64's finaliser)
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^= x >> 31;
+    49152 | (x >> 50) as u16
+}
+
 /// A shard's peers' contexts, by node, and the queue of paced peers by time.
 #[derive(Debug)]
 pub struct CcTable {
@@ -540,6 +911,8 @@ pub struct CcTable {
     peers: Vec<Option<Box<PeerCc>>>,
     /// (when its pace allows, peer): peers with parked connections waiting for time.
     paced: BinaryHeap<Reverse<(u64, u32)>>,
+    /// Of this node, for its peers' path ports ([`path_port`]).
+    salt: u64,
 }
 
 impl CcTable {
@@ -549,7 +922,14 @@ impl CcTable {
             initial,
             peers: Vec::new(),
             paced: BinaryHeap::new(),
+            salt: 0,
         }
+    }
+
+    /// Salts the peers' path ports (with [`Params::paths`] over 1).
+    pub fn with_salt(mut self, salt: u64) -> CcTable {
+        self.salt = salt;
+        self
     }
 
     /// Peer `id`'s context, made on first use.
@@ -559,8 +939,20 @@ impl CcTable {
         if i >= self.peers.len() {
             self.peers.resize_with(i + 1, || None);
         }
-        let (p, initial) = (&self.params, self.initial);
-        self.peers[i].get_or_insert_with(|| Box::new(PeerCc::new(p, initial)))
+        let (p, initial, salt) = (&self.params, self.initial, self.salt);
+        self.peers[i].get_or_insert_with(|| {
+            let peer = PeerCc::new(p, initial);
+            Box::new(if p.paths > 1 {
+                // Sprayed: a frame per path to begin with, until the paths have shown
+                // their round trips (a burst of the whole ceiling would fill a slower
+                // path's queue before its first frame came back).
+                let mut peer = peer.with_paths((0..p.paths).map(|k| path_port(salt, id, k)));
+                peer.cwnd = peer.cwnd.min(f64::from(p.paths) * p.mss);
+                peer
+            } else {
+                peer
+            })
+        })
     }
 
     /// Peer `id`'s context, if it has one.
@@ -758,5 +1150,81 @@ mod tests {
         t.unpark(NodeId(5), &mut slots);
         assert_eq!(slots, [7, 4, 9], "one that could not send goes first");
         assert_eq!(t.next_pace(), u64::MAX);
+    }
+
+    /// A peer sprayed over four paths, each having delivered one frame in `rtt[i]`.
+    fn four_paths(rtts: [u64; 4]) -> (PeerCc, Params) {
+        let p = Params::new(
+            &CcConfig {
+                paths: 4,
+                ..CcConfig::default()
+            },
+            1_000_000_000,
+            4096,
+            1 << 20,
+        );
+        let mut cc =
+            PeerCc::new(&p, 1 << 20).with_paths([50_001, 50_002, 50_003, 50_004].into_iter());
+        for (i, &rtt) in rtts.iter().enumerate() {
+            cc.on_path_sent(i as u8, 4096);
+            cc.on_path_delivered(&p, 1_000, i as u8, 4096, rtt, false);
+        }
+        (cc, p)
+    }
+
+    #[test]
+    fn a_path_much_slower_than_the_median_is_left_out_then_probed() {
+        // Three at 10 µs, one at 60 µs (over the median and two targets): out.
+        let (mut cc, p) = four_paths([10_000, 10_000, 10_000, 60_000]);
+        assert!(cc.paths[3].excluded_until > 1_000);
+        assert_eq!(cc.paths[3].counters.exclusions, 1);
+        // The others came back good and are used again in that order (REPS), never
+        // the one left out.
+        let picks: Vec<u8> = (0..6).map(|_| cc.pick_path(2_000).unwrap().0).collect();
+        assert_eq!(&picks[..3], &[0, 1, 2]);
+        assert!(picks.iter().all(|&i| i != 3));
+        // Once its time is out, it is on probation: one frame, then it waits for it.
+        let back = cc.paths[3].excluded_until;
+        cc.recycled.clear();
+        for i in 0..3 {
+            cc.on_path_sent(i, 8192);
+        }
+        assert_eq!(cc.pick_path(back).map(|x| x.0), Some(3));
+        cc.on_path_sent(3, 4096);
+        assert_ne!(
+            cc.pick_path(back).map(|x| x.0),
+            Some(3),
+            "one probe at a time"
+        );
+        // The probe comes back good: in use again.
+        cc.on_path_delivered(&p, back + 12_000, 3, 4096, 11_000, false);
+        assert!(!cc.paths[3].probing);
+    }
+
+    #[test]
+    fn at_most_half_the_paths_are_left_out() {
+        let (mut cc, p) = four_paths([10_000; 4]);
+        for i in 0..4 {
+            cc.on_path_lost(&p, 2_000, i);
+        }
+        let out = cc.paths.iter().filter(|q| q.excluded_until > 2_000).count();
+        assert_eq!(out, 2, "losses on every path are the peer's congestion");
+        assert_eq!(cc.paths.iter().map(|q| q.counters.losses).sum::<u64>(), 4);
+    }
+
+    #[test]
+    fn path_ports_are_ephemeral_and_differ_by_peer() {
+        let a: Vec<u16> = (0..16).map(|i| path_port(7, NodeId(1), i)).collect();
+        let b: Vec<u16> = (0..16).map(|i| path_port(7, NodeId(2), i)).collect();
+        assert!(a.iter().chain(&b).all(|&p| p >= 49152));
+        assert_ne!(a, b);
+        let distinct: std::collections::HashSet<_> = a.iter().collect();
+        assert!(distinct.len() >= 15, "{a:?}");
+        assert_eq!(
+            a,
+            (0..16)
+                .map(|i| path_port(7, NodeId(1), i))
+                .collect::<Vec<_>>()
+        );
     }
 }

@@ -719,7 +719,7 @@ impl Node {
         // What it acknowledged and what it had left in flight leave its peer's.
         let mut gone = 0;
         if c.state.is_up() {
-            gone = process_ack(c, ack, &SeqBits::default(), self.now).bytes;
+            gone = process_ack(c, ack, &SeqBits::default(), self.now, &[], &mut ()).bytes;
             complete_ready(c);
         }
         let (flight, peer) = (fail_connection(c, None), c.peer);

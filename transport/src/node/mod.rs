@@ -310,7 +310,7 @@ impl CreditShare {
 
 /// One peer node's congestion state as a listing shows it (`deposit` telemetry's
 /// `/deposit/peers`, `ddperf --stats`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PeerSummary {
     pub peer_ip: IpAddr,
     /// Window and bytes in flight (first transmissions), bytes.
@@ -324,6 +324,24 @@ pub struct PeerSummary {
     /// Connections waiting for its window or pace.
     pub parked: usize,
     pub counters: cc::CcCounters,
+    /// The paths its frames are sprayed over (`CcConfig::paths`; empty: one path).
+    pub paths: Vec<PathSummary>,
+}
+
+/// One of a peer's spray paths, as [`Node::peer_summaries`] shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PathSummary {
+    /// Its UDP source port (the entropy the fabric's ECMP hashes).
+    pub port: u16,
+    /// Bytes of first transmissions on it not yet acknowledged.
+    pub inflight: u64,
+    /// Its smoothed round trip, nanoseconds (0: none seen).
+    pub srtt_ns: u64,
+    /// Left out now (it showed marks with delay, a delay far above the target, or a
+    /// loss), or back on probation.
+    pub excluded: bool,
+    pub probing: bool,
+    pub counters: cc::PathCounters,
 }
 
 impl Node {
@@ -344,6 +362,18 @@ impl Node {
                     srtt_ns: ns(srtt),
                     parked: p.parked.len(),
                     counters: p.counters,
+                    paths: p
+                        .paths
+                        .iter()
+                        .map(|q| PathSummary {
+                            port: q.port,
+                            inflight: q.inflight,
+                            srtt_ns: ns(q.srtt),
+                            excluded: q.excluded_until > self.now,
+                            probing: q.probing,
+                            counters: q.counters,
+                        })
+                        .collect(),
                 }
             })
             .collect();
@@ -458,6 +488,9 @@ pub struct Node {
     pub(crate) hz: u64,
     /// Each peer node's congestion window and pace (`NodeConfig::cc`).
     pub(crate) cc: cc::CcTable,
+    /// What the senders said of sprayed frames in the acknowledgement or timer being
+    /// handled (scratch).
+    path_events: cc::PathEvents,
     /// Scratch lists: connections unparked, peers whose pace came.
     unparked: Vec<u32>,
     /// Connections whose persist timer fired: their next frame goes past the gate.
@@ -629,9 +662,15 @@ impl Node {
         // incast's first round trip is held by the receivers' credits, which count
         // every connection as a sender until a period shows otherwise).
         let params = cc::Params::new(&cfg.cc, hz, caps.max_frame, cfg.max_inflight_bytes);
-        let cc = cc::CcTable::new(params, cfg.max_inflight_bytes);
+        let salt = cfg
+            .local
+            .mac
+            .iter()
+            .fold(0u64, |h, &b| h << 8 | u64::from(b));
+        let cc = cc::CcTable::new(params, cfg.max_inflight_bytes).with_salt(salt);
         Node {
             cc,
+            path_events: cc::PathEvents::default(),
             unparked: Vec::new(),
             persist: Vec::new(),
             paced_due: Vec::new(),

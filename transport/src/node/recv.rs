@@ -237,8 +237,20 @@ impl Node {
                 break;
             }
         }
+        let sprayed = self.cc.params.paths > 1;
         if frame.header.flags & hflags::ACK != 0 {
-            take_ack(conn, frame, &mut intake, &mut ex);
+            let waits = match sprayed {
+                true => self.cc.get(conn.peer).map_or(&[][..], |c| &c.waits[..]),
+                false => &[],
+            };
+            take_ack(
+                conn,
+                frame,
+                &mut intake,
+                &mut ex,
+                waits,
+                &mut self.path_events,
+            );
         }
         let left = flight.saturating_sub(conn.tx.bytes_in_flight());
         let peer = conn.peer;
@@ -266,8 +278,15 @@ impl Node {
             if credits != 0 {
                 cc.on_credit(&params, u64::from(credits) * wire::CREDIT_UNIT * k);
             }
+            if sprayed {
+                self.path_events.apply(cc, &params, now, ece);
+            }
             cc.on_ack(&params, now, a.bytes, a.rtt, ece, a.lost != 0);
             self.unpark(peer, now);
+        } else if sprayed && !self.path_events.is_empty() {
+            let params = self.cc.params;
+            self.path_events
+                .apply(self.cc.peer(peer), &params, now, ece);
         }
         self.rearm(slot);
         if let Some(number) = confirmed {
@@ -593,8 +612,19 @@ fn take_echo(
 /// selectively), the peer's credits apply, and a message kept waiting for a read
 /// reply's acknowledgement may run now.
 #[inline]
-fn take_ack(conn: &mut ConnContext, frame: &FrameView<'_>, intake: &mut Intake, ex: &mut Exec<'_>) {
-    intake.acked = send::process_ack(conn, frame.header.ack, &intake.sack, ex.now);
+fn take_ack(
+    conn: &mut ConnContext,
+    frame: &FrameView<'_>,
+    intake: &mut Intake,
+    ex: &mut Exec<'_>,
+    waits: &[u64],
+    paths: &mut super::cc::PathEvents,
+) {
+    intake.acked = if waits.is_empty() {
+        send::process_ack(conn, frame.header.ack, &intake.sack, ex.now, &[], &mut ())
+    } else {
+        send::process_ack(conn, frame.header.ack, &intake.sack, ex.now, waits, paths)
+    };
     conn.tx
         .on_credit(u64::from(frame.header.credits) * wire::CREDIT_UNIT * ex.credit_scale);
     if !conn.read_replies.is_empty() {

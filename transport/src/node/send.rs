@@ -587,6 +587,15 @@ impl Node {
         if self.cfg.ecn {
             underlay.traffic_class |= ECT0;
         }
+        // Sprayed over the peer's paths: this frame's entropy (`CcConfig::paths`).
+        let path = match self.cc.params.paths > 1 {
+            true => self.cc.peer(conn.peer).pick_path(now),
+            false => None,
+        };
+        if let Some((_, port)) = path {
+            underlay.src_port = port;
+        }
+        let path = path.map(|(i, _)| i);
         let hdr = data_header(
             conn,
             first,
@@ -599,7 +608,7 @@ impl Node {
         };
         let mut ext = Payloads::new(self.caps.external_min);
         let (sent, bytes, resent, mut counted) =
-            fill_frame(conn, first, &mut w, &self.endpoints, now, &mut ext);
+            fill_frame(conn, first, &mut w, &self.endpoints, now, &mut ext, path);
         if sent == 0 {
             return Built::Nothing;
         }
@@ -608,7 +617,7 @@ impl Node {
         let (peer, done) = (conn.dest(), conn.tx.next_to_send().is_none());
         self.stats.count_sent(sent, bytes, resent);
         if let Some(from) = bundle.filter(|_| done) {
-            counted += self.bundle(&mut w, peer, from, now, &mut ext);
+            counted += self.bundle(&mut w, peer, from, now, &mut ext, path);
             self.ride_acks(&mut w, peer);
         }
         self.stats.cells_tx += w.frame_cells() as u64;
@@ -629,9 +638,11 @@ impl Node {
         }
         if self.cc.params.enabled {
             let params = self.cc.params;
-            self.cc
-                .peer(peer.node)
-                .on_frame_sent(&params, now, len as u64, counted, paced);
+            let cc = self.cc.peer(peer.node);
+            cc.on_frame_sent(&params, now, len as u64, counted, paced);
+            if let (Some(i), true) = (path, counted != 0) {
+                cc.on_path_sent(i, counted);
+            }
         }
         for i in 0..self.bundled.len() {
             let s = self.bundled[i];
@@ -655,6 +666,7 @@ impl Node {
         from: usize,
         now: u64,
         ext: &mut Payloads,
+        path: Option<u8>,
     ) -> u64 {
         let mut counted = 0;
         if self.cc.params.enabled && self.cc.peer(peer.node).gate(now) != cc::Gate::Open {
@@ -685,7 +697,8 @@ impl Node {
             if !w.begin_section(&data_header(conn, first, credits), cells) {
                 continue;
             }
-            let (sent, bytes, resent, c) = fill_frame(conn, first, w, &self.endpoints, now, ext);
+            let (sent, bytes, resent, c) =
+                fill_frame(conn, first, w, &self.endpoints, now, ext, path);
             counted += c;
             seal(conn, w, &mut self.stats);
             took_ack(conn);
@@ -1132,6 +1145,7 @@ fn fill_frame(
     endpoints: &EndpointTable,
     now: u64,
     ext: &mut Payloads,
+    path: Option<u8>,
 ) -> (u32, u64, u32, u64) {
     let Some((mut idx, mut seg)) = conn.locate(first) else {
         return (0, 0, 0, 0);
@@ -1192,7 +1206,7 @@ fn fill_frame(
             seg = 0;
         }
     }
-    let counted = conn.tx.on_frame_sent(run.new_end, run.new_bytes, now);
+    let counted = conn.tx.on_frame_sent(run.new_end, run.new_bytes, now, path);
     (run.sent, run.bytes, run.resent, counted)
 }
 
@@ -1311,8 +1325,10 @@ pub(crate) fn process_ack(
     ack: u32,
     sack: &SeqBits,
     now: u64,
+    waits: &[u64],
+    paths: &mut impl crate::reliability::OnDelivery,
 ) -> crate::reliability::Acked {
-    let acked = conn.tx.on_ack(ack, sack, now);
+    let acked = conn.tx.on_ack_paths(ack, sack, now, waits, paths);
     if acked.to != acked.from {
         conn.rnr_retries = 0;
     }

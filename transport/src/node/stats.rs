@@ -172,6 +172,9 @@ counters! {
     /// persist timer fired (nothing of its own had been on the wire for a
     /// retransmission timeout).
     cc_persists,
+    /// Loss timer expiries over sprayed paths (`CcConfig::paths`): holes that waited
+    /// on their paths' round trips and were then found lost.
+    lost_by_time,
 }
 
 impl Stats {

@@ -305,7 +305,19 @@ impl Node {
                 self.stats.cc_persists += 1;
                 return true;
             }
-            match conn.tx.on_timer(now) {
+            let sprayed = self.cc.params.paths > 1;
+            let timeout = if sprayed {
+                let waits = self.cc.get(conn.peer).map_or(&[][..], |c| &c.waits[..]);
+                conn.tx.on_timer_paths(now, waits, &mut self.path_events)
+            } else {
+                conn.tx.on_timer(now)
+            };
+            if sprayed && !self.path_events.is_empty() {
+                let params = self.cc.params;
+                self.path_events
+                    .apply(self.cc.peer(conn.peer), &params, now, false);
+            }
+            match timeout {
                 Timeout::GiveUp => {
                     let (flight, peer) = (
                         fail_connection(conn, Some(WcStatus::RetryExceeded)),
@@ -327,6 +339,9 @@ impl Node {
                     self.unpark(peer, now);
                     self.try_new_path(slot, now);
                 }
+                // Holes that waited on their paths' round trips: lost now (they go
+                // out when the connection is served).
+                Timeout::Lost => self.stats.lost_by_time += 1,
                 Timeout::Idle => {}
             }
         }
