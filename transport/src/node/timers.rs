@@ -328,14 +328,24 @@ impl Node {
                 Timeout::Retransmit => {
                     self.stats.timeouts += 1;
                     // As after TCP's timeout, what the connection had out no longer
-                    // counts in flight (its later acknowledgements find the count at
-                    // zero at worst): a connection that stalls must not hold the
-                    // peer's window for the others.
-                    let (params, peer, out) =
-                        (self.cc.params, conn.peer, conn.tx.bytes_in_flight());
-                    let cc = self.cc.peer(peer);
-                    cc.on_timeout(&params);
-                    cc.forget(out);
+                    // counts in flight, for the peer's window or its own: a connection
+                    // that stalls must not hold the peer's window for the others (and
+                    // the late acknowledgements of those frames take nothing off
+                    // again). Without congestion control its own cap keeps counting.
+                    let (params, peer) = (self.cc.params, conn.peer);
+                    if params.enabled {
+                        let out = if sprayed {
+                            conn.tx.drop_flight_paths(&mut self.path_events)
+                        } else {
+                            conn.tx.drop_flight()
+                        };
+                        let cc = self.cc.peer(peer);
+                        if sprayed {
+                            self.path_events.apply(cc, &params, now, false);
+                        }
+                        cc.on_timeout(&params);
+                        cc.forget(out);
+                    }
                     self.unpark(peer, now);
                     self.try_new_path(slot, now);
                 }
