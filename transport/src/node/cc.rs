@@ -197,7 +197,7 @@ pub struct PeerCc {
     /// On the pacing queue until this time (0: not on it).
     queued_until: u64,
     /// Connection slots waiting for this peer's window or pace.
-    pub parked: Vec<u32>,
+    pub parked: std::collections::VecDeque<u32>,
     pub counters: CcCounters,
     /// The paths its frames are sprayed over (empty: one, the connections' own ports).
     pub paths: Vec<Path>,
@@ -344,7 +344,7 @@ impl PeerCc {
             credit_window: f64::MAX,
             next_send: 0,
             queued_until: 0,
-            parked: Vec::new(),
+            parked: std::collections::VecDeque::new(),
             counters: CcCounters::default(),
             paths: Vec::new(),
             waits: Vec::new(),
@@ -913,6 +913,9 @@ pub struct CcTable {
     paced: BinaryHeap<Reverse<(u64, u32)>>,
     /// Of this node, for its peers' path ports ([`path_port`]).
     salt: u64,
+    /// A bit per connection slot: parked on its peer (so that parking is O(1) however
+    /// many of a peer's connections wait).
+    parked_slots: Vec<u64>,
 }
 
 impl CcTable {
@@ -923,6 +926,7 @@ impl CcTable {
             peers: Vec::new(),
             paced: BinaryHeap::new(),
             salt: 0,
+            parked_slots: Vec::new(),
         }
     }
 
@@ -972,12 +976,18 @@ impl CcTable {
     /// the connections parked already or ahead of them; with a pace, the peer goes
     /// on the queue for `until`.
     pub fn park(&mut self, id: NodeId, slot: usize, until: Option<u64>, behind: bool) {
+        let (word, bit) = (slot / 64, 1u64 << (slot % 64));
+        if word >= self.parked_slots.len() {
+            self.parked_slots.resize(word + 1, 0);
+        }
+        let fresh = self.parked_slots[word] & bit == 0;
+        self.parked_slots[word] |= bit;
         let peer = self.peer(id);
-        if !peer.parked.contains(&(slot as u32)) {
+        if fresh {
             if behind {
-                peer.parked.push(slot as u32);
+                peer.parked.push_back(slot as u32);
             } else {
-                peer.parked.insert(0, slot as u32);
+                peer.parked.push_front(slot as u32);
             }
         }
         if let Some(t) = until {
@@ -1019,7 +1029,11 @@ impl CcTable {
     /// Takes peer `id`'s parked connections (its window opened, or its pace allows).
     pub fn unpark(&mut self, id: NodeId, out: &mut Vec<u32>) {
         if let Some(Some(p)) = self.peers.get_mut(id.0 as usize) {
-            out.append(&mut p.parked);
+            for &s in &p.parked {
+                let s = s as usize;
+                self.parked_slots[s / 64] &= !(1u64 << (s % 64));
+            }
+            out.extend(p.parked.drain(..));
         }
     }
 }
