@@ -2,7 +2,8 @@
 //! connection between two leaves, four 25 Gb/s spines, one of them degraded to a tenth.
 //! Sprayed over a set of source ports, its frames take every spine; the slow one is
 //! left out once its frames show its queue, and the three healthy ones carry the flow
-//! — while one path (the transport before spraying) carries it through one spine only.
+//! — while one path (the transport before spraying) carries it through the one spine
+//! its port hashes to: a healthy one's rate, or the slow one's.
 //! Frames that arrive late from the slower path are reordering, not loss: nothing is
 //! retransmitted for it (the receiver sees no duplicate).
 
@@ -122,6 +123,13 @@ fn a_sprayed_flow_leaves_a_slow_spine_out_and_fills_the_three_healthy_ones() {
     // with a healthy single path (the best case for it).
     let slow = (spine + 1) % SPINES;
     let sprayed = run(PATHS, Some(slow));
+    // And one path whose spine is the slow one: a tenth.
+    let unlucky = run(1, Some(spine));
+    assert!(
+        unlucky.gbps < SLOW_BPS as f64 / 1e9,
+        "{:.2} Gb/s",
+        unlucky.gbps
+    );
     let s0 = sprayed.net.hosts[0].node.stats();
     let s1 = sprayed.net.hosts[1].node.stats();
     let st = sprayed.net.fabric_stats();
@@ -153,9 +161,10 @@ fn a_sprayed_flow_leaves_a_slow_spine_out_and_fills_the_three_healthy_ones() {
     let healthy = SPINE_GBPS * (SPINES - 1) as f64 * carried;
     eprintln!(
         "sprayed goodput {:.3} of the {healthy:.2} Gb/s of payload the three healthy spines \
-         carry; one path {:.3} of one spine's",
+         carry; one path {:.3} of one spine's; one path on the slow spine {:.2} Gb/s",
         sprayed.gbps / healthy,
-        one.gbps / (healthy / 3.0)
+        one.gbps / (healthy / 3.0),
+        unlucky.gbps
     );
     assert!(
         sprayed.gbps >= 0.9 * healthy,
