@@ -17,11 +17,13 @@
 //! of those and an ECN threshold near the target delay's bytes. The nodes' data frames
 //! are ECN-capable (`NodeConfig::ecn`), so that the switch marks them above
 //! `--ecn-kib`; `--no-ecn` sends them ECN 00, and they are only dropped. `--json`
-//! writes, for `ddperf --plot`, each sender's bytes delivered per bin (bins of
-//! `--bin-us`, default 100, at simulated times from 0: the writes are posted at
-//! `summary.start_ns`, after the connections came up) and the bottleneck queue's
-//! largest depth per bin. `--trace-us` prints the first senders' windows every so
-//! often; `--peers` each sender's congestion state at the end.
+//! writes the run's parameters, its summary, each sender's bytes delivered per bin
+//! (bins of `--bin-us`, default 100, at simulated times from 0: the writes are posted
+//! at `summary.start_ns`, after the connections came up) and the bottleneck queue's
+//! largest depth per bin, with or without `--no-cc`; `ddperf --plot-incast FILE
+//! --plot out.png` draws it (perf/src/incast.rs reads it). `--trace-us` prints the
+//! first senders' windows every so often; `--peers` each sender's congestion state at
+//! the end.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -204,15 +206,19 @@ fn write_json(path: &str, a: &Args, st: &FabricStats, flows: &[FlowKey], summary
     let q = st.port(Port::ToHost(0));
     let json = format!(
         "{{\"senders\":{},\"rate_gbps\":{},\"buffer_kib\":{},\"ecn_kib\":{},\"msg_kib\":{},\
-         \"ecn\":{},\"cc\":{},\"seed\":{},\"bin_ns\":{},\"summary\":{summary},\"flows\":[{}],\
+         \"write_kib\":{},\"latency_ns\":{},\"ecn\":{},\"cc\":{},\"target_us\":{},\"seed\":{},\
+         \"bin_ns\":{},\"summary\":{summary},\"flows\":[{}],\
          \"queue\":{{\"port\":\"ToHost(0)\",\"max_depth_per_bin\":{}}}}}\n",
         a.senders,
         a.rate_gbps,
         a.buffer_kib,
         a.ecn_kib,
         a.msg_kib,
+        a.write_kib,
+        a.latency_ns,
         a.ecn,
         a.cc,
+        a.target_us,
         a.seed,
         st.bin_ns,
         fl.join(","),
@@ -287,9 +293,7 @@ fn main() {
     let mut done = vec![0usize; conns.len()];
     let mut finish = vec![0u64; conns.len()];
     let mut failed = 0;
-    let trace = std::env::var("INCAST_TRACE_US")
-        .ok()
-        .and_then(|v| v.parse::<u64>().ok());
+    let trace = a.trace_us;
     let mut next_trace = t0;
     let all = net.run_until(60 * HZ, |net| {
         if let Some(every) = trace.filter(|_| net.now >= next_trace) {
@@ -454,12 +458,20 @@ fn main() {
     }
     println!("wall clock       {wall_s:.2} s");
     if let Some(path) = &a.json {
+        // A run shorter than a window has no index: null (JSON has no NaN).
+        let json_mean = |v: &[(u64, f64, usize)]| {
+            if v.is_empty() {
+                "null".to_string()
+            } else {
+                format!("{:.4}", mean(v))
+            }
+        };
         let summary = format!(
-            "{{\"start_ns\":{t0},\"elapsed_ns\":{elapsed},\"goodput_gbps\":{goodput:.3},\"jain_10ms_mean\":{:.4},\
-             \"jain_1ms_mean\":{:.4},\"queue_p99_bytes\":{},\"queue_max_bytes\":{},\"drops\":{},\
+            "{{\"start_ns\":{t0},\"elapsed_ns\":{elapsed},\"goodput_gbps\":{goodput:.3},\"jain_10ms_mean\":{},\
+             \"jain_1ms_mean\":{},\"queue_p99_bytes\":{},\"queue_max_bytes\":{},\"drops\":{},\
              \"marks\":{},\"retransmits\":{retx},\"timeouts\":{timeouts}}}",
-            mean(&win10),
-            mean(&win1),
+            json_mean(&win10),
+            json_mean(&win1),
             q.depth_percentile(99.0),
             q.max_depth,
             st.drops(),
