@@ -16,6 +16,7 @@
 mod bw;
 mod error;
 mod harness;
+mod incast;
 mod lat;
 mod plot;
 mod queue;
@@ -150,7 +151,7 @@ enum WorkerMode {
 #[command(name = "ddperf", version, about)]
 struct Cli {
     /// The test to run.
-    #[arg(value_enum, required_unless_present = "plot_bench")]
+    #[arg(value_enum, required_unless_present_any = ["plot_bench", "plot_incast"])]
     test: Option<Test>,
     /// The server's IP address (client side).
     peer: Option<IpAddr>,
@@ -308,6 +309,18 @@ struct Cli {
         requires = "plot"
     )]
     plot_bench: Option<std::path::PathBuf>,
+    /// Draw a simulated incast into --plot's file and exit: RUN is what `cargo run -p
+    /// deposit-transport --example incast -- --json RUN` wrote. Above, every flow's
+    /// rate per bin with their total, mean and fair share; below, the bottleneck
+    /// queue's depth with its ECN threshold and buffer (run it with and without
+    /// --no-cc to compare).
+    #[arg(
+        long = "plot-incast",
+        value_name = "RUN",
+        requires = "plot",
+        conflicts_with = "plot_bench"
+    )]
+    plot_incast: Option<std::path::PathBuf>,
     /// At the end, print each device's counters that are not zero, and its refusals by
     /// reason, on stderr (the same names as DPDK telemetry's /deposit/stats).
     #[arg(long)]
@@ -808,6 +821,14 @@ fn plot_bench(rows: &std::path::Path, out: &std::path::Path) -> Result<()> {
     plot::save(out, &plot::Figure::Bench { rows: &parsed })
 }
 
+/// `--plot-incast`: the incast example's `--json` record.
+fn plot_incast(run: &std::path::Path, out: &std::path::Path) -> Result<()> {
+    let fail = |e: String| PerfError::Usage(format!("--plot-incast {}: {e}", run.display()));
+    let text = std::fs::read_to_string(run).map_err(|e| fail(e.to_string()))?;
+    let run = incast::IncastRun::parse(&text).map_err(fail)?;
+    plot::save(out, &plot::Figure::Incast { run: &run })
+}
+
 fn main() {
     let cli = Cli::parse();
     if cli.verbose {
@@ -816,8 +837,13 @@ fn main() {
         let extra = std::env::var("DEPOSIT_EAL_ARGS").unwrap_or_default();
         std::env::set_var("DEPOSIT_EAL_ARGS", format!("--log-level=*:info {extra}"));
     }
-    if let (Some(rows), Some(out)) = (&cli.plot_bench, &cli.plot) {
-        if let Err(e) = plot_bench(rows, out) {
+    let only_draw = match (&cli.plot_bench, &cli.plot_incast, &cli.plot) {
+        (Some(rows), _, Some(out)) => Some(plot_bench(rows, out)),
+        (_, Some(run), Some(out)) => Some(plot_incast(run, out)),
+        _ => None,
+    };
+    if let Some(r) = only_draw {
+        if let Err(e) = r {
             eprintln!("ddperf: error: {e}");
             std::process::exit(e.exit_code());
         }

@@ -6,7 +6,10 @@
 //!   of every size;
 //! * bandwidth tests: bandwidth and message rate against size;
 //! * `scripts/bench.sh --plot`: each row of its table, deposit next to its raw-DPDK
-//!   baseline ([`Figure::Bench`], through `ddperf --plot-bench`).
+//!   baseline ([`Figure::Bench`], through `ddperf --plot-bench`);
+//! * a simulated incast (`ddperf --plot-incast`, [`Figure::Incast`]): every flow's rate
+//!   over time with their total, mean and fair share above the bottleneck queue's
+//!   depth, its ECN threshold and buffer marked.
 //!
 //! Text is laid out with DejaVu Sans (Debian's `fonts-dejavu-core`, which
 //! scripts/deps.sh installs), read when a picture is drawn.
@@ -18,6 +21,7 @@ use plotters::coord::Shift;
 use plotters::prelude::*;
 
 use crate::error::{PerfError, Result};
+use crate::incast::IncastRun;
 
 /// Where the font is read from.
 const FONT: &str = "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf";
@@ -39,6 +43,8 @@ pub enum Figure<'a> {
     },
     /// Per row: what it measures (with its unit), deposit's figure, raw DPDK's.
     Bench { rows: &'a [(String, f64, f64)] },
+    /// A simulated incast's record.
+    Incast { run: &'a IncastRun },
 }
 
 /// Draws `fig` into `path` (`.svg` or `.png`).
@@ -47,6 +53,7 @@ pub fn save(path: &Path, fig: &Figure<'_>) -> Result<()> {
     font().map_err(fail)?;
     let size = match fig {
         Figure::Bench { rows } => (1200, 260 * rows.len().div_ceil(3) as u32),
+        Figure::Incast { .. } => (1200, 900),
         _ => (1200, 500),
     };
     let r = match path.extension().and_then(|e| e.to_str()) {
@@ -129,6 +136,7 @@ where
                 bars(cell, row)?;
             }
         }
+        Figure::Incast { run } => incast(root, run)?,
     }
     root.present()?;
     Ok(())
@@ -380,6 +388,148 @@ fn size_chart<'a, 'b, DB: DrawingBackend>(
     b
 }
 
+/// A simulated incast, two panels on one time axis. Above, every flow's rate per bin
+/// (thin, a colour each), their total, the mean of the flows sending and the fair
+/// share, on a log scale: a flow at a sixty-fourth of the line and the line itself
+/// both readable (a bin with nothing delivered sits on the floor). Below, the
+/// bottleneck queue's largest depth per bin against its ECN threshold, the target
+/// delay's bytes and the buffer.
+fn incast<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, run: &IncastRun) -> Res
+where
+    DB::ErrorType: 'static,
+{
+    let t = run.timeline();
+    let (Some(&first), Some(&last)) = (t.t_ms.first(), t.t_ms.last()) else {
+        return Err("no flow delivered anything".into());
+    };
+    let title = format!(
+        "incast {}:1 at {} Gb/s, congestion control {}{}",
+        run.senders,
+        run.rate_gbps,
+        if run.cc { "on" } else { "off" },
+        if run.ecn {
+            ""
+        } else {
+            ", frames not ECN-capable"
+        }
+    );
+    let root = root.titled(&title, ("sans-serif", 22))?;
+    let (top, bottom) = root.split_vertically(500);
+    let half = run.bin_ns as f64 / 2e6;
+    let xs = (first - half).min(0.0)..last + half;
+    let bin_us = run.bin_ns as f64 / 1e3;
+    let floor = run.rate_gbps / run.senders.max(1) as f64 / 50.0;
+    let lift = |v: f64| v.max(floor);
+    let mut c = ChartBuilder::on(&top)
+        .caption(run.summary.as_deref().unwrap_or(""), ("sans-serif", 16))
+        .margin(12)
+        .x_label_area_size(35)
+        .y_label_area_size(70)
+        // Room above the line's rate for the legend.
+        .build_cartesian_2d(xs.clone(), (floor..run.rate_gbps * 12.0).log_scale())?;
+    c.configure_mesh()
+        .x_desc("time after the writes were posted [ms]")
+        .y_desc(format!("delivered per {bin_us} us bin [Gb/s], log"))
+        .draw()?;
+    let n = t.flows.len();
+    for (i, f) in t.flows.iter().enumerate() {
+        let color = Palette99::pick(i).mix(0.45);
+        let pts = t.t_ms.iter().zip(f).map(|(&x, &v)| (x, lift(v)));
+        let s = c.draw_series(LineSeries::new(pts, color.stroke_width(1)))?;
+        if i == 0 {
+            s.label(format!("each of the {n} flows"))
+                .legend(swatch(Palette99::pick(0).mix(0.45)));
+        }
+    }
+    let line = |v: &[Option<f64>]| -> Vec<(f64, f64)> {
+        t.t_ms
+            .iter()
+            .zip(v)
+            .filter_map(|(&x, v)| v.map(|v| (x, lift(v))))
+            .collect()
+    };
+    c.draw_series(LineSeries::new(
+        t.t_ms.iter().zip(&t.total).map(|(&x, &v)| (x, lift(v))),
+        BLACK.stroke_width(2),
+    ))?
+    .label("total")
+    .legend(swatch(BLACK));
+    c.draw_series(LineSeries::new(line(&t.mean), BLUE.stroke_width(3)))?
+        .label("mean of the flows sending")
+        .legend(swatch(BLUE));
+    c.draw_series(DashedLineSeries::new(
+        line(&t.fair),
+        8,
+        5,
+        RED.stroke_width(2),
+    ))?
+    .label(format!(
+        "fair share: {} Gb/s over the flows sending",
+        run.rate_gbps
+    ))
+    .legend(swatch(RED));
+    legend(&mut c, SeriesLabelPosition::UpperRight)?;
+
+    let kib = |b: u64| b as f64 / 1024.0;
+    let peak = t.queue_kib.iter().copied().fold(0.0, f64::max);
+    let mut q = ChartBuilder::on(&bottom)
+        .margin(12)
+        .x_label_area_size(35)
+        .y_label_area_size(70)
+        .build_cartesian_2d(xs.clone(), 0.0..kib(run.buffer_bytes).max(peak) * 1.15)?;
+    q.configure_mesh()
+        .x_desc("time after the writes were posted [ms]")
+        .y_desc(format!("bottleneck queue, most per {bin_us} us bin [KiB]"))
+        .draw()?;
+    let level = |y: f64| [(xs.start, y), (xs.end, y)];
+    q.draw_series(LineSeries::new(
+        level(kib(run.buffer_bytes)),
+        RED.stroke_width(2),
+    ))?
+    .label(format!("buffer {} KiB", run.buffer_bytes >> 10))
+    .legend(swatch(RED));
+    let orange = RGBColor(230, 140, 0);
+    q.draw_series(DashedLineSeries::new(
+        level(kib(run.ecn_bytes)),
+        8,
+        5,
+        orange.stroke_width(2),
+    ))?
+    .label(format!(
+        "ECN threshold {} KiB{}",
+        run.ecn_bytes >> 10,
+        if run.ecn {
+            ""
+        } else {
+            " (unused: frames not ECN-capable)"
+        }
+    ))
+    .legend(swatch(orange));
+    if let Some(ns) = run.target_ns.filter(|_| run.cc) {
+        let bytes = (ns as f64 * run.rate_gbps / 8.0) as u64;
+        q.draw_series(DashedLineSeries::new(
+            level(kib(bytes)),
+            3,
+            4,
+            GREEN.stroke_width(2),
+        ))?
+        .label(format!(
+            "target delay {} us: {:.1} KiB at the line rate",
+            ns / 1000,
+            kib(bytes)
+        ))
+        .legend(swatch(GREEN));
+    }
+    q.draw_series(LineSeries::new(
+        t.t_ms.iter().copied().zip(t.queue_kib.iter().copied()),
+        BLUE.stroke_width(2),
+    ))?
+    .label("queue depth")
+    .legend(swatch(BLUE));
+    // Between a queue kept short and one held at the buffer.
+    legend(&mut q, SeriesLabelPosition::MiddleLeft)
+}
+
 fn bars<DB: DrawingBackend>(
     a: &DrawingArea<DB, Shift>,
     (what, dep, raw): &(String, f64, f64),
@@ -443,6 +593,7 @@ mod tests {
             ("a [Mpps]".to_string(), 3.0, 5.0),
             ("b [us]".to_string(), 1.0, 0.5),
         ];
+        let run = IncastRun::parse(crate::incast::tests::RUN).unwrap();
         let figs = [
             Figure::Latency {
                 title: "t",
@@ -458,6 +609,7 @@ mod tests {
                 rows: &bw,
             },
             Figure::Bench { rows: &rows },
+            Figure::Incast { run: &run },
         ];
         for (i, f) in figs.iter().enumerate() {
             for ext in ["svg", "png"] {
