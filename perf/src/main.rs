@@ -17,6 +17,7 @@ mod bw;
 mod error;
 mod harness;
 mod incast;
+mod incast_bw;
 mod lat;
 mod plot;
 mod queue;
@@ -75,10 +76,16 @@ pub enum Test {
     /// the server's token; the server takes the deposit's event, creates a fresh token
     /// and writes it (16 B) into the client's memory, where the client spins on it.
     TokenLat,
+    /// Several senders, one receiver (an incast; issue 38's shaped bridge): the client
+    /// opens a device per `--sender` (all in this process, driven by this one thread),
+    /// each streaming `-s` byte writes on a connection of its own for `-D` seconds; the
+    /// server (`-q`: the senders it waits for) sinks them. Per-flow goodput, Jain's
+    /// index over the flows and over `--window-ms` windows, retransmissions.
+    IncastBw,
 }
 
 /// The tests' names in reports and JSON, in [`Test`]'s order (clap's names too).
-const NAMES: [&str; 14] = [
+const NAMES: [&str; 15] = [
     "write_lat",
     "write_bw",
     "raw_lat",
@@ -93,6 +100,7 @@ const NAMES: [&str; 14] = [
     "ip_lat",
     "ip_bw",
     "token_lat",
+    "incast_bw",
 ];
 
 impl Test {
@@ -172,6 +180,7 @@ struct Cli {
     /// Latency tests: untimed ping-pongs before each size's timed ones, for this many
     /// milliseconds (at most 100000 iterations; 0: none). A freshly connected pair of
     /// processes sees several microseconds per round trip for its first ~10 ms here.
+    /// incast_bw: untimed streaming before the timed span.
     #[arg(long = "warmup-ms", value_name = "MS", default_value_t = 50)]
     warmup_ms: u64,
     /// Run all sizes 2^1 .. 2^23 (raw tests: up to what fits one frame).
@@ -223,6 +232,18 @@ struct Cli {
     #[arg(long = "cc-paths", value_name = "N", default_value_t = 1,
           value_parser = clap::value_parser!(u8).range(1..=32))]
     cc_paths: u8,
+    /// The port's line rate for congestion control, Mb/s (default 100000): a receiver
+    /// shares out what it drains at this rate as its senders' credit, so on a shaped
+    /// path give the receiver the shaped rate.
+    #[arg(long = "line-mbps", value_name = "MBPS", value_parser = clap::value_parser!(u64).range(1..))]
+    line_mbps: Option<u64>,
+    /// incast_bw client: a sender, its port and address (`af_packet:veth1@10.81.0.1`);
+    /// once per sender, each a device of its own in this process.
+    #[arg(long = "sender", value_name = "SPEC@ADDR", value_parser = parse_sender)]
+    senders: Vec<(String, IpAddr)>,
+    /// incast_bw: the windows Jain's index is also taken over, milliseconds.
+    #[arg(long = "window-ms", value_name = "MS", default_value_t = 100)]
+    window_ms: u64,
     /// The 802.1Q VLAN (1 to 4094): frames leave tagged, only that VLAN's are taken.
     #[arg(long, value_name = "ID", value_parser = clap::value_parser!(u16).range(1..=4094))]
     vlan: Option<u16>,
@@ -255,7 +276,8 @@ struct Cli {
     #[arg(short = 'A', long = "atomic_type", alias = "atomic-type", value_enum, default_value_t = AtomicOp::FetchAndAdd)]
     atomic: AtomicOp,
     /// Connections, 1 to 65536 (write_bw: default 1; append_bw: senders sharing the
-    /// server's queue, default 16).
+    /// server's queue, default 16; incast_bw: the senders the server waits for,
+    /// default 1, and on the client one per --sender).
     ///
     /// The client opens N connections to the server, which accepts N, and posts
     /// round-robin over them (request k on connection k mod N). Outstanding requests:
@@ -388,6 +410,16 @@ fn parse_ip_prefix(s: &str) -> std::result::Result<(IpAddr, u8), String> {
     Ok((ip, prefix))
 }
 
+fn parse_sender(s: &str) -> std::result::Result<(String, IpAddr), String> {
+    let (spec, ip) = s
+        .rsplit_once('@')
+        .ok_or_else(|| format!("{s:?}: expected SPEC@ADDR, e.g. af_packet:veth1@10.81.0.1"))?;
+    spec.parse::<deposit_transport::port::PortSpec>()
+        .map_err(|e| format!("{spec:?}: {e}"))?;
+    let ip = ip.parse().map_err(|e| format!("{ip:?}: {e}"))?;
+    Ok((spec.to_string(), ip))
+}
+
 fn parse_mac(s: &str) -> std::result::Result<[u8; 6], String> {
     deposit_transport::tables::parse_mac(s)
         .ok_or_else(|| format!("{s:?}: a MAC is six hex bytes, aa:bb:cc:dd:ee:ff"))
@@ -438,8 +470,11 @@ pub struct Params {
     pub vlan: Option<u16>,
     /// `--tclass`.
     pub traffic_class: u8,
-    /// `--no-cc`, `--cc-target-us`.
+    /// `--no-cc`, `--cc-target-us`, `--cc-delay`, `--line-mbps`.
     pub congestion: deposit::CcConfig,
+    /// incast_bw: the client's `--sender`s (port, address) and `--window-ms`.
+    pub senders: Vec<(String, IpAddr)>,
+    pub window_ms: u64,
     /// `--peer-mac`: the peer's address with its configured MAC.
     pub peer_mac: Option<(IpAddr, [u8; 6])>,
     pub tx_depth: u32,
@@ -542,7 +577,7 @@ fn resolve(cli: Cli) -> Result<Params> {
             | Test::SendLat
             | Test::IpLat
             | Test::TokenLat => 2,
-            Test::WriteBw | Test::ReadBw => 65536,
+            Test::WriteBw | Test::ReadBw | Test::IncastBw => 65536,
             // ib_send_bw's 65536 needs several messages here: the largest one message
             // carries, resolved once the port is open.
             Test::SendBw | Test::IpBw => 0,
@@ -566,7 +601,32 @@ fn resolve(cli: Cli) -> Result<Params> {
             )));
         }
     }
-    let span = match cli.duration {
+    let incast = test == Test::IncastBw;
+    if incast && cli.iters.is_some() {
+        return Err(PerfError::Usage(
+            "incast_bw runs for a time (-D, default 5 s), not -n iterations".into(),
+        ));
+    }
+    if !cli.senders.is_empty() && (!incast || !matches!(role, Role::Client { .. })) {
+        return Err(PerfError::Usage(
+            "--sender is an option of the incast_bw client".into(),
+        ));
+    }
+    if incast && matches!(role, Role::Client { .. }) && cli.senders.is_empty() {
+        return Err(PerfError::Usage(
+            "the incast_bw client needs its senders: --sender SPEC@ADDR, once per sender".into(),
+        ));
+    }
+    if incast && (cli.secure || cli.psk.is_some() || cli.verify || cli.compound) {
+        return Err(PerfError::Usage(
+            "incast_bw takes neither --secure, --psk, --verify nor --compound".into(),
+        ));
+    }
+    if cli.window_ms == 0 {
+        return Err(PerfError::Usage("--window-ms must be at least 1".into()));
+    }
+    let duration = cli.duration.or(incast.then_some(5.0));
+    let span = match duration {
         Some(d) if !(d > 0.0 && d < 1e6) => {
             return Err(PerfError::Usage(format!(
                 "-D {d}: give a positive number of seconds"
@@ -653,12 +713,21 @@ fn resolve(cli: Cli) -> Result<Params> {
         (_, Some(q)) if !(1..=MAX_QPS).contains(&q) => {
             return Err(PerfError::Usage(format!("-q {q}: between 1 and {MAX_QPS}")))
         }
-        (Test::WriteBw | Test::AppendBw, Some(q)) => q,
+        (Test::IncastBw, q) if !cli.senders.is_empty() => match q {
+            Some(q) if q as usize != cli.senders.len() => {
+                return Err(PerfError::Usage(format!(
+                    "incast_bw: -q {q} but {} --sender(s): a connection per sender",
+                    cli.senders.len()
+                )))
+            }
+            _ => cli.senders.len() as u32,
+        },
+        (Test::WriteBw | Test::AppendBw | Test::IncastBw, Some(q)) => q,
         (Test::AppendBw, None) => 16,
         (_, None) => 1,
         (t, Some(_)) => {
             return Err(PerfError::Usage(format!(
-                "-q is an option of write_bw and append_bw, not of {}",
+                "-q is an option of write_bw and append_bw (and incast_bw), not of {}",
                 t.name()
             )))
         }
@@ -718,8 +787,13 @@ fn resolve(cli: Cli) -> Result<Params> {
                 .map_or(deposit::CcConfig::default().target_delay_ns, |us| us * 1000),
             delay_decrease: cli.cc_delay,
             paths: cli.cc_paths,
+            line_rate_mbps: cli
+                .line_mbps
+                .unwrap_or(deposit::CcConfig::default().line_rate_mbps),
             ..deposit::CcConfig::default()
         },
+        senders: cli.senders.clone(),
+        window_ms: cli.window_ms,
         gateway: cli.gateway,
         peer_mac: match (cli.peer_mac, role) {
             (Some(mac), Role::Client { peer }) => Some((peer, mac)),
@@ -800,6 +874,7 @@ fn run(p: Params) -> Result<()> {
             queue::check_span(&p)?;
             harness::run(&p, queue::Queue::new(t))
         }
+        Test::IncastBw => incast_bw::run(&p),
     }
 }
 

@@ -247,6 +247,7 @@ impl Reporter {
             Test::IpLat => "Instruction-Pointer Latency Test",
             Test::IpBw => "Instruction-Pointer BW Test",
             Test::TokenLat => "Payload Token Latency Test",
+            Test::IncastBw => "Incast BW Test (several senders, one receiver)",
         };
         Reporter {
             test,
