@@ -2,6 +2,7 @@
 # Usage: scripts/bench.sh [--plot FILE] [ROUNDS]
 #        scripts/bench.sh --compare OLD_DDPERF [ROUNDS]
 #        scripts/bench.sh --netns [ROUNDS]      (root)
+#        scripts/bench.sh --shaped [ROUNDS]     (root)
 #        scripts/bench.sh --secure [ROUNDS]
 # The foundation benchmarks with their raw-DPDK baselines from the same run, rounds
 # interleaved (the machine is shared and noisy), medians reported:
@@ -56,6 +57,22 @@
 # af_packet on the veths next to kernel TCP on the same veths (iperf3, 64 KiB writes,
 # one stream), the two alternating in every round; medians in MiB/s. Namespaces and
 # bridge are removed at the end.
+# With --shaped, issue 38's congestion benchmark on a real bridge instead (root): a
+# Linux bridge (in a namespace of its own) whose port toward the receiver is shaped by
+# `tbf` (rate SHAPED_RATE, default 1gbit; burst SHAPED_BURST, default 64k; queue
+# SHAPED_LIMIT, default 300k bytes), SENDERS (default 4) senders on their own veths in
+# one namespace, one receiver in another, MTU 1500. Each round, in turn (the order
+# rotating per round): `ddperf incast_bw`, one process whose one thread drives a device
+# per sender (af_packet), against a receiver process (af_packet) — with congestion
+# control's defaults, with the receiver's line rate set to the shaped rate
+# (--line-mbps), and with --no-cc — and kernel TCP: SENDERS iperf3 clients at once,
+# each bound to its own sender veth (--bind-dev), 64 KiB writes, to as many iperf3
+# servers. Each run streams SHAPED_SECS (default 5) seconds after 1 s untimed.
+# Medians: goodput in Mb/s of payload and as a fraction of the shaped rate (target >=
+# 0.9), Jain's index over the flows (target >= 0.95) and its least over 100 ms
+# windows, retransmitted % (deposit: messages retransmitted of messages sent; TCP:
+# retransmitted segments x 1448 B of bytes sent; target < 1), and the tbf's drops.
+# Namespaces, bridge and qdisc are removed at the end.
 # With --secure, the cost of secure connections (docs/design.md §10) instead: two
 # processes over memif, each test plain and with --secure back to back (which goes first
 # alternates), raw_lat as the baseline: 4 KiB write_bw (target: secure/plain >= 0.7),
@@ -81,6 +98,10 @@ if [[ ${1:-} == --compare ]]; then
 fi
 if [[ ${1:-} == --netns ]]; then
     netns=1
+    shift
+fi
+if [[ ${1:-} == --shaped ]]; then
+    shaped=1
     shift
 fi
 if [[ ${1:-} == --secure ]]; then
@@ -256,6 +277,121 @@ if ((${netns:-0})); then
         printf '%-6s %-30s %10s\n' "$mtu" "kernel TCP (iperf3)" "$(median "${kt[@]}")"
         ns_pair_down ddbn
     done
+    exit 0
+fi
+
+# --shaped: N senders into a tbf-shaped bridge port, deposit and kernel TCP.
+sh_drops() { # packets the tbf dropped so far
+    tc -n ddshb -s qdisc show dev ddshpr | sed -n 's/.*(dropped \([0-9]*\),.*/\1/p'
+}
+# One deposit run: "goodput jain jain_window_min retransmit_pct tbf_drops";
+# $1 the server's extra options, $2 the client's.
+sh_deposit() {
+    local so=$1 co=$2 k pid d0 out="$dir/incast.json" senders=()
+    for ((k = 0; k < sh_n; k++)); do
+        senders+=(--sender "af_packet:ddshs$k@10.83.0.$((k + 1))")
+    done
+    d0=$(sh_drops)
+    # shellcheck disable=SC2086 # the options are words
+    ip netns exec ddshr timeout $((sh_secs + 30)) "$dd" incast_bw --server --dev af_packet:ddshr0 \
+        --ip 10.83.0.100 -q "$sh_n" --timeout 10 $so >/dev/null 2>"$dir/incast-server.err" &
+    pid=$!
+    sleep 1
+    # shellcheck disable=SC2086
+    ip netns exec ddshs timeout $((sh_secs + 30)) "$dd" incast_bw "${senders[@]}" -D "$sh_secs" \
+        --warmup-ms 1000 -t 16 --timeout 10 --json $co 10.83.0.100 >"$out" 2>"$dir/incast-client.err" || true
+    wait "$pid" || true
+    python3 -c "
+import json, sys
+try:
+    r = json.loads(open(sys.argv[1]).readline())
+except Exception:
+    print('nan nan nan nan', int(sys.argv[3]) - int(sys.argv[2])); sys.exit()
+print(f\"{r['goodput_mbps']:.1f} {r['jain']:.4f} {r['jain_windows_min']:.4f} {r['retransmit_pct']:.4f}\", int(sys.argv[3]) - int(sys.argv[2]))
+" "$out" "$d0" "$(sh_drops)"
+}
+# One kernel TCP run, the same five numbers: an iperf3 client per sender veth.
+sh_tcp() {
+    local k pids=() d0
+    d0=$(sh_drops)
+    for ((k = 0; k < sh_n; k++)); do
+        ip netns exec ddshr timeout $((sh_secs + 30)) iperf3 -s -1 -p $((5301 + k)) >/dev/null 2>&1 &
+        pids+=($!)
+    done
+    sleep 0.5
+    for ((k = 0; k < sh_n; k++)); do
+        ip netns exec ddshs timeout $((sh_secs + 30)) iperf3 -c "10.82.$k.100" -B "10.82.$k.1" \
+            --bind-dev "ddshs$k" -p $((5301 + k)) -l 65536 -t "$sh_secs" -O 1 -i 0.1 -J \
+            >"$dir/iperf$k.json" 2>/dev/null &
+        pids+=($!)
+    done
+    wait "${pids[@]}" || true
+    python3 -c "
+import json, sys
+n, d0, d1 = int(sys.argv[1]), int(sys.argv[3]), int(sys.argv[4])
+try:
+    runs = [json.load(open(f'{sys.argv[2]}/iperf{k}.json')) for k in range(n)]
+    rates = [r['end']['sum_received']['bits_per_second'] / 1e6 for r in runs]
+    sent = sum(r['end']['sum_sent']['bytes'] for r in runs)
+    retx = sum(r['end']['sum_sent']['retransmits'] for r in runs)
+    # 100 ms windows after the omitted second, aligned by index (the clients start
+    # within milliseconds of each other).
+    wins = [[i['sum']['bits_per_second'] for i in r['intervals'] if not i['sum']['omitted']] for r in runs]
+    m = min(len(w) for w in wins)
+    jain = lambda x: sum(x) ** 2 / (len(x) * sum(v * v for v in x)) if any(x) else 1.0
+    wj = min(jain([w[i] for w in wins]) for i in range(m)) if m else float('nan')
+    print(f'{sum(rates):.1f} {jain(rates):.4f} {wj:.4f} {100 * retx * 1448 / sent:.4f}', d1 - d0)
+except Exception as e:
+    print('nan nan nan nan', d1 - d0)
+" "$sh_n" "$dir" "$d0" "$(sh_drops)"
+}
+if ((${shaped:-0})); then
+    (($(id -u) == 0)) || { echo "bench: --shaped needs root (namespaces, a bridge, tc)" >&2; exit 2; }
+    scripts/deps.sh
+    sh_n=${SENDERS:-4} sh_secs=${SHAPED_SECS:-5}
+    sh_rate=${SHAPED_RATE:-1gbit} sh_burst=${SHAPED_BURST:-64k} sh_limit=${SHAPED_LIMIT:-300k}
+    # The shaped rate in Mb/s (tc's rate units: bit, kbit, mbit, gbit).
+    sh_mbps=$(python3 -c "
+import re, sys
+m = re.fullmatch(r'([0-9.]+)([kmg]?)bit', sys.argv[1].lower())
+if not m: sys.exit('bench: SHAPED_RATE ' + sys.argv[1] + ': give it in bit, kbit, mbit or gbit')
+print(int(float(m[1]) * {'': 1e-6, 'k': 1e-3, 'm': 1, 'g': 1e3}[m[2]]))" "$sh_rate")
+    trap 'shaped_down ddsh; rm -rf "$dir"' EXIT
+    trap 'exit 143' INT TERM # a signal still removes them (through EXIT)
+    shaped_up ddsh "$sh_n" "$sh_rate" "$sh_burst" "$sh_limit"
+    names=(cc line nocc tcp)
+    declare -A label=(
+        [cc]="deposit, cc defaults"
+        [line]="deposit, cc, receiver --line-mbps $sh_mbps"
+        [nocc]="deposit --no-cc"
+        [tcp]="kernel TCP (iperf3 x $sh_n)"
+    )
+    declare -A res=()
+    for i in $(seq "$rounds"); do
+        for j in 0 1 2 3; do
+            c=${names[$(((i + j) % 4))]}
+            case $c in
+            cc) r=$(sh_deposit "" "") ;;
+            line) r=$(sh_deposit "--line-mbps $sh_mbps" "") ;;
+            nocc) r=$(sh_deposit "--no-cc" "--no-cc") ;;
+            tcp) r=$(sh_tcp) ;;
+            esac
+            # (goodput Jain Jain100 retx% drops; the load average: the machine is shared)
+            echo "# round $i ${label[$c]}: $r (load $(cut -d' ' -f1 /proc/loadavg))"
+            res[$c]+="$r"$'\n'
+        done
+    done
+    echo "shaped bridge: $sh_n senders -> tbf rate $sh_rate burst $sh_burst limit $sh_limit, ${sh_secs} s per run, median of $rounds"
+    printf '%-40s %9s %7s %7s %8s %8s %6s\n' "" "Mb/s" "shaped" "Jain" "Jain100" "retx %" drops
+    for c in "${names[@]}"; do
+        printf '%s' "${res[$c]}" | python3 -c "
+import statistics, sys
+rows = [l.split() for l in sys.stdin if l.strip()]
+med = lambda i: statistics.median(float(r[i]) for r in rows)
+print(f'{sys.argv[1]:<40} {med(0):9.1f} {med(0) / float(sys.argv[2]):7.3f} {med(1):7.4f} {med(2):8.4f} {med(3):8.3f} {med(4):6.0f}')
+" "${label[$c]}" "$sh_mbps"
+    done
+    echo "(targets: shaped >= 0.9, Jain >= 0.95, retx < 1 %; Jain100: the least of the 100 ms windows' index)"
     exit 0
 fi
 

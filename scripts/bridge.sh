@@ -106,3 +106,61 @@ ns_pair_up() {
     done
     sleep 1
 }
+
+# N senders and one receiver on one bridge whose port toward the receiver is shaped
+# (sourced by scripts/bench.sh --shaped; root). `shaped_up P N RATE BURST LIMIT` makes
+# namespaces ${P}s (the senders: veths ${P}s0 .. ${P}s<N-1>), ${P}r (the receiver:
+# veth ${P}r0) and ${P}b, which holds bridge ${P}br and the veths' peers as its ports
+# (${P}p<k> for sender k, ${P}pr for the receiver), MTU 1500, IPv6 off, and a `tbf`
+# qdisc on ${P}pr's egress: `rate RATE burst BURST limit LIMIT` (tc's units). Kernel
+# addresses, for kernel TCP: sender k 10.82.k.1/24 on ${P}s<k>, the receiver
+# 10.82.k.100/24 for every k, so that each sender's route is its own veth (and in the
+# senders' namespace arp_ignore=1, arp_announce=2: a veth answers ARP for its own
+# address only). deposit's addresses (10.83.0.x) are not the kernel's: the kernels drop
+# its UDP frames (not theirs, forwarding off) without an ICMP answer, and deposit does
+# its own ARP. `shaped_down P` removes them all.
+shaped_down() {
+    local p=$1 ns
+    for ns in "${p}s" "${p}r" "${p}b"; do
+        ip netns del "$ns" 2>/dev/null || true
+    done
+    # A namespace's veths go with it asynchronously (bounded wait).
+    for _ in $(seq 50); do
+        ip netns list | grep -q "^${p}[srb]\b" || break
+        sleep 0.1
+    done
+}
+shaped_up() {
+    local p=$1 n=$2 rate=$3 burst=$4 limit=$5 k
+    (($(id -u) == 0)) || { echo "bridge: namespaces and a bridge need root" >&2; exit 2; }
+    shaped_down "$p"
+    for ns in "${p}s" "${p}r" "${p}b"; do
+        ip netns add "$ns"
+        ip -n "$ns" link set lo up
+        ip netns exec "$ns" sysctl -qw net.ipv6.conf.all.disable_ipv6=1
+        ip netns exec "$ns" sysctl -qw net.ipv6.conf.default.disable_ipv6=1
+    done
+    ip netns exec "${p}s" sysctl -qw net.ipv4.conf.all.arp_ignore=1
+    ip netns exec "${p}s" sysctl -qw net.ipv4.conf.all.arp_announce=2
+    ip -n "${p}b" link add "${p}br" type bridge
+    ip -n "${p}b" link set "${p}br" mtu 1500 up
+    for ((k = 0; k < n; k++)); do
+        ip -n "${p}s" link add "${p}s$k" mtu 1500 type veth peer name "${p}p$k" mtu 1500 netns "${p}b"
+        ip -n "${p}b" link set "${p}p$k" master "${p}br" up
+        ip -n "${p}s" addr add "10.82.$k.1/24" dev "${p}s$k"
+        ip -n "${p}s" link set "${p}s$k" up
+    done
+    ip -n "${p}r" link add "${p}r0" mtu 1500 type veth peer name "${p}pr" mtu 1500 netns "${p}b"
+    ip -n "${p}b" link set "${p}pr" master "${p}br" up
+    for ((k = 0; k < n; k++)); do
+        ip -n "${p}r" addr add "10.82.$k.100/24" dev "${p}r0"
+    done
+    ip -n "${p}r" link set "${p}r0" up
+    tc -n "${p}b" qdisc add dev "${p}pr" root tbf rate "$rate" burst "$burst" limit "$limit"
+    # Up, and the bridge's ports forwarding, before anything opens them (bounded).
+    for _ in $(seq 100); do
+        [[ $(ip netns exec "${p}r" cat "/sys/class/net/${p}r0/operstate") == up ]] && break
+        sleep 0.05
+    done
+    sleep 1
+}
