@@ -309,6 +309,12 @@ struct Cli {
     /// Retransmission timeout in microseconds (default 20000; 2000 with --faults).
     #[arg(long = "retry-timeout-us", value_name = "US")]
     retry_timeout_us: Option<u64>,
+    /// Floor of the adaptive retransmission timeout, microseconds (default 100): on a
+    /// loaded host a spinning side may be off its CPU for milliseconds, longer than
+    /// round trips measured while it ran, and a low floor then resends what was not
+    /// lost.
+    #[arg(long = "min-retry-timeout-us", value_name = "US", value_parser = clap::value_parser!(u64).range(1..))]
+    min_retry_timeout_us: Option<u64>,
     /// Retransmissions of the same data before a connection fails (default 7; 20
     /// with --faults).
     #[arg(long = "retry-count", value_name = "N")]
@@ -500,8 +506,10 @@ pub struct Params {
     pub faults: Option<FaultConfig>,
     /// `--verify` (see [`verify`]).
     pub verify: bool,
-    /// Retransmission timeout of the devices.
+    /// Retransmission timeout of the devices, and its adaptive floor
+    /// (`--min-retry-timeout-us`; `None`: the device's default).
     pub retry_timeout: Duration,
+    pub min_retry_timeout: Option<Duration>,
     /// Retransmissions before a connection fails.
     pub retry_count: u32,
     /// `--stats`: the devices' counters at the end.
@@ -823,6 +831,7 @@ fn resolve(cli: Cli) -> Result<Params> {
         faults: cli.faults,
         verify: cli.verify,
         retry_timeout,
+        min_retry_timeout: cli.min_retry_timeout_us.map(Duration::from_micros),
         retry_count,
         stats: cli.stats,
         plot: cli.plot,

@@ -153,6 +153,9 @@ pub fn open_device(p: &Params, spec: &str, ip: std::net::IpAddr) -> Result<Devic
         .max(p.qps.saturating_add(16));
     cfg.workers = p.workers;
     cfg.retry_timeout = p.retry_timeout;
+    if let Some(t) = p.min_retry_timeout {
+        cfg.min_retry_timeout = t;
+    }
     cfg.retry_count = p.retry_count;
     cfg.faults = p.faults.map(|mut f| {
         if p.role == crate::Role::Loopback && spec == crate::LOOP_CLIENT_DEV {
