@@ -61,11 +61,14 @@
 # Linux bridge (in a namespace of its own) whose port toward the receiver is shaped by
 # `tbf` (rate SHAPED_RATE, default 1gbit; burst SHAPED_BURST, default 64k; queue
 # SHAPED_LIMIT, default 300k bytes), SENDERS (default 4) senders on their own veths in
-# one namespace, one receiver in another, MTU 1500. Each round, in turn (the order
+# one namespace, one receiver in another, MTU 1500; SHAPED_OPTS, ddperf options for
+# both sides of every deposit run (e.g. "--min-retry-timeout-us 5000" on a loaded host). Each round, in turn (the order
 # rotating per round): `ddperf incast_bw`, one process whose one thread drives a device
 # per sender (af_packet), against a receiver process (af_packet) — with congestion
-# control's defaults, with the receiver's line rate set to the shaped rate
-# (--line-mbps), and with --no-cc — and kernel TCP: SENDERS iperf3 clients at once,
+# control's defaults; with a target delay of SHAPED_TARGET_US (default 1000 µs, above
+# what this host's scheduling adds to a round trip); with the receiver's line rate set
+# to the shaped rate (--line-mbps), alone and with that target; and with --no-cc — and
+# kernel TCP: SENDERS iperf3 clients at once,
 # each bound to its own sender veth (--bind-dev), 64 KiB writes, to as many iperf3
 # servers. Each run streams SHAPED_SECS (default 5) seconds after 1 s untimed.
 # Medians: goodput in Mb/s of payload and as a fraction of the shaped rate (target >=
@@ -294,12 +297,12 @@ sh_deposit() {
     d0=$(sh_drops)
     # shellcheck disable=SC2086 # the options are words
     ip netns exec ddshr timeout $((sh_secs + 30)) "$dd" incast_bw --server --dev af_packet:ddshr0 \
-        --ip 10.83.0.100 -q "$sh_n" --timeout 10 $so >/dev/null 2>"$dir/incast-server.err" &
+        --ip 10.83.0.100 -q "$sh_n" --timeout 10 $so ${SHAPED_OPTS:-} >/dev/null 2>"$dir/incast-server.err" &
     pid=$!
     sleep 1
     # shellcheck disable=SC2086
     ip netns exec ddshs timeout $((sh_secs + 30)) "$dd" incast_bw "${senders[@]}" -D "$sh_secs" \
-        --warmup-ms 1000 -t 16 --timeout 10 --json $co 10.83.0.100 >"$out" 2>"$dir/incast-client.err" || true
+        --warmup-ms 1000 -t 16 --timeout 10 --json $co ${SHAPED_OPTS:-} 10.83.0.100 >"$out" 2>"$dir/incast-client.err" || true
     wait "$pid" || true
     python3 -c "
 import json, sys
@@ -359,20 +362,25 @@ print(int(float(m[1]) * {'': 1e-6, 'k': 1e-3, 'm': 1, 'g': 1e3}[m[2]]))" "$sh_ra
     trap 'shaped_down ddsh; rm -rf "$dir"' EXIT
     trap 'exit 143' INT TERM # a signal still removes them (through EXIT)
     shaped_up ddsh "$sh_n" "$sh_rate" "$sh_burst" "$sh_limit"
-    names=(cc line nocc tcp)
+    tgt=${SHAPED_TARGET_US:-1000}
+    names=(cc target line linet nocc tcp)
     declare -A label=(
         [cc]="deposit, cc defaults"
+        [target]="deposit, cc, --cc-target-us $tgt"
         [line]="deposit, cc, receiver --line-mbps $sh_mbps"
+        [linet]="deposit, cc, both: rcv line + target"
         [nocc]="deposit --no-cc"
         [tcp]="kernel TCP (iperf3 x $sh_n)"
     )
     declare -A res=()
     for i in $(seq "$rounds"); do
-        for j in 0 1 2 3; do
-            c=${names[$(((i + j) % 4))]}
+        for j in $(seq 0 $((${#names[@]} - 1))); do
+            c=${names[$(((i + j) % ${#names[@]}))]}
             case $c in
             cc) r=$(sh_deposit "" "") ;;
+            target) r=$(sh_deposit "--cc-target-us $tgt" "--cc-target-us $tgt") ;;
             line) r=$(sh_deposit "--line-mbps $sh_mbps" "") ;;
+            linet) r=$(sh_deposit "--line-mbps $sh_mbps --cc-target-us $tgt" "--cc-target-us $tgt") ;;
             nocc) r=$(sh_deposit "--no-cc" "--no-cc") ;;
             tcp) r=$(sh_tcp) ;;
             esac
@@ -381,7 +389,7 @@ print(int(float(m[1]) * {'': 1e-6, 'k': 1e-3, 'm': 1, 'g': 1e3}[m[2]]))" "$sh_ra
             res[$c]+="$r"$'\n'
         done
     done
-    echo "shaped bridge: $sh_n senders -> tbf rate $sh_rate burst $sh_burst limit $sh_limit, ${sh_secs} s per run, median of $rounds"
+    echo "shaped bridge: $sh_n senders -> tbf rate $sh_rate burst $sh_burst limit $sh_limit, ${sh_secs} s per run, median of $rounds${SHAPED_OPTS:+; deposit with $SHAPED_OPTS}"
     printf '%-40s %9s %7s %7s %8s %8s %6s\n' "" "Mb/s" "shaped" "Jain" "Jain100" "retx %" drops
     for c in "${names[@]}"; do
         printf '%s' "${res[$c]}" | python3 -c "
