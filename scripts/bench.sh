@@ -74,7 +74,9 @@
 # Medians: goodput in Mb/s of payload and as a fraction of the shaped rate (target >=
 # 0.9), Jain's index over the flows (target >= 0.95) and its least over 100 ms
 # windows, retransmitted % (deposit: messages retransmitted of messages sent; TCP:
-# retransmitted segments x 1448 B of bytes sent; target < 1), and the tbf's drops.
+# retransmitted segments x 1448 B of bytes sent; target < 1), the tbf's drops, and for
+# deposit the share of the time its sender's and receiver's threads were on a CPU (from
+# /proc/thread-self/schedstat: spinning sides on a shared 2-core machine lose theirs).
 # Namespaces, bridge and qdisc are removed at the end.
 # With --secure, the cost of secure connections (docs/design.md §10) instead: two
 # processes over memif, each test plain and with --secure back to back (which goes first
@@ -287,7 +289,8 @@ fi
 sh_drops() { # packets the tbf dropped so far
     tc -n ddshb -s qdisc show dev ddshpr | sed -n 's/.*(dropped \([0-9]*\),.*/\1/p'
 }
-# One deposit run: "goodput jain jain_window_min retransmit_pct tbf_drops";
+# One deposit run: "goodput jain jain_window_min retransmit_pct tbf_drops
+# sender_cpu% receiver_cpu%" (the share of the time each side's thread was on a CPU);
 # $1 the server's extra options, $2 the client's.
 sh_deposit() {
     local so=$1 co=$2 k pid d0 out="$dir/incast.json" senders=()
@@ -309,9 +312,11 @@ import json, sys
 try:
     r = json.loads(open(sys.argv[1]).readline())
 except Exception:
-    print('nan nan nan nan', int(sys.argv[3]) - int(sys.argv[2])); sys.exit()
-print(f\"{r['goodput_mbps']:.1f} {r['jain']:.4f} {r['jain_windows_min']:.4f} {r['retransmit_pct']:.4f}\", int(sys.argv[3]) - int(sys.argv[2]))
-" "$out" "$d0" "$(sh_drops)"
+    print('nan nan nan nan', int(sys.argv[3]) - int(sys.argv[2]), 'nan nan'); sys.exit()
+srv = [l for l in open(sys.argv[4]) if 'on a CPU' in l]
+cpu = srv[0].split('on a CPU ')[1].split()[0] if srv else 'nan'
+print(f\"{r['goodput_mbps']:.1f} {r['jain']:.4f} {r['jain_windows_min']:.4f} {r['retransmit_pct']:.4f}\", int(sys.argv[3]) - int(sys.argv[2]), f\"{r['cpu_pct']:.0f}\", cpu)
+" "$out" "$d0" "$(sh_drops)" "$dir/incast-server.err"
 }
 # One kernel TCP run, the same five numbers: an iperf3 client per sender veth.
 sh_tcp() {
@@ -343,9 +348,9 @@ try:
     m = min(len(w) for w in wins)
     jain = lambda x: sum(x) ** 2 / (len(x) * sum(v * v for v in x)) if any(x) else 1.0
     wj = min(jain([w[i] for w in wins]) for i in range(m)) if m else float('nan')
-    print(f'{sum(rates):.1f} {jain(rates):.4f} {wj:.4f} {100 * retx * 1448 / sent:.4f}', d1 - d0)
+    print(f'{sum(rates):.1f} {jain(rates):.4f} {wj:.4f} {100 * retx * 1448 / sent:.4f}', d1 - d0, '- -')
 except Exception as e:
-    print('nan nan nan nan', d1 - d0)
+    print('nan nan nan nan', d1 - d0, '- -')
 " "$sh_n" "$dir" "$d0" "$(sh_drops)"
 }
 if ((${shaped:-0})); then
@@ -384,19 +389,20 @@ print(int(float(m[1]) * {'': 1e-6, 'k': 1e-3, 'm': 1, 'g': 1e3}[m[2]]))" "$sh_ra
             nocc) r=$(sh_deposit "--no-cc" "--no-cc") ;;
             tcp) r=$(sh_tcp) ;;
             esac
-            # (goodput Jain Jain100 retx% drops; the load average: the machine is shared)
+            # (goodput Jain Jain100 retx% drops cpu%; the load average: the machine is shared)
             echo "# round $i ${label[$c]}: $r (load $(cut -d' ' -f1 /proc/loadavg))"
             res[$c]+="$r"$'\n'
         done
     done
     echo "shaped bridge: $sh_n senders -> tbf rate $sh_rate burst $sh_burst limit $sh_limit, ${sh_secs} s per run, median of $rounds${SHAPED_OPTS:+; deposit with $SHAPED_OPTS}"
-    printf '%-40s %9s %7s %7s %8s %8s %6s\n' "" "Mb/s" "shaped" "Jain" "Jain100" "retx %" drops
+    printf '%-40s %9s %7s %7s %8s %8s %6s %s\n' "" "Mb/s" "shaped" "Jain" "Jain100" "retx %" drops "cpu % snd/rcv"
     for c in "${names[@]}"; do
         printf '%s' "${res[$c]}" | python3 -c "
 import statistics, sys
 rows = [l.split() for l in sys.stdin if l.strip()]
 med = lambda i: statistics.median(float(r[i]) for r in rows)
-print(f'{sys.argv[1]:<40} {med(0):9.1f} {med(0) / float(sys.argv[2]):7.3f} {med(1):7.4f} {med(2):8.4f} {med(3):8.3f} {med(4):6.0f}')
+cpu = lambda i: f'{med(i):.0f}' if rows[0][i] != '-' else '-'
+print(f'{sys.argv[1]:<40} {med(0):9.1f} {med(0) / float(sys.argv[2]):7.3f} {med(1):7.4f} {med(2):8.4f} {med(3):8.3f} {med(4):6.0f} {cpu(5)}/{cpu(6)}')
 " "${label[$c]}" "$sh_mbps"
     done
     echo "(targets: shaped >= 0.9, Jain >= 0.95, retx < 1 %; Jain100: the least of the 100 ms windows' index)"

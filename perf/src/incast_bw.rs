@@ -73,6 +73,24 @@ pub struct Report {
     pub retransmits: u64,
     pub timeouts: u64,
     pub bytes_tx: u64,
+    /// The driving thread's share of the span on a CPU and waiting for one (runnable,
+    /// not running: on a shared machine a spinning side's lost time), in %.
+    pub cpu_pct: f64,
+    pub runq_pct: f64,
+}
+
+/// The calling thread's time on a CPU and waiting on a run queue so far, ns (Linux's
+/// `/proc/thread-self/schedstat`; zeros where it is not).
+pub fn sched_times() -> (u64, u64) {
+    let s = std::fs::read_to_string("/proc/thread-self/schedstat").unwrap_or_default();
+    let mut f = s.split_whitespace().map(|v| v.parse().unwrap_or(0));
+    (f.next().unwrap_or(0), f.next().unwrap_or(0))
+}
+
+/// The shares of `span` that `(on_cpu, waiting)` nanoseconds make, in %.
+fn shares(d: (u64, u64), span: Duration) -> (f64, f64) {
+    let ns = span.as_nanos().max(1) as f64;
+    (100.0 * d.0 as f64 / ns, 100.0 * d.1 as f64 / ns)
 }
 
 /// Jain's fairness index of `x`: (Σx)² / (n Σx²), 1 when all are equal, 1/n when one
@@ -144,7 +162,7 @@ impl Report {
                 "\"window_ms\":{},\"windows\":{},\"jain_windows_median\":{:.4},",
                 "\"jain_windows_min\":{:.4},\"msgs_tx\":{},\"retransmits\":{},",
                 "\"retransmit_pct\":{:.4},\"timeouts\":{},\"bytes_tx\":{},",
-                "\"cc\":{},\"line_mbps\":{}}}"
+                "\"cpu_pct\":{:.1},\"runq_pct\":{:.1},\"cc\":{},\"line_mbps\":{}}}"
             ),
             self.flow_writes.len(),
             self.size,
@@ -161,6 +179,8 @@ impl Report {
             self.retransmit_pct(),
             self.timeouts,
             self.bytes_tx,
+            self.cpu_pct,
+            self.runq_pct,
             cc,
             line_mbps,
         )
@@ -193,6 +213,10 @@ impl Report {
             self.retransmit_pct(),
             self.timeouts
         );
+        println!(
+            "  the driving thread: on a CPU {:.1} % of the span, waiting for one {:.1} %",
+            self.cpu_pct, self.runq_pct
+        );
     }
 }
 
@@ -224,6 +248,7 @@ fn serve(p: &Params) -> Result<()> {
         conns.push(l.accept(p.timeout)?);
     }
     eprintln!("ddperf: incast_bw server: {flows} connection(s) accepted");
+    let (t0, s0) = (Instant::now(), sched_times());
     // Until every connection is closed (the client is done), failing after --timeout
     // without a write arriving.
     let mut wait = Wait::new(p.timeout, "the senders' writes or their close");
@@ -239,8 +264,10 @@ fn serve(p: &Params) -> Result<()> {
         }
     }
     let got: Vec<String> = conns.iter().map(|c| c.arrivals().to_string()).collect();
+    let s1 = sched_times();
+    let (cpu, runq) = shares((s1.0 - s0.0, s1.1 - s0.1), t0.elapsed());
     eprintln!(
-        "ddperf: incast_bw server done: writes received per connection {}",
+        "ddperf: incast_bw server done: writes received per connection {}; on a CPU {cpu:.1} % of the time since, waiting for one {runq:.1} %",
         got.join(" ")
     );
     Ok(())
@@ -295,14 +322,20 @@ fn dial(p: &Params, peer: IpAddr) -> Result<()> {
     let mut t0 = start + p.warmup;
     let end = t0 + span;
     let mut before: Option<Vec<DeviceStats>> = None;
+    let mut sched0 = (0, 0);
+    let mut sched1 = None;
     // Untimed, timed, then draining what is outstanding (nothing more posted).
     loop {
         let now = Instant::now();
         let posting = now < end;
+        if !posting && sched1.is_none() {
+            sched1 = Some(sched_times());
+        }
         if before.is_none() && now >= t0 {
             // The timed span starts at the first turn past the warm-up.
             t0 = now;
             before = Some(flows.iter().map(|f| f.dev.stats()).collect());
+            sched0 = sched_times();
         }
         let timed = before.is_some() && posting;
         let at = timed.then(|| (now - t0).as_nanos() / window.as_nanos());
@@ -359,6 +392,8 @@ fn dial(p: &Params, peer: IpAddr) -> Result<()> {
     let timed = end.saturating_duration_since(t0);
     let secs = timed.as_secs_f64();
     let before = before.expect("the span started");
+    let s1 = sched1.unwrap_or_else(sched_times);
+    let (cpu_pct, runq_pct) = shares((s1.0 - sched0.0, s1.1 - sched0.1), timed);
     let (mut msgs_tx, mut retransmits, mut timeouts, mut bytes_tx) = (0, 0, 0, 0);
     for (f, b) in flows.iter().zip(&before) {
         let a = f.dev.stats();
@@ -387,6 +422,8 @@ fn dial(p: &Params, peer: IpAddr) -> Result<()> {
         retransmits,
         timeouts,
         bytes_tx,
+        cpu_pct,
+        runq_pct,
     };
     for f in &flows {
         f.conn.close();
@@ -433,6 +470,8 @@ mod tests {
             retransmits: 1000,
             timeouts: 2,
             bytes_tx: 0,
+            cpu_pct: 50.0,
+            runq_pct: 50.0,
         };
         // 3000 writes of 64 KiB in 2 s: 786.432 Mb/s.
         assert!((r.goodput_mbps() - 786.432).abs() < 1e-9);
