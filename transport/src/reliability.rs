@@ -393,7 +393,12 @@ pub struct Sender {
     /// retransmission or rewind forgets it.
     probe: Option<(u32, u64)>,
     retries: u32,
-    max_retries: u32,
+    /// (At most 65 535: kept small beside the flag after it.)
+    max_retries: u16,
+    /// Frames delivered beyond a hole leave [`Sender::bytes_in_flight`] (default);
+    /// without, they count until the hole closes (the transport before issue 38, which
+    /// a node without congestion control keeps).
+    sacked_leave_flight: bool,
     /// Since when nothing was acknowledged while the timer kept firing (the give-up
     /// budget counts from here).
     stalled_since: Option<u64>,
@@ -411,6 +416,7 @@ impl Sender {
             bytes_acked: 0,
             frames_out: std::collections::VecDeque::new(),
             frame_mark: isn,
+            sacked_leave_flight: true,
             max_bytes_in_flight: u64::MAX,
             max_bytes_cap: u64::MAX,
             loss: None,
@@ -421,7 +427,7 @@ impl Sender {
             rttvar: 0,
             probe: None,
             retries: 0,
-            max_retries,
+            max_retries: max_retries.min(u32::from(u16::MAX)) as u16,
             stalled_since: None,
             timer_start: 0,
         }
@@ -453,6 +459,12 @@ impl Sender {
             self.srtt = (7 * self.srtt + r) / 8;
         }
         self.rto = (self.srtt + 4 * self.rttvar).clamp(self.rto_min, self.rto_max);
+    }
+    /// Whether frames delivered beyond a hole leave the bytes in flight at once (the
+    /// default) or only when the hole closes.
+    pub fn with_sacked_leaving_flight(mut self, yes: bool) -> Sender {
+        self.sacked_leave_flight = yes;
+        self
     }
     /// Caps the unacknowledged bytes of first transmissions (see
     /// [`Sender::on_frame_sent`]); retransmissions are never held back by it.
@@ -508,7 +520,10 @@ impl Sender {
     /// until all its messages are acknowledged cumulatively).
     #[inline]
     pub fn bytes_in_flight(&self) -> u64 {
-        let sacked = self.loss.as_ref().map_or(0, |l| l.bytes_sacked);
+        let sacked = match self.sacked_leave_flight {
+            true => self.loss.as_ref().map_or(0, |l| l.bytes_sacked),
+            false => 0,
+        };
         self.bytes_sent - self.bytes_acked - sacked
     }
     #[inline]
@@ -877,7 +892,7 @@ impl Sender {
         match self.stalled_since {
             // The next expiry may give up: no later than the end of the budget, so
             // that the give-up comes when the budget says, not a back-off after.
-            Some(since) if self.retries >= self.max_retries => {
+            Some(since) if self.retries >= u32::from(self.max_retries) => {
                 timer.min(since.saturating_add(self.budget()))
             }
             _ => timer,
@@ -885,7 +900,8 @@ impl Sender {
     }
     /// The give-up budget: what `max_retries` back-offs of the configured timeout take.
     fn budget(&self) -> u64 {
-        (0..=self.max_retries).fold(0u64, |b, i| b.saturating_add(self.rto_max << i.min(6)))
+        (0..=u32::from(self.max_retries))
+            .fold(0u64, |b, i| b.saturating_add(self.rto_max << i.min(6)))
     }
     /// Checks the timer: on expiry the unacknowledged, unselectively-acked messages
     /// are queued again (each once per expiry), with exponential back-off — all of
@@ -918,7 +934,8 @@ impl Sender {
         self.retries += 1;
         self.probe = None;
         let since = *self.stalled_since.get_or_insert(self.timer_start);
-        if self.retries > self.max_retries && now.saturating_sub(since) >= self.budget() {
+        if self.retries > u32::from(self.max_retries) && now.saturating_sub(since) >= self.budget()
+        {
             return Timeout::GiveUp;
         }
         if let Some(i) = self.frame_of(self.acked) {

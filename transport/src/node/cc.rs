@@ -572,13 +572,22 @@ impl PeerCc {
             return;
         }
         self.credit = bytes;
-        let base = if self.base_rtt == 0 {
-            p.target
-        } else {
-            self.base_rtt
+        self.credit_window_again(p);
+    }
+
+    /// The credit's window: its rate over this path's round trip and a target — the
+    /// smoothed round trip, which on a software port is mostly the hosts' turns (the
+    /// smallest would make a window the rate cannot be kept at).
+    fn credit_window_again(&mut self, p: &Params) {
+        if self.credit == u64::MAX {
+            return;
+        }
+        let rtt = match (self.base_rtt, self.srtt) {
+            (0, _) => p.target,
+            (b, s) => b.max(s),
         };
         let per = p.credit_period_of_rate() as f64;
-        self.credit_window = bytes as f64 * (base + p.target) as f64 / per;
+        self.credit_window = self.credit as f64 * (rtt + p.target) as f64 / per;
     }
 
     /// Smallest and smoothed round trips, ticks (0: no sample yet).
@@ -654,6 +663,9 @@ impl PeerCc {
         }
         self.counters.marks += u64::from(ece);
         let delay = (rtt != 0).then(|| self.sample(rtt));
+        if delay.is_some() {
+            self.credit_window_again(p);
+        }
         self.achieved += bytes;
         if lost && self.congested(p) {
             // A loss on a path that shows a queue: the network dropped. (Losses on an
@@ -763,7 +775,10 @@ impl PeerCc {
     /// period, if that is less. Returns whether it did (the acknowledgement is
     /// spent).
     fn quick_adapt(&mut self, p: &Params, now: u64, delay: Option<u64>) -> bool {
-        if delay.is_some_and(|d| d > QUICK_ADAPT_DELAYS * p.target) {
+        // (Delay alone asks for it only where delay is trusted: on software ports the
+        // round trip is mostly the hosts' turns, which a smaller window does not
+        // shorten — every period would quick-adapt.)
+        if p.delay_decrease && delay.is_some_and(|d| d > QUICK_ADAPT_DELAYS * p.target) {
             self.qa_loss = true;
         }
         if now < self.qa_end {

@@ -112,6 +112,9 @@ impl Node {
         Sender::new(isn, rto, self.cfg.retry_count)
             .with_max_bytes_in_flight(self.cfg.max_inflight_bytes)
             .with_min_rto(self.us_to_ticks(self.cfg.min_retry_timeout_us))
+            // (Without congestion control, as before it: a frame beyond a hole counts
+            // in flight until the hole closes.)
+            .with_sacked_leaving_flight(self.cfg.cc.enabled)
     }
 
     /// Adds a connection: its timer armed, the credits shared out again.
