@@ -80,7 +80,7 @@ pub struct CcConfig {
     /// default): every frame of a connection takes its one port, as before — what a
     /// port whose receive side hashes frames to queues (RSS, af_packet fanout) wants,
     /// since sprayed frames of one connection reach several queues and are forwarded
-    /// to their shard. At most [`MAX_PATHS`]; only with `enabled`.
+    /// to their shard. At most 32 (`MAX_PATHS`); only with `enabled`.
     pub paths: u8,
 }
 

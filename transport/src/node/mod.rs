@@ -328,7 +328,7 @@ pub struct PeerSummary {
     pub paths: Vec<PathSummary>,
 }
 
-/// One of a peer's spray paths, as [`Node::peer_summaries`] shows it.
+/// One of a peer's spray paths, as a peer's summary shows it (`PeerSummary::paths`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PathSummary {
     /// Its UDP source port (the entropy the fabric's ECMP hashes).
