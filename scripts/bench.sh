@@ -73,7 +73,7 @@
 # servers. Each run streams SHAPED_SECS (default 5) seconds after 1 s untimed.
 # Medians: goodput in Mb/s of payload and as a fraction of the shaped rate (target >=
 # 0.9), Jain's index over the flows (target >= 0.95) and its least over 100 ms
-# windows, retransmitted % (deposit: messages retransmitted of messages sent; TCP:
+# windows, retransmitted % (deposit: payload bytes retransmitted of payload bytes sent; TCP:
 # retransmitted segments x 1448 B of bytes sent; target < 1), the tbf's drops, and for
 # deposit the share of the time its sender's and receiver's threads were on a CPU (from
 # /proc/thread-self/schedstat: spinning sides on a shared 2-core machine lose theirs).

@@ -25,9 +25,8 @@
 //! (bytes of writes completed in the timed span, Mb/s of payload), their sum, Jain's
 //! index over the flows' totals and over every `--window-ms` window of the span (its
 //! median and its least), and what the devices counted in the span: messages sent,
-//! retransmitted (a message is at most one frame's payload, nearly all of a 64 KiB
-//! write's are full: the share of messages is the share of bytes within a segment's
-//! size), retransmission timeouts.
+//! retransmitted, and their payload bytes (the retransmitted share is of bytes),
+//! retransmission timeouts.
 //!
 //! Nothing here allocates or makes a syscall in the timed loop beyond what the
 //! devices' turns do.
@@ -73,6 +72,9 @@ pub struct Report {
     pub retransmits: u64,
     pub timeouts: u64,
     pub bytes_tx: u64,
+    /// Payload bytes sent (first transmissions and again) and sent again.
+    pub payload_tx: u64,
+    pub bytes_retransmitted: u64,
     /// The driving thread's share of the span on a CPU and waiting for one (runnable,
     /// not running: on a shared machine a spinning side's lost time), in %.
     pub cpu_pct: f64,
@@ -138,12 +140,12 @@ impl Report {
             .map(|w| jain(&w.iter().map(|&x| x as f64).collect::<Vec<_>>()))
             .collect()
     }
-    /// Retransmitted messages in % of the messages sent.
+    /// Retransmitted payload bytes in % of the payload bytes sent.
     pub fn retransmit_pct(&self) -> f64 {
-        if self.msgs_tx == 0 {
+        if self.payload_tx == 0 {
             0.0
         } else {
-            100.0 * self.retransmits as f64 / self.msgs_tx as f64
+            100.0 * self.bytes_retransmitted as f64 / self.payload_tx as f64
         }
     }
 
@@ -161,6 +163,7 @@ impl Report {
                 "\"goodput_mbps\":{:.1},\"flow_mbps\":[{}],\"jain\":{:.4},",
                 "\"window_ms\":{},\"windows\":{},\"jain_windows_median\":{:.4},",
                 "\"jain_windows_min\":{:.4},\"msgs_tx\":{},\"retransmits\":{},",
+                "\"bytes_retransmitted\":{},\"payload_tx\":{},",
                 "\"retransmit_pct\":{:.4},\"timeouts\":{},\"bytes_tx\":{},",
                 "\"cpu_pct\":{:.1},\"runq_pct\":{:.1},\"cc\":{},\"line_mbps\":{}}}"
             ),
@@ -176,6 +179,8 @@ impl Report {
             wj.iter().copied().fold(f64::NAN, f64::min),
             self.msgs_tx,
             self.retransmits,
+            self.bytes_retransmitted,
+            self.payload_tx,
             self.retransmit_pct(),
             self.timeouts,
             self.bytes_tx,
@@ -207,9 +212,10 @@ impl Report {
             wj.iter().copied().fold(f64::NAN, f64::min)
         );
         println!(
-            "  messages sent {}, retransmitted {} ({:.3} %), retransmission timeouts {}",
+            "  messages sent {}, retransmitted {} ({} B: {:.3} % of the payload bytes sent), retransmission timeouts {}",
             self.msgs_tx,
             self.retransmits,
+            self.bytes_retransmitted,
             self.retransmit_pct(),
             self.timeouts
         );
@@ -395,8 +401,11 @@ fn dial(p: &Params, peer: IpAddr) -> Result<()> {
     let s1 = sched1.unwrap_or_else(sched_times);
     let (cpu_pct, runq_pct) = shares((s1.0 - sched0.0, s1.1 - sched0.1), timed);
     let (mut msgs_tx, mut retransmits, mut timeouts, mut bytes_tx) = (0, 0, 0, 0);
+    let (mut payload_tx, mut bytes_retransmitted) = (0, 0);
     for (f, b) in flows.iter().zip(&before) {
         let a = f.dev.stats();
+        payload_tx += a.bytes_payload_tx - b.bytes_payload_tx;
+        bytes_retransmitted += a.bytes_retransmitted - b.bytes_retransmitted;
         msgs_tx += a.msgs_tx - b.msgs_tx;
         retransmits += a.retransmits - b.retransmits;
         timeouts += a.timeouts - b.timeouts;
@@ -422,6 +431,8 @@ fn dial(p: &Params, peer: IpAddr) -> Result<()> {
         retransmits,
         timeouts,
         bytes_tx,
+        payload_tx,
+        bytes_retransmitted,
         cpu_pct,
         runq_pct,
     };
@@ -470,6 +481,8 @@ mod tests {
             retransmits: 1000,
             timeouts: 2,
             bytes_tx: 0,
+            payload_tx: 200_000 * 8192,
+            bytes_retransmitted: 1000 * 8192,
             cpu_pct: 50.0,
             runq_pct: 50.0,
         };

@@ -607,15 +607,16 @@ impl Node {
             return Built::Nothing;
         };
         let mut ext = Payloads::new(self.caps.external_min);
-        let (sent, bytes, resent, mut counted) =
+        let (run, mut counted) =
             fill_frame(conn, first, &mut w, &self.endpoints, now, &mut ext, path);
+        let (sent, bytes, resent) = (run.sent, run.bytes, run.resent);
         if sent == 0 {
             return Built::Nothing;
         }
         seal(conn, &mut w, &mut self.stats);
         took_ack(conn);
         let (peer, done) = (conn.dest(), conn.tx.next_to_send().is_none());
-        self.stats.count_sent(sent, bytes, resent);
+        self.stats.count_sent(sent, bytes, resent, run.resent_bytes);
         if let Some(from) = bundle.filter(|_| done) {
             counted += self.bundle(&mut w, peer, from, now, &mut ext, path);
             self.ride_acks(&mut w, peer);
@@ -697,13 +698,13 @@ impl Node {
             if !w.begin_section(&data_header(conn, first, credits), cells) {
                 continue;
             }
-            let (sent, bytes, resent, c) =
-                fill_frame(conn, first, w, &self.endpoints, now, ext, path);
+            let (run, c) = fill_frame(conn, first, w, &self.endpoints, now, ext, path);
             counted += c;
             seal(conn, w, &mut self.stats);
             took_ack(conn);
             self.stats.sections_tx += 1;
-            self.stats.count_sent(sent, bytes, resent);
+            self.stats
+                .count_sent(run.sent, run.bytes, run.resent, run.resent_bytes);
             self.bundled.push(slot);
         }
         counted
@@ -1146,9 +1147,9 @@ fn fill_frame(
     now: u64,
     ext: &mut Payloads,
     path: Option<u8>,
-) -> (u32, u64, u32, u64) {
+) -> (Run, u64) {
     let Some((mut idx, mut seg)) = conn.locate(first) else {
-        return (0, 0, 0, 0);
+        return (Run::default(), 0);
     };
     let mut run = Run {
         new_end: first,
@@ -1207,7 +1208,7 @@ fn fill_frame(
         }
     }
     let counted = conn.tx.on_frame_sent(run.new_end, run.new_bytes, now, path);
-    (run.sent, run.bytes, run.resent, counted)
+    (run, counted)
 }
 
 /// The payload a frame takes by reference to endpoint memory, if any (one per frame:
@@ -1264,6 +1265,8 @@ struct Run {
     sent: u32,
     resent: u32,
     bytes: u64,
+    /// Payload bytes of the retransmitted ones.
+    resent_bytes: u64,
     /// Bytes of first transmissions (the in-flight cap counts them), and the sequence
     /// number after the last.
     new_bytes: u64,
@@ -1278,6 +1281,7 @@ impl Run {
         self.bytes += u64::from(len);
         if seq_lt(seq, conn.tx_sent_high) {
             self.resent += 1;
+            self.resent_bytes += u64::from(len);
         } else {
             conn.tx_sent_high = seq.wrapping_add(1);
         }

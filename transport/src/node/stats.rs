@@ -97,6 +97,8 @@ counters! {
     naks_rx,
     /// Messages sent again.
     retransmits,
+    /// Payload bytes of the messages sent again.
+    bytes_retransmitted,
     /// Retransmission timer expiries.
     timeouts,
     /// Naps of the dedicated worker that a post, a control call or a frame doorbell
@@ -184,12 +186,13 @@ impl Stats {
         self.mbufs_in_use.saturating_sub(self.mbufs_stashed)
     }
 
-    /// A frame section carried `sent` messages (`resent` of them retransmissions) of
-    /// `bytes` payload bytes.
+    /// A frame section carried `sent` messages (`resent` of them retransmissions, of
+    /// `resent_bytes`) of `bytes` payload bytes.
     #[inline]
-    pub(crate) fn count_sent(&mut self, sent: u32, bytes: u64, resent: u32) {
+    pub(crate) fn count_sent(&mut self, sent: u32, bytes: u64, resent: u32, resent_bytes: u64) {
         self.msgs_tx += u64::from(sent);
         self.retransmits += u64::from(resent);
+        self.bytes_retransmitted += resent_bytes;
         self.bytes_payload_tx += bytes;
     }
 
