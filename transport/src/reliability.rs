@@ -1378,43 +1378,39 @@ mod tests {
         }
     }
 
-    /// `n` frames of one 4096-byte message each, frame i on path i % paths, sent at
-    /// 10 × i.
-    fn sprayed(n: u32, paths: u8) -> Sender {
+    /// `n` frames of one 4096-byte message each, frame i on path `path(i)`, sent at
+    /// 10 × i + 1.
+    fn sprayed_by(n: u32, path: impl Fn(u32) -> u8) -> Sender {
         let mut s = Sender::new(0, 1_000_000, 5).with_min_rto(1);
         s.assign(n);
         for seq in 0..n {
             s.on_sent(seq, 10 * u64::from(seq) + 1);
-            s.on_frame_sent(
-                seq + 1,
-                4096,
-                10 * u64::from(seq) + 1,
-                Some((seq % u32::from(paths)) as u8),
-            );
+            s.on_frame_sent(seq + 1, 4096, 10 * u64::from(seq) + 1, Some(path(seq)));
         }
         s
+    }
+
+    /// [`sprayed_by`] round-robin over `paths`.
+    fn sprayed(n: u32, paths: u8) -> Sender {
+        sprayed_by(n, |seq| (seq % u32::from(paths)) as u8)
+    }
+
+    /// Selective bits `0..n` (messages acked + 1 ..= acked + n arrived).
+    fn sacked(n: u32) -> SeqBits {
+        let mut sack = SeqBits::default();
+        for off in 0..n {
+            sack.set(off);
+        }
+        sack
     }
 
     #[test]
     fn a_frame_late_on_a_slower_path_is_not_lost_until_its_paths_wait_passed() {
         // Frame 0 went on path 0 (slow: expected within 500), 1..8 on path 1 (fast:
         // within 50); 1..8 arrive first.
-        let mut s = Sender::new(0, 1_000_000, 5).with_min_rto(1);
-        s.assign(8);
-        for seq in 0..8u32 {
-            s.on_sent(seq, 10 * u64::from(seq) + 1);
-            s.on_frame_sent(
-                seq + 1,
-                4096,
-                10 * u64::from(seq) + 1,
-                Some(u8::from(seq != 0)),
-            );
-        }
+        let mut s = sprayed_by(8, |seq| u8::from(seq != 0));
         let waits = [500, 50];
-        let mut sack = SeqBits::default();
-        for off in 0..7 {
-            sack.set(off);
-        }
+        let sack = sacked(7);
         let mut fates = Fates::default();
         let a = s.on_ack_paths(0, &sack, 100, &waits, &mut fates);
         assert_eq!(
@@ -1448,10 +1444,7 @@ mod tests {
     fn a_hole_behind_a_later_frame_of_its_own_path_is_lost_at_once() {
         // Frames alternate over two paths; 0 is missing, 2 4 6 (its path's) arrived.
         let mut s = sprayed(8, 2);
-        let mut sack = SeqBits::default();
-        for off in 0..7 {
-            sack.set(off);
-        }
+        let sack = sacked(7);
         let mut fates = Fates::default();
         let a = s.on_ack_paths(0, &sack, 100, &[10_000, 10_000], &mut fates);
         assert_eq!(a.lost, 1, "a path keeps order: frame 0 is lost");
@@ -1461,22 +1454,9 @@ mod tests {
     #[test]
     fn a_hole_past_its_paths_wait_is_lost_by_the_loss_timer_without_back_off() {
         // Frame 0 alone on path 0: nothing later on its path says it is lost.
-        let mut s = Sender::new(0, 1_000_000, 5).with_min_rto(1);
-        s.assign(8);
-        for seq in 0..8u32 {
-            s.on_sent(seq, 10 * u64::from(seq) + 1);
-            s.on_frame_sent(
-                seq + 1,
-                4096,
-                10 * u64::from(seq) + 1,
-                Some(u8::from(seq != 0)),
-            );
-        }
+        let mut s = sprayed_by(8, |seq| u8::from(seq != 0));
         let waits = [200, 200];
-        let mut sack = SeqBits::default();
-        for off in 0..7 {
-            sack.set(off);
-        }
+        let sack = sacked(7);
         let mut fates = Fates::default();
         assert_eq!(s.on_ack_paths(0, &sack, 100, &waits, &mut fates).lost, 0);
         assert_eq!(s.deadline(), Some(201));
@@ -1494,11 +1474,7 @@ mod tests {
     #[test]
     fn on_one_path_a_hole_three_behind_is_lost_at_once() {
         let mut s = sprayed(8, 1);
-        let mut sack = SeqBits::default();
-        for off in 0..3 {
-            sack.set(off);
-        }
-        assert_eq!(s.on_ack(0, &sack, 40).lost, 1);
+        assert_eq!(s.on_ack(0, &sacked(3), 40).lost, 1);
     }
 
     #[test]

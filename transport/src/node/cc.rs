@@ -251,9 +251,8 @@ const EXCLUDE_MAX_BACKOFF: u8 = 6;
 /// A path back in use this many round trips without being left out again is
 /// forgiven its past exclusions.
 const EXCLUDE_FORGIVE_RTTS: u64 = 1024;
-/// A path whose round trip is over this many times the median path's, and a target,
-/// is left out.
-const EXCLUDE_SLOWER: u64 = 1;
+/// A path whose round trip is over the median path's by this many targets is left
+/// out.
 const EXCLUDE_TARGETS: u64 = 2;
 /// Most paths kept for recycling.
 const RECYCLED_MAX: usize = 256;
@@ -462,10 +461,7 @@ impl PeerCc {
         }
         let path = &mut self.paths[usize::from(i)];
         let delay = path.srtt.min(path.last_rtt);
-        if path.last_rtt != 0
-            && typical != 0
-            && delay > EXCLUDE_SLOWER * typical + EXCLUDE_TARGETS * p.target
-        {
+        if path.last_rtt != 0 && typical != 0 && delay > typical + EXCLUDE_TARGETS * p.target {
             Self::exclude(&mut self.paths, i, now, period);
             return;
         }
