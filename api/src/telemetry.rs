@@ -161,6 +161,7 @@ fn peers(params: &str) -> Reply {
                 "paths",
                 "paths_in_use",
                 "path_exclusions",
+                "hold_ns",
             ]
             .map(String::from)
             .to_vec(),
@@ -187,6 +188,7 @@ fn peers(params: &str) -> Reply {
                 p.paths.len() as u64,
                 in_use as u64,
                 exclusions,
+                p.hold_ns,
             ]
             .map(|v| v.to_string()),
         );

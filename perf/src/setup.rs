@@ -232,7 +232,7 @@ pub fn print_stats(show: bool) {
         for p in d.peers() {
             let c = p.counters;
             eprintln!(
-                "  peer {}: window {} B, in flight {} B, pace {}, rtt base {:.1} us smoothed {:.1} us, marks {}, decreases {}, quick adapts {}, waits for window {} pace {}",
+                "  peer {}: window {} B, in flight {} B, pace {}, rtt base {:.1} us smoothed {:.1} us, receiver's hold {:.1} us, marks {}, decreases {}, quick adapts {}, waits for window {} pace {}",
                 p.peer_ip,
                 p.window,
                 p.inflight,
@@ -243,6 +243,7 @@ pub fn print_stats(show: bool) {
                 },
                 p.base_rtt_ns as f64 / 1e3,
                 p.srtt_ns as f64 / 1e3,
+                p.hold_ns as f64 / 1e3,
                 c.marks,
                 c.decreases,
                 c.quick_adapts,

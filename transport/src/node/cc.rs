@@ -5,11 +5,13 @@
 //! Signals, per acknowledgement that completes bulk frames:
 //! * **delay**: the round trip of the newest frame it completes, from when the frame
 //!   was sent ([`crate::reliability::Acked::rtt`]; the sender keeps its own send times,
-//!   so no timestamp travels), less the smallest round trip seen (the base): the
-//!   queueing delay. It is compared with a target (Swift's: the base plus an
-//!   allowance, [`CcConfig::target_delay_ns`]). The time the receiver held its
-//!   acknowledgement is not subtracted (no field carries it): acknowledgements leave
-//!   at the end of the turn that took the frame.
+//!   so no timestamp travels), less the time the receiver held the acknowledgement
+//!   (`wire::op::HOLD`: a burst delivered, its own frames sent, a turn waited for a
+//!   reply to carry it — not queueing) and less the smallest such round trip seen
+//!   (the base): the queueing delay. It is compared with a target (Swift's: the base
+//!   plus an allowance, [`CcConfig::target_delay_ns`]). The smoothed round trip that
+//!   periods, pacing and the credit window go by keeps the hold: it is how long the
+//!   acknowledgements really take to come back.
 //! * **ECN**: data frames leave ECT(0); a switch above its threshold marks them CE and
 //!   the receiver echoes the mark on its acknowledgements (`hflags::ECE`).
 //! * **loss**: messages the selective acknowledgements show lost, and timeouts.
@@ -82,6 +84,11 @@ pub struct CcConfig {
     /// since sprayed frames of one connection reach several queues and are forwarded
     /// to their shard. At most 32 (`MAX_PATHS`); only with `enabled`.
     pub paths: u8,
+    /// The receiver's hold on an acknowledgement (`wire::op::HOLD`) is taken off the
+    /// round-trip sample before the law reads it as queueing (the default). Off (for
+    /// comparison): a receiver that holds its acknowledgements — a busy turn, a
+    /// bidirectional stream — reads as a queue in the network.
+    pub subtract_hold: bool,
 }
 
 /// Most paths a peer's frames are sprayed over ([`CcConfig::paths`]).
@@ -96,6 +103,7 @@ impl Default for CcConfig {
             receive_budget: 0,
             delay_decrease: false,
             paths: 1,
+            subtract_hold: true,
         }
     }
 }
@@ -169,9 +177,14 @@ pub struct PeerCc {
     cwnd: f64,
     /// Bytes of first transmissions in flight, over the peer's connections.
     pub inflight: u64,
-    /// Smallest round trip seen, and the smoothed one (ticks; 0: no sample).
+    /// Smallest round trip seen (the receiver's hold taken off), and the smoothed one
+    /// (with it: how long acknowledgements take to come back; ticks; 0: no sample).
     base_rtt: u64,
     srtt: u64,
+    /// The largest hold the peer reported lately (ticks; decays by an eighth per
+    /// acknowledgement): what a path's wait for loss detection allows beyond its
+    /// round trip, which has the hold taken off.
+    hold: u64,
     /// Smoothed queueing delay (ticks).
     avg_delay: f64,
     /// Increase gathered since the last adjustment (bytes², applied divided by the
@@ -274,6 +287,8 @@ pub struct Params {
     hz: u64,
     /// Paths per peer ([`CcConfig::paths`]; 1: no spraying).
     pub paths: u8,
+    /// [`CcConfig::subtract_hold`].
+    subtract_hold: bool,
 }
 
 impl Params {
@@ -294,6 +309,23 @@ impl Params {
             } else {
                 1
             },
+            subtract_hold: cfg.subtract_hold,
+        }
+    }
+
+    /// A receiver's hold of `ns` nanoseconds (`wire::op::HOLD`) in ticks.
+    pub fn hold_ticks(&self, ns: u32) -> u64 {
+        (u128::from(ns) * u128::from(self.hz) / 1_000_000_000) as u64
+    }
+
+    /// Of a receiver's hold, what the law takes off a round trip: all of it, or
+    /// nothing with [`CcConfig::subtract_hold`] off.
+    #[inline]
+    fn subtracted(&self, hold: u64) -> u64 {
+        if self.subtract_hold {
+            hold
+        } else {
+            0
         }
     }
 
@@ -301,6 +333,16 @@ impl Params {
     /// [`CcConfig::receive_budget`]): a credit is that many bytes per this long.
     pub fn credit_period_of_rate(&self) -> u64 {
         2 * self.target
+    }
+
+    /// [`Params::credit_period_of_rate`] with congestion control on (a credit is then
+    /// a rate); 0 with it off (a credit is a window).
+    pub fn credit_rate_period(&self) -> u64 {
+        if self.enabled {
+            self.credit_period_of_rate()
+        } else {
+            0
+        }
     }
 
     /// How long a receiver counts its senders before sharing its budget out again
@@ -330,6 +372,7 @@ impl PeerCc {
             inflight: 0,
             base_rtt: 0,
             srtt: 0,
+            hold: 0,
             avg_delay: 0.0,
             inc: 0.0,
             acked_since: 0,
@@ -480,15 +523,16 @@ impl PeerCc {
     /// Each path's wait for the sender's loss detection by time
     /// (`reliability::Sender::on_ack_paths`): a frame on it that nothing later on its
     /// own path overtook counts as lost this long after it was sent — twice its
-    /// latest or smoothed round trip (a queue on it that grew since), four variations
-    /// and a target; `u64::MAX` for a path with no round trip yet (the timeout finds
+    /// latest or smoothed round trip (a queue on it that grew since) and the peer's
+    /// recent hold (which the path's round trips have taken off), four variations and
+    /// a target; `u64::MAX` for a path with no round trip yet (the timeout finds
     /// its losses).
     fn set_wait(&mut self, p: &Params, i: u8) {
         let q = &self.paths[usize::from(i)];
         self.waits[usize::from(i)] = if q.srtt == 0 {
             u64::MAX
         } else {
-            2 * q.srtt.max(q.last_rtt) + 4 * q.rttvar + p.target
+            2 * (q.srtt.max(q.last_rtt) + self.hold) + 4 * q.rttvar + p.target
         };
     }
 
@@ -586,9 +630,15 @@ impl PeerCc {
         self.credit_window = self.credit as f64 * (rtt + p.target) as f64 / per;
     }
 
-    /// Smallest and smoothed round trips, ticks (0: no sample yet).
+    /// Smallest (the receiver's hold taken off) and smoothed round trips, ticks (0: no
+    /// sample yet).
     pub fn rtts(&self) -> (u64, u64) {
         (self.base_rtt, self.srtt)
+    }
+
+    /// The largest hold the peer reported lately, ticks.
+    pub fn hold(&self) -> u64 {
+        self.hold
     }
 
     /// The round trip pacing and periods go by: the smoothed one, else the target.
@@ -651,14 +701,23 @@ impl PeerCc {
     }
 
     /// An acknowledgement at `now` that completed `bytes` of first transmissions, with
-    /// round-trip sample `rtt` (0: none; the receiver's hold already taken off),
-    /// echoing ECN or not, and `lost` messages found lost.
-    pub fn on_ack(&mut self, p: &Params, now: u64, bytes: u64, rtt: u64, ece: bool, lost: bool) {
+    /// round-trip sample `rtt` (0: none) of which the receiver held it `hold`
+    /// ([`Params::hold_ticks`]), echoing ECN or not, and `lost` messages found lost.
+    pub fn on_ack(
+        &mut self,
+        p: &Params,
+        now: u64,
+        bytes: u64,
+        (rtt, hold): (u64, u64),
+        ece: bool,
+        lost: bool,
+    ) {
         if !p.enabled {
             return;
         }
         self.counters.marks += u64::from(ece);
-        let delay = (rtt != 0).then(|| self.sample(rtt));
+        self.hold = hold.max(self.hold - self.hold / 8);
+        let delay = (rtt != 0).then(|| self.sample(rtt, p.subtracted(hold)));
         if delay.is_some() {
             self.credit_window_again(p);
         }
@@ -725,18 +784,19 @@ impl PeerCc {
         self.bound(p);
     }
 
-    /// A round-trip sample: the base, the smoothed round trip and the smoothed
-    /// queueing delay follow it. Returns its queueing delay.
-    fn sample(&mut self, rtt: u64) -> u64 {
-        if self.base_rtt == 0 || rtt < self.base_rtt {
-            self.base_rtt = rtt;
-        }
+    /// A round-trip sample, `hold` of it the receiver's: the smoothed round trip
+    /// follows all of it; the base and the smoothed queueing delay what is left
+    /// without the hold. Returns its queueing delay.
+    fn sample(&mut self, rtt: u64, hold: u64) -> u64 {
         self.srtt = if self.srtt == 0 {
             rtt
         } else {
             (7 * self.srtt + rtt) / 8
         };
-
+        let rtt = without_hold(rtt, hold);
+        if self.base_rtt == 0 || rtt < self.base_rtt {
+            self.base_rtt = rtt;
+        }
         let d = rtt - self.base_rtt;
         self.avg_delay = 0.875 * self.avg_delay + 0.125 * d as f64;
         d
@@ -834,6 +894,13 @@ impl PeerCc {
     }
 }
 
+/// Round trip `rtt` (not 0) without the receiver's `hold` of it: at least a tick (a
+/// hold is never longer than the round trip it is part of, unless the clocks disagree).
+#[inline]
+fn without_hold(rtt: u64, hold: u64) -> u64 {
+    rtt.saturating_sub(hold).max(1)
+}
+
 /// What a sender said of its sprayed frames in one acknowledgement or timer
 /// (`reliability::OnDelivery`), for the peer's paths.
 #[derive(Debug, Default)]
@@ -870,11 +937,11 @@ impl PathEvents {
     }
 
     /// Applies what was gathered to `peer`'s paths at `now` (the acknowledgement
-    /// echoing ECN or not) and empties it. Returns the round-trip sample the peer's
+    /// held `hold` ticks by the receiver, echoing ECN or not) and empties it. Returns the round-trip sample the peer's
     /// window should hear: the newest frame's delivered on a path in use (0: none) —
     /// the frames a path just left out (slower, or with a queue of its own) still
     /// brings in must not read as the peer's queue.
-    pub fn apply(&mut self, peer: &mut PeerCc, p: &Params, now: u64, ece: bool) -> u64 {
+    pub fn apply(&mut self, peer: &mut PeerCc, p: &Params, now: u64, hold: u64, ece: bool) -> u64 {
         let mut rtt = 0;
         for e in self.events.drain(..) {
             match e {
@@ -883,6 +950,11 @@ impl PathEvents {
                     bytes,
                     rtt: sample,
                 } => {
+                    let sample = if sample == 0 {
+                        0
+                    } else {
+                        without_hold(sample, p.subtracted(hold))
+                    };
                     peer.on_path_delivered(p, now, path, bytes, sample, ece);
                     if sample != 0 && peer.path_in_use(path, now) {
                         rtt = sample;
@@ -1064,7 +1136,7 @@ mod tests {
             *now += 1000;
             cc.on_frame_sent(p, *now, 4096, 4096, true);
             cc.forget(4096);
-            cc.on_ack(p, *now, 4096, rtt, ece, false);
+            cc.on_ack(p, *now, 4096, (rtt, 0), ece, false);
         }
     }
 
@@ -1091,6 +1163,55 @@ mod tests {
         let w = cc.window();
         acks(&mut cc, &p, &mut now, 10, 8_000, true);
         assert!(cc.window() <= w + 64, "{w} -> {}", cc.window());
+    }
+
+    #[test]
+    fn the_receivers_hold_is_not_queueing_but_is_part_of_the_round_trip() {
+        let p = params();
+        let mut cc = PeerCc::new(&p, 16 << 10);
+        let mut now = 1;
+        // 5 µs of path, then 35 µs round trips of which the receiver held 30: no
+        // queue, so the window grows as on an empty path, and marks (a queue forming
+        // elsewhere, under the target) decrease nothing.
+        cc.on_ack(&p, now, 4096, (5_000, 0), false, false);
+        let start = cc.window();
+        for i in 0..200 {
+            now += 1000;
+            cc.on_frame_sent(&p, now, 4096, 4096, true);
+            cc.forget(4096);
+            cc.on_ack(&p, now, 4096, (35_000, 30_000), i % 2 == 0, false);
+        }
+        assert!(cc.window() > start, "{start} -> {}", cc.window());
+        assert_eq!(cc.counters.decreases, 0);
+        assert!(cc.avg_delay < 1.0, "{}", cc.avg_delay);
+        // The base is the path's; the smoothed round trip (periods, pacing) has the
+        // hold; the peer's latest hold is kept for its paths' loss waits.
+        let (base, srtt) = cc.rtts();
+        assert_eq!(base, 5_000);
+        assert!(srtt > 30_000, "{srtt}");
+        assert_eq!(cc.hold(), 30_000);
+        // With the hold kept (`subtract_hold` off), the same acknowledgements read as
+        // 30 µs of queue: marked above the target, they decrease.
+        let kept = Params::new(
+            &CcConfig {
+                subtract_hold: false,
+                ..CcConfig::default()
+            },
+            1_000_000_000,
+            4096,
+            1 << 20,
+        );
+        let mut k = PeerCc::new(&kept, 16 << 10);
+        let mut now = 1;
+        k.on_ack(&kept, now, 4096, (5_000, 0), false, false);
+        for i in 0..200 {
+            now += 1000;
+            k.on_frame_sent(&kept, now, 4096, 4096, true);
+            k.forget(4096);
+            k.on_ack(&kept, now, 4096, (35_000, 30_000), i % 2 == 0, false);
+        }
+        assert!(k.counters.decreases > 0, "{:?}", k.counters);
+        assert!(k.window() < cc.window(), "{} / {}", k.window(), cc.window());
     }
 
     #[test]
@@ -1138,19 +1259,19 @@ mod tests {
         acks(&mut cc, &p, &mut now, 1, 5_000, false);
         // A loss on an empty path (corruption): nothing changes.
         now += 30_000;
-        cc.on_ack(&p, now, 4096, 0, false, true);
+        cc.on_ack(&p, now, 4096, (0, 0), false, true);
         now += 30_000;
-        cc.on_ack(&p, now, 4096, 0, false, false);
+        cc.on_ack(&p, now, 4096, (0, 0), false, false);
         assert!(cc.window() >= 128 << 10 && cc.counters.quick_adapts == 0);
         // A queue builds (20 µs above the 5 µs base, unmarked), then a period in which
         // only 8 KiB was acknowledged, and a loss.
         acks(&mut cc, &p, &mut now, 30, 25_000, false);
         let before = cc.window();
         now += 60_000;
-        cc.on_ack(&p, now, 4096, 0, false, true);
-        cc.on_ack(&p, now + 1, 4096, 0, false, false);
+        cc.on_ack(&p, now, 4096, (0, 0), false, true);
+        cc.on_ack(&p, now + 1, 4096, (0, 0), false, false);
         now += 60_000;
-        cc.on_ack(&p, now, 4096, 0, false, false);
+        cc.on_ack(&p, now, 4096, (0, 0), false, false);
         assert!(cc.window() < before / 2, "{before} -> {}", cc.window());
         assert_eq!(cc.counters.quick_adapts, 1);
     }

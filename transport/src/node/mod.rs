@@ -318,9 +318,14 @@ pub struct PeerSummary {
     pub inflight: u64,
     /// The pace, bytes per second (0: not paced: the window is two frames or more).
     pub paced_rate: u64,
-    /// Smallest and smoothed round trips, nanoseconds (0: no sample yet).
+    /// Smallest round trip (the receiver's hold taken off) and smoothed round trip
+    /// (with it), nanoseconds (0: no sample yet).
     pub base_rtt_ns: u64,
     pub srtt_ns: u64,
+    /// The largest hold the peer reported lately on its acknowledgements
+    /// (`wire::op::HOLD`), nanoseconds: what it took them to leave after the frames
+    /// they acknowledge arrived.
+    pub hold_ns: u64,
     /// Connections waiting for its window or pace.
     pub parked: usize,
     pub counters: cc::CcCounters,
@@ -360,6 +365,7 @@ impl Node {
                     paced_rate: p.paced_rate(&self.cc.params),
                     base_rtt_ns: ns(base),
                     srtt_ns: ns(srtt),
+                    hold_ns: ns(p.hold()),
                     parked: p.parked.len(),
                     counters: p.counters,
                     paths: p
@@ -484,6 +490,11 @@ pub struct Node {
     /// ([`Node::acks_due`]).
     owed_msgs_base: u64,
     owed_frames: u32,
+    /// When the acknowledgements of this turn leave (ticks): the clock read again
+    /// after the turn's work, just before its control frames go ([`Node::turn`];
+    /// older than `now` between such reads, and then `now` counts). Their hold
+    /// (`wire::op::HOLD`) is measured from it.
+    pub(crate) acks_leave: u64,
     /// Ticks per second of the `now` the driver passes.
     pub(crate) hz: u64,
     /// Each peer node's congestion window and pace (`NodeConfig::cc`).
@@ -699,6 +710,7 @@ impl Node {
             ack_new: Vec::with_capacity(1024),
             owed_msgs_base: 0,
             owed_frames: 0,
+            acks_leave: 0,
             hz,
             segment_max,
             bulk_segment,

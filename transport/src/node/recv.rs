@@ -77,6 +77,12 @@ struct Exec<'a> {
     /// connections split (the peer's window holds the sum), without it each
     /// connection its share of the receive queue.
     credit_scale: u64,
+    /// With congestion control, the period a credit is granted for (the receiver's
+    /// drain rate is a credit per period), ticks; 0 without. A receiver that holds
+    /// its acknowledgements keeps draining meanwhile: the connection's cap grows by
+    /// what it drains in the hold ([`op::HOLD`]).
+    credit_period: u64,
+    hz: u64,
     now: u64,
 }
 
@@ -98,6 +104,8 @@ struct Intake {
     /// What the frame's acknowledgement did to what we sent (congestion control's
     /// signals).
     acked: crate::reliability::Acked,
+    /// How long the peer held the acknowledgement, ns ([`op::HOLD`]; 0: not said).
+    hold_ns: u32,
 }
 
 /// Whether the frame's messages go on after one of them.
@@ -216,6 +224,8 @@ impl Node {
             stats: &mut self.stats,
             segment_max: self.segment_max,
             credit_scale,
+            credit_period: self.cc.params.credit_rate_period(),
+            hz: self.hz,
             now,
         };
         // A liveness probe asks for an acknowledgement whatever the frame carries.
@@ -257,6 +267,7 @@ impl Node {
         // (What congestion control needs of the header, read while the view is here.)
         let bulk = usize::from(frame.header.cells) * wire::CELL_LEN >= BDP_MIN_FRAME as usize;
         let (ece, credits) = (frame.header.flags & hflags::ECE != 0, frame.header.credits);
+        let hold = self.cc.params.hold_ticks(intake.hold_ns);
         notify_host(conn, &intake);
         if intake.owe_ack {
             self.owed_frames = self.owed_frames.saturating_add(1);
@@ -279,14 +290,14 @@ impl Node {
                 cc.on_credit(&params, u64::from(credits) * wire::CREDIT_UNIT * k);
             }
             if sprayed {
-                self.path_events.apply(cc, &params, now, ece);
+                self.path_events.apply(cc, &params, now, hold, ece);
             }
-            cc.on_ack(&params, now, a.bytes, a.rtt, ece, a.lost != 0);
+            cc.on_ack(&params, now, a.bytes, (a.rtt, hold), ece, a.lost != 0);
             self.unpark(peer, now);
         } else if sprayed && !self.path_events.is_empty() {
             let params = self.cc.params;
             self.path_events
-                .apply(self.cc.peer(peer), &params, now, ece);
+                .apply(self.cc.peer(peer), &params, now, hold, ece);
         }
         self.rearm(slot);
         if let Some(number) = confirmed {
@@ -406,6 +417,8 @@ impl Node {
             stats: &mut self.stats,
             segment_max: self.segment_max,
             credit_scale: 1,
+            credit_period: self.cc.params.credit_rate_period(),
+            hz: self.hz,
             now,
         };
         conn.state = ConnState::Normal;
@@ -471,6 +484,10 @@ fn take_message(
             intake
                 .sack
                 .set_word32(m.control.operand as usize, m.control.index);
+            return Flow::Next;
+        }
+        op::HOLD => {
+            intake.hold_ns = m.control.operand;
             return Flow::Next;
         }
         _ => {}
@@ -625,8 +642,21 @@ fn take_ack(
     } else {
         send::process_ack(conn, frame.header.ack, &intake.sack, ex.now, waits, paths)
     };
-    conn.tx
-        .on_credit(u64::from(frame.header.credits) * wire::CREDIT_UNIT * ex.credit_scale);
+    if intake.hold_ns != 0 {
+        // The hold is of the frame the acknowledgement samples: none without a
+        // sample, and never as long as the round trip it is part of (a hold that is
+        // says nothing this sender can use).
+        let hold = u128::from(intake.hold_ns) * u128::from(ex.hz) / 1_000_000_000;
+        if intake.acked.rtt == 0 || hold >= u128::from(intake.acked.rtt) {
+            intake.hold_ns = 0;
+        }
+    }
+    let mut credit = u64::from(frame.header.credits) * wire::CREDIT_UNIT * ex.credit_scale;
+    if ex.credit_period != 0 && intake.hold_ns != 0 {
+        let hold = u128::from(intake.hold_ns) * u128::from(ex.hz) / 1_000_000_000;
+        credit += (u128::from(credit) * hold / u128::from(ex.credit_period)) as u64;
+    }
+    conn.tx.on_credit(credit);
     if !conn.read_replies.is_empty() {
         let n = run_waiting(conn, ex);
         intake.owe_ack |= n.is_some();

@@ -81,9 +81,12 @@ impl Node {
             return true;
         };
         let max = self.caps.max_frame;
+        let hold = hold_of(conn, self.acks_leave.max(self.now), self.hz);
         // Every kept refusal's NAK rides in the frame, or the acknowledgement stops at
         // the first left out.
-        let room = wire::max_cells(max) - seal_len(conn) as usize / wire::CELL_LEN;
+        let room = wire::max_cells(max)
+            - seal_len(conn) as usize / wire::CELL_LEN
+            - usize::from(hold.is_some());
         let told = conn.refusals.len().min(room);
         let credits = self.share.for_peer(&self.peer_conns, conn.peer);
         let (local, nodes) = (&self.cfg.local, &self.nodes);
@@ -92,7 +95,8 @@ impl Node {
         else {
             return true;
         };
-        let pushed = push_ack_cells(conn, &mut w, told);
+        self.stats.acks_held += u64::from(hold.is_some());
+        let pushed = push_ack_cells(conn, &mut w, told, hold);
         seal(conn, &mut w, &mut self.stats);
         conn.naks.drop_front(pushed);
         conn.ack_pending = !conn.naks.is_empty();
@@ -164,11 +168,13 @@ impl Node {
         }
         let conn = self.conns.get_mut(slot).expect("eligible slot");
         let credits = self.share.for_peer(&self.peer_conns, conn.peer);
-        let sack = sack_cells(conn).count();
-        if !w.begin_section(&ack_header(conn, credits), sack) {
+        let hold = hold_of(conn, self.acks_leave.max(self.now), self.hz);
+        let cells = sack_cells(conn).count() + usize::from(hold.is_some());
+        if !w.begin_section(&ack_header(conn, credits), cells) {
             return false;
         }
-        push_ack_cells(conn, w, 0);
+        self.stats.acks_held += u64::from(hold.is_some());
+        push_ack_cells(conn, w, 0, hold);
         seal(conn, w, &mut self.stats);
         conn.ack_pending = false;
         self.stats.acks_tx += 1;
@@ -219,6 +225,17 @@ impl Node {
         }
         self.probe_list.clear();
         self.path_probes.clear();
+    }
+
+    /// Whether the next [`Node::transmit_control`] sends acknowledgements (those owed
+    /// since the turn before: the turn's own wait a turn for a reply to carry them).
+    #[inline]
+    pub(crate) fn flushes_acks(&self) -> bool {
+        match self.ack_list[..] {
+            [] => false,
+            [slot] => self.conns.get(slot).is_some_and(|c| c.ack_pending),
+            _ => true,
+        }
     }
 
     /// Makes every owed acknowledgement go with the next transmission (before a
@@ -929,11 +946,20 @@ pub(super) fn pcp_of(p: crate::connection::Priority) -> u8 {
     }
 }
 
-/// The cells of an acknowledgement frame: NAKs of the first `told` kept refusals, the
-/// receiver-not-ready NAKs that fit, and — when the frame acknowledges everything that
-/// ran — the selective part (which messages beyond it arrived; one cell per non-empty
-/// 32-bit word, at most 8). Returns the receiver-not-ready NAKs it carried.
-fn push_ack_cells(conn: &ConnContext, w: &mut FrameWriter<'_>, told: usize) -> usize {
+/// The cells of an acknowledgement frame: its hold (when it has one to report,
+/// [`hold_of`]), NAKs of the first `told` kept refusals, the receiver-not-ready NAKs
+/// that fit, and — when the frame acknowledges everything that ran — the selective
+/// part (which messages beyond it arrived; one cell per non-empty 32-bit word, at most
+/// 8). Returns the receiver-not-ready NAKs it carried.
+fn push_ack_cells(
+    conn: &ConnContext,
+    w: &mut FrameWriter<'_>,
+    told: usize,
+    hold: Option<ControlRepr>,
+) -> usize {
+    if let Some(h) = hold {
+        let _ = w.push(&h, &[]); // room counted by the caller
+    }
     let nak = |&(seq, nak): &(u32, Nak)| ControlRepr {
         opcode: op::NAK,
         operand: seq,
@@ -956,6 +982,24 @@ fn push_ack_cells(conn: &ConnContext, w: &mut FrameWriter<'_>, told: usize) -> u
         }
     }
     pushed
+}
+
+/// The hold cell of an acknowledgement of `conn` that leaves at `now` (ticks of a clock
+/// of `hz`): how long after its newest frame from the peer arrived ([`op::HOLD`]), if
+/// at least [`wire::HOLD_MIN_NS`]. (The newest frame may be one the acknowledgement
+/// does not sample — an acknowledgement, a resent message — which only makes the hold
+/// reported shorter than the sampled frame's: the sender never takes off too much. An
+/// acknowledgement that acknowledges nothing new — a new credit, a probe's answer —
+/// gives its sender no sample, and the sender ignores its hold.)
+#[inline]
+fn hold_of(conn: &ConnContext, now: u64, hz: u64) -> Option<ControlRepr> {
+    let ticks = now.saturating_sub(conn.last_rx);
+    let ns = u128::from(ticks) * 1_000_000_000 / u128::from(hz.max(1));
+    (ns >= u128::from(wire::HOLD_MIN_NS)).then(|| ControlRepr {
+        opcode: op::HOLD,
+        operand: u32::try_from(ns).unwrap_or(u32::MAX),
+        ..Default::default()
+    })
 }
 
 /// The selective part of `conn`'s acknowledgement: one SACK cell per non-empty 32-bit

@@ -95,6 +95,10 @@ counters! {
     acks_tx,
     naks_tx,
     naks_rx,
+    /// Of the acknowledgements sent, those that reported how long they were held
+    /// (`wire::op::HOLD`: at least `wire::HOLD_MIN_NS` after the newest frame they
+    /// acknowledge arrived).
+    acks_held,
     /// Messages sent again.
     retransmits,
     /// Payload bytes of the messages sent again.

@@ -315,7 +315,7 @@ impl Node {
             if sprayed && !self.path_events.is_empty() {
                 let params = self.cc.params;
                 self.path_events
-                    .apply(self.cc.peer(conn.peer), &params, now, false);
+                    .apply(self.cc.peer(conn.peer), &params, now, 0, false);
             }
             match timeout {
                 Timeout::GiveUp => {
@@ -341,7 +341,7 @@ impl Node {
                         };
                         let cc = self.cc.peer(peer);
                         if sprayed {
-                            self.path_events.apply(cc, &params, now, false);
+                            self.path_events.apply(cc, &params, now, 0, false);
                         }
                         cc.on_timeout(&params);
                         cc.forget(out);

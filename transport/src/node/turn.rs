@@ -109,6 +109,13 @@ pub trait Clock {
     const CHEAP: bool;
     /// The time now, in the node's ticks.
     fn now(&mut self) -> u64;
+    /// The time now, read again once the turn's work is done, as its acknowledgements
+    /// go to the wire: their hold (`wire::op::HOLD`) is measured to it. The same clock
+    /// as [`Clock::now`] (a simulation places it where its host's frames of the turn
+    /// leave).
+    fn now_sending(&mut self) -> u64 {
+        self.now()
+    }
     /// Turns taken with this clock.
     fn turns(&mut self) -> &mut u64;
 }
@@ -180,6 +187,12 @@ impl Node {
         // `transmit_control` below, every turn).
         if ticked && now >= self.next_timer() {
             self.handle_timeout(now);
+        }
+        if C::CHEAP || self.flushes_acks() {
+            // Acknowledgements go now: how long they were held (a burst delivered,
+            // this node's own frames sent, a turn waited for a reply to carry them)
+            // goes with them, so that their sender does not read it as queueing.
+            self.acks_leave = clock.now_sending();
         }
         self.transmit_control(io);
         let (sent, stalled) = io.transmit();

@@ -31,7 +31,7 @@ pub use fabric::{Fabric, FabricConfig, FabricStats, LinkSpec, Port, QueueSpec};
 pub use segment::{SegmentDriver, SegmentError};
 
 use std::cmp::Reverse;
-use std::collections::BinaryHeap;
+use std::collections::{BinaryHeap, VecDeque};
 use std::sync::Arc;
 
 use crate::cm::ConnectOptions;
@@ -119,6 +119,8 @@ pub use crate::rng::Rng;
 /// and the host's count of turns.
 struct SimClock<'a> {
     now: u64,
+    /// When the turn's frames leave (`Host::turn_ns`).
+    sending: u64,
     turns: &'a mut u64,
 }
 
@@ -126,6 +128,9 @@ impl crate::node::Clock for SimClock<'_> {
     const CHEAP: bool = true;
     fn now(&mut self) -> u64 {
         self.now
+    }
+    fn now_sending(&mut self) -> u64 {
+        self.sending
     }
     fn turns(&mut self) -> &mut u64 {
         self.turns
@@ -140,6 +145,15 @@ pub struct Host {
     pub memory: Vec<Arc<EndpointMemory>>,
     /// Turns the host took.
     pub turns: u64,
+    /// How long each of its turns works before the frames it sent leave, ns: drawn
+    /// uniformly between the two for every turn ((0, 0), the default: they leave as
+    /// the turn begins). A receiver busy delivering a burst or sending its own data,
+    /// which holds its acknowledgements that long (and reports it, `wire::op::HOLD`),
+    /// while its next turn still takes what arrives meanwhile. Frames leave in the
+    /// order sent.
+    pub turn_ns: (u64, u64),
+    /// Frames of its turns that leave later (`turn_ns`), with when.
+    late: VecDeque<(u64, Vec<u8>)>,
 }
 
 impl Host {
@@ -282,6 +296,8 @@ impl Network {
                     down: false,
                     memory: Vec::new(),
                     turns: 0,
+                    turn_ns: (0, 0),
+                    late: VecDeque::new(),
                 }
             })
             .collect();
@@ -351,6 +367,12 @@ impl Network {
                 }
             });
         }
+        for i in 0..self.hosts.len() {
+            while self.hosts[i].late.front().is_some_and(|f| f.0 <= now) {
+                let (_, frame) = self.hosts[i].late.pop_front().expect("looked at");
+                self.send(i, frame);
+            }
+        }
         while self.wire.peek().is_some_and(|f| f.0.at <= now) {
             let Reverse(f) = self.wire.pop().expect("peeked");
             let h = &mut self.hosts[f.to];
@@ -366,13 +388,26 @@ impl Network {
             if h.down {
                 continue;
             }
+            let sending = match h.turn_ns {
+                (0, 0) => now,
+                (lo, hi) => {
+                    let d = lo + self.rng.below(hi.saturating_sub(lo) + 1);
+                    // (in the order sent: not before the last turn's frames)
+                    (now + d).max(h.late.back().map_or(0, |f| f.0))
+                }
+            };
             let mut clock = SimClock {
                 now,
+                sending,
                 turns: &mut h.turns,
             };
             h.node.turn(&mut clock, &mut h.out);
             while let Some(frame) = self.hosts[i].out.pop() {
-                self.send(i, frame);
+                if sending > now {
+                    self.hosts[i].late.push_back((sending, frame));
+                } else {
+                    self.send(i, frame);
+                }
             }
         }
     }
@@ -465,7 +500,8 @@ impl Network {
                 if h.out.rx_pending() {
                     self.now // frames a turn left for the next
                 } else {
-                    h.node.next_timeout()
+                    let late = h.late.front().map_or(u64::MAX, |f| f.0);
+                    h.node.next_timeout().min(late)
                 }
             })
             .min()

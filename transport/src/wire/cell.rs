@@ -109,6 +109,13 @@ pub mod op {
     /// 32 bits: bit i set when message `ack + 1 + 32w + i` arrived (ack = the frame
     /// header's cumulative acknowledgement).
     pub const SACK: u8 = 0xF1;
+    /// The receiver's hold in an ACK section (wire version 16): `operand` = how long,
+    /// in nanoseconds (saturating at `u32::MAX`), the acknowledgement was held after
+    /// the frames it newly acknowledges were taken from the wire (a receive burst
+    /// delivered, the node's own data sent, before the acknowledgements left). Sent
+    /// only when at least [`HOLD_MIN_NS`](super::super::HOLD_MIN_NS); the sender takes
+    /// it off its round-trip samples before congestion control reads them as queueing.
+    pub const HOLD: u8 = 0xF2;
 }
 
 /// Flags in byte 2 of the control part.

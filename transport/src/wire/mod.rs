@@ -114,7 +114,8 @@
 //! challenge, authenticated REJECT and DISCONNECT messages, `crate::handshake`; 14:
 //! read tokens, [`op::TOKEN_READ`], and the ECN echo, [`hflags::ECE`]; 15: credits
 //! count bytes in units of [`CREDIT_UNIT`], not frames, so that a receiver can grant
-//! less than a frame to each of many senders).
+//! less than a frame to each of many senders; 16: the receiver's hold, [`op::HOLD`], in
+//! acknowledgement sections).
 //!
 //! # Neighbour traffic
 //!
@@ -159,7 +160,10 @@ pub use kind::{classify, FrameKind};
 pub use underlay::{UnderlayPacket, UnderlayRepr};
 
 /// Transport protocol version carried in byte 0 of the transport header.
-pub const VERSION: u8 = 15;
+pub const VERSION: u8 = 16;
+/// Least hold ([`op::HOLD`]) a receiver reports: a shorter one is noise beside any
+/// delay target (and costs the acknowledgement a cell for nothing).
+pub const HOLD_MIN_NS: u32 = 1_000;
 /// Bytes per credit (the transport header's `credits`): a receiver grants the
 /// receiver of its frame `credits × CREDIT_UNIT` bytes of bulk data unacknowledged on
 /// the connection (at most 4 MiB; 0: no grant said).
@@ -402,6 +406,6 @@ mod tests {
         let e = WireError::BadUdpPort(80);
         assert_eq!(e.to_string(), "UDP destination port 80 is not 18515");
         let e = WireError::BadVersion(6);
-        assert_eq!(e.to_string(), "transport version 6 is not 15");
+        assert_eq!(e.to_string(), "transport version 6 is not 16");
     }
 }
