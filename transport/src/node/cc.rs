@@ -313,11 +313,6 @@ impl Params {
         }
     }
 
-    /// A receiver's hold of `ns` nanoseconds (`wire::op::HOLD`) in ticks.
-    pub fn hold_ticks(&self, ns: u32) -> u64 {
-        (u128::from(ns) * u128::from(self.hz) / 1_000_000_000) as u64
-    }
-
     /// Of a receiver's hold, what the law takes off a round trip: all of it, or
     /// nothing with [`CcConfig::subtract_hold`] off.
     #[inline]

@@ -352,7 +352,7 @@ pub struct PathSummary {
 impl Node {
     /// Every peer node's congestion state (this shard's), in address order.
     pub fn peer_summaries(&self) -> Vec<PeerSummary> {
-        let ns = |t: u64| (u128::from(t) * 1_000_000_000 / u128::from(self.hz.max(1))) as u64;
+        let ns = |t: u64| crate::ticks::ticks_to_ns(t, self.hz);
         let mut v: Vec<PeerSummary> = self
             .cc
             .iter()

@@ -104,8 +104,9 @@ struct Intake {
     /// What the frame's acknowledgement did to what we sent (congestion control's
     /// signals).
     acked: crate::reliability::Acked,
-    /// How long the peer held the acknowledgement, ns ([`op::HOLD`]; 0: not said).
-    hold_ns: u32,
+    /// How long the peer held the acknowledgement ([`op::HOLD`]), ticks (0: not
+    /// said, or not of a frame the acknowledgement samples).
+    hold: u64,
 }
 
 /// Whether the frame's messages go on after one of them.
@@ -267,7 +268,7 @@ impl Node {
         // (What congestion control needs of the header, read while the view is here.)
         let bulk = usize::from(frame.header.cells) * wire::CELL_LEN >= BDP_MIN_FRAME as usize;
         let (ece, credits) = (frame.header.flags & hflags::ECE != 0, frame.header.credits);
-        let hold = self.cc.params.hold_ticks(intake.hold_ns);
+        let hold = intake.hold;
         notify_host(conn, &intake);
         if intake.owe_ack {
             self.owed_frames = self.owed_frames.saturating_add(1);
@@ -487,7 +488,7 @@ fn take_message(
             return Flow::Next;
         }
         op::HOLD => {
-            intake.hold_ns = m.control.operand;
+            intake.hold = crate::ticks::ns_to_ticks(u64::from(m.control.operand), ex.hz);
             return Flow::Next;
         }
         _ => {}
@@ -642,19 +643,16 @@ fn take_ack(
     } else {
         send::process_ack(conn, frame.header.ack, &intake.sack, ex.now, waits, paths)
     };
-    if intake.hold_ns != 0 {
+    if intake.acked.rtt == 0 || intake.hold >= intake.acked.rtt {
         // The hold is of the frame the acknowledgement samples: none without a
         // sample, and never as long as the round trip it is part of (a hold that is
         // says nothing this sender can use).
-        let hold = u128::from(intake.hold_ns) * u128::from(ex.hz) / 1_000_000_000;
-        if intake.acked.rtt == 0 || hold >= u128::from(intake.acked.rtt) {
-            intake.hold_ns = 0;
-        }
+        intake.hold = 0;
     }
     let mut credit = u64::from(frame.header.credits) * wire::CREDIT_UNIT * ex.credit_scale;
-    if ex.credit_period != 0 && intake.hold_ns != 0 {
-        let hold = u128::from(intake.hold_ns) * u128::from(ex.hz) / 1_000_000_000;
-        credit += (u128::from(credit) * hold / u128::from(ex.credit_period)) as u64;
+    if ex.credit_period != 0 && intake.hold != 0 {
+        let more = u128::from(credit) * u128::from(intake.hold) / u128::from(ex.credit_period);
+        credit += more as u64;
     }
     conn.tx.on_credit(credit);
     if !conn.read_replies.is_empty() {

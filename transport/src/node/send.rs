@@ -993,9 +993,8 @@ fn push_ack_cells(
 /// gives its sender no sample, and the sender ignores its hold.)
 #[inline]
 fn hold_of(conn: &ConnContext, now: u64, hz: u64) -> Option<ControlRepr> {
-    let ticks = now.saturating_sub(conn.last_rx);
-    let ns = u128::from(ticks) * 1_000_000_000 / u128::from(hz.max(1));
-    (ns >= u128::from(wire::HOLD_MIN_NS)).then(|| ControlRepr {
+    let ns = crate::ticks::ticks_to_ns(now.saturating_sub(conn.last_rx), hz);
+    (ns >= u64::from(wire::HOLD_MIN_NS)).then(|| ControlRepr {
         opcode: op::HOLD,
         operand: u32::try_from(ns).unwrap_or(u32::MAX),
         ..Default::default()
