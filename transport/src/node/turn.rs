@@ -154,7 +154,7 @@ impl Node {
         if ticked {
             self.now = clock.now();
         }
-        let now = self.now;
+        let mut now = self.now;
         let mut urgent = self.take_high(io, now);
         // Bulk frames wait for the next turn when urgent ones came first: the
         // application sees those at once.
@@ -172,7 +172,8 @@ impl Node {
             }
         }
         if io.sharded() {
-            n += self.exchange(io, now);
+            n += self.exchange(io, now, (!ticked).then_some(&mut *clock));
+            now = self.now;
         }
         if urgent {
             // No bulk sending in a turn that took an urgent frame: its answer may be
@@ -202,15 +203,26 @@ impl Node {
 
     /// A sharded device: wakes the shards frames were forwarded to, takes this
     /// shard's inbox (up to a burst) and relays the other shards' frames. Returns the
-    /// frames taken.
+    /// frames taken. With `clock` (the turn did not read it: no frame of its own came)
+    /// the time is read when a forwarded frame is there, so that what it starts (its
+    /// acknowledgement's hold, timers) counts from now, not from a turn long past.
     #[inline(never)]
-    fn exchange<I: Io>(&mut self, io: &mut I, now: u64) -> usize {
+    fn exchange<I: Io, C: Clock>(
+        &mut self,
+        io: &mut I,
+        mut now: u64,
+        mut clock: Option<&mut C>,
+    ) -> usize {
         io.wake_forwarded();
         let mut n = 0;
         while n < RX_BURST {
             let Some(m) = io.inbox() else {
                 break;
             };
+            if let Some(c) = clock.take() {
+                now = c.now();
+                self.now = now;
+            }
             self.take(&m, now);
             self.ack_if_due(io);
             n += 1;
