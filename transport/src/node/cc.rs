@@ -697,7 +697,7 @@ impl PeerCc {
 
     /// An acknowledgement at `now` that completed `bytes` of first transmissions, with
     /// round-trip sample `rtt` (0: none) of which the receiver held it `hold`
-    /// ([`Params::hold_ticks`]), echoing ECN or not, and `lost` messages found lost.
+    /// (ticks), echoing ECN or not, and `lost` messages found lost.
     pub fn on_ack(
         &mut self,
         p: &Params,
