@@ -250,16 +250,18 @@ impl Node {
         }
         let sprayed = self.cc.params.paths > 1;
         if frame.header.flags & hflags::ACK != 0 {
+            let peer_cc = self.cc.get(conn.peer);
             let waits = match sprayed {
-                true => self.cc.get(conn.peer).map_or(&[][..], |c| &c.waits[..]),
+                true => peer_cc.map_or(&[][..], |c| &c.waits[..]),
                 false => &[],
             };
+            let held = peer_cc.map_or(0, |c| c.hold());
             take_ack(
                 conn,
                 frame,
                 &mut intake,
                 &mut ex,
-                waits,
+                (waits, held),
                 &mut self.path_events,
             );
         }
@@ -635,7 +637,7 @@ fn take_ack(
     frame: &FrameView<'_>,
     intake: &mut Intake,
     ex: &mut Exec<'_>,
-    waits: &[u64],
+    (waits, held): (&[u64], u64),
     paths: &mut super::cc::PathEvents,
 ) {
     intake.acked = if waits.is_empty() {
@@ -650,8 +652,12 @@ fn take_ack(
         intake.hold = 0;
     }
     let mut credit = u64::from(frame.header.credits) * wire::CREDIT_UNIT * ex.credit_scale;
-    if ex.credit_period != 0 && intake.hold != 0 {
-        let more = u128::from(credit) * u128::from(intake.hold) / u128::from(ex.credit_period);
+    // (By the peer's recent hold, `held`, the same for all its connections, not by
+    // this acknowledgement's alone: a cap that jumped with each hold would let one
+    // connection run ahead of the others.)
+    let hold = intake.hold.max(held);
+    if ex.credit_period != 0 && hold != 0 {
+        let more = u128::from(credit) * u128::from(hold) / u128::from(ex.credit_period);
         credit += more as u64;
     }
     conn.tx.on_credit(credit);
