@@ -14,7 +14,7 @@ use common::*;
 use deposit_transport::cm::ConnectOptions;
 use deposit_transport::node::cc::CcConfig;
 use deposit_transport::node::NodeConfig;
-use deposit_transport::sim::fabric::{FabricStats, FlowKey, ETH_OVERHEAD};
+use deposit_transport::sim::fabric::{FabricStats, FlowKey};
 use deposit_transport::sim::{FabricConfig, LinkConfig, LinkSpec, Network, Port, QueueSpec, HZ};
 use deposit_transport::tables::Rights;
 use deposit_transport::wire::UDP_PORT;
@@ -170,17 +170,7 @@ fn incast(senders: usize, len: usize, cc: bool, ping: bool) -> Incast {
         if let Some(p) = pinger.as_mut() {
             p.poll(net, true);
         }
-        for (i, (a, _)) in ends.iter().enumerate() {
-            for c in deposit_transport::sim::drain(&a.cq) {
-                assert_eq!(
-                    c.status,
-                    deposit_transport::connection::WcStatus::Success,
-                    "{c:?}"
-                );
-                got[i] += 1;
-            }
-        }
-        got.iter().zip(&writes).all(|(g, w)| g == w)
+        count_writes(&ends, &mut got, &writes)
     });
     assert!(done, "completions {got:?} of {writes:?}");
     let elapsed = net.now - t0;
@@ -239,22 +229,6 @@ fn worst_fairness(st: &FabricStats, flows: &[FlowKey], from: u64, window: u64) -
     (worst, n)
 }
 
-/// The senders' retransmissions and timeouts, and what their frames carried of
-/// payload on the line (the most goodput the line allows, as a fraction).
-fn senders(net: &Network, senders: usize) -> (u64, u64, f64) {
-    let (mut retx, mut timeouts, mut sent, mut frames, mut payload) = (0, 0, 0, 0, 0);
-    for h in 1..=senders {
-        let s = net.hosts[h].node.stats();
-        retx += s.retransmits;
-        timeouts += s.timeouts;
-        sent += s.bytes_tx;
-        frames += s.frames_tx;
-        payload += s.bytes_payload_tx;
-    }
-    let carried = payload as f64 / (sent + frames * ETH_OVERHEAD) as f64;
-    (retx, timeouts, carried)
-}
-
 /// The 64:1 incast of issue 38: 1 MiB from each sender.
 const SENDERS: usize = 64;
 const LEN: usize = 1 << 20;
@@ -279,7 +253,7 @@ fn a_64_to_1_incast_fills_the_port_without_drops_timeouts_or_unfairness_and_smal
     let r = incast(SENDERS, LEN, true, true);
     let st = r.net.fabric_stats();
     let port = st.port(Port::ToHost(0));
-    let (retx, timeouts, carried) = senders(&r.net, SENDERS);
+    let (retx, timeouts, carried) = sender_totals(&r.net, SENDERS);
     let goodput = (SENDERS * LEN) as f64 * 8.0 / r.elapsed as f64;
     // The bottleneck carried what it can of payload, within 5 %.
     assert!(
@@ -353,7 +327,7 @@ fn a_64_to_1_incast_fills_the_port_without_drops_timeouts_or_unfairness_and_smal
 fn without_congestion_control_the_same_incast_drops_times_out_and_is_unfair() {
     let r = incast(SENDERS, LEN, false, true);
     let st = r.net.fabric_stats();
-    let (retx, timeouts, _) = senders(&r.net, SENDERS);
+    let (retx, timeouts, _) = sender_totals(&r.net, SENDERS);
     assert!(st.drops() > 1000, "{} drops", st.drops());
     assert!(
         timeouts > 100 && retx > st.drops(),

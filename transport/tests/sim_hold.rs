@@ -14,7 +14,6 @@ use common::*;
 use deposit_transport::cm::ConnectOptions;
 use deposit_transport::node::cc::CcConfig;
 use deposit_transport::node::{NodeConfig, PeerSummary};
-use deposit_transport::sim::fabric::ETH_OVERHEAD;
 use deposit_transport::sim::{FabricConfig, LinkConfig, LinkSpec, Network, Port, QueueSpec, HZ};
 use deposit_transport::tables::Rights;
 
@@ -91,19 +90,7 @@ fn run(senders: usize, hold: (u64, u64), subtract: bool, delay: bool) -> Run {
         .map(|(a, _)| stream(a, LEN, 64 << 10, (a.host - 1) * LEN))
         .collect();
     let mut got = vec![0; senders];
-    let done = net.run_until(10 * HZ, |_| {
-        for (i, (a, _)) in ends.iter().enumerate() {
-            for c in deposit_transport::sim::drain(&a.cq) {
-                assert_eq!(
-                    c.status,
-                    deposit_transport::connection::WcStatus::Success,
-                    "{c:?}"
-                );
-                got[i] += 1;
-            }
-        }
-        got.iter().zip(&writes).all(|(g, w)| g == w)
-    });
+    let done = net.run_until(10 * HZ, |_| count_writes(&ends, &mut got, &writes));
     assert!(done, "completions {got:?} of {writes:?}");
     let elapsed = net.now - t0;
     for (i, w) in want.iter().enumerate() {
@@ -112,19 +99,11 @@ fn run(senders: usize, hold: (u64, u64), subtract: bool, delay: bool) -> Run {
         same(&v, w, &format!("sender {}", i + 1));
     }
     let st = net.fabric_stats();
-    let (mut retransmits, mut timeouts, mut sent, mut frames, mut payload) = (0, 0, 0, 0, 0);
-    for h in 1..=senders {
-        let s = net.hosts[h].node.stats();
-        retransmits += s.retransmits;
-        timeouts += s.timeouts;
-        sent += s.bytes_tx;
-        frames += s.frames_tx;
-        payload += s.bytes_payload_tx;
-    }
+    let (retransmits, timeouts, carried) = sender_totals(&net, senders);
     let rx = net.hosts[0].node.stats();
     let r = Run {
         gbps: (senders * LEN) as f64 * 8.0 / elapsed as f64,
-        carried: payload as f64 / (sent + frames * ETH_OVERHEAD) as f64,
+        carried,
         peer: net.hosts[1].node.peer_summaries().remove(0),
         drops: st.drops(),
         queue_p99: st.port(Port::ToHost(0)).depth_percentile(99.0),

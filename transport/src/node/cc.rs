@@ -889,11 +889,16 @@ impl PeerCc {
     }
 }
 
-/// Round trip `rtt` (not 0) without the receiver's `hold` of it: at least a tick (a
-/// hold is never longer than the round trip it is part of, unless the clocks disagree).
+/// Round trip `rtt` without the receiver's `hold` of it: at least a tick (a hold is
+/// never longer than the round trip it is part of, unless the clocks disagree); 0 (no
+/// sample) stays 0.
 #[inline]
 fn without_hold(rtt: u64, hold: u64) -> u64 {
-    rtt.saturating_sub(hold).max(1)
+    if rtt == 0 {
+        0
+    } else {
+        rtt.saturating_sub(hold).max(1)
+    }
 }
 
 /// What a sender said of its sprayed frames in one acknowledgement or timer
@@ -932,7 +937,8 @@ impl PathEvents {
     }
 
     /// Applies what was gathered to `peer`'s paths at `now` (the acknowledgement
-    /// held `hold` ticks by the receiver, echoing ECN or not) and empties it. Returns the round-trip sample the peer's
+    /// held `hold` ticks by the receiver, echoing ECN or not) and empties it. Returns
+    /// the round-trip sample the peer's
     /// window should hear: the newest frame's delivered on a path in use (0: none) —
     /// the frames a path just left out (slower, or with a queue of its own) still
     /// brings in must not read as the peer's queue.
@@ -945,11 +951,7 @@ impl PathEvents {
                     bytes,
                     rtt: sample,
                 } => {
-                    let sample = if sample == 0 {
-                        0
-                    } else {
-                        without_hold(sample, p.subtracted(hold))
-                    };
+                    let sample = without_hold(sample, p.subtracted(hold));
                     peer.on_path_delivered(p, now, path, bytes, sample, ece);
                     if sample != 0 && peer.path_in_use(path, now) {
                         rtt = sample;
@@ -1162,20 +1164,25 @@ mod tests {
 
     #[test]
     fn the_receivers_hold_is_not_queueing_but_is_part_of_the_round_trip() {
+        // 5 µs of path, then 200 round trips of 35 µs of which the receiver held 30,
+        // every other one marked; returns the window after the first sample.
+        fn held(cc: &mut PeerCc, p: &Params) -> u64 {
+            let mut now = 1;
+            cc.on_ack(p, now, 4096, (5_000, 0), false, false);
+            let start = cc.window();
+            for i in 0..200 {
+                now += 1000;
+                cc.on_frame_sent(p, now, 4096, 4096, true);
+                cc.forget(4096);
+                cc.on_ack(p, now, 4096, (35_000, 30_000), i % 2 == 0, false);
+            }
+            start
+        }
         let p = params();
         let mut cc = PeerCc::new(&p, 16 << 10);
-        let mut now = 1;
-        // 5 µs of path, then 35 µs round trips of which the receiver held 30: no
-        // queue, so the window grows as on an empty path, and marks (a queue forming
+        // No queue: the window grows as on an empty path, and marks (a queue forming
         // elsewhere, under the target) decrease nothing.
-        cc.on_ack(&p, now, 4096, (5_000, 0), false, false);
-        let start = cc.window();
-        for i in 0..200 {
-            now += 1000;
-            cc.on_frame_sent(&p, now, 4096, 4096, true);
-            cc.forget(4096);
-            cc.on_ack(&p, now, 4096, (35_000, 30_000), i % 2 == 0, false);
-        }
+        let start = held(&mut cc, &p);
         assert!(cc.window() > start, "{start} -> {}", cc.window());
         assert_eq!(cc.counters.decreases, 0);
         assert!(cc.avg_delay < 1.0, "{}", cc.avg_delay);
@@ -1197,14 +1204,7 @@ mod tests {
             1 << 20,
         );
         let mut k = PeerCc::new(&kept, 16 << 10);
-        let mut now = 1;
-        k.on_ack(&kept, now, 4096, (5_000, 0), false, false);
-        for i in 0..200 {
-            now += 1000;
-            k.on_frame_sent(&kept, now, 4096, 4096, true);
-            k.forget(4096);
-            k.on_ack(&kept, now, 4096, (35_000, 30_000), i % 2 == 0, false);
-        }
+        held(&mut k, &kept);
         assert!(k.counters.decreases > 0, "{:?}", k.counters);
         assert!(k.window() < cc.window(), "{} / {}", k.window(), cc.window());
     }

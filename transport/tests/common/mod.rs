@@ -191,6 +191,36 @@ pub fn complete(net: &mut Network, end: &End, n: usize, limit_s: u64) -> Vec<Com
     got
 }
 
+/// Takes the completions that came on the first end of each of `ends` (every one a
+/// success), counting them in `got`; whether each has all of its `writes`. (For the
+/// `done` of a `Network::run_until` over many streams.)
+pub fn count_writes(ends: &[(End, End)], got: &mut [usize], writes: &[usize]) -> bool {
+    for (i, (a, _)) in ends.iter().enumerate() {
+        for c in sim::drain(&a.cq) {
+            assert_eq!(c.status, WcStatus::Success, "{c:?}");
+            got[i] += 1;
+        }
+    }
+    got.iter().zip(writes).all(|(g, w)| g == w)
+}
+
+/// What hosts 1..=`senders` sent: retransmissions, timeouts, and the share of the
+/// bytes on their lines that was payload (frames with their Ethernet overhead).
+pub fn sender_totals(net: &Network, senders: usize) -> (u64, u64, f64) {
+    let (mut retx, mut timeouts, mut sent, mut frames, mut payload) = (0, 0, 0, 0, 0);
+    for h in 1..=senders {
+        let s = net.hosts[h].node.stats();
+        retx += s.retransmits;
+        timeouts += s.timeouts;
+        sent += s.bytes_tx;
+        frames += s.frames_tx;
+        payload += s.bytes_payload_tx;
+    }
+    let overhead = deposit_transport::sim::fabric::ETH_OVERHEAD;
+    let carried = payload as f64 / (sent + frames * overhead) as f64;
+    (retx, timeouts, carried)
+}
+
 /// Asserts every completion succeeded.
 pub fn all_ok(c: &[Completion]) {
     for x in c {
