@@ -182,7 +182,7 @@ pub struct PeerCc {
     base_rtt: u64,
     srtt: u64,
     /// The largest hold the peer reported lately (ticks; decays by an eighth per
-    /// acknowledgement): what a path's wait for loss detection allows beyond its
+    /// acknowledgement, to 0): what a path's wait for loss detection allows beyond its
     /// round trip, which has the hold taken off.
     hold: u64,
     /// Smoothed queueing delay (ticks).
@@ -711,7 +711,7 @@ impl PeerCc {
             return;
         }
         self.counters.marks += u64::from(ece);
-        self.hold = hold.max(self.hold - self.hold / 8);
+        self.hold = hold.max(self.hold - self.hold.div_ceil(8));
         let delay = (rtt != 0).then(|| self.sample(rtt, p.subtracted(hold)));
         if delay.is_some() {
             self.credit_window_again(p);

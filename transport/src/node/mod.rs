@@ -495,6 +495,9 @@ pub struct Node {
     /// older than `now` between such reads, and then `now` counts). Their hold
     /// (`wire::op::HOLD`) is measured from it.
     pub(crate) acks_leave: u64,
+    /// [`wire::HOLD_MIN_NS`] in ticks: a shorter hold is not reported (and not
+    /// converted to nanoseconds: most acknowledgements are compared, not divided).
+    pub(crate) hold_min: u64,
     /// Ticks per second of the `now` the driver passes.
     pub(crate) hz: u64,
     /// Each peer node's congestion window and pace (`NodeConfig::cc`).
@@ -711,6 +714,7 @@ impl Node {
             owed_msgs_base: 0,
             owed_frames: 0,
             acks_leave: 0,
+            hold_min: crate::ticks::ns_to_ticks(u64::from(wire::HOLD_MIN_NS), hz).max(1),
             hz,
             segment_max,
             bulk_segment,

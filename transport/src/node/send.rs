@@ -81,7 +81,7 @@ impl Node {
             return true;
         };
         let max = self.caps.max_frame;
-        let hold = hold_of(conn, self.acks_leave.max(self.now), self.hz);
+        let hold = hold_of(conn, self.acks_leave.max(self.now), self.hold_min, self.hz);
         // Every kept refusal's NAK rides in the frame, or the acknowledgement stops at
         // the first left out.
         let room = wire::max_cells(max)
@@ -168,7 +168,7 @@ impl Node {
         }
         let conn = self.conns.get_mut(slot).expect("eligible slot");
         let credits = self.share.for_peer(&self.peer_conns, conn.peer);
-        let hold = hold_of(conn, self.acks_leave.max(self.now), self.hz);
+        let hold = hold_of(conn, self.acks_leave.max(self.now), self.hold_min, self.hz);
         let cells = sack_cells(conn).count() + usize::from(hold.is_some());
         if !w.begin_section(&ack_header(conn, credits), cells) {
             return false;
@@ -985,15 +985,19 @@ fn push_ack_cells(
 }
 
 /// The hold cell of an acknowledgement of `conn` that leaves at `now` (ticks of a clock
-/// of `hz`): how long after its newest frame from the peer arrived ([`op::HOLD`]), if
+/// of `hz`; `min`: [`wire::HOLD_MIN_NS`] in them): how long after its newest frame from the peer arrived ([`op::HOLD`]), if
 /// at least [`wire::HOLD_MIN_NS`]. (The newest frame may be one the acknowledgement
 /// does not sample — an acknowledgement, a resent message — which only makes the hold
 /// reported shorter than the sampled frame's: the sender never takes off too much. An
 /// acknowledgement that acknowledges nothing new — a new credit, a probe's answer —
 /// gives its sender no sample, and the sender ignores its hold.)
 #[inline]
-fn hold_of(conn: &ConnContext, now: u64, hz: u64) -> Option<ControlRepr> {
-    let ns = crate::ticks::ticks_to_ns(now.saturating_sub(conn.last_rx), hz);
+fn hold_of(conn: &ConnContext, now: u64, min: u64, hz: u64) -> Option<ControlRepr> {
+    let ticks = now.saturating_sub(conn.last_rx);
+    if ticks < min {
+        return None;
+    }
+    let ns = crate::ticks::ticks_to_ns(ticks, hz);
     (ns >= u64::from(wire::HOLD_MIN_NS)).then(|| ControlRepr {
         opcode: op::HOLD,
         operand: u32::try_from(ns).unwrap_or(u32::MAX),

@@ -175,6 +175,7 @@ impl Node {
             n += self.exchange(io, now, (!ticked).then_some(&mut *clock));
             now = self.now;
         }
+        let sent_before = self.stats.frames_tx;
         if urgent {
             // No bulk sending in a turn that took an urgent frame: its answer may be
             // posted as soon as this turn ends.
@@ -189,10 +190,15 @@ impl Node {
         if ticked && now >= self.next_timer() {
             self.handle_timeout(now);
         }
-        if C::CHEAP || self.flushes_acks() {
-            // Acknowledgements go now: how long they were held (a burst delivered,
-            // this node's own frames sent, a turn waited for a reply to carry them)
-            // goes with them, so that their sender does not read it as queueing.
+        // Acknowledgements go now: how long they were held (a burst delivered, this
+        // node's own frames sent, a turn waited for a reply to carry them) goes with
+        // them, so that their sender does not read it as queueing. The clock is read
+        // again for it only after work that takes time — frames taken, or sent, in
+        // this turn — not in the turns of a ping-pong (a frame, or none, and nothing
+        // sent), where the hold is the rest of a turn and the clock read would be
+        // most of what the turn costs: the hold is then counted to the turn's first
+        // read (shorter than it was, never longer).
+        if C::CHEAP || self.flushes_acks() && (n > 1 || self.stats.frames_tx != sent_before) {
             self.acks_leave = clock.now_sending();
         }
         self.transmit_control(io);
