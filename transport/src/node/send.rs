@@ -955,9 +955,14 @@ fn push_ack_cells(
     conn: &ConnContext,
     w: &mut FrameWriter<'_>,
     told: usize,
-    hold: Option<ControlRepr>,
+    hold: Option<u32>,
 ) -> usize {
-    if let Some(h) = hold {
+    if let Some(ns) = hold {
+        let h = ControlRepr {
+            opcode: op::HOLD,
+            operand: ns,
+            ..Default::default()
+        };
         let _ = w.push(&h, &[]); // room counted by the caller
     }
     let nak = |&(seq, nak): &(u32, Nak)| ControlRepr {
@@ -992,17 +997,13 @@ fn push_ack_cells(
 /// acknowledgement that acknowledges nothing new — a new credit, a probe's answer —
 /// gives its sender no sample, and the sender ignores its hold.)
 #[inline]
-fn hold_of(conn: &ConnContext, now: u64, min: u64, hz: u64) -> Option<ControlRepr> {
+fn hold_of(conn: &ConnContext, now: u64, min: u64, hz: u64) -> Option<u32> {
     let ticks = now.saturating_sub(conn.last_rx);
     if ticks < min {
         return None;
     }
     let ns = crate::ticks::ticks_to_ns(ticks, hz);
-    (ns >= u64::from(wire::HOLD_MIN_NS)).then(|| ControlRepr {
-        opcode: op::HOLD,
-        operand: u32::try_from(ns).unwrap_or(u32::MAX),
-        ..Default::default()
-    })
+    (ns >= u64::from(wire::HOLD_MIN_NS)).then(|| u32::try_from(ns).unwrap_or(u32::MAX))
 }
 
 /// The selective part of `conn`'s acknowledgement: one SACK cell per non-empty 32-bit
