@@ -103,6 +103,24 @@ fn seeds_pass() {
     }
 }
 
+/// The frame target's seeds parse as frames once fixed up, over IPv4 and over IPv6, so
+/// that fuzzing starts past the underlay's checks of either family.
+#[test]
+fn frame_seeds_parse_over_both_families() {
+    let mut families = [0, 0];
+    for s in fuzzing::seeds("frame") {
+        let mut buf = s[3..].to_vec();
+        fuzzing::wire::fix_up(&mut buf, s[0]);
+        let v = deposit_transport::wire::FrameView::parse(&buf)
+            .unwrap_or_else(|e| panic!("a frame seed does not parse: {e:?}"));
+        families[usize::from(v.underlay.is_ipv6())] += 1;
+    }
+    assert!(
+        families[0] > 0 && families[1] > 0,
+        "seeds by family {families:?}"
+    );
+}
+
 /// Every target's directory is there, and the list of targets is the fuzz crate's.
 #[test]
 fn every_target_has_a_fuzz_target_file() {

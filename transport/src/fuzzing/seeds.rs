@@ -64,10 +64,30 @@ fn data(len: usize, seed: u8) -> Vec<u8> {
 /// A section of a frame: its header and messages.
 type Section = (TransportRepr, Vec<(ControlRepr, Vec<u8>)>);
 
-/// A frame of sections.
+/// A frame of sections, over IPv4.
 fn frame_of(sections: &[Section]) -> Vec<u8> {
+    frame_over(&underlay(), sections)
+}
+
+/// The IPv6 underlay of the IPv6 seeds: fd00::1 to fd00::2.
+fn underlay6() -> crate::wire::UnderlayRepr {
+    let ip = |last: u8| {
+        let mut a = [0u8; 16];
+        a[0] = 0xfd;
+        a[15] = last;
+        std::net::IpAddr::from(a)
+    };
+    crate::wire::UnderlayRepr {
+        src_ip: ip(1),
+        dst_ip: ip(2),
+        ..underlay()
+    }
+}
+
+/// A frame of sections over `underlay` (either family).
+fn frame_over(underlay: &crate::wire::UnderlayRepr, sections: &[Section]) -> Vec<u8> {
     let mut buf = vec![0u8; 9014];
-    let mut w = FrameWriter::new(&mut buf, &underlay(), &sections[0].0).expect("frame");
+    let mut w = FrameWriter::new(&mut buf, underlay, &sections[0].0).expect("frame");
     for (i, (h, msgs)) in sections.iter().enumerate() {
         if i > 0 {
             assert!(w.begin_section(h, 0));
@@ -126,8 +146,17 @@ fn frames() -> Vec<Vec<u8>> {
         .write_frame(b"hello", &underlay(), &mut cm)
         .expect("CM frame");
     cm.truncate(n);
+    // Over IPv6: one section, and sealed beside plain.
+    let one6 = frame_over(&underlay6(), &[(header(17, hflags::ACK), msgs.clone())]);
+    let mixed6 = frame_over(
+        &underlay6(),
+        &[
+            (header(17, hflags::SEALED), msgs[..2].to_vec()),
+            (header(19, hflags::ACK), msgs[2..].to_vec()),
+        ],
+    );
     let mut out = Vec::new();
-    for (i, f) in [one, three, ack_only, cm, sealed, mixed]
+    for (i, f) in [one, three, ack_only, cm, sealed, mixed, one6, mixed6]
         .into_iter()
         .enumerate()
     {

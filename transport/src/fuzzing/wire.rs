@@ -7,7 +7,8 @@
 //!   parsed it parses to the same underlay, headers and messages, and its bytes after
 //!   the underlay are the original's but for padding; and any single bit flipped in
 //!   the IPv4 header or in what the CRC32C covers makes it fail (in a frame whose
-//!   every section is sealed, which has no CRC, in its zero trailer).
+//!   every section is sealed, which has no CRC, in its zero trailer). IPv6 frames
+//!   (by the ethertype) go through the same checks at their own offsets.
 //! * `cell`: a control part that parses emits back to the same 16 bytes, one that
 //!   does not failed only on its check byte; any fields emit to bytes that parse back to
 //!   them; `cells_for` is the least number of cells that holds the payload; a transport
@@ -56,6 +57,7 @@ use crate::wire::icmp::{
     emit_echo_reply, parse_echo_request, Icmp, IcmpPacket, ICMP_ECHO_REQUEST, ICMP_HEADERS_LEN,
     IP_PROTO_ICMP,
 };
+use crate::wire::ipv6::IPV6_UNDERLAY_LEN;
 use crate::wire::ipv6::{check_ipv6_header, IPV6_HEADERS_LEN, NEXT_ICMPV6};
 use crate::wire::ndp::{
     emit_advert, emit_echo_reply6, emit_solicit, icmpv6_checksum, is_multicast, is_solicited_node,
@@ -63,7 +65,7 @@ use crate::wire::ndp::{
     ALL_NODES_MAC, ECHO6_HEADERS_LEN, ICMPV6_ECHO_REPLY, ICMPV6_ECHO_REQUEST, NDP_ADVERT,
     NDP_FRAME_LEN, NDP_HOP_LIMIT, NDP_SOLICIT, UNSPECIFIED,
 };
-use crate::wire::underlay::ETH_HEADER_LEN;
+use crate::wire::underlay::{header_len_of, set_lengths, ETH_HEADER_LEN};
 use crate::wire::{
     classify, hflags, ControlPacket, ControlRepr, FrameKind, FrameView, FrameWriter,
     TransportPacket, TransportRepr, UnderlayPacket, UnderlayRepr, WireError, CELL_LEN, CONTROL_LEN,
@@ -94,28 +96,38 @@ pub fn frame(data: &[u8]) {
 
 /// Applies the fix-ups `mode` selects to a frame in `buf`.
 pub fn fix_up(buf: &mut [u8], mode: u8) {
-    if buf.len() < UNDERLAY_LEN {
+    // (Either family, by the ethertype: IPv6 frames have a longer underlay.)
+    let hdr = header_len_of(buf);
+    if buf.len() < hdr {
         return;
     }
     if mode & fixup::LENGTHS != 0 && buf.len() - ETH_HEADER_LEN <= usize::from(u16::MAX) {
-        let n = buf.len() - UNDERLAY_LEN;
-        UnderlayPacket::new_unchecked(&mut *buf).set_lengths(n);
+        set_lengths(buf, buf.len() - hdr);
+        if hdr == IPV6_UNDERLAY_LEN {
+            // (No UDP checksum: the frame's CRC covers what matters.)
+            buf[IPV6_UNDERLAY_LEN - 2..IPV6_UNDERLAY_LEN].fill(0); // (its last field)
+        }
     }
     let end = ip_end(buf).min(buf.len());
-    if end < UNDERLAY_LEN + CRC_LEN {
+    if end < hdr + CRC_LEN {
         return;
     }
     if mode & fixup::CHECKS != 0 {
-        fill_checks(&mut buf[UNDERLAY_LEN..end - CRC_LEN]);
+        fill_checks(&mut buf[hdr..end - CRC_LEN]);
     }
     if mode & fixup::CRC != 0 {
         crate::wire::write_trailer(buf, end);
     }
 }
 
-/// Where the IPv4 packet of a frame ends (by its total length).
+/// Where the IP packet of a frame ends: by the IPv4 total length, or the IPv6
+/// header's end and payload length.
 fn ip_end(buf: &[u8]) -> usize {
-    ETH_HEADER_LEN + usize::from(UnderlayPacket::new_unchecked(buf).ip_total_len())
+    if header_len_of(buf) == IPV6_UNDERLAY_LEN {
+        IPV6_HEADERS_LEN + usize::from(u16::from_be_bytes([buf[18], buf[19]]))
+    } else {
+        ETH_HEADER_LEN + usize::from(UnderlayPacket::new_unchecked(buf).ip_total_len())
+    }
 }
 
 /// Fills the check byte of each control part where the sections' headers and the
@@ -152,6 +164,8 @@ pub fn check_frame(buf: &[u8], flip: u16) {
     };
     let end = ip_end(buf);
     assert!(end <= buf.len(), "a frame parsed past its buffer");
+    let hdr = view.underlay.header_len();
+    assert_eq!(hdr, header_len_of(buf), "the family is the ethertype's");
     let offset_of = |s: &[u8]| s.as_ptr() as usize - buf.as_ptr() as usize;
     let mut sections: Vec<Section<'_>> = Vec::new();
     // Positions of padding bytes (after a payload, in its message's last cell).
@@ -159,7 +173,7 @@ pub fn check_frame(buf: &[u8], flip: u16) {
     let mut all_ok = true;
     let mut all_sealed = true;
     let mut cells_seen = 0u32;
-    let mut next_header = UNDERLAY_LEN;
+    let mut next_header = hdr;
     let mut section = Some(view);
     while let Some(v) = section {
         assert_eq!(v.underlay, view.underlay, "sections share the underlay");
@@ -235,12 +249,13 @@ pub fn check_frame(buf: &[u8], flip: u16) {
     assert_eq!(cells_seen, view.frame_cells());
     // (A frame of several sections can be longer than the writer's largest, whose
     // cells alone fill the IPv4 total length.)
-    if all_ok && end <= crate::wire::frame_len(crate::wire::MAX_CELLS) {
-        rewrite(buf, end, &view.underlay, &sections, &padding);
+    if all_ok && end - (hdr - UNDERLAY_LEN) <= crate::wire::frame_len(crate::wire::MAX_CELLS) {
+        rewrite(buf, (hdr, end), &view.underlay, &sections, &padding);
     }
     // CRC32C catches every single-bit error of what it covers, the IPv4 checksum every
-    // one of the IPv4 header. A frame of sealed sections only has no CRC (each tag,
-    // checked later, covers its section): there a flip of its zero trailer is refused.
+    // one of the IPv4 header (IPv6 has none: there only what the CRC covers). A frame
+    // of sealed sections only has no CRC (each tag, checked later, covers its
+    // section): there a flip of its zero trailer is refused.
     let covered = if all_sealed {
         assert_eq!(
             buf[end - CRC_LEN..end],
@@ -249,16 +264,19 @@ pub fn check_frame(buf: &[u8], flip: u16) {
         );
         CRC_LEN * 8
     } else {
-        (end - UNDERLAY_LEN) * 8
+        (end - hdr) * 8
     };
-    let ip = (UNDERLAY_LEN - ETH_HEADER_LEN - 8) * 8;
+    let ip = match view.underlay.is_ipv6() {
+        false => (UNDERLAY_LEN - ETH_HEADER_LEN - 8) * 8,
+        true => 0,
+    };
     let bit = usize::from(flip) % (covered + ip);
     let byte = if bit < ip {
         ETH_HEADER_LEN + bit / 8
     } else if all_sealed {
         end - CRC_LEN + (bit - ip) / 8
     } else {
-        UNDERLAY_LEN + (bit - ip) / 8
+        hdr + (bit - ip) / 8
     };
     let mut flipped = buf.to_vec();
     flipped[byte] ^= 1 << (bit % 8);
@@ -272,7 +290,7 @@ pub fn check_frame(buf: &[u8], flip: u16) {
 /// Writes the parsed frame again and compares.
 fn rewrite(
     buf: &[u8],
-    end: usize,
+    (hdr, end): (usize, usize),
     underlay: &UnderlayRepr,
     sections: &[Section<'_>],
     padding: &[usize],
@@ -316,15 +334,11 @@ fn rewrite(
         original[i] = 0;
     }
     if padding.iter().all(|&i| buf[i] == 0) {
-        assert_eq!(
-            out[UNDERLAY_LEN..],
-            original[UNDERLAY_LEN..],
-            "written again, other bytes"
-        );
+        assert_eq!(out[hdr..], original[hdr..], "written again, other bytes");
     } else {
         assert_eq!(
-            out[UNDERLAY_LEN..end - CRC_LEN],
-            original[UNDERLAY_LEN..end - CRC_LEN],
+            out[hdr..end - CRC_LEN],
+            original[hdr..end - CRC_LEN],
             "written again, other bytes"
         );
     }
