@@ -11,6 +11,9 @@
 # and atomics checked byte for byte (api/fabric/rma_check.c), then wait objects,
 # counters and iovecs (api/fabric/wait_check.c: fi_cq_sread asleep on FI_WAIT_FD,
 # the FI_GETWAIT fd in epoll with fi_trywait, fi_cntr, fi_sendv/fi_recvv), then over
+# congestion control from the environment (DEPOSIT_FI_CC_PATHS=4 shows in the peer line
+# DEPOSIT_FI_STATS prints, DEPOSIT_FI_CC=off makes no peer context, a bad DEPOSIT_FI_CC
+# fails the open), then over
 # IPv6 (DEPOSIT_FI_IP fd77::1/64 and fd77::2/64: FI_TAGGED every size checked, FI_EP_MSG,
 # connection management and the wait checks, whose names and fi_av_straddr it checks);
 # otherwise with the given arguments
@@ -126,6 +129,38 @@ elif ((check)); then
     check_prog rma_check "(the same, FI_MR_VIRT_ADDR off)" --offsets
     check_prog cm_check "(FI_EP_MSG: FI_CONNREQ, fi_reject, fi_accept, FI_CONNECTED, fi_getpeer, fi_shutdown)"
     check_prog wait_check "(FI_WAIT_FD: fi_cq_sread, epoll + fi_trywait; fi_cntr; iovecs)"
+    # Congestion control from the environment: the client's peer line (DEPOSIT_FI_STATS,
+    # at the close) shows the 4 spray paths asked for; with DEPOSIT_FI_CC=off there is
+    # no peer context; a value that is none of the words fails the open, naming it.
+    echo "== fi_pingpong -p deposit -e rdm -m tagged -c -I 200, DEPOSIT_FI_CC_PATHS=4 DEPOSIT_FI_CC_TARGET_US=20"
+    out=$(DEPOSIT_FI_STATS=1 DEPOSIT_FI_CC_PATHS=4 DEPOSIT_FI_CC_TARGET_US=20 pingpong -m tagged -c -I 200 2>&1) ||
+        { printf '%s\n' "$out" >&2; exit 1; }
+    peer=$(printf '%s\n' "$out" | grep -E "deposit-fi: rank 0 peer ${ips[0]} .* paths 4 \([2-4] in use\)") ||
+        { printf '%s\n' "$out" >&2; echo "fabric: no peer line with 4 paths for ${ips[0]}" >&2; exit 1; }
+    echo "  $peer"
+    echo "== the same with DEPOSIT_FI_CC=off: no peer context"
+    out=$(DEPOSIT_FI_STATS=1 DEPOSIT_FI_CC=off pingpong -m tagged -c -I 200 2>&1) ||
+        { printf '%s\n' "$out" >&2; exit 1; }
+    if printf '%s\n' "$out" | grep -q "deposit-fi: rank 0 peer "; then
+        printf '%s\n' "$out" >&2
+        echo "fabric: DEPOSIT_FI_CC=off still made a peer context" >&2
+        exit 1
+    fi
+    printf '%s\n' "$out" | grep -q "deposit-fi: rank 0 frames_tx" ||
+        { printf '%s\n' "$out" >&2; echo "fabric: DEPOSIT_FI_STATS printed no counters" >&2; exit 1; }
+    echo "  no peer line, counters printed"
+    echo "== DEPOSIT_FI_CC=bogus: the open fails and names it"
+    # (wait_check, built above, opens its domain at once; fi_pingpong's server would
+    # wait for its client first.)
+    s=$(mktemp -u /tmp/deposit-fi.XXXXXX.sock)
+    if out=$(DEPOSIT_FI_CC=on,bogus timeout 60 "$lib/wait_check" "$s" 2>&1); then
+        printf '%s\n' "$out" >&2
+        echo "fabric: DEPOSIT_FI_CC=on,bogus was accepted" >&2
+        exit 1
+    fi
+    rm -f "$s"
+    printf '%s\n' "$out" | grep "DEPOSIT_FI_CC on,bogus: 'bogus' is none of" ||
+        { printf '%s\n' "$out" >&2; echo "fabric: no message naming DEPOSIT_FI_CC" >&2; exit 1; }
     # IPv6: the nodes at fd77::1 and fd77::2 (endpoint names carry 16-byte addresses).
     ips=(fd77::1/64 fd77::2/64)
     echo "== fi_pingpong -p deposit -e rdm -m tagged -c -S all -I 20 over IPv6 (DEPOSIT_FI_IP ${ips[*]})"

@@ -3,7 +3,9 @@
  * (ADDR or ADDR/PREFIX, IPv4 or IPv6: the node then runs over IPv6; default 10.77.x.y
  * from the rank), DEPOSIT_FI_GATEWAY (of the address's family), DEPOSIT_FI_VLAN, DEPOSIT_FI_NODES (a node table file of static
  * `IP [MAC] UDP-PORT` lines), DEPOSIT_FI_IDENTITY, DEPOSIT_FI_KNOWN_PEERS,
- * DEPOSIT_FI_STATS (docs/design.md §12).
+ * DEPOSIT_FI_CC, DEPOSIT_FI_CC_TARGET_US, DEPOSIT_FI_CC_PATHS, DEPOSIT_FI_LINE_MBPS
+ * (congestion control), DEPOSIT_FI_STATS (counters and each peer's congestion state
+ * at the close; docs/design.md §12).
  * Also here: progress of every endpoint, with a guard thread that takes a turn when
  * no call came for 1 ms (a mailbox may owe its peers a FIN, or a credit read, after
  * the application saw its completion and stopped calling: fi_pingpong blocks in its
@@ -87,6 +89,47 @@ static int parse_ip(const char *s, uint8_t out[16]) {
     return 16;
 }
 
+/* Congestion control from DEPOSIT_FI_CC (words, comma-separated: on, off, delay,
+ * keep-hold), DEPOSIT_FI_CC_TARGET_US, DEPOSIT_FI_CC_PATHS, DEPOSIT_FI_LINE_MBPS (the
+ * device's dd_device_config fields of those names; unset: the defaults). Non-zero,
+ * with a message, when one is not what it may be. */
+static int cc_settings(struct dd_device_config *cfg) {
+    const char *cc = getenv("DEPOSIT_FI_CC");
+    if (cc) {
+        char words[128];
+        snprintf(words, sizeof words, "%s", cc);
+        for (char *save = NULL, *w = strtok_r(words, ",", &save); w; w = strtok_r(NULL, ",", &save)) {
+            if (!strcmp(w, "on"))
+                cfg->cc_flags &= ~(uint32_t)DD_CC_OFF;
+            else if (!strcmp(w, "off"))
+                cfg->cc_flags |= DD_CC_OFF;
+            else if (!strcmp(w, "delay"))
+                cfg->cc_flags |= DD_CC_DELAY;
+            else if (!strcmp(w, "keep-hold"))
+                cfg->cc_flags |= DD_CC_KEEP_HOLD;
+            else {
+                fprintf(stderr, "deposit-fi: DEPOSIT_FI_CC %s: '%s' is none of on, off, delay, keep-hold\n", cc, w);
+                return -1;
+            }
+        }
+    }
+    static const char *const names[] = {"DEPOSIT_FI_CC_TARGET_US", "DEPOSIT_FI_CC_PATHS", "DEPOSIT_FI_LINE_MBPS"};
+    uint32_t *fields[] = {&cfg->cc_target_us, &cfg->cc_paths, &cfg->line_rate_mbps};
+    for (int i = 0; i < 3; i++) {
+        const char *v = getenv(names[i]);
+        if (!v)
+            continue;
+        char *end = NULL;
+        unsigned long n = strtoul(v, &end, 10);
+        if (end == v || *end || n == 0 || n > UINT32_MAX) {
+            fprintf(stderr, "deposit-fi: %s %s is not a positive number\n", names[i], v);
+            return -1;
+        }
+        *fields[i] = (uint32_t)n;
+    }
+    return 0;
+}
+
 int dfi_device_get(void) {
     if (dfi_dev) {
         refs++;
@@ -138,6 +181,8 @@ int dfi_device_get(void) {
         cfg.vlan = (uint32_t)atoi(getenv("DEPOSIT_FI_VLAN"));
     if (nt)
         subst(nt, nodes, sizeof nodes), cfg.nodes_path = nodes;
+    if (cc_settings(&cfg))
+        return -FI_EINVAL;
     cfg.max_connections = 4 * (uint32_t)job_size() > 4096 ? 4 * (uint32_t)job_size() : 4096;
     cfg.progress_guard_us = 1000; /* acknowledgements owed while the application calls not */
     /* A memif client whose server (another rank) has not created its socket yet fails
@@ -244,6 +289,28 @@ static int mr_regattr(struct fid *dom, const struct fi_mr_attr *a, uint64_t flag
 
 /* ---- the domain object ------------------------------------------------------------ */
 
+/* Each peer's congestion state, a line each (DEPOSIT_FI_STATS). */
+static void peer_lines(int r) {
+    struct dd_peer_info p[64];
+    int n = dd_device_peers(dfi_dev, p, 64);
+    for (int i = 0; i < n && i < 64; i++) {
+        char ip[INET6_ADDRSTRLEN];
+        static const uint8_t zero[16];
+        if (memcmp(p[i].ip6, zero, 16))
+            inet_ntop(AF_INET6, p[i].ip6, ip, sizeof ip);
+        else
+            inet_ntop(AF_INET, p[i].ip, ip, sizeof ip);
+        fprintf(stderr,
+                "deposit-fi: rank %d peer %s shard %u window %llu rtt base/smoothed %llu/%llu ns hold %llu ns "
+                "marks %llu decreases %llu paths %u (%u in use)\n",
+                r, ip, p[i].shard, (unsigned long long)p[i].window, (unsigned long long)p[i].base_rtt_ns,
+                (unsigned long long)p[i].srtt_ns, (unsigned long long)p[i].hold_ns, (unsigned long long)p[i].marks,
+                (unsigned long long)p[i].decreases, p[i].paths, p[i].paths_in_use);
+    }
+    if (n > 64)
+        fprintf(stderr, "deposit-fi: rank %d and %d peers more\n", r, n - 64);
+}
+
 /* Lets go of the device (a domain's or a passive endpoint's hold); the last closes it. */
 void dfi_device_put(void) {
     if (dfi_dev && --refs == 0) {
@@ -251,6 +318,7 @@ void dfi_device_put(void) {
         if (getenv("DEPOSIT_FI_STATS")) {
             int r = rank_of();
             dd_device_stats(dfi_dev, stat_line, &r);
+            peer_lines(r);
         }
         dd_mailbox_close(regions);
         regions = NULL;

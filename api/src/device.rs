@@ -1508,11 +1508,12 @@ impl Device {
     /// marks (docs/design.md §5, "Congestion"), one entry per peer and shard (a
     /// shard's connections to a peer share one context).
     pub fn peers(&self) -> Vec<crate::PeerSummary> {
-        self.inner
-            .call_all(|w| w.peer_summaries())
-            .into_iter()
-            .flatten()
-            .collect()
+        self.shard_peers().into_iter().flatten().collect()
+    }
+
+    /// [`Device::peers`] by shard: entry `i` is shard `i`'s peers, in address order.
+    pub fn shard_peers(&self) -> Vec<Vec<crate::PeerSummary>> {
+        self.inner.call_all(|w| w.peer_summaries())
     }
 
     /// Each shard's counters (per-shard counters are summed by [`Device::stats`]).

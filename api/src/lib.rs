@@ -93,7 +93,7 @@ pub use deposit_transport::identity::{
 pub use deposit_transport::mem::MemError;
 pub use deposit_transport::neigh::{NeighError, Route};
 /// Congestion control's settings ([`DeviceConfig::congestion`]) and counters.
-pub use deposit_transport::node::cc::{CcConfig, CcCounters, PathCounters};
+pub use deposit_transport::node::cc::{CcConfig, CcCounters, PathCounters, MAX_PATHS};
 /// Device counters ([`Device::stats`]): one definition, the worker's own.
 pub use deposit_transport::node::Stats as DeviceStats;
 pub use deposit_transport::node::{PathSummary, PeerSummary, ResumeError};

@@ -58,6 +58,15 @@
 // A worker thread of the device's own (it sleeps when idle).
 #define DD_PROGRESS_DEDICATED 1
 
+// `dd_device_config.cc_flags`: congestion control off.
+#define DD_CC_OFF 1
+
+// `dd_device_config.cc_flags`: delay alone far above the target decreases the window.
+#define DD_CC_DELAY 2
+
+// `dd_device_config.cc_flags`: the receiver's hold is not taken off the round trip.
+#define DD_CC_KEEP_HOLD 4
+
 // `dd_device_config.resolve`: by the port (ARP on af_packet, af_xdp and NICs).
 #define DD_RESOLVE_DEFAULT 0
 
@@ -606,6 +615,66 @@ struct dd_device_config {
   uint8_t ip6[16];
   // The IPv6 router for peers outside the prefix (all zero, the default: none).
   uint8_t gateway6[16];
+  // Congestion control per peer node (docs/design.md §5, "Congestion"): 0 (the
+  // default) is on, with the settings below; or flags, `DD_CC_*`: `DD_CC_OFF`
+  // (only each connection's cap and the receivers' credits hold a sender back —
+  // the transport before congestion control, for comparison), `DD_CC_DELAY`
+  // (delay alone far above the target decreases the window, for paths whose
+  // switches drop instead of marking ECN), `DD_CC_KEEP_HOLD` (the receiver's hold
+  // on its acknowledgements is not taken off the round trip, for comparison).
+  uint32_t cc_flags;
+  // The target queueing delay above the smallest round trip, microseconds (default
+  // 10): below it the window grows by proportion, above it ECN marks decrease it.
+  uint32_t cc_target_us;
+  // Paths each peer's bulk frames are sprayed over, 1 to 32 (default 1): UDP
+  // source ports that a fabric's ECMP hashes apart; a path that shows marks with
+  // delay, a delay far above the target or a loss is left out for a while. Keep 1
+  // on a port whose receive side hashes frames to queues (RSS, af_packet fanout).
+  uint32_t cc_paths;
+  // The port's line rate for congestion control, Mb/s (default 100000): the
+  // receive budget's default is what it drains in two target delays, and the
+  // window's steps scale with it. On a shaped path give the receiver the shaped
+  // rate.
+  uint32_t line_rate_mbps;
+  // Bytes all peers may have in flight towards this node together, shared out as
+  // their credit (0, the default: what `line_rate_mbps` drains in two target
+  // delays).
+  uint64_t cc_receive_budget;
+};
+
+// One peer node's congestion state, as `dd_device_peers` gives it.
+struct dd_peer_info {
+  // The peer's address: IPv4 in `ip` (address order; `ip6` all zero), or IPv6 in
+  // `ip6` (`ip` all zero).
+  uint8_t ip[4];
+  uint8_t ip6[16];
+  // The worker shard whose context this is: each shard keeps its own per peer.
+  uint32_t shard;
+  // The window and the bytes of first transmissions in flight, over every
+  // connection of the shard to this peer.
+  uint64_t window;
+  uint64_t inflight;
+  // The pace, bytes per second (0: not paced, the window is two frames or more).
+  uint64_t paced_rate;
+  // The smallest round trip (the receiver's hold taken off) and the smoothed one
+  // (with it), and the largest hold the peer reported lately, nanoseconds (0: no
+  // sample yet).
+  uint64_t base_rtt_ns;
+  uint64_t srtt_ns;
+  uint64_t hold_ns;
+  // Connections waiting for the window or the pace.
+  uint32_t parked;
+  // Spray paths (`cc_paths`; 0: one path per connection), and of them, those
+  // not left out now.
+  uint32_t paths;
+  uint32_t paths_in_use;
+  // Acknowledgements that echoed ECN, multiplicative decreases, quick adapts,
+  // frames that waited for the window and for the pace.
+  uint64_t marks;
+  uint64_t decreases;
+  uint64_t quick_adapts;
+  uint64_t window_waits;
+  uint64_t pace_waits;
 };
 
 // A window of address registers: `len` registers from absolute index `base`.
@@ -919,6 +988,13 @@ int dd_device_config_init(struct dd_device_config *cfg);
 
 // Opens a device; `*out` gets its handle.
 int dd_device_open(const struct dd_device_config *cfg, struct dd_device **out);
+
+// Each peer node's congestion state (`ddperf --stats`' and telemetry's
+// `/deposit/peers`): writes up to `n` entries into `out` (NULL when `n` is 0), by
+// shard, then in address order, and returns how many there are (more than `n`: call
+// again with room for them), or a negative `DD_ERR_*`. A peer appears once per
+// shard that has sent to it; with `DD_CC_OFF` none does (there is no context).
+int dd_device_peers(const struct dd_device *dev, struct dd_peer_info *out, uint32_t n);
 
 // Releases a device handle. The device closes once nothing uses it any more (its
 // endpoints, connections and queues hold it).

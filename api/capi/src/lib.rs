@@ -301,7 +301,39 @@ pub struct dd_device_config {
     pub ip6: [u8; 16],
     /// The IPv6 router for peers outside the prefix (all zero, the default: none).
     pub gateway6: [u8; 16],
+    /// Congestion control per peer node (docs/design.md §5, "Congestion"): 0 (the
+    /// default) is on, with the settings below; or flags, `DD_CC_*`: `DD_CC_OFF`
+    /// (only each connection's cap and the receivers' credits hold a sender back —
+    /// the transport before congestion control, for comparison), `DD_CC_DELAY`
+    /// (delay alone far above the target decreases the window, for paths whose
+    /// switches drop instead of marking ECN), `DD_CC_KEEP_HOLD` (the receiver's hold
+    /// on its acknowledgements is not taken off the round trip, for comparison).
+    pub cc_flags: u32,
+    /// The target queueing delay above the smallest round trip, microseconds (default
+    /// 10): below it the window grows by proportion, above it ECN marks decrease it.
+    pub cc_target_us: u32,
+    /// Paths each peer's bulk frames are sprayed over, 1 to 32 (default 1): UDP
+    /// source ports that a fabric's ECMP hashes apart; a path that shows marks with
+    /// delay, a delay far above the target or a loss is left out for a while. Keep 1
+    /// on a port whose receive side hashes frames to queues (RSS, af_packet fanout).
+    pub cc_paths: u32,
+    /// The port's line rate for congestion control, Mb/s (default 100000): the
+    /// receive budget's default is what it drains in two target delays, and the
+    /// window's steps scale with it. On a shaped path give the receiver the shaped
+    /// rate.
+    pub line_rate_mbps: u32,
+    /// Bytes all peers may have in flight towards this node together, shared out as
+    /// their credit (0, the default: what `line_rate_mbps` drains in two target
+    /// delays).
+    pub cc_receive_budget: u64,
 }
+
+/// `dd_device_config.cc_flags`: congestion control off.
+pub const DD_CC_OFF: u32 = 1;
+/// `dd_device_config.cc_flags`: delay alone far above the target decreases the window.
+pub const DD_CC_DELAY: u32 = 2;
+/// `dd_device_config.cc_flags`: the receiver's hold is not taken off the round trip.
+pub const DD_CC_KEEP_HOLD: u32 = 4;
 
 /// `dd_device_config.resolve`: by the port (ARP on af_packet, af_xdp and NICs).
 pub const DD_RESOLVE_DEFAULT: u32 = 0;
@@ -344,6 +376,11 @@ pub unsafe extern "C" fn dd_device_config_init(cfg: *mut dd_device_config) -> c_
             vlan: 0,
             ip6: [0; 16],
             gateway6: [0; 16],
+            cc_flags: 0,
+            cc_target_us: (d.congestion.target_delay_ns / 1000) as u32,
+            cc_paths: u32::from(d.congestion.paths),
+            line_rate_mbps: d.congestion.line_rate_mbps as u32,
+            cc_receive_budget: d.congestion.receive_budget,
         };
         put(cfg, c, "cfg")
     })
@@ -430,8 +467,141 @@ pub unsafe extern "C" fn dd_device_open(
         if let Some(p) = path(c.nodes_path, "cfg->nodes_path")? {
             d.nodes = api::DeviceConfig::load_nodes(&p)?;
         }
+        d.congestion = congestion(c, d.congestion)?;
         let dev = Device::open(d)?;
         put(out, boxed(dd_device(dev)), "out")
+    })
+}
+
+/// `c`'s congestion settings over `base` (the defaults): 0 in a field keeps its default.
+fn congestion(c: &dd_device_config, base: api::CcConfig) -> Result<api::CcConfig, Fail> {
+    let known = DD_CC_OFF | DD_CC_DELAY | DD_CC_KEEP_HOLD;
+    if c.cc_flags & !known != 0 {
+        return Err(invalid(format!(
+            "cfg->cc_flags {:#x} (DD_CC_OFF, DD_CC_DELAY, DD_CC_KEEP_HOLD)",
+            c.cc_flags
+        )));
+    }
+    let mut cc = api::CcConfig {
+        enabled: c.cc_flags & DD_CC_OFF == 0,
+        delay_decrease: c.cc_flags & DD_CC_DELAY != 0,
+        subtract_hold: c.cc_flags & DD_CC_KEEP_HOLD == 0,
+        ..base
+    };
+    if c.cc_target_us != 0 {
+        cc.target_delay_ns = u64::from(c.cc_target_us) * 1000;
+    }
+    match c.cc_paths {
+        0 => {}
+        n if n <= u32::from(api::MAX_PATHS) => cc.paths = n as u8,
+        n => {
+            return Err(invalid(format!(
+                "cfg->cc_paths {n} (1 to {}, 0: one)",
+                api::MAX_PATHS
+            )))
+        }
+    }
+    if c.line_rate_mbps != 0 {
+        cc.line_rate_mbps = u64::from(c.line_rate_mbps);
+    }
+    if c.cc_receive_budget != 0 {
+        cc.receive_budget = c.cc_receive_budget;
+    }
+    Ok(cc)
+}
+
+/// One peer node's congestion state, as `dd_device_peers` gives it.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct dd_peer_info {
+    /// The peer's address: IPv4 in `ip` (address order; `ip6` all zero), or IPv6 in
+    /// `ip6` (`ip` all zero).
+    pub ip: [u8; 4],
+    pub ip6: [u8; 16],
+    /// The worker shard whose context this is: each shard keeps its own per peer.
+    pub shard: u32,
+    /// The window and the bytes of first transmissions in flight, over every
+    /// connection of the shard to this peer.
+    pub window: u64,
+    pub inflight: u64,
+    /// The pace, bytes per second (0: not paced, the window is two frames or more).
+    pub paced_rate: u64,
+    /// The smallest round trip (the receiver's hold taken off) and the smoothed one
+    /// (with it), and the largest hold the peer reported lately, nanoseconds (0: no
+    /// sample yet).
+    pub base_rtt_ns: u64,
+    pub srtt_ns: u64,
+    pub hold_ns: u64,
+    /// Connections waiting for the window or the pace.
+    pub parked: u32,
+    /// Spray paths (`cc_paths`; 0: one path per connection), and of them, those
+    /// not left out now.
+    pub paths: u32,
+    pub paths_in_use: u32,
+    /// Acknowledgements that echoed ECN, multiplicative decreases, quick adapts,
+    /// frames that waited for the window and for the pace.
+    pub marks: u64,
+    pub decreases: u64,
+    pub quick_adapts: u64,
+    pub window_waits: u64,
+    pub pace_waits: u64,
+}
+
+impl dd_peer_info {
+    fn new(shard: usize, p: &api::PeerSummary) -> Self {
+        let (mut ip, mut ip6) = ([0; 4], [0; 16]);
+        match p.peer_ip {
+            IpAddr::V4(a) => ip = a.octets(),
+            IpAddr::V6(a) => ip6 = a.octets(),
+        }
+        dd_peer_info {
+            ip,
+            ip6,
+            shard: shard as u32,
+            window: p.window,
+            inflight: p.inflight,
+            paced_rate: p.paced_rate,
+            base_rtt_ns: p.base_rtt_ns,
+            srtt_ns: p.srtt_ns,
+            hold_ns: p.hold_ns,
+            parked: p.parked as u32,
+            paths: p.paths.len() as u32,
+            paths_in_use: p.paths.iter().filter(|q| !q.excluded).count() as u32,
+            marks: p.counters.marks,
+            decreases: p.counters.decreases,
+            quick_adapts: p.counters.quick_adapts,
+            window_waits: p.counters.window_waits,
+            pace_waits: p.counters.pace_waits,
+        }
+    }
+}
+
+/// Each peer node's congestion state (`ddperf --stats`' and telemetry's
+/// `/deposit/peers`): writes up to `n` entries into `out` (NULL when `n` is 0), by
+/// shard, then in address order, and returns how many there are (more than `n`: call
+/// again with room for them), or a negative `DD_ERR_*`. A peer appears once per
+/// shard that has sent to it; with `DD_CC_OFF` none does (there is no context).
+#[no_mangle]
+pub unsafe extern "C" fn dd_device_peers(
+    dev: *const dd_device,
+    out: *mut dd_peer_info,
+    n: u32,
+) -> c_int {
+    guard_count(|| {
+        let d = obj(dev, "dev")?;
+        if out.is_null() && n != 0 {
+            return Err(invalid("out is NULL"));
+        }
+        let all: Vec<dd_peer_info> =
+            d.0.shard_peers()
+                .iter()
+                .enumerate()
+                .flat_map(|(i, ps)| ps.iter().map(move |p| dd_peer_info::new(i, p)))
+                .collect();
+        for (k, p) in all.iter().take(n as usize).enumerate() {
+            out.add(k).write(*p);
+        }
+        Ok(c_int::try_from(all.len()).unwrap_or(c_int::MAX))
     })
 }
 
@@ -2489,6 +2659,167 @@ mod tests {
             (5000, 4096, 20000, 7, 0, 0)
         );
         assert!(cfg.workers >= 1 && cfg.port.is_null() && cfg.ip == [0; 4]);
+        assert_eq!(
+            (
+                cfg.cc_flags,
+                cfg.cc_target_us,
+                cfg.cc_paths,
+                cfg.line_rate_mbps,
+                cfg.cc_receive_budget
+            ),
+            (0, 10, 1, 100_000, 0)
+        );
+    }
+
+    #[test]
+    fn congestion_settings_reach_the_device_and_bad_ones_are_refused() {
+        let mut c: dd_device_config = unsafe { std::mem::zeroed() };
+        assert_eq!(unsafe { dd_device_config_init(&mut c) }, DD_OK);
+        let base = api::CcConfig::default();
+        let cc = congestion(&c, base).unwrap_or_else(|f| panic!("{}", f.1));
+        assert_eq!(
+            (cc.enabled, cc.target_delay_ns, cc.paths, cc.line_rate_mbps),
+            (true, 10_000, 1, 100_000)
+        );
+        assert!(cc.subtract_hold && !cc.delay_decrease && cc.receive_budget == 0);
+        // 0 in a field is its default, as elsewhere in the struct.
+        c.cc_target_us = 0;
+        c.cc_paths = 0;
+        c.line_rate_mbps = 0;
+        let cc = congestion(&c, base).unwrap_or_else(|f| panic!("{}", f.1));
+        assert_eq!(
+            (cc.target_delay_ns, cc.paths, cc.line_rate_mbps),
+            (10_000, 1, 100_000)
+        );
+        c.cc_flags = DD_CC_OFF | DD_CC_DELAY | DD_CC_KEEP_HOLD;
+        c.cc_target_us = 250;
+        c.cc_paths = 32;
+        c.line_rate_mbps = 1000;
+        c.cc_receive_budget = 1 << 20;
+        let cc = congestion(&c, base).unwrap_or_else(|f| panic!("{}", f.1));
+        assert!(!cc.enabled && cc.delay_decrease && !cc.subtract_hold);
+        assert_eq!(
+            (
+                cc.target_delay_ns,
+                cc.paths,
+                cc.line_rate_mbps,
+                cc.receive_budget
+            ),
+            (250_000, 32, 1000, 1 << 20)
+        );
+        // Refused before the port opens, with the field named.
+        let port = CString::new("ring:capi-ccbad:a").unwrap();
+        c.port = port.as_ptr();
+        let mut dev: *mut dd_device = std::ptr::null_mut();
+        c.cc_paths = 33;
+        assert_eq!(unsafe { dd_device_open(&c, &mut dev) }, DD_ERR_INVALID);
+        assert!(last_error().contains("cc_paths 33"), "{}", last_error());
+        c.cc_paths = 4;
+        c.cc_flags = 8;
+        assert_eq!(unsafe { dd_device_open(&c, &mut dev) }, DD_ERR_INVALID);
+        assert!(last_error().contains("cc_flags 0x8"), "{}", last_error());
+        assert!(dev.is_null());
+        assert_eq!(
+            unsafe { dd_device_peers(std::ptr::null(), std::ptr::null_mut(), 0) },
+            DD_ERR_INVALID
+        );
+    }
+
+    /// Two devices over a ring, the client spraying over 4 paths, the server with
+    /// congestion control off: after writes both ways, the client has one peer context
+    /// (the server, with its 4 paths and a round trip) and the server none.
+    #[test]
+    fn dd_device_peers_shows_the_congestion_state_the_config_asked_for() {
+        unsafe fn open(port: &[u8], ip: [u8; 4], flags: u32, paths: u32) -> *mut dd_device {
+            let mut cfg: dd_device_config = std::mem::zeroed();
+            assert_eq!(dd_device_config_init(&mut cfg), DD_OK);
+            cfg.port = CStr::from_bytes_with_nul(port).unwrap().as_ptr();
+            cfg.ip = ip;
+            cfg.cc_flags = flags;
+            cfg.cc_paths = paths;
+            let mut dev = std::ptr::null_mut();
+            assert_eq!(dd_device_open(&cfg, &mut dev), DD_OK, "{}", last_error());
+            dev
+        }
+        unsafe fn write_and_wait(conn: *const dd_conn, cq: *const dd_cq, src: *const dd_endpoint) {
+            for id in 0..8u64 {
+                let w = dd_wr {
+                    wr_id: id,
+                    opcode: DD_OP_WRITE,
+                    flags: DD_WR_SIGNALED,
+                    local: src,
+                    local_offset: 0,
+                    length: 16 << 10,
+                    remote_offset: id as u32 * (16 << 10),
+                    inline_data: std::ptr::null(),
+                    inline_len: 0,
+                    mask: 0,
+                    queue: 0,
+                    ip: 0,
+                    token: 0,
+                    token_offset: 0,
+                    add: 0,
+                    compare: 0,
+                    swap: 0,
+                    addr: dd_addressing::default(),
+                };
+                assert_eq!(dd_post(conn, &w), DD_OK, "{}", last_error());
+            }
+            for _ in 0..8 {
+                let mut wc = dd_completion::default();
+                assert_eq!(dd_cq_wait(cq, &mut wc, 5000), 0, "{}", last_error());
+                assert_eq!(wc.status, DD_WC_SUCCESS);
+            }
+        }
+        unsafe {
+            let server = open(b"ring:capi-cc:a\0", [10, 0, 0, 1], DD_CC_OFF, 0);
+            let client = open(b"ring:capi-cc:b\0", [10, 0, 0, 2], 0, 4);
+            let all = DD_REMOTE_READ | DD_REMOTE_WRITE;
+            let (mut sep, mut cep) = (std::ptr::null_mut(), std::ptr::null_mut());
+            assert_eq!(dd_endpoint_alloc(server, 1 << 17, all, &mut sep), DD_OK);
+            assert_eq!(dd_endpoint_alloc(client, 1 << 17, all, &mut cep), DD_OK);
+            let (mut scq, mut ccq) = (std::ptr::null_mut(), std::ptr::null_mut());
+            assert_eq!(dd_cq_create(server, 16, &mut scq), DD_OK);
+            assert_eq!(dd_cq_create(client, 16, &mut ccq), DD_OK);
+            let (mut l, none) = (std::ptr::null_mut(), std::ptr::null());
+            assert_eq!(dd_listen(server, 9, sep, scq, none, &mut l), DD_OK);
+            let mut conn = std::ptr::null_mut();
+            let ip = [10u8, 0, 0, 1];
+            assert_eq!(
+                dd_connect(client, ip.as_ptr(), 9, cep, ccq, none, &mut conn),
+                DD_OK
+            );
+            let mut accepted = std::ptr::null_mut();
+            assert_eq!(dd_accept(l, 5000, &mut accepted), DD_OK);
+            write_and_wait(conn, ccq, cep);
+            write_and_wait(accepted, scq, sep);
+
+            assert_eq!(dd_device_peers(client, std::ptr::null_mut(), 0), 1);
+            let mut p = [dd_peer_info::default(); 2];
+            assert_eq!(dd_device_peers(client, p.as_mut_ptr(), 2), 1);
+            let p = p[0];
+            assert_eq!((p.ip, p.ip6, p.shard), ([10, 0, 0, 1], [0; 16], 0));
+            // (A path whose round trips ran long on a busy host may be left out: at
+            // most half of them are.)
+            assert!(p.paths == 4 && (2..=4).contains(&p.paths_in_use), "{p:?}");
+            assert!(p.window > 0 && p.srtt_ns > 0 && p.base_rtt_ns > 0, "{p:?}");
+            assert!(p.base_rtt_ns <= p.srtt_ns, "{p:?}");
+            assert_eq!(dd_device_peers(server, std::ptr::null_mut(), 0), 0);
+            assert_eq!(
+                dd_device_peers(client, std::ptr::null_mut(), 1),
+                DD_ERR_INVALID
+            );
+
+            dd_conn_close(conn);
+            dd_conn_close(accepted);
+            dd_listener_close(l);
+            dd_cq_destroy(ccq);
+            dd_cq_destroy(scq);
+            dd_endpoint_free(cep);
+            dd_endpoint_free(sep);
+            dd_device_close(client);
+            dd_device_close(server);
+        }
     }
 
     #[test]
